@@ -1,0 +1,1 @@
+"""Runnable scenarios, one question each. ``podsim list`` shows them; ``podsim run NAME`` runs one."""

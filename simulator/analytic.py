@@ -1,0 +1,123 @@
+"""Closed forms from "How To Scale Your Model" (ch. roofline): the oracle every simulation is held to.
+
+All functions are pure, take SI units and return SI units (seconds, bytes, FLOPs, FLOP/byte).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from simulator.errors import PodsimError
+
+
+def _ceil_to(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def matmul_flops(m: int, k: int, n: int) -> float:
+    """FLOPs of ``[m, k] @ [k, n]``: 2mkn (one multiply and one add per term)."""
+    return 2.0 * m * k * n
+
+
+def padded_matmul_flops(m: int, k: int, n: int, mxu_dim: int, sublanes: int = 8) -> float:
+    """FLOPs the MXU spends on ``[m, k] @ [k, n]`` with k, n padded to ``mxu_dim`` and m to ``sublanes``."""
+    return 2.0 * _ceil_to(m, sublanes) * _ceil_to(k, mxu_dim) * _ceil_to(n, mxu_dim)
+
+
+def matmul_bytes(m: int, k: int, n: int, elem_bytes: float = 2) -> float:
+    """HBM bytes of ``[m, k] @ [k, n]``: read both operands once, write the output once."""
+    return elem_bytes * (m * k + k * n + m * n)
+
+
+def arithmetic_intensity(flops: float, nbytes: float) -> float:
+    """FLOPs per byte moved."""
+    if nbytes <= 0:
+        raise PodsimError(f"bytes={nbytes!r} must be > 0 to compute an intensity")
+    return flops / nbytes
+
+
+def matmul_intensity(m: int, k: int, n: int, elem_bytes: float = 2) -> float:
+    """Arithmetic intensity of a matmul; about m when m << k, n (bf16); 1024/3 at m = k = n = 1024."""
+    return arithmetic_intensity(matmul_flops(m, k, n), matmul_bytes(m, k, n, elem_bytes))
+
+
+def peak_intensity(peak_flops_per_s: float, bandwidth_bytes_per_s: float) -> float:
+    """The ridge point: intensity above which a task is compute-bound (about 240 for v5e HBM)."""
+    return peak_flops_per_s / bandwidth_bytes_per_s
+
+
+def roofline(flops: float, nbytes: float, peak_flops_per_s: float,
+             bandwidth_bytes_per_s: float) -> dict[str, Any]:
+    """Roofline times and bounds: T_math, T_comms, max (perfect overlap) and sum (no overlap)."""
+    t_compute = flops / peak_flops_per_s
+    t_memory = nbytes / bandwidth_bytes_per_s
+    return {
+        "t_compute_s": t_compute,
+        "t_memory_s": t_memory,
+        "lower_bound_s": max(t_compute, t_memory),
+        "upper_bound_s": t_compute + t_memory,
+        "intensity_flops_per_byte": flops / nbytes if nbytes > 0 else math.inf,
+        "peak_intensity_flops_per_byte": peak_intensity(peak_flops_per_s, bandwidth_bytes_per_s),
+        "bound": "compute" if t_compute >= t_memory else "memory",
+    }
+
+
+def roof_flops_per_s(intensity: float, peak_flops_per_s: float, bandwidth_bytes_per_s: float) -> float:
+    """The attainable rate at ``intensity``: min(peak, intensity x bandwidth)."""
+    return min(peak_flops_per_s, intensity * bandwidth_bytes_per_s)
+
+
+def percent_of_peak(achieved_flops_per_s: float, peak_flops_per_s: float) -> float:
+    """Achieved rate as a percentage of the chip's peak."""
+    return 100.0 * achieved_flops_per_s / peak_flops_per_s
+
+
+def percent_of_roof(achieved_flops_per_s: float, intensity: float, peak_flops_per_s: float,
+                    bandwidth_bytes_per_s: float) -> float:
+    """Achieved rate as a percentage of the task's own roof (REFERENCE: 3 of 4 GFLOP/s is 75%)."""
+    return 100.0 * achieved_flops_per_s / roof_flops_per_s(intensity, peak_flops_per_s, bandwidth_bytes_per_s)
+
+
+def pipeline_time(blocks: int, load_s: float, compute_s: float, buffers: int) -> float:
+    """Time of ``blocks`` equal blocks, each a load of ``load_s`` then a compute of ``compute_s``.
+
+    One buffer serialises everything: q(a + c). With two or more buffers loads run ahead of compute:
+    max(qa, qc) + min(a, c) -- the first load and last compute cannot overlap. Deeper buffering does
+    not help equal blocks; it helps when block times vary.
+    """
+    if blocks < 0 or buffers < 1:
+        raise PodsimError(f"blocks={blocks} must be >= 0 and buffers={buffers} >= 1")
+    if blocks == 0:
+        return 0.0
+    if buffers == 1:
+        return blocks * (load_s + compute_s)
+    return max(blocks * load_s, blocks * compute_s) + min(load_s, compute_s)
+
+
+def critical_batch(k: int, n: int, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
+                   elem_bytes: float = 2) -> float:
+    """The m at which ``[m, k] @ [k, n]`` turns compute-bound: 2mkn / P = e(mk + kn + mn) / B.
+
+    Solving gives m = I e k n / (2kn - I e (k + n)) with I = P / B; it tends to the peak intensity I
+    (for bf16) as k, n grow. ``inf`` when the matmul can never become compute-bound.
+    """
+    ridge = peak_intensity(peak_flops_per_s, bandwidth_bytes_per_s)
+    denom = 2.0 * k * n - ridge * elem_bytes * (k + n)
+    return ridge * elem_bytes * k * n / denom if denom > 0 else math.inf
+
+
+def padded_critical_batch(k: int, n: int, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
+                          elem_bytes: float = 2, mxu_dim: int = 128, sublanes: int = 8) -> int | None:
+    """Smallest integer m whose padded MXU time reaches its HBM time (None if none ever does).
+
+    Padding only raises compute time, so the answer lies within ``sublanes`` below the unpadded
+    `critical_batch`; the few candidates there are checked one by one.
+    """
+    unpadded = critical_batch(k, n, peak_flops_per_s, bandwidth_bytes_per_s, elem_bytes)
+    if math.isinf(unpadded):
+        return None
+    for m in range(max(1, math.floor(unpadded) - sublanes), math.ceil(unpadded) + 1):
+        t_math = padded_matmul_flops(m, k, n, mxu_dim, sublanes) / peak_flops_per_s
+        if t_math >= matmul_bytes(m, k, n, elem_bytes) / bandwidth_bytes_per_s:
+            return m
+    return math.ceil(unpadded)

@@ -1,0 +1,159 @@
+"""Bandwidth-limited paths (`Channel`) and one-op-at-a-time compute units (`SerialUnit`).
+
+Timing model of a `Channel`: a transfer first waits ``latency_s`` (a wire / pipeline delay that does
+not occupy the channel), then joins the channel. Sharing policy: fair sharing (processor sharing) --
+every transfer in flight progresses at ``bandwidth / n`` when ``n`` are in flight, so two equal
+transfers started together both finish after ``2 * bytes / bandwidth``, and a small transfer is not
+stuck behind a large one. This is how concurrent DMA streams and flows on a link interleave at
+fine grain; a lone transfer takes exactly ``latency + bytes / bandwidth``.
+
+A `SerialUnit` (MXU, VPU) runs one operation at a time, first come first served.
+
+Both return plain SimPy events and schedule one timeout per state change, with no process per
+operation, so long pipelines stay cheap.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import simpy
+
+from simulator.trace import Span, Trace
+from simulator.units import positive
+
+#: A flow whose remaining bytes fall below this fraction of its size counts as finished
+#: (absorbs float rounding in the fluid model; never used to order events).
+_DONE_FRACTION = 1e-9
+
+
+class _Flow:
+    __slots__ = ("nbytes", "remaining", "event", "start", "label", "kind", "on_done")
+
+    def __init__(self, nbytes: float, event: simpy.Event, label: str, kind: str,
+                 on_done: Callable[[float], None] | None) -> None:
+        self.nbytes = nbytes
+        self.remaining = nbytes
+        self.event = event
+        self.start = 0.0
+        self.label = label
+        self.kind = kind
+        self.on_done = on_done
+
+
+class Channel:
+    """A bandwidth-limited path (an HBM port, one direction of a link) with fair sharing.
+
+    Parameters
+    ----------
+    env : simpy.Environment
+    name : str
+        Unit name in the trace (``hbm``, ``link 0->1``).
+    bandwidth_bytes_per_s : float
+        Capacity shared by all transfers in flight.
+    latency_s : float
+        Delay before a transfer starts moving bytes; does not occupy the channel.
+    """
+
+    def __init__(self, env: simpy.Environment, name: str, bandwidth_bytes_per_s: float,
+                 latency_s: float = 0.0, *, chip: int | str = 0, trace: Trace | None = None) -> None:
+        self.env = env
+        self.name = name
+        self.bandwidth_bytes_per_s = positive(bandwidth_bytes_per_s, name=f"{name} bandwidth_bytes_per_s")
+        self.latency_s = positive(latency_s, name=f"{name} latency_s", allow_zero=True)
+        self.chip = chip
+        self.trace = trace
+        self.bytes_carried = 0.0
+        self._flows: list[_Flow] = []
+        self._last_update = 0.0
+        self._generation = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Transfers currently sharing the channel."""
+        return len(self._flows)
+
+    def transfer(self, nbytes: float, label: str = "", kind: str = "transfer",
+                 on_done: Callable[[float], None] | None = None) -> simpy.Event:
+        """Move ``nbytes``; the returned event fires when the last byte has arrived.
+
+        ``on_done(start_s)`` is called at completion with the time the transfer started moving.
+        """
+        event = self.env.event()
+        flow = _Flow(nbytes, event, label, kind, on_done)
+        if nbytes <= 0:
+            event.succeed()
+        elif self.latency_s > 0:
+            self.env.timeout(self.latency_s).callbacks.append(lambda _e: self._admit(flow))
+        else:
+            self._admit(flow)
+        return event
+
+    def _advance(self) -> None:
+        now = self.env.now
+        if self._flows and now > self._last_update:
+            moved = (now - self._last_update) * self.bandwidth_bytes_per_s / len(self._flows)
+            for flow in self._flows:
+                flow.remaining -= moved
+        self._last_update = now
+
+    def _admit(self, flow: _Flow) -> None:
+        self._advance()
+        flow.start = self.env.now
+        self._flows.append(flow)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        self._generation += 1
+        if not self._flows:
+            return
+        generation = self._generation
+        first = min(self._flows, key=lambda f: f.remaining)
+        delay = max(0.0, first.remaining) * len(self._flows) / self.bandwidth_bytes_per_s
+        self.env.timeout(delay).callbacks.append(lambda _e: self._on_timer(generation, first))
+
+    def _on_timer(self, generation: int, first: _Flow) -> None:
+        if generation != self._generation:
+            return  # the set of flows changed since this timer was set
+        self._advance()
+        first.remaining = 0.0
+        done = [f for f in self._flows if f.remaining <= _DONE_FRACTION * f.nbytes]
+        self._flows = [f for f in self._flows if f.remaining > _DONE_FRACTION * f.nbytes]
+        for flow in done:
+            self._finish(flow)
+        self._schedule()
+
+    def _finish(self, flow: _Flow) -> None:
+        self.bytes_carried += flow.nbytes
+        if self.trace is not None:
+            self.trace.add(Span(self.chip, self.name, flow.label, flow.start, self.env.now,
+                                flow.kind, flow.nbytes, 0.0))
+        if flow.on_done is not None:
+            flow.on_done(flow.start)
+        flow.event.succeed()
+
+
+class SerialUnit:
+    """A compute unit (MXU, VPU) that runs one operation at a time, first come first served.
+
+    An operation of ``duration_s`` requested at ``t`` starts at ``max(t, unit free)`` and holds the
+    unit until it ends; its span is recorded then.
+    """
+
+    def __init__(self, env: simpy.Environment, name: str, *, chip: int | str = 0,
+                 trace: Trace | None = None) -> None:
+        self.env = env
+        self.name = name
+        self.chip = chip
+        self.trace = trace
+        self._free_at = 0.0
+
+    def run(self, duration_s: float, label: str = "", flops: float = 0.0,
+            kind: str = "compute") -> simpy.Event:
+        """Occupy the unit for ``duration_s``; the event fires when the operation ends."""
+        start = max(self.env.now, self._free_at)
+        end = start + duration_s
+        self._free_at = end
+        event = self.env.timeout(end - self.env.now)
+        if self.trace is not None:
+            self.trace.add(Span(self.chip, self.name, label, start, end, kind, 0.0, flops))
+        return event

@@ -1,0 +1,70 @@
+"""One chip as SimPy resources: HBM and VMEM pools, the HBM DMA channel, MXU and VPU.
+
+Timing model: a load (HBM -> VMEM) or store (VMEM -> HBM) moves its bytes through the chip's one HBM
+`Channel` at ``hbm_bandwidth_bytes_per_s``, fairly shared by every DMA in flight; VMEM bandwidth
+(about 22x HBM) is counted but never the bottleneck of a DMA. A matmul occupies the MXU for its
+padded FLOPs over the MXU peak of its dtype; a vector op occupies the VPU for its FLOPs over
+``vpu_flops_per_s``. Compute reads and writes VMEM; those bytes are counted, not timed.
+"""
+from __future__ import annotations
+
+import simpy
+
+from simulator import analytic
+from simulator.channel import Channel, SerialUnit
+from simulator.memory import MemoryPool
+from simulator.specs import DTYPE_BYTES, ChipSpec
+from simulator.trace import Trace
+from simulator.units import positive
+
+
+class Chip:
+    """Chip ``index`` of a system, built from ``spec``; its units record spans into ``trace``."""
+
+    def __init__(self, env: simpy.Environment, spec: ChipSpec, index: int | str = 0,
+                 trace: Trace | None = None) -> None:
+        self.env = env
+        self.spec = spec
+        self.index = index
+        self.trace = trace if trace is not None else Trace()
+        self.hbm = MemoryPool(env, "hbm", spec.hbm_capacity_bytes, chip=index)
+        self.vmem = MemoryPool(env, "vmem", spec.vmem_capacity_bytes, chip=index)
+        self.dma = Channel(env, "hbm", spec.hbm_bandwidth_bytes_per_s, chip=index, trace=self.trace)
+        self.mxu = SerialUnit(env, "mxu", chip=index, trace=self.trace)
+        self.vpu = SerialUnit(env, "vpu", chip=index, trace=self.trace)
+
+    def load(self, nbytes: float, label: str) -> simpy.Event:
+        """DMA ``nbytes`` of tensor ``label`` from HBM into VMEM (the caller holds the VMEM space)."""
+        self.trace.count("hbm_read", nbytes, label, "read")
+        self.trace.count("vmem_write", nbytes)
+        return self.dma.transfer(nbytes, label, "load")
+
+    def store(self, nbytes: float, label: str) -> simpy.Event:
+        """DMA ``nbytes`` of tensor ``label`` from VMEM back to HBM."""
+        self.trace.count("hbm_write", nbytes, label, "written")
+        self.trace.count("vmem_read", nbytes)
+        return self.dma.transfer(nbytes, label, "store")
+
+    def matmul(self, m: int, k: int, n: int, label: str = "matmul", dtype: str = "bf16") -> simpy.Event:
+        """``[m, k] @ [k, n]`` on the MXU: time = padded FLOPs / MXU peak(dtype).
+
+        k and n pad to ``mxu_dim``, m to ``sublanes``; the span carries the useful 2mkn FLOPs.
+        """
+        flops = analytic.matmul_flops(m, k, n)
+        padded = analytic.padded_matmul_flops(m, k, n, self.spec.mxu_dim, self.spec.sublanes)
+        self.trace.padded_flops_total += padded
+        elem = DTYPE_BYTES[dtype]
+        self.trace.count("vmem_read", elem * (m * k + k * n))
+        self.trace.count("vmem_write", elem * m * n)
+        return self.mxu.run(padded / self.spec.peak_flops_per_s(dtype), label, flops)
+
+    def compute(self, flops: float, label: str = "compute", dtype: str = "bf16") -> simpy.Event:
+        """``flops`` of MXU work with no padding (for work given as a FLOP count, not a shape)."""
+        positive(flops, name=f"{label} flops", allow_zero=True)
+        self.trace.padded_flops_total += flops
+        return self.mxu.run(flops / self.spec.peak_flops_per_s(dtype), label, flops)
+
+    def vector(self, flops: float, label: str = "vector") -> simpy.Event:
+        """``flops`` of element-wise work on the VPU."""
+        positive(flops, name=f"{label} flops", allow_zero=True)
+        return self.vpu.run(flops / self.spec.vpu_flops_per_s, label, flops)

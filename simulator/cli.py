@@ -1,0 +1,217 @@
+"""The ``podsim`` command line: chips, list, run, roofline.
+
+Every input error becomes one line on stderr and exit status 2 (never a traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from simulator import analytic
+from simulator.errors import PodsimError
+from simulator.result import Result, jsonable
+from simulator.scenario import list_scenarios, load_scenario, parse_sets, scenario_params
+from simulator.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
+from simulator.units import format_quantity, parse_positive
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise PodsimError(message if self.prog == "podsim" else f"{self.prog}: {message}")
+
+
+def _chip_args(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--chip", help=f"preset name ({', '.join(PRESETS)})")
+    group.add_argument("--chip-file", metavar="F.toml", help="a user chip in TOML (fields of ChipSpec)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = _Parser(prog="podsim", description="Discrete-event simulator of ML accelerator chips and links.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("chips", help="list the chip presets")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("list", help="list the scenarios and the question each answers")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("run", help="run a scenario")
+    p.add_argument("scenario", help="name from `podsim list`, or a path to a scenario .py file")
+    _chip_args(p)
+    p.add_argument("--topology", help="topology spec, e.g. ring:8, torus:4x4, slice:8x16")
+    p.add_argument("--mesh", help="mesh spec, e.g. X=4,Y=2")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario parameter")
+    _output_args(p)
+    p = sub.add_parser("roofline", help="roofline bounds of a task or a matmul on a chip")
+    _chip_args(p)
+    p.add_argument("--flops", help="FLOPs of the task (e.g. 2e12)")
+    p.add_argument("--bytes", help="bytes moved by the task (e.g. 1GB)")
+    p.add_argument("--matmul", metavar="M,K,N", help="a [M,K] @ [K,N] matmul instead of --flops/--bytes")
+    p.add_argument("--dtype", default="bf16", help=f"one of {', '.join(DTYPE_BYTES)}")
+    p.add_argument("--memory", default="hbm", choices=("hbm", "vmem", "ici"), help="which bandwidth roof")
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def _output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace")
+    p.add_argument("--gantt", metavar="OUT.png", help="write a Gantt chart")
+    p.add_argument("--csv", metavar="OUT.csv", help="write the spans as CSV")
+
+
+def _resolve_chip(args: argparse.Namespace, default: str | None = None) -> ChipSpec | None:
+    if getattr(args, "chip_file", None):
+        return load_chip_file(args.chip_file)
+    if getattr(args, "chip", None):
+        return get_chip(args.chip)
+    return get_chip(default) if default else None
+
+
+def cmd_chips(args: argparse.Namespace) -> None:
+    if args.json:
+        print(json.dumps({name: spec.to_dict() for name, spec in PRESETS.items()}, indent=2))
+        return
+    header = f"{'chip':<9}{'bf16 TF/s':>10}{'int8 TOP/s':>11}{'HBM GiB':>9}{'HBM TB/s':>9}" \
+             f"{'ICI GB/s':>9}{'links':>6}  wraparound"
+    print(header)
+    for s in PRESETS.values():
+        print(f"{s.name:<9}{s.peak_bf16_flops_per_s / 1e12:>10.0f}{s.peak_int8_flops_per_s / 1e12:>11.0f}"
+              f"{s.hbm_capacity_bytes / 2**30:>9.0f}{s.hbm_bandwidth_bytes_per_s / 1e12:>9.2f}"
+              f"{s.ici_bandwidth_bytes_per_s / 1e9:>9.0f}{s.ici_links:>6}  {s.wraparound}")
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    known = list_scenarios()
+    if args.json:
+        print(json.dumps(known, indent=2))
+        return
+    width = max(map(len, known), default=0)
+    for name, question in known.items():
+        print(f"{name:<{width}}  {question}")
+
+
+def _run_kwargs(args: argparse.Namespace, module: Any) -> dict[str, Any]:
+    kwargs = parse_sets(module, args.set)
+    params = scenario_params(module)
+    for flag, key, value in (("--topology", "topology", args.topology), ("--mesh", "mesh", args.mesh)):
+        if value is not None:
+            if key not in params:
+                raise PodsimError(f"scenario {args.scenario!r} takes no {flag}; its parameters: {', '.join(params)}")
+            kwargs[key] = value
+    chip = _resolve_chip(args)
+    if chip is not None:
+        if "chip" not in params:
+            raise PodsimError(f"scenario {args.scenario!r} takes no chip; its parameters: {', '.join(params)}")
+        kwargs["chip"] = chip
+    return kwargs
+
+
+def write_outputs(result: Result, args: argparse.Namespace) -> None:
+    """Write the --trace, --gantt and --csv files a command asked for."""
+    from simulator import export
+
+    if (args.trace or args.gantt or args.csv) and (result.trace is None or not result.trace.spans):
+        raise PodsimError(f"{result.scenario} recorded no spans to export (was trace=False?)")
+    if args.trace:
+        export.write_chrome_trace(result.trace, args.trace)
+    if args.csv:
+        export.write_csv(result.trace, args.csv)
+    if args.gantt:
+        from simulator import plots
+
+        plots.save_gantt(result.trace, args.gantt, title=result.headline or result.scenario)
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    module = load_scenario(args.scenario)
+    result = module.run(**_run_kwargs(args, module))
+    write_outputs(result, args)
+    print(result.dumps() if args.json else result.summary())
+
+
+def _matmul_shape(text: str) -> tuple[int, int, int]:
+    parts = text.split(",")
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise PodsimError(f"--matmul {text!r} must be three positive integers M,K,N, e.g. 1024,1024,1024")
+    return shape  # type: ignore[return-value]
+
+
+def cmd_roofline(args: argparse.Namespace) -> None:
+    chip = _resolve_chip(args)
+    if chip is None:
+        raise PodsimError("roofline needs --chip NAME or --chip-file F.toml")
+    peak = chip.peak_flops_per_s(args.dtype)
+    if args.matmul and (args.flops or args.bytes):
+        raise PodsimError("give either --matmul M,K,N or --flops F --bytes Q, not both")
+    if args.matmul:
+        m, k, n = _matmul_shape(args.matmul)
+        flops, nbytes = analytic.matmul_flops(m, k, n), analytic.matmul_bytes(m, k, n, DTYPE_BYTES[args.dtype])
+    elif args.flops and args.bytes:
+        flops = parse_positive(args.flops, "flops_count", name="--flops")
+        nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
+    else:
+        raise PodsimError("roofline needs --matmul M,K,N or both --flops F and --bytes Q")
+    bandwidth = {"hbm": chip.hbm_bandwidth_bytes_per_s, "vmem": chip.vmem_bandwidth_bytes_per_s,
+                 "ici": chip.ici_bandwidth_bytes_per_s}[args.memory]
+    out = {"chip": chip.name, "dtype": args.dtype, "memory": args.memory, "flops": flops, "bytes": nbytes,
+           "peak_flops_per_s": peak, "bandwidth_bytes_per_s": bandwidth,
+           **analytic.roofline(flops, nbytes, peak, bandwidth)}
+    if args.json:
+        print(json.dumps(jsonable(out), indent=2))
+        return
+    print(f"{chip.name} {args.dtype}, {args.memory} roof: {format_quantity(flops, 'FLOP')}, "
+          f"{format_quantity(nbytes, 'B')}")
+    print(f"  intensity {out['intensity_flops_per_byte']:.4g} FLOP/B (ridge {out['peak_intensity_flops_per_byte']:.4g})"
+          f" -> {out['bound']}-bound")
+    print(f"  T_math {format_quantity(out['t_compute_s'], 's')}, T_mem {format_quantity(out['t_memory_s'], 's')};"
+          f" bounds [{format_quantity(out['lower_bound_s'], 's')}, {format_quantity(out['upper_bound_s'], 's')}]")
+
+
+COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``podsim`` console script; returns the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+        COMMANDS[args.command](args)
+    except _input_errors() as err:
+        print(f"podsim: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:  # output piped into `head` and closed early: not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as err:
+        print(f"podsim: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("podsim: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _input_errors() -> tuple[type[Exception], ...]:
+    from topologies import TopologyError
+
+    return (PodsimError, TopologyError)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Exceptions podsim raises for bad input and stuck simulations.
+
+Every message names the offending value and what would be valid; the CLI prints it as one line on
+stderr and exits with status 2.
+"""
+from __future__ import annotations
+
+
+class PodsimError(ValueError):
+    """Base class of every podsim input error."""
+
+
+class SpecError(PodsimError):
+    """A chip or link spec field is missing, mistyped or out of range."""
+
+
+class QuantityError(PodsimError):
+    """A quantity string (``34MB``, ``0.4ms``) could not be parsed."""
+
+
+class CapacityError(PodsimError):
+    """An allocation can never fit in its memory pool."""
+
+
+class ScenarioError(PodsimError):
+    """An unknown scenario, an unknown parameter, or a scenario file that fails to import."""
+
+
+class DeadlockError(PodsimError):
+    """The simulation ended with processes still waiting for something that never happens."""

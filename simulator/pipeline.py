@@ -1,0 +1,169 @@
+"""Blocked computations: a sequence of steps, each loading its operands into VMEM and computing.
+
+A `Step` names the operands it needs in VMEM (by key), the work it does, and the outputs it stores.
+`run_steps` runs them with ``buffers`` VMEM buffers: one loader process fetches the operands of step
+i + buffers - 1 while step i computes (1 = serial, 2 = double buffering, more = deeper prefetch). An
+operand whose key also appears in the next step stays resident and is not loaded again; that is how
+a loop order (weight-stationary or input-stationary) turns into HBM traffic.
+
+Timing assumptions: one loader issues its DMAs one after another (a single DMA stream); stores are
+issued when a step's compute ends and run concurrently with later loads, fairly sharing the HBM
+channel (see `simulator.channel`). VMEM for a step (its new operands and outputs) is reserved before
+its loads start and waits for space when VMEM is full (back-pressure).
+"""
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from simulator.chip import Chip
+from simulator.errors import CapacityError, PodsimError
+from simulator.memory import Allocation
+from simulator.system import System
+from simulator.units import positive, positive_int
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A tensor block: ``key`` identifies it for residency, ``label`` names its tensor in byte counts."""
+
+    key: str
+    label: str
+    nbytes: float
+
+
+@dataclass(frozen=True)
+class Step:
+    """One block of work: operands needed in VMEM, then a matmul ``(m, k, n)`` or ``flops`` on the MXU."""
+
+    name: str
+    operands: tuple[Operand, ...]
+    matmul: tuple[int, int, int] | None = None
+    flops: float = 0.0
+    outputs: tuple[Operand, ...] = ()
+    dtype: str = "bf16"
+
+
+def validate_steps(steps: Sequence[Step], chip: Chip, buffers: int, reserve_vmem: bool = True) -> None:
+    """Raise before the run: bad buffer count, negative sizes, or a step that can never fit in VMEM."""
+    positive_int(buffers, name="buffers (1 = serial, 2 = double buffering)")
+    for step in steps:
+        for op in step.operands + step.outputs:
+            positive(op.nbytes, name=f"{op.key} nbytes", allow_zero=True)
+        need = sum(op.nbytes for op in step.operands + step.outputs)
+        if reserve_vmem and need > chip.vmem.capacity_bytes:
+            raise CapacityError(
+                f"block {step.name!r} needs {need:.0f} bytes of VMEM (operands and outputs) but chip "
+                f"{chip.index} VMEM holds only {chip.vmem.capacity_bytes:.0f} bytes; use smaller blocks")
+
+
+class _Pipeline:
+    def __init__(self, system: System, chip: Chip, steps: Sequence[Step], buffers: int,
+                 reserve_vmem: bool) -> None:
+        self.env = system.env
+        self.reserve_vmem = reserve_vmem
+        self.chip = chip
+        self.steps = list(steps)
+        self.slots = simpy.Container(self.env, capacity=buffers, init=buffers)
+        self.ready: list[simpy.Event] = [self.env.event() for _ in self.steps]
+        self.held: list[dict[str, Allocation]] = [{} for _ in self.steps]  # per step: key -> VMEM
+        self.out_allocs: list[list[Allocation]] = [[] for _ in self.steps]
+        self.stores: list[simpy.Event] = []
+
+    def loader(self) -> Generator[simpy.Event, Any, None]:
+        for i, step in enumerate(self.steps):
+            yield self.slots.get(1)
+            carried = self.held[i - 1] if i > 0 else {}
+            for op in step.operands:
+                if op.key in carried:
+                    self.held[i][op.key] = carried[op.key]
+                    continue
+                self.held[i][op.key] = yield from self._allocate(op)
+                yield self.chip.load(op.nbytes, op.label)
+            for out in step.outputs:
+                self.out_allocs[i].append((yield from self._allocate(out)))
+            self.ready[i].succeed()
+
+    def _allocate(self, op: Operand) -> Generator[simpy.Event, Any, Allocation | None]:
+        if not self.reserve_vmem:
+            return None
+        return (yield self.chip.vmem.allocate(op.nbytes, op.label))
+
+    def _free(self, alloc: Allocation | None) -> None:
+        if alloc is not None:
+            self.chip.vmem.free(alloc)
+
+    def computer(self) -> Generator[simpy.Event, Any, None]:
+        for i, step in enumerate(self.steps):
+            yield self.ready[i]
+            yield self._compute(step)
+            for out, alloc in zip(step.outputs, self.out_allocs[i]):
+                self.stores.append(self._store(out, alloc))
+            following = {op.key for op in self.steps[i + 1].operands} if i + 1 < len(self.steps) else set()
+            for op in step.operands:
+                if op.key not in following:
+                    self._free(self.held[i][op.key])
+            yield self.slots.put(1)
+        if self.stores:
+            yield simpy.AllOf(self.env, self.stores)
+
+    def _compute(self, step: Step) -> simpy.Event:
+        if step.matmul is not None:
+            return self.chip.matmul(*step.matmul, label=step.name, dtype=step.dtype)
+        return self.chip.compute(step.flops, label=step.name, dtype=step.dtype)
+
+    def _store(self, out: Operand, alloc: Allocation | None) -> simpy.Event:
+        done = self.chip.store(out.nbytes, out.label)
+        done.callbacks.append(lambda _e: self._free(alloc))
+        return done
+
+
+def run_steps(system: System, steps: Sequence[Step], buffers: int = 2, chip: Chip | None = None,
+              name: str = "pipeline", reserve_vmem: bool = True) -> simpy.Process:
+    """Start the steps on ``chip`` (default the system's first) and return the compute process.
+
+    Validation (buffers, sizes, VMEM fit) happens here, before the run. With ``reserve_vmem=False``
+    blocks hold no VMEM bytes and only the ``buffers`` count limits prefetch (blocks given as times).
+    """
+    chip = chip if chip is not None else system.chip
+    validate_steps(steps, chip, buffers, reserve_vmem)
+    pipe = _Pipeline(system, chip, steps, buffers, reserve_vmem)
+    system.process(pipe.loader(), f"{name} loader (chip {chip.index})")
+    return system.process(pipe.computer(), f"{name} compute (chip {chip.index})")
+
+
+def uniform_steps(blocks: int, load_bytes: float, flops: float, label: str = "x") -> list[Step]:
+    """``blocks`` independent steps, each loading ``load_bytes`` and computing ``flops`` (unpadded)."""
+    positive_int(blocks, name="blocks")
+    return [Step(f"{label}{i}", (Operand(f"{label}{i}", label, load_bytes),), flops=flops)
+            for i in range(blocks)]
+
+
+LOOP_ORDERS = ("weight_major", "input_major")
+
+
+def weight_input_steps(order: str, batch: int, d_in: int, d_out: int, weight_blocks: int,
+                       input_groups: int, elem_bytes: int = 2) -> list[Step]:
+    """Steps of ``X[batch, d_in] @ W[d_in, d_out]`` with W split by columns and X by rows.
+
+    ``weight_major`` (weight-stationary) keeps one W block resident while every input group streams
+    past; ``input_major`` (input-stationary) keeps one input group while every W block streams past.
+    Output block (g, j) is part of one output tensor ``y``, stored once.
+    """
+    if order not in LOOP_ORDERS:
+        raise PodsimError(f"order={order!r}; valid orders: {', '.join(LOOP_ORDERS)}")
+    for key, value, dim in (("weight_blocks", weight_blocks, d_out), ("input_groups", input_groups, batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or dim % value:
+            raise PodsimError(f"{key}={value!r} must be an integer >= 1 dividing {dim}")
+    rows, cols = batch // input_groups, d_out // weight_blocks
+    pairs = [(g, j) for j in range(weight_blocks) for g in range(input_groups)] if order == "weight_major" \
+        else [(g, j) for g in range(input_groups) for j in range(weight_blocks)]
+    return [Step(f"x{g}@w{j}",
+                 (Operand(f"w{j}", "weights", elem_bytes * d_in * cols),
+                  Operand(f"x{g}", "inputs", elem_bytes * rows * d_in)),
+                 matmul=(rows, d_in, cols),
+                 outputs=(Operand(f"y{g}{j}", "outputs", elem_bytes * rows * cols),))
+            for g, j in pairs]

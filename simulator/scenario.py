@@ -1,0 +1,127 @@
+"""Finding scenarios and turning ``--set KEY=VALUE`` strings into their typed keyword arguments.
+
+A scenario is a module with a docstring (its first line is the question it answers) and a
+``run(**params) -> Result`` whose keyword defaults reproduce its headline example. Built-in scenarios
+live in the ``scenarios`` package; a path to a ``.py`` file works too.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import pkgutil
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import PodsimError, ScenarioError
+from simulator.specs import ChipSpec
+from simulator.units import parse_quantity
+
+_SUFFIX_KIND = (("_per_s", "bandwidth"), ("_s", "time"), ("_bytes", "bytes"), ("_flops", "flops_count"))
+
+
+def list_scenarios() -> dict[str, str]:
+    """Built-in scenario names mapped to the first line of their docstring."""
+    import scenarios
+
+    out = {}
+    for info in sorted(pkgutil.iter_modules(scenarios.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"scenarios.{info.name}")
+        out[info.name] = (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else ""
+    return out
+
+
+def load_scenario(name: str) -> types.ModuleType:
+    """The scenario module called ``name``, or loaded from the file at path ``name``."""
+    if name.endswith(".py") or "/" in name:
+        return _load_file(Path(name))
+    known = list_scenarios()
+    if name not in known:
+        raise ScenarioError(f"unknown scenario {name!r}; valid scenarios: {', '.join(known)} (or a path to a .py file)")
+    return importlib.import_module(f"scenarios.{name}")
+
+
+def _load_file(path: Path) -> types.ModuleType:
+    if not path.is_file():
+        raise ScenarioError(f"scenario file {str(path)!r} does not exist")
+    spec = importlib.util.spec_from_file_location(f"podsim_user_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # any import failure of user code becomes one clear line
+        raise ScenarioError(f"scenario file {str(path)!r} failed to import: {type(err).__name__}: {err}") from None
+    if not callable(getattr(module, "run", None)):
+        raise ScenarioError(f"scenario file {str(path)!r} defines no run(**params) function")
+    sys.modules.setdefault(module.__name__, module)
+    return module
+
+
+def scenario_params(module: types.ModuleType) -> dict[str, inspect.Parameter]:
+    """The keyword parameters of the scenario's ``run``."""
+    sig = inspect.signature(module.run)
+    return {n: p for n, p in sig.parameters.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+
+
+def _base_type(module: types.ModuleType, name: str, default: Any) -> Any:
+    if default is not None and not isinstance(default, ChipSpec):
+        return type(default)
+    hint = typing.get_type_hints(module.run).get(name, str)
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def _kind_for(name: str) -> str:
+    return next((kind for suffix, kind in _SUFFIX_KIND if name.endswith(suffix)), "number")
+
+
+def coerce_value(module: types.ModuleType, name: str, text: str, default: Any) -> Any:
+    """Convert ``text`` to the type of parameter ``name`` (quantities by name suffix)."""
+    base = _base_type(module, name, default)
+    if base is bool:
+        if text.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return text.lower() in ("1", "true", "yes", "on")
+        raise ScenarioError(f"{name}={text!r} is not a boolean; use true or false")
+    if base in (int, float):
+        return _coerce_scalar(name, text, base)
+    if base in (tuple, list):
+        element = default[0] if default else 0
+        return tuple(_coerce_scalar(name, part.strip(), type(element)) for part in text.split(",") if part.strip())
+    return text
+
+
+def _coerce_scalar(name: str, text: str, base: type) -> Any:
+    if base not in (int, float):
+        return text
+    value = parse_quantity(text, _kind_for(name), name=name)
+    if base is int:
+        if value != value or value in (float("inf"), float("-inf")) or value != int(value):
+            raise ScenarioError(f"{name}={text!r} must be a whole number")
+        return int(value)
+    return value
+
+
+def parse_sets(module: types.ModuleType, pairs: list[str]) -> dict[str, Any]:
+    """``["blocks=4", "load_s=0.4ms"]`` -> ``{"blocks": 4, "load_s": 0.0004}`` for this scenario."""
+    params = scenario_params(module)
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ScenarioError(f"--set {pair!r} must look like KEY=VALUE")
+        if key not in params:
+            raise ScenarioError(f"unknown parameter {key!r} for scenario {_short(module)}; valid: {', '.join(params)}")
+        try:
+            out[key] = coerce_value(module, key, text.strip(), params[key].default)
+        except PodsimError as err:
+            raise ScenarioError(f"--set {pair!r}: {err}") from None
+    return out
+
+
+def _short(module: types.ModuleType) -> str:
+    return module.__name__.rsplit(".", 1)[-1]

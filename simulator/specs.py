@@ -1,0 +1,238 @@
+"""Hardware facts: `ChipSpec`, the named presets, and user chips read from TOML files.
+
+All fields are SI with the unit in the name (bytes, seconds, bytes/s, FLOP/s). Presets come from
+"How To Scale Your Model" (jax-ml/scaling-book, chapters *tpus* and *gpus*) and the vendor figures it
+quotes; each preset's ``source`` says where its numbers come from and which ones are estimates.
+Capacities quoted in "GB" are read as GiB: HBM stacks and VMEM come in binary sizes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import SpecError
+from simulator.units import QuantityError, parse_quantity
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+GiB = 2.0**30
+MiB = 2.0**20
+
+#: Bytes per element of each dtype podsim knows.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int8": 1}
+
+#: Wraparound rules: which axes of a slice are rings (REFERENCE.md, "Wraparound").
+WRAPAROUND_RULES = {
+    "length16": "an axis wraps only when its length is 16 (tpu-v5e, tpu-v6e; 2D, at most 16x16)",
+    "multiple4": "an axis wraps when its length is a multiple of 4 (tpu-v4, tpu-v5p, tpu7x; 3D cubes)",
+    "switch": "no torus: chips hang off a non-blocking switch (NVLink GPUs)",
+}
+
+_FLOAT_FIELDS = (
+    "peak_bf16_flops_per_s", "peak_int8_flops_per_s", "vpu_flops_per_s",
+    "hbm_capacity_bytes", "hbm_bandwidth_bytes_per_s", "vmem_capacity_bytes", "vmem_bandwidth_bytes_per_s",
+    "ici_bandwidth_bytes_per_s", "hop_latency_s", "pcie_bandwidth_bytes_per_s", "dcn_bandwidth_bytes_per_s",
+)
+_INT_FIELDS = ("mxu_dim", "mxu_count", "tensor_cores", "ici_links", "torus_dims")
+_UNIT_KIND = {
+    "flops_per_s": "flops", "bytes_per_s": "bandwidth", "bytes": "bytes", "_s": "time",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChipSpec:
+    """One accelerator chip, dense (no sparsity), SI units.
+
+    The MXU multiplies ``[m, k] x [k, n]`` with k and n padded to ``mxu_dim`` and m padded to
+    ``sublanes`` rows; the ``mxu_count`` MXUs act together at ``peak_*_flops_per_s``.
+    """
+
+    name: str
+    peak_bf16_flops_per_s: float  #: MXU peak for bf16 operands
+    peak_int8_flops_per_s: float  #: MXU peak for int8 (TPU) or fp8 (GPU) operands
+    vpu_flops_per_s: float  #: vector unit (TPU VPU, GPU CUDA cores) FLOP/s
+    hbm_capacity_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    vmem_capacity_bytes: float  #: TPU VMEM; GPU shared memory summed over SMs
+    vmem_bandwidth_bytes_per_s: float
+    mxu_dim: int  #: systolic array side (128, or 256 on v6e); GPU tensor-core tile side
+    mxu_count: int
+    tensor_cores: int  #: TPU TensorCores sharing HBM; GPU SMs
+    ici_bandwidth_bytes_per_s: float  #: one-way bandwidth of one ICI / NVLink link
+    ici_links: int  #: links per chip (4 on 2D tori, 6 on 3D, NVLink links on GPUs)
+    hop_latency_s: float  #: per-hop link latency
+    pcie_bandwidth_bytes_per_s: float  #: host link, one way
+    dcn_bandwidth_bytes_per_s: float  #: data-centre network egress per chip (InfiniBand NIC on GPUs)
+    wraparound: str  #: one of WRAPAROUND_RULES
+    torus_dims: int  #: 2 or 3 for TPUs, 0 for switch-connected GPUs
+    sublanes: int = 8  #: row granularity of the MXU's streamed operand
+    source: str = field(default="user", compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise SpecError(f"name={self.name!r} must be a non-empty string")
+        for name in _FLOAT_FIELDS:
+            _check_float(self.name, name, getattr(self, name), allow_zero=name == "hop_latency_s")
+        for name in _INT_FIELDS + ("sublanes",):
+            _check_int(self.name, name, getattr(self, name), allow_zero=name == "torus_dims")
+        if self.wraparound not in WRAPAROUND_RULES:
+            raise SpecError(f"chip {self.name!r}: wraparound={self.wraparound!r}; valid rules: "
+                            + ", ".join(WRAPAROUND_RULES))
+
+    def peak_flops_per_s(self, dtype: str = "bf16") -> float:
+        """MXU peak FLOP/s for ``dtype`` (bf16 or fp32 use the bf16 rate; int8 and fp8 the 8-bit rate)."""
+        if dtype not in DTYPE_BYTES:
+            raise SpecError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
+        return self.peak_int8_flops_per_s if DTYPE_BYTES[dtype] == 1 else self.peak_bf16_flops_per_s
+
+    @property
+    def ici_egress_bytes_per_s(self) -> float:
+        """All links together, one way (the NVLink egress figure on GPUs)."""
+        return self.ici_bandwidth_bytes_per_s * self.ici_links
+
+    def replace(self, **changes: Any) -> ChipSpec:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as a plain dict (JSON-ready)."""
+        return dataclasses.asdict(self)
+
+
+def _check_float(chip: str, name: str, value: Any, allow_zero: bool) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and math.isfinite(value) and (value >= 0 if allow_zero else value > 0):
+        return
+    bound = ">= 0" if allow_zero else "> 0"
+    raise SpecError(f"chip {chip!r}: {name}={value!r} must be a finite number {bound}")
+
+
+def _check_int(chip: str, name: str, value: Any, allow_zero: bool) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0):
+        return
+    raise SpecError(f"chip {chip!r}: {name}={value!r} must be an integer {'>= 0' if allow_zero else '>= 1'}")
+
+
+_BOOK = "scaling-book ch. tpus (hardware table)"
+_GPU = "scaling-book ch. gpus; NVIDIA datasheet"
+
+
+def _tpu(name: str, bf16: float, int8: float, hbm_gib: float, hbm_bw: float, ici: float, links: int,
+         mxu_dim: int, mxu_count: int, cores: int, pcie: float, dcn: float, rule: str,
+         vmem_mib: float = 128, vpu: float | None = None, note: str = "") -> ChipSpec:
+    return ChipSpec(
+        name=name, peak_bf16_flops_per_s=bf16, peak_int8_flops_per_s=int8,
+        vpu_flops_per_s=vpu if vpu is not None else bf16 / 30,
+        hbm_capacity_bytes=hbm_gib * GiB, hbm_bandwidth_bytes_per_s=hbm_bw,
+        vmem_capacity_bytes=vmem_mib * MiB, vmem_bandwidth_bytes_per_s=22 * hbm_bw,
+        mxu_dim=mxu_dim, mxu_count=mxu_count, tensor_cores=cores,
+        ici_bandwidth_bytes_per_s=ici, ici_links=links, hop_latency_s=1e-6,
+        pcie_bandwidth_bytes_per_s=pcie, dcn_bandwidth_bytes_per_s=dcn,
+        wraparound=rule, torus_dims=3 if rule == "multiple4" else 2,
+        source=f"{_BOOK}; VMEM bandwidth = 22x HBM and hop latency 1 us (ch. tpus){note}",
+    )
+
+
+def _gpu(name: str, bf16: float, fp8: float, hbm_gib: float, hbm_bw: float, link_bw: float,
+         sms: int, fp32: float, smem_bw: float) -> ChipSpec:
+    return ChipSpec(
+        name=name, peak_bf16_flops_per_s=bf16, peak_int8_flops_per_s=fp8, vpu_flops_per_s=fp32,
+        hbm_capacity_bytes=hbm_gib * GiB, hbm_bandwidth_bytes_per_s=hbm_bw,
+        vmem_capacity_bytes=sms * 256e3, vmem_bandwidth_bytes_per_s=smem_bw,
+        mxu_dim=16, mxu_count=4 * sms, tensor_cores=sms,
+        ici_bandwidth_bytes_per_s=link_bw, ici_links=18, hop_latency_s=1e-6,
+        pcie_bandwidth_bytes_per_s=6.4e10, dcn_bandwidth_bytes_per_s=5e10,
+        wraparound="switch", torus_dims=0,
+        source=f"{_GPU}; 18 NVLink links one way; 256 kB SMEM per SM; IB NDR 50 GB/s per GPU; "
+               "PCIe 5.0 x16; SMEM bandwidth and CUDA-core FP32 rate are estimates",
+    )
+
+
+PRESETS: dict[str, ChipSpec] = {
+    c.name: c
+    for c in (
+        _tpu("tpu-v4", 2.75e14, 2.75e14, 32, 1.2e12, 4.5e10, 6, 128, 8, 2, 1.6e10, 6.25e9, "multiple4",
+             vmem_mib=32, note="; VMEM 32 MiB and DCN (as v5p) are estimates"),
+        _tpu("tpu-v5e", 1.97e14, 3.94e14, 16, 8.2e11, 4.5e10, 4, 128, 4, 1, 1.6e10, 3.125e9, "length16",
+             note="; HBM 8.2e11 B/s (older text 8.1e11); VPU = MXU/30"),
+        _tpu("tpu-v5p", 4.59e14, 9.18e14, 96, 2.8e12, 9.0e10, 6, 128, 8, 2, 1.6e10, 6.25e9, "multiple4",
+             vpu=1.4e13, note="; VPU 7e12 per core x 2 cores"),
+        _tpu("tpu-v6e", 9.2e14, 1.84e15, 32, 1.6e12, 9.0e10, 4, 256, 2, 1, 3.2e10, 1.25e10, "length16",
+             note="; VMEM 128 MiB and 2 MXUs are estimates"),
+        _tpu("tpu7x", 2.3e15, 4.61e15, 192, 7.4e12, 9.0e10, 6, 256, 4, 2, 3.2e10, 1.25e10, "multiple4",
+             note="; VMEM, MXU count, PCIe and DCN are estimates"),
+        _gpu("h100", 9.9e14, 2.0e15, 80, 3.35e12, 2.5e10, 132, 6.7e13, 3.3e13),
+        _gpu("h200", 9.9e14, 2.0e15, 141, 4.8e12, 2.5e10, 132, 6.7e13, 3.3e13),
+        _gpu("b200", 2.3e15, 4.5e15, 192, 8.0e12, 5.0e10, 148, 8.0e13, 4.0e13),
+    )
+}
+
+
+def get_chip(name: str) -> ChipSpec:
+    """The preset called ``name``; `SpecError` listing the valid names otherwise."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise SpecError(f"unknown chip {name!r}; valid chips: {', '.join(PRESETS)}") from None
+
+
+def _field_kind(name: str) -> str:
+    for suffix, kind in _UNIT_KIND.items():
+        if name.endswith(suffix):
+            return kind
+    return "number"
+
+
+def _coerce(name: str, value: Any, origin: str) -> Any:
+    if name in ("name", "wraparound", "source"):
+        if not isinstance(value, str):
+            raise SpecError(f"{origin}: {name}={value!r} must be a string")
+        return value
+    if name in _INT_FIELDS + ("sublanes",):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(f"{origin}: {name}={value!r} must be an integer")
+        return value
+    try:
+        return parse_quantity(value, _field_kind(name), name=name)
+    except QuantityError as err:
+        raise SpecError(f"{origin}: {err}") from None
+
+
+def chip_from_dict(data: dict[str, Any], origin: str = "chip") -> ChipSpec:
+    """Build a `ChipSpec` from a dict of field values (numbers or unit strings such as "16GiB").
+
+    A ``base`` key names a preset whose fields fill in whatever ``data`` leaves out.
+    """
+    valid = [f.name for f in dataclasses.fields(ChipSpec)]
+    unknown = sorted(set(data) - set(valid) - {"base"})
+    if unknown:
+        raise SpecError(f"{origin}: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(valid)}")
+    values = get_chip(data["base"]).to_dict() if "base" in data else {}
+    values["source"] = f"{origin} (based on {data['base']})" if "base" in data else origin
+    values.update({k: _coerce(k, v, origin) for k, v in data.items() if k != "base"})
+    required = [f.name for f in dataclasses.fields(ChipSpec) if f.default is dataclasses.MISSING]
+    missing = [k for k in required if k not in values]
+    if missing:
+        raise SpecError(f"{origin}: missing field(s) {', '.join(missing)} (or give base = a preset name)")
+    return ChipSpec(**values)
+
+
+def load_chip_file(path: str | Path) -> ChipSpec:
+    """Read a user chip from a TOML file: top-level keys are `ChipSpec` fields, or a [chip] table."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"chip file {str(path)!r} does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise SpecError(f"chip file {str(path)!r} is not valid TOML: {err}") from None
+    data = data.get("chip", data)
+    if not isinstance(data, dict):
+        raise SpecError(f"chip file {str(path)!r}: [chip] must be a table of fields")
+    return chip_from_dict(data, origin=f"chip file {path.name}")

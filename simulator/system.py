@@ -1,0 +1,72 @@
+"""`System`: the SimPy environment, its chips, and the trace of one run.
+
+Phases as in desmod: build (chips from a spec, later links from a topology graph) -> start processes
+-> `run` -> collect `metrics`. A run that ends with started processes still waiting is a deadlock and
+raises `DeadlockError` naming each stuck process, what it waits for, and the time it stopped at.
+"""
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from simulator.chip import Chip
+from simulator.errors import DeadlockError
+from simulator.specs import ChipSpec, get_chip
+from simulator.trace import Trace, compute_metrics
+from simulator.units import positive_int
+
+
+def resolve_chip(chip: str | ChipSpec) -> ChipSpec:
+    """A `ChipSpec` from a preset name or a spec."""
+    return chip if isinstance(chip, ChipSpec) else get_chip(chip)
+
+
+class System:
+    """``n_chips`` chips of one spec in one SimPy environment, sharing one `Trace`."""
+
+    def __init__(self, chip: str | ChipSpec = "tpu-v5e", n_chips: int = 1, *, trace: bool = True) -> None:
+        positive_int(n_chips, name="n_chips")
+        self.spec = resolve_chip(chip)
+        self.env = simpy.Environment()
+        self.trace = Trace(enabled=trace)
+        self.chips = [Chip(self.env, self.spec, i, self.trace) for i in range(n_chips)]
+        self._processes: list[tuple[str, simpy.Process]] = []
+
+    @property
+    def chip(self) -> Chip:
+        """The first chip (the only one in single-chip systems)."""
+        return self.chips[0]
+
+    def process(self, generator: Generator[Any, Any, Any], name: str) -> simpy.Process:
+        """Start ``generator`` as a named process; `run` checks that it finished."""
+        proc = self.env.process(generator)
+        self._processes.append((name, proc))
+        return proc
+
+    def run(self, until: float | None = None) -> float:
+        """Run to completion (or ``until`` seconds); returns the simulated end time in seconds."""
+        self.env.run(until=until)
+        if until is None:
+            self._check_finished()
+        return self.env.now
+
+    def _check_finished(self) -> None:
+        stuck = [(name, proc) for name, proc in self._processes if proc.is_alive]
+        if not stuck:
+            return
+        parts = [f"{name} waits for {_describe(proc.target)}" for name, proc in stuck]
+        raise DeadlockError(f"simulation stopped at t={self.env.now:.6g} s with {len(stuck)} process(es) "
+                            f"blocked: {'; '.join(parts)}")
+
+    def metrics(self) -> dict[str, Any]:
+        """Standard metrics of the finished run (see `simulator.trace.compute_metrics`)."""
+        return compute_metrics(self.trace, self.env.now)
+
+
+def _describe(event: simpy.Event | None) -> str:
+    if event is None:
+        return "nothing (not started)"
+    what = getattr(event, "podsim_waits_for", None)
+    return what or type(event).__name__

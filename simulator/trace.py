@@ -1,0 +1,135 @@
+"""Spans (flat records of busy intervals) and the metrics computed from them.
+
+A `Span` is one busy interval of one unit of one chip: an HBM transfer, an MXU matmul, a link
+direction carrying a message. A `Trace` collects spans plus byte counters per interface and per
+tensor label; the metric functions here are pure functions of those records.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Span kinds that count as compute; every other kind is data movement.
+COMPUTE_KINDS = frozenset({"compute"})
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One busy interval: ``unit`` of ``chip`` worked on ``label`` from ``start`` to ``end`` (seconds)."""
+
+    chip: int | str
+    unit: str  #: hbm, vmem, mxu, vpu, or a link name such as "link 0->1"
+    label: str
+    start: float
+    end: float
+    kind: str = "compute"  #: compute, load, store, send, collective
+    nbytes: float = 0.0
+    flops: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Trace:
+    """Spans and byte counters of one run. ``enabled=False`` keeps counters but drops spans."""
+
+    enabled: bool = True
+    spans: list[Span] = field(default_factory=list)
+    bytes_by_interface: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    bytes_by_tensor: dict[str, dict[str, float]] = field(
+        default_factory=lambda: defaultdict(lambda: {"read": 0.0, "written": 0.0}))
+    flops_total: float = 0.0
+    padded_flops_total: float = 0.0
+
+    def add(self, span: Span) -> None:
+        """Record ``span`` (kept only when tracing is enabled) and count its FLOPs."""
+        self.flops_total += span.flops
+        if self.enabled:
+            self.spans.append(span)
+
+    def count(self, interface: str, nbytes: float, label: str | None = None, direction: str = "") -> None:
+        """Count ``nbytes`` over ``interface``; with a label, also per tensor (direction read/written)."""
+        self.bytes_by_interface[interface] += nbytes
+        if label is not None and direction:
+            self.bytes_by_tensor[label][direction] += nbytes
+
+
+def merge_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Union of half-open intervals as a sorted list of disjoint ``(start, end)`` pairs."""
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if end <= start:
+            continue
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def total_length(intervals: list[tuple[float, float]]) -> float:
+    """Summed length (seconds) of disjoint intervals."""
+    return sum(b - a for a, b in intervals)
+
+
+def intersection_length(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of the intersection of two sorted disjoint interval lists (two-pointer sweep)."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0.0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def busy_by_chip(spans: Iterable[Span]) -> dict[Any, dict[str, float]]:
+    """Busy seconds (union of spans) of each unit of each chip: ``{chip: {unit: s}}``."""
+    groups: dict[tuple[Any, str], list[tuple[float, float]]] = defaultdict(list)
+    for s in spans:
+        groups[(s.chip, s.unit)].append((s.start, s.end))
+    out: dict[Any, dict[str, float]] = defaultdict(dict)
+    for (chip, unit), ivs in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        out[chip][unit] = total_length(merge_intervals(ivs))
+    return dict(out)
+
+
+def compute_metrics(trace: Trace, end_to_end_s: float | None = None) -> dict[str, Any]:
+    """The standard metrics of a run.
+
+    - ``end_to_end_s``: last span end (or the given run length); simulations start at t = 0.
+    - ``busy_s``: per unit, the busy time of that unit on its busiest chip.
+    - ``overlap_s``: time in which some compute span and some data-movement span are both active.
+    - ``exposed_s``: ``end_to_end_s`` minus the time any compute unit is busy.
+    - ``lower_bound_s``: the busiest single resource; ``upper_bound_s``: on the chip with the most
+      work, the sum of every unit's busy time (nothing overlapped).
+    - ``utilization``: ``busy_s / end_to_end_s`` per unit.
+    """
+    spans = trace.spans
+    e2e = end_to_end_s if end_to_end_s is not None else max((s.end for s in spans), default=0.0)
+    per_chip = busy_by_chip(spans)
+    busy: dict[str, float] = {}
+    for units in per_chip.values():
+        for unit, seconds in units.items():
+            busy[unit] = max(busy.get(unit, 0.0), seconds)
+    compute = merge_intervals((s.start, s.end) for s in spans if s.kind in COMPUTE_KINDS)
+    movement = merge_intervals((s.start, s.end) for s in spans if s.kind not in COMPUTE_KINDS)
+    compute_s = total_length(compute)
+    return {
+        "end_to_end_s": e2e,
+        "busy_s": busy,
+        "bytes": dict(trace.bytes_by_interface),
+        "flops": trace.flops_total,
+        "overlap_s": intersection_length(compute, movement),
+        "exposed_s": max(0.0, e2e - compute_s),
+        "lower_bound_s": max((v for u in per_chip.values() for v in u.values()), default=0.0),
+        "upper_bound_s": max((sum(u.values()) for u in per_chip.values()), default=0.0),
+        "utilization": {unit: (v / e2e if e2e > 0 else 0.0) for unit, v in busy.items()},
+    }

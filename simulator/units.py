@@ -1,0 +1,132 @@
+"""Parse human quantities (``34MB``, ``16GiB``, ``0.4ms``, ``45GB/s``, ``2.3e15``) into SI floats.
+
+Conversion happens only here, at the edges; inside podsim everything is bytes, seconds, bytes/s and
+FLOP/s. Decimal prefixes are powers of 1000 and binary prefixes (KiB, MiB, ...) powers of 1024.
+Bits are not accepted: a ``b`` suffix is rejected rather than silently read as bytes.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from simulator.errors import QuantityError
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "ps": 1e-12}
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_PATTERN = re.compile(rf"^\s*(?P<num>{_NUMBER}|nan|inf|-inf)\s*(?P<unit>[^\s\d.+-][^\s]*)?\s*$", re.I)
+
+# Each kind maps a unit suffix (without prefix) to its multiplier on the prefixed number.
+_SUFFIXES = {
+    "bytes": ("B",),
+    "bandwidth": ("B/s",),
+    "flops": ("FLOP/s", "FLOPS", "flop/s", "flops"),
+    "flops_count": ("FLOP", "FLOPs", "flop", "flops"),
+}
+KINDS = ("bytes", "time", "bandwidth", "flops", "flops_count", "number")
+
+
+def _prefixed(unit: str, suffixes: tuple[str, ...]) -> float | None:
+    for suffix in suffixes:
+        if not unit.endswith(suffix):
+            continue
+        prefix = unit[: len(unit) - len(suffix)]
+        if prefix in _DECIMAL:
+            return _DECIMAL[prefix]
+        if prefix in _BINARY:
+            return _BINARY[prefix]
+    return None
+
+
+def _multiplier(unit: str, kind: str) -> float | None:
+    if unit == "":
+        return 1.0
+    if kind == "time":
+        return _TIME.get(unit)
+    if kind == "number":
+        return _DECIMAL.get(unit)
+    return _prefixed(unit, _SUFFIXES[kind])
+
+
+def parse_quantity(text: str | float | int, kind: str = "number", *, name: str = "value") -> float:
+    """Parse ``text`` as a quantity of ``kind`` and return it in SI units (float).
+
+    ``kind`` is one of ``bytes`` (B, kB, MB, GiB ...), ``time`` (s, ms, us, ns), ``bandwidth``
+    (B/s with prefixes), ``flops`` (FLOP/s with prefixes), ``flops_count`` (FLOP) or ``number``
+    (plain, with an optional k/M/G/T prefix). A bare number is always accepted as SI.
+    NaN and infinities are returned as floats; range checks belong to the caller (`positive`).
+
+    >>> parse_quantity("16GiB", "bytes")
+    17179869184.0
+    >>> parse_quantity("0.4ms", "time")
+    0.0004
+    """
+    if kind not in KINDS:
+        raise QuantityError(f"unknown quantity kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+    if isinstance(text, bool):
+        raise QuantityError(f"{name}={text!r} is a boolean; expected a {kind} quantity")
+    if isinstance(text, (int, float)):
+        return float(text)
+    match = _PATTERN.match(str(text))
+    unit = (match.group("unit") or "") if match else None
+    mult = _multiplier(unit, kind) if unit is not None else None
+    if mult is None:
+        raise QuantityError(f"{name}={text!r} is not a {kind} quantity; {_examples(kind)}")
+    return float(match.group("num")) * mult
+
+
+def _examples(kind: str) -> str:
+    examples = {
+        "bytes": "expected e.g. 34e6, 34MB, 16GiB",
+        "time": "expected e.g. 4e-4, 0.4ms, 1us",
+        "bandwidth": "expected e.g. 8.2e11, 819GB/s, 45GB/s",
+        "flops": "expected e.g. 1.97e14, 197TFLOP/s",
+        "flops_count": "expected e.g. 2e12, 2TFLOP",
+        "number": "expected a number such as 8, 2.5 or 1e6",
+    }
+    return examples[kind]
+
+
+def positive(value: float, *, name: str, allow_zero: bool = False) -> float:
+    """Return ``value`` if it is finite and > 0 (or >= 0 with ``allow_zero``), else raise.
+
+    >>> positive(3.0, name="bandwidth_bytes_per_s")
+    3.0
+    """
+    bound = ">= 0" if allow_zero else "> 0"
+    bad = value < 0 if allow_zero else value <= 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise QuantityError(f"{name}={value!r} must be a finite number {bound}")
+    if math.isnan(value) or math.isinf(value) or bad:
+        raise QuantityError(f"{name}={value!r} must be a finite number {bound}")
+    return float(value)
+
+
+def positive_int(value: object, *, name: str, minimum: int = 1) -> int:
+    """Return ``value`` if it is an integer >= ``minimum`` (booleans are not integers here), else raise.
+
+    >>> positive_int(4, name="blocks")
+    4
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise QuantityError(f"{name}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+def parse_positive(text: str | float | int, kind: str, *, name: str, allow_zero: bool = False) -> float:
+    """`parse_quantity` followed by `positive`: the usual path for sizes, times and rates."""
+    return positive(parse_quantity(text, kind, name=name), name=name, allow_zero=allow_zero)
+
+
+def format_quantity(value: float, unit: str) -> str:
+    """Format ``value`` (SI) with a decimal prefix for display: ``format_quantity(8.2e11, 'B/s')``."""
+    if unit == "s":
+        for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+            if abs(value) >= scale:
+                return f"{value / scale:.4g} {suffix}"
+        return f"{value:.4g} s"
+    for scale, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.4g} {prefix}{unit}"
+    return f"{value:.4g} {unit}"
