@@ -100,7 +100,7 @@ class _Pipeline:
         for i, step in enumerate(self.steps):
             yield self.ready[i]
             yield self._compute(step)
-            for out, alloc in zip(step.outputs, self.out_allocs[i]):
+            for out, alloc in zip(step.outputs, self.out_allocs[i], strict=True):
                 self.stores.append(self._store(out, alloc))
             following = {op.key for op in self.steps[i + 1].operands} if i + 1 < len(self.steps) else set()
             for op in step.operands:
