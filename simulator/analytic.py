@@ -121,3 +121,20 @@ def padded_critical_batch(k: int, n: int, peak_flops_per_s: float, bandwidth_byt
         if t_math >= matmul_bytes(m, k, n, elem_bytes) / bandwidth_bytes_per_s:
             return m
     return math.ceil(unpadded)
+
+
+def pipeline_time_blocks(load_s: list[float], compute_s: list[float], buffers: int) -> float:
+    """Time of blocks with their own load and compute times, ``buffers`` deep (max-plus recurrence).
+
+    Load i starts when load i-1 is done and a buffer is free (compute i-buffers done); compute i
+    starts when load i and compute i-1 are done. Equal blocks reduce to `pipeline_time`.
+    """
+    if len(load_s) != len(compute_s) or buffers < 1:
+        raise PodsimError(f"need equal-length block lists (got {len(load_s)}, {len(compute_s)}) and buffers >= 1")
+    load_end = 0.0
+    compute_end: list[float] = []
+    for i, (a, c) in enumerate(zip(load_s, compute_s, strict=True)):
+        slot_free = compute_end[i - buffers] if i >= buffers else 0.0
+        load_end = max(load_end, slot_free) + a
+        compute_end.append(max(load_end, compute_end[-1] if compute_end else 0.0) + c)
+    return compute_end[-1] if compute_end else 0.0
