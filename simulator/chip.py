@@ -33,17 +33,20 @@ class Chip:
         self.mxu = SerialUnit(env, "mxu", chip=index, trace=self.trace)
         self.vpu = SerialUnit(env, "vpu", chip=index, trace=self.trace)
 
-    def load(self, nbytes: float, label: str) -> simpy.Event:
-        """DMA ``nbytes`` of tensor ``label`` from HBM into VMEM (the caller holds the VMEM space)."""
+    def load(self, nbytes: float, label: str, block: str | None = None) -> simpy.Event:
+        """DMA ``nbytes`` of tensor ``label`` (span named ``block``) from HBM into VMEM.
+
+        The caller holds the VMEM space.
+        """
         self.trace.count("hbm_read", nbytes, label, "read")
         self.trace.count("vmem_write", nbytes)
-        return self.dma.transfer(nbytes, label, "load")
+        return self.dma.transfer(nbytes, block or label, "load")
 
-    def store(self, nbytes: float, label: str) -> simpy.Event:
-        """DMA ``nbytes`` of tensor ``label`` from VMEM back to HBM."""
+    def store(self, nbytes: float, label: str, block: str | None = None) -> simpy.Event:
+        """DMA ``nbytes`` of tensor ``label`` (span named ``block``) from VMEM back to HBM."""
         self.trace.count("hbm_write", nbytes, label, "written")
         self.trace.count("vmem_read", nbytes)
-        return self.dma.transfer(nbytes, label, "store")
+        return self.dma.transfer(nbytes, block or label, "store")
 
     def matmul(self, m: int, k: int, n: int, label: str = "matmul", dtype: str = "bf16") -> simpy.Event:
         """``[m, k] @ [k, n]`` on the MXU: time = padded FLOPs / MXU peak(dtype).

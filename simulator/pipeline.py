@@ -82,7 +82,7 @@ class _Pipeline:
                     self.held[i][op.key] = carried[op.key]
                     continue
                 self.held[i][op.key] = yield from self._allocate(op)
-                yield self.chip.load(op.nbytes, op.label)
+                yield self.chip.load(op.nbytes, op.label, op.key)
             for out in step.outputs:
                 self.out_allocs[i].append((yield from self._allocate(out)))
             self.ready[i].succeed()
@@ -116,7 +116,7 @@ class _Pipeline:
         return self.chip.compute(step.flops, label=step.name, dtype=step.dtype)
 
     def _store(self, out: Operand, alloc: Allocation | None) -> simpy.Event:
-        done = self.chip.store(out.nbytes, out.label)
+        done = self.chip.store(out.nbytes, out.label, out.key)
         done.callbacks.append(lambda _e: self._free(alloc))
         return done
 

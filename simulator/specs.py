@@ -176,10 +176,9 @@ PRESETS: dict[str, ChipSpec] = {
 
 def get_chip(name: str) -> ChipSpec:
     """The preset called ``name``; `SpecError` listing the valid names otherwise."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise SpecError(f"unknown chip {name!r}; valid chips: {', '.join(PRESETS)}") from None
+    if not isinstance(name, str) or name not in PRESETS:
+        raise SpecError(f"unknown chip {name!r}; valid chips: {', '.join(PRESETS)}")
+    return PRESETS[name]
 
 
 def _field_kind(name: str) -> str:
@@ -230,6 +229,8 @@ def load_chip_file(path: str | Path) -> ChipSpec:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise SpecError(f"chip file {str(path)!r} does not exist") from None
+    except OSError as err:
+        raise SpecError(f"chip file {str(path)!r} cannot be read: {err.strerror or err}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise SpecError(f"chip file {str(path)!r} is not valid TOML: {err}") from None
     data = data.get("chip", data)

@@ -95,9 +95,9 @@ def positive(value: float, *, name: str, allow_zero: bool = False) -> float:
     3.0
     """
     bound = ">= 0" if allow_zero else "> 0"
-    bad = value < 0 if allow_zero else value <= 0
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise QuantityError(f"{name}={value!r} must be a finite number {bound}")
+    bad = value < 0 if allow_zero else value <= 0
     if math.isnan(value) or math.isinf(value) or bad:
         raise QuantityError(f"{name}={value!r} must be a finite number {bound}")
     return float(value)

@@ -1,0 +1,111 @@
+"""simulator.export (Chrome trace JSON, CSV) and simulator.plots (Gantt charts) on a hand-made trace."""
+from __future__ import annotations
+
+import csv
+import json
+import struct
+
+import pytest
+
+from simulator import export, plots
+from simulator.errors import PodsimError
+from simulator.trace import Span, Trace
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def trace() -> Trace:
+    """Two chips, each with an HBM load followed by an MXU matmul; one span has no label."""
+    t = Trace()
+    for span in (
+        Span(0, "hbm", "w0", 0.0, 1e-6, kind="load", nbytes=1e6),
+        Span(0, "mxu", "mm0", 1e-6, 3e-6, kind="compute", flops=2e9),
+        Span(1, "hbm", "w1", 0.5e-6, 2e-6, kind="load", nbytes=2e6),
+        Span(1, "mxu", "", 2e-6, 2.5e-6, kind="compute", flops=1e9),
+    ):
+        t.add(span)
+    return t
+
+
+def test_chrome_trace_metadata_tracks(trace):
+    doc = export.chrome_trace(trace)
+    events = doc["traceEvents"]
+    processes = [e for e in events if e["ph"] == "M" and e["name"] == "process_name"]
+    threads = [e for e in events if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert len(processes) == 2  # one per chip
+    assert len({e["pid"] for e in processes}) == 2
+    assert sorted(e["args"]["name"] for e in processes) == ["chip 0", "chip 1"]
+    assert len(threads) == 4  # one per (chip, unit)
+    pid_of = {e["args"]["name"]: e["pid"] for e in processes}
+    tracks = {(e["pid"], e["args"]["name"]) for e in threads}
+    assert tracks == {(pid_of[f"chip {c}"], u) for c in (0, 1) for u in ("hbm", "mxu")}
+    assert len({(e["pid"], e["tid"]) for e in threads}) == 4
+    json.dumps(doc)  # serialisable as is
+
+
+def test_chrome_trace_complete_events_in_microseconds(trace):
+    events = export.chrome_trace(trace)["traceEvents"]
+    pid_of = {e["args"]["name"]: e["pid"] for e in events if e["name"] == "process_name"}
+    tid_of = {(e["pid"], e["args"]["name"]): e["tid"] for e in events if e["name"] == "thread_name"}
+    complete = [e for e in events if e["ph"] == "X"]
+    assert len(complete) == len(trace.spans)
+    for span, event in zip(trace.spans, complete, strict=True):
+        assert event["ts"] == pytest.approx(span.start * 1e6, rel=1e-12, abs=1e-12)
+        assert event["dur"] == pytest.approx((span.end - span.start) * 1e6, rel=1e-12)
+        assert event["pid"] == pid_of[f"chip {span.chip}"]
+        assert event["tid"] == tid_of[(event["pid"], span.unit)]
+        assert event["name"] == (span.label or span.kind)
+        assert event["cat"] == span.kind
+        assert event["args"]["bytes"] == span.nbytes and event["args"]["flops"] == span.flops
+    # by hand: the matmul on chip 0 runs from 1 us to 3 us
+    matmul = next(e for e in complete if e["name"] == "mm0")
+    assert matmul["ts"] == pytest.approx(1.0) and matmul["dur"] == pytest.approx(2.0)
+
+
+def test_write_chrome_trace_round_trips(trace, tmp_path):
+    path = export.write_chrome_trace(trace, tmp_path / "t.json")
+    assert json.loads(path.read_text()) == json.loads(json.dumps(export.chrome_trace(trace)))
+
+
+def test_write_csv_round_trips(trace, tmp_path):
+    path = export.write_csv(trace, tmp_path / "spans.csv")
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["chip", "unit", "label", "kind", "start_s", "end_s", "bytes", "flops"]
+    assert len(rows) == 1 + len(trace.spans)
+    for span, row in zip(trace.spans, rows[1:], strict=True):
+        chip, unit, label, kind, start, end, nbytes, flops = row
+        assert (chip, unit, label, kind) == (str(span.chip), span.unit, span.label, span.kind)
+        assert float(start) == span.start and float(end) == span.end  # exact: written with repr
+        assert float(nbytes) == span.nbytes and float(flops) == span.flops
+
+
+def test_writers_refuse_a_missing_folder(trace, tmp_path):
+    for write in (export.write_chrome_trace, export.write_csv, plots.save_gantt):
+        with pytest.raises(PodsimError, match="no_such_dir"):
+            write(trace, tmp_path / "no_such_dir" / "out")
+
+
+def test_save_gantt_writes_a_png(trace, tmp_path):
+    path = plots.save_gantt(trace, tmp_path / "g.png", title="two chips")
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width > 100 and height > 100
+
+
+def test_gantt_draws_on_a_given_ax(trace):
+    from matplotlib.figure import Figure
+
+    ax = Figure().add_subplot()
+    assert plots.gantt(trace, ax=ax, title="mine") is ax
+    assert ax.get_title() == "mine"
+    assert len(ax.patches) == len(trace.spans)  # one bar per span
+    # the trace ends at 3 us, so the axis is in microseconds and each bar is its duration in us
+    assert "µs" in ax.get_xlabel()
+    widths = sorted(p.get_width() for p in ax.patches)
+    assert widths == pytest.approx(sorted((s.end - s.start) * 1e6 for s in trace.spans), rel=1e-9)
+    labels = {t.get_text() for t in ax.get_yticklabels()}
+    assert labels == {f"chip {c} {u}" for c in (0, 1) for u in ("hbm", "mxu")}
