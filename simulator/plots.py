@@ -52,7 +52,7 @@ def gantt(trace: Trace, ax: Any = None, title: str = "") -> Any:
     kinds = sorted({s.kind for s in trace.spans})
     handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS.get(k, "#999999")) for k in kinds]
     if handles:
-        ax.legend(handles, kinds, loc="upper right", fontsize="small", ncol=len(kinds))
+        ax.legend(handles, kinds, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
     ax.set_title(title)
     return ax
 

@@ -1,0 +1,32 @@
+"""The README's examples run: its scenario-of-your-own block and its tour commands."""
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def test_python_example_runs_as_a_scenario_file(tmp_path, capsys):
+    (block,) = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    path = tmp_path / "third_buffer.py"
+    path.write_text(block)
+    results = {}
+    for buffers in (2, 3):
+        assert main(["run", str(path), "--set", f"buffers={buffers}", "--json"]) == 0
+        results[buffers] = json.loads(capsys.readouterr().out)["end_to_end_s"]
+    assert results[3] < results[2]  # the question the example asks: yes, a third buffer helps
+
+
+TOUR = [line.split("#")[0].strip()[2:] for line in README.splitlines() if line.startswith("$ podsim")]
+
+
+@pytest.mark.parametrize("command", [c for c in TOUR if "chip-file" not in c])
+def test_tour_commands_run(command, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(shlex.split(command)[1:]) == 0
+    assert capsys.readouterr().out.strip()
