@@ -138,3 +138,99 @@ def pipeline_time_blocks(load_s: list[float], compute_s: list[float], buffers: i
         load_end = max(load_end, slot_free) + a
         compute_end.append(max(load_end, compute_end[-1] if compute_end else 0.0) + c)
     return compute_end[-1] if compute_end else 0.0
+
+
+# -- collectives (REFERENCE.md "Collectives"; V = bytes of the full gathered / unreduced array) --------------------
+
+def ring_steps(n: int, wrap: bool = True, bidirectional: bool = True) -> int:
+    """Sequential neighbour steps of a ring AllGather: n-1 one way, ceil((n-1)/2) both ways, n-1 on a line."""
+    if n <= 1:
+        return 0
+    if not wrap or not bidirectional:
+        return n - 1
+    return math.ceil((n - 1) / 2)
+
+
+def all_gather_time(nbytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float = 0.0,
+                    wrap: bool = True, bidirectional: bool = True) -> float:
+    """Ring AllGather of ``nbytes`` over ``n`` devices: steps x (latency + nbytes / (n b)).
+
+    Every step moves one shard (nbytes / n) over each link direction in use. Unidirectional ring and a
+    line (no wraparound, shards sent both ways) take n-1 steps; a bidirectional ring ceil((n-1)/2),
+    so its bandwidth term is nbytes / (2b) = V / W_ici for even n. The book writes
+    ``max(latency * n / 2, V / W_ici)`` (`book_all_gather_time`); this exact form adds the two, since
+    every step pays both.
+    """
+    steps = ring_steps(n, wrap, bidirectional)
+    return steps * (latency_s + nbytes / (n * bandwidth_bytes_per_s)) if steps else 0.0
+
+
+def reduce_scatter_time(nbytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float = 0.0,
+                        wrap: bool = True, bidirectional: bool = True) -> float:
+    """ReduceScatter: the AllGather pattern run backwards, same time (the additions are free)."""
+    return all_gather_time(nbytes, n, bandwidth_bytes_per_s, latency_s, wrap, bidirectional)
+
+
+def all_reduce_time(nbytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float = 0.0,
+                    wrap: bool = True, bidirectional: bool = True) -> float:
+    """AllReduce = ReduceScatter + AllGather: twice the AllGather time."""
+    return 2 * all_gather_time(nbytes, n, bandwidth_bytes_per_s, latency_s, wrap, bidirectional)
+
+
+def all_to_all_time(nbytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float = 0.0,
+                    wrap: bool = True, bidirectional: bool = True) -> float:
+    """Ring AllToAll of a ``nbytes`` array spread over ``n`` devices (each holds nbytes / n).
+
+    Each device's n chunks of nbytes / n^2 travel the short way round; step h forwards the chunks
+    still travelling, so a chain of L steps costs L * latency + (nbytes / n^2) * L (L + 1) / 2 / b --
+    about V / (8b), a quarter of the bidirectional AllGather, for large n. On a line (no wraparound)
+    chunks from many sources cross the middle links at once and contend; the value returned there
+    is the contention-free lower bound (the busiest link's bytes plus n-1 latencies).
+    """
+    if n <= 1:
+        return 0.0
+    chunk = nbytes / n**2
+    if not wrap:
+        busiest = max((j + 1) * (n - 1 - j) for j in range(n - 1))
+        return (n - 1) * latency_s + busiest * chunk / bandwidth_bytes_per_s
+    steps = ring_steps(n, wrap, bidirectional)
+    return steps * latency_s + chunk * steps * (steps + 1) / 2 / bandwidth_bytes_per_s
+
+
+def broadcast_time(nbytes: float, hops: int, bandwidth_bytes_per_s: float, latency_s: float = 0.0,
+                   chunks: int = 1) -> float:
+    """Pipelined broadcast along a chain of ``hops`` devices in ``chunks`` pieces (store and forward):
+    (hops + chunks - 1) * (latency + nbytes / (chunks b))."""
+    if hops <= 0:
+        return 0.0
+    return (hops + chunks - 1) * (latency_s + nbytes / (chunks * bandwidth_bytes_per_s))
+
+
+def book_all_gather_time(nbytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float = 0.0) -> float:
+    """The book's bidirectional-ring estimate: max(latency * n / 2, V / W_ici) with W_ici = 2b."""
+    return max(latency_s * n / 2, nbytes / (2 * bandwidth_bytes_per_s))
+
+
+def point_to_point_time(nbytes: float, hops: int, bandwidth_bytes_per_s: float, latency_s: float,
+                        links_used: int = 1) -> float:
+    """REFERENCE: hops x latency + bytes / (links used x b) -- latency and bandwidth add (cut-through)."""
+    return hops * latency_s + nbytes / (links_used * bandwidth_bytes_per_s)
+
+
+def store_and_forward_time(nbytes: float, hops: int, bandwidth_bytes_per_s: float, latency_s: float,
+                           chunks: int = 1) -> float:
+    """A message cut into ``chunks`` pieces, each stored then forwarded at every hop."""
+    return broadcast_time(nbytes, hops, bandwidth_bytes_per_s, latency_s, chunks)
+
+
+BUS_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+               "broadcast": lambda n: 1.0}
+
+
+def bus_bandwidth(kind: str, nbytes: float, time_s: float, n: int) -> tuple[float, float]:
+    """nccl-tests conventions: (algbw, busbw) = (size / time, algbw x factor(kind, n))."""
+    if time_s <= 0:
+        return math.inf, math.inf
+    algbw = nbytes / time_s
+    return algbw, algbw * BUS_FACTORS[kind](n)

@@ -74,14 +74,14 @@ class Channel:
 
     def transfer(self, nbytes: float, label: str = "", kind: str = "transfer",
                  on_done: Callable[[float], None] | None = None) -> simpy.Event:
-        """Move ``nbytes``; the returned event fires when the last byte has arrived.
+        """Move ``nbytes``; the returned event fires (value: the time) when the last byte has arrived.
 
         ``on_done(start_s)`` is called at completion with the time the transfer started moving.
         """
         event = self.env.event()
         flow = _Flow(nbytes, event, label, kind, on_done)
         if nbytes <= 0:
-            event.succeed()
+            event.succeed(self.env.now)
         elif self.latency_s > 0:
             self.env.timeout(self.latency_s).callbacks.append(lambda _e: self._admit(flow))
         else:
@@ -129,7 +129,7 @@ class Channel:
                                 flow.kind, flow.nbytes, 0.0))
         if flow.on_done is not None:
             flow.on_done(flow.start)
-        flow.event.succeed()
+        flow.event.succeed(self.env.now)
 
 
 class SerialUnit:

@@ -9,10 +9,14 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+import networkx as nx
 import simpy
 
+import topologies
+
 from simulator.chip import Chip
-from simulator.errors import DeadlockError
+from simulator.errors import DeadlockError, PodsimError
+from simulator.network import Network
 from simulator.specs import ChipSpec, get_chip
 from simulator.trace import Trace, compute_metrics
 from simulator.units import positive_int
@@ -23,15 +27,37 @@ def resolve_chip(chip: str | ChipSpec) -> ChipSpec:
     return chip if isinstance(chip, ChipSpec) else get_chip(chip)
 
 
-class System:
-    """``n_chips`` chips of one spec in one SimPy environment, sharing one `Trace`."""
+def resolve_topology(topology: str | nx.DiGraph, chip: ChipSpec) -> nx.DiGraph:
+    """A topology graph from a spec string (links take ``chip``'s bandwidth and latency) or a graph."""
+    if isinstance(topology, nx.DiGraph):
+        return topology
+    if not isinstance(topology, str):
+        raise PodsimError(f"topology={topology!r} must be a spec string such as 'torus:4x4' or a networkx DiGraph")
+    return topologies.parse_spec(topology, chip)
 
-    def __init__(self, chip: str | ChipSpec = "tpu-v5e", n_chips: int = 1, *, trace: bool = True) -> None:
+
+class System:
+    """Chips of one spec in one SimPy environment, sharing one `Trace`.
+
+    Either ``n_chips`` unconnected chips, or the chips of ``topology`` (a spec string such as
+    ``"torus:4x4"`` or a graph from `topologies`) joined by its links (`simulator.network`).
+    """
+
+    def __init__(self, chip: str | ChipSpec = "tpu-v5e", n_chips: int = 1, *, topology: str | nx.DiGraph | None = None,
+                 trace: bool = True, switching: str = "cut_through") -> None:
         positive_int(n_chips, name="n_chips")
         self.spec = resolve_chip(chip)
         self.env = simpy.Environment()
         self.trace = Trace(enabled=trace)
-        self.chips = [Chip(self.env, self.spec, i, self.trace) for i in range(n_chips)]
+        self.network: Network | None = None
+        self.graph: nx.DiGraph | None = None
+        if topology is not None:
+            self.graph = resolve_topology(topology, self.spec)
+            self.network = Network(self.env, self.graph, self.trace, switching)
+            ids: list[int] = self.network.chips
+        else:
+            ids = list(range(n_chips))
+        self.chips = [Chip(self.env, self.spec, i, self.trace) for i in ids]
         self._processes: list[tuple[str, simpy.Process]] = []
 
     @property

@@ -1,0 +1,636 @@
+"""Collectives (AllGather, ReduceScatter, AllReduce, AllToAll, Broadcast) as schedules of messages.
+
+A collective is compiled into `Transfer` records -- "send these keys from ``src`` to ``dst``, copying
+or adding them, once these earlier transfers have arrived" -- and executed on a `Network`: each
+transfer starts the moment its dependencies have arrived, so no global barrier is assumed.
+
+Algorithms, per ring of ``n`` devices along one axis (or an explicit ring of devices):
+- unidirectional ring: every shard travels n-1 hops one way;
+- bidirectional ring (the default with wraparound): every shard travels ceil((n-1)/2) hops one way
+  and floor((n-1)/2) the other, so both directions of every link carry data;
+- line (an axis without wraparound): shards travel to both ends, n-1 steps (about twice the ring);
+- several axes at once (``multi_axis="parallel"``, the default): the array is split into one part
+  per axis and part p runs over the axes in rotated order, so every axis's links stay busy;
+  ``"sequential"`` runs the whole array over one axis after another.
+AllReduce is ReduceScatter then AllGather (axes reversed). AllToAll forwards each chunk the short way
+round, a bundle per hop. Broadcast pipelines ``chunks`` pieces from the root, store and forward.
+
+Numeric mode (``data``) carries real numpy arrays through the same schedule, so a result that matches
+numpy proves the data movement, not just its timing. A group of one device is a no-op (time 0).
+Sizes are in bytes; a size that does not split evenly into keys is padded up to whole bytes per key
+(``padded_bytes`` reports it); numeric arrays must split exactly or raise.
+
+Scale: on groups whose axes all wrap, every ring of an axis behaves identically (the schedule is
+translation-invariant), so ``mode="reduced"`` (chosen automatically for timing-only AllGather,
+ReduceScatter and AllReduce) simulates one representative ring per axis with all parts sharing its
+links; it gives the same time as the full simulation (tested at small sizes).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulator import analytic
+from simulator.errors import PodsimError
+from simulator.network import Network
+from simulator.units import positive, positive_int
+
+KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast")
+ALGORITHMS = ("auto", "bidirectional", "unidirectional")
+MULTI_AXIS = ("parallel", "sequential")
+MODES = ("auto", "full", "reduced")
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """Send ``keys`` from ``src`` to ``dst`` (op ``copy`` or ``add``) after ``deps`` have arrived."""
+
+    id: int
+    src: Any
+    dst: Any
+    keys: tuple
+    op: str
+    deps: tuple[int, ...]
+    nbytes: float
+
+
+@dataclass
+class Ring:
+    """Devices along one axis in position order; ``wrap`` says whether the last links to the first."""
+
+    devices: list[Any]
+    wrap: bool
+    slots: list[Any]  #: per position, the key under which arrivals are recorded (device, or position)
+
+
+@dataclass
+class Group:
+    """Devices of one collective: position tuple (over the group axes) -> device."""
+
+    sizes: tuple[int, ...]
+    wraps: tuple[bool, ...]
+    members: dict[tuple[int, ...], Any]
+
+    @property
+    def n(self) -> int:
+        return math.prod(self.sizes)
+
+    def ring(self, pos: tuple[int, ...], axis: int, reduced: bool) -> Ring:
+        positions = [pos[:axis] + (i,) + pos[axis + 1:] for i in range(self.sizes[axis])]
+        devices = [self.members[p] for p in positions]
+        slots = list(range(len(devices))) if reduced else devices
+        return Ring(devices, self.wraps[axis], slots)
+
+    def positions(self) -> list[tuple[int, ...]]:
+        return list(itertools.product(*(range(s) for s in self.sizes)))
+
+
+def _reach(n: int, origin: int, wrap: bool, bidirectional: bool) -> list[tuple[int, int]]:
+    """(direction, hops) that a shard starting at ``origin`` travels."""
+    if n <= 1:
+        return []
+    if not wrap:
+        return [(d, h) for d, h in ((1, n - 1 - origin), (-1, origin)) if h > 0]
+    if not bidirectional:
+        return [(1, n - 1)]
+    return [(d, h) for d, h in ((1, math.ceil((n - 1) / 2)), (-1, (n - 1) // 2)) if h > 0]
+
+
+def _reach_to(n: int, owner: int, wrap: bool, bidirectional: bool) -> list[tuple[int, int]]:
+    """(direction, hops) of the chains that carry partial sums towards ``owner``."""
+    if not wrap and n > 1:
+        return [(d, h) for d, h in ((1, owner), (-1, n - 1 - owner)) if h > 0]
+    return _reach(n, owner, wrap, bidirectional)
+
+
+class Schedule:
+    """Transfers under construction, with the arrivals recorded per (tag, slot)."""
+
+    def __init__(self, key_bytes: float) -> None:
+        self.key_bytes = key_bytes
+        self.transfers: list[Transfer] = []
+        self.arrivals: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+        self.by_tag: dict[Any, list[int]] = defaultdict(list)
+
+    def add(self, src: Any, dst: Any, keys: tuple, op: str, deps: Sequence[int], tag: Any, slot: Any) -> int:
+        tid = len(self.transfers)
+        self.transfers.append(Transfer(tid, src, dst, keys, op, tuple(sorted(set(deps))), len(keys) * self.key_bytes))
+        self.arrivals[(tag, slot)].append(tid)
+        self.by_tag[tag].append(tid)
+        return tid
+
+    def barrier(self, tags: Any) -> int:
+        """A zero-byte transfer that arrives once every transfer with one of ``tags`` has arrived."""
+        tid = len(self.transfers)
+        deps = tuple(t for tag in (tags if isinstance(tags, list) else [tags]) for t in self.by_tag[tag])
+        self.transfers.append(Transfer(tid, None, None, (), "copy", deps, 0.0))
+        return tid
+
+
+def gather_phase(s: Schedule, ring: Ring, bundles: list[tuple], bidi: bool, start: Callable[[int], list[int]],
+                 tag: Any) -> None:
+    """AllGather along ``ring``: the bundle of position i reaches every other position."""
+    n = len(ring.devices)
+    for origin in range(n):
+        for d, hops in _reach(n, origin, ring.wrap, bidi):
+            prev = start(origin)
+            for h in range(1, hops + 1):
+                a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
+                prev = [s.add(ring.devices[a], ring.devices[b], bundles[origin], "copy", prev, tag, ring.slots[b])]
+
+
+def reduce_phase(s: Schedule, ring: Ring, bundles: list[tuple], bidi: bool, start: Callable[[int], list[int]],
+                 tag: Any) -> None:
+    """ReduceScatter along ``ring``: partial sums of bundle c flow to position c, adding on the way.
+
+    On a ring every chain starts at a different device, so no two share a link at the same step. On a
+    line every chain towards the right starts at the left end; each link then serves the chains in
+    a fixed order (farthest owner first) -- the AllGather schedule run backwards -- instead of all at
+    once, which keeps the line at n-1 steps.
+    """
+    n = len(ring.devices)
+    ahead: dict[tuple[int, int], int] = {}  # (direction, hop) -> transfer of the chain served before
+    chains = [(d, hops, owner) for owner in range(n) for d, hops in _reach_to(n, owner, ring.wrap, bidi)]
+    for d, hops, owner in sorted(chains, key=lambda c: (-c[0], -c[1], c[2])):
+        prev: list[int] = []
+        for h in range(1, hops + 1):
+            a, b = (owner - (hops - h + 1) * d) % n, (owner - (hops - h) * d) % n
+            link_order = [ahead[(d, h)]] if not ring.wrap and (d, h) in ahead else []
+            deps = prev + start(a) + link_order
+            prev = [s.add(ring.devices[a], ring.devices[b], bundles[owner], "add", deps, tag, ring.slots[b])]
+            if not ring.wrap:
+                ahead[(d, h)] = prev[0]
+
+
+def all_to_all_phase(s: Schedule, ring: Ring, bundles: list[dict[int, tuple]], bidi: bool,
+                     start: Callable[[int], list[int]], tag: Any) -> None:
+    """AllToAll along ``ring``: ``bundles[i][t]`` goes from position i to position t, the short way."""
+    n = len(ring.devices)
+    for origin in range(n):
+        for d, hops in _reach(n, origin, ring.wrap, bidi):
+            prev = start(origin)
+            for h in range(1, hops + 1):
+                a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
+                keys = tuple(k for far in range(h, hops + 1) for k in bundles[origin].get((origin + far * d) % n, ()))
+                if keys:
+                    prev = [s.add(ring.devices[a], ring.devices[b], keys, "copy", prev, tag, ring.slots[b])]
+
+
+def broadcast_phase(s: Schedule, ring: Ring, origin: int, pieces: int, bidi: bool,
+                    start: Callable[[int, int], list[int]], tag: Any) -> None:
+    """Broadcast along ``ring`` from ``origin``: pieces pipeline hop by hop, in order on every link."""
+    n = len(ring.devices)
+    for d, hops in _reach(n, origin, ring.wrap, bidi):
+        behind: list[int | None] = [None] * (hops + 1)  # last piece's transfer at each hop
+        for j in range(pieces):
+            prev = start(origin, j)
+            for h in range(1, hops + 1):
+                a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
+                deps = prev + ([behind[h]] if behind[h] is not None else [])
+                behind[h] = s.add(ring.devices[a], ring.devices[b], (("piece", j),), "copy", deps,
+                                  (tag, j), ring.slots[b])
+                prev = [behind[h]]
+
+
+@dataclass
+class CollectiveResult:
+    """Simulated and closed-form figures of one collective (seconds, bytes, bytes/s)."""
+
+    kind: str
+    time_s: float
+    analytic_s: float
+    book_s: float | None
+    nbytes: float
+    padded_bytes: float
+    group_size: int
+    groups: int
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    max_link_bytes: float
+    total_link_bytes: float
+    mode: str
+    n_transfers: int
+    link_bytes: dict[str, float] = field(default_factory=dict)
+    outputs: dict[Any, np.ndarray] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as a flat dict (without the numeric outputs)."""
+        return {k: v for k, v in self.__dict__.items() if k != "outputs"}
+
+
+def _groups(net: Network, axes: Sequence[int] | None) -> list[Group]:
+    """The independent groups a collective over ``axes`` runs in (size-1 axes dropped)."""
+    if not net.grid:
+        if axes is not None:
+            raise PodsimError(f"axes={list(axes)!r}: topology {net.graph.graph.get('kind')!r} has no axes; "
+                              "omit --axes to use all chips as one ring")
+        return [Group((len(net.chips),), (True,), {(i,): c for i, c in enumerate(net.chips)})]
+    ndim = len(net.shape)
+    axes = list(range(ndim)) if axes is None else list(axes)
+    for a in axes:
+        if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < ndim:
+            raise PodsimError(f"axis {a!r} is not an axis of shape {'x'.join(map(str, net.shape))}; "
+                              f"valid axes: {', '.join(map(str, range(ndim)))}")
+    if len(set(axes)) != len(axes):
+        raise PodsimError(f"axes={axes!r} names an axis twice")
+    axes = [a for a in axes if net.shape[a] > 1]
+    others = [a for a in range(ndim) if a not in axes]
+    groups = []
+    for base in itertools.product(*(range(net.shape[a]) for a in others)):
+        members = {}
+        for pos in itertools.product(*(range(net.shape[a]) for a in axes)):
+            coord = [0] * ndim
+            for a, v in zip(others, base, strict=True):
+                coord[a] = v
+            for a, v in zip(axes, pos, strict=True):
+                coord[a] = v
+            members[pos] = net._node(tuple(coord))
+        groups.append(Group(tuple(net.shape[a] for a in axes), tuple(net.wrap[a] for a in axes), members))
+    return groups
+
+
+def _keys_where(sizes: tuple[int, ...], fixed: dict[int, int]) -> list[tuple[int, ...]]:
+    """Every position tuple whose entries on ``fixed`` axes take the fixed values."""
+    ranges = [(fixed[a],) if a in fixed else range(n) for a, n in enumerate(sizes)]
+    return list(itertools.product(*ranges))
+
+
+def _ring_bases(group: Group, axis: int, fixed: dict[int, int], reduced: bool) -> list[tuple[int, ...]]:
+    """Base positions (axis entry 0) of the rings along ``axis`` whose other entries match ``fixed``."""
+    sizes = tuple(1 if a == axis else n for a, n in enumerate(group.sizes))
+    bases = _keys_where(sizes, {a: v for a, v in fixed.items() if a != axis})
+    return bases[:1] if reduced else bases
+
+
+class _Compiler:
+    """Builds the schedule of one collective over a list of groups."""
+
+    def __init__(self, kind: str, groups: list[Group], parts: int, bidi: bool, reduced: bool,
+                 schedule: Schedule, chunks: int, root_pos: tuple[int, ...]) -> None:
+        self.kind, self.groups, self.parts, self.bidi, self.reduced = kind, groups, parts, bidi, reduced
+        self.s, self.chunks, self.root_pos = schedule, chunks, root_pos
+        self.axes = list(range(len(groups[0].sizes)))
+
+    def order(self, part: int) -> list[int]:
+        return self.axes[part:] + self.axes[:part]
+
+    def start_fn(self, barrier: int | None) -> Callable[[int], list[int]]:
+        """Phases of a part are separated by a barrier: no device starts phase j+1 before every device
+        of the group has finished phase j (free on wrapped axes, where all finish together)."""
+        return (lambda i: []) if barrier is None else (lambda i: [barrier])
+
+    def gather(self, group: Group, part: int, order: list[int], j: int, barrier: int | None, tag: Any) -> None:
+        """Phase j of one part's AllGather (over axis ``order[j]``)."""
+        a = order[j]
+        for base in _ring_bases(group, a, {}, self.reduced):
+            ring = group.ring(base, a, self.reduced)
+            bundles = []
+            for i in range(len(ring.devices)):
+                fixed = {b: base[b] for b in self.axes if b not in order[:j] and b != a} | {a: i}
+                bundles.append(tuple((part, k) for k in _keys_where(group.sizes, fixed)))
+            gather_phase(self.s, ring, bundles, self.bidi, self.start_fn(barrier), tag)
+
+    def reduce(self, group: Group, part: int, order: list[int], j: int, barrier: int | None, tag: Any) -> None:
+        """Phase j of one part's ReduceScatter (over axis ``order[j]``)."""
+        a = order[j]
+        for base in _ring_bases(group, a, {}, self.reduced):
+            ring = group.ring(base, a, self.reduced)
+            bundles = []
+            for c in range(len(ring.devices)):
+                fixed = {b: base[b] for b in order[:j]} | {a: c}
+                bundles.append(tuple((part, k) for k in _keys_where(group.sizes, fixed)))
+            reduce_phase(self.s, ring, bundles, self.bidi, self.start_fn(barrier), tag)
+
+    def phases(self) -> list[tuple[str, int]]:
+        """(gather or reduce, index into the part's axis order) for each phase, in time order."""
+        d = len(self.axes)
+        if self.kind == "all_gather":
+            return [("ag", j) for j in range(d)]
+        if self.kind == "reduce_scatter":
+            return [("rs", j) for j in range(d)]
+        return [("rs", j) for j in range(d)] + [("ag", j) for j in range(d)]
+
+    def collective(self, group: Group) -> None:
+        """Phase by phase; every part runs phase j on its own axis, then all meet at a barrier."""
+        barrier = None
+        for step, (what, j) in enumerate(self.phases()):
+            tags = []
+            for part in range(self.parts):
+                order = self.order(part) if self.parts > 1 else self.axes
+                tag = (what, id(group), part, step)
+                if what == "rs":
+                    self.reduce(group, part, order, j, barrier, tag)
+                else:
+                    self.gather(group, part, order if self.kind == "all_gather" else order[::-1], j, barrier, tag)
+                tags.append(tag)
+            barrier = self.s.barrier(tags)
+
+    def all_to_all(self, group: Group) -> None:
+        barrier = None
+        for j, a in enumerate(self.axes):
+            tag = ("a2a", id(group), j)
+            done = self.axes[:j]
+            for base in _ring_bases(group, a, {}, self.reduced):
+                ring = group.ring(base, a, self.reduced)
+                bundles = [self._a2a_bundle(group, base, a, i, done) for i in range(len(ring.devices))]
+                all_to_all_phase(self.s, ring, bundles, self.bidi, self.start_fn(barrier), tag)
+            barrier = self.s.barrier(tag)
+
+    def _a2a_bundle(self, group: Group, base: tuple[int, ...], a: int, i: int, done: list[int]) -> dict[int, tuple]:
+        q = base[:a] + (i,) + base[a + 1:]
+        srcs = _keys_where(group.sizes, {b: q[b] for b in self.axes if b not in done})
+        out: dict[int, tuple] = {}
+        for c in range(group.sizes[a]):
+            dsts = _keys_where(group.sizes, {b: q[b] for b in done} | {a: c})
+            out[c] = tuple(itertools.product(srcs, dsts))
+        return out
+
+    def broadcast(self, group: Group) -> None:
+        """Axis by axis from the root: phase j spreads every piece along axis j from each holder."""
+        tags: list[Any] = []
+        for j, a in enumerate(self.axes):
+            tag = ("bcast", id(group), j)
+            fixed = {b: self.root_pos[b] for b in self.axes if b not in self.axes[:j]}
+            for base in _ring_bases(group, a, fixed, False):
+                ring = group.ring(base, a, False)
+                broadcast_phase(self.s, ring, self.root_pos[a], self.chunks, self.bidi,
+                                self._piece_start(list(tags), ring), tag)
+            tags.append(tag)
+
+    def _piece_start(self, earlier: list[Any], ring: Ring) -> Callable[[int, int], list[int]]:
+        """A holder forwards piece j once it has received it, in whichever earlier phase that was."""
+        def start(i: int, j: int) -> list[int]:
+            for tag in reversed(earlier):
+                got = self.s.arrivals.get(((tag, j), ring.slots[i]))
+                if got:
+                    return got
+            return []
+        return start
+
+    def compile(self) -> None:
+        for group in self.groups:
+            if self.kind == "all_to_all":
+                self.all_to_all(group)
+            elif self.kind == "broadcast":
+                self.broadcast(group)
+            else:
+                self.collective(group)
+
+
+def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any, np.ndarray]] | None = None,
+            label: str = "") -> None:
+    """Start every transfer as soon as its dependencies have arrived (run the env afterwards).
+
+    With ``buffers`` (device -> key -> array), each transfer snapshots its keys at the sender when it
+    starts and copies or adds them into the receiver when it arrives.
+    """
+    waiting = [len(t.deps) for t in transfers]
+    dependents: list[list[int]] = [[] for _ in transfers]
+    for t in transfers:
+        for d in t.deps:
+            dependents[d].append(t.id)
+
+    def start(t: Transfer) -> None:
+        payload = {k: buffers[t.src][k].copy() for k in t.keys} if buffers is not None else None
+        event = net.message(t.src, t.dst, t.nbytes, label)
+        event.callbacks.append(lambda _e: arrive(t, payload))
+
+    def arrive(t: Transfer, payload: dict[Any, np.ndarray] | None) -> None:
+        if payload is not None:
+            store = buffers[t.dst]
+            for k, value in payload.items():
+                store[k] = store[k] + value if t.op == "add" else value
+        for d in dependents[t.id]:
+            waiting[d] -= 1
+            if waiting[d] == 0:
+                start(transfers[d])
+
+    for t in transfers:
+        if not t.deps:
+            start(t)
+
+
+def _step_params(net: Network, group: Group, axis: int, bidi: bool) -> tuple[float, float]:
+    """(latency, effective one-way bandwidth) of one ring step along ``axis``.
+
+    Latency is summed over the route between neighbours; bandwidth is the route's slowest link divided
+    by how many of the ring's step messages share one link (2 for a bidirectional ring on a switch,
+    where both directions leave through the same port; 1 on a torus).
+    """
+    ring = group.ring(tuple(0 for _ in group.sizes), axis, False)
+    n = len(ring.devices)
+    use: dict[tuple[Any, Any], int] = defaultdict(int)
+    directions = (1, -1) if bidi and ring.wrap and n > 2 else (1,)
+    for i, d in itertools.product(range(n), directions):
+        j = (i + d) % n
+        if not ring.wrap and not 0 <= i + d < n:
+            continue
+        path = net.routes(ring.devices[i], ring.devices[j])[0]
+        for edge in zip(path, path[1:], strict=False):
+            use[edge] += 1
+    path = net.routes(ring.devices[0], ring.devices[1])[0]
+    edges = [net.graph.edges[u, v] for u, v in zip(path, path[1:], strict=False)]
+    latency = sum(e["latency_s"] for e in edges)
+    bandwidth = min(e["bandwidth_bytes_per_s"] for e in edges) / max(use.values())
+    return latency, bandwidth
+
+
+def _closed_form(kind: str, net: Network, group: Group, parts: int, bidi: bool, key_bytes: float,
+                 chunks: int, root_pos: tuple[int, ...]) -> float:
+    """The algorithm's own closed form, assuming parts on different axes never share a link."""
+    axes = list(range(len(group.sizes)))
+    params = {a: _step_params(net, group, a, bidi) for a in axes}
+    n_total = group.n
+
+    def one(fn: Callable[..., float], ring_bytes: float, a: int) -> float:
+        lat, bw = params[a]
+        return fn(ring_bytes, group.sizes[a], bw, lat, group.wraps[a], bidi)
+
+    if kind == "all_to_all":
+        per_device = key_bytes * n_total
+        return sum(one(analytic.all_to_all_time, group.sizes[a] * per_device, a) for a in axes)
+    if kind == "broadcast":
+        hops = sum(max(h for _, h in _reach(group.sizes[a], root_pos[a], group.wraps[a], bidi)) for a in axes)
+        lat, bw = params[axes[0]]
+        return analytic.broadcast_time(key_bytes * chunks, hops, bw, lat, chunks)
+    orders = [axes[p:] + axes[:p] for p in range(parts)] if parts > 1 else [axes]
+    phases = [[_phase_time(kind, o, group, key_bytes, one)[j] for o in orders]
+              for j in range(len(_phase_time(kind, orders[0], group, key_bytes, one)))]
+    return sum(max(per_part) for per_part in phases)  # phases end at a barrier; parts run side by side
+
+
+def _phase_time(kind: str, order: list[int], group: Group, key_bytes: float, one: Callable[..., float]) -> list[float]:
+    """Closed-form time of each phase of one part (its array moves over ``order``)."""
+    def gather(order_: list[int]) -> list[float]:
+        return [one(analytic.all_gather_time, key_bytes * math.prod(group.sizes[b] for b in order_[:j + 1]), a)
+                for j, a in enumerate(order_)]
+
+    def reduce(order_: list[int]) -> list[float]:
+        return [one(analytic.reduce_scatter_time, key_bytes * math.prod(group.sizes[b] for b in order_[j:]), a)
+                for j, a in enumerate(order_)]
+
+    if kind == "all_gather":
+        return gather(order)
+    if kind == "reduce_scatter":
+        return reduce(order)
+    return reduce(order) + gather(order[::-1])
+
+
+def _book_time(kind: str, group: Group, net: Network, parts: int, nbytes: float) -> float | None:
+    """The book's estimate max(latency * sum(n)/2, V / (k W)) for wrapped axes (x2 for AllReduce)."""
+    if kind not in ("all_gather", "reduce_scatter", "all_reduce") or not all(group.wraps) or not net.grid:
+        return None
+    lat, bw = _step_params(net, group, 0, True)
+    one = max(lat * sum(group.sizes) / 2, nbytes / (parts * 2 * bw))
+    return 2 * one if kind == "all_reduce" else one
+
+
+def _n_keys(kind: str, n: int, parts: int, chunks: int) -> int:
+    return {"all_to_all": n * n, "broadcast": chunks}.get(kind, n * parts)
+
+
+def _initial_buffers(kind: str, groups: list[Group], data: np.ndarray, parts: int, chunks: int,
+                     root_pos: tuple[int, ...]) -> dict[Any, dict[Any, np.ndarray]]:
+    buffers: dict[Any, dict[Any, np.ndarray]] = defaultdict(dict)
+    for g in groups:
+        positions = g.positions()
+        for pos, dev in g.members.items():
+            row = data[dev]
+            if kind == "all_gather":
+                for p, piece in enumerate(np.split(row, parts)):
+                    buffers[dev][(p, pos)] = piece
+            elif kind in ("reduce_scatter", "all_reduce"):
+                for s, shard in zip(positions, np.split(row, len(positions)), strict=True):
+                    for p, piece in enumerate(np.split(shard, parts)):
+                        buffers[dev][(p, s)] = piece
+            elif kind == "all_to_all":
+                for t, chunk in zip(positions, np.split(row, len(positions)), strict=True):
+                    buffers[dev][(pos, t)] = chunk
+            elif pos == root_pos:
+                for j, piece in enumerate(np.split(row, chunks)):
+                    buffers[dev][("piece", j)] = piece
+    return buffers
+
+
+def _outputs(kind: str, groups: list[Group], buffers: dict[Any, dict[Any, np.ndarray]], parts: int,
+             chunks: int) -> dict[Any, np.ndarray]:
+    out = {}
+    for g in groups:
+        positions = g.positions()
+        for pos, dev in g.members.items():
+            b = buffers[dev]
+            if kind in ("all_gather", "all_reduce"):
+                pieces = [b[(p, s)] for s in positions for p in range(parts)]
+            elif kind == "reduce_scatter":
+                pieces = [b[(p, pos)] for p in range(parts)]
+            elif kind == "all_to_all":
+                pieces = [b[(o, pos)] for o in positions]
+            else:
+                pieces = [b[("piece", j)] for j in range(chunks)]
+            out[dev] = np.concatenate(pieces)
+    return out
+
+
+def _check_data(kind: str, data: np.ndarray, n_chips: int, n: int, parts: int, chunks: int) -> float:
+    """Validate numeric input; return V in bytes (the full array of one group)."""
+    if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[0] != n_chips:
+        shape = getattr(data, "shape", None)
+        raise PodsimError(f"data must be a 2-D numpy array with one row per chip ({n_chips} rows); got shape {shape}")
+    m = data.shape[1]
+    split = {"all_gather": parts, "all_to_all": n, "broadcast": chunks}.get(kind, n * parts)
+    if m % split:
+        raise PodsimError(f"data rows of {m} elements do not split into {split} equal pieces for {kind}; "
+                          f"use a multiple of {split}")
+    row_bytes = m * data.itemsize
+    return {"all_gather": row_bytes * n, "all_to_all": row_bytes * n}.get(kind, row_bytes)
+
+
+def run_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[int] | None = None,
+                   algorithm: str = "auto", multi_axis: str = "parallel", chunks: int = 1, root: Any = None,
+                   data: np.ndarray | None = None, mode: str = "auto") -> CollectiveResult:
+    """Run one collective on ``system`` (a `System` with a topology) and return its figures.
+
+    ``nbytes`` is V: the full gathered array (AllGather), the unreduced array on each device
+    (ReduceScatter, AllReduce), the whole array spread over the group (AllToAll), or the root's array
+    (Broadcast). With ``data`` (one row per chip) the arrays move for real and ``outputs`` holds each
+    chip's result; V then comes from the data.
+    """
+    net = system.network
+    if net is None:
+        raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
+    if kind not in KINDS:
+        raise PodsimError(f"unknown collective {kind!r}; valid kinds: {', '.join(KINDS)}")
+    for name, value, valid in (("algorithm", algorithm, ALGORITHMS), ("multi_axis", multi_axis, MULTI_AXIS),
+                               ("mode", mode, MODES)):
+        if value not in valid:
+            raise PodsimError(f"{name}={value!r}; valid: {', '.join(valid)}")
+    positive_int(chunks, name="chunks")
+    groups = _groups(net, axes)
+    group = groups[0]
+    bidi = algorithm == "bidirectional" or (algorithm == "auto" and net.grid)
+    parts = len(group.sizes) if multi_axis == "parallel" and kind not in ("all_to_all", "broadcast") else 1
+    root_pos = _root_position(groups, root)
+    if data is not None:
+        nbytes = _check_data(kind, data, len(net.chips), group.n, parts, chunks)
+    if nbytes is None:
+        raise PodsimError("give nbytes (the collective's array size in bytes) or data")
+    positive(nbytes, name="nbytes")
+    if group.n == 1:
+        return _no_op(kind, nbytes, len(groups))
+    reduced = _use_reduced(mode, kind, data, group, net)
+    n_keys = _n_keys(kind, group.n, parts, chunks)
+    key_bytes = math.ceil(nbytes / n_keys) if data is None and float(nbytes).is_integer() else nbytes / n_keys
+    schedule = Schedule(key_bytes)
+    _Compiler(kind, groups[:1] if reduced else groups, parts, bidi, reduced, schedule, chunks, root_pos).compile()
+    buffers = _initial_buffers(kind, groups, data, parts, chunks, root_pos) if data is not None else None
+    start = system.env.now
+    execute(net, schedule.transfers, buffers, kind)
+    system.run()
+    time_s = system.env.now - start
+    closed = _closed_form(kind, net, group, parts, bidi, key_bytes, chunks, root_pos)
+    algbw, busbw = analytic.bus_bandwidth(kind, nbytes, time_s, group.n)
+    link_bytes = net.link_bytes()
+    scale = _reduced_scale(groups, group) if reduced else 1
+    return CollectiveResult(
+        kind=kind, time_s=time_s, analytic_s=closed, book_s=_book_time(kind, group, net, parts, nbytes),
+        nbytes=nbytes, padded_bytes=key_bytes * n_keys - nbytes, group_size=group.n, groups=len(groups),
+        algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw, max_link_bytes=max(link_bytes.values(), default=0.0),
+        total_link_bytes=sum(link_bytes.values()) * scale, mode="reduced" if reduced else "full",
+        n_transfers=len(schedule.transfers), link_bytes=link_bytes,
+        outputs=_outputs(kind, groups, buffers, parts, chunks) if buffers is not None else None)
+
+
+def _root_position(groups: list[Group], root: Any) -> tuple[int, ...]:
+    if root is None:
+        return tuple(0 for _ in groups[0].sizes)
+    for g in groups:
+        for pos, dev in g.members.items():
+            if dev == root:
+                return pos
+    raise PodsimError(f"root={root!r} is not a chip of this collective's groups")
+
+
+def _use_reduced(mode: str, kind: str, data: Any, group: Group, net: Network) -> bool:
+    eligible = data is None and kind in ("all_gather", "reduce_scatter", "all_reduce") and net.grid \
+        and all(group.wraps)
+    if mode == "reduced" and not eligible:
+        raise PodsimError("mode='reduced' needs a timing-only AllGather, ReduceScatter or AllReduce over axes that "
+                          "all wrap; use mode='full'")
+    return eligible and mode != "full"
+
+
+def _reduced_scale(groups: list[Group], group: Group) -> float:
+    """How many copies of the representative rings the full system holds (for total link bytes)."""
+    return len(groups) * group.n / max(group.sizes) if group.sizes else 1
+
+
+def _no_op(kind: str, nbytes: float, n_groups: int) -> CollectiveResult:
+    return CollectiveResult(kind=kind, time_s=0.0, analytic_s=0.0, book_s=0.0, nbytes=nbytes, padded_bytes=0.0,
+                            group_size=1, groups=n_groups, algbw_bytes_per_s=math.inf, busbw_bytes_per_s=math.inf,
+                            max_link_bytes=0.0, total_link_bytes=0.0, mode="full", n_transfers=0)

@@ -1,0 +1,200 @@
+"""Links of a topology as bandwidth channels, routing, and point-to-point messages.
+
+Timing model (one line): a hop costs its latency plus bytes over its bandwidth; each link direction is
+a `Channel` shared fairly by the messages on it (two flows each see half the bandwidth -- links
+interleave packets from concurrent flows, so neither waits for the other to finish).
+
+Multi-hop messages are either
+- ``cut_through`` (default, as ICI and NVLink switch): the head moves on after one hop latency, so
+  every hop carries the bytes at once and an uncontended message takes ``sum(latency) + bytes / b``
+  (REFERENCE: latency and bandwidth add); a hop cannot finish before the previous hop finished plus
+  its own latency, so a slow upstream link slows the whole message; or
+- ``store_and_forward``: each hop receives the whole piece before sending it on. A message cut into
+  ``chunks`` pieces pipelines them: ``(hops + chunks - 1) * (latency + bytes / (chunks * b))``.
+Chunks matter only to store-and-forward: a cut-through message already pipelines at flit level.
+
+Routing: dimension order on tori and meshes (shortest way round each ring, ties broken toward +1),
+shortest paths elsewhere. ``multipath`` splits a message evenly over link-disjoint dimension-order
+routes (one per rotation of the axes it must cross), so ``links_used`` links leave the source at once.
+"""
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import networkx as nx
+import simpy
+
+from simulator.channel import Channel
+from simulator.errors import PodsimError
+from simulator.trace import Trace
+from simulator.units import positive, positive_int
+
+SWITCHING = ("cut_through", "store_and_forward")
+_GRID_KINDS = ("torus", "ring", "line", "mesh")
+
+
+class Network:
+    """The links of ``graph`` as channels in ``env``, with routing and messages."""
+
+    def __init__(self, env: simpy.Environment, graph: nx.DiGraph, trace: Trace | None = None,
+                 switching: str = "cut_through") -> None:
+        if switching not in SWITCHING:
+            raise PodsimError(f"switching={switching!r}; valid: {', '.join(SWITCHING)}")
+        self.env = env
+        self.graph = graph
+        self.trace = trace
+        self.switching = switching
+        self.chips = sorted(v for v, role in graph.nodes(data="role") if role == "chip")
+        _check_connected(graph, self.chips)
+        self._links: dict[tuple[Any, Any], Channel] = {}
+        self._routes: dict[tuple[Any, Any, bool], list[list[Any]]] = {}
+        self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
+        self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
+        self.grid = graph.graph.get("kind") in _GRID_KINDS and len(self.shape) > 0
+
+    # -- links -------------------------------------------------------------------------------
+    def link(self, u: Any, v: Any) -> Channel:
+        """The channel of link direction ``u -> v`` (built on first use)."""
+        channel = self._links.get((u, v))
+        if channel is None:
+            data = self.graph.edges[u, v]
+            channel = Channel(self.env, f"link {u}->{v}", data["bandwidth_bytes_per_s"], data["latency_s"],
+                              chip=u, trace=self.trace)
+            channel.kind = data.get("kind", "ici")
+            self._links[(u, v)] = channel
+        return channel
+
+    def link_bytes(self) -> dict[str, float]:
+        """Bytes carried per link direction that carried any (``"u->v"`` keys)."""
+        return {f"{u}->{v}": c.bytes_carried for (u, v), c in sorted(self._links.items(), key=str)
+                if c.bytes_carried > 0}
+
+    # -- routing -----------------------------------------------------------------------------
+    def routes(self, src: Any, dst: Any, multipath: bool = False) -> list[list[Any]]:
+        """Node paths from ``src`` to ``dst``: one, or link-disjoint ones with ``multipath``."""
+        key = (src, dst, multipath)
+        if key not in self._routes:
+            self._check_chip(src)
+            self._check_chip(dst)
+            self._routes[key] = self._grid_routes(src, dst, multipath) if self.grid else \
+                [nx.shortest_path(self.graph, src, dst)]
+        return self._routes[key]
+
+    def _check_chip(self, node: Any) -> None:
+        if node not in self.graph or self.graph.nodes[node].get("role") != "chip":
+            raise PodsimError(f"{node!r} is not a chip of this topology; chips are 0..{len(self.chips) - 1}")
+
+    def _grid_routes(self, src: int, dst: int, multipath: bool) -> list[list[int]]:
+        a, b = self.graph.nodes[src]["coord"], self.graph.nodes[dst]["coord"]
+        axes = [i for i in range(len(a)) if a[i] != b[i]]
+        orders = [axes[r:] + axes[:r] for r in range(len(axes))] if multipath and len(axes) > 1 else [axes]
+        return [self._dimension_order(a, b, order) for order in orders]
+
+    def _dimension_order(self, a: tuple[int, ...], b: tuple[int, ...], order: list[int]) -> list[int]:
+        coord, path = list(a), [self._node(a)]
+        for axis in order:
+            step = self._step(coord[axis], b[axis], axis)
+            while coord[axis] != b[axis]:
+                coord[axis] = (coord[axis] + step) % self.shape[axis]
+                path.append(self._node(tuple(coord)))
+        return path
+
+    def _step(self, x: int, y: int, axis: int) -> int:
+        n = self.shape[axis]
+        if not self.wrap[axis]:
+            return 1 if y > x else -1
+        forward = (y - x) % n
+        return 1 if forward <= n - forward else -1
+
+    def _node(self, coord: tuple[int, ...]) -> int:
+        index = 0
+        for c, n in zip(coord, self.shape, strict=True):
+            index = index * n + c
+        return index
+
+    # -- messages ----------------------------------------------------------------------------
+    def message(self, src: Any, dst: Any, nbytes: float, label: str = "", chunks: int = 1,
+                multipath: bool = False) -> simpy.Event:
+        """Send ``nbytes`` from chip ``src`` to chip ``dst``; the event fires (value: time) on arrival."""
+        positive(nbytes, name="message nbytes", allow_zero=True)
+        positive_int(chunks, name="chunks")
+        if src == dst or nbytes == 0:
+            event = self.env.event()
+            return event.succeed(self.env.now)
+        paths = self.routes(src, dst, multipath)
+        hops = [[self.link(u, v) for u, v in zip(p, p[1:], strict=False)] for p in paths]
+        share = nbytes / len(hops)
+        for links in hops:
+            for link in links:
+                if self.trace is not None:
+                    self.trace.count(link.kind, share)
+        if len(hops) == 1 and len(hops[0]) == 1 and (chunks == 1 or self.switching == "cut_through"):
+            return hops[0][0].transfer(share, label, "send")  # the common case: no process needed
+        sends = [self.env.process(self._send(links, share, label, chunks)) for links in hops]
+        return sends[0] if len(sends) == 1 else self.env.process(_all_of(self.env, sends))
+
+    def _send(self, links: list[Channel], nbytes: float, label: str, chunks: int) -> Generator[Any, Any, float]:
+        if self.switching == "cut_through":
+            return (yield from self._cut_through(links, nbytes, label))
+        return (yield from self._store_and_forward(links, nbytes, label, chunks))
+
+    def _cut_through(self, links: list[Channel], nbytes: float, label: str) -> Generator[Any, Any, float]:
+        hops = []
+        for k, link in enumerate(links):
+            if k:
+                yield self.env.timeout(links[k - 1].latency_s)  # the head reaches the next hop
+            hops.append(link.transfer(nbytes, label, "send"))
+        ends = yield simpy.AllOf(self.env, hops)
+        done = 0.0
+        for link, hop in zip(links, hops, strict=True):
+            done = max(ends[hop], done + link.latency_s)
+        if done > self.env.now:
+            yield self.env.timeout(done - self.env.now)
+        return self.env.now
+
+    def _store_and_forward(self, links: list[Channel], nbytes: float, label: str,
+                           chunks: int) -> Generator[Any, Any, float]:
+        piece = nbytes / chunks
+        previous: list[simpy.Event | None] = [None] * len(links)  # last piece's event on each hop
+        for _ in range(chunks):
+            previous = self._forward_piece(links, piece, label, previous)
+        yield previous[-1]
+        return self.env.now
+
+    def _forward_piece(self, links: list[Channel], piece: float, label: str,
+                       previous: list[simpy.Event | None]) -> list[simpy.Event | None]:
+        events: list[simpy.Event | None] = []
+        arrived: simpy.Event | None = None
+        for k, link in enumerate(links):
+            waits = [e for e in (arrived, previous[k]) if e is not None]
+            arrived = self._after(waits, link, piece, label)
+            events.append(arrived)
+        return events
+
+    def _after(self, waits: list[simpy.Event], link: Channel, piece: float, label: str) -> simpy.Event:
+        if not waits:
+            return link.transfer(piece, label, "send")
+        done = self.env.event()
+
+        def start(_e: Any) -> None:
+            link.transfer(piece, label, "send").callbacks.append(lambda ev: done.succeed(ev.value))
+
+        simpy.AllOf(self.env, waits).callbacks.append(start)
+        return done
+
+
+def _all_of(env: simpy.Environment, events: list[simpy.Event]) -> Generator[Any, Any, float]:
+    yield simpy.AllOf(env, events)
+    return env.now
+
+
+def _check_connected(graph: nx.DiGraph, chips: list[Any]) -> None:
+    if not chips:
+        raise PodsimError("the topology has no chips")
+    reach = nx.descendants(graph, chips[0]) | {chips[0]}
+    missing = [c for c in chips if c not in reach]
+    if not missing and nx.ancestors(graph, chips[0]) | {chips[0]} >= set(chips):
+        return
+    raise PodsimError(f"the topology is disconnected: chip {missing[0] if missing else chips[0]!r} cannot reach "
+                      f"every other chip; every chip must reach every other over links")
