@@ -56,7 +56,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bf16", help=f"one of {', '.join(DTYPE_BYTES)}")
     p.add_argument("--memory", default="hbm", choices=("hbm", "vmem", "ici"), help="which bandwidth roof")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("collective", help="simulate one collective on a topology")
+    p.add_argument("kind", help="all_gather, reduce_scatter, all_reduce, all_to_all or broadcast")
+    _chip_args(p)
+    _network_args(p)
+    p.add_argument("--bytes", required=True, help="V: the full gathered / unreduced array of one group (e.g. 64MB)")
+    p.add_argument("--axes", help="topology axis indices, e.g. 0,1 (default: all axes)")
+    p.add_argument("--algorithm", default="auto", help="auto, bidirectional or unidirectional")
+    p.add_argument("--multi-axis", default="parallel", help="parallel (split over axes at once) or sequential")
+    p.add_argument("--root", type=int, help="broadcast root chip (default: chip 0)")
+    p.add_argument("--mode", default="auto", help="auto, full or reduced (one representative ring per axis)")
+    _output_args(p)
+    p = sub.add_parser("send", help="simulate one point-to-point message")
+    _chip_args(p)
+    _network_args(p)
+    p.add_argument("--src", required=True, help="source chip coordinate, e.g. 0,0 (or chip index)")
+    p.add_argument("--dst", required=True, help="destination chip coordinate, e.g. 1,1")
+    p.add_argument("--bytes", required=True, help="message size, e.g. 1MB")
+    p.add_argument("--single-path", action="store_true", help="use one route only (default: link-disjoint routes)")
+    p.add_argument("--json", action="store_true")
     return parser
+
+
+def _network_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topology", required=True, help="e.g. ring:8, torus:4x4, mesh:4x4, slice:8x16, switch:8")
+    p.add_argument("--switching", default="cut_through", help="cut_through or store_and_forward")
+    p.add_argument("--chunks", default="1", help="pieces a message is cut into (store and forward pipelining)")
 
 
 def _output_args(p: argparse.ArgumentParser) -> None:
@@ -178,7 +203,85 @@ def cmd_roofline(args: argparse.Namespace) -> None:
           f" bounds [{format_quantity(out['lower_bound_s'], 's')}, {format_quantity(out['upper_bound_s'], 's')}]")
 
 
-COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline}
+def _system(args: argparse.Namespace) -> Any:
+    from simulator.system import System
+
+    return System(_resolve_chip(args, "tpu-v5e"), topology=args.topology, switching=args.switching)
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise PodsimError(f"{flag} {text!r} must be comma-separated integers, e.g. 0,1") from None
+
+
+def cmd_collective(args: argparse.Namespace) -> None:
+    from simulator.collectives import run_collective
+    from simulator.result import Result
+
+    system = _system(args)
+    nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
+    axes = _int_list(args.axes, "--axes") if args.axes else None
+    chunks = _parse_count(args.chunks, "--chunks")
+    r = run_collective(args.kind, system, nbytes, axes=axes, algorithm=args.algorithm, multi_axis=args.multi_axis,
+                       chunks=chunks, root=args.root, mode=args.mode)
+    params = {"kind": args.kind, "chip": system.spec.name, "topology": args.topology, "bytes": nbytes,
+              "axes": axes, "algorithm": args.algorithm, "multi_axis": args.multi_axis, "chunks": chunks,
+              "switching": args.switching, "mode": args.mode}
+    result = Result("collective", params, system.metrics(), extra=r.to_json(), trace=system.trace,
+                    headline=f"{args.kind} of {format_quantity(nbytes, 'B')} on {args.topology}")
+    write_outputs(result, args)
+    if args.json:
+        print(result.dumps())
+        return
+    print(f"{result.headline} ({r.group_size} devices per group, {r.groups} group(s), {r.mode} simulation)")
+    print(f"  simulated   {format_quantity(r.time_s, 's')}")
+    print(f"  closed form {format_quantity(r.analytic_s, 's')}" +
+          (f"   book estimate {format_quantity(r.book_s, 's')}" if r.book_s else ""))
+    print(f"  algbw {format_quantity(r.algbw_bytes_per_s, 'B/s')}, busbw {format_quantity(r.busbw_bytes_per_s, 'B/s')}"
+          f", busiest link carried {format_quantity(r.max_link_bytes, 'B')}")
+
+
+def _parse_count(text: str, flag: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise PodsimError(f"{flag} {text!r} must be a whole number >= 1") from None
+    if value < 1:
+        raise PodsimError(f"{flag} {text!r} must be a whole number >= 1")
+    return value
+
+
+def _chip_at(graph: Any, text: str, flag: str) -> int:
+    import topologies
+
+    coord = _int_list(text, flag)
+    if len(coord) == 1 and len(graph.graph.get("shape", ())) != 1:
+        chips = topologies.chips(graph)
+        if coord[0] not in chips:
+            raise PodsimError(f"{flag} {text!r}: no chip {coord[0]}; chips are 0..{len(chips) - 1}")
+        return coord[0]
+    return topologies.coord_to_node(graph, tuple(coord))
+
+
+def cmd_send(args: argparse.Namespace) -> None:
+    from simulator.network import send
+
+    system = _system(args)
+    src, dst = _chip_at(system.graph, args.src, "--src"), _chip_at(system.graph, args.dst, "--dst")
+    out = send(system, src, dst, parse_positive(args.bytes, "bytes", name="--bytes"),
+               chunks=_parse_count(args.chunks, "--chunks"), multipath=not args.single_path)
+    if args.json:
+        print(json.dumps(jsonable({"src": args.src, "dst": args.dst, "topology": args.topology, **out}), indent=2))
+        return
+    print(f"{args.src} -> {args.dst} on {args.topology}: {format_quantity(out['time_s'], 's')} "
+          f"(closed form {format_quantity(out['analytic_s'], 's')}), first byte after "
+          f"{format_quantity(out['first_byte_s'], 's')}, {out['hops']} hops over {out['links_used']} route(s)")
+
+
+COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,
+            "collective": cmd_collective, "send": cmd_send}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

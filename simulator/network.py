@@ -25,6 +25,7 @@ from typing import Any
 import networkx as nx
 import simpy
 
+from simulator import analytic
 from simulator.channel import Channel
 from simulator.errors import PodsimError
 from simulator.trace import Trace
@@ -198,3 +199,32 @@ def _check_connected(graph: nx.DiGraph, chips: list[Any]) -> None:
         return
     raise PodsimError(f"the topology is disconnected: chip {missing[0] if missing else chips[0]!r} cannot reach "
                       f"every other chip; every chip must reach every other over links")
+
+
+def send(system: Any, src: Any, dst: Any, nbytes: float, *, chunks: int = 1, multipath: bool = True) -> dict[str, Any]:
+    """Simulate one point-to-point message on ``system`` and report it beside the closed form.
+
+    ``first_byte_s`` is when bytes start arriving at ``dst`` (the first byte on the last link);
+    ``links_used`` is how many link-disjoint routes carry a share; ``hops`` counts links per route.
+    """
+    net: Network = system.network
+    if net is None:
+        raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
+    positive(nbytes, name="bytes")
+    paths = net.routes(src, dst, multipath)
+    start = system.env.now
+    net.message(src, dst, nbytes, "send", chunks, multipath)
+    system.run()
+    last_links = {f"link {p[-2]}->{p[-1]}" for p in paths if len(p) > 1}
+    first = min((s.start for s in system.trace.spans if s.unit in last_links), default=start)
+    hops = max(len(p) - 1 for p in paths)
+    edge = net.graph.edges[paths[0][0], paths[0][1]] if hops else {"latency_s": 0.0, "bandwidth_bytes_per_s": 1.0}
+    if net.switching == "cut_through":
+        closed = analytic.point_to_point_time(nbytes, hops, edge["bandwidth_bytes_per_s"], edge["latency_s"],
+                                              len(paths)) if hops else 0.0
+    else:
+        closed = analytic.store_and_forward_time(nbytes / len(paths), hops, edge["bandwidth_bytes_per_s"],
+                                                 edge["latency_s"], chunks)
+    return {"time_s": system.env.now - start, "first_byte_s": first - start, "hops": hops, "links_used": len(paths),
+            "analytic_s": closed, "routes": [list(p) for p in paths], "bytes": nbytes, "switching": net.switching,
+            "chunks": chunks, "link_bytes": net.link_bytes()}

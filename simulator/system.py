@@ -13,7 +13,6 @@ import networkx as nx
 import simpy
 
 import topologies
-
 from simulator.chip import Chip
 from simulator.errors import DeadlockError, PodsimError
 from simulator.network import Network

@@ -1,0 +1,73 @@
+"""Where does a collective stop being latency-bound and start being bandwidth-bound?
+
+Sweeps the array size V of one collective (default: AllReduce over every axis of a 16x16 tpu-v5e
+slice) from bytes to gigabytes, simulating each point beside its closed form and the book's
+estimate. Small arrays pay the per-hop latency at every ring step; large ones are limited by link
+bandwidth, where bus bandwidth (nccl-tests convention) approaches its ceiling. The crossover is
+where the bandwidth term equals the latency term: found from the simulated times (the size at
+which the time is twice the small-message time) and from the closed form.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from simulator.collectives import KINDS, run_collective
+from simulator.errors import PodsimError
+from simulator.result import Result
+from simulator.specs import ChipSpec
+from simulator.system import System, resolve_chip
+
+DEFAULT_SIZES = tuple(4**i for i in range(0, 17))  # 1 B .. 4 GiB
+
+
+def _point(kind: str, spec: ChipSpec, topology: str, nbytes: float, axes: Any, trace: bool) -> tuple[System, Any]:
+    system = System(spec, topology=topology, trace=trace)
+    return system, run_collective(kind, system, nbytes, axes=axes)
+
+
+def _crossover(sizes: list[float], times: list[float], floor_s: float) -> float | None:
+    """Size at which time = 2 x floor_s, interpolated log-log between the bracketing points."""
+    target = 2 * floor_s
+    for (v0, t0), (v1, t1) in zip(zip(sizes, times, strict=True), zip(sizes[1:], times[1:], strict=True),
+                                  strict=False):
+        if t0 <= target <= t1 and t1 > t0:
+            f = (math.log(target) - math.log(t0)) / (math.log(t1) - math.log(t0))
+            return math.exp(math.log(v0) + f * (math.log(v1) - math.log(v0)))
+    return None
+
+
+def run(*, kind: str = "all_reduce", topology: str = "slice:16x16", axes: tuple = (), sizes: tuple = DEFAULT_SIZES,
+        chip: str | ChipSpec = "tpu-v5e", trace: bool = True) -> Result:
+    """Simulate ``kind`` at every size in ``sizes`` (bytes) on ``topology``; ``axes`` empty = all axes."""
+    spec = resolve_chip(chip)
+    if kind not in KINDS:
+        raise PodsimError(f"unknown collective {kind!r}; valid kinds: {', '.join(KINDS)}")
+    if not sizes or any(v <= 0 for v in sizes):
+        raise PodsimError(f"sizes={sizes!r} must be a non-empty list of positive byte counts")
+    axes_arg = list(axes) if axes else None
+    points, last = [], None
+    for v in sorted(sizes):
+        last, r = _point(kind, spec, topology, v, axes_arg, trace and v == max(sizes))
+        points.append({"bytes": v, "time_s": r.time_s, "analytic_s": r.analytic_s, "book_s": r.book_s,
+                       "busbw_bytes_per_s": r.busbw_bytes_per_s, "algbw_bytes_per_s": r.algbw_bytes_per_s})
+    latency_floor = _point(kind, spec, topology, 1e-9, axes_arg, False)[1]
+    sim_x = _crossover([p["bytes"] for p in points], [p["time_s"] for p in points], latency_floor.time_s)
+    an_x = _crossover([p["bytes"] for p in points], [p["analytic_s"] for p in points], latency_floor.analytic_s)
+    for p in points:
+        p["regime"] = "latency" if p["time_s"] < 2 * latency_floor.time_s else "bandwidth"
+    return Result(
+        scenario="collective_sweep",
+        params=dict(kind=kind, topology=topology, axes=list(axes), sizes=list(sizes), chip=spec.name),
+        metrics=last.metrics(),
+        extra={"points": points, "latency_floor_s": latency_floor.time_s,
+               "crossover_bytes": sim_x, "analytic_crossover_bytes": an_x,
+               "max_busbw_bytes_per_s": max(p["busbw_bytes_per_s"] for p in points)},
+        trace=last.trace,
+        headline=(f"{kind} on {topology}: latency-bound below about {_fmt(sim_x)} (closed form {_fmt(an_x)}); "
+                  f"bus bandwidth peaks at {max(p['busbw_bytes_per_s'] for p in points) / 1e9:.4g} GB/s"),
+    )
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v / 1e3:.4g} kB"
