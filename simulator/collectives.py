@@ -596,12 +596,12 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, *, axes:
     closed = _closed_form(kind, net, group, parts, bidi, key_bytes, chunks, root_pos)
     algbw, busbw = analytic.bus_bandwidth(kind, nbytes, time_s, group.n)
     link_bytes = net.link_bytes()
-    scale = _reduced_scale(groups, group) if reduced else 1
     return CollectiveResult(
         kind=kind, time_s=time_s, analytic_s=closed, book_s=_book_time(kind, group, net, parts, nbytes),
         nbytes=nbytes, padded_bytes=key_bytes * n_keys - nbytes, group_size=group.n, groups=len(groups),
         algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw, max_link_bytes=max(link_bytes.values(), default=0.0),
-        total_link_bytes=sum(link_bytes.values()) * scale, mode="reduced" if reduced else "full",
+        total_link_bytes=_total_link_bytes(net, groups, group) if reduced else sum(link_bytes.values()),
+        mode="reduced" if reduced else "full",
         n_transfers=len(schedule.transfers), link_bytes=link_bytes,
         outputs=_outputs(kind, groups, buffers, parts, chunks) if buffers is not None else None)
 
@@ -625,9 +625,14 @@ def _use_reduced(mode: str, kind: str, data: Any, group: Group, net: Network) ->
     return eligible and mode != "full"
 
 
-def _reduced_scale(groups: list[Group], group: Group) -> float:
-    """How many copies of the representative rings the full system holds (for total link bytes)."""
-    return len(groups) * group.n / max(group.sizes) if group.sizes else 1
+def _total_link_bytes(net: Network, groups: list[Group], group: Group) -> float:
+    """Bytes over all links of the full system, from the representative rings of a reduced run:
+    each link of axis a stands for the ``groups * n / n_a`` rings along that axis."""
+    total = 0.0
+    for (u, v), channel in net._links.items():
+        n_axis = net.shape[net.graph.edges[u, v]["axis"]]
+        total += channel.bytes_carried * len(groups) * group.n / n_axis
+    return total
 
 
 def _no_op(kind: str, nbytes: float, n_groups: int) -> CollectiveResult:

@@ -48,6 +48,7 @@ class Network:
         self.switching = switching
         self.chips = sorted(v for v, role in graph.nodes(data="role") if role == "chip")
         _check_connected(graph, self.chips)
+        _check_links(graph)
         self._links: dict[tuple[Any, Any], Channel] = {}
         self._routes: dict[tuple[Any, Any, bool], list[list[Any]]] = {}
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
@@ -188,6 +189,15 @@ class Network:
 def _all_of(env: simpy.Environment, events: list[simpy.Event]) -> Generator[Any, Any, float]:
     yield simpy.AllOf(env, events)
     return env.now
+
+
+def _check_links(graph: nx.DiGraph) -> None:
+    for u, v, data in graph.edges(data=True):
+        try:
+            positive(data.get("bandwidth_bytes_per_s"), name=f"link {u}->{v} bandwidth_bytes_per_s")
+            positive(data.get("latency_s"), name=f"link {u}->{v} latency_s", allow_zero=True)
+        except PodsimError as err:
+            raise PodsimError(f"{err}; every link needs a bandwidth > 0 and a latency >= 0") from None
 
 
 def _check_connected(graph: nx.DiGraph, chips: list[Any]) -> None:

@@ -1,0 +1,112 @@
+"""Links, routing and point-to-point messages against REFERENCE.md's latency + bandwidth forms."""
+import networkx as nx
+import pytest
+
+import topologies
+from simulator import analytic
+from simulator.errors import PodsimError
+from simulator.network import Network, send
+from simulator.system import System
+
+B, A = 4.5e10, 1e-6  # tpu-v5e ICI one-way bandwidth per link, hop latency
+
+
+@pytest.mark.parametrize("spec,src,dst,hops", [
+    ("torus:8x8", 0, 8 * 3 + 3, 6),   # (0,0) -> (3,3): 3 + 3 hops
+    ("torus:8x8", 0, 8 * 7 + 7, 2),   # (0,0) -> (7,7): wraparound makes it 1 + 1
+    ("mesh:8x8", 0, 8 * 7 + 7, 14),   # no wraparound: 7 + 7
+    ("ring:16", 0, 9, 7),             # shortest way round
+])
+def test_dimension_order_route_lengths(spec, src, dst, hops):
+    net = Network(System().env, topologies.parse_spec(spec))
+    (path,) = net.routes(src, dst)
+    assert len(path) - 1 == hops
+    assert all(net.graph.has_edge(u, v) for u, v in zip(path, path[1:], strict=False))
+
+
+@pytest.mark.parametrize("nbytes", [1e3, 1e6, 1e9])
+@pytest.mark.parametrize("hops_to", [1, 3, 5])
+def test_cut_through_adds_latency_and_bandwidth(nbytes, hops_to):
+    system = System("tpu-v5e", topology="mesh:8")
+    out = send(system, 0, hops_to, nbytes, multipath=False)
+    assert out["time_s"] == pytest.approx(hops_to * A + nbytes / B, rel=1e-12)
+    assert out["first_byte_s"] == pytest.approx(hops_to * A, rel=1e-12)
+    assert out["time_s"] == pytest.approx(analytic.point_to_point_time(nbytes, hops_to, B, A))
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 8])
+def test_store_and_forward_pipelines_chunks(chunks):
+    system = System("tpu-v5e", topology="mesh:8", switching="store_and_forward")
+    out = send(system, 0, 4, 1e6, chunks=chunks, multipath=False)
+    piece = 1e6 / chunks / B
+    assert out["time_s"] == pytest.approx((4 + chunks - 1) * (A + piece), rel=1e-12)
+    assert out["first_byte_s"] == pytest.approx(3 * (A + piece) + A, rel=1e-12)
+
+
+def test_store_and_forward_is_slower_than_cut_through_over_several_hops():
+    times = {mode: send(System(topology="mesh:8", switching=mode), 0, 5, 1e7, multipath=False)["time_s"]
+             for mode in ("cut_through", "store_and_forward")}
+    assert times["store_and_forward"] == pytest.approx(5 * times["cut_through"] - 4 * 5 * A, rel=1e-9)
+
+
+def test_multipath_uses_link_disjoint_routes_in_parallel():
+    out = send(System(topology="torus:4x4x4"), 0, 16 + 4 + 1, 3e6)  # (0,0,0) -> (1,1,1)
+    assert out["links_used"] == 3 and out["hops"] == 3
+    assert out["time_s"] == pytest.approx(3 * A + 3e6 / (3 * B), rel=1e-12)
+    edges = [tuple(p[i:i + 2]) for p in out["routes"] for i in range(len(p) - 1)]
+    assert len(edges) == len(set(edges))  # no link direction shared between the routes
+
+
+def test_two_flows_on_one_link_each_see_half_the_bandwidth():
+    system = System(topology="line:3")
+    net = system.network
+    first, second = net.message(0, 1, 9e6), net.message(0, 2, 9e6)  # both use link 0->1
+    system.run()
+    # both share 0->1 at B/2 until 9e6 bytes each have crossed: 2 * 9e6 / B after the latency
+    assert first.value == pytest.approx(A + 2 * 9e6 / B, rel=1e-9)
+    assert second.value == pytest.approx(A + 2 * 9e6 / B + A, rel=1e-9)
+    assert net.link_bytes() == {"0->1": 18e6, "1->2": 9e6}
+
+
+def test_links_appear_as_tracks_in_the_trace():
+    system = System(topology="ring:4")
+    send(system, 0, 2, 1e6, multipath=False)
+    units = {s.unit for s in system.trace.spans}
+    assert units == {"link 0->1", "link 1->2"} or units == {"link 0->3", "link 3->2"}
+
+
+def test_switch_route_goes_through_the_switch():
+    system = System("h100", topology="switch:8")
+    out = send(system, 2, 5, 4.5e8)
+    assert out["routes"] == [[2, "sw0", 5]]
+    assert out["time_s"] == pytest.approx(2e-6 + 4.5e8 / 4.5e11, rel=1e-12)
+
+
+def test_disconnected_topology_is_rejected():
+    graph = topologies.ring(4)
+    graph.remove_edge(1, 2)
+    graph.remove_edge(2, 1)
+    graph.remove_edge(3, 0)
+    graph.remove_edge(0, 3)
+    with pytest.raises(PodsimError, match="disconnected"):
+        Network(System().env, graph)
+
+
+def test_unknown_switching_and_bad_chunks():
+    with pytest.raises(PodsimError, match="switching='wormhole'"):
+        System(topology="ring:4", switching="wormhole")
+    with pytest.raises(PodsimError, match="chunks"):
+        System(topology="ring:4").network.message(0, 1, 10, chunks=0)
+
+
+def test_bad_link_bandwidth_in_a_graph():
+    graph = nx.DiGraph(kind="custom", shape=(2,), wrap=(False,))
+    graph.add_node(0, role="chip", coord=(0,))
+    graph.add_node(1, role="chip", coord=(1,))
+    graph.add_edge(0, 1, bandwidth_bytes_per_s=0.0, latency_s=1e-6)
+    graph.add_edge(1, 0, bandwidth_bytes_per_s=1e9, latency_s=1e-6)
+    with pytest.raises(PodsimError, match=r"link 0->1 bandwidth_bytes_per_s=0\.0"):
+        System(topology=graph)
+    graph.edges[0, 1].update(bandwidth_bytes_per_s=1e9, latency_s=-1.0)
+    with pytest.raises(PodsimError, match=r"link 0->1 latency_s=-1\.0"):
+        System(topology=graph)
