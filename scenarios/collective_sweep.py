@@ -4,12 +4,11 @@ Sweeps the array size V of one collective (default: AllReduce over every axis of
 slice) from bytes to gigabytes, simulating each point beside its closed form and the book's
 estimate. Small arrays pay the per-hop latency at every ring step; large ones are limited by link
 bandwidth, where bus bandwidth (nccl-tests convention) approaches its ceiling. The crossover is
-where the bandwidth term equals the latency term: found from the simulated times (the size at
-which the time is twice the small-message time) and from the closed form.
+where the bandwidth term equals the latency term: found from the simulated times (the latency
+floor over the slope of time against size) and in the same way from the closed form.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from simulator.collectives import KINDS, run_collective
@@ -27,14 +26,12 @@ def _point(kind: str, spec: ChipSpec, topology: str, nbytes: float, axes: Any, t
 
 
 def _crossover(sizes: list[float], times: list[float], floor_s: float) -> float | None:
-    """Size at which time = 2 x floor_s, interpolated log-log between the bracketing points."""
-    target = 2 * floor_s
-    for (v0, t0), (v1, t1) in zip(zip(sizes, times, strict=True), zip(sizes[1:], times[1:], strict=True),
-                                  strict=False):
-        if t0 <= target <= t1 and t1 > t0:
-            f = (math.log(target) - math.log(t0)) / (math.log(t1) - math.log(t0))
-            return math.exp(math.log(v0) + f * (math.log(v1) - math.log(v0)))
-    return None
+    """Size at which the bandwidth term equals the latency floor: time = floor + slope x V, with the
+    slope (seconds per byte) read off the two largest sizes, where time is affine in V."""
+    if len(sizes) < 2 or sizes[-1] == sizes[-2]:
+        return None
+    slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
+    return floor_s / slope if slope > 0 else None
 
 
 def run(*, kind: str = "all_reduce", topology: str = "slice:16x16", axes: tuple = (), sizes: tuple = DEFAULT_SIZES,

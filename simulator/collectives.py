@@ -419,9 +419,10 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
 def _step_params(net: Network, group: Group, axis: int, bidi: bool) -> tuple[float, float]:
     """(latency, effective one-way bandwidth) of one ring step along ``axis``.
 
-    Latency is summed over the route between neighbours; bandwidth is the route's slowest link divided
-    by how many of the ring's step messages share one link (2 for a bidirectional ring on a switch,
-    where both directions leave through the same port; 1 on a torus).
+    Latency is summed over the route between neighbours; bandwidth is a link's bandwidth divided by
+    how many of the ring's step messages share it (2 for a bidirectional ring on a switch, where both
+    directions leave through the same port; 1 on a torus). Both are taken at the ring's slowest step
+    (an InfiniBand or DCN crossing in a two-level system).
     """
     ring = group.ring(tuple(0 for _ in group.sizes), axis, False)
     n = len(ring.devices)
@@ -434,10 +435,12 @@ def _step_params(net: Network, group: Group, axis: int, bidi: bool) -> tuple[flo
         path = net.routes(ring.devices[i], ring.devices[j])[0]
         for edge in zip(path, path[1:], strict=False):
             use[edge] += 1
-    path = net.routes(ring.devices[0], ring.devices[1])[0]
-    edges = [net.graph.edges[u, v] for u, v in zip(path, path[1:], strict=False)]
-    latency = sum(e["latency_s"] for e in edges)
-    bandwidth = min(e["bandwidth_bytes_per_s"] for e in edges) / max(use.values())
+    latency, bandwidth = 0.0, math.inf
+    for i in range(n if ring.wrap else n - 1):  # the slowest step sets the pace of the whole ring
+        path = net.routes(ring.devices[i], ring.devices[(i + 1) % n])[0]
+        edges = list(zip(path, path[1:], strict=False))
+        latency = max(latency, sum(net.graph.edges[e]["latency_s"] for e in edges))
+        bandwidth = min(bandwidth, min(net.graph.edges[e]["bandwidth_bytes_per_s"] / use[e] for e in edges))
     return latency, bandwidth
 
 

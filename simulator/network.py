@@ -14,7 +14,7 @@ Multi-hop messages are either
 Chunks matter only to store-and-forward: a cut-through message already pipelines at flit level.
 
 Routing: dimension order on tori and meshes (shortest way round each ring, ties broken toward +1),
-shortest paths elsewhere. ``multipath`` splits a message evenly over link-disjoint dimension-order
+elsewhere the quickest path for a 1 MB message (so NVLink beats InfiniBand inside a node). ``multipath`` splits a message evenly over link-disjoint dimension-order
 routes (one per rotation of the axes it must cross), so ``links_used`` links leave the source at once.
 """
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Network:
             self._check_chip(src)
             self._check_chip(dst)
             self._routes[key] = self._grid_routes(src, dst, multipath) if self.grid else \
-                [nx.shortest_path(self.graph, src, dst)]
+                [nx.shortest_path(self.graph, src, dst, weight=_route_cost)]
         return self._routes[key]
 
     def _check_chip(self, node: Any) -> None:
@@ -184,6 +184,11 @@ class Network:
 
         simpy.AllOf(self.env, waits).callbacks.append(start)
         return done
+
+
+def _route_cost(u: Any, v: Any, data: dict[str, Any]) -> float:
+    """Seconds a 1 MB message spends on a link: latency plus bytes over bandwidth (prefers fast links)."""
+    return data["latency_s"] + 1e6 / data["bandwidth_bytes_per_s"]
 
 
 def _all_of(env: simpy.Environment, events: list[simpy.Event]) -> Generator[Any, Any, float]:
