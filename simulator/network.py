@@ -14,8 +14,9 @@ Multi-hop messages are either
 Chunks matter only to store-and-forward: a cut-through message already pipelines at flit level.
 
 Routing: dimension order on tori and meshes (shortest way round each ring, ties broken toward +1),
-elsewhere the quickest path for a 1 MB message (so NVLink beats InfiniBand inside a node). ``multipath`` splits a message evenly over link-disjoint dimension-order
-routes (one per rotation of the axes it must cross), so ``links_used`` links leave the source at once.
+elsewhere the quickest path for a 1 MB message (so NVLink beats InfiniBand inside a node).
+``multipath`` splits a message evenly over link-disjoint dimension-order routes (one per rotation
+of the axes it must cross), so ``links_used`` links leave the source at once.
 """
 from __future__ import annotations
 
