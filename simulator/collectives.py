@@ -224,8 +224,13 @@ class CollectiveResult:
         return {k: v for k, v in self.__dict__.items() if k != "outputs"}
 
 
-def _groups(net: Network, axes: Sequence[int] | None) -> list[Group]:
-    """The independent groups a collective over ``axes`` runs in (size-1 axes dropped)."""
+def _groups(net: Network, axes: Sequence[Any] | None, mesh: Any = None) -> list[Group]:
+    """The independent groups a collective over ``axes`` runs in (size-1 axes dropped).
+
+    Axes are physical axis indices, or logical axis names when a `simulator.mesh.Mesh` is given.
+    """
+    if mesh is not None:
+        return _mesh_groups(mesh, axes)
     if not net.grid:
         if axes is not None:
             raise PodsimError(f"axes={list(axes)!r}: topology {net.graph.graph.get('kind')!r} has no axes; "
@@ -237,21 +242,32 @@ def _groups(net: Network, axes: Sequence[int] | None) -> list[Group]:
         if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < ndim:
             raise PodsimError(f"axis {a!r} is not an axis of shape {'x'.join(map(str, net.shape))}; "
                               f"valid axes: {', '.join(map(str, range(ndim)))}")
+    return _grid_groups(list(net.shape), list(net.wrap), axes, lambda coord: net._node(tuple(coord)))
+
+
+def _mesh_groups(mesh: Any, axes: Sequence[Any] | None) -> list[Group]:
+    names = list(mesh.names) if axes is None else list(axes)
+    idx = [mesh.index(name) for name in names]
+    wraps = [mesh.is_ring(name) for name in mesh.names]
+    return _grid_groups(list(mesh.sizes), wraps, idx, mesh.device)
+
+
+def _grid_groups(shape: list[int], wrap: list[bool], axes: list[int], node: Callable[[list[int]], Any]) -> list[Group]:
     if len(set(axes)) != len(axes):
         raise PodsimError(f"axes={axes!r} names an axis twice")
-    axes = [a for a in axes if net.shape[a] > 1]
-    others = [a for a in range(ndim) if a not in axes]
+    axes = [a for a in axes if shape[a] > 1]
+    others = [a for a in range(len(shape)) if a not in axes]
     groups = []
-    for base in itertools.product(*(range(net.shape[a]) for a in others)):
+    for base in itertools.product(*(range(shape[a]) for a in others)):
         members = {}
-        for pos in itertools.product(*(range(net.shape[a]) for a in axes)):
-            coord = [0] * ndim
+        for pos in itertools.product(*(range(shape[a]) for a in axes)):
+            coord = [0] * len(shape)
             for a, v in zip(others, base, strict=True):
                 coord[a] = v
             for a, v in zip(axes, pos, strict=True):
                 coord[a] = v
-            members[pos] = net._node(tuple(coord))
-        groups.append(Group(tuple(net.shape[a] for a in axes), tuple(net.wrap[a] for a in axes), members))
+            members[pos] = node(coord)
+        groups.append(Group(tuple(shape[a] for a in axes), tuple(wrap[a] for a in axes), members))
     return groups
 
 
@@ -554,15 +570,16 @@ def _check_data(kind: str, data: np.ndarray, n_chips: int, n: int, parts: int, c
     return {"all_gather": row_bytes * n, "all_to_all": row_bytes * n}.get(kind, row_bytes)
 
 
-def run_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[int] | None = None,
+def run_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
                    algorithm: str = "auto", multi_axis: str = "parallel", chunks: int = 1, root: Any = None,
-                   data: np.ndarray | None = None, mode: str = "auto") -> CollectiveResult:
+                   data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None) -> CollectiveResult:
     """Run one collective on ``system`` (a `System` with a topology) and return its figures.
 
     ``nbytes`` is V: the full gathered array (AllGather), the unreduced array on each device
     (ReduceScatter, AllReduce), the whole array spread over the group (AllToAll), or the root's array
     (Broadcast). With ``data`` (one row per chip) the arrays move for real and ``outputs`` holds each
-    chip's result; V then comes from the data.
+    chip's result; V then comes from the data. With a `simulator.mesh.Mesh`, ``axes`` are logical
+    axis names (default: all of them) and the groups follow the mesh's placement.
     """
     net = system.network
     if net is None:
@@ -574,7 +591,7 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, *, axes:
         if value not in valid:
             raise PodsimError(f"{name}={value!r}; valid: {', '.join(valid)}")
     positive_int(chunks, name="chunks")
-    groups = _groups(net, axes)
+    groups = _groups(net, axes, mesh)
     group = groups[0]
     bidi = algorithm == "bidirectional" or (algorithm == "auto" and net.grid)
     parts = len(group.sizes) if multi_axis == "parallel" and kind not in ("all_to_all", "broadcast") else 1
@@ -586,7 +603,9 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, *, axes:
     positive(nbytes, name="nbytes")
     if group.n == 1:
         return _no_op(kind, nbytes, len(groups))
-    reduced = _use_reduced(mode, kind, data, group, net)
+    one_to_one = mesh is None or all(len(mesh.physical_axes(n)) == 1 for n, s in zip(mesh.names, mesh.sizes,
+                                                                                     strict=True) if s > 1)
+    reduced = _use_reduced(mode, kind, data, group, net, one_to_one)
     n_keys = _n_keys(kind, group.n, parts, chunks)
     key_bytes = math.ceil(nbytes / n_keys) if data is None and float(nbytes).is_integer() else nbytes / n_keys
     schedule = Schedule(key_bytes)
@@ -619,9 +638,9 @@ def _root_position(groups: list[Group], root: Any) -> tuple[int, ...]:
     raise PodsimError(f"root={root!r} is not a chip of this collective's groups")
 
 
-def _use_reduced(mode: str, kind: str, data: Any, group: Group, net: Network) -> bool:
+def _use_reduced(mode: str, kind: str, data: Any, group: Group, net: Network, one_to_one: bool = True) -> bool:
     eligible = data is None and kind in ("all_gather", "reduce_scatter", "all_reduce") and net.grid \
-        and all(group.wraps)
+        and all(group.wraps) and one_to_one
     if mode == "reduced" and not eligible:
         raise PodsimError("mode='reduced' needs a timing-only AllGather, ReduceScatter or AllReduce over axes that "
                           "all wrap; use mode='full'")

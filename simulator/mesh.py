@@ -1,0 +1,179 @@
+"""`Mesh`: named logical axes laid on the physical axes of a topology.
+
+A logical mesh is only names: ``X=4,Y=2`` says there are 8 devices indexed by (x, y). Bandwidth
+comes from the links underneath, so the placement matters -- the same logical axis laid on a
+wrapped physical axis is a ring, on an unwrapped one a line (about twice as slow for collectives).
+
+Placement: logical axes take the topology's physical axes in order, each consuming consecutive
+physical axes whose lengths multiply to its size (``X=16`` on a 4x4 torus spans both axes, row-major);
+``X=4@1,Y=4@0`` places them explicitly (``@0+1`` for several physical axes). On a switch (or any
+topology without axes) logical coordinates enumerate the chips in index order. Size-1 logical axes
+take no physical axis.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+from simulator.errors import PodsimError
+
+_AXIS = re.compile(r"^\s*(?P<name>[A-Za-z][A-Za-z0-9_]*)\s*=\s*(?P<size>\d+)\s*(?:@\s*(?P<phys>\d+(?:\+\d+)*))?\s*$")
+
+
+@dataclass(frozen=True)
+class MeshSpec:
+    """Parsed ``--mesh`` text: axis names, sizes, and optional explicit physical placement."""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    placement: tuple[tuple[int, ...] | None, ...]
+
+    @property
+    def n_devices(self) -> int:
+        return math.prod(self.sizes)
+
+
+def parse_mesh(text: str) -> MeshSpec:
+    """Parse ``"X=4,Y=2"`` (optionally ``"X=4@1,Y=2@0"``) into a `MeshSpec`."""
+    if not isinstance(text, str) or not text.strip():
+        raise PodsimError(f"mesh spec {text!r} is empty; expected e.g. X=4,Y=2")
+    names, sizes, placement = [], [], []
+    for part in text.split(","):
+        m = _AXIS.match(part)
+        if not m:
+            raise PodsimError(f"mesh spec {text!r}: {part.strip()!r} must look like NAME=SIZE (e.g. X=4) "
+                              "or NAME=SIZE@AXIS (e.g. X=4@1)")
+        name, size = m.group("name"), int(m.group("size"))
+        if name in names:
+            raise PodsimError(f"mesh spec {text!r} names axis {name!r} twice")
+        if size < 1:
+            raise PodsimError(f"mesh spec {text!r}: axis {name}={size} must be >= 1")
+        names.append(name)
+        sizes.append(size)
+        placement.append(tuple(int(p) for p in m.group("phys").split("+")) if m.group("phys") else None)
+    if math.prod(sizes) > 10**6:
+        raise PodsimError(f"mesh spec {text!r} has {math.prod(sizes)} devices; at most 1,000,000 are supported")
+    return MeshSpec(tuple(names), tuple(sizes), tuple(placement))
+
+
+class Mesh:
+    """Logical axes of ``spec`` placed on ``graph``; maps logical coordinates to chips and back."""
+
+    def __init__(self, spec: MeshSpec | str, graph: nx.DiGraph) -> None:
+        self.spec = parse_mesh(spec) if isinstance(spec, str) else spec
+        self.graph = graph
+        self.chips = sorted(v for v, role in graph.nodes(data="role") if role == "chip")
+        if self.spec.n_devices != len(self.chips):
+            raise PodsimError(f"mesh {self.text} has {self.spec.n_devices} devices but the topology has "
+                              f"{len(self.chips)} chips; the axis sizes must multiply to the chip count")
+        self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ())) if _is_grid(graph) else ()
+        self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ())) if self.shape else ()
+        self.placement = self._place()
+        self._device = {coords: self._locate(coords) for coords in itertools.product(*map(range, self.sizes))}
+        self._coords = {dev: c for c, dev in self._device.items()}
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.spec.names
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.spec.sizes
+
+    @property
+    def text(self) -> str:
+        return ",".join(f"{n}={s}" for n, s in zip(self.names, self.sizes, strict=True))
+
+    def size(self, name: str) -> int:
+        return self.sizes[self.index(name)]
+
+    def index(self, name: str) -> int:
+        """Position of logical axis ``name``; `PodsimError` listing the axes if unknown."""
+        if name not in self.names:
+            raise PodsimError(f"axis {name!r} is not in mesh {self.text}; mesh axes: {', '.join(self.names)}")
+        return self.names.index(name)
+
+    def device(self, coords: tuple[int, ...]) -> Any:
+        """The chip at logical ``coords``."""
+        return self._device[tuple(coords)]
+
+    def coords(self, device: Any) -> tuple[int, ...]:
+        """Logical coordinates of ``device``."""
+        return self._coords[device]
+
+    def is_ring(self, name: str) -> bool:
+        """Whether neighbours along logical axis ``name`` close into a ring over the links.
+
+        A logical axis on one wrapped physical axis, on several physical axes, or on a switch is a
+        ring; on one physical axis without wraparound it is a line.
+        """
+        phys = self.placement[self.index(name)]
+        return not self.shape or len(phys) != 1 or self.wrap[phys[0]]
+
+    def physical_axes(self, name: str) -> tuple[int, ...]:
+        return self.placement[self.index(name)]
+
+    def _place(self) -> tuple[tuple[int, ...], ...]:
+        if not self.shape:
+            return tuple(() for _ in self.names)
+        if any(p is not None for p in self.spec.placement):
+            return self._explicit()
+        return self._in_order()
+
+    def _in_order(self) -> tuple[tuple[int, ...], ...]:
+        out, axis = [], 0
+        for name, size in zip(self.names, self.sizes, strict=True):
+            taken: list[int] = []
+            while math.prod(self.shape[a] for a in taken) < size and axis < len(self.shape):
+                taken.append(axis)
+                axis += 1
+            if math.prod(self.shape[a] for a in taken) != size:
+                raise PodsimError(f"mesh {self.text}: axis {name}={size} does not match the physical axes "
+                                  f"{'x'.join(map(str, self.shape))} in order; place it explicitly, e.g. {name}={size}@1")
+            out.append(tuple(taken))
+        return tuple(out)
+
+    def _explicit(self) -> tuple[tuple[int, ...], ...]:
+        out, used = [], set()
+        for name, size, phys in zip(self.names, self.sizes, self.spec.placement, strict=True):
+            phys = phys or ()
+            bad = [a for a in phys if a >= len(self.shape) or a in used]
+            if bad or math.prod(self.shape[a] for a in phys) != size:
+                raise PodsimError(f"mesh {self.text}: axis {name}={size} placed on physical axes {list(phys)} of "
+                                  f"{'x'.join(map(str, self.shape))}; give unused axes whose lengths multiply to {size}")
+            used.update(phys)
+            out.append(phys)
+        return tuple(out)
+
+    def _locate(self, coords: tuple[int, ...]) -> Any:
+        if not self.shape:
+            index = 0
+            for c, n in zip(coords, self.sizes, strict=True):
+                index = index * n + c
+            return self.chips[index]
+        phys = [0] * len(self.shape)
+        for c, axes in zip(coords, self.placement, strict=True):
+            for a in reversed(axes):  # row-major over the physical axes a logical axis spans
+                phys[a], c = c % self.shape[a], c // self.shape[a]
+        index = 0
+        for c, n in zip(phys, self.shape, strict=True):
+            index = index * n + c
+        return index
+
+
+def _is_grid(graph: nx.DiGraph) -> bool:
+    return graph.graph.get("kind") in ("torus", "ring", "line", "mesh") and bool(graph.graph.get("shape"))
+
+
+def default_topology_for(mesh: MeshSpec, chip: Any) -> str:
+    """The topology a mesh runs on when none is given: the chip's slice of the mesh's shape
+    (size-1 axes dropped), or an NVLink switch of that many GPUs."""
+    if getattr(chip, "wraparound", "") == "switch":
+        return f"switch:{mesh.n_devices}"
+    dims = [s for s in mesh.sizes if s > 1] or [1]
+    return "slice:" + "x".join(map(str, dims))
