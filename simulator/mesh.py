@@ -134,7 +134,8 @@ class Mesh:
                 axis += 1
             if math.prod(self.shape[a] for a in taken) != size:
                 raise PodsimError(f"mesh {self.text}: axis {name}={size} does not match the physical axes "
-                                  f"{'x'.join(map(str, self.shape))} in order; place it explicitly, e.g. {name}={size}@1")
+                                  f"{'x'.join(map(str, self.shape))} in order; place it explicitly, "
+                                  f"e.g. {name}={size}@1")
             out.append(tuple(taken))
         return tuple(out)
 
@@ -144,8 +145,9 @@ class Mesh:
             phys = phys or ()
             bad = [a for a in phys if a >= len(self.shape) or a in used]
             if bad or math.prod(self.shape[a] for a in phys) != size:
-                raise PodsimError(f"mesh {self.text}: axis {name}={size} placed on physical axes {list(phys)} of "
-                                  f"{'x'.join(map(str, self.shape))}; give unused axes whose lengths multiply to {size}")
+                raise PodsimError(f"mesh {self.text}: axis {name}={size} placed on physical axes {list(phys)} "
+                                  f"of {'x'.join(map(str, self.shape))}; give unused axes whose lengths multiply "
+                                  f"to {size}")
             used.update(phys)
             out.append(phys)
         return tuple(out)

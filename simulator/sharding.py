@@ -150,10 +150,10 @@ class Step:
     tensor: str
     axes: tuple[str, ...]
     dim: int | None = None  #: 0 or 1: the dimension gathered or scattered onto
+    dim_name: str = ""
 
     def __str__(self) -> str:
-        onto = f" on {'IK'[self.dim] if self.tensor == 'C' else 'IJ'[self.dim] if self.tensor == 'A' else 'JK'[self.dim]}" \
-            if self.dim is not None else ""
+        onto = f" on {self.dim_name}" if self.dim is not None else ""
         return f"{self.kind} {self.tensor} over {_axes_text(self.axes)}{onto}"
 
 
@@ -193,7 +193,8 @@ def strategies(spec: MatmulSpec) -> list[Strategy]:
 
 
 def _candidate(spec: MatmulSpec, a: tuple, b: tuple, ga: tuple[int, ...], gb: tuple[int, ...]) -> Strategy | None:
-    pre = [Step("all_gather", "A", a[d], d) for d in ga] + [Step("all_gather", "B", b[d], d) for d in gb]
+    pre = [Step("all_gather", "A", a[d], d, spec.a.dims[d].name) for d in ga] + \
+        [Step("all_gather", "B", b[d], d, spec.b.dims[d].name) for d in gb]
     ai, aj = (() if 0 in ga else a[0]), (() if 1 in ga else a[1])
     bj, bk = (() if 0 in gb else b[0]), (() if 1 in gb else b[1])
     if aj and bj and aj != bj:
@@ -206,14 +207,16 @@ def _candidate(spec: MatmulSpec, a: tuple, b: tuple, ga: tuple[int, ...], gb: tu
         return None
     natural = (a[0], b[1]) if not set(a[0]) & set(b[1]) else (ai, bk)  # case 4: any output will do
     want = spec.c or ArraySpec("C", (Dim(spec.a.dims[0].name, natural[0]), Dim(spec.b.dims[1].name, natural[1])))
-    post = _finish((ai, bk), contract, (want.dims[0].axes, want.dims[1].axes), want.partial)
+    post = _finish((ai, bk), contract, (want.dims[0].axes, want.dims[1].axes), want.partial,
+                   (spec.a.dims[0].name, spec.b.dims[1].name))
     if post is None:
         return None
     return Strategy(pre, post, (ai, aj), (bj, bk), (want.dims[0].axes, want.dims[1].axes), want.partial)
 
 
 def _finish(have: tuple[tuple[str, ...], tuple[str, ...]], partial: tuple[str, ...],
-            want: tuple[tuple[str, ...], tuple[str, ...]], want_partial: tuple[str, ...]) -> list[Step] | None:
+            want: tuple[tuple[str, ...], tuple[str, ...]], want_partial: tuple[str, ...],
+            names: tuple[str, str]) -> list[Step] | None:
     """Collectives turning C[have]{U_partial} into C[want]{U_want_partial}, or None if not supported."""
     if set(want_partial) - set(partial):
         return None
@@ -223,13 +226,13 @@ def _finish(have: tuple[tuple[str, ...], tuple[str, ...]], partial: tuple[str, .
         extra = want[d][len(have[d]):] if want[d][:len(have[d])] == have[d] else None
         if extra is None:
             if have[d][:len(want[d])] == want[d] and not left:  # output over-sharded: gather the tail
-                steps.append(Step("all_gather", "C", have[d][len(want[d]):], d))
+                steps.append(Step("all_gather", "C", have[d][len(want[d]):], d, names[d]))
                 continue
             return None
         if extra:
             if not set(extra) <= set(left):
                 return None
-            steps.append(Step("reduce_scatter", "C", tuple(extra), d))
+            steps.append(Step("reduce_scatter", "C", tuple(extra), d, names[d]))
             left = [p for p in left if p not in extra]
     if left:  # after any ReduceScatter, which shrinks what is left to reduce
         steps.append(Step("all_reduce", "C", tuple(left)))
@@ -336,7 +339,7 @@ def run_strategy(strategy: Strategy, spec: MatmulSpec, sizes: dict[str, int], sy
     c_shape = (a_shape[0], b_shape[1])
     for step in strategy.post:
         if concatenate_partials and step.kind == "all_reduce":
-            step = Step("all_gather", "C", step.axes, 0)
+            step = Step("all_gather", "C", step.axes, 0, "rows")
         c_loc, c_shape = runner.collective(step, c_loc, c_shape)
     return {"log": runner.log, "blocks": c_loc, "shape": c_shape, "time_s": system.env.now}
 
@@ -365,7 +368,7 @@ def check_blocks(mesh: Mesh, blocks: dict[Any, np.ndarray], reference: np.ndarra
         key = tuple(c for c, name in zip(mesh.coords(dev), mesh.names, strict=True) if name not in partial)
         sums[key] = sums.get(key, 0) + block
     worst = 0.0
-    for dev, block in blocks.items():
+    for dev in blocks:
         key = tuple(c for c, name in zip(mesh.coords(dev), mesh.names, strict=True) if name not in partial)
         want = _take(_take(reference, 0, *_block(mesh, dev, c_axes[0])), 1, *_block(mesh, dev, c_axes[1]))
         got = sums[key]
