@@ -151,10 +151,11 @@ class Step:
     axes: tuple[str, ...]
     dim: int | None = None  #: 0 or 1: the dimension gathered or scattered onto
     dim_name: str = ""
+    array: str = ""  #: the array's own name (H, W, ...) for display; ``tensor`` is its role A, B or C
 
     def __str__(self) -> str:
         onto = f" on {self.dim_name}" if self.dim is not None else ""
-        return f"{self.kind} {self.tensor} over {_axes_text(self.axes)}{onto}"
+        return f"{self.kind} {self.array or self.tensor} over {_axes_text(self.axes)}{onto}"
 
 
 @dataclass
@@ -193,8 +194,8 @@ def strategies(spec: MatmulSpec) -> list[Strategy]:
 
 
 def _candidate(spec: MatmulSpec, a: tuple, b: tuple, ga: tuple[int, ...], gb: tuple[int, ...]) -> Strategy | None:
-    pre = [Step("all_gather", "A", a[d], d, spec.a.dims[d].name) for d in ga] + \
-        [Step("all_gather", "B", b[d], d, spec.b.dims[d].name) for d in gb]
+    pre = [Step("all_gather", "A", a[d], d, spec.a.dims[d].name, spec.a.name) for d in ga] + \
+        [Step("all_gather", "B", b[d], d, spec.b.dims[d].name, spec.b.name) for d in gb]
     ai, aj = (() if 0 in ga else a[0]), (() if 1 in ga else a[1])
     bj, bk = (() if 0 in gb else b[0]), (() if 1 in gb else b[1])
     if aj and bj and aj != bj:
@@ -209,6 +210,8 @@ def _candidate(spec: MatmulSpec, a: tuple, b: tuple, ga: tuple[int, ...], gb: tu
     want = spec.c or ArraySpec("C", (Dim(spec.a.dims[0].name, natural[0]), Dim(spec.b.dims[1].name, natural[1])))
     post = _finish((ai, bk), contract, (want.dims[0].axes, want.dims[1].axes), want.partial,
                    (spec.a.dims[0].name, spec.b.dims[1].name))
+    for step in post:
+        step.array = want.name
     if post is None:
         return None
     return Strategy(pre, post, (ai, aj), (bj, bk), (want.dims[0].axes, want.dims[1].axes), want.partial)

@@ -1,0 +1,92 @@
+"""When does splitting a matmul's contraction over two chips stop being communication-bound?
+
+``[B, D] @ [D, F]`` with D split over two chips: each multiplies its half (B·D·F FLOPs) and sends its
+bf16 ``[B, F]`` partial sum to the other, F-chunk by F-chunk so sending overlaps computing. Compute
+grows with D, communication does not, so the pair turns compute-bound at D = 2 · FLOP/s / one-way
+link bandwidth (about 8755 on tpu-v5e) -- the two-chip network roofline of the book. ``crossover_d``
+is found from the simulated busy times (bisection over even D), beside ``analytic_crossover_d``.
+Compute here is the unpadded FLOP count over the MXU peak, as in the book.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.errors import PodsimError
+from simulator.result import Result
+from simulator.specs import ChipSpec
+from simulator.system import System, resolve_chip
+from simulator.units import positive_int
+
+ELEM = 2  # bf16 bytes
+
+
+def simulate(spec: ChipSpec, b: int, d: int, f: int, chunks: int) -> System:
+    """Both chips compute their half of D in ``chunks`` F-chunks, sending each partial as it is done.
+
+    Tracing stays on: the busy times that decide the bound come from the spans.
+    """
+    system = System(spec, topology="line:2")
+    net = system.network
+
+    def worker(me: int) -> Any:
+        sends = []
+        for c in range(chunks):
+            yield system.chips[me].compute(b * d * f / chunks, f"partial {c}")  # 2 * B * (D/2) * F / chunks
+            sends.append(net.message(me, 1 - me, ELEM * b * f / chunks, f"partial {c}"))
+        for s in sends:
+            yield s
+
+    for me in (0, 1):
+        system.process(worker(me), f"chip {me}")
+    system.run()
+    return system
+
+
+def _busy(system: System) -> tuple[float, float]:
+    busy = system.metrics()["busy_s"]
+    return busy["mxu"], busy["link 0->1"]
+
+
+def _crossover(spec: ChipSpec, b: int, f: int, chunks: int, hi: int) -> int | None:
+    """Smallest even D whose simulated MXU busy time reaches the link's busy time."""
+    def compute_bound(d: int) -> bool:
+        mxu, link = _busy(simulate(spec, b, d, f, chunks))
+        return mxu >= link
+
+    if not compute_bound(hi):
+        return None
+    lo = 0
+    while hi - lo > 2:
+        mid = (lo + hi) // 4 * 2
+        if mid in (lo, hi):
+            break
+        lo, hi = (lo, mid) if compute_bound(mid) else (mid, hi)
+    return hi
+
+
+def run(*, B: int = 1024, F: int = 4096, d_values: tuple = (1024, 2048, 4096, 8192, 16384, 32768, 65536),  # noqa: N803
+        chunks: int = 8, chip: str | ChipSpec = "tpu-v5e") -> Result:
+    """Sweep D; report each point and the crossover D, simulated beside the closed form."""
+    spec = resolve_chip(chip)
+    positive_int(B, name="B")
+    positive_int(F, name="F")
+    positive_int(chunks, name="chunks")
+    if not d_values or any(d < 2 or d % 2 for d in d_values):
+        raise PodsimError(f"d_values={d_values!r} must be even integers >= 2 (D is split over two chips)")
+    points = []
+    for d in sorted(d_values):
+        system = simulate(spec, B, d, F, chunks)
+        mxu, link = _busy(system)
+        points.append({"D": d, "time_s": system.env.now, "compute_s": mxu, "communication_s": link,
+                       "bound": "compute" if mxu >= link else "communication"})
+    analytic_d = 2 * spec.peak_flops_per_s() / spec.ici_bandwidth_bytes_per_s
+    crossover = _crossover(spec, B, F, chunks, hi=max(int(2 * analytic_d) // 2 * 2, max(d_values)))
+    return Result(
+        scenario="contracting_split",
+        params=dict(B=B, F=F, d_values=list(d_values), chunks=chunks, chip=spec.name),
+        metrics=system.metrics(),
+        extra={"points": points, "crossover_d": crossover, "analytic_crossover_d": analytic_d},
+        trace=system.trace,
+        headline=(f"compute-bound from D = {crossover} (simulated) vs 2 x FLOP/s / link = {analytic_d:.1f} "
+                  f"(closed form) on {spec.name}"),
+    )
