@@ -33,8 +33,7 @@ def simulate(spec: ChipSpec, b: int, d: int, f: int, chunks: int) -> System:
         for c in range(chunks):
             yield system.chips[me].compute(b * d * f / chunks, f"partial {c}")  # 2 * B * (D/2) * F / chunks
             sends.append(net.message(me, 1 - me, ELEM * b * f / chunks, f"partial {c}"))
-        for s in sends:
-            yield s
+        yield from sends
 
     for me in (0, 1):
         system.process(worker(me), f"chip {me}")

@@ -210,10 +210,10 @@ def _candidate(spec: MatmulSpec, a: tuple, b: tuple, ga: tuple[int, ...], gb: tu
     want = spec.c or ArraySpec("C", (Dim(spec.a.dims[0].name, natural[0]), Dim(spec.b.dims[1].name, natural[1])))
     post = _finish((ai, bk), contract, (want.dims[0].axes, want.dims[1].axes), want.partial,
                    (spec.a.dims[0].name, spec.b.dims[1].name))
-    for step in post:
-        step.array = want.name
     if post is None:
         return None
+    for step in post:
+        step.array = want.name
     return Strategy(pre, post, (ai, aj), (bj, bk), (want.dims[0].axes, want.dims[1].axes), want.partial)
 
 
