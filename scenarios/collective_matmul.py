@@ -80,18 +80,21 @@ def run(*, n: int = 4, B: int = 4096, D: int = 8192, F: int = 16384, topology: s
     topology = topology or f"ring:{n}"
     fast, _ = overlapped(spec, topology, n, B, D, F, dtype, trace=trace)
     slow, gathered, _ = unoverlapped(spec, topology, n, B, D, F, dtype, trace=trace)
-    t_block = analytic.padded_matmul_flops(B // n, D, F // n, spec.mxu_dim, spec.sublanes) / spec.peak_flops_per_s(dtype)
+    peak = spec.peak_flops_per_s(dtype)
+    t_block = analytic.padded_matmul_flops(B // n, D, F // n, spec.mxu_dim, spec.sublanes) / peak
     t_send = spec.hop_latency_s + DTYPE_BYTES[dtype] * (B // n) * D / spec.ici_bandwidth_bytes_per_s
     closed_fast = (n - 1) * max(t_block, t_send) + t_block
-    t_full = analytic.padded_matmul_flops(B, D, F // n, spec.mxu_dim, spec.sublanes) / spec.peak_flops_per_s(dtype)
+    t_full = analytic.padded_matmul_flops(B, D, F // n, spec.mxu_dim, spec.sublanes) / peak
     m_fast, m_slow = fast.metrics(), slow.metrics()
     extra: dict[str, Any] = {
         "overlapped_s": fast.env.now, "unoverlapped_s": slow.env.now, "analytic_overlapped_s": closed_fast,
         "analytic_unoverlapped_s": gathered.analytic_s + t_full, "speedup": slow.env.now / fast.env.now,
-        "unoverlapped_overlap_s": m_slow["overlap_s"], "verified": _verify(spec, topology, n, dtype) if verify else None,
+        "unoverlapped_overlap_s": m_slow["overlap_s"],
+        "verified": _verify(spec, topology, n, dtype) if verify else None,
     }
     return Result(
-        scenario="collective_matmul", params=dict(n=n, B=B, D=D, F=F, topology=topology, dtype=dtype, chip=spec.name),
+        scenario="collective_matmul",
+        params=dict(n=n, B=B, D=D, F=F, topology=topology, dtype=dtype, chip=spec.name),
         metrics=m_fast, extra=extra, trace=fast.trace,
         headline=(f"overlapping saves {(1 - fast.env.now / slow.env.now) * 100:.0f}%: {fast.env.now * 1e6:.4g} us "
                   f"against {slow.env.now * 1e6:.4g} us; the MXU and links overlap for {m_fast['overlap_s'] * 1e6:.4g} us"),

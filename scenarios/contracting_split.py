@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import simpy
+
 from simulator.errors import PodsimError
 from simulator.result import Result
 from simulator.specs import ChipSpec
@@ -33,7 +35,7 @@ def simulate(spec: ChipSpec, b: int, d: int, f: int, chunks: int) -> System:
         for c in range(chunks):
             yield system.chips[me].compute(b * d * f / chunks, f"partial {c}")  # 2 * B * (D/2) * F / chunks
             sends.append(net.message(me, 1 - me, ELEM * b * f / chunks, f"partial {c}"))
-        yield from sends
+        yield simpy.AllOf(system.env, sends)
 
     for me in (0, 1):
         system.process(worker(me), f"chip {me}")
