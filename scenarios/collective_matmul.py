@@ -1,10 +1,10 @@
 """How much does overlapping the AllGather with the matmul save (a collective matmul)?
 
 ``Y[B, F_X] = X[B_X, D] @ W[D, F_X]`` on a ring of n chips: X must be gathered before every chip can
-multiply by its W columns. Unoverlapped: AllGather X, then one big local matmul. Overlapped (the
-book's collective matmul): at each of n steps a chip multiplies the X block in hand while passing it
-to its neighbour, so sending and computing run at once; the last block is only computed. Closed
-forms: AllGather + matmul against (n - 1) * max(t_compute, t_send) + t_compute per block. Both
+multiply by its W columns. Unoverlapped: a bidirectional AllGather of X, then one big local matmul.
+Overlapped (the book's collective matmul, bidirectional): a chip multiplies the X block in hand
+while the blocks travel both ways round the ring, so sending and computing run at once. Closed
+forms: AllGather + matmul against `overlapped_time` (per-block compute and send times). Both
 timelines are simulated; the overlapped one's trace shows the MXU and the links busy together, and
 the result is checked on real arrays against numpy (``verified``).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import simpy
 
 from simulator import analytic
 from simulator.collectives import run_collective
@@ -22,37 +23,67 @@ from simulator.system import System, resolve_chip
 from simulator.units import positive_int
 
 
+def _reach(n: int) -> dict[int, int]:
+    """Steps each way round the ring: ceil((n-1)/2) clockwise (+1), floor((n-1)/2) anticlockwise."""
+    return {1: n // 2, -1: (n - 1) // 2}
+
+
 def overlapped(spec: ChipSpec, topology: str, n: int, b: int, d: int, f: int, dtype: str = "bf16",
                arrays: tuple[np.ndarray, np.ndarray] | None = None, trace: bool = True) -> tuple[System, Any]:
-    """Simulate the collective matmul; with ``arrays`` (X, W) return every chip's Y block too."""
+    """Simulate the bidirectional collective matmul; with ``arrays`` (X, W) return every chip's Y too.
+
+    Each chip multiplies its own X block at once and sends it both ways round the ring; every block
+    that arrives is forwarded on at once (if it has further to go) and queued on the MXU.
+    """
     system = System(spec, topology=topology, trace=trace)
     net, env = system.network, system.env
     chips = net.chips
     rows, cols = b // n, f // n
     nbytes = DTYPE_BYTES[dtype] * rows * d
-    arrived = {(i, s): env.event() for i in range(n) for s in range(n - 1)}
-    xs = {i: np.split(arrays[0], n)[i] for i in range(n)} if arrays else {}
-    ws = {i: np.split(arrays[1], n, axis=1)[i] for i in range(n)} if arrays else {}
-    y = {i: {} for i in range(n)}
+    reach = _reach(n)
+    arrived = {(i, dr, s): env.event() for i in range(n) for dr in reach for s in range(1, reach[dr] + 1)}
+    xs = dict(enumerate(np.split(arrays[0], n))) if arrays else {}
+    ws = dict(enumerate(np.split(arrays[1], n, axis=1))) if arrays else {}
+    y: dict[int, dict[int, np.ndarray]] = {i: {} for i in range(n)}
+
+    def send(i: int, dr: int, s: int, block: int, x: Any) -> None:
+        dst = (i + dr) % n
+        event = net.message(chips[i], chips[dst], nbytes, f"X{block}")
+        event.callbacks.append(lambda _e: arrived[(dst, dr, s)].succeed((block, x)))
+
+    def compute(i: int, block: int, x: Any) -> Any:
+        if arrays:
+            y[i][block] = x @ ws[i]
+        return system.chips[i].matmul(rows, d, cols, f"X{block} @ W{i}", dtype)
 
     def device(i: int) -> Any:
-        block, held = i, xs.get(i)
-        for s in range(n):
-            compute = system.chips[i].matmul(rows, d, cols, f"X{block} @ W{i}", dtype)
-            if s < n - 1:
-                message = net.message(chips[i], chips[(i + 1) % n], nbytes, f"X{block}")
-                message.callbacks.append(lambda _e, dst=(i + 1) % n, s=s, x=held: arrived[(dst, s)].succeed(x))
-            yield compute
-            if arrays:
-                y[i][block] = held @ ws[i]
-            if s < n - 1:
-                held = yield arrived[(i, s)]
-                block = (block - 1) % n
+        work = [compute(i, i, xs.get(i))]
+        for dr, hops in reach.items():
+            if hops:
+                send(i, dr, 1, i, xs.get(i))
+        for s in range(1, max(reach.values()) + 1):
+            for dr, hops in reach.items():
+                if s <= hops:
+                    block, x = yield arrived[(i, dr, s)]
+                    if s < hops:
+                        send(i, dr, s + 1, block, x)
+                    work.append(compute(i, block, x))
+        yield simpy.AllOf(env, work)
 
     for i in range(n):
         system.process(device(i), f"chip {chips[i]} collective matmul")
     system.run()
     return system, ({i: np.concatenate([y[i][k] for k in range(n)]) for i in range(n)} if arrays else None)
+
+
+def overlapped_time(n: int, t_block: float, t_send: float) -> float:
+    """Closed form of `overlapped`: the MXU is never idle once work arrives, so the end is the later
+    of n blocks back to back and, for every step s, the arrival at s x t_send plus the blocks still
+    to come from step s on (two per step, one at the last step when n is even)."""
+    reach = _reach(n)
+    later = [s * t_send + t_block * sum(1 for dr in reach for k in range(s, reach[dr] + 1) if k >= 1)
+             for s in range(1, max(reach.values()) + 1)]
+    return max([n * t_block, *later])
 
 
 def unoverlapped(spec: ChipSpec, topology: str, n: int, b: int, d: int, f: int, dtype: str = "bf16",
@@ -83,7 +114,7 @@ def run(*, n: int = 4, B: int = 4096, D: int = 8192, F: int = 16384, topology: s
     peak = spec.peak_flops_per_s(dtype)
     t_block = analytic.padded_matmul_flops(B // n, D, F // n, spec.mxu_dim, spec.sublanes) / peak
     t_send = spec.hop_latency_s + DTYPE_BYTES[dtype] * (B // n) * D / spec.ici_bandwidth_bytes_per_s
-    closed_fast = (n - 1) * max(t_block, t_send) + t_block
+    closed_fast = overlapped_time(n, t_block, t_send)
     t_full = analytic.padded_matmul_flops(B, D, F // n, spec.mxu_dim, spec.sublanes) / peak
     m_fast, m_slow = fast.metrics(), slow.metrics()
     extra: dict[str, Any] = {

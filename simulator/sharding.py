@@ -86,7 +86,7 @@ def parse_array(text: str) -> ArraySpec:
     if not m:
         raise PodsimError(f"{text.strip()!r} is not an array spec; expected e.g. A[I_X, J] or C[I, K]{{U_X}}")
     dims = []
-    for part in m.group("dims").split(","):
+    for part in re.split(r",(?![^{]*\})", m.group("dims")):  # commas inside {a,b} belong to the axes
         d = _DIM.match(part)
         if not d:
             raise PodsimError(f"{text.strip()!r}: dimension {part.strip()!r} must look like I, I_X, I_XY or I_{{a,b}}")
