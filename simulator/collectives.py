@@ -400,12 +400,17 @@ class _Compiler:
 
 
 def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any, np.ndarray]] | None = None,
-            label: str = "") -> None:
-    """Start every transfer as soon as its dependencies have arrived (run the env afterwards).
+            label: str = "") -> Any:
+    """Start every transfer as soon as its dependencies have arrived; returns an event that fires when
+    the last one has arrived (run the environment to get there).
 
     With ``buffers`` (device -> key -> array), each transfer snapshots its keys at the sender when it
     starts and copies or adds them into the receiver when it arrives.
     """
+    done = net.env.event()
+    remaining = [len(transfers)]
+    if not transfers:
+        return done.succeed(net.env.now)
     waiting = [len(t.deps) for t in transfers]
     dependents: list[list[int]] = [[] for _ in transfers]
     for t in transfers:
@@ -426,10 +431,14 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
             waiting[d] -= 1
             if waiting[d] == 0:
                 start(transfers[d])
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            done.succeed(net.env.now)
 
     for t in transfers:
         if not t.deps:
             start(t)
+    return done
 
 
 def _step_params(net: Network, group: Group, axis: int, bidi: bool) -> tuple[float, float]:
@@ -570,17 +579,27 @@ def _check_data(kind: str, data: np.ndarray, n_chips: int, n: int, parts: int, c
     return {"all_gather": row_bytes * n, "all_to_all": row_bytes * n}.get(kind, row_bytes)
 
 
-def run_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
-                   algorithm: str = "auto", multi_axis: str = "parallel", chunks: int = 1, root: Any = None,
-                   data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None) -> CollectiveResult:
-    """Run one collective on ``system`` (a `System` with a topology) and return its figures.
+@dataclass
+class _Plan:
+    """A validated, compiled collective, ready to execute."""
 
-    ``nbytes`` is V: the full gathered array (AllGather), the unreduced array on each device
-    (ReduceScatter, AllReduce), the whole array spread over the group (AllToAll), or the root's array
-    (Broadcast). With ``data`` (one row per chip) the arrays move for real and ``outputs`` holds each
-    chip's result; V then comes from the data. With a `simulator.mesh.Mesh`, ``axes`` are logical
-    axis names (default: all of them) and the groups follow the mesh's placement.
-    """
+    kind: str
+    groups: list[Group]
+    parts: int
+    bidi: bool
+    reduced: bool
+    nbytes: float
+    key_bytes: float
+    n_keys: int
+    chunks: int
+    root_pos: tuple[int, ...]
+    schedule: Schedule | None  #: None for a one-device group (a no-op)
+
+
+def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
+                    algorithm: str = "auto", multi_axis: str = "parallel", chunks: int = 1, root: Any = None,
+                    data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None) -> _Plan:
+    """Validate the arguments of `run_collective` and compile its schedule."""
     net = system.network
     if net is None:
         raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
@@ -594,38 +613,69 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, *, axes:
     groups = _groups(net, axes, mesh)
     group = groups[0]
     bidi = algorithm == "bidirectional" or (algorithm == "auto" and net.grid)
-    parts = len(group.sizes) if multi_axis == "parallel" and kind not in ("all_to_all", "broadcast") else 1
+    parts = max(1, len(group.sizes)) if multi_axis == "parallel" and kind not in ("all_to_all", "broadcast") else 1
     root_pos = _root_position(groups, root)
     if data is not None:
         nbytes = _check_data(kind, data, len(net.chips), group.n, parts, chunks)
     if nbytes is None:
         raise PodsimError("give nbytes (the collective's array size in bytes) or data")
     positive(nbytes, name="nbytes")
+    n_keys = _n_keys(kind, group.n, parts, chunks)
+    key_bytes = math.ceil(nbytes / n_keys) if data is None and float(nbytes).is_integer() else nbytes / n_keys
     if group.n == 1:
-        return _no_op(kind, nbytes, len(groups))
+        return _Plan(kind, groups, parts, bidi, False, nbytes, key_bytes, n_keys, chunks, root_pos, None)
     one_to_one = mesh is None or all(len(mesh.physical_axes(n)) == 1 for n, s in zip(mesh.names, mesh.sizes,
                                                                                      strict=True) if s > 1)
     reduced = _use_reduced(mode, kind, data, group, net, one_to_one)
-    n_keys = _n_keys(kind, group.n, parts, chunks)
-    key_bytes = math.ceil(nbytes / n_keys) if data is None and float(nbytes).is_integer() else nbytes / n_keys
     schedule = Schedule(key_bytes)
     _Compiler(kind, groups[:1] if reduced else groups, parts, bidi, reduced, schedule, chunks, root_pos).compile()
-    buffers = _initial_buffers(kind, groups, data, parts, chunks, root_pos) if data is not None else None
+    return _Plan(kind, groups, parts, bidi, reduced, nbytes, key_bytes, n_keys, chunks, root_pos, schedule)
+
+
+def start_collective(kind: str, system: Any, nbytes: float, **kwargs: Any) -> Any:
+    """Start a timing-only collective now, inside a running simulation; returns its completion event.
+
+    Takes the keyword arguments of `run_collective` (except ``data``).
+    """
+    plan = plan_collective(kind, system, nbytes, **kwargs)
+    if plan.schedule is None:
+        return system.env.event().succeed(system.env.now)
+    return execute(system.network, plan.schedule.transfers, None, kind)
+
+
+def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs: Any) -> CollectiveResult:
+    """Run one collective on ``system`` (a `System` with a topology) and return its figures.
+
+    ``nbytes`` is V: the full gathered array (AllGather), the unreduced array on each device
+    (ReduceScatter, AllReduce), the whole array spread over the group (AllToAll), or the root's array
+    (Broadcast). Keywords: ``axes`` (default all), ``algorithm`` (auto, bidirectional,
+    unidirectional), ``multi_axis`` (parallel, sequential), ``chunks``, ``root``, ``mode`` (auto,
+    full, reduced), ``mesh`` and ``data``. With ``data`` (one row per chip) the arrays move for real
+    and ``outputs`` holds each chip's result; V then comes from the data. With a
+    `simulator.mesh.Mesh`, ``axes`` are logical axis names and the groups follow its placement.
+    """
+    plan = plan_collective(kind, system, nbytes, **kwargs)
+    data = kwargs.get("data")
+    group, net = plan.groups[0], system.network
+    if plan.schedule is None:
+        return _no_op(kind, plan.nbytes, len(plan.groups))
+    buffers = _initial_buffers(kind, plan.groups, data, plan.parts, plan.chunks, plan.root_pos) \
+        if data is not None else None
     start = system.env.now
-    execute(net, schedule.transfers, buffers, kind)
+    execute(net, plan.schedule.transfers, buffers, kind)
     system.run()
     time_s = system.env.now - start
-    closed = _closed_form(kind, net, group, parts, bidi, key_bytes, chunks, root_pos)
-    algbw, busbw = analytic.bus_bandwidth(kind, nbytes, time_s, group.n)
+    closed = _closed_form(kind, net, group, plan.parts, plan.bidi, plan.key_bytes, plan.chunks, plan.root_pos)
+    algbw, busbw = analytic.bus_bandwidth(kind, plan.nbytes, time_s, group.n)
     link_bytes = net.link_bytes()
     return CollectiveResult(
-        kind=kind, time_s=time_s, analytic_s=closed, book_s=_book_time(kind, group, net, parts, nbytes),
-        nbytes=nbytes, padded_bytes=key_bytes * n_keys - nbytes, group_size=group.n, groups=len(groups),
-        algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw, max_link_bytes=max(link_bytes.values(), default=0.0),
-        total_link_bytes=_total_link_bytes(net, groups, group) if reduced else sum(link_bytes.values()),
-        mode="reduced" if reduced else "full",
-        n_transfers=len(schedule.transfers), link_bytes=link_bytes,
-        outputs=_outputs(kind, groups, buffers, parts, chunks) if buffers is not None else None)
+        kind=kind, time_s=time_s, analytic_s=closed, book_s=_book_time(kind, group, net, plan.parts, plan.nbytes),
+        nbytes=plan.nbytes, padded_bytes=plan.key_bytes * plan.n_keys - plan.nbytes, group_size=group.n,
+        groups=len(plan.groups), algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw,
+        max_link_bytes=max(link_bytes.values(), default=0.0),
+        total_link_bytes=_total_link_bytes(net, plan.groups, group) if plan.reduced else sum(link_bytes.values()),
+        mode="reduced" if plan.reduced else "full", n_transfers=len(plan.schedule.transfers), link_bytes=link_bytes,
+        outputs=_outputs(kind, plan.groups, buffers, plan.parts, plan.chunks) if buffers is not None else None)
 
 
 def _root_position(groups: list[Group], root: Any) -> tuple[int, ...]:

@@ -6,6 +6,9 @@ i + buffers - 1 while step i computes (1 = serial, 2 = double buffering, more = 
 operand whose key also appears in the next step stays resident and is not loaded again; that is how
 a loop order (weight-stationary or input-stationary) turns into HBM traffic.
 
+A step may wait on an event before computing (``before``, e.g. a collective of the previous layer)
+and signal after it (``after``), so multi-chip workloads can interleave pipelines and collectives.
+
 Timing assumptions: one loader issues its DMAs one after another (a single DMA stream); stores are
 issued when a step's compute ends and run concurrently with later loads, fairly sharing the HBM
 channel (see `simulator.channel`). VMEM for a step (its new operands and outputs) is reserved before
@@ -13,8 +16,8 @@ its loads start and waits for space when VMEM is full (back-pressure).
 """
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
@@ -45,6 +48,9 @@ class Step:
     flops: float = 0.0
     outputs: tuple[Operand, ...] = ()
     dtype: str = "bf16"
+    vector_flops: float = 0.0  #: element-wise work on the VPU after the MXU work (norms, softmax, activations)
+    before: Callable[[], simpy.Event] | None = field(default=None, compare=False)  #: wait for it before computing
+    after: Callable[[], None] | None = field(default=None, compare=False)  #: called once the compute is done
 
 
 def validate_steps(steps: Sequence[Step], chip: Chip, buffers: int, reserve_vmem: bool = True) -> None:
@@ -99,7 +105,13 @@ class _Pipeline:
     def computer(self) -> Generator[simpy.Event, Any, None]:
         for i, step in enumerate(self.steps):
             yield self.ready[i]
+            if step.before is not None:
+                yield step.before()
             yield self._compute(step)
+            if step.vector_flops:
+                yield self.chip.vector(step.vector_flops, step.name)
+            if step.after is not None:
+                step.after()
             for out, alloc in zip(step.outputs, self.out_allocs[i], strict=True):
                 self.stores.append(self._store(out, alloc))
             following = {op.key for op in self.steps[i + 1].operands} if i + 1 < len(self.steps) else set()

@@ -1,0 +1,196 @@
+"""Closed-form budgets of a Transformer step: parameters, bytes, KV cache, FLOPs, bounds, fit.
+
+A decode step has ``batch`` requests, request r with ``context[r]`` cached positions, each adding one
+new token (so it attends over context + 1 sources). The mesh is ``data`` x ``model`` chips: requests
+split over data, heads / MLP columns / KV heads over model (tensor parallelism, Megatron-style);
+weights are replicated over data. REFERENCE.md's seed example (llama-like 7B, 4 x 8192 positions)
+gives 14.807 GiB of weights + KV, 63.596 GFLOPs and 15.899 GB of HBM reads per step
+(``hbm_read_bytes_per_step``; ``hbm_bytes_per_step`` adds the new tokens' KV writes).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.errors import PodsimError
+from simulator.specs import DTYPE_BYTES, ChipSpec
+from simulator.transformer import ModelError, TransformerConfig
+
+GiB = 2.0**30
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """``data`` x ``model`` chips: requests split over data, heads and MLP columns over model."""
+
+    data: int = 1
+    model: int = 1
+
+    @property
+    def chips(self) -> int:
+        return self.data * self.model
+
+
+def parse_parallelism(text: str | None) -> Parallelism:
+    """``"data=2,model=4"`` (either optional) -> `Parallelism`."""
+    if not text:
+        return Parallelism()
+    sizes = {"data": 1, "model": 1}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in sizes or not value.strip().isdigit() or int(value) < 1:
+            raise PodsimError(f"--mesh {text!r}: {part.strip()!r} must be data=D or model=M with a whole number >= 1")
+        sizes[key] = int(value)
+    return Parallelism(**sizes)
+
+
+def check_layout(cfg: TransformerConfig, par: Parallelism, batch: int) -> None:
+    """Raise `ModelError` when the mesh does not divide the model's dimensions or the batch."""
+    m = par.model
+    for field, value in (("n_heads", cfg.n_heads), ("d_ff", cfg.d_ff)):
+        if value % m:
+            raise ModelError(f"mesh model={m} does not divide {field}={value} of {cfg.name}; use a divisor")
+    if cfg.n_kv_heads % m and m % cfg.n_kv_heads:
+        raise ModelError(f"mesh model={m} and n_kv_heads={cfg.n_kv_heads} of {cfg.name}: one must divide the other "
+                         "(KV heads are split over model chips, or replicated when there are fewer)")
+    if batch % par.data:
+        raise ModelError(f"mesh data={par.data} does not divide batch={batch}; use a multiple of {par.data}")
+
+
+def kv_heads_per_chip(cfg: TransformerConfig, model: int) -> float:
+    """KV heads each model-parallel chip holds: a share, or one replicated head when there are fewer."""
+    return cfg.n_kv_heads / model if cfg.n_kv_heads >= model else 1.0
+
+
+def kv_bytes_per_position(cfg: TransformerConfig) -> float:
+    """K and V of one position over all layers: 2 L N_KV H bytes_per_element."""
+    return 2 * cfg.n_layers * cfg.kv_width * cfg.kv_elem_bytes
+
+
+def experts_touched(cfg: TransformerConfig, tokens: int) -> float:
+    """Expected distinct experts per layer that ``tokens`` tokens route to (uniform top-k routing)."""
+    if not cfg.n_experts:
+        return 0.0
+    e, k = cfg.n_experts, cfg.experts_per_token
+    return e * (1 - (1 - k / e) ** tokens) + cfg.n_shared_experts
+
+
+def weight_bytes_read(cfg: TransformerConfig, tokens: int) -> float:
+    """Weights a step streams from HBM: all of them, except MoE experts no token routes to."""
+    total = cfg.params() * cfg.weight_elem_bytes
+    if not cfg.n_experts:
+        return total
+    idle = cfg.n_experts + cfg.n_shared_experts - experts_touched(cfg, tokens)
+    return total - cfg.n_layers * idle * cfg.expert_params() * cfg.weight_elem_bytes
+
+
+def decode_flops(cfg: TransformerConfig, contexts: Sequence[int]) -> dict[str, float]:
+    """FLOPs of one decode step: 2 x matmul parameters per token, plus QK^T and AV over context + 1."""
+    weights = 2.0 * cfg.matmul_params_per_token() * len(contexts)
+    per_source = 2.0 * cfg.n_layers * cfg.q_width  # one of QK^T or AV, per source position
+    sources = sum(c + 1 for c in contexts)
+    return {"weight_matmul_flops": weights, "attention_qk_flops": per_source * sources,
+            "attention_av_flops": per_source * sources, "flops": weights + 2 * per_source * sources}
+
+
+def _contexts(batch: int, context: int | Sequence[int]) -> list[int]:
+    if isinstance(context, int):
+        contexts = [context] * batch
+    else:
+        contexts = list(context)
+        if len(contexts) != batch:
+            raise PodsimError(f"got {len(contexts)} context lengths for batch={batch}; give one per request")
+    if batch < 1 or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in contexts):
+        raise PodsimError(f"batch={batch} must be >= 1 and every context length a whole number >= 0")
+    return contexts
+
+
+def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, context: int | Sequence[int] = 0,
+                  par: Parallelism = Parallelism(), weight_dtype: str | None = None,
+                  kv_dtype: str | None = None) -> dict[str, Any]:
+    """Every closed-form number of one decode step (per step totals, and per chip on the mesh)."""
+    cfg = _with_dtypes(cfg, weight_dtype, kv_dtype)
+    contexts = _contexts(batch, context)
+    check_layout(cfg, par, batch)
+    kv_pos = kv_bytes_per_position(cfg)
+    weights = cfg.params() * cfg.weight_elem_bytes
+    history, growth = kv_pos * sum(contexts), kv_pos * batch
+    flops = decode_flops(cfg, contexts)
+    read = weight_bytes_read(cfg, batch)
+    kv_share = kv_heads_per_chip(cfg, par.model) / cfg.n_kv_heads / par.data
+    per_chip = {"weight_bytes": weights / par.model, "kv_cache_bytes": history * kv_share,
+                "hbm_bytes_per_step": read / par.model + (history + growth) * kv_share,
+                "flops_per_step": flops["flops"] / par.chips}
+    peak = chip.peak_flops_per_s(_compute_dtype(cfg))
+    t_compute = per_chip["flops_per_step"] / peak
+    t_memory = per_chip["hbm_bytes_per_step"] / chip.hbm_bandwidth_bytes_per_s
+    out = {
+        "model": cfg.name, "chip": chip.name, "batch": batch, "context": contexts if len(set(contexts)) > 1 else
+        contexts[0], "data": par.data, "model_parallel": par.model,
+        "params_total": cfg.params(), "params_active": cfg.params(active=True), "weight_bytes": weights,
+        "kv_cache_bytes": history, "kv_bytes_per_position": kv_pos, "kv_growth_bytes_per_step": growth,
+        "weights_plus_kv_bytes": weights + history, "flops_per_token": flops["flops"] / batch, **flops,
+        "flops_per_step": flops["flops"], "hbm_bytes_per_step": read + history + growth,
+        "hbm_read_bytes_per_step": read + history, "hbm_write_bytes_per_step": growth,
+        "weight_bytes_read_per_step": read, "per_chip": per_chip, "t_compute_s": t_compute, "t_memory_s": t_memory,
+        "lower_bound_s": max(t_compute, t_memory), "upper_bound_s": t_compute + t_memory,
+        "bound": "compute" if t_compute >= t_memory else "memory",
+        "critical_batch": _critical_batch(cfg, chip, contexts, par, kv_share),
+    }
+    out.update(_fit(cfg, chip, contexts, par, kv_share))
+    return out
+
+
+def _with_dtypes(cfg: TransformerConfig, weight_dtype: str | None, kv_dtype: str | None) -> TransformerConfig:
+    changes = {}
+    for field, dtype in (("weight_elem_bytes", weight_dtype), ("kv_elem_bytes", kv_dtype)):
+        if dtype is not None:
+            if dtype not in DTYPE_BYTES:
+                raise PodsimError(f"dtype {dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
+            changes[field] = DTYPE_BYTES[dtype]
+    return cfg.replace(**changes) if changes else cfg
+
+
+def _compute_dtype(cfg: TransformerConfig) -> str:
+    """8-bit weights run at the 8-bit MXU rate, everything else at the bf16 rate."""
+    return "int8" if cfg.weight_elem_bytes == 1 else "bf16"
+
+
+def _critical_batch(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Parallelism,
+                    kv_share: float) -> float:
+    """Batch (at the mean context) where per-chip compute time reaches per-chip memory time."""
+    ctx = sum(contexts) / len(contexts)
+    per_request_flops = decode_flops(cfg, [round(ctx)])["flops"] / par.chips
+    per_request_bytes = kv_bytes_per_position(cfg) * (ctx + 1) * kv_share * par.data  # per request, this chip
+    weights = cfg.params() * cfg.weight_elem_bytes / par.model
+    peak, bw = chip.peak_flops_per_s(_compute_dtype(cfg)), chip.hbm_bandwidth_bytes_per_s
+    slope = per_request_flops / peak - per_request_bytes / par.data / bw
+    return weights / bw / slope * par.data if slope > 0 else math.inf
+
+
+def _fit(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Parallelism,
+         kv_share: float) -> dict[str, Any]:
+    """Whether weights + KV (after this step) fit in each chip's HBM, by how much, and the largest batch."""
+    cap = chip.hbm_capacity_bytes
+    weights = cfg.params() * cfg.weight_elem_bytes / par.model
+    kv = kv_bytes_per_position(cfg) * sum(c + 1 for c in contexts) * kv_share
+    need = weights + kv
+    ctx = max(contexts)
+    per_request = kv_bytes_per_position(cfg) * (ctx + 1) * kv_share * par.data
+    max_batch = max(0, math.floor((cap - weights) / per_request)) * 1 if cap > weights else 0
+    max_batch -= max_batch % par.data
+    fits = need <= cap
+    if fits:
+        note = f"fits: {need / GiB:.3f} GiB of {cap / GiB:.3f} GiB per chip, {(cap - need) / GiB:.3f} GiB spare"
+    elif weights > cap:
+        least = math.ceil(cfg.params() * cfg.weight_elem_bytes / cap)
+        note = (f"does not fit: the weights alone need {weights / GiB:.3f} GiB per chip, {(weights - cap) / GiB:.3f} "
+                f"GiB more than the {cap / GiB:.3f} GiB of HBM; use at least model={least} chips or 8-bit weights")
+    else:
+        note = (f"does not fit: {need / GiB:.3f} GiB per chip is {(need - cap) / GiB:.3f} GiB over the "
+                f"{cap / GiB:.3f} GiB of HBM; at this context a batch of {max_batch} fits")
+    return {"fits": fits, "hbm_needed_per_chip_bytes": need, "hbm_capacity_bytes": cap,
+            "hbm_spare_bytes": cap - need, "max_batch": max_batch, "fit_note": note}

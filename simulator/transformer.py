@@ -1,0 +1,265 @@
+"""Transformer models: `TransformerConfig`, public presets, exact parameter counts, HF config files.
+
+Accounting follows REFERENCE.md ("Transformer accounting"): attention projections Q and O are
+D x (N_Q H), K and V are D x (N_KV H); a gated MLP has three D x F matrices, a plain one two; the
+embedding is D x V, counted once when tied to the output projection. Norms, biases and learned
+position tables are counted where the model has them, so presets reproduce the published totals.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import PodsimError
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+class ModelError(PodsimError):
+    """A model configuration that is inconsistent, unknown or cannot be read."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+    """Dimensions and options of a decoder-only Transformer (bytes per element for each tensor kind)."""
+
+    name: str = "custom"
+    d_model: int  #: D, residual width
+    d_ff: int  #: F, MLP hidden width (per expert for MoE)
+    n_layers: int  #: L
+    n_heads: int  #: N_Q query heads
+    n_kv_heads: int | None = None  #: N_KV (GQA); defaults to n_heads
+    head_dim: int | None = None  #: H; defaults to d_model / n_heads
+    vocab_size: int
+    gated_mlp: bool = True  #: SwiGLU-style gate and up projections (3 matrices) or plain (2)
+    tied_embeddings: bool = False  #: output projection shares the embedding matrix
+    qkv_bias: bool = False  #: biases on Q, K, V only (Qwen2)
+    linear_bias: bool = False  #: biases on every linear layer (GPT-2)
+    norm: str = "rmsnorm"  #: rmsnorm (scale only) or layernorm (scale and bias)
+    learned_positions: bool = False  #: a max_positions x D position table (GPT-2)
+    max_positions: int = 0
+    n_experts: int = 0  #: MoE experts per layer (0 = dense MLP)
+    experts_per_token: int = 0  #: top-k
+    n_shared_experts: int = 0  #: experts every token uses
+    weight_elem_bytes: float = 2
+    act_elem_bytes: float = 2
+    kv_elem_bytes: float = 2
+
+    def __post_init__(self) -> None:
+        for f in ("d_model", "d_ff", "n_layers", "n_heads", "vocab_size"):
+            _check_int(self.name, f, getattr(self, f), 1)
+        if self.n_kv_heads is None:
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+        if self.head_dim is None:
+            if self.d_model % self.n_heads:
+                raise ModelError(f"model {self.name!r}: n_heads={self.n_heads} does not divide d_model="
+                                 f"{self.d_model}; give head_dim explicitly or use a divisor of d_model")
+            object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
+        _check_int(self.name, "n_kv_heads", self.n_kv_heads, 1)
+        _check_int(self.name, "head_dim", self.head_dim, 1)
+        if self.n_heads % self.n_kv_heads:
+            raise ModelError(f"model {self.name!r}: n_kv_heads={self.n_kv_heads} does not divide n_heads="
+                             f"{self.n_heads}; each KV head must serve a whole group of query heads")
+        self._check_moe_and_options()
+
+    def _check_moe_and_options(self) -> None:
+        for f in ("max_positions", "n_experts", "experts_per_token", "n_shared_experts"):
+            _check_int(self.name, f, getattr(self, f), 0)
+        if self.n_experts and not 1 <= self.experts_per_token <= self.n_experts:
+            raise ModelError(f"model {self.name!r}: experts_per_token={self.experts_per_token} must be between 1 "
+                             f"and n_experts={self.n_experts}")
+        if not self.n_experts and self.experts_per_token:
+            raise ModelError(f"model {self.name!r}: experts_per_token={self.experts_per_token} needs n_experts > 0")
+        if self.norm not in ("rmsnorm", "layernorm"):
+            raise ModelError(f"model {self.name!r}: norm={self.norm!r}; valid: rmsnorm, layernorm")
+        if self.learned_positions and self.max_positions < 1:
+            raise ModelError(f"model {self.name!r}: learned_positions needs max_positions >= 1")
+        for f in ("weight_elem_bytes", "act_elem_bytes", "kv_elem_bytes"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 8:
+                raise ModelError(f"model {self.name!r}: {f}={v!r} must be a byte count in (0, 8]")
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    # -- parameter counts -----------------------------------------------------------------------------------
+    @property
+    def q_width(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    def attention_params(self) -> int:
+        """Q, K, V, O projections of one layer, with their biases."""
+        d, q, kv = self.d_model, self.q_width, self.kv_width
+        weights = d * q + 2 * d * kv + q * d
+        bias = (q + 2 * kv) if (self.qkv_bias or self.linear_bias) else 0
+        return weights + bias + (d if self.linear_bias else 0)
+
+    def expert_params(self) -> int:
+        """One MLP (or one expert): gate, up and down projections (two matrices if not gated)."""
+        d, f = self.d_model, self.d_ff
+        mats = (3 if self.gated_mlp else 2) * d * f
+        bias = ((2 if self.gated_mlp else 1) * f + d) if self.linear_bias else 0
+        return mats + bias
+
+    def norm_params(self) -> int:
+        return self.d_model * (2 if self.norm == "layernorm" else 1)
+
+    def layer_params(self, active: bool = False) -> int:
+        """One layer: attention, MLP or experts (all, or only those a token uses), router, two norms."""
+        if self.n_experts:
+            used = (self.experts_per_token if active else self.n_experts) + self.n_shared_experts
+            mlp = used * self.expert_params() + self.d_model * self.n_experts
+        else:
+            mlp = self.expert_params()
+        return self.attention_params() + mlp + 2 * self.norm_params()
+
+    def embedding_params(self) -> int:
+        """Token embedding, output projection (unless tied) and learned positions."""
+        table = self.vocab_size * self.d_model
+        return table * (1 if self.tied_embeddings else 2) + \
+            (self.max_positions * self.d_model if self.learned_positions else 0)
+
+    def params(self, active: bool = False) -> int:
+        """Total parameters (or those one token uses, for MoE), final norm included."""
+        return self.n_layers * self.layer_params(active) + self.embedding_params() + self.norm_params()
+
+    def matmul_params_per_token(self) -> int:
+        """Weights a token multiplies by: every layer's active linear layers and the output projection.
+
+        The embedding lookup and norms are not matmuls; a tied embedding is still used as the output
+        projection, so it counts here once.
+        """
+        if self.n_experts:
+            mlp = (self.experts_per_token + self.n_shared_experts) * self.d_model * self.d_ff * \
+                (3 if self.gated_mlp else 2) + self.d_model * self.n_experts
+        else:
+            mlp = self.d_model * self.d_ff * (3 if self.gated_mlp else 2)
+        attn = 2 * self.d_model * self.q_width + 2 * self.d_model * self.kv_width
+        return self.n_layers * (attn + mlp) + self.vocab_size * self.d_model
+
+
+def _check_int(model: str, field: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ModelError(f"model {model!r}: {field}={value!r} must be an integer >= {minimum}")
+
+
+def _llama(name: str, d: int, f: int, layers: int, heads: int, kv: int, vocab: int, **kw: Any) -> TransformerConfig:
+    return TransformerConfig(name=name, d_model=d, d_ff=f, n_layers=layers, n_heads=heads, n_kv_heads=kv,
+                             vocab_size=vocab, **kw)
+
+
+def _gpt2(name: str, d: int, layers: int, heads: int) -> TransformerConfig:
+    return TransformerConfig(name=name, d_model=d, d_ff=4 * d, n_layers=layers, n_heads=heads, vocab_size=50257,
+                             gated_mlp=False, tied_embeddings=True, linear_bias=True, norm="layernorm",
+                             learned_positions=True, max_positions=1024)
+
+
+#: Public models; each count equals the published total (see tests/test_transformer.py).
+PRESETS: dict[str, TransformerConfig] = {c.name: c for c in (
+    _llama("llama-2-7b", 4096, 11008, 32, 32, 32, 32000),
+    _llama("llama-2-13b", 5120, 13824, 40, 40, 40, 32000),
+    _llama("llama-3-8b", 4096, 14336, 32, 32, 8, 128256),
+    _llama("llama-3-70b", 8192, 28672, 80, 64, 8, 128256),
+    _llama("mistral-7b", 4096, 14336, 32, 32, 8, 32000),
+    _llama("mixtral-8x7b", 4096, 14336, 32, 32, 8, 32000, n_experts=8, experts_per_token=2),
+    _llama("qwen2-7b", 3584, 18944, 28, 28, 4, 152064, qkv_bias=True),
+    _gpt2("gpt2", 768, 12, 12),
+    _gpt2("gpt2-xl", 1600, 48, 25),
+)}
+
+
+def get_model(name: str) -> TransformerConfig:
+    """The preset called ``name``; `ModelError` listing the presets otherwise."""
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ModelError(f"unknown model {name!r}; presets: {', '.join(PRESETS)} (or --config F.toml / --hf-config)")
+    return PRESETS[name]
+
+
+_FIELDS = {f.name for f in dataclasses.fields(TransformerConfig)}
+
+
+def model_from_dict(data: dict[str, Any], origin: str = "config") -> TransformerConfig:
+    """A config from a dict of `TransformerConfig` fields; ``base`` names a preset to start from."""
+    unknown = sorted(set(data) - _FIELDS - {"base"})
+    if unknown:
+        raise ModelError(f"{origin}: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(_FIELDS))}")
+    values = dataclasses.asdict(get_model(data["base"])) if "base" in data else {"name": origin}
+    values.update({k: v for k, v in data.items() if k != "base"})
+    missing = [f for f in ("d_model", "d_ff", "n_layers", "n_heads", "vocab_size") if f not in values]
+    if missing:
+        raise ModelError(f"{origin}: missing field(s) {', '.join(missing)}")
+    try:
+        return TransformerConfig(**values)
+    except TypeError as err:
+        raise ModelError(f"{origin}: {err}") from None
+
+
+def load_config_file(path: str | Path) -> TransformerConfig:
+    """Read a TOML file of `TransformerConfig` fields (top level or a [model] table)."""
+    data = _read(Path(path), tomllib.loads, "TOML")
+    data = data.get("model", data)
+    return model_from_dict(data, origin=Path(path).name)
+
+
+def _read(path: Path, parse: Any, kind: str) -> dict[str, Any]:
+    try:
+        data = parse(path.read_text())
+    except FileNotFoundError:
+        raise ModelError(f"config file {str(path)!r} does not exist") from None
+    except OSError as err:
+        raise ModelError(f"config file {str(path)!r} cannot be read: {err.strerror or err}") from None
+    except (ValueError, UnicodeDecodeError) as err:  # TOMLDecodeError and JSONDecodeError are ValueErrors
+        raise ModelError(f"config file {str(path)!r} is not valid {kind}: {err}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"config file {str(path)!r} must hold an object of fields")
+    return data
+
+
+HF_TYPES = ("llama", "mistral", "mixtral", "qwen2", "gpt2")
+
+
+def load_hf_config(path: str | Path) -> TransformerConfig:
+    """Read a Hugging Face ``config.json`` (llama, mistral, mixtral, qwen2, gpt2) into a config."""
+    data = _read(Path(path), json.loads, "JSON")
+    kind = data.get("model_type")
+    if kind not in HF_TYPES:
+        raise ModelError(f"{Path(path).name}: cannot map model_type {kind!r}; supported: {', '.join(HF_TYPES)}")
+    try:
+        values = _hf_gpt2(data) if kind == "gpt2" else _hf_llama(data, kind)
+    except KeyError as err:
+        raise ModelError(f"{Path(path).name}: {kind} config lacks {err.args[0]!r}") from None
+    values["name"] = data.get("_name_or_path") or Path(path).parent.name or kind
+    return model_from_dict(values, origin=Path(path).name)
+
+
+def _hf_llama(data: dict[str, Any], kind: str) -> dict[str, Any]:
+    heads = data["num_attention_heads"]
+    values = {
+        "d_model": data["hidden_size"], "d_ff": data["intermediate_size"], "n_layers": data["num_hidden_layers"],
+        "n_heads": heads, "n_kv_heads": data.get("num_key_value_heads") or heads,
+        "head_dim": data.get("head_dim") or data["hidden_size"] // heads, "vocab_size": data["vocab_size"],
+        "tied_embeddings": bool(data.get("tie_word_embeddings", False)),
+        "qkv_bias": kind == "qwen2" or bool(data.get("attention_bias", False)),
+    }
+    if kind == "mixtral":
+        values.update(n_experts=data["num_local_experts"], experts_per_token=data["num_experts_per_tok"])
+    return values
+
+
+def _hf_gpt2(data: dict[str, Any]) -> dict[str, Any]:
+    d = data["n_embd"]
+    return {"d_model": d, "d_ff": data.get("n_inner") or 4 * d, "n_layers": data["n_layer"],
+            "n_heads": data["n_head"], "vocab_size": data["vocab_size"], "gated_mlp": False,
+            "tied_embeddings": bool(data.get("tie_word_embeddings", True)), "linear_bias": True,
+            "norm": "layernorm", "learned_positions": True, "max_positions": data["n_positions"]}
