@@ -20,19 +20,21 @@ from simulator.pipeline import Operand, Step, run_steps
 from simulator.result import Result
 from simulator.specs import DTYPE_BYTES, ChipSpec
 from simulator.system import System, resolve_chip
+from simulator.units import positive_int
 
 
-def _steps(m: int, k: int, n: int, block_n: int, elem: int) -> list[Step]:
+def _steps(m: int, k: int, n: int, block_n: int, dtype: str) -> list[Step]:
+    elem = DTYPE_BYTES[dtype]
     a = Operand("a", "a", elem * m * k)
     return [Step(f"a@b{j}", (a, Operand(f"b{j}", "b", elem * k * block_n)), matmul=(m, k, block_n),
-                 outputs=(Operand(f"c{j}", "c", elem * m * block_n),))
+                 outputs=(Operand(f"c{j}", "c", elem * m * block_n),), dtype=dtype)
             for j in range(n // block_n)]
 
 
 def simulate_point(spec: ChipSpec, m: int, k: int, n: int, block_n: int, dtype: str) -> System:
     """One matmul of the sweep, simulated; returns the finished system."""
     system = System(spec, trace=True)  # busy times come from spans, so tracing stays on
-    run_steps(system, _steps(m, k, n, block_n, DTYPE_BYTES[dtype]), buffers=2)
+    run_steps(system, _steps(m, k, n, block_n, dtype), buffers=2)
     system.run()
     return system
 
@@ -70,6 +72,8 @@ def run(*, k: int = 16384, n: int = 16384, m_values: tuple = (16, 32, 64, 128, 1
     spec = resolve_chip(chip)
     if dtype not in DTYPE_BYTES:
         raise PodsimError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
+    for name, value in (("k", k), ("n", n), ("block_n", block_n)):
+        positive_int(value, name=name)
     if n % block_n:
         raise PodsimError(f"block_n={block_n} must divide n={n}")
     if not m_values or any(m < 1 for m in m_values):

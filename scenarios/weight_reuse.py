@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator import analytic
+from simulator.errors import PodsimError, SpecError
 from simulator.pipeline import LOOP_ORDERS, run_steps, weight_input_steps
 from simulator.result import Result
 from simulator.specs import DTYPE_BYTES, ChipSpec
@@ -27,8 +28,8 @@ def expected_bytes(order: str, batch: int, d_in: int, d_out: int, weight_blocks:
             "outputs": {"read": 0.0, "written": y}}
 
 
-def _simulate(order: str, spec: ChipSpec, dims: dict[str, int], buffers: int, trace: bool) -> System:
-    steps = weight_input_steps(order, **dims)
+def _simulate(order: str, spec: ChipSpec, dims: dict[str, int], buffers: int, trace: bool, dtype: str) -> System:
+    steps = weight_input_steps(order, **dims, dtype=dtype)
     tile = max(sum(o.nbytes for o in s.operands + s.outputs) for s in steps)
     system = System(spec.replace(vmem_capacity_bytes=tile), trace=trace)
     run_steps(system, steps, buffers)
@@ -43,7 +44,9 @@ def run(*, order: str = "weight_major", batch: int = 1000, d_in: int = 2000, d_o
     spec = resolve_chip(chip)
     dims = dict(batch=batch, d_in=d_in, d_out=d_out, weight_blocks=weight_blocks,
                 input_groups=input_groups, elem_bytes=DTYPE_BYTES.get(dtype, 0) or _bad_dtype(dtype))
-    systems = {o: _simulate(o, spec, dims, buffers, trace and o == order) for o in LOOP_ORDERS}
+    if order not in LOOP_ORDERS:
+        raise PodsimError(f"order={order!r}; valid orders: {', '.join(LOOP_ORDERS)}")
+    systems = {o: _simulate(o, spec, dims, buffers, trace and o == order, dtype) for o in LOOP_ORDERS}
     system = systems[order]
     metrics = system.metrics()
     hbm = {o: s.trace.bytes_by_interface["hbm_read"] + s.trace.bytes_by_interface["hbm_write"]
@@ -78,6 +81,4 @@ def _extra(order: str, systems: dict[str, System], hbm: dict[str, float], bounds
 
 
 def _bad_dtype(dtype: str) -> int:
-    from simulator.errors import SpecError
-
     raise SpecError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")

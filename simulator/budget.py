@@ -79,8 +79,14 @@ def experts_touched(cfg: TransformerConfig, tokens: int) -> float:
 
 
 def weight_bytes_read(cfg: TransformerConfig, tokens: int) -> float:
-    """Weights a step streams from HBM: all of them, except MoE experts no token routes to."""
-    total = cfg.params() * cfg.weight_elem_bytes
+    """Weights a step streams from HBM: all of them, except lookup tables (the input embedding when it is
+    not tied to the output projection, learned positions), of which only the tokens' rows are read, and
+    MoE experts no token routes to."""
+    e = cfg.weight_elem_bytes
+    total = cfg.params() * e
+    tables = (0 if cfg.tied_embeddings else cfg.vocab_size) + (cfg.max_positions if cfg.learned_positions else 0)
+    rows = (1 if not cfg.tied_embeddings else 0) + (1 if cfg.learned_positions else 0)
+    total -= (tables - rows * tokens) * cfg.d_model * e
     if not cfg.n_experts:
         return total
     idle = cfg.n_experts + cfg.n_shared_experts - experts_touched(cfg, tokens)
@@ -109,9 +115,10 @@ def _contexts(batch: int, context: int | Sequence[int]) -> list[int]:
 
 
 def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, context: int | Sequence[int] = 0,
-                  par: Parallelism = Parallelism(), weight_dtype: str | None = None,
+                  par: Parallelism | None = None, weight_dtype: str | None = None,
                   kv_dtype: str | None = None) -> dict[str, Any]:
     """Every closed-form number of one decode step (per step totals, and per chip on the mesh)."""
+    par = par or Parallelism()
     cfg = _with_dtypes(cfg, weight_dtype, kv_dtype)
     contexts = _contexts(batch, context)
     check_layout(cfg, par, batch)

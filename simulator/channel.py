@@ -14,8 +14,6 @@ operation, so long pipelines stay cheap.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import simpy
 
 from simulator.trace import Span, Trace
@@ -27,17 +25,15 @@ _DONE_FRACTION = 1e-9
 
 
 class _Flow:
-    __slots__ = ("nbytes", "remaining", "event", "start", "label", "kind", "on_done")
+    __slots__ = ("nbytes", "remaining", "event", "start", "label", "kind")
 
-    def __init__(self, nbytes: float, event: simpy.Event, label: str, kind: str,
-                 on_done: Callable[[float], None] | None) -> None:
+    def __init__(self, nbytes: float, event: simpy.Event, label: str, kind: str) -> None:
         self.nbytes = nbytes
         self.remaining = nbytes
         self.event = event
         self.start = 0.0
         self.label = label
         self.kind = kind
-        self.on_done = on_done
 
 
 class Channel:
@@ -67,19 +63,11 @@ class Channel:
         self._last_update = 0.0
         self._generation = 0
 
-    @property
-    def in_flight(self) -> int:
-        """Transfers currently sharing the channel."""
-        return len(self._flows)
-
-    def transfer(self, nbytes: float, label: str = "", kind: str = "transfer",
-                 on_done: Callable[[float], None] | None = None) -> simpy.Event:
+    def transfer(self, nbytes: float, label: str = "", kind: str = "transfer") -> simpy.Event:
         """Move ``nbytes``; the returned event fires (value: the time) when the last byte has arrived.
-
-        ``on_done(start_s)`` is called at completion with the time the transfer started moving.
         """
         event = self.env.event()
-        flow = _Flow(nbytes, event, label, kind, on_done)
+        flow = _Flow(nbytes, event, label, kind)
         if nbytes <= 0:
             event.succeed(self.env.now)
         elif self.latency_s > 0:
@@ -127,8 +115,6 @@ class Channel:
         if self.trace is not None:
             self.trace.add(Span(self.chip, self.name, flow.label, flow.start, self.env.now,
                                 flow.kind, flow.nbytes, 0.0))
-        if flow.on_done is not None:
-            flow.on_done(flow.start)
         flow.event.succeed(self.env.now)
 
 

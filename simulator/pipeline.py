@@ -56,7 +56,12 @@ class Step:
 def validate_steps(steps: Sequence[Step], chip: Chip, buffers: int, reserve_vmem: bool = True) -> None:
     """Raise before the run: bad buffer count, negative sizes, or a step that can never fit in VMEM."""
     positive_int(buffers, name="buffers (1 = serial, 2 = double buffering)")
+    if len(steps) > MAX_STEPS:
+        raise PodsimError(f"{len(steps)} steps; at most {MAX_STEPS:,} are simulated -- use larger blocks")
+    previous: dict[str, float] = {}
     for step in steps:
+        _check_step(step, previous)
+        previous = {op.key: op.nbytes for op in step.operands}
         for op in step.operands + step.outputs:
             positive(op.nbytes, name=f"{op.key} nbytes", allow_zero=True)
         need = sum(op.nbytes for op in step.operands + step.outputs)
@@ -64,6 +69,25 @@ def validate_steps(steps: Sequence[Step], chip: Chip, buffers: int, reserve_vmem
             raise CapacityError(
                 f"block {step.name!r} needs {need:.0f} bytes of VMEM (operands and outputs) but chip "
                 f"{chip.index} VMEM holds only {chip.vmem.capacity_bytes:.0f} bytes; use smaller blocks")
+
+
+MAX_STEPS = 1_000_000  #: about a minute of simulation; more is almost surely a units mistake
+
+
+def _check_step(step: Step, previous: dict[str, float]) -> None:
+    keys = [op.key for op in step.operands + step.outputs]
+    if len(set(keys)) != len(keys):
+        twice = sorted(k for k in keys if keys.count(k) > 1)[0]
+        raise PodsimError(f"block {step.name!r} names operand {twice!r} twice; keys must be unique within a block")
+    for op in step.operands:
+        if op.key in previous and previous[op.key] != op.nbytes:
+            raise PodsimError(f"block {step.name!r}: operand {op.key!r} is carried from the previous block with "
+                              f"{previous[op.key]:.0f} bytes but now has {op.nbytes:.0f}; a carried block keeps "
+                              "its size")
+    if step.matmul is not None:
+        for dim in step.matmul:
+            positive_int(dim, name=f"block {step.name!r} matmul dimension")
+    positive(step.flops, name=f"block {step.name!r} flops", allow_zero=True)
 
 
 class _Pipeline:
@@ -150,6 +174,8 @@ def run_steps(system: System, steps: Sequence[Step], buffers: int = 2, chip: Chi
 def uniform_steps(blocks: int, load_bytes: float, flops: float, label: str = "x") -> list[Step]:
     """``blocks`` independent steps, each loading ``load_bytes`` and computing ``flops`` (unpadded)."""
     positive_int(blocks, name="blocks")
+    if blocks > MAX_STEPS:
+        raise PodsimError(f"blocks={blocks} is more than the {MAX_STEPS:,} podsim simulates; use fewer, larger blocks")
     return [Step(f"{label}{i}", (Operand(f"{label}{i}", label, load_bytes),), flops=flops)
             for i in range(blocks)]
 
@@ -158,7 +184,7 @@ LOOP_ORDERS = ("weight_major", "input_major")
 
 
 def weight_input_steps(order: str, batch: int, d_in: int, d_out: int, weight_blocks: int,
-                       input_groups: int, elem_bytes: int = 2) -> list[Step]:
+                       input_groups: int, elem_bytes: int = 2, dtype: str = "bf16") -> list[Step]:
     """Steps of ``X[batch, d_in] @ W[d_in, d_out]`` with W split by columns and X by rows.
 
     ``weight_major`` (weight-stationary) keeps one W block resident while every input group streams
@@ -170,12 +196,14 @@ def weight_input_steps(order: str, batch: int, d_in: int, d_out: int, weight_blo
     for key, value, dim in (("weight_blocks", weight_blocks, d_out), ("input_groups", input_groups, batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1 or dim % value:
             raise PodsimError(f"{key}={value!r} must be an integer >= 1 dividing {dim}")
+    if weight_blocks * input_groups > MAX_STEPS:
+        raise PodsimError(f"weight_blocks x input_groups = {weight_blocks * input_groups} steps; at most {MAX_STEPS:,}")
     rows, cols = batch // input_groups, d_out // weight_blocks
     pairs = [(g, j) for j in range(weight_blocks) for g in range(input_groups)] if order == "weight_major" \
         else [(g, j) for g in range(input_groups) for j in range(weight_blocks)]
     return [Step(f"x{g}@w{j}",
                  (Operand(f"w{j}", "weights", elem_bytes * d_in * cols),
                   Operand(f"x{g}", "inputs", elem_bytes * rows * d_in)),
-                 matmul=(rows, d_in, cols),
+                 matmul=(rows, d_in, cols), dtype=dtype,
                  outputs=(Operand(f"y{g}{j}", "outputs", elem_bytes * rows * cols),))
             for g, j in pairs]

@@ -50,6 +50,8 @@ def _load_file(path: Path) -> types.ModuleType:
     if not path.is_file():
         raise ScenarioError(f"scenario file {str(path)!r} does not exist")
     spec = importlib.util.spec_from_file_location(f"podsim_user_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ScenarioError(f"scenario file {str(path)!r} is not a Python file (expected a .py scenario)")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)

@@ -1,0 +1,194 @@
+"""Simulated Transformer steps: decode, prefill and training, on one chip or a data x model mesh.
+
+Built from the core's pieces: per layer, every chip streams its share of the weights (and of the KV
+history) from HBM into VMEM in blocks (double-buffered), runs the layer's matmuls and attention on
+the MXU and its norms / softmax / activations on the VPU, writes new KV back, and -- with model
+parallelism -- all chips of a data group AllReduce the activations after attention and after the MLP
+(Megatron-style), on the interconnect. The step time is simulated; the closed-form budget
+(`simulator.budget`) stands beside it.
+
+Assumptions: weight matmul time uses padded FLOPs (m to the MXU's sublanes, k and n to its width);
+attention FLOPs are unpadded; element-wise work counts ~10 operations per element of each layer's
+activations; the embedding lookup is free; a block never exceeds a third of VMEM.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from simulator import analytic
+from simulator.budget import (
+    Parallelism,
+    _contexts,
+    _with_dtypes,
+    check_layout,
+    experts_touched,
+    kv_heads_per_chip,
+)
+from simulator.collectives import start_collective
+from simulator.mesh import Mesh, MeshSpec, default_topology_for
+from simulator.pipeline import Operand, Step, run_steps
+from simulator.specs import ChipSpec
+from simulator.system import System
+from simulator.transformer import TransformerConfig
+
+VECTOR_OPS_PER_ELEMENT = 10  #: norms, residual adds, softmax, activation: a rough element-wise budget
+
+
+@dataclass
+class Unit:
+    """One piece of a layer on one chip: bytes to stream in, FLOPs, bytes to write back."""
+
+    name: str
+    weight_bytes: float
+    kv_read_bytes: float
+    flops: float
+    vector_flops: float
+    kv_write_bytes: float = 0.0
+    sync_bytes: float = 0.0  #: activations AllReduced over the model axis after this unit (0 = none)
+
+
+def _matmul_flops(spec: ChipSpec, m: int, k: float, n: float) -> float:
+    """Padded MXU FLOPs of an [m, k] @ [k, n] matmul (k, n may be per-chip shares)."""
+    return analytic.padded_matmul_flops(max(1, m), max(1, round(k)), max(1, round(n)), spec.mxu_dim, spec.sublanes)
+
+
+def layer_units(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, contexts: Sequence[int],
+                new_tokens: int) -> list[Unit]:
+    """Attention and MLP units of one layer on one chip of a data group holding ``contexts``."""
+    m = par.model
+    tokens = len(contexts) * new_tokens
+    e_w, e_kv, e_a = cfg.weight_elem_bytes, cfg.kv_elem_bytes, cfg.act_elem_bytes
+    kvh = kv_heads_per_chip(cfg, m)
+    kv_pos = 2 * kvh * cfg.head_dim * e_kv  # K and V of one position, one layer, this chip
+    d, q, kvw = cfg.d_model, cfg.q_width / m, kvh * cfg.head_dim
+    sources = sum(new_tokens * c + new_tokens * (new_tokens + 1) / 2 for c in contexts)  # causal over new tokens
+    attn_flops = (_matmul_flops(spec, tokens, d, q + 2 * kvw) + _matmul_flops(spec, tokens, q, d)
+                  + 4 * (cfg.n_heads / m) * cfg.head_dim * sources)
+    attn = Unit("attention", cfg.attention_params() * e_w / m + 2 * cfg.norm_params() * e_w,
+                kv_pos * sum(contexts), attn_flops, VECTOR_OPS_PER_ELEMENT * tokens * (d + q),
+                kv_pos * tokens, tokens * d * e_a if m > 1 else 0.0)
+    experts = experts_touched(cfg, tokens) if cfg.n_experts else 1.0
+    used = (cfg.experts_per_token + cfg.n_shared_experts) if cfg.n_experts else 1
+    mats = 3 if cfg.gated_mlp else 2
+    mlp_flops = used * mats * _matmul_flops(spec, tokens, d, cfg.d_ff / m)
+    router = cfg.d_model * cfg.n_experts * e_w
+    mlp = Unit("mlp", experts * cfg.expert_params() * e_w / m + router, 0.0, mlp_flops,
+               VECTOR_OPS_PER_ELEMENT * tokens * used * cfg.d_ff / m, 0.0, tokens * d * e_a if m > 1 else 0.0)
+    return [attn, mlp]
+
+
+def head_unit(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, tokens: int) -> Unit:
+    """Final norm and output projection (vocabulary split over model chips)."""
+    e = cfg.weight_elem_bytes
+    weights = cfg.vocab_size * cfg.d_model * e / par.model + cfg.norm_params() * e
+    return Unit("lm head", weights, 0.0, _matmul_flops(spec, tokens, cfg.d_model, cfg.vocab_size / par.model),
+                VECTOR_OPS_PER_ELEMENT * tokens * cfg.vocab_size / par.model)
+
+
+def _blocks(unit: Unit, layer: int, vmem: float) -> list[Step]:
+    """Split a unit into steps whose streamed bytes fit a third of VMEM."""
+    stream = unit.weight_bytes + unit.kv_read_bytes
+    n = max(1, math.ceil(stream / (vmem / 3)), math.ceil(unit.kv_write_bytes / (vmem / 3)))
+    label = f"L{layer} {unit.name}"
+    steps = []
+    for i in range(n):
+        ops = tuple(Operand(f"{label} {kind} {i}", kind, size / n)
+                    for kind, size in (("weights", unit.weight_bytes), ("kv", unit.kv_read_bytes)) if size)
+        outs = (Operand(f"{label} new kv {i}", "kv", unit.kv_write_bytes / n),) if unit.kv_write_bytes else ()
+        steps.append(Step(f"{label} {i}", ops, flops=unit.flops / n, outputs=outs,
+                          vector_flops=unit.vector_flops / n))
+    return steps
+
+
+class StepSimulation:
+    """One simulated step: the system, its per-chip step lists and the collectives between them."""
+
+    def __init__(self, cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, trace: bool) -> None:
+        self.cfg, self.spec, self.par = cfg, spec, par
+        if par.chips == 1:
+            self.system, self.mesh = System(spec, trace=trace), None
+        else:
+            mesh_spec = MeshSpec(("data", "model"), (par.data, par.model), (None, None))
+            self.system = System(spec, topology=default_topology_for(mesh_spec, spec), trace=trace)
+            self.mesh = Mesh(mesh_spec, self.system.graph)
+        self.env = self.system.env
+
+    def run(self, units_per_group: list[list[Unit]], layer_of: list[int]) -> None:
+        """Run every chip's units in order; units with ``sync_bytes`` end with a model-axis AllReduce."""
+        syncs = [i for i, u in enumerate(units_per_group[0]) if u.sync_bytes]
+        done = {i: {c.index: self.env.event() for c in self.system.chips} for i in syncs}
+        gate = {i: self.env.event() for i in syncs}
+        for chip in self.system.chips:
+            group = self.mesh.coords(chip.index)[0] if self.mesh else 0
+            steps = self._chip_steps(units_per_group[group], layer_of, chip.index, done, gate)
+            run_steps(self.system, steps, buffers=2, chip=chip, name=f"chip {chip.index} step")
+        if syncs:
+            self.system.process(self._coordinator(syncs, units_per_group[0], done, gate), "model-axis AllReduces")
+        self.system.run()
+
+    def _chip_steps(self, units: list[Unit], layer_of: list[int], chip: Any, done: dict, gate: dict) -> list[Step]:
+        steps: list[Step] = []
+        wait_for: int | None = None
+        for i, unit in enumerate(units):
+            blocks = _blocks(unit, layer_of[i], self.spec.vmem_capacity_bytes)
+            if wait_for is not None:
+                blocks[0] = _replace(blocks[0], before=lambda k=wait_for: gate[k])
+            if i in done:
+                blocks[-1] = _replace(blocks[-1], after=lambda k=i: done[k][chip].succeed())
+            wait_for = i if i in done else None
+            steps.extend(blocks)
+        return steps
+
+    def _coordinator(self, syncs: list[int], units: list[Unit], done: dict, gate: dict) -> Any:
+        for i in syncs:
+            yield simpy.AllOf(self.env, list(done[i].values()))
+            yield start_collective("all_reduce", self.system, units[i].sync_bytes, axes=["model"], mesh=self.mesh)
+            gate[i].succeed()
+
+    def summary(self) -> dict[str, Any]:
+        """Step time, busy fraction per unit and the busiest link's fraction."""
+        metrics = self.system.metrics()
+        step = self.env.now
+        units = {u: v / step for u, v in metrics["busy_s"].items() if not u.startswith("link")} if step else {}
+        links = [v for u, v in metrics["busy_s"].items() if u.startswith("link")]
+        return {"step_time_s": step, "busy_fraction": units,
+                "busiest_link_fraction": max(links) / step if links and step else 0.0,
+                "simulated_bytes": metrics["bytes"], "overlap_s": metrics["overlap_s"]}
+
+
+def _replace(step: Step, **changes: Any) -> Step:
+    import dataclasses
+
+    return dataclasses.replace(step, **changes)
+
+
+def _split_contexts(contexts: list[int], data: int) -> list[list[int]]:
+    per = len(contexts) // data
+    return [contexts[g * per:(g + 1) * per] for g in range(data)]
+
+
+def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, context: int | Sequence[int] = 0,
+                    par: Parallelism | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
+                    new_tokens: int = 1, trace: bool = True) -> StepSimulation:
+    """Simulate one decode step (``new_tokens=1``) or a prefill of ``new_tokens`` per request."""
+    par = par or Parallelism()
+    cfg = _with_dtypes(cfg, weight_dtype, kv_dtype)
+    contexts = _contexts(batch, context)
+    check_layout(cfg, par, batch)
+    sim = StepSimulation(cfg, spec, par, trace)
+    groups = []
+    for ctx in _split_contexts(contexts, par.data):
+        units, layers = [], []
+        for layer in range(cfg.n_layers):
+            for u in layer_units(cfg, spec, par, ctx, new_tokens):
+                units.append(u)
+                layers.append(layer)
+        units.append(head_unit(cfg, spec, par, len(ctx) * new_tokens))
+        groups.append(units)
+    sim.run(groups, layers + [cfg.n_layers])
+    return sim
