@@ -207,7 +207,10 @@ def broadcast_time(nbytes: float, hops: int, bandwidth_bytes_per_s: float, laten
 
 
 def book_all_gather_time(nbytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float = 0.0) -> float:
-    """The book's bidirectional-ring estimate: max(latency * n / 2, V / W_ici) with W_ici = 2b."""
+    """The book's bidirectional-ring estimate: max(latency * n / 2, V / W_ici) with W_ici = 2b.
+
+    Over k axes at once pass V / k as ``nbytes`` and the sum of the axis lengths as ``n``.
+    """
     return max(latency_s * n / 2, nbytes / (2 * bandwidth_bytes_per_s))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -15,7 +16,7 @@ from simulator.errors import PodsimError
 from simulator.result import Result, jsonable
 from simulator.scenario import list_scenarios, load_scenario, parse_sets, scenario_params
 from simulator.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
-from simulator.units import format_quantity, parse_positive
+from simulator.units import format_quantity, parse_positive, parse_quantity
 
 EXIT_BAD_INPUT = 2
 
@@ -259,12 +260,12 @@ def cmd_collective(args: argparse.Namespace) -> None:
 
 def _parse_count(text: str, flag: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise PodsimError(f"{flag} {text!r} must be a whole number >= 1") from None
-    if value < 1:
-        raise PodsimError(f"{flag} {text!r} must be a whole number >= 1")
-    return value
+        value = parse_quantity(text, "number", name=flag)
+    except PodsimError:
+        value = math.nan
+    if not math.isfinite(value) or value < 1 or value != int(value):
+        raise PodsimError(f"{flag} {text!r} must be a whole number >= 1 (e.g. 8 or 1e3)")
+    return int(value)
 
 
 def _chip_at(graph: Any, text: str, flag: str) -> int:

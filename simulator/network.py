@@ -33,6 +33,7 @@ from simulator.trace import Trace
 from simulator.units import positive, positive_int
 
 SWITCHING = ("cut_through", "store_and_forward")
+MAX_CHUNKS = 10_000  #: pieces per message; more is a units mistake and would take minutes
 _GRID_KINDS = ("torus", "ring", "line", "mesh")
 
 
@@ -122,6 +123,8 @@ class Network:
         """Send ``nbytes`` from chip ``src`` to chip ``dst``; the event fires (value: time) on arrival."""
         positive(nbytes, name="message nbytes", allow_zero=True)
         positive_int(chunks, name="chunks")
+        if chunks > MAX_CHUNKS:
+            raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")
         if src == dst or nbytes == 0:
             event = self.env.event()
             return event.succeed(self.env.now)

@@ -58,6 +58,8 @@ class Result:
         m = self.metrics
         lines = [f"{self.scenario}: {self.headline}" if self.headline else self.scenario]
         lines.append(f"  end to end  {format_quantity(m['end_to_end_s'], 's')}")
+        if m["busy_s"] is None:
+            return "\n".join(lines + ["  (tracing off: no busy times)"])
         if "analytic_s" in self.extra and self.extra["analytic_s"] is not None:
             lines.append(f"  closed form {format_quantity(self.extra['analytic_s'], 's')}")
         lines.append(f"  overlap {format_quantity(m['overlap_s'], 's')}, exposed {format_quantity(m['exposed_s'], 's')}"

@@ -111,9 +111,17 @@ def compute_metrics(trace: Trace, end_to_end_s: float | None = None) -> dict[str
     - ``lower_bound_s``: the busiest single resource; ``upper_bound_s``: on the chip with the most
       work, the sum of every unit's busy time (nothing overlapped).
     - ``utilization``: ``busy_s / end_to_end_s`` per unit.
+
+    The bounds count resource busy time only. Link latency (wire and switch delay) occupies no
+    resource, so a latency-bound run -- a small collective -- can take longer than ``upper_bound_s``.
+    With tracing off there are no spans: the busy-time metrics are then None (unknown), not zero.
     """
     spans = trace.spans
     e2e = end_to_end_s if end_to_end_s is not None else max((s.end for s in spans), default=0.0)
+    if not trace.enabled:
+        return {"end_to_end_s": e2e, "busy_s": None, "bytes": dict(trace.bytes_by_interface),
+                "flops": trace.flops_total, "overlap_s": None, "exposed_s": None, "lower_bound_s": None,
+                "upper_bound_s": None, "utilization": None}
     per_chip = busy_by_chip(spans)
     busy: dict[str, float] = {}
     for units in per_chip.values():
