@@ -178,6 +178,14 @@ def _critical_batch(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int],
     return weights / bw / slope * par.data if slope > 0 else math.inf
 
 
+def smallest_model_axis(cfg: TransformerConfig, at_least: float) -> int:
+    """The smallest valid model-parallel size >= ``at_least`` (dividing heads and MLP width)."""
+    for m in range(max(1, math.ceil(at_least)), cfg.n_heads + 1):
+        if cfg.n_heads % m == 0 and cfg.d_ff % m == 0 and (cfg.n_kv_heads % m == 0 or m % cfg.n_kv_heads == 0):
+            return m
+    return cfg.n_heads
+
+
 def _fit(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Parallelism,
          kv_share: float) -> dict[str, Any]:
     """Whether weights + KV (after this step) fit in each chip's HBM, by how much, and the largest batch."""
@@ -193,7 +201,7 @@ def _fit(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Paral
     if fits:
         note = f"fits: {need / GiB:.3f} GiB of {cap / GiB:.3f} GiB per chip, {(cap - need) / GiB:.3f} GiB spare"
     elif weights > cap:
-        least = math.ceil(cfg.params() * cfg.weight_elem_bytes / cap)
+        least = smallest_model_axis(cfg, cfg.params() * cfg.weight_elem_bytes / cap)
         note = (f"does not fit: the weights alone need {weights / GiB:.3f} GiB per chip, {(weights - cap) / GiB:.3f} "
                 f"GiB more than the {cap / GiB:.3f} GiB of HBM; use at least model={least} chips or 8-bit weights")
     else:

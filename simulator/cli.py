@@ -323,7 +323,7 @@ def cmd_model(args: argparse.Namespace) -> None:
     if not args.no_simulate:
         from simulator.workload import simulate_decode
 
-        sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, trace=False)
+        sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype)
         out.update(sim.summary())
     if args.json:
         print(json.dumps(jsonable(out), indent=2))

@@ -154,8 +154,9 @@ class StepSimulation:
         """Step time, busy fraction per unit and the busiest link's fraction."""
         metrics = self.system.metrics()
         step = self.env.now
-        units = {u: v / step for u, v in metrics["busy_s"].items() if not u.startswith("link")} if step else {}
-        links = [v for u, v in metrics["busy_s"].items() if u.startswith("link")]
+        busy = metrics["busy_s"] or {}  # empty when tracing was off
+        units = {u: v / step for u, v in busy.items() if not u.startswith("link")} if step else {}
+        links = [v for u, v in busy.items() if u.startswith("link")]
         return {"step_time_s": step, "busy_fraction": units,
                 "busiest_link_fraction": max(links) / step if links and step else 0.0,
                 "simulated_bytes": metrics["bytes"], "overlap_s": metrics["overlap_s"]}
