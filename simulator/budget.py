@@ -93,11 +93,15 @@ def weight_bytes_read(cfg: TransformerConfig, tokens: int) -> float:
     return total - cfg.n_layers * idle * cfg.expert_params() * cfg.weight_elem_bytes
 
 
-def decode_flops(cfg: TransformerConfig, contexts: Sequence[int]) -> dict[str, float]:
-    """FLOPs of one decode step: 2 x matmul parameters per token, plus QK^T and AV over context + 1."""
-    weights = 2.0 * cfg.matmul_params_per_token() * len(contexts)
+def decode_flops(cfg: TransformerConfig, contexts: Sequence[int], new_tokens: int = 1) -> dict[str, float]:
+    """FLOPs of one step: 2 x matmul parameters per token, plus QK^T and AV per (query, source) pair.
+
+    Request r adds ``new_tokens`` tokens after ``contexts[r]`` cached ones; its t-th new token attends
+    causally to context + t sources (decode: new_tokens = 1, context + 1 sources).
+    """
+    weights = 2.0 * cfg.matmul_params_per_token() * len(contexts) * new_tokens
     per_source = 2.0 * cfg.n_layers * cfg.q_width  # one of QK^T or AV, per source position
-    sources = sum(c + 1 for c in contexts)
+    sources = sum(new_tokens * c + new_tokens * (new_tokens + 1) // 2 for c in contexts)
     return {"weight_matmul_flops": weights, "attention_qk_flops": per_source * sources,
             "attention_av_flops": per_source * sources, "flops": weights + 2 * per_source * sources}
 
@@ -116,17 +120,22 @@ def _contexts(batch: int, context: int | Sequence[int]) -> list[int]:
 
 def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, context: int | Sequence[int] = 0,
                   par: Parallelism | None = None, weight_dtype: str | None = None,
-                  kv_dtype: str | None = None) -> dict[str, Any]:
-    """Every closed-form number of one decode step (per step totals, and per chip on the mesh)."""
+                  kv_dtype: str | None = None, new_tokens: int = 1) -> dict[str, Any]:
+    """Every closed-form number of one decode step (per step totals, and per chip on the mesh).
+
+    With ``new_tokens`` > 1 the step is a prefill of that many tokens per request.
+    """
     par = par or Parallelism()
     cfg = _with_dtypes(cfg, weight_dtype, kv_dtype)
     contexts = _contexts(batch, context)
     check_layout(cfg, par, batch)
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
+        raise PodsimError(f"new_tokens={new_tokens!r} must be a whole number >= 1")
     kv_pos = kv_bytes_per_position(cfg)
     weights = cfg.params() * cfg.weight_elem_bytes
-    history, growth = kv_pos * sum(contexts), kv_pos * batch
-    flops = decode_flops(cfg, contexts)
-    read = weight_bytes_read(cfg, batch)
+    history, growth = kv_pos * sum(contexts), kv_pos * batch * new_tokens
+    flops = decode_flops(cfg, contexts, new_tokens)
+    read = weight_bytes_read(cfg, batch * new_tokens)
     kv_share = kv_heads_per_chip(cfg, par.model) / cfg.n_kv_heads / par.data
     per_chip = {"weight_bytes": weights / par.model, "kv_cache_bytes": history * kv_share,
                 "hbm_bytes_per_step": read / par.model + (history + growth) * kv_share,
@@ -139,7 +148,8 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
         contexts[0], "data": par.data, "model_parallel": par.model,
         "params_total": cfg.params(), "params_active": cfg.params(active=True), "weight_bytes": weights,
         "kv_cache_bytes": history, "kv_bytes_per_position": kv_pos, "kv_growth_bytes_per_step": growth,
-        "weights_plus_kv_bytes": weights + history, "flops_per_token": flops["flops"] / batch, **flops,
+        "weights_plus_kv_bytes": weights + history, "new_tokens": new_tokens,
+        "flops_per_token": flops["flops"] / (batch * new_tokens), **flops,
         "flops_per_step": flops["flops"], "hbm_bytes_per_step": read + history + growth,
         "hbm_read_bytes_per_step": read + history, "hbm_write_bytes_per_step": growth,
         "weight_bytes_read_per_step": read, "per_chip": per_chip, "t_compute_s": t_compute, "t_memory_s": t_memory,
@@ -172,7 +182,7 @@ def _critical_batch(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int],
     ctx = sum(contexts) / len(contexts)
     per_request_flops = decode_flops(cfg, [round(ctx)])["flops"] / par.chips
     per_request_bytes = kv_bytes_per_position(cfg) * (ctx + 1) * kv_share * par.data  # per request, this chip
-    weights = cfg.params() * cfg.weight_elem_bytes / par.model
+    weights = weight_bytes_read(cfg, 1) / par.model
     peak, bw = chip.peak_flops_per_s(_compute_dtype(cfg)), chip.hbm_bandwidth_bytes_per_s
     slope = per_request_flops / peak - per_request_bytes / par.data / bw
     return weights / bw / slope * par.data if slope > 0 else math.inf
@@ -209,3 +219,78 @@ def _fit(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Paral
                 f"{cap / GiB:.3f} GiB of HBM; at this context a batch of {max_batch} fits")
     return {"fits": fits, "hbm_needed_per_chip_bytes": need, "hbm_capacity_bytes": cap,
             "hbm_spare_bytes": cap - need, "max_batch": max_batch, "fit_note": note}
+
+
+#: Activations a layer saves for its backward pass, per token, in elements: the residual and norm
+#: outputs (2D), attention input and output (2D), Q, K, V, and the MLP's hidden tensors (gate, up and
+#: their product when gated; hidden and activation otherwise). Block checkpointing keeps only D.
+def saved_activation_elements(cfg: TransformerConfig, recompute: bool = False) -> float:
+    """Elements per token per layer kept for the backward pass."""
+    if recompute:
+        return cfg.d_model
+    mlp = (3 if cfg.gated_mlp else 2) * cfg.d_ff * max(1, cfg.experts_per_token)
+    return 4 * cfg.d_model + cfg.q_width + 2 * cfg.kv_width + mlp
+
+
+ADAM_BYTES_PER_PARAM = 8  #: two fp32 moments; the master weights are counted as the weights themselves
+
+
+def train_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, par: Parallelism | None = None,
+                 recompute: bool = False) -> dict[str, Any]:
+    """Closed forms of one training step: forward + backward (each backward matmul costs as much as
+    its forward one, twice per forward matmul: 3 units; recomputing the forward makes 4), gradient
+    AllReduce over the data axis, and the memory each chip holds."""
+    par = par or Parallelism()
+    check_layout(cfg, par, batch)
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise PodsimError(f"seq={seq!r} must be a whole number >= 1")
+    forward = decode_flops(cfg, [0] * batch, seq)["flops"]
+    units = 4 if recompute else 3
+    tokens_per_chip = batch * seq / par.data
+    act = saved_activation_elements(cfg, recompute) * cfg.act_elem_bytes * cfg.n_layers * tokens_per_chip / par.model
+    if recompute:  # one layer's full activations live while it is recomputed
+        act += saved_activation_elements(cfg) * cfg.act_elem_bytes * tokens_per_chip / par.model
+    weights = cfg.params() * cfg.weight_elem_bytes / par.model
+    memory = {"weight_bytes": weights, "gradient_bytes": weights,
+              "optimizer_bytes": cfg.params() * ADAM_BYTES_PER_PARAM / par.model, "activation_bytes": act}
+    flops = units * forward / par.chips
+    hbm = weights * (units - 1) + weights + 2 * act  # weights read per pass, gradients written, activations out/in
+    peak = chip.peak_flops_per_s(_compute_dtype(cfg))
+    t_compute, t_memory = flops / peak, hbm / chip.hbm_bandwidth_bytes_per_s
+    need = sum(memory.values())
+    comm = _train_comm(cfg, chip, par, tokens_per_chip)
+    return {**comm, "model": cfg.name, "chip": chip.name, "batch": batch, "seq": seq, "data": par.data,
+            "model_parallel": par.model, "recompute": recompute, "flops_per_step": units * forward,
+            "forward_flops": forward, "flop_units": units, "per_chip_flops": flops, "per_chip_hbm_bytes": hbm,
+            "memory_per_chip": memory, "memory_per_chip_bytes": need, "fits": need <= chip.hbm_capacity_bytes,
+            "gradient_allreduce_bytes": weights if par.data > 1 else 0.0, "t_compute_s": t_compute,
+            "t_memory_s": t_memory, "lower_bound_s": max(t_compute, t_memory), "upper_bound_s": t_compute + t_memory}
+
+
+def _ring_params(chip: ChipSpec, n: int, position: int, shape: tuple[int, ...]) -> tuple[float, float, bool]:
+    """(one-way bandwidth, hop latency, wraparound) of the mesh axis at ``position`` on the chip's slice."""
+    import topologies
+
+    if chip.wraparound == "switch":
+        return chip.ici_egress_bytes_per_s, 2 * chip.hop_latency_s, True
+    dims = [s for s in shape if s > 1]
+    wrap = topologies.slice_wrap(tuple(dims), chip.wraparound)[dims.index(n)] if n > 1 else True
+    return chip.ici_bandwidth_bytes_per_s, chip.hop_latency_s, wrap
+
+
+def _train_comm(cfg: TransformerConfig, chip: ChipSpec, par: Parallelism, tokens_per_chip: float) -> dict[str, float]:
+    """Closed forms of a training step's collectives: 4 activation AllReduces per layer over the model
+    axis (2 forward, 2 backward; on the critical path) and the gradient AllReduce over the data axis
+    (can overlap the backward pass)."""
+    from simulator import analytic
+
+    shape = (par.data, par.model)
+    tp, grad = 0.0, 0.0
+    if par.model > 1:
+        bw, lat, wrap = _ring_params(chip, par.model, 1, shape)
+        tp = 4 * cfg.n_layers * analytic.all_reduce_time(tokens_per_chip * cfg.d_model * cfg.act_elem_bytes,
+                                                         par.model, bw, lat, wrap)
+    if par.data > 1:
+        bw, lat, wrap = _ring_params(chip, par.data, 0, shape)
+        grad = analytic.all_reduce_time(cfg.params() * cfg.weight_elem_bytes / par.model, par.data, bw, lat, wrap)
+    return {"t_model_allreduce_s": tp, "t_gradient_allreduce_s": grad}

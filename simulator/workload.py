@@ -50,6 +50,9 @@ class Unit:
     vector_flops: float
     kv_write_bytes: float = 0.0
     sync_bytes: float = 0.0  #: activations AllReduced over the model axis after this unit (0 = none)
+    grad_bytes: float = 0.0  #: gradients AllReduced over the data axis after this unit, in the background
+    act_store_bytes: float = 0.0  #: activations saved to HBM for the backward pass
+    act_load_bytes: float = 0.0  #: saved activations read back
 
 
 def _matmul_flops(spec: ChipSpec, m: int, k: float, n: float) -> float:
@@ -92,14 +95,17 @@ def head_unit(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, tokens: 
 
 def _blocks(unit: Unit, layer: int, vmem: float) -> list[Step]:
     """Split a unit into steps whose streamed bytes fit a third of VMEM."""
-    stream = unit.weight_bytes + unit.kv_read_bytes
-    n = max(1, math.ceil(stream / (vmem / 3)), math.ceil(unit.kv_write_bytes / (vmem / 3)))
+    stream = unit.weight_bytes + unit.kv_read_bytes + unit.act_load_bytes
+    out = unit.kv_write_bytes + unit.act_store_bytes
+    n = max(1, math.ceil(stream / (vmem / 3)), math.ceil(out / (vmem / 3)))
     label = f"L{layer} {unit.name}"
     steps = []
     for i in range(n):
         ops = tuple(Operand(f"{label} {kind} {i}", kind, size / n)
-                    for kind, size in (("weights", unit.weight_bytes), ("kv", unit.kv_read_bytes)) if size)
-        outs = (Operand(f"{label} new kv {i}", "kv", unit.kv_write_bytes / n),) if unit.kv_write_bytes else ()
+                    for kind, size in (("weights", unit.weight_bytes), ("kv", unit.kv_read_bytes),
+                                       ("activations", unit.act_load_bytes)) if size)
+        outs = tuple(Operand(f"{label} {kind} out {i}", kind, size / n)
+                     for kind, size in (("kv", unit.kv_write_bytes), ("activations", unit.act_store_bytes)) if size)
         steps.append(Step(f"{label} {i}", ops, flops=unit.flops / n, outputs=outs,
                           vector_flops=unit.vector_flops / n))
     return steps
@@ -119,10 +125,13 @@ class StepSimulation:
         self.env = self.system.env
 
     def run(self, units_per_group: list[list[Unit]], layer_of: list[int]) -> None:
-        """Run every chip's units in order; units with ``sync_bytes`` end with a model-axis AllReduce."""
-        syncs = [i for i, u in enumerate(units_per_group[0]) if u.sync_bytes]
+        """Run every chip's units in order; units with ``sync_bytes`` end with a model-axis AllReduce
+        that the next unit waits for, units with ``grad_bytes`` start a data-axis AllReduce that runs
+        in the background (the step ends when it is done)."""
+        units = units_per_group[0]
+        syncs = [i for i, u in enumerate(units) if u.sync_bytes or u.grad_bytes]
         done = {i: {c.index: self.env.event() for c in self.system.chips} for i in syncs}
-        gate = {i: self.env.event() for i in syncs}
+        gate = {i: self.env.event() for i in syncs if units[i].sync_bytes}
         for chip in self.system.chips:
             group = self.mesh.coords(chip.index)[0] if self.mesh else 0
             steps = self._chip_steps(units_per_group[group], layer_of, chip.index, done, gate)
@@ -140,15 +149,23 @@ class StepSimulation:
                 blocks[0] = _replace(blocks[0], before=lambda k=wait_for: gate[k])
             if i in done:
                 blocks[-1] = _replace(blocks[-1], after=lambda k=i: done[k][chip].succeed())
-            wait_for = i if i in done else None
+            wait_for = i if i in gate else None
             steps.extend(blocks)
         return steps
 
     def _coordinator(self, syncs: list[int], units: list[Unit], done: dict, gate: dict) -> Any:
+        background = []
         for i in syncs:
             yield simpy.AllOf(self.env, list(done[i].values()))
-            yield start_collective("all_reduce", self.system, units[i].sync_bytes, axes=["model"], mesh=self.mesh)
-            gate[i].succeed()
+            if units[i].grad_bytes and self.par.data > 1:
+                background.append(start_collective("all_reduce", self.system, units[i].grad_bytes, axes=["data"],
+                                                   mesh=self.mesh))
+            if units[i].sync_bytes:
+                yield start_collective("all_reduce", self.system, units[i].sync_bytes, axes=["model"],
+                                       mesh=self.mesh)
+                gate[i].succeed()
+        if background:
+            yield simpy.AllOf(self.env, background)
 
     def summary(self) -> dict[str, Any]:
         """Step time, busy fraction per unit and the busiest link's fraction."""
@@ -193,3 +210,47 @@ def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, cont
         groups.append(units)
     sim.run(groups, layers + [cfg.n_layers])
     return sim
+
+
+def simulate_train(cfg: TransformerConfig, spec: ChipSpec, batch: int, seq: int, par: Parallelism | None = None,
+                   recompute: bool = False, trace: bool = True) -> StepSimulation:
+    """Simulate one training step: forward, then backward layer by layer in reverse.
+
+    Forward units save their activations to HBM (only the layer input with ``recompute``); backward
+    units re-read the layer's weights and saved activations, recompute the forward first when asked
+    (one more unit of FLOPs), spend two units of matmul FLOPs, write the gradients, and start the
+    layer's gradient AllReduce over the data axis in the background.
+    """
+    from simulator.budget import saved_activation_elements
+
+    par = par or Parallelism()
+    check_layout(cfg, par, batch)
+    sim = StepSimulation(cfg, spec, par, trace)
+    tokens = batch // par.data * seq
+    saved = saved_activation_elements(cfg, recompute) * cfg.act_elem_bytes * tokens / par.model
+    forward = [layer_units(cfg, spec, par, [0] * (batch // par.data), seq) for _ in range(cfg.n_layers)]
+    head = head_unit(cfg, spec, par, tokens)
+    units, layers = [], []
+    for layer, pair in enumerate(forward):
+        for u in pair:
+            units.append(_train_forward(u, saved / 2))
+            layers.append(layer)
+    units += [_train_forward(head, 0.0), _train_backward(head, 0.0, recompute)]
+    layers += [cfg.n_layers, cfg.n_layers]
+    for layer in reversed(range(cfg.n_layers)):
+        for u in reversed(forward[layer]):
+            units.append(_train_backward(u, saved / 2, recompute))
+            layers.append(layer)
+    sim.run([units] * par.data, layers)
+    return sim
+
+
+def _train_forward(u: Unit, saved_bytes: float) -> Unit:
+    return Unit(u.name, u.weight_bytes, 0.0, u.flops, u.vector_flops, 0.0, u.sync_bytes,
+                act_store_bytes=saved_bytes)
+
+
+def _train_backward(u: Unit, saved_bytes: float, recompute: bool) -> Unit:
+    units = 3 if recompute else 2
+    return Unit(f"{u.name} backward", u.weight_bytes, 0.0, units * u.flops, units * u.vector_flops,
+                u.weight_bytes, u.sync_bytes, grad_bytes=u.weight_bytes, act_load_bytes=saved_bytes)
