@@ -50,7 +50,8 @@ def run(*, model: str = "mixtral-8x7b", chips: int = 8, tokens_per_chip: int = 4
     t_a2a = dispatch.analytic_s if dispatch else 0.0
     extra: dict[str, Any] = {
         "params_total": cfg.params(), "params_active": cfg.params(active=True),
-        "expert_flops_per_token": k * flops_per_copy, "dense_equivalent_flops_per_token": cfg.n_experts * flops_per_copy,
+        "expert_flops_per_token": k * flops_per_copy,
+        "dense_equivalent_flops_per_token": cfg.n_experts * flops_per_copy,
         "dispatch_s": dispatch.time_s if dispatch else 0.0, "expert_s": expert_s,
         "combine_s": combine.time_s if combine else 0.0, "time_s": system.env.now,
         "analytic_s": 2 * t_a2a + t_expert, "balanced_expert_s": routed * flops_per_copy / spec.peak_flops_per_s(),
