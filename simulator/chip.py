@@ -61,11 +61,17 @@ class Chip:
         self.trace.count("vmem_write", elem * m * n)
         return self.mxu.run(padded / self.spec.peak_flops_per_s(dtype), label, flops)
 
-    def compute(self, flops: float, label: str = "compute", dtype: str = "bf16") -> simpy.Event:
-        """``flops`` of MXU work with no padding (for work given as a FLOP count, not a shape)."""
+    def compute(self, flops: float, label: str = "compute", dtype: str = "bf16",
+                useful_flops: float | None = None) -> simpy.Event:
+        """``flops`` of MXU work (for work given as a FLOP count, not a shape).
+
+        When ``flops`` already includes padding, ``useful_flops`` is the unpadded count the trace
+        reports; by default all of ``flops`` is useful.
+        """
         positive(flops, name=f"{label} flops", allow_zero=True)
         self.trace.padded_flops_total += flops
-        return self.mxu.run(flops / self.spec.peak_flops_per_s(dtype), label, flops)
+        useful = flops if useful_flops is None else useful_flops
+        return self.mxu.run(flops / self.spec.peak_flops_per_s(dtype), label, useful)
 
     def vector(self, flops: float, label: str = "vector") -> simpy.Event:
         """``flops`` of element-wise work on the VPU."""

@@ -49,6 +49,7 @@ class Step:
     outputs: tuple[Operand, ...] = ()
     dtype: str = "bf16"
     vector_flops: float = 0.0  #: element-wise work on the VPU after the MXU work (norms, softmax, activations)
+    useful_flops: float | None = None  #: when ``flops`` includes MXU padding, the unpadded count
     before: Callable[[], simpy.Event] | None = field(default=None, compare=False)  #: wait for it before computing
     after: Callable[[], None] | None = field(default=None, compare=False)  #: called once the compute is done
 
@@ -149,7 +150,7 @@ class _Pipeline:
     def _compute(self, step: Step) -> simpy.Event:
         if step.matmul is not None:
             return self.chip.matmul(*step.matmul, label=step.name, dtype=step.dtype)
-        return self.chip.compute(step.flops, label=step.name, dtype=step.dtype)
+        return self.chip.compute(step.flops, label=step.name, dtype=step.dtype, useful_flops=step.useful_flops)
 
     def _store(self, out: Operand, alloc: Allocation | None) -> simpy.Event:
         done = self.chip.store(out.nbytes, out.label, out.key)

@@ -53,6 +53,7 @@ class Unit:
     grad_bytes: float = 0.0  #: gradients AllReduced over the data axis after this unit, in the background
     act_store_bytes: float = 0.0  #: activations saved to HBM for the backward pass
     act_load_bytes: float = 0.0  #: saved activations read back
+    useful_flops: float | None = None  #: ``flops`` without MXU padding (None: the same)
 
 
 def _matmul_flops(spec: ChipSpec, m: int, k: float, n: float) -> float:
@@ -70,18 +71,21 @@ def layer_units(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, contex
     kv_pos = 2 * kvh * cfg.head_dim * e_kv  # K and V of one position, one layer, this chip
     d, q, kvw = cfg.d_model, cfg.q_width / m, kvh * cfg.head_dim
     sources = sum(new_tokens * c + new_tokens * (new_tokens + 1) / 2 for c in contexts)  # causal over new tokens
-    attn_flops = (_matmul_flops(spec, tokens, d, q + 2 * kvw) + _matmul_flops(spec, tokens, q, d)
-                  + 4 * (cfg.n_heads / m) * cfg.head_dim * sources)
+    scores = 4 * (cfg.n_heads / m) * cfg.head_dim * sources
+    attn_flops = _matmul_flops(spec, tokens, d, q + 2 * kvw) + _matmul_flops(spec, tokens, q, d) + scores
     attn = Unit("attention", cfg.attention_params() * e_w / m + 2 * cfg.norm_params() * e_w,
                 kv_pos * sum(contexts), attn_flops, VECTOR_OPS_PER_ELEMENT * tokens * (d + q),
-                kv_pos * tokens, tokens * d * e_a if m > 1 else 0.0)
+                kv_pos * tokens, tokens * d * e_a if m > 1 else 0.0,
+                useful_flops=2 * tokens * (d * (q + 2 * kvw) + q * d) + scores)
     experts = experts_touched(cfg, tokens) if cfg.n_experts else 1.0
     used = (cfg.experts_per_token + cfg.n_shared_experts) if cfg.n_experts else 1
     mats = 3 if cfg.gated_mlp else 2
-    mlp_flops = used * mats * _matmul_flops(spec, tokens, d, cfg.d_ff / m)
+    routing = 2 * tokens * d * cfg.n_experts / m
+    mlp_flops = used * mats * _matmul_flops(spec, tokens, d, cfg.d_ff / m) + routing
     router = cfg.d_model * cfg.n_experts * e_w
     mlp = Unit("mlp", experts * cfg.expert_params() * e_w / m + router, 0.0, mlp_flops,
-               VECTOR_OPS_PER_ELEMENT * tokens * used * cfg.d_ff / m, 0.0, tokens * d * e_a if m > 1 else 0.0)
+               VECTOR_OPS_PER_ELEMENT * tokens * used * cfg.d_ff / m, 0.0, tokens * d * e_a if m > 1 else 0.0,
+               useful_flops=2 * tokens * used * mats * d * cfg.d_ff / m + routing)
     return [attn, mlp]
 
 
@@ -90,7 +94,8 @@ def head_unit(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, tokens: 
     e = cfg.weight_elem_bytes
     weights = cfg.vocab_size * cfg.d_model * e / par.model + cfg.norm_params() * e
     return Unit("lm head", weights, 0.0, _matmul_flops(spec, tokens, cfg.d_model, cfg.vocab_size / par.model),
-                VECTOR_OPS_PER_ELEMENT * tokens * cfg.vocab_size / par.model)
+                VECTOR_OPS_PER_ELEMENT * tokens * cfg.vocab_size / par.model,
+                useful_flops=2 * tokens * cfg.d_model * cfg.vocab_size / par.model)
 
 
 def _blocks(unit: Unit, layer: int, vmem: float) -> list[Step]:
@@ -106,8 +111,9 @@ def _blocks(unit: Unit, layer: int, vmem: float) -> list[Step]:
                                        ("activations", unit.act_load_bytes)) if size)
         outs = tuple(Operand(f"{label} {kind} out {i}", kind, size / n)
                      for kind, size in (("kv", unit.kv_write_bytes), ("activations", unit.act_store_bytes)) if size)
+        useful = None if unit.useful_flops is None else unit.useful_flops / n
         steps.append(Step(f"{label} {i}", ops, flops=unit.flops / n, outputs=outs,
-                          vector_flops=unit.vector_flops / n))
+                          vector_flops=unit.vector_flops / n, useful_flops=useful))
     return steps
 
 
@@ -247,10 +253,12 @@ def simulate_train(cfg: TransformerConfig, spec: ChipSpec, batch: int, seq: int,
 
 def _train_forward(u: Unit, saved_bytes: float) -> Unit:
     return Unit(u.name, u.weight_bytes, 0.0, u.flops, u.vector_flops, 0.0, u.sync_bytes,
-                act_store_bytes=saved_bytes)
+                act_store_bytes=saved_bytes, useful_flops=u.useful_flops)
 
 
 def _train_backward(u: Unit, saved_bytes: float, recompute: bool) -> Unit:
     units = 3 if recompute else 2
+    useful = None if u.useful_flops is None else units * u.useful_flops
     return Unit(f"{u.name} backward", u.weight_bytes, 0.0, units * u.flops, units * u.vector_flops,
-                u.weight_bytes, u.sync_bytes, grad_bytes=u.weight_bytes, act_load_bytes=saved_bytes)
+                u.weight_bytes, u.sync_bytes, grad_bytes=u.weight_bytes, act_load_bytes=saved_bytes,
+                useful_flops=useful)

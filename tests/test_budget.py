@@ -1,0 +1,126 @@
+"""Closed-form budgets against REFERENCE.md's seed example and hand arithmetic."""
+import math
+
+import pytest
+
+from simulator.budget import (
+    Parallelism,
+    decode_budget,
+    parse_parallelism,
+    saved_activation_elements,
+    train_budget,
+)
+from simulator.errors import PodsimError
+from simulator.specs import get_chip
+from simulator.transformer import ModelError, TransformerConfig, get_model
+
+SEED = TransformerConfig(name="seed", d_model=4096, d_ff=11008, n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128,
+                         vocab_size=32000, tied_embeddings=True)
+V5E = get_chip("tpu-v5e")
+
+
+def test_seed_decode_example_from_reference():
+    b = decode_budget(SEED, V5E, batch=4, context=8192)
+    assert round(b["weights_plus_kv_bytes"] / 2**30, 3) == 14.807
+    assert round(b["flops_per_step"] / 1e9, 3) == 63.596
+    assert round(b["hbm_read_bytes_per_step"] / 1e9, 3) == 15.899
+    # "about 15.9 ms at 1 TB/s against about 0.636 ms of math at 100 TFLOP/s"
+    assert b["hbm_read_bytes_per_step"] / 1e12 == pytest.approx(15.9e-3, rel=0.001)
+    assert b["flops_per_step"] / 1e14 == pytest.approx(0.636e-3, rel=0.001)
+
+
+def test_kv_cache_by_hand_with_unequal_requests():
+    b = decode_budget(SEED, V5E, batch=3, context=[100, 2000, 0])
+    per_position = 2 * 32 * 8 * 128 * 2  # K and V, layers, KV heads, head width, bf16
+    assert b["kv_bytes_per_position"] == per_position
+    assert b["kv_cache_bytes"] == per_position * 2100
+    assert b["kv_growth_bytes_per_step"] == per_position * 3
+
+
+def test_flops_split_into_weights_and_attention():
+    b = decode_budget(SEED, V5E, batch=2, context=[10, 30])
+    attention_per_source = 2 * 32 * 32 * 128  # one of QK^T or AV: 2 FLOPs x layers x N_Q x H
+    assert b["attention_qk_flops"] == b["attention_av_flops"] == attention_per_source * (11 + 31)
+    assert b["weight_matmul_flops"] == 2 * 2 * (32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 11008)
+                                                + 32000 * 4096)
+
+
+def test_prefill_attention_is_causal():
+    b = decode_budget(SEED, V5E, batch=1, context=0, new_tokens=4)
+    assert b["attention_qk_flops"] == 2 * 32 * 32 * 128 * (1 + 2 + 3 + 4)
+
+
+def test_per_chip_split_over_model_and_data():
+    one = decode_budget(get_model("llama-2-7b"), V5E, batch=8, context=512)
+    mesh = decode_budget(get_model("llama-2-7b"), V5E, batch=8, context=512, par=Parallelism(data=2, model=4))
+    assert mesh["per_chip"]["flops_per_step"] == pytest.approx(one["flops_per_step"] / 8)
+    assert mesh["per_chip"]["weight_bytes"] == pytest.approx(one["weight_bytes"] / 4)
+    assert mesh["per_chip"]["kv_cache_bytes"] == pytest.approx(one["kv_cache_bytes"] / 8)
+
+
+def test_fewer_kv_heads_than_model_chips_are_replicated():
+    b = decode_budget(get_model("llama-3-8b"), V5E, batch=1, context=1000, par=Parallelism(model=16))
+    # 8 KV heads on 16 chips: each chip keeps one head, 1/8 of the cache
+    assert b["per_chip"]["kv_cache_bytes"] == pytest.approx(b["kv_cache_bytes"] / 8)
+
+
+def test_fit_and_largest_batch():
+    b = decode_budget(get_model("llama-2-7b"), V5E, batch=4, context=2048)
+    weights = 6_738_415_616 * 2
+    per_request = 2 * 32 * 4096 * 2 * 2049
+    assert b["max_batch"] == math.floor((16 * 2**30 - weights) / per_request)
+    assert b["fits"] is (weights + 4 * per_request <= 16 * 2**30)
+    big = decode_budget(get_model("llama-3-70b"), V5E, batch=1, context=0, par=Parallelism(model=4))
+    assert not big["fits"] and "model=16" in big["fit_note"] and big["max_batch"] == 0
+
+
+def test_critical_batch_makes_compute_equal_memory():
+    cfg = get_model("llama-3-8b")
+    chip = get_chip("tpu-v5p")
+    b = decode_budget(cfg, chip, batch=1, context=128)
+    crit = b["critical_batch"]
+    at = decode_budget(cfg, chip, batch=round(crit), context=128)
+    assert at["t_compute_s"] == pytest.approx(at["t_memory_s"], rel=0.01)
+    assert decode_budget(cfg, chip, batch=8, context=128)["bound"] == "memory"
+    assert decode_budget(SEED, V5E, batch=1, context=8192)["critical_batch"] == math.inf  # long context: KV-bound
+
+
+def test_training_units_and_checkpointing():
+    cfg, chip = get_model("gpt2"), get_chip("tpu-v5p")
+    plain = train_budget(cfg, chip, 8, 1024)
+    ckpt = train_budget(cfg, chip, 8, 1024, recompute=True)
+    assert plain["flops_per_step"] == pytest.approx(3 * plain["forward_flops"])
+    assert ckpt["flops_per_step"] == pytest.approx(4 * plain["forward_flops"])
+    assert ckpt["memory_per_chip"]["activation_bytes"] < plain["memory_per_chip"]["activation_bytes"] / 5
+    assert plain["memory_per_chip"]["optimizer_bytes"] == 8 * cfg.params()
+    assert saved_activation_elements(cfg, recompute=True) == cfg.d_model
+
+
+@pytest.mark.parametrize("text,expected", [("", Parallelism()), ("model=4", Parallelism(1, 4)),
+                                           ("data=2, model=8", Parallelism(2, 8))])
+def test_parse_parallelism(text, expected):
+    assert parse_parallelism(text) == expected
+
+
+@pytest.mark.parametrize("text", ["model=0", "pipe=2", "model", "data=x"])
+def test_bad_parallelism(text):
+    with pytest.raises(PodsimError):
+        parse_parallelism(text)
+
+
+@pytest.mark.parametrize("cfg,par,batch,match", [
+    (get_model("llama-2-7b"), Parallelism(model=3), 1, "does not divide n_heads"),
+    (get_model("llama-2-7b"), Parallelism(data=3), 4, "does not divide batch"),
+    (SEED.replace(d_ff=11000), Parallelism(model=16), 1, "does not divide d_ff=11000"),
+    (SEED.replace(d_model=3072, n_heads=24, d_ff=12288), Parallelism(model=12), 1, "one must divide the other"),
+])
+def test_mesh_that_does_not_divide(cfg, par, batch, match):
+    with pytest.raises(ModelError, match=match):
+        decode_budget(cfg, V5E, batch=batch, context=0, par=par)
+
+
+@pytest.mark.parametrize("kwargs,match", [(dict(context=[1, 2]), "one per request"), (dict(context=-1), ">= 0"),
+                                          (dict(weight_dtype="fp16"), "dtype 'fp16'"), (dict(new_tokens=0), "new_tokens")])
+def test_bad_budget_input(kwargs, match):
+    with pytest.raises(PodsimError, match=match):
+        decode_budget(SEED, V5E, batch=3, **{"context": 0, **kwargs})
