@@ -105,7 +105,8 @@ def test_hf_configs_map_to_the_presets(tmp_path, data, expected):
 
 
 @pytest.mark.parametrize("data,match", [({"model_type": "bert"}, "cannot map model_type 'bert'"),
-                                        ({"model_type": "llama", "hidden_size": 8}, "llama config lacks 'num_attention_heads'"),
+                                        ({"model_type": "llama", "hidden_size": 8},
+                                         "llama config lacks 'num_attention_heads'"),
                                         ([1, 2], "must hold an object")])
 def test_hf_configs_we_cannot_map(tmp_path, data, match):
     path = tmp_path / "config.json"
