@@ -30,3 +30,10 @@ def test_tour_commands_run(command, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(shlex.split(command)[1:]) == 0
     assert capsys.readouterr().out.strip()
+
+
+def test_scenario_table_lists_every_scenario_with_its_question():
+    from simulator.scenario import list_scenarios
+
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.+?) \|$", README, flags=re.M))
+    assert rows == list_scenarios()
