@@ -25,9 +25,14 @@ def test_python_example_runs_as_a_scenario_file(tmp_path, capsys):
 TOUR = [line.split("#")[0].strip()[2:] for line in README.splitlines() if line.startswith("$ podsim")]
 
 
-@pytest.mark.parametrize("command", [c for c in TOUR if "chip-file" not in c])
+@pytest.mark.parametrize("command", TOUR)
 def test_tour_commands_run(command, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    (toml,) = re.findall(r"```toml\n(.*?)```", README, flags=re.S)  # the README's own chip file
+    (tmp_path / "my_chip.toml").write_text(toml)
+    (tmp_path / "config.json").write_text(json.dumps({  # a small Hugging Face llama config
+        "model_type": "llama", "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 4,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 1000}))
     assert main(shlex.split(command)[1:]) == 0
     assert capsys.readouterr().out.strip()
 
