@@ -1,0 +1,46 @@
+"""Regenerate the README's pictures: ``python scripts/make_pictures.py [OUT_DIR]`` (default docs/images).
+
+Each picture comes from a built-in scenario run with its defaults (or the arguments noted), so the
+README shows what a user gets.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from scenarios import collective_matmul, collective_sweep, double_buffer, matmul_roofline
+from simulator import plots
+from simulator.specs import get_chip
+
+DPI = 80
+
+
+def make(out: Path) -> list[Path]:
+    """Write every README picture into ``out``; returns the paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    db = double_buffer.run(blocks=6)
+    written.append(plots.save(plots.gantt(db.trace, title="double_buffer: 6 blocks, 2 buffers"),
+                              out / "double_buffer_gantt.png", DPI))
+    mr = matmul_roofline.run()
+    chip = get_chip("tpu-v5e")
+    points = [{"name": f"m={p['m']}", "flops": 2 * p["m"] * 16384 * 16384,
+               "bytes": 2 * (p["m"] * 16384 * 2 + 16384 * 16384), "time_s": p["time_s"]}
+              for p in mr.extra["points"] if p["m"] in (16, 128, 1024)]
+    written.append(plots.save(plots.roofline(chip, points, title="tpu-v5e roofline: [m,16384] @ [16384,16384]"),
+                              out / "roofline.png", DPI))
+    cs = collective_sweep.run()
+    written.append(plots.save(plots.sweep(cs.extra["points"], "bytes", "time_s", "analytic_s",
+                                          xlabel="array size (bytes)", ylabel="time (s)",
+                                          title="AllReduce on a 16x16 tpu-v5e slice"),
+                              out / "collective_sweep.png", DPI))
+    cm = collective_matmul.run(verify=False)
+    slow = collective_matmul.unoverlapped(chip, "ring:4", 4, 4096, 8192, 16384)[0]
+    written.append(plots.save(plots.timeline_diff(slow.trace, cm.trace, ("AllGather then matmul", "overlapped")),
+                              out / "collective_matmul_diff.png", DPI))
+    return written
+
+
+if __name__ == "__main__":
+    for path in make(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/images")):
+        print(path)
