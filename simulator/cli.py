@@ -16,6 +16,7 @@ from simulator.errors import PodsimError
 from simulator.result import Result, jsonable
 from simulator.scenario import list_scenarios, load_scenario, parse_sets, scenario_params
 from simulator.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
+from simulator.sweep import add_sweep_parser, cmd_sweep
 from simulator.units import format_quantity, parse_positive, parse_quantity
 
 EXIT_BAD_INPUT = 2
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bytes", required=True, help="message size, e.g. 1MB")
     p.add_argument("--single-path", action="store_true", help="use one route only (default: link-disjoint routes)")
     p.add_argument("--json", action="store_true")
+    add_sweep_parser(sub)
     return parser
 
 
@@ -345,7 +347,8 @@ def _print_model(out: dict[str, Any]) -> None:
 
 
 COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,
-            "collective": cmd_collective, "send": cmd_send, "model": cmd_model}
+            "collective": cmd_collective, "send": cmd_send, "model": cmd_model,
+            "sweep": cmd_sweep}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

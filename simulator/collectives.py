@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from simulator import analytic
-from simulator.errors import PodsimError
+from simulator.errors import DeadlockError, PodsimError
 from simulator.network import Network
-from simulator.units import positive, positive_int
+from simulator.units import check_bytes, positive_int
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast")
 ALGORITHMS = ("auto", "bidirectional", "unidirectional")
@@ -415,6 +415,7 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
     if not transfers:
         return done.succeed(net.env.now)
     waiting = [len(t.deps) for t in transfers]
+    done.podsim_waits_for = _Pending(transfers, waiting, remaining, label)
     dependents: list[list[int]] = [[] for _ in transfers]
     for t in transfers:
         for d in t.deps:
@@ -442,6 +443,29 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
         if not t.deps:
             start(t)
     return done
+
+
+class _Pending:
+    """Describes, when printed, the transfers of a collective that have not arrived (for deadlock errors)."""
+
+    def __init__(self, transfers: list[Transfer], waiting: list[int], remaining: list[int], label: str) -> None:
+        self.transfers, self.waiting, self.remaining, self.label = transfers, waiting, remaining, label
+
+    def __str__(self) -> str:
+        blocked = [t for t, w in zip(self.transfers, self.waiting, strict=True) if w > 0]
+        example = ""
+        if blocked:
+            t = blocked[0]
+            example = f"; e.g. transfer {t.id} ({t.src} -> {t.dst}) waits for transfers {list(t.deps)[:4]}"
+        return (f"{self.remaining[0]} of {len(self.transfers)} transfers of {self.label or 'a collective'} "
+                f"({len(blocked)} never sent{example})")
+
+
+def check_arrived(done: Any, now: float) -> None:
+    """Raise `DeadlockError` if the collective whose completion event is ``done`` did not finish."""
+    if not done.triggered:
+        raise DeadlockError(f"collective stopped at t={now:.6g} s with {done.podsim_waits_for} still pending; "
+                            "a transfer depends on one that never arrives (a cycle, or a peer that never sends)")
 
 
 def _step_params(net: Network, group: Group, axis: int, bidi: bool) -> tuple[float, float]:
@@ -664,7 +688,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
         nbytes = _check_data(kind, data, len(net.chips), group.n, parts, chunks)
     if nbytes is None:
         raise PodsimError("give nbytes (the collective's array size in bytes) or data")
-    positive(nbytes, name="nbytes")
+    check_bytes(nbytes, name="nbytes", allow_zero=False)
     n_keys = _n_keys(kind, group.n, parts, chunks)
     key_bytes = math.ceil(nbytes / n_keys) if data is None and float(nbytes).is_integer() else nbytes / n_keys
     if group.n == 1:
@@ -707,8 +731,9 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
     buffers = _initial_buffers(kind, plan.groups, data, plan.parts, plan.chunks, plan.root_pos) \
         if data is not None else None
     start, before = system.env.now, net.link_bytes()
-    execute(net, plan.schedule.transfers, buffers, kind)
+    done = execute(net, plan.schedule.transfers, buffers, kind)
     system.run()
+    check_arrived(done, system.env.now)
     time_s = system.env.now - start
     closed = _closed_form(kind, net, group, plan.parts, plan.bidi, plan.key_bytes, plan.chunks, plan.root_pos)
     algbw, busbw = analytic.bus_bandwidth(kind, plan.nbytes, time_s, group.n)

@@ -28,3 +28,7 @@ class ScenarioError(PodsimError):
 
 class DeadlockError(PodsimError):
     """The simulation ended with processes still waiting for something that never happens."""
+
+
+class RunawayError(PodsimError):
+    """A simulation exceeded its event-count or wall-clock guard."""

@@ -30,7 +30,7 @@ from simulator import analytic
 from simulator.channel import Channel
 from simulator.errors import PodsimError
 from simulator.trace import Trace
-from simulator.units import positive, positive_int
+from simulator.units import check_bytes, positive, positive_int
 
 SWITCHING = ("cut_through", "store_and_forward")
 MAX_CHUNKS = 10_000  #: pieces per message; more is a units mistake and would take minutes
@@ -121,7 +121,7 @@ class Network:
     def message(self, src: Any, dst: Any, nbytes: float, label: str = "", chunks: int = 1,
                 multipath: bool = False) -> simpy.Event:
         """Send ``nbytes`` from chip ``src`` to chip ``dst``; the event fires (value: time) on arrival."""
-        positive(nbytes, name="message nbytes", allow_zero=True)
+        check_bytes(nbytes, name="message nbytes")
         positive_int(chunks, name="chunks")
         if chunks > MAX_CHUNKS:
             raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")

@@ -26,7 +26,7 @@ from simulator.chip import Chip
 from simulator.errors import CapacityError, PodsimError
 from simulator.memory import Allocation
 from simulator.system import System
-from simulator.units import positive, positive_int
+from simulator.units import check_bytes, positive, positive_int
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def validate_steps(steps: Sequence[Step], chip: Chip, buffers: int, reserve_vmem
         _check_step(step, previous)
         previous = {op.key: op.nbytes for op in step.operands}
         for op in step.operands + step.outputs:
-            positive(op.nbytes, name=f"{op.key} nbytes", allow_zero=True)
+            check_bytes(op.nbytes, name=f"{op.key} nbytes")
         need = sum(op.nbytes for op in step.operands + step.outputs)
         if reserve_vmem and need > chip.vmem.capacity_bytes:
             raise CapacityError(

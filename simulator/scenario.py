@@ -18,7 +18,7 @@ from typing import Any
 
 from simulator.errors import PodsimError, ScenarioError
 from simulator.specs import ChipSpec
-from simulator.units import parse_quantity
+from simulator.units import check_bytes, parse_quantity
 
 _SUFFIX_KIND = (("_per_s", "bandwidth"), ("_s", "time"), ("_bytes", "bytes"), ("_flops", "flops_count"))
 
@@ -99,7 +99,10 @@ def coerce_value(module: types.ModuleType, name: str, text: str, default: Any) -
 def _coerce_scalar(name: str, text: str, base: type) -> Any:
     if base not in (int, float):
         return text
-    value = parse_quantity(text, _kind_for(name), name=name)
+    kind = _kind_for(name)
+    value = parse_quantity(text, kind, name=name)
+    if kind == "bytes" and value == value and abs(value) != float("inf"):
+        check_bytes(abs(value), name=name)
     if base is int:
         if value != value or value in (float("inf"), float("-inf")) or value != int(value):
             raise ScenarioError(f"{name}={text!r} must be a whole number")

@@ -6,6 +6,7 @@ raises `DeadlockError` naming each stuck process, what it waits for, and the tim
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Generator
 from typing import Any
 
@@ -14,11 +15,11 @@ import simpy
 
 import topologies
 from simulator.chip import Chip
-from simulator.errors import DeadlockError, PodsimError
+from simulator.errors import DeadlockError, PodsimError, RunawayError
 from simulator.network import Network
 from simulator.specs import ChipSpec, get_chip
 from simulator.trace import Trace, compute_metrics
-from simulator.units import positive_int
+from simulator.units import positive, positive_int
 
 
 def resolve_chip(chip: str | ChipSpec) -> ChipSpec:
@@ -43,8 +44,12 @@ class System:
     """
 
     def __init__(self, chip: str | ChipSpec = "tpu-v5e", n_chips: int = 1, *, topology: str | nx.DiGraph | None = None,
-                 trace: bool = True, switching: str = "cut_through") -> None:
+                 trace: bool = True, switching: str = "cut_through", max_events: int = 50_000_000,
+                 wall_clock_limit_s: float = 600.0) -> None:
         positive_int(n_chips, name="n_chips")
+        self.max_events = positive_int(max_events, name="max_events")
+        self.wall_clock_limit_s = positive(wall_clock_limit_s, name="wall_clock_limit_s")
+        self.events_processed = 0
         self.spec = resolve_chip(chip)
         self.env = simpy.Environment()
         self.trace = Trace(enabled=trace)
@@ -71,11 +76,35 @@ class System:
         return proc
 
     def run(self, until: float | None = None) -> float:
-        """Run to completion (or ``until`` seconds); returns the simulated end time in seconds."""
-        self.env.run(until=until)
-        if until is None:
-            self._check_finished()
+        """Run to completion (or ``until`` seconds); returns the simulated end time in seconds.
+
+        Guards against runaway runs: more than ``max_events`` events, or more than
+        ``wall_clock_limit_s`` seconds of real time, raise `RunawayError` naming the limit.
+        """
+        if until is not None:
+            self.env.run(until=until)
+            return self.env.now
+        self._guarded_run()
+        self._check_finished()
         return self.env.now
+
+    def _guarded_run(self) -> None:
+        step, count, start = self.env.step, 0, time.perf_counter()
+        limit, wall = self.max_events, self.wall_clock_limit_s
+        while True:
+            try:
+                step()
+            except simpy.core.EmptySchedule:
+                return
+            count += 1
+            if count & 0x3FFF == 0:
+                self.events_processed += 0x4000
+                if self.events_processed > limit:
+                    raise RunawayError(f"simulation passed max_events={limit:,} events at t={self.env.now:.6g} s; "
+                                       "use fewer, larger blocks or raise System(max_events=...)")
+                if time.perf_counter() - start > wall:
+                    raise RunawayError(f"simulation ran past wall_clock_limit_s={wall:g} s of real time at "
+                                       f"t={self.env.now:.6g} s; use a smaller problem or raise the limit")
 
     def _check_finished(self) -> None:
         stuck = [(name, proc) for name, proc in self._processes if proc.is_alive]
@@ -94,4 +123,4 @@ def _describe(event: simpy.Event | None) -> str:
     if event is None:
         return "nothing (not started)"
     what = getattr(event, "podsim_waits_for", None)
-    return what or type(event).__name__
+    return str(what) if what is not None else type(event).__name__

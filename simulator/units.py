@@ -114,9 +114,24 @@ def positive_int(value: object, *, name: str, minimum: int = 1) -> int:
     return value
 
 
+#: Larger sizes describe no machine (an exabyte); refusing them fails fast instead of simulating nonsense.
+MAX_BYTES = 2.0**60
+
+
+def check_bytes(value: float, *, name: str, allow_zero: bool = True) -> float:
+    """`positive` for a size in bytes, also refusing more than `MAX_BYTES` (2**60, about 1.15e18)."""
+    positive(value, name=name, allow_zero=allow_zero)
+    if value > MAX_BYTES:
+        raise QuantityError(f"{name}={value:.4g} bytes is more than any machine holds; at most 2**60 "
+                            f"({MAX_BYTES:.3g}) bytes are accepted")
+    return float(value)
+
+
 def parse_positive(text: str | float | int, kind: str, *, name: str, allow_zero: bool = False) -> float:
-    """`parse_quantity` followed by `positive`: the usual path for sizes, times and rates."""
-    return positive(parse_quantity(text, kind, name=name), name=name, allow_zero=allow_zero)
+    """`parse_quantity` followed by `positive` (and `check_bytes` for sizes): the usual path for
+    sizes, times and rates."""
+    value = positive(parse_quantity(text, kind, name=name), name=name, allow_zero=allow_zero)
+    return check_bytes(value, name=name, allow_zero=allow_zero) if kind == "bytes" else value
 
 
 def format_quantity(value: float, unit: str) -> str:

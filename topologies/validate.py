@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 from topologies.errors import TopologyError
 
-MAX_CHIPS = 1_000_000
-"""Largest system any generator builds (chips); larger requests are refused before anything is built."""
+MAX_CHIPS = 65_536
+"""Largest system any generator builds (chips; a 256x256 torus builds in about a second, the largest
+TPU pod has 8,960 chips); larger requests are refused before anything is built."""
 
 LINK_KINDS = ("ici", "nvlink", "pcie", "dcn", "ib")
 """The link technologies an edge's ``kind`` attribute may name."""
