@@ -22,7 +22,7 @@ from simulator.transformer import get_model
 from simulator.workload import simulate_decode
 
 
-def _point(cfg: Any, spec: ChipSpec, batch: int, context: int, par: Parallelism, trace: bool = False) -> dict:
+def _point(cfg: Any, spec: ChipSpec, batch: int, context: int, par: Parallelism) -> dict:
     sim = simulate_decode(cfg, spec, batch, context, par, trace=True)
     busy = sim.system.metrics()["busy_s"]
     budget = decode_budget(cfg, spec, batch, context, par)

@@ -33,6 +33,8 @@ def _steps(m: int, k: int, n: int, block_n: int, dtype: str) -> list[Step]:
 
 def simulate_point(spec: ChipSpec, m: int, k: int, n: int, block_n: int, dtype: str) -> System:
     """One matmul of the sweep, simulated; returns the finished system."""
+    if n % block_n:
+        raise PodsimError(f"block_n={block_n} must divide n={n}")
     system = System(spec, trace=True)  # busy times come from spans, so tracing stays on
     run_steps(system, _steps(m, k, n, block_n, dtype), buffers=2)
     system.run()

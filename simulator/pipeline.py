@@ -56,7 +56,8 @@ class Step:
 
 def validate_steps(steps: Sequence[Step], chip: Chip, buffers: int, reserve_vmem: bool = True) -> None:
     """Raise before the run: bad buffer count, negative sizes, or a step that can never fit in VMEM."""
-    positive_int(buffers, name="buffers (1 = serial, 2 = double buffering)")
+    if isinstance(buffers, bool) or not isinstance(buffers, int) or buffers < 1:
+        raise PodsimError(f"buffers={buffers!r} must be an integer >= 1 (1 = serial, 2 = double buffering)")
     if len(steps) > MAX_STEPS:
         raise PodsimError(f"{len(steps)} steps; at most {MAX_STEPS:,} are simulated -- use larger blocks")
     previous: dict[str, float] = {}

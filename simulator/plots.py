@@ -25,9 +25,14 @@ MAX_LANES = 24
 
 
 def _pyplot() -> Any:
+    """pyplot, on the Agg backend unless a backend was chosen (Jupyter's inline one, MPLBACKEND)."""
+    import os
+    import sys
+
     import matplotlib
 
-    matplotlib.use("Agg")
+    if "matplotlib.pyplot" not in sys.modules and not os.environ.get("MPLBACKEND"):
+        matplotlib.use("Agg")  # no screen needed; notebooks keep their inline backend
     import matplotlib.pyplot as plt
 
     return plt
@@ -121,12 +126,12 @@ def timeline_diff(a: Trace, b: Trace, labels: Sequence[str] = ("A", "B"), ax: An
     ax.axhline(gap - 1, color="#444444", linewidth=0.8)
     for end, name, color in zip(ends, labels, ("#C44E52", "#2F4B7C"), strict=True):
         ax.axvline(end / scale, color=color, linestyle="--", linewidth=1)
-        ax.annotate(f"{name}: {end / scale:.4g} {unit}", (end / scale, -0.45), color=color, fontsize="small",
-                    ha="right", va="bottom")
+        ax.text(end / scale, 1.005, f"{name}: {end / scale:.4g} {unit}", color=color, fontsize="small",
+                ha="right", va="bottom", transform=ax.get_xaxis_transform())
     diff = ends[1] - ends[0]
     rel = f" ({diff / ends[0] * 100:+.1f}%)" if ends[0] > 0 else ""
     ax.set_title((title + ": " if title else "") + f"{labels[1]} - {labels[0]} = {diff / scale:+.4g} {unit}{rel}",
-                 fontsize="medium")
+                 fontsize="medium", pad=16)
     ax.set_ylim(gap + len(names_b) - 0.5, -0.8)
     ax.set_xlim(0, max(ends) / scale * 1.02 if max(ends) > 0 else 1)
     ax.set_xlabel(f"time ({unit})")
@@ -143,7 +148,9 @@ def roofline(chip: Any, points: Sequence[dict[str, Any]] = (), ax: Any = None, d
     with percent of peak and percent of their own roof).
     """
     from simulator import analytic
+    from simulator.system import resolve_chip
 
+    chip = resolve_chip(chip)
     ax = _axes(ax, (7, 4.5))
     peak = chip.peak_flops_per_s(dtype)
     bandwidths = {"hbm": chip.hbm_bandwidth_bytes_per_s, "vmem": chip.vmem_bandwidth_bytes_per_s,

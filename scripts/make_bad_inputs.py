@@ -1,0 +1,126 @@
+"""Regenerate docs/bad_inputs.md: every catalogued bad input with the one-line error podsim gives.
+
+``python scripts/make_bad_inputs.py`` runs each command in-process from the repository root (the
+files it names live in tests/data) and writes the table; tests/test_bad_inputs.py holds the table
+to the same behaviour, so the documentation cannot drift from the code.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import shlex
+import sys
+from pathlib import Path
+
+from simulator.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "bad_inputs.md"
+
+#: (area, command without the leading "podsim")
+CASES: list[tuple[str, str]] = [
+    ("CLI", "frobnicate"),
+    ("CLI", "run"),
+    ("CLI", "run no_such_scenario"),
+    ("CLI", "run double_buffer --set blocks"),
+    ("CLI", "run double_buffer --set colour=red"),
+    ("CLI", "run double_buffer --chip tpu-v9"),
+    ("CLI", "run double_buffer --trace /no/such/folder/t.json"),
+    ("CLI", "roofline --chip tpu-v5e"),
+    ("CLI", "roofline --chip tpu-v5e --matmul 1,2"),
+    ("CLI", "roofline --chip tpu-v5e --flops 1e12 --bytes=-5GB"),
+    ("CLI", "roofline --chip tpu-v5e --matmul 8,8,8 --dtype fp16"),
+    ("quantities", "run double_buffer --set load_s=abc"),
+    ("quantities", "run double_buffer --set load_s=5MB"),
+    ("quantities", "run double_buffer --set load_bytes=34Mb"),
+    ("quantities", "run double_buffer --set load_s=nan"),
+    ("quantities", "run double_buffer --set load_bytes=inf"),
+    ("quantities", "collective all_gather --topology ring:8 --bytes 1e30"),
+    ("scenario parameters", "run double_buffer --set blocks=0"),
+    ("scenario parameters", "run double_buffer --set blocks=2.5"),
+    ("scenario parameters", "run double_buffer --set buffers=-1"),
+    ("scenario parameters", "run double_buffer --set blocks=1e30"),
+    ("scenario parameters", "run double_buffer --set load_bytes=1GB --set blocks=1"),
+    ("scenario parameters", "run weight_reuse --set order=diagonal"),
+    ("scenario parameters", "run weight_reuse --set input_groups=3"),
+    ("scenario parameters", "run matmul_roofline --set block_n=300"),
+    ("scenario parameters", "run transformer_step --set mode=serve"),
+    ("scenario files", "run tests/data/scenario_fails.py"),
+    ("scenario files", "run tests/data/scenario_no_run.py"),
+    ("scenario files", "run tests/data/nothing_here.py"),
+    ("chip files", "run double_buffer --chip-file tests/data/chip_missing_fields.toml"),
+    ("chip files", "run double_buffer --chip-file tests/data/chip_mistyped.toml"),
+    ("chip files", "run double_buffer --chip-file tests/data/chip_zero_link.toml"),
+    ("chip files", "run double_buffer --chip-file tests/data/chip_unknown_field.toml"),
+    ("chip files", "run double_buffer --chip-file tests/data/model_broken.toml"),
+    ("topology specs", "collective all_gather --topology torus:4x --bytes 1MB"),
+    ("topology specs", "collective all_gather --topology ring:0 --bytes 1MB"),
+    ("topology specs", "collective all_gather --topology hypercube:8 --bytes 1MB"),
+    ("topology specs", "collective all_gather --topology torus:1000x1000 --bytes 1MB"),
+    ("topology specs", "collective all_gather --chip h100 --topology slice:4x4 --bytes 1MB"),
+    ("topology specs", "collective all_gather --chip tpu-v5e --topology slice:32x32 --bytes 1MB"),
+    ("collectives", "collective all_sum --topology torus:4x4 --bytes 1MB"),
+    ("collectives", "collective all_gather --topology torus:4x4 --bytes 1MB --axes 7"),
+    ("collectives", "collective all_gather --topology torus:4x4 --bytes 1MB --axes 0,0"),
+    ("collectives", "collective all_gather --topology switch:8 --bytes 1MB --axes 0"),
+    ("collectives", "collective broadcast --topology ring:8 --bytes 1MB --chunks 0"),
+    ("collectives", "collective broadcast --topology ring:8 --bytes 1MB --root 99"),
+    ("collectives", "send --topology torus:4x4 --src 0,0 --dst 4,4 --bytes 1MB"),
+    ("collectives", "send --topology torus:4x4 --src 0,0 --dst 1,1 --bytes 1MB --switching wormhole"),
+    ("mesh specs", "run sharded_matmul --mesh X4"),
+    ("mesh specs", "run sharded_matmul --mesh X=4,X=2"),
+    ("mesh specs", "run sharded_matmul --mesh X=3,Y=3 --topology torus:4x4"),
+    ("mesh specs", "run sharded_matmul --mesh X=4@0,Y=4@0 --topology torus:4x4"),
+    ("sharding specs", "run sharded_matmul --set spec=A[I,J_X]@B[J_Y,K]"),
+    ("sharding specs", "run sharded_matmul --set spec=A[I_XX,J]@B[J,K]"),
+    ("sharding specs", "run sharded_matmul --set spec=A[I_Z,J]@B[J,K]"),
+    ("sharding specs", "run sharded_matmul --set spec=A[I_XY,J]@B[J,K] --set I=1020"),
+    ("sharding specs", "run sharded_matmul --set spec=A[I,J]@B[K,J]"),
+    ("sharding specs", "run sharded_matmul --set spec=nonsense"),
+    ("model configs", "model llama-9"),
+    ("model configs", "model"),
+    ("model configs", "model --config tests/data/model_heads.toml"),
+    ("model configs", "model --config tests/data/model_kv_heads.toml"),
+    ("model configs", "model --config tests/data/model_broken.toml"),
+    ("model configs", "model --hf-config tests/data/hf_t5.json"),
+    ("model configs", "model --hf-config tests/data/hf_incomplete.json"),
+    ("model configs", "model llama-2-7b --mesh model=3"),
+    ("model configs", "model llama-2-7b --mesh data=2 --batch 3"),
+    ("model configs", "model llama-2-7b --batch 3 --context 1,2"),
+    ("model configs", "model llama-2-7b --kv-dtype fp16"),
+    ("model configs", "run transformer_step --set model=llama-3-70b --set mesh=model=1"),
+]
+
+
+def error_line(command: str) -> tuple[int, str]:
+    """Run ``podsim COMMAND`` in-process; return its exit status and what it printed on stderr."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        status = main(shlex.split(command))
+    return status, err.getvalue()
+
+
+def render() -> str:
+    """The catalogue as Markdown."""
+    lines = ["# Bad inputs and the errors they give", "",
+             "Every row is run by `tests/test_bad_inputs.py`: each exits with status 2 and prints exactly this one",
+             "line on stderr (no traceback). Regenerate with `python scripts/make_bad_inputs.py`. Files named here",
+             "live in `tests/data/`.", "", "| # | area | command | error |", "| --- | --- | --- | --- |"]
+    for i, (area, command) in enumerate(CASES, 1):
+        status, err = error_line(command)
+        if status != 2 or len(err.strip().splitlines()) != 1:
+            raise SystemExit(f"case {i} `podsim {command}` exited {status} with {err!r}")
+        lines.append(f"| {i} | {area} | `podsim {command}` | {_cell(err.strip())} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+if __name__ == "__main__":
+    import os
+
+    os.chdir(ROOT)
+    DOC.write_text(render())
+    print(f"wrote {DOC} ({len(CASES)} cases)", file=sys.stderr)
