@@ -4,8 +4,9 @@ Sweeps the array size V of one collective (default: AllReduce over every axis of
 slice) from bytes to gigabytes, simulating each point beside its closed form and the book's
 estimate. Small arrays pay the per-hop latency at every ring step; large ones are limited by link
 bandwidth, where bus bandwidth (nccl-tests convention) approaches its ceiling. The crossover is
-where the bandwidth term equals the latency term: found from the simulated times (the latency
-floor over the slope of time against size) and in the same way from the closed form.
+where the bandwidth term equals the latency term: found from the simulated times (the intercept of
+time against size -- the latency floor -- over its slope, both read off the two largest sizes) and
+in the same way from the closed form.
 """
 from __future__ import annotations
 
@@ -25,13 +26,18 @@ def _point(kind: str, spec: ChipSpec, topology: str, nbytes: float, axes: Any, t
     return system, run_collective(kind, system, nbytes, axes=axes)
 
 
-def _crossover(sizes: list[float], times: list[float], floor_s: float) -> float | None:
-    """Size at which the bandwidth term equals the latency floor: time = floor + slope x V, with the
-    slope (seconds per byte) read off the two largest sizes, where time is affine in V."""
+def _affine(sizes: list[float], times: list[float]) -> tuple[float, float] | None:
+    """(latency floor s, seconds per byte) of time = floor + slope x V, read off the two largest sizes
+    (large arrays are bandwidth-bound, where time is affine in V); None with fewer than two sizes."""
     if len(sizes) < 2 or sizes[-1] == sizes[-2]:
         return None
     slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
-    return floor_s / slope if slope > 0 else None
+    return times[-1] - slope * sizes[-1], slope
+
+
+def _crossover(fit: tuple[float, float] | None) -> float | None:
+    """Size at which the bandwidth term (slope x V) equals the latency floor."""
+    return fit[0] / fit[1] if fit and fit[1] > 0 else None
 
 
 def run(*, kind: str = "all_reduce", topology: str = "slice:16x16", axes: tuple = (), sizes: tuple = DEFAULT_SIZES,
@@ -48,16 +54,17 @@ def run(*, kind: str = "all_reduce", topology: str = "slice:16x16", axes: tuple 
         last, r = _point(kind, spec, topology, v, axes_arg, trace and v == max(sizes))
         points.append({"bytes": v, "time_s": r.time_s, "analytic_s": r.analytic_s, "book_s": r.book_s,
                        "busbw_bytes_per_s": r.busbw_bytes_per_s, "algbw_bytes_per_s": r.algbw_bytes_per_s})
-    latency_floor = _point(kind, spec, topology, 1e-9, axes_arg, False)[1]
-    sim_x = _crossover([p["bytes"] for p in points], [p["time_s"] for p in points], latency_floor.time_s)
-    an_x = _crossover([p["bytes"] for p in points], [p["analytic_s"] for p in points], latency_floor.analytic_s)
+    sizes_sorted = [p["bytes"] for p in points]
+    sim_fit = _affine(sizes_sorted, [p["time_s"] for p in points])
+    sim_x, an_x = _crossover(sim_fit), _crossover(_affine(sizes_sorted, [p["analytic_s"] for p in points]))
+    floor = sim_fit[0] if sim_fit else points[0]["time_s"]
     for p in points:
-        p["regime"] = "latency" if p["time_s"] < 2 * latency_floor.time_s else "bandwidth"
+        p["regime"] = "latency" if p["time_s"] < 2 * floor else "bandwidth"
     return Result(
         scenario="collective_sweep",
         params=dict(kind=kind, topology=topology, axes=list(axes), sizes=list(sizes), chip=spec.name),
         metrics=last.metrics(),
-        extra={"points": points, "latency_floor_s": latency_floor.time_s,
+        extra={"points": points, "latency_floor_s": floor,
                "crossover_bytes": sim_x, "analytic_crossover_bytes": an_x,
                "max_busbw_bytes_per_s": max(p["busbw_bytes_per_s"] for p in points)},
         trace=last.trace,

@@ -690,7 +690,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
         raise PodsimError("give nbytes (the collective's array size in bytes) or data")
     check_bytes(nbytes, name="nbytes", allow_zero=False)
     n_keys = _n_keys(kind, group.n, parts, chunks)
-    key_bytes = math.ceil(nbytes / n_keys) if data is None and float(nbytes).is_integer() else nbytes / n_keys
+    key_bytes = math.ceil(nbytes / n_keys) if data is None else nbytes / n_keys  # whole bytes per key
     if group.n == 1:
         return _Plan(kind, groups, parts, bidi, False, nbytes, key_bytes, n_keys, chunks, root_pos, None)
     one_to_one = mesh is None or all(len(mesh.physical_axes(n)) == 1 for n, s in zip(mesh.names, mesh.sizes,
