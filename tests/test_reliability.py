@@ -1,0 +1,75 @@
+"""Stuck and runaway simulations end in specific errors, never in a hang or a partial result."""
+import pytest
+
+from scenarios import double_buffer
+from simulator.collectives import Transfer, check_arrived, execute
+from simulator.errors import DeadlockError, RunawayError
+from simulator.pipeline import Operand, Step, run_steps
+from simulator.system import System
+
+
+def test_collective_whose_peer_never_sends_is_a_deadlock():
+    system = System(topology="ring:4")
+    cyclic = [Transfer(0, 0, 1, ("a",), "copy", (1,), 10.0), Transfer(1, 1, 2, ("a",), "copy", (0,), 10.0),
+              Transfer(2, 2, 3, ("b",), "copy", (), 10.0)]
+    done = execute(system.network, cyclic, None, "my collective")
+    system.run()
+    with pytest.raises(DeadlockError, match=r"2 of 3 transfers of my collective .*transfer 0 \(0 -> 1\) waits for "
+                                            r"transfers \[1\]"):
+        check_arrived(done, system.env.now)
+
+
+def test_a_process_waiting_on_a_stuck_collective_is_named():
+    system = System(topology="ring:4")
+    cyclic = [Transfer(0, 0, 1, ("a",), "copy", (1,), 10.0), Transfer(1, 1, 0, ("a",), "copy", (0,), 10.0)]
+
+    def coordinator():
+        yield execute(system.network, cyclic, None, "gradient AllReduce")
+
+    system.process(coordinator(), "layer 3 coordinator")
+    with pytest.raises(DeadlockError, match="layer 3 coordinator waits for 2 of 2 transfers of gradient AllReduce"):
+        system.run()
+
+
+def test_a_dependency_cycle_between_pipelines_is_a_deadlock():
+    system = System(n_chips=2)
+    never = system.env.event()
+    steps = [Step("waits", (Operand("x", "x", 1e3),), flops=1e6, before=lambda: never)]
+    run_steps(system, steps, chip=system.chips[0], name="chip 0")
+    with pytest.raises(DeadlockError, match=r"t=.* s with 1 process\(es\) blocked: chip 0 compute \(chip 0\)"):
+        system.run()
+
+
+def test_vmem_too_small_for_the_working_set_waits_and_is_reported():
+    system = System()
+    vmem = system.chip.vmem
+    env = system.env
+
+    def hold_then_ask():
+        first = yield vmem.allocate(0.75 * vmem.capacity_bytes, "prefetched block")
+        second = yield vmem.allocate(0.5 * vmem.capacity_bytes, "next block")  # never fits while first is held
+        vmem.free(first)
+        vmem.free(second)
+
+    system.process(hold_then_ask(), "loader")
+    with pytest.raises(DeadlockError, match="loader waits for .* bytes of vmem on chip 0 for 'next block'"):
+        system.run()
+    assert env.now == 0
+
+
+def test_event_count_guard_stops_a_runaway_run():
+    system = System(max_events=50_000)
+    run_steps(system, [Step(f"b{i}", (Operand(f"b{i}", "x", 1e3),), flops=1e3) for i in range(20_000)])
+    with pytest.raises(RunawayError, match="max_events=50,000"):
+        system.run()
+
+
+def test_wall_clock_guard_stops_a_slow_run():
+    system = System(wall_clock_limit_s=1e-6)
+    run_steps(system, [Step(f"b{i}", (Operand(f"b{i}", "x", 1e3),), flops=1e3) for i in range(20_000)])
+    with pytest.raises(RunawayError, match="wall_clock_limit_s=1e-06"):
+        system.run()
+
+
+def test_guards_do_not_change_results():
+    assert double_buffer.run().metrics["end_to_end_s"] == pytest.approx(0.5e-3, rel=1e-12)
