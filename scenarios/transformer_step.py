@@ -24,30 +24,38 @@ MODES = ("decode", "prefill", "train")
 
 def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, context: int = 1024,
         prompt: int = 512, seq: int = 2048, mesh: str = "model=4", recompute: bool = False,
-        require_fit: bool = True, chip: str | ChipSpec = "tpu-v5e", trace: bool = True) -> Result:
+        require_fit: bool = True, calibrated: bool = False, chip: str | ChipSpec = "tpu-v5e",
+        trace: bool = True) -> Result:
     """One step of ``model``: decode (one new token per request after ``context`` cached ones),
-    prefill (``prompt`` new tokens per request) or train (``seq`` tokens per sequence)."""
+    prefill (``prompt`` new tokens per request) or train (``seq`` tokens per sequence). With
+    ``calibrated`` the step also runs at the chip's fitted efficiencies, reported beside the ideal one."""
     if mode not in MODES:
         raise PodsimError(f"mode={mode!r}; valid modes: {', '.join(MODES)}")
     spec, cfg, par = resolve_chip(chip), get_model(model), parse_parallelism(mesh)
+    def simulate(cal: bool) -> Any:
+        if mode == "train":
+            return simulate_train(cfg, spec, batch, seq, par, recompute, trace, calibrated=cal)
+        return simulate_decode(cfg, spec, batch, context, par, new_tokens=1 if mode == "decode" else prompt,
+                               trace=trace, calibrated=cal)
+
     if mode == "train":
         budget = train_budget(cfg, spec, batch, seq, par, recompute)
         need = budget["memory_per_chip_bytes"]
-        sim = simulate_train(cfg, spec, batch, seq, par, recompute, trace)
     else:
-        new = 1 if mode == "decode" else prompt
-        budget = decode_budget(cfg, spec, batch, context, par, new_tokens=new)
+        budget = decode_budget(cfg, spec, batch, context, par, new_tokens=1 if mode == "decode" else prompt)
         need = budget["hbm_needed_per_chip_bytes"]
-        sim = simulate_decode(cfg, spec, batch, context, par, new_tokens=new, trace=trace)
     if require_fit and need > spec.hbm_capacity_bytes:
         raise CapacityError(_fit_message(budget, need, spec))
+    sim = simulate(False)
     summary = sim.summary()
     extra: dict[str, Any] = {"budget": budget, **summary,
                              "vs_lower_bound": summary["step_time_s"] / budget["lower_bound_s"]}
+    if calibrated:
+        extra["calibrated_step_time_s"] = simulate(True).env.now
     return Result(
         scenario="transformer_step",
         params=dict(model=model, mode=mode, batch=batch, context=context, prompt=prompt, seq=seq, mesh=mesh,
-                    recompute=recompute, chip=spec.name),
+                    recompute=recompute, calibrated=calibrated, chip=spec.name),
         metrics=sim.system.metrics(), extra=extra, trace=sim.system.trace,
         headline=_headline(mode, model, summary, budget),
     )

@@ -4,9 +4,12 @@ Timing model: a load (HBM -> VMEM) or store (VMEM -> HBM) moves its bytes throug
 `Channel` at ``hbm_bandwidth_bytes_per_s``, fairly shared by every DMA in flight; VMEM bandwidth
 (about 22x HBM) is counted but never the bottleneck of a DMA. A matmul occupies the MXU for its
 padded FLOPs over the MXU peak of its dtype; a vector op occupies the VPU for its FLOPs over
-``vpu_flops_per_s``. Compute reads and writes VMEM; those bytes are counted, not timed.
+``vpu_flops_per_s``. Compute reads and writes VMEM; those bytes are counted, not timed. With a
+calibration (`simulator.calibration`) matmuls, FLOP counts and HBM run at their fitted efficiencies.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import simpy
 
@@ -22,14 +25,16 @@ class Chip:
     """Chip ``index`` of a system, built from ``spec``; its units record spans into ``trace``."""
 
     def __init__(self, env: simpy.Environment, spec: ChipSpec, index: int | str = 0,
-                 trace: Trace | None = None) -> None:
+                 trace: Trace | None = None, calibration: Any = None) -> None:
         self.env = env
         self.spec = spec
         self.index = index
         self.trace = trace if trace is not None else Trace()
+        self.calibration = calibration
         self.hbm = MemoryPool(env, "hbm", spec.hbm_capacity_bytes, chip=index)
         self.vmem = MemoryPool(env, "vmem", spec.vmem_capacity_bytes, chip=index)
-        self.dma = Channel(env, "hbm", spec.hbm_bandwidth_bytes_per_s, chip=index, trace=self.trace)
+        hbm_fraction = calibration.hbm_fraction if calibration is not None else 1.0
+        self.dma = Channel(env, "hbm", spec.hbm_bandwidth_bytes_per_s * hbm_fraction, chip=index, trace=self.trace)
         self.mxu = SerialUnit(env, "mxu", chip=index, trace=self.trace)
         self.vpu = SerialUnit(env, "vpu", chip=index, trace=self.trace)
 
@@ -59,7 +64,10 @@ class Chip:
         elem = DTYPE_BYTES[dtype]
         self.trace.count("vmem_read", elem * (m * k + k * n))
         self.trace.count("vmem_write", elem * m * n)
-        return self.mxu.run(padded / self.spec.peak_flops_per_s(dtype), label, flops)
+        peak = self.spec.peak_flops_per_s(dtype)
+        model = self.calibration.matmul if self.calibration is not None else None
+        duration = model.time_s(padded, m, n, peak) if model is not None else padded / peak
+        return self.mxu.run(duration, label, flops)
 
     def compute(self, flops: float, label: str = "compute", dtype: str = "bf16",
                 useful_flops: float | None = None) -> simpy.Event:
@@ -71,7 +79,9 @@ class Chip:
         positive(flops, name=f"{label} flops", allow_zero=True)
         self.trace.padded_flops_total += flops
         useful = flops if useful_flops is None else useful_flops
-        return self.mxu.run(flops / self.spec.peak_flops_per_s(dtype), label, useful)
+        model = self.calibration.matmul if self.calibration is not None else None
+        fraction = model.peak_fraction if model is not None else 1.0  # a FLOP count has no shape to tile
+        return self.mxu.run(flops / (self.spec.peak_flops_per_s(dtype) * fraction), label, useful)
 
     def vector(self, flops: float, label: str = "vector") -> simpy.Event:
         """``flops`` of element-wise work on the VPU."""

@@ -82,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--multi-axis", default="parallel", help="parallel (split over axes at once) or sequential")
     p.add_argument("--root", type=int, help="broadcast root chip (default: chip 0)")
     p.add_argument("--mode", default="auto", help="auto, full or reduced (one representative ring per axis)")
+    p.add_argument("--calibrated", action="store_true",
+                   help="also run the chip's calibrated model (fitted efficiencies) beside the ideal one")
     _output_args(p)
+    p = sub.add_parser("validate", help="every calibration measurement against the calibrated simulator")
+    p.add_argument("--json", action="store_true")
     p = sub.add_parser("send", help="simulate one point-to-point message")
     _chip_args(p)
     _network_args(p)
@@ -220,10 +224,18 @@ def cmd_roofline(args: argparse.Namespace) -> None:
           f" bounds [{format_quantity(out['lower_bound_s'], 's')}, {format_quantity(out['upper_bound_s'], 's')}]")
 
 
-def _system(args: argparse.Namespace) -> Any:
+def _system(args: argparse.Namespace, calibrated: bool = False) -> Any:
     from simulator.system import System
 
-    return System(_resolve_chip(args, "tpu-v5e"), topology=args.topology, switching=args.switching)
+    return System(_resolve_chip(args, "tpu-v5e"), topology=args.topology, switching=args.switching,
+                  calibrated=calibrated)
+
+
+def cmd_validate(args: argparse.Namespace) -> None:
+    from simulator.validate import render, validate
+
+    result = validate()
+    print(json.dumps(jsonable(result), indent=2) if args.json else render(result))
 
 
 def _int_list(text: str, flag: str) -> list[int]:
@@ -246,7 +258,13 @@ def cmd_collective(args: argparse.Namespace) -> None:
     params = {"kind": args.kind, "chip": system.spec.name, "topology": args.topology, "bytes": nbytes,
               "axes": axes, "algorithm": args.algorithm, "multi_axis": args.multi_axis, "chunks": chunks,
               "switching": args.switching, "mode": args.mode}
-    result = Result("collective", params, system.metrics(), extra=r.to_json(), trace=system.trace,
+    extra = r.to_json()
+    if args.calibrated:
+        cal = run_collective(args.kind, _system(args, calibrated=True), nbytes, axes=axes, algorithm=args.algorithm,
+                             multi_axis=args.multi_axis, chunks=chunks, root=args.root, mode=args.mode)
+        extra.update(calibrated_time_s=cal.time_s, calibrated_algbw_bytes_per_s=cal.algbw_bytes_per_s,
+                     calibrated_busbw_bytes_per_s=cal.busbw_bytes_per_s)
+    result = Result("collective", params, system.metrics(), extra=extra, trace=system.trace,
                     headline=f"{args.kind} of {format_quantity(nbytes, 'B')} on {args.topology}")
     write_outputs(result, args)
     if args.json:
@@ -258,6 +276,9 @@ def cmd_collective(args: argparse.Namespace) -> None:
           (f"   book estimate {format_quantity(r.book_s, 's')}" if r.book_s else ""))
     print(f"  algbw {format_quantity(r.algbw_bytes_per_s, 'B/s')}, busbw {format_quantity(r.busbw_bytes_per_s, 'B/s')}"
           f", busiest link carried {format_quantity(r.max_link_bytes, 'B')}")
+    if args.calibrated:
+        print(f"  calibrated  {format_quantity(extra['calibrated_time_s'], 's')}, busbw "
+              f"{format_quantity(extra['calibrated_busbw_bytes_per_s'], 'B/s')} (fitted efficiencies)")
 
 
 def _parse_count(text: str, flag: str) -> int:
@@ -347,7 +368,7 @@ def _print_model(out: dict[str, Any]) -> None:
 
 
 COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,
-            "collective": cmd_collective, "send": cmd_send, "model": cmd_model,
+            "collective": cmd_collective, "send": cmd_send, "model": cmd_model, "validate": cmd_validate,
             "sweep": cmd_sweep}
 
 

@@ -665,7 +665,8 @@ class _Plan:
 
 def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
                     algorithm: str = "auto", multi_axis: str = "parallel", chunks: int = 1, root: Any = None,
-                    data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None) -> _Plan:
+                    data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
+                    channels: int | None = None) -> _Plan:
     """Validate the arguments of `run_collective` and compile its schedule."""
     net = system.network
     if net is None:
@@ -696,9 +697,35 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     one_to_one = mesh is None or all(len(mesh.physical_axes(n)) == 1 for n, s in zip(mesh.names, mesh.sizes,
                                                                                      strict=True) if s > 1)
     reduced = _use_reduced(mode, kind, data, group, net, one_to_one)
+    rings = _channel_groups(net, groups, channels, data, axes, mesh)
+    if len(rings) > 1:
+        key_bytes = math.ceil(nbytes / len(rings) / n_keys)
     schedule = Schedule(key_bytes)
-    _Compiler(kind, groups[:1] if reduced else groups, parts, bidi, reduced, schedule, chunks, root_pos).compile()
+    for channel in rings:
+        _Compiler(kind, channel[:1] if reduced else channel, parts, bidi, reduced, schedule, chunks, root_pos).compile()
     return _Plan(kind, groups, parts, bidi, reduced, nbytes, key_bytes, n_keys, chunks, root_pos, schedule)
+
+
+def _channel_groups(net: Network, groups: list[Group], channels: int | None, data: Any, axes: Any,
+                    mesh: Any) -> list[list[Group]]:
+    """The groups of each channel. GPU nodes over InfiniBand (``nodes:K:G``) default to one ring per
+    GPU of a node, as NCCL runs one ring per NIC: ring c rotates each node's GPUs by c, so every ring
+    crosses between nodes on different NICs, and each carries 1/G of the array. Elsewhere one ring."""
+    gpus = net.graph.graph.get("gpus_per_node", 1) if net.graph.graph.get("kind") == "nodes" else 1
+    count = gpus if channels is None else positive_int(channels, name="channels")
+    if count == 1 or data is not None or axes is not None or mesh is not None or net.grid:
+        if channels not in (None, 1):
+            raise PodsimError(f"channels={channels} needs a timing-only collective over all chips of a non-torus "
+                              "topology (one ring per channel)")
+        return [groups]
+    (group,) = groups
+    order = [group.members[(i,)] for i in range(group.n)]
+    per_node = max(1, min(count, gpus))
+    rings = []
+    for c in range(count):
+        rotated = [order[(k // per_node) * per_node + (k % per_node + c) % per_node] for k in range(len(order))]
+        rings.append([Group(group.sizes, group.wraps, {(i,): d for i, d in enumerate(rotated)})])
+    return rings
 
 
 def start_collective(kind: str, system: Any, nbytes: float, **kwargs: Any) -> Any:
@@ -731,8 +758,9 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
     buffers = _initial_buffers(kind, plan.groups, data, plan.parts, plan.chunks, plan.root_pos) \
         if data is not None else None
     start, before = system.env.now, net.link_bytes()
-    done = execute(net, plan.schedule.transfers, buffers, kind)
+    done = _execute_calibrated(system, plan, buffers, kind)
     system.run()
+    net.set_link_efficiency(None)
     check_arrived(done, system.env.now)
     time_s = system.env.now - start
     closed = _closed_form(kind, net, group, plan.parts, plan.bidi, plan.key_bytes, plan.chunks, plan.root_pos)
@@ -750,6 +778,24 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
         else sum(link_bytes.values()),
         mode="reduced" if plan.reduced else "full", n_transfers=len(plan.schedule.transfers), link_bytes=link_bytes,
         outputs=_outputs(kind, plan.groups, buffers, plan.parts, plan.chunks) if buffers is not None else None)
+
+
+def _execute_calibrated(system: Any, plan: _Plan, buffers: Any, kind: str) -> Any:
+    """`execute`, after the calibrated launch latency and with links at their calibrated efficiency
+    for an array of this size (plain `execute` on an ideal system)."""
+    net, cal = system.network, system.calibration
+    if cal is None:
+        return execute(net, plan.schedule.transfers, buffers, kind)
+    net.set_link_efficiency(lambda link_kind: cal.link_fraction(link_kind, plan.nbytes))
+    done = system.env.event()
+
+    def launch(_e: Any) -> None:
+        finished = execute(net, plan.schedule.transfers, buffers, kind)
+        done.podsim_waits_for = finished.podsim_waits_for if hasattr(finished, "podsim_waits_for") else None
+        finished.callbacks.append(lambda ev: done.succeed(ev.value))
+
+    system.env.timeout(cal.collective_launch_s).callbacks.append(launch)
+    return done
 
 
 def _root_position(groups: list[Group], root: Any) -> tuple[int, ...]:

@@ -52,6 +52,7 @@ class Network:
         _check_connected(graph, self.chips)
         _check_links(graph)
         self._links: dict[tuple[Any, Any], Channel] = {}
+        self._efficiency: Any = None  # kind -> fraction of the link rate (calibrated collectives)
         self._routes: dict[tuple[Any, Any, bool], list[list[Any]]] = {}
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
@@ -66,8 +67,25 @@ class Network:
             channel = Channel(self.env, f"link {u}->{v}", data["bandwidth_bytes_per_s"], data["latency_s"],
                               chip=u, trace=self.trace)
             channel.kind = data.get("kind", "ici")
+            channel.nominal_bandwidth_bytes_per_s = channel.bandwidth_bytes_per_s
             self._links[(u, v)] = channel
+            self._apply_efficiency(channel)
         return channel
+
+    def set_link_efficiency(self, fraction: Any) -> None:
+        """Run every link at ``fraction(kind)`` of its rate (None: the full rate) from now on.
+
+        Only between collectives: a channel with transfers in flight keeps its rate.
+        """
+        self._efficiency = fraction
+        for channel in self._links.values():
+            self._apply_efficiency(channel)
+
+    def _apply_efficiency(self, channel: Channel) -> None:
+        if channel._flows:
+            raise PodsimError(f"{channel.name} has transfers in flight; change link efficiency between collectives")
+        factor = self._efficiency(channel.kind) if self._efficiency is not None else 1.0
+        channel.bandwidth_bytes_per_s = channel.nominal_bandwidth_bytes_per_s * factor
 
     def link_bytes(self) -> dict[str, float]:
         """Bytes carried per link direction that carried any (``"u->v"`` keys)."""

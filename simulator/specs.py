@@ -170,6 +170,14 @@ PRESETS: dict[str, ChipSpec] = {
         _gpu("h100", 9.9e14, 2.0e15, 80, 3.35e12, 2.5e10, 132, 6.7e13, 3.3e13),
         _gpu("h200", 9.9e14, 2.0e15, 141, 4.8e12, 2.5e10, 132, 6.7e13, 3.3e13),
         _gpu("b200", 2.3e15, 4.5e15, 192, 8.0e12, 5.0e10, 148, 8.0e13, 4.0e13),
+        ChipSpec(  # for the calibration data (8-GPU A100 nodes); not in REFERENCE.md's table
+            name="a100", peak_bf16_flops_per_s=3.12e14, peak_int8_flops_per_s=6.24e14, vpu_flops_per_s=1.95e13,
+            hbm_capacity_bytes=80 * GiB, hbm_bandwidth_bytes_per_s=2.039e12, vmem_capacity_bytes=108 * 164e3,
+            vmem_bandwidth_bytes_per_s=1.9e13, mxu_dim=16, mxu_count=432, tensor_cores=108,
+            ici_bandwidth_bytes_per_s=2.5e10, ici_links=12, hop_latency_s=1e-6, pcie_bandwidth_bytes_per_s=3.2e10,
+            dcn_bandwidth_bytes_per_s=2.5e10, wraparound="switch", torus_dims=0,
+            source="NVIDIA A100 SXM4 80GB datasheet: 312 TFLOP/s bf16, 2.039 TB/s HBM2e, NVLink 3 (12 links x 25 GB/s "
+                   "one way), IB HDR 200 Gb/s per GPU, PCIe 4.0 x16; SMEM bandwidth is an estimate"),
     )
 }
 

@@ -41,16 +41,19 @@ class System:
 
     Either ``n_chips`` unconnected chips, or the chips of ``topology`` (a spec string such as
     ``"torus:4x4"`` or a graph from `topologies`) joined by its links (`simulator.network`).
+    ``calibrated`` applies the preset's fitted efficiency models (`simulator.calibration`) instead of
+    ideal peaks.
     """
 
     def __init__(self, chip: str | ChipSpec = "tpu-v5e", n_chips: int = 1, *, topology: str | nx.DiGraph | None = None,
                  trace: bool = True, switching: str = "cut_through", max_events: int = 50_000_000,
-                 wall_clock_limit_s: float = 600.0) -> None:
+                 wall_clock_limit_s: float = 600.0, calibrated: bool = False) -> None:
         positive_int(n_chips, name="n_chips")
         self.max_events = positive_int(max_events, name="max_events")
         self.wall_clock_limit_s = positive(wall_clock_limit_s, name="wall_clock_limit_s")
         self.events_processed = 0
         self.spec = resolve_chip(chip)
+        self.calibration = _calibration(self.spec) if calibrated else None
         self.env = simpy.Environment()
         self.trace = Trace(enabled=trace)
         self.network: Network | None = None
@@ -61,7 +64,7 @@ class System:
             ids: list[int] = self.network.chips
         else:
             ids = list(range(n_chips))
-        self.chips = [Chip(self.env, self.spec, i, self.trace) for i in ids]
+        self.chips = [Chip(self.env, self.spec, i, self.trace, self.calibration) for i in ids]
         self._processes: list[tuple[str, simpy.Process]] = []
 
     @property
@@ -117,6 +120,12 @@ class System:
     def metrics(self) -> dict[str, Any]:
         """Standard metrics of the finished run (see `simulator.trace.compute_metrics`)."""
         return compute_metrics(self.trace, self.env.now)
+
+
+def _calibration(spec: ChipSpec) -> Any:
+    from simulator.calibration import get_calibration
+
+    return get_calibration(spec.name)
 
 
 def _describe(event: simpy.Event | None) -> str:

@@ -120,13 +120,15 @@ def _blocks(unit: Unit, layer: int, vmem: float) -> list[Step]:
 class StepSimulation:
     """One simulated step: the system, its per-chip step lists and the collectives between them."""
 
-    def __init__(self, cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, trace: bool) -> None:
+    def __init__(self, cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, trace: bool,
+                 calibrated: bool = False) -> None:
         self.cfg, self.spec, self.par = cfg, spec, par
         if par.chips == 1:
-            self.system, self.mesh = System(spec, trace=trace), None
+            self.system, self.mesh = System(spec, trace=trace, calibrated=calibrated), None
         else:
             mesh_spec = MeshSpec(("data", "model"), (par.data, par.model), (None, None))
-            self.system = System(spec, topology=default_topology_for(mesh_spec, spec), trace=trace)
+            self.system = System(spec, topology=default_topology_for(mesh_spec, spec), trace=trace,
+                                 calibrated=calibrated)
             self.mesh = Mesh(mesh_spec, self.system.graph)
         self.env = self.system.env
 
@@ -198,13 +200,17 @@ def _split_contexts(contexts: list[int], data: int) -> list[list[int]]:
 
 def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, context: int | Sequence[int] = 0,
                     par: Parallelism | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
-                    new_tokens: int = 1, trace: bool = True) -> StepSimulation:
-    """Simulate one decode step (``new_tokens=1``) or a prefill of ``new_tokens`` per request."""
+                    new_tokens: int = 1, trace: bool = True, calibrated: bool = False) -> StepSimulation:
+    """Simulate one decode step (``new_tokens=1``) or a prefill of ``new_tokens`` per request.
+
+    ``calibrated`` runs matmuls and HBM at the chip's fitted efficiencies (`simulator.calibration`);
+    the collectives inside a step overlap one another, so their links stay at the ideal rate.
+    """
     par = par or Parallelism()
     cfg = _with_dtypes(cfg, weight_dtype, kv_dtype)
     contexts = _contexts(batch, context)
     check_layout(cfg, par, batch)
-    sim = StepSimulation(cfg, spec, par, trace)
+    sim = StepSimulation(cfg, spec, par, trace, calibrated)
     groups = []
     for ctx in _split_contexts(contexts, par.data):
         units, layers = [], []
@@ -219,7 +225,7 @@ def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, cont
 
 
 def simulate_train(cfg: TransformerConfig, spec: ChipSpec, batch: int, seq: int, par: Parallelism | None = None,
-                   recompute: bool = False, trace: bool = True) -> StepSimulation:
+                   recompute: bool = False, trace: bool = True, calibrated: bool = False) -> StepSimulation:
     """Simulate one training step: forward, then backward layer by layer in reverse.
 
     Forward units save their activations to HBM (only the layer input with ``recompute``); backward
@@ -231,7 +237,7 @@ def simulate_train(cfg: TransformerConfig, spec: ChipSpec, batch: int, seq: int,
 
     par = par or Parallelism()
     check_layout(cfg, par, batch)
-    sim = StepSimulation(cfg, spec, par, trace)
+    sim = StepSimulation(cfg, spec, par, trace, calibrated)
     tokens = batch // par.data * seq
     saved = saved_activation_elements(cfg, recompute) * cfg.act_elem_bytes * tokens / par.model
     forward = [layer_units(cfg, spec, par, [0] * (batch // par.data), seq) for _ in range(cfg.n_layers)]

@@ -29,10 +29,13 @@ REFERENCE_TABLE = {
 }
 
 
-def test_exactly_the_reference_presets_exist():
-    assert set(PRESETS) == set(REFERENCE_TABLE)
+def test_the_reference_presets_exist_plus_a100_for_the_calibration_data():
+    assert set(PRESETS) == set(REFERENCE_TABLE) | {"a100"}
     for name in REFERENCE_TABLE:
         assert get_chip(name).name == name
+    a100 = get_chip("a100")  # NVIDIA datasheet: 312 TFLOP/s bf16, 2.039 TB/s, NVLink 3 = 12 x 25 GB/s
+    assert (a100.peak_bf16_flops_per_s, a100.hbm_bandwidth_bytes_per_s, a100.ici_egress_bytes_per_s) == \
+        (3.12e14, 2.039e12, 3.0e11)
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE_TABLE))

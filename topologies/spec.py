@@ -152,10 +152,14 @@ def _switch_link(chip: object) -> dict[str, object]:
 def _nvlink(chip: object) -> dict[str, object]:
     if chip is None or isinstance(chip, str):
         return {}
-    return {
+    out = {
         "nvlink_bandwidth_bytes_per_s": _egress(chip),
         "nvlink_latency_s": chip_attr(chip, "hop_latency_s"),
     }
+    ib = getattr(chip, "dcn_bandwidth_bytes_per_s", None)  # a GPU's network NIC (InfiniBand), one way
+    if ib is not None:
+        out["ib_bandwidth_bytes_per_s"] = ib
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,148 @@
+"""`podsim validate`: every calibration measurement run through the calibrated simulator.
+
+Each case is simulated (not computed from the fitting formulas): a matmul on a calibrated chip, or a
+collective on a calibrated system of the measured shape. Cases the fit used and cases kept apart are
+reported separately, per family, as geometric-mean and worst errors.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.calibration import DATA, fit_report, get_calibration
+from simulator.collectives import run_collective
+from simulator.system import System
+
+
+@dataclass
+class Case:
+    """One measurement beside its prediction (both in ``unit``)."""
+
+    family: str
+    name: str
+    measured: float
+    predicted: float
+    unit: str
+    held_out: bool
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the prediction."""
+        return self.predicted / self.measured - 1
+
+    @property
+    def ratio_error(self) -> float:
+        """Symmetric error exp(|ln(predicted / measured)|) - 1: 2x too fast and 2x too slow both read 100%."""
+        return math.exp(abs(math.log(self.predicted / self.measured))) - 1
+
+
+def _rows(name: str) -> list[dict[str, str]]:
+    with (DATA / "calibration" / name).open() as f:
+        return list(csv.DictReader(f))
+
+
+def matmul_cases() -> list[Case]:
+    held = set(fit_report()["matmul_h100"]["held_out"])
+    cases = []
+    for r in _rows("h100_matmul_square.csv"):
+        n = int(r["m_k_n"])
+        system = System("h100", calibrated=True, trace=False)
+        system.chip.matmul(n, n, n, dtype="bf16")
+        system.run()
+        cases.append(Case("matmul, H100 bf16 square", f"{n}^3", float(r["tflop_per_s"]),
+                          2 * n**3 / system.env.now / 1e12, "TFLOP/s", n in held))
+    return cases
+
+
+def _allreduce_s(nbytes: float, gpus: int, per_node: int) -> float:
+    topology = f"switch:{gpus}" if gpus == per_node else f"nodes:{gpus // per_node}:{per_node}"
+    return run_collective("all_reduce", System("a100", topology=topology, calibrated=True, trace=False), nbytes).time_s
+
+
+def nccl_cases() -> list[Case]:
+    held = set(fit_report()["nccl_a100"]["held_out"])
+    cases = []
+    for r in _rows("a100_allreduce_busbw.csv"):
+        size = int(r["size_bytes"])
+        busbw = 2 * 7 / 8 * size / _allreduce_s(size, 8, 8) / 1e9
+        cases.append(Case("AllReduce, 8 x A100 NVLink (nccl-tests)", _size(size), float(r["busbw_gb_per_s"]), busbw,
+                          "GB/s busbw", size in held))
+    return cases
+
+
+def pytorch_cases() -> list[Case]:
+    """PyTorch-level timings: the simulated collective plus PyTorch's fitted overhead per call."""
+    report = fit_report()
+    fitted = {tuple(c) for key in ("framework_a100", "ib_a100") for c in report[key]["fit_configs"]}
+    framework = get_calibration("a100").framework_launch_s
+    cases = []
+    for r in _rows("a100_dgx_all_reduce_pow2.csv"):
+        gpus, per_node, size = int(r["num_workers"]), int(r["devices_per_node"]), int(r["size_bytes"])
+        family = ("AllReduce, A100 one node (PyTorch)" if gpus == per_node else
+                  "AllReduce, A100 two nodes (PyTorch)")
+        cases.append(Case(family, f"{gpus} GPUs ({per_node}/node), {_size(size)}", float(r["median_ms"]),
+                          (framework + _allreduce_s(size, gpus, per_node)) * 1e3, "ms", (gpus, per_node) not in fitted))
+    return cases
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.4g} MiB" if nbytes < 2**30 else f"{nbytes / 2**30:.4g} GiB"
+
+
+def geomean_error(cases: list[Case]) -> float | None:
+    """exp(mean |ln(predicted / measured)|) - 1 over ``cases`` (None when empty)."""
+    if not cases:
+        return None
+    return math.exp(sum(abs(math.log(c.predicted / c.measured)) for c in cases) / len(cases)) - 1
+
+
+def summarize(cases: list[Case]) -> dict[str, Any]:
+    """Per family and per set (fit, held out): case count, geometric-mean error, worst error."""
+    out: dict[str, Any] = {}
+    for family in dict.fromkeys(c.family for c in cases):
+        mine = [c for c in cases if c.family == family]
+        out[family] = {}
+        fit, held = [c for c in mine if not c.held_out], [c for c in mine if c.held_out]
+        for label, subset in (("fit", fit), ("held_out", held)):
+            out[family][label] = {"cases": len(subset), "geomean_error": geomean_error(subset),
+                                  "worst_error": max((c.ratio_error for c in subset), default=None)}
+    return out
+
+
+NOTES = {
+    "HBM": "no HBM measurements in the calibration set: the model uses 91% of the spec bandwidth, the middle of the "
+           "published 87-95% for streaming HBM on H100",
+    "AllReduce, A100 two nodes (PyTorch)": "the InfiniBand efficiency was fitted on 2 GPUs on 2 nodes (one NIC each); "
+           "with more GPUs per node podsim runs one ring per GPU (NCCL's ring per NIC), so the node's NICs add up: "
+           "8 GPUs (4/node) then land within 4-36%, but the measured 16-GPU (8/node) runs are slower than 4/node -- "
+           "that cluster's network does not scale past about four NICs, which the model cannot know -- and the 4-GPU "
+           "timings jump non-monotonically between sizes",
+    "AllReduce, A100 one node (PyTorch)": "the NVLink model was fitted to nccl-tests and PyTorch's per-call "
+           "overhead to the 2-GPU runs; the 4- and 8-GPU runs are held out",
+}
+
+
+def validate() -> dict[str, Any]:
+    """Run every case; return the cases and the per-family summary (JSON-ready)."""
+    cases = matmul_cases() + nccl_cases() + pytorch_cases()
+    return {"cases": [{"family": c.family, "case": c.name, "measured": c.measured, "predicted": c.predicted,
+                       "unit": c.unit, "error": c.error, "set": "held out" if c.held_out else "fit"} for c in cases],
+            "families": summarize(cases), "notes": NOTES}
+
+
+def render(result: dict[str, Any]) -> str:
+    """The validation as a text table, then the per-family summary and notes."""
+    lines = [f"{'family':<40} {'case':<28} {'measured':>10} {'predicted':>10} {'error':>8}  set"]
+    for c in result["cases"]:
+        lines.append(f"{c['family']:<40} {c['case']:<28} {c['measured']:>10.4g} {c['predicted']:>10.4g} "
+                     f"{c['error'] * 100:>+7.1f}%  {c['set']}  ({c['unit']})")
+    lines.append("")
+    for family, sets in result["families"].items():
+        for label, s in sets.items():
+            if s["cases"]:
+                lines.append(f"{family:<40} {label:<8} {s['cases']:>3} cases: geometric-mean error "
+                             f"{s['geomean_error'] * 100:.1f}%, worst {s['worst_error'] * 100:.1f}%")
+    lines += [""] + [f"note ({k}): {v}" for k, v in result["notes"].items()]
+    return "\n".join(lines)
