@@ -304,27 +304,25 @@ class _Compiler:
         of the group has finished phase j (free on wrapped axes, where all finish together)."""
         return (lambda i: []) if barrier is None else (lambda i: [barrier])
 
-    def gather(self, group: Group, part: int, order: list[int], j: int, barrier: int | None, tag: Any) -> None:
-        """Phase j of one part's AllGather (over axis ``order[j]``)."""
-        a = order[j]
-        for base in _ring_bases(group, a, {}, self.reduced):
-            ring = group.ring(base, a, self.reduced)
-            bundles = []
-            for i in range(len(ring.devices)):
-                fixed = {b: base[b] for b in self.axes if b not in order[:j] and b != a} | {a: i}
-                bundles.append(tuple((part, k) for k in _keys_where(group.sizes, fixed)))
-            gather_phase(self.s, ring, bundles, self.bidi, self.start_fn(barrier), tag)
+    def phase(self, what: str, group: Group, part: int, order: list[int], j: int, barrier: int | None,
+              tag: Any) -> None:
+        """Phase j of one part (over axis ``order[j]``): ``"ag"`` gathers, ``"rs"`` reduce-scatters.
 
-    def reduce(self, group: Group, part: int, order: list[int], j: int, barrier: int | None, tag: Any) -> None:
-        """Phase j of one part's ReduceScatter (over axis ``order[j]``)."""
+        The bundle of ring position i holds the keys the position owns in this phase: for a gather,
+        those whose shard agrees with the device on every axis not gathered yet; for a reduction, those
+        whose shard agrees with it on every axis already reduced (and, on this axis, equals i).
+        """
         a = order[j]
         for base in _ring_bases(group, a, {}, self.reduced):
             ring = group.ring(base, a, self.reduced)
-            bundles = []
-            for c in range(len(ring.devices)):
-                fixed = {b: base[b] for b in order[:j]} | {a: c}
-                bundles.append(tuple((part, k) for k in _keys_where(group.sizes, fixed)))
-            reduce_phase(self.s, ring, bundles, self.bidi, self.start_fn(barrier), tag)
+            if what == "rs":
+                fixed = {b: base[b] for b in order[:j]}
+            else:
+                fixed = {b: base[b] for b in self.axes if b not in order[:j] and b != a}
+            bundles = [tuple((part, k) for k in _keys_where(group.sizes, fixed | {a: i}))
+                       for i in range(len(ring.devices))]
+            run = reduce_phase if what == "rs" else gather_phase
+            run(self.s, ring, bundles, self.bidi, self.start_fn(barrier), tag)
 
     def phases(self) -> list[tuple[str, int]]:
         """(gather or reduce, index into the part's axis order) for each phase, in time order."""
@@ -343,10 +341,8 @@ class _Compiler:
             for part in range(self.parts):
                 order = self.order(part) if self.parts > 1 else self.axes
                 tag = (what, id(group), part, step)
-                if what == "rs":
-                    self.reduce(group, part, order, j, barrier, tag)
-                else:
-                    self.gather(group, part, order if self.kind == "all_gather" else order[::-1], j, barrier, tag)
+                axes = order if what == "rs" or self.kind == "all_gather" else order[::-1]
+                self.phase(what, group, part, axes, j, barrier, tag)
                 tags.append(tag)
             barrier = self.s.barrier(tags)
 
