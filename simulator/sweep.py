@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import itertools
 import json
 import math
@@ -40,7 +41,7 @@ from typing import Any, TextIO
 
 from simulator.errors import PodsimError
 from simulator.result import Result, jsonable
-from simulator.scenario import coerce_value, load_scenario, parse_sets, scenario_params
+from simulator.scenario import _short, coerce_value, load_scenario, parse_sets, scenario_params
 
 #: Keys of ``Result.to_json`` that are not metrics: the scenario name and the echoed parameters.
 _NOT_METRICS = ("scenario", "params")
@@ -75,6 +76,7 @@ class Plan:
     params: tuple[str, ...]  #: parameter columns: the grid keys in order, then the fixed keys
     points: tuple[Row, ...]  #: coerced keyword arguments of each run, in grid order
     run_kwargs: dict[str, Any]  #: added to every run but not a column (``trace=False``)
+    accepted: tuple[str, ...] = ()  #: every parameter the scenario takes (metric names avoid these)
 
     def key(self, point: Row) -> tuple[str, ...]:
         """The point's parameter cells as written to CSV: how ``resume`` recognises a finished point."""
@@ -102,8 +104,8 @@ def sweep(scenario: str | types.ModuleType, grid: dict[str, Any], fixed: dict[st
     workers = _check_workers(workers, scheduler)
     path = _check_out(out, resume)
     old = _read_resume(path, plan) if resume and path else []
-    done = {plan.key(row) for _, row in old}
-    todo = [i for i, point in enumerate(plan.points) if plan.key(point) not in done]
+    done = {index for index, _ in old}
+    todo = [i for i in range(len(plan.points)) if i not in done]
     with _backend(plan, workers, scheduler, chunk_size, connect_timeout_s) as backend:
         return _collect(plan, old, todo, backend, path, Progress(len(todo), progress))
 
@@ -181,7 +183,7 @@ def make_plan(module: types.ModuleType, grid: dict[str, Any], fixed: dict[str, A
     fixed = {key: _coerce(module, key, value, accepted[key].default, "--set") for key, value in fixed.items()}
     points = tuple({**dict(zip(axes, combo, strict=True)), **fixed} for combo in itertools.product(*axes.values()))
     extra = {"trace": False} if "trace" in accepted and "trace" not in grid and "trace" not in fixed else {}
-    return Plan(_reference(module), (*axes, *fixed), points, extra)
+    return Plan(_reference(module), (*axes, *fixed), points, extra, tuple(accepted))
 
 
 def _axis(module: types.ModuleType, key: str, values: Any, default: Any) -> list[Any]:
@@ -191,10 +193,11 @@ def _axis(module: types.ModuleType, key: str, values: Any, default: Any) -> list
     if not values:
         raise SweepError(f"--grid {key}= has no values; give {key}=V1,V2,...")
     coerced = [_coerce(module, key, value, default, "--grid") for value in values]
-    cells = [cell(value) for value in coerced]
-    repeated = next((c for i, c in enumerate(cells) if c in cells[:i]), None)
-    if repeated is not None:
-        raise SweepError(f"--grid {key} lists {repeated!r} twice; each value once")
+    seen: set[str] = set()
+    for text in map(cell, coerced):
+        if text in seen:
+            raise SweepError(f"--grid {key} lists {text!r} twice; each value once")
+        seen.add(text)
     return coerced
 
 
@@ -210,13 +213,9 @@ def _coerce(module: types.ModuleType, key: str, value: Any, default: Any, flag: 
 def _reference(module: types.ModuleType) -> str:
     """What a worker passes to `load_scenario`: the built-in name, or the file's absolute path."""
     name = module.__name__
-    ref = name.rsplit(".", 1)[-1] if name.startswith("scenarios.") else str(Path(module.__file__ or name).resolve())
+    ref = _short(module) if name.startswith("scenarios.") else str(Path(module.__file__ or name).resolve())
     _MODULES.setdefault(ref, module)
     return ref
-
-
-def _short(module: types.ModuleType) -> str:
-    return module.__name__.rsplit(".", 1)[-1]
 
 
 def _check_workers(workers: int | None, scheduler: str | None) -> int:
@@ -249,10 +248,17 @@ def run_point(module: types.ModuleType, point: Row, run_kwargs: dict[str, Any] |
     """One row: the point's parameters, the result's flattened scalars, ``error`` and ``seconds`` (wall s)."""
     start = time.perf_counter()
     try:
-        metrics, error = flatten(_as_dict(module.run(**(run_kwargs or {}), **point)), set(point) | set(_TAIL)), ""
+        result = module.run(**(run_kwargs or {}), **point)
+        metrics, error = flatten(_as_dict(result), _reserved(module)), ""
     except (Exception, SystemExit) as err:  # a failing point is recorded in its row; the sweep goes on
         metrics, error = {}, _one_line(err)
     return {**point, **metrics, "error": error, "seconds": round(time.perf_counter() - start, 6)}
+
+
+@functools.lru_cache(maxsize=16)
+def _reserved(module: types.ModuleType) -> frozenset[str]:
+    """Column names a metric may not take: the scenario's parameters, error and seconds."""
+    return frozenset(scenario_params(module)) | frozenset(_TAIL)
 
 
 def _as_dict(result: Any) -> dict[str, Any]:
@@ -266,8 +272,8 @@ def _as_dict(result: Any) -> dict[str, Any]:
 
 def flatten(data: dict[str, Any], reserved: Collection[str] = (), prefix: str = "") -> Row:
     """Scalars of a result's JSON: nested dicts as ``busy_s.hbm``, lists skipped, ``scenario``/``params``
-    dropped, values made JSON-safe like `jsonable` (inf -> None); a name that collides with a parameter
-    (or error/seconds) is prefixed ``result.``."""
+    dropped, values made JSON-safe like `jsonable` (inf -> None); a name in ``reserved`` (a parameter
+    of the scenario, error, seconds) is prefixed ``result.``."""
     out: Row = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
@@ -330,7 +336,7 @@ def _run_local(plan: Plan, todo: list[int], workers: int, chunk_size: int | None
 
 
 def _run_inline(plan: Plan, todo: list[int]) -> Iterator[tuple[int, Row]]:
-    """Every point in this process, one after the other (a KeyboardInterrupt stops after the last row)."""
+    """Every point in this process, one after the other (a KeyboardInterrupt ends it; earlier rows are kept)."""
     module = _module(plan.scenario)
     for index in todo:
         yield index, run_point(module, plan.points[index], plan.run_kwargs)
@@ -363,21 +369,24 @@ class _Chunker:
 
 def _feed(plan: Plan, chunker: _Chunker, submit: Callable[[list[tuple[int, Row]]], Any],
           wait_first: Callable[[set[Any]], Iterable[Any]], slots: int) -> Iterator[tuple[int, Row]]:
-    """Keep ``slots`` chunks in flight and yield rows as chunks finish."""
+    """Keep ``slots`` chunks in flight and yield rows as chunks finish; on Ctrl-C (here or in a worker)
+    yield the rows of chunks that had already finished, then stop."""
     pending: set[Any] = set()
-    while True:
-        while len(pending) < slots and chunker.rest:
-            pending.add(submit([(i, plan.points[i]) for i in chunker.take()]))
-        if not pending:
-            return
-        for future in wait_first(pending):
-            pending.discard(future)
-            rows, interrupted = future.result()
-            chunker.observe(rows)
-            for index_row in rows:
-                yield index_row
-            if interrupted:
-                raise KeyboardInterrupt
+    try:
+        while chunker.rest or pending:
+            while len(pending) < slots and chunker.rest:
+                pending.add(submit([(i, plan.points[i]) for i in chunker.take()]))
+            for future in wait_first(pending):
+                pending.discard(future)
+                rows, interrupted = future.result()
+                chunker.observe(rows)
+                yield from rows
+                if interrupted:
+                    raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        for future in [f for f in pending if f.done() and not f.cancelled() and f.exception() is None]:
+            yield from future.result()[0]
+        raise
 
 
 def _run_pool(plan: Plan, todo: list[int], workers: int, chunk_size: int | None) -> Iterator[tuple[int, Row]]:
@@ -567,9 +576,11 @@ def _read_resume(path: Path, plan: Plan) -> list[tuple[int, Row]]:
     with open(path, newline="") as stream:
         reader = csv.DictReader(stream)
         missing = [p for p in plan.params if p not in (reader.fieldnames or [])]
-        if missing:
-            raise SweepError(f"--resume: {str(path)!r} has no column {missing[0]!r}; resume with the same --grid "
-                             "and --set keys, or write to another --out")
+        extra = [c for c in reader.fieldnames or [] if c in plan.accepted and c not in plan.params]
+        if missing or extra:
+            what = f"has no column {missing[0]!r}" if missing else f"has a column {extra[0]!r} this sweep does not set"
+            raise SweepError(f"--resume: {str(path)!r} {what}; resume with the same --grid and --set keys, "
+                             "or write to another --out")
         complete = [row for row in reader if None not in row.values() and None not in row]
     where = {plan.key(point): i for i, point in enumerate(plan.points)}
     out, seen = [], set()
@@ -639,7 +650,8 @@ def add_sweep_parser(sub: Any) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a parameter fixed for every point (trace=true keeps spans for overlap_s, busy_s...)")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=int, help="local processes (default: CPU count; 1 runs in this process)")
+    where.add_argument("--workers", type=int, metavar="N",
+                       help="local processes (default: CPU count; 1 runs in this process)")
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="run on an existing Dask cluster, e.g. tcp://10.0.0.5:8786 (pip install 'podsim[dask]')")
     p.add_argument("--out", metavar="FILE.csv", help="write the rows here as they finish (default: stdout)")
@@ -658,7 +670,8 @@ def cmd_sweep(args: argparse.Namespace) -> None:
         rows = sweep(module, grid, fixed, workers=args.workers, scheduler=args.scheduler,
                      out=None if to_stdout else args.out, resume=args.resume, progress=sys.stderr.isatty())
     except SweepInterrupted as stop:
-        _print_rows(args, stop.rows, to_stdout)
+        if to_stdout or args.json:  # the finished rows, where they were to go; a file already holds them
+            _print_rows(args, stop.rows, to_stdout)
         raise
     _print_rows(args, rows, to_stdout)
 
