@@ -388,8 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         print(f"podsim: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("podsim: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # a sweep's says how far it got and where its rows are
+        print(f"podsim: {_one_line(err) or 'interrupted'}", file=sys.stderr)
         return 130
     return 0
 

@@ -126,7 +126,8 @@ def test_ctrl_c_keeps_finished_rows_and_exits_130(capsys, tmp_path):
     scenario.write_text(STOPPING)
     code, _, err = run_cli(capsys, "sweep", str(scenario), "--grid", "x=1,2,3,4", "--workers", "1", "--out", str(out))
     assert code == 130
-    assert err.strip() == "podsim: interrupted"
+    assert err.strip() == f"podsim: sweep interrupted after 2 of 4 points; rows kept in {out}, rerun with --resume " \
+        "to finish"
     assert [r["x"] for r in read_csv(out.read_text())] == ["1", "2"]
 
 
