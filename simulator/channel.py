@@ -24,6 +24,10 @@ from simulator.units import positive
 _DONE_FRACTION = 1e-9
 
 
+def _remaining(flow: _Flow) -> float:
+    return flow.remaining
+
+
 class _Flow:
     __slots__ = ("nbytes", "remaining", "event", "start", "label", "kind")
 
@@ -95,8 +99,9 @@ class Channel:
         if not self._flows:
             return
         generation = self._generation
-        first = min(self._flows, key=lambda f: f.remaining)
-        delay = max(0.0, first.remaining) * len(self._flows) / self.bandwidth_bytes_per_s
+        flows = self._flows
+        first = flows[0] if len(flows) == 1 else min(flows, key=_remaining)
+        delay = max(0.0, first.remaining) * len(flows) / self.bandwidth_bytes_per_s
         self.env.timeout(delay).callbacks.append(lambda _e: self._on_timer(generation, first))
 
     def _on_timer(self, generation: int, first: _Flow) -> None:
@@ -104,8 +109,11 @@ class Channel:
             return  # the set of flows changed since this timer was set
         self._advance()
         first.remaining = 0.0
-        done = [f for f in self._flows if f.remaining <= _DONE_FRACTION * f.nbytes]
-        self._flows = [f for f in self._flows if f.remaining > _DONE_FRACTION * f.nbytes]
+        if len(self._flows) == 1:  # the common case: the only flow is done
+            done, self._flows = self._flows, []
+        else:
+            done = [f for f in self._flows if f.remaining <= _DONE_FRACTION * f.nbytes]
+            self._flows = [f for f in self._flows if f.remaining > _DONE_FRACTION * f.nbytes]
         for flow in done:
             self._finish(flow)
         self._schedule()

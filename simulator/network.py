@@ -30,7 +30,7 @@ from simulator import analytic
 from simulator.channel import Channel
 from simulator.errors import PodsimError
 from simulator.trace import Trace
-from simulator.units import check_bytes, positive, positive_int
+from simulator.units import MAX_BYTES, check_bytes, positive, positive_int
 
 SWITCHING = ("cut_through", "store_and_forward")
 MAX_CHUNKS = 10_000  #: pieces per message; more is a units mistake and would take minutes
@@ -53,6 +53,7 @@ class Network:
         _check_links(graph)
         self._links: dict[tuple[Any, Any], Channel] = {}
         self._efficiency: Any = None  # kind -> fraction of the link rate (calibrated collectives)
+        self._link_cache: dict[tuple[Any, Any, bool], tuple[list[list[Channel]], list[tuple[str, int]]]] = {}
         self._routes: dict[tuple[Any, Any, bool], list[list[Any]]] = {}
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
@@ -139,24 +140,39 @@ class Network:
     def message(self, src: Any, dst: Any, nbytes: float, label: str = "", chunks: int = 1,
                 multipath: bool = False) -> simpy.Event:
         """Send ``nbytes`` from chip ``src`` to chip ``dst``; the event fires (value: time) on arrival."""
-        check_bytes(nbytes, name="message nbytes")
-        positive_int(chunks, name="chunks")
-        if chunks > MAX_CHUNKS:
-            raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not 0 <= nbytes <= MAX_BYTES:
+            check_bytes(nbytes, name="message nbytes")  # raises; the hot path skips it (NaN fails the range too)
+        if chunks != 1:
+            positive_int(chunks, name="chunks")
+            if chunks > MAX_CHUNKS:
+                raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates "
+                                  "per message")
         if src == dst or nbytes == 0:
             event = self.env.event()
             return event.succeed(self.env.now)
-        paths = self.routes(src, dst, multipath)
-        hops = [[self.link(u, v) for u, v in zip(p, p[1:], strict=False)] for p in paths]
+        hops, hops_by_kind = self._route_links(src, dst, multipath)
         share = nbytes / len(hops)
-        for links in hops:
-            for link in links:
-                if self.trace is not None:
-                    self.trace.count(link.kind, share)
+        if self.trace is not None:
+            for kind, count in hops_by_kind:
+                self.trace.count(kind, share * count)
         if len(hops) == 1 and len(hops[0]) == 1 and (chunks == 1 or self.switching == "cut_through"):
             return hops[0][0].transfer(share, label, "send")  # the common case: no process needed
         sends = [self.env.process(self._send(links, share, label, chunks)) for links in hops]
         return sends[0] if len(sends) == 1 else self.env.process(_all_of(self.env, sends))
+
+    def _route_links(self, src: Any, dst: Any, multipath: bool) -> tuple[list[list[Channel]], list[tuple[str, int]]]:
+        """The channels of each route and how many hops of each link kind they cross (cached per pair)."""
+        key = (src, dst, multipath)
+        cached = self._link_cache.get(key)
+        if cached is None:
+            paths = self.routes(src, dst, multipath)
+            hops = [[self.link(u, v) for u, v in zip(p, p[1:], strict=False)] for p in paths]
+            kinds: dict[str, int] = {}
+            for links in hops:
+                for link in links:
+                    kinds[link.kind] = kinds.get(link.kind, 0) + 1
+            cached = self._link_cache[key] = (hops, list(kinds.items()))
+        return cached
 
     def _send(self, links: list[Channel], nbytes: float, label: str, chunks: int) -> Generator[Any, Any, float]:
         if self.switching == "cut_through":
