@@ -121,9 +121,12 @@ class Schedule:
         self.arrivals: dict[tuple[Any, Any], list[int]] = defaultdict(list)
         self.by_tag: dict[Any, list[int]] = defaultdict(list)
 
-    def add(self, src: Any, dst: Any, keys: tuple, op: str, deps: Sequence[int], tag: Any, slot: Any) -> int:
+    def add(self, src: Any, dst: Any, keys: tuple | int, op: str, deps: Sequence[int], tag: Any, slot: Any) -> int:
+        """Append a transfer of ``keys`` (or, timing only, of that many keys) and record where it arrives."""
         tid = len(self.transfers)
-        self.transfers.append(Transfer(tid, src, dst, keys, op, tuple(sorted(set(deps))), len(keys) * self.key_bytes))
+        count = keys if isinstance(keys, int) else len(keys)
+        self.transfers.append(Transfer(tid, src, dst, keys if not isinstance(keys, int) else (), op,
+                                       tuple(sorted(set(deps))), count * self.key_bytes))
         self.arrivals[(tag, slot)].append(tid)
         self.by_tag[tag].append(tid)
         return tid
@@ -136,7 +139,7 @@ class Schedule:
         return tid
 
 
-def gather_phase(s: Schedule, ring: Ring, bundles: list[tuple], bidi: bool, start: Callable[[int], list[int]],
+def gather_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], bidi: bool, start: Callable[[int], list[int]],
                  tag: Any) -> None:
     """AllGather along ``ring``: the bundle of position i reaches every other position."""
     n = len(ring.devices)
@@ -148,7 +151,7 @@ def gather_phase(s: Schedule, ring: Ring, bundles: list[tuple], bidi: bool, star
                 prev = [s.add(ring.devices[a], ring.devices[b], bundles[origin], "copy", prev, tag, ring.slots[b])]
 
 
-def reduce_phase(s: Schedule, ring: Ring, bundles: list[tuple], bidi: bool, start: Callable[[int], list[int]],
+def reduce_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], bidi: bool, start: Callable[[int], list[int]],
                  tag: Any) -> None:
     """ReduceScatter along ``ring``: partial sums of bundle c flow to position c, adding on the way.
 
@@ -291,9 +294,10 @@ class _Compiler:
     """Builds the schedule of one collective over a list of groups."""
 
     def __init__(self, kind: str, groups: list[Group], parts: int, bidi: bool, reduced: bool,
-                 schedule: Schedule, chunks: int, root_pos: tuple[int, ...]) -> None:
+                 schedule: Schedule, chunks: int, root_pos: tuple[int, ...], numeric: bool = True) -> None:
         self.kind, self.groups, self.parts, self.bidi, self.reduced = kind, groups, parts, bidi, reduced
         self.s, self.chunks, self.root_pos = schedule, chunks, root_pos
+        self.numeric = numeric  #: False: bundles are key counts, not key lists (timing only, much faster)
         self.axes = list(range(len(groups[0].sizes)))
 
     def order(self, part: int) -> list[int]:
@@ -319,8 +323,12 @@ class _Compiler:
                 fixed = {b: base[b] for b in order[:j]}
             else:
                 fixed = {b: base[b] for b in self.axes if b not in order[:j] and b != a}
-            bundles = [tuple((part, k) for k in _keys_where(group.sizes, fixed | {a: i}))
-                       for i in range(len(ring.devices))]
+            if self.numeric:
+                bundles = [tuple((part, k) for k in _keys_where(group.sizes, fixed | {a: i}))
+                           for i in range(len(ring.devices))]
+            else:  # every position owns as many keys: the product of the axes left free
+                count = math.prod(n for b, n in enumerate(group.sizes) if b not in fixed and b != a)
+                bundles = [count] * len(ring.devices)
             run = reduce_phase if what == "rs" else gather_phase
             run(self.s, ring, bundles, self.bidi, self.start_fn(barrier), tag)
 
@@ -698,7 +706,8 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
         key_bytes = math.ceil(nbytes / len(rings) / n_keys)
     schedule = Schedule(key_bytes)
     for channel in rings:
-        _Compiler(kind, channel[:1] if reduced else channel, parts, bidi, reduced, schedule, chunks, root_pos).compile()
+        _Compiler(kind, channel[:1] if reduced else channel, parts, bidi, reduced, schedule, chunks, root_pos,
+                  numeric=data is not None).compile()
     return _Plan(kind, groups, parts, bidi, reduced, nbytes, key_bytes, n_keys, chunks, root_pos, schedule)
 
 
