@@ -94,6 +94,8 @@ def positive(value: float, *, name: str, allow_zero: bool = False) -> float:
     >>> positive(3.0, name="bandwidth_bytes_per_s")
     3.0
     """
+    if value.__class__ is float and (value >= 0.0 if allow_zero else value > 0.0) and value < math.inf:
+        return value  # the hot path (NaN fails the comparisons and takes the checks below)
     bound = ">= 0" if allow_zero else "> 0"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise QuantityError(f"{name}={value!r} must be a finite number {bound}")

@@ -21,7 +21,7 @@ def _simulate(chip, steps, buffers, reserve_vmem=True):
 
 @settings(max_examples=60, deadline=None)
 @given(blocks=st.integers(1, 40), buffers=st.integers(1, 6), chip=st.sampled_from(CHIPS),
-       load_mb=st.floats(0.01, 20), gflops=st.floats(0.001, 200))
+       load_mb=st.floats(0.01, 16), gflops=st.floats(0.001, 200))  # every preset holds a 16 MB block
 def test_uniform_blocks_match_pipeline_time(blocks, buffers, chip, load_mb, gflops):
     spec = PRESETS[chip]
     nbytes, flops = load_mb * 1e6, gflops * 1e9
