@@ -477,9 +477,9 @@ def _check_address(address: str) -> None:
         scheme, location = parse_address(address)
         get_backend(scheme)
     except ValueError as err:
-        raise SweepError(f"--scheduler {address!r} is not a Dask address ({err}); e.g. tcp://scheduler-host:8786") from None
+        raise SweepError(f"--scheduler {address!r} is not a Dask address ({err}); e.g. tcp://host:8786") from None
     if not location.strip(":/"):
-        raise SweepError(f"--scheduler {address!r} names no host; e.g. tcp://scheduler-host:8786")
+        raise SweepError(f"--scheduler {address!r} names no host; e.g. tcp://host:8786")
 
 
 # --- collecting rows: order, columns, the live CSV file, resume -----------------------------------
@@ -653,7 +653,7 @@ def add_sweep_parser(sub: Any) -> None:
     where.add_argument("--workers", type=int, metavar="N",
                        help="local processes (default: CPU count; 1 runs in this process)")
     where.add_argument("--scheduler", metavar="ADDRESS",
-                       help="run on an existing Dask cluster, e.g. tcp://scheduler-host:8786 (pip install 'podsim[dask]')")
+                       help="run on an existing Dask cluster, e.g. tcp://host:8786 (pip install 'podsim[dask]')")
     p.add_argument("--out", metavar="FILE.csv", help="write the rows here as they finish (default: stdout)")
     p.add_argument("--resume", action="store_true", help="skip the points already in --out FILE and add the rest")
     p.add_argument("--json", action="store_true", help="print one JSON object (summary and rows) on stdout")
