@@ -139,16 +139,26 @@ class Schedule:
         return tid
 
 
-def gather_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], bidi: bool, start: Callable[[int], list[int]],
-                 tag: Any) -> None:
-    """AllGather along ``ring``: the bundle of position i reaches every other position."""
+def _walk_chains(s: Schedule, ring: Ring, bidi: bool, start: Callable[[int], list[int]], tag: Any,
+                 payload: Callable[[int, int, int, int], tuple | int]) -> None:
+    """Send every origin's chain of hops round ``ring``; hop h carries ``payload(origin, d, h, hops)``
+    and waits for hop h - 1 (the first hop for ``start(origin)``). An empty payload ends the chain."""
     n = len(ring.devices)
     for origin in range(n):
         for d, hops in _reach(n, origin, ring.wrap, bidi):
             prev = start(origin)
             for h in range(1, hops + 1):
+                keys = payload(origin, d, h, hops)
+                if not keys:
+                    break
                 a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
-                prev = [s.add(ring.devices[a], ring.devices[b], bundles[origin], "copy", prev, tag, ring.slots[b])]
+                prev = [s.add(ring.devices[a], ring.devices[b], keys, "copy", prev, tag, ring.slots[b])]
+
+
+def gather_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], bidi: bool, start: Callable[[int], list[int]],
+                 tag: Any) -> None:
+    """AllGather along ``ring``: the bundle of position i reaches every other position."""
+    _walk_chains(s, ring, bidi, start, tag, lambda origin, d, h, hops: bundles[origin])
 
 
 def reduce_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], bidi: bool, start: Callable[[int], list[int]],
@@ -176,16 +186,14 @@ def reduce_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], bidi: bool
 
 def all_to_all_phase(s: Schedule, ring: Ring, bundles: list[dict[int, tuple]], bidi: bool,
                      start: Callable[[int], list[int]], tag: Any) -> None:
-    """AllToAll along ``ring``: ``bundles[i][t]`` goes from position i to position t, the short way."""
+    """AllToAll along ``ring``: ``bundles[i][t]`` goes from position i to position t, the short way;
+    hop h forwards the chunks still travelling (those for positions h or more hops away)."""
     n = len(ring.devices)
-    for origin in range(n):
-        for d, hops in _reach(n, origin, ring.wrap, bidi):
-            prev = start(origin)
-            for h in range(1, hops + 1):
-                a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
-                keys = tuple(k for far in range(h, hops + 1) for k in bundles[origin].get((origin + far * d) % n, ()))
-                if keys:
-                    prev = [s.add(ring.devices[a], ring.devices[b], keys, "copy", prev, tag, ring.slots[b])]
+
+    def still_travelling(origin: int, d: int, h: int, hops: int) -> tuple:
+        return tuple(k for far in range(h, hops + 1) for k in bundles[origin].get((origin + far * d) % n, ()))
+
+    _walk_chains(s, ring, bidi, start, tag, still_travelling)
 
 
 def broadcast_phase(s: Schedule, ring: Ring, origin: int, pieces: int, bidi: bool,
