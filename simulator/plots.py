@@ -78,6 +78,14 @@ def _draw_spans(ax: Any, spans: list[Span], lanes: dict[Any, int], key: Any, sca
                        linewidth=0.2)
 
 
+def _title(ax: Any, text: str, **kwargs: Any) -> None:
+    """Set a title wrapped to the figure's width (about 11 characters per inch), so none is cut off."""
+    import textwrap
+
+    width = max(40, int(ax.figure.get_figwidth() * 11))
+    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize="medium", **kwargs)
+
+
 def _legend(ax: Any, kinds: set[str]) -> None:
     plt = _pyplot()
     kinds = sorted(kinds)
@@ -106,7 +114,7 @@ def gantt(trace: Trace, ax: Any = None, title: str = "", collapse: bool | None =
     ax.set_xlabel(f"time ({unit})")
     ax.set_xlim(0, end / scale if end > 0 else 1)
     _legend(ax, {s.kind for s in spans})
-    ax.set_title(title + (" (per chip: compute above, data movement below)" if collapse else ""), fontsize="medium")
+    _title(ax, title + (" (per chip: compute above, data movement below)" if collapse else ""))
     return ax
 
 
@@ -130,8 +138,8 @@ def timeline_diff(a: Trace, b: Trace, labels: Sequence[str] = ("A", "B"), ax: An
                 ha="right", va="bottom", transform=ax.get_xaxis_transform())
     diff = ends[1] - ends[0]
     rel = f" ({diff / ends[0] * 100:+.1f}%)" if ends[0] > 0 else ""
-    ax.set_title((title + ": " if title else "") + f"{labels[1]} - {labels[0]} = {diff / scale:+.4g} {unit}{rel}",
-                 fontsize="medium", pad=16)
+    _title(ax, (title + ": " if title else "") + f"{labels[1]} - {labels[0]} = {diff / scale:+.4g} {unit}{rel}",
+           pad=16)
     ax.set_ylim(gap + len(names_b) - 0.5, -0.8)
     ax.set_xlim(0, max(ends) / scale * 1.02 if max(ends) > 0 else 1)
     ax.set_xlabel(f"time ({unit})")
@@ -179,7 +187,7 @@ def roofline(chip: Any, points: Sequence[dict[str, Any]] = (), ax: Any = None, d
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("FLOP/s")
-    ax.set_title(title or f"{chip.name} roofline ({dtype})", fontsize="medium")
+    _title(ax, title or f"{chip.name} roofline ({dtype})")
     ax.legend(fontsize="x-small", loc="lower right")
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
     return ax
@@ -199,7 +207,7 @@ def sweep(points: Sequence[dict[str, Any]], x: str, simulated: str, closed_form:
     ax.set_ylabel(ylabel or simulated)
     ax.legend(fontsize="small")
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
-    ax.set_title(title, fontsize="medium")
+    _title(ax, title)
     return ax
 
 
@@ -233,7 +241,7 @@ def link_heatmap(graph: Any, values: dict[str, float], ax: Any = None, label: st
     ax.set_aspect("equal")
     ax.set_xticks(range(shape[1]))
     ax.set_yticks(range(shape[0]))
-    ax.set_title(title or "bytes per link direction", fontsize="medium")
+    _title(ax, title or "bytes per link direction")
     return ax
 
 
