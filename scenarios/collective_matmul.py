@@ -17,6 +17,7 @@ import simpy
 
 from simulator import analytic
 from simulator.collectives import run_collective
+from simulator.errors import PodsimError
 from simulator.result import Result
 from simulator.specs import DTYPE_BYTES, ChipSpec
 from simulator.system import System, resolve_chip
@@ -38,6 +39,8 @@ def overlapped(spec: ChipSpec, topology: str, n: int, b: int, d: int, f: int, dt
     system = System(spec, topology=topology, trace=trace)
     net, env = system.network, system.env
     chips = net.chips
+    if len(chips) != n:
+        raise PodsimError(f"topology {topology!r} has {len(chips)} chips but n={n}; give a ring of n chips")
     rows, cols = b // n, f // n
     nbytes = DTYPE_BYTES[dtype] * rows * d
     reach = _reach(n)
@@ -108,6 +111,13 @@ def run(*, n: int = 4, B: int = 4096, D: int = 8192, F: int = 16384, topology: s
     spec = resolve_chip(chip)
     for name, value in (("n", n), ("B", B), ("D", D), ("F", F)):
         positive_int(value, name=name)
+    if n < 2 or n > 1024:
+        raise PodsimError(f"n={n} must be from 2 to 1024 chips (a collective matmul needs a ring)")
+    for name, value in (("B", B), ("F", F)):
+        if value % n:
+            raise PodsimError(f"{name}={value} must be divisible by n={n}: each chip holds {name}/n of it")
+    if dtype not in DTYPE_BYTES:
+        raise PodsimError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
     topology = topology or f"ring:{n}"
     fast, _ = overlapped(spec, topology, n, B, D, F, dtype, trace=trace)
     slow, gathered, _ = unoverlapped(spec, topology, n, B, D, F, dtype, trace=trace)

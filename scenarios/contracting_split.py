@@ -72,6 +72,8 @@ def run(*, B: int = 1024, F: int = 4096, d_values: tuple = (1024, 2048, 4096, 81
     positive_int(B, name="B")
     positive_int(F, name="F")
     positive_int(chunks, name="chunks")
+    if chunks > 10_000:
+        raise PodsimError(f"chunks={chunks} is more than the 10,000 pieces this scenario simulates per chip")
     if not d_values or any(d < 2 or d % 2 for d in d_values):
         raise PodsimError(f"d_values={d_values!r} must be even integers >= 2 (D is split over two chips)")
     points = []

@@ -43,7 +43,7 @@ def run(*, model: str = "llama-3-8b", context: int = 128, batches: tuple = (1, 4
         raise PodsimError(f"batches={batches!r} must be whole numbers >= 1 divisible by data={par.data}")
     points = [_point(cfg, spec, b, context, par) for b in sorted(batches)]
     crossover = _crossover(cfg, spec, context, par, points)
-    closed = decode_budget(cfg, spec, 1, context, par)["critical_batch"]
+    closed = decode_budget(cfg, spec, par.data, context, par)["critical_batch"]
     last = points[-1].pop("_sim")
     for p in points:
         p.pop("_sim", None)

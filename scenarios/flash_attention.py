@@ -132,7 +132,7 @@ def simulate(variant: str, spec: ChipSpec, t: int, s: int, h: int, heads: int, b
     return system
 
 
-def _summary(system: System, analytic_bytes: float, flops: float) -> dict[str, Any]:
+def _summary(system: System, analytic_bytes: float, flops: float, dtype: str) -> dict[str, Any]:
     spec, trace = system.spec, system.trace
     hbm = trace.bytes_by_interface["hbm_read"] + trace.bytes_by_interface["hbm_write"]
     vpu_flops = sum(sp.flops for sp in trace.spans if sp.unit == "vpu")
@@ -144,7 +144,7 @@ def _summary(system: System, analytic_bytes: float, flops: float) -> dict[str, A
         "analytic_flops": flops,
         "vpu_flops": vpu_flops,
         "analytic_lower_bound_s": max(analytic_bytes / spec.hbm_bandwidth_bytes_per_s,
-                                      flops / spec.peak_flops_per_s(), vpu_flops / spec.vpu_flops_per_s),
+                                      flops / spec.peak_flops_per_s(dtype), vpu_flops / spec.vpu_flops_per_s),
         "bytes_by_tensor": {k: dict(v) for k, v in trace.bytes_by_tensor.items()},
     }
 
@@ -163,6 +163,9 @@ def verify(seed: int = 0) -> tuple[bool, float]:
     return worst <= VERIFY_TOLERANCE, worst
 
 
+MAX_BLOCKS = 20_000  #: head x source-block items; each is several simulated kernels
+
+
 def _validate(T: int, S: int, head_dim: int, heads: int, block: int, dtype: str,  # noqa: N803
               variant: str) -> None:
     for name, value in (("T", T), ("S", S), ("head_dim", head_dim), ("heads", heads), ("block", block)):
@@ -171,6 +174,10 @@ def _validate(T: int, S: int, head_dim: int, heads: int, block: int, dtype: str,
         raise SpecError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
     if variant not in VARIANTS:
         raise PodsimError(f"variant={variant!r}; valid variants: {', '.join(VARIANTS)}")
+    blocks = heads * -(-S // block)
+    if blocks > MAX_BLOCKS:
+        raise PodsimError(f"heads x source blocks = {blocks:,}, more than the {MAX_BLOCKS:,} this scenario "
+                          "simulates (it runs dense and tiled); use fewer heads or larger blocks")
 
 
 def tiled_vmem_bytes(t: int, h: int, block: int, e: int) -> float:
@@ -195,7 +202,7 @@ def run(*, T: int = 4096, S: int = 4096, head_dim: int = 128, heads: int = 8, bl
     closed = {"dense": attention.dense_attention_hbm_bytes(T, S, head_dim, heads, e),
               "tiled": attention.flash_attention_hbm_bytes(T, S, head_dim, heads, e)}
     systems = {v: simulate(v, spec, T, S, head_dim, heads, block, dtype) for v in VARIANTS}
-    rows = {v: _summary(systems[v], closed[v], flops) for v in VARIANTS}
+    rows = {v: _summary(systems[v], closed[v], flops, dtype) for v in VARIANTS}
     verified, error = verify()
     dense, tiled = rows["dense"], rows["tiled"]
     saving, speedup = dense["hbm_bytes"] / tiled["hbm_bytes"], dense["time_s"] / tiled["time_s"]

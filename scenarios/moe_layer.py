@@ -33,7 +33,12 @@ def run(*, model: str = "mixtral-8x7b", chips: int = 8, tokens_per_chip: int = 4
         raise PodsimError(f"chips={chips} must divide the {cfg.n_experts} experts of {model}")
     if chips > 1 and imbalance > chips - 1:
         raise PodsimError(f"imbalance={imbalance} is more than chips - 1 = {chips - 1} (all tokens on one chip)")
+    if chips == 1 and imbalance:
+        raise PodsimError(f"imbalance={imbalance} needs chips > 1: one chip holds every expert")
     system = System(spec, topology=topology or f"ring:{chips}", trace=trace) if chips > 1 else System(spec)
+    if len(system.chips) != chips:
+        raise PodsimError(f"topology {topology!r} has {len(system.chips)} chips but chips={chips}; give one with "
+                          f"{chips} chips or leave it out")
     k, d, e = cfg.experts_per_token, cfg.d_model, cfg.act_elem_bytes
     routed = tokens_per_chip * k  # token copies each chip sends out, and on average receives
     a2a_bytes = chips * routed * d * e  # the whole dispatched array over all chips

@@ -89,6 +89,15 @@ CASES: list[tuple[str, str]] = [
     ("model configs", "model llama-2-7b --batch 3 --context 1,2"),
     ("model configs", "model llama-2-7b --kv-dtype fp16"),
     ("model configs", "run transformer_step --set model=llama-3-70b --set mesh=model=1"),
+    ("model configs", "model llama-2-7b --batch 1e9 --no-simulate"),
+    ("model configs", "model llama-2-7b --context 1e8"),
+    ("model configs", "run transformer_step --set model=gpt2 --set mode=train --set batch=0"),
+    ("scenario parameters", "run collective_matmul --set n=3"),
+    ("scenario parameters", "run collective_matmul --set n=4 --topology ring:8 --set verify=false"),
+    ("scenario parameters", "run moe_layer --set chips=8 --topology ring:4"),
+    ("scenario parameters", "run flash_attention --set heads=100000"),
+    ("sharding specs", "run sharded_matmul --set I=-1024"),
+    ("mesh specs", "run sharded_matmul --mesh X=4@0+1,Y=2@2"),
 ]
 
 

@@ -19,6 +19,7 @@ from simulator.specs import DTYPE_BYTES, ChipSpec
 from simulator.transformer import ModelError, TransformerConfig
 
 GiB = 2.0**30
+MAX_REQUESTS = 1_000_000  #: requests in one step; more is almost surely a units mistake
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,10 @@ def parse_parallelism(text: str | None) -> Parallelism:
 
 
 def check_layout(cfg: TransformerConfig, par: Parallelism, batch: int) -> None:
-    """Raise `ModelError` when the mesh does not divide the model's dimensions or the batch."""
+    """Raise `ModelError` when the batch is not a whole number >= 1 or the mesh does not divide the
+    model's dimensions or the batch."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_REQUESTS:
+        raise ModelError(f"batch={batch!r} must be a whole number from 1 to {MAX_REQUESTS:,}")
     m = par.model
     for field, value in (("n_heads", cfg.n_heads), ("d_ff", cfg.d_ff)):
         if value % m:
@@ -107,6 +111,8 @@ def decode_flops(cfg: TransformerConfig, contexts: Sequence[int], new_tokens: in
 
 
 def _contexts(batch: int, context: int | Sequence[int]) -> list[int]:
+    if isinstance(batch, int) and batch > MAX_REQUESTS:
+        raise PodsimError(f"batch={batch} is more than the {MAX_REQUESTS:,} requests podsim accounts for in one step")
     if isinstance(context, int):
         contexts = [context] * batch
     else:
@@ -137,8 +143,9 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     flops = decode_flops(cfg, contexts, new_tokens)
     read = weight_bytes_read(cfg, batch * new_tokens)
     kv_share = kv_heads_per_chip(cfg, par.model) / cfg.n_kv_heads / par.data
+    read_per_group = weight_bytes_read(cfg, batch // par.data * new_tokens)  # MoE: experts one group's tokens hit
     per_chip = {"weight_bytes": weights / par.model, "kv_cache_bytes": history * kv_share,
-                "hbm_bytes_per_step": read / par.model + (history + growth) * kv_share,
+                "hbm_bytes_per_step": read_per_group / par.model + (history + growth) * kv_share,
                 "flops_per_step": flops["flops"] / par.chips}
     peak = chip.peak_flops_per_s(_compute_dtype(cfg))
     t_compute = per_chip["flops_per_step"] / peak
@@ -181,11 +188,11 @@ def _critical_batch(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int],
     """Batch (at the mean context) where per-chip compute time reaches per-chip memory time."""
     ctx = sum(contexts) / len(contexts)
     per_request_flops = decode_flops(cfg, [round(ctx)])["flops"] / par.chips
-    per_request_bytes = kv_bytes_per_position(cfg) * (ctx + 1) * kv_share * par.data  # per request, this chip
+    per_request_bytes = kv_bytes_per_position(cfg) * (ctx + 1) * kv_share * par.data  # a request's KV on its chips
     weights = weight_bytes_read(cfg, 1) / par.model
     peak, bw = chip.peak_flops_per_s(_compute_dtype(cfg)), chip.hbm_bandwidth_bytes_per_s
     slope = per_request_flops / peak - per_request_bytes / par.data / bw
-    return weights / bw / slope * par.data if slope > 0 else math.inf
+    return weights / bw / slope if slope > 0 else math.inf
 
 
 def smallest_model_axis(cfg: TransformerConfig, at_least: float) -> int:
@@ -204,8 +211,8 @@ def _fit(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Paral
     kv = kv_bytes_per_position(cfg) * sum(c + 1 for c in contexts) * kv_share
     need = weights + kv
     ctx = max(contexts)
-    per_request = kv_bytes_per_position(cfg) * (ctx + 1) * kv_share * par.data
-    max_batch = max(0, math.floor((cap - weights) / per_request)) * 1 if cap > weights else 0
+    per_request = kv_bytes_per_position(cfg) * (ctx + 1) * kv_share  # each chip's share of one more request
+    max_batch = math.floor((cap - weights) / per_request) if cap > weights else 0  # requests on the whole mesh
     max_batch -= max_batch % par.data
     fits = need <= cap
     if fits:

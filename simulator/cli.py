@@ -281,13 +281,13 @@ def cmd_collective(args: argparse.Namespace) -> None:
               f"{format_quantity(extra['calibrated_busbw_bytes_per_s'], 'B/s')} (fitted efficiencies)")
 
 
-def _parse_count(text: str, flag: str) -> int:
+def _parse_count(text: str, flag: str, minimum: int = 1) -> int:
     try:
         value = parse_quantity(text, "number", name=flag)
     except PodsimError:
         value = math.nan
-    if not math.isfinite(value) or value < 1 or value != int(value):
-        raise PodsimError(f"{flag} {text!r} must be a whole number >= 1 (e.g. 8 or 1e3)")
+    if not math.isfinite(value) or value < minimum or value != int(value):
+        raise PodsimError(f"{flag} {text!r} must be a whole number >= {minimum} (e.g. 8 or 1e3)")
     return int(value)
 
 
@@ -338,7 +338,7 @@ def cmd_model(args: argparse.Namespace) -> None:
     cfg = _model_config(args)
     chip = _resolve_chip(args, "tpu-v5e")
     batch = _parse_count(args.batch, "--batch")
-    contexts = _int_list(args.context, "--context")
+    contexts = [_parse_count(c, "--context", minimum=0) for c in args.context.split(",")]
     context = contexts[0] if len(contexts) == 1 else contexts
     par = parse_parallelism(args.mesh)
     out = decode_budget(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype)

@@ -744,12 +744,15 @@ def _channel_groups(net: Network, groups: list[Group], channels: int | None, dat
 def start_collective(kind: str, system: Any, nbytes: float, **kwargs: Any) -> Any:
     """Start a timing-only collective now, inside a running simulation; returns its completion event.
 
-    Takes the keyword arguments of `run_collective` (except ``data``).
+    Takes the keyword arguments of `run_collective` (except ``data``). On a calibrated system it pays
+    the launch latency, and sets the links' calibrated efficiency when no other transfer is in flight
+    (collectives that overlap keep the rate the first one set).
     """
     plan = plan_collective(kind, system, nbytes, **kwargs)
     if plan.schedule is None:
         return system.env.event().succeed(system.env.now)
-    return execute(system.network, plan.schedule.transfers, None, kind)
+    idle = not any(c._flows for c in system.network._links.values())
+    return _execute_calibrated(system, plan, None, kind, set_links=idle)
 
 
 def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs: Any) -> CollectiveResult:
@@ -793,18 +796,19 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
         outputs=_outputs(kind, plan.groups, buffers, plan.parts, plan.chunks) if buffers is not None else None)
 
 
-def _execute_calibrated(system: Any, plan: _Plan, buffers: Any, kind: str) -> Any:
-    """`execute`, after the calibrated launch latency and with links at their calibrated efficiency
-    for an array of this size (plain `execute` on an ideal system)."""
+def _execute_calibrated(system: Any, plan: _Plan, buffers: Any, kind: str, set_links: bool = True) -> Any:
+    """`execute`, after the calibrated launch latency and (with ``set_links``) with links at their
+    calibrated efficiency for an array of this size; plain `execute` on an ideal system."""
     net, cal = system.network, system.calibration
     if cal is None:
         return execute(net, plan.schedule.transfers, buffers, kind)
-    net.set_link_efficiency(lambda link_kind: cal.link_fraction(link_kind, plan.nbytes))
+    if set_links:
+        net.set_link_efficiency(lambda link_kind: cal.link_fraction(link_kind, plan.nbytes))
     done = system.env.event()
 
     def launch(_e: Any) -> None:
         finished = execute(net, plan.schedule.transfers, buffers, kind)
-        done.podsim_waits_for = finished.podsim_waits_for if hasattr(finished, "podsim_waits_for") else None
+        done.podsim_waits_for = getattr(finished, "podsim_waits_for", None)
         finished.callbacks.append(lambda ev: done.succeed(ev.value))
 
     system.env.timeout(cal.collective_launch_s).callbacks.append(launch)

@@ -177,5 +177,17 @@ def default_topology_for(mesh: MeshSpec, chip: Any) -> str:
     (size-1 axes dropped), or an NVLink switch of that many GPUs."""
     if getattr(chip, "wraparound", "") == "switch":
         return f"switch:{mesh.n_devices}"
-    dims = [s for s in mesh.sizes if s > 1] or [1]
+    if any(p is not None for p in mesh.placement):  # explicit placement: physical axis k gets its size
+        lengths: dict[int, int] = {}
+        for size, phys in zip(mesh.sizes, mesh.placement, strict=True):
+            if phys is None or len(phys) != 1:
+                raise PodsimError(f"mesh {','.join(mesh.names)}: with explicit placement and no --topology, place "
+                                  "every axis on exactly one physical axis (e.g. X=4@1,Y=2@0)")
+            lengths[phys[0]] = size
+        if sorted(lengths) != list(range(len(lengths))):
+            raise PodsimError(f"mesh placement uses physical axes {sorted(lengths)}; without --topology they must "
+                              f"be 0..{len(lengths) - 1}")
+        dims = [lengths[k] for k in range(len(lengths))]
+    else:
+        dims = [s for s in mesh.sizes if s > 1] or [1]
     return "slice:" + "x".join(map(str, dims))

@@ -26,6 +26,8 @@ from simulator import analytic
 from simulator.collectives import run_collective
 from simulator.errors import PodsimError
 from simulator.mesh import Mesh
+from simulator.specs import DTYPE_BYTES
+from simulator.units import positive_int
 
 _ARRAY = re.compile(r"^\s*(?P<name>[A-Za-z]\w*)\s*\[(?P<dims>[^\]]*)\]\s*(?:\{\s*U_(?P<partial>[^}]*)\})?\s*$")
 _DIM = re.compile(r"^\s*(?P<name>[A-Za-z][A-Za-z0-9]*)\s*(?:_(?P<axes>\{[^}]*\}|[A-Za-z]+))?\s*$")
@@ -136,6 +138,7 @@ def _validate_array(arr: ArraySpec, mesh: Mesh, sizes: dict[str, int]) -> None:
     for d in arr.dims:
         if d.name not in sizes:
             raise PodsimError(f"{arr}: no size given for dimension {d.name}; sizes given: {', '.join(sizes)}")
+        positive_int(sizes[d.name], name=f"dimension {d.name}")
         split = math.prod(mesh.size(a) for a in d.axes)
         if sizes[d.name] % split:
             raise PodsimError(f"{arr}: dimension {d.name}={sizes[d.name]} is not divisible by "
@@ -395,6 +398,8 @@ def sharded_matmul(spec: str | MatmulSpec, sizes: dict[str, int], mesh: str, chi
     from simulator.system import System, resolve_chip
 
     spec = parse_matmul(spec) if isinstance(spec, str) else spec
+    if dtype not in DTYPE_BYTES:
+        raise PodsimError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
     chip = resolve_chip(chip)
     mesh_spec = parse_mesh(mesh) if isinstance(mesh, str) else mesh
     topology = topology or default_topology_for(mesh_spec, chip)
@@ -420,15 +425,14 @@ def sharded_matmul(spec: str | MatmulSpec, sizes: dict[str, int], mesh: str, chi
 
 
 def verification_sizes(spec: MatmulSpec, mesh: Mesh, sizes: dict[str, int], per_device: int = 16) -> dict[str, int]:
-    """Sizes for the numeric check: each dimension cut to ``per_device`` rows per shard of its finest
-    split (never above the real size), so the same strategy and collectives run on small arrays."""
+    """Sizes for the numeric check: each dimension cut to at most ``per_device`` rows per shard of its
+    finest split (a divisor of the real size), so the same strategy and collectives run on small arrays."""
     arrays = [spec.a, spec.b] + ([spec.c] if spec.c else [])
     out = {}
     for name, size in sizes.items():
         split = math.lcm(1, *(_n(mesh, d.axes) for arr in arrays for d in arr.dims if d.name == name),
                          *(mesh.size(p) for p in mesh.names))
-        small = split * per_device
-        out[name] = small if size % small == 0 else size
+        out[name] = split * math.gcd(size // split, per_device)  # divides size, at most split x per_device
     return out
 
 

@@ -30,11 +30,13 @@ from simulator.budget import (
     kv_heads_per_chip,
 )
 from simulator.collectives import start_collective
+from simulator.errors import PodsimError
 from simulator.mesh import Mesh, MeshSpec, default_topology_for
-from simulator.pipeline import Operand, Step, run_steps
+from simulator.pipeline import MAX_STEPS, Operand, Step, run_steps
 from simulator.specs import ChipSpec
 from simulator.system import System
 from simulator.transformer import TransformerConfig
+from simulator.units import positive_int
 
 VECTOR_OPS_PER_ELEMENT = 10  #: norms, residual adds, softmax, activation: a rough element-wise budget
 
@@ -98,11 +100,16 @@ def head_unit(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, tokens: 
                 useful_flops=2 * tokens * cfg.d_model * cfg.vocab_size / par.model)
 
 
-def _blocks(unit: Unit, layer: int, vmem: float) -> list[Step]:
-    """Split a unit into steps whose streamed bytes fit a third of VMEM."""
+def _block_count(unit: Unit, vmem: float) -> int:
+    """How many steps a unit takes when its streamed bytes (in and out) fit a third of VMEM each."""
     stream = unit.weight_bytes + unit.kv_read_bytes + unit.act_load_bytes
     out = unit.kv_write_bytes + unit.act_store_bytes
-    n = max(1, math.ceil(stream / (vmem / 3)), math.ceil(out / (vmem / 3)))
+    return max(1, math.ceil(stream / (vmem / 3)), math.ceil(out / (vmem / 3)))
+
+
+def _blocks(unit: Unit, layer: int, vmem: float) -> list[Step]:
+    """Split a unit into steps whose streamed bytes fit a third of VMEM."""
+    n = _block_count(unit, vmem)
     label = f"L{layer} {unit.name}"
     steps = []
     for i in range(n):
@@ -137,6 +144,11 @@ class StepSimulation:
         that the next unit waits for, units with ``grad_bytes`` start a data-axis AllReduce that runs
         in the background (the step ends when it is done)."""
         units = units_per_group[0]
+        blocks = sum(_block_count(u, self.spec.vmem_capacity_bytes) for group in units_per_group for u in group)
+        if blocks * (self.par.model if self.par.chips > 1 else 1) > MAX_STEPS:
+            raise PodsimError(f"this step streams {blocks:,} VMEM-sized blocks per model group, more than the "
+                              f"{MAX_STEPS:,} podsim simulates; use a shorter context, a smaller batch, more chips, "
+                              "or --no-simulate for the closed forms alone")
         syncs = [i for i, u in enumerate(units) if u.sync_bytes or u.grad_bytes]
         done = {i: {c.index: self.env.event() for c in self.system.chips} for i in syncs}
         gate = {i: self.env.event() for i in syncs if units[i].sync_bytes}
@@ -203,13 +215,14 @@ def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, cont
                     new_tokens: int = 1, trace: bool = True, calibrated: bool = False) -> StepSimulation:
     """Simulate one decode step (``new_tokens=1``) or a prefill of ``new_tokens`` per request.
 
-    ``calibrated`` runs matmuls and HBM at the chip's fitted efficiencies (`simulator.calibration`);
-    the collectives inside a step overlap one another, so their links stay at the ideal rate.
+    ``calibrated`` runs matmuls, HBM and collectives at the chip's fitted efficiencies
+    (`simulator.calibration`; see `simulator.collectives.start_collective` for overlapping collectives).
     """
     par = par or Parallelism()
     cfg = _with_dtypes(cfg, weight_dtype, kv_dtype)
-    contexts = _contexts(batch, context)
     check_layout(cfg, par, batch)
+    contexts = _contexts(batch, context)
+    positive_int(new_tokens, name="new_tokens")
     sim = StepSimulation(cfg, spec, par, trace, calibrated)
     groups = []
     for ctx in _split_contexts(contexts, par.data):
@@ -237,6 +250,7 @@ def simulate_train(cfg: TransformerConfig, spec: ChipSpec, batch: int, seq: int,
 
     par = par or Parallelism()
     check_layout(cfg, par, batch)
+    positive_int(seq, name="seq")
     sim = StepSimulation(cfg, spec, par, trace, calibrated)
     tokens = batch // par.data * seq
     saved = saved_activation_elements(cfg, recompute) * cfg.act_elem_bytes * tokens / par.model

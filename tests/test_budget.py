@@ -125,3 +125,33 @@ def test_mesh_that_does_not_divide(cfg, par, batch, match):
 def test_bad_budget_input(kwargs, match):
     with pytest.raises(PodsimError, match=match):
         decode_budget(SEED, V5E, batch=3, **{"context": 0, **kwargs})
+
+
+def test_critical_batch_and_max_batch_scale_with_the_data_axis():
+    """Each data group is its own copy of the model: twice the groups, twice the batch at the crossover
+    and twice the requests that fit (the per-chip arithmetic is unchanged)."""
+    cfg, chip = get_model("llama-2-7b"), get_chip("h100")
+    one = decode_budget(cfg, chip, batch=2, context=512)
+    two = decode_budget(cfg, chip, batch=2, context=512, par=Parallelism(data=2))
+    assert two["critical_batch"] == pytest.approx(2 * one["critical_batch"], rel=1e-9)
+    assert two["max_batch"] == 2 * one["max_batch"]
+    per_request = 2 * 32 * 4096 * 2 * 513  # KV bytes of one more request at this context
+    weights = cfg.params() * 2
+    assert one["max_batch"] == math.floor((80 * 2**30 - weights) / per_request)
+
+
+def test_moe_per_chip_reads_only_the_experts_its_group_routes_to():
+    from simulator.workload import simulate_decode
+
+    cfg, chip = get_model("mixtral-8x7b"), get_chip("tpu-v5p")
+    par = Parallelism(data=4)
+    budget = decode_budget(cfg, chip, batch=8, context=256, par=par)
+    sim = simulate_decode(cfg, chip, 8, 256, par)
+    assert budget["lower_bound_s"] <= sim.env.now <= budget["upper_bound_s"] * 1.05
+
+
+def test_batch_limits():
+    with pytest.raises(PodsimError, match="batch=1000000000 is more than"):
+        decode_budget(SEED, V5E, batch=10**9, context=0)
+    with pytest.raises(ModelError, match="batch=0 must be a whole number"):
+        train_budget(get_model("gpt2"), V5E, 0, 128)

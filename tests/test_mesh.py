@@ -81,3 +81,11 @@ def test_default_topology_is_the_chips_slice():
 
     assert default_topology_for(parse_mesh("X=4,Y=2"), get_chip("tpu-v5e")) == "slice:4x2"
     assert default_topology_for(parse_mesh("data=1,model=8"), get_chip("h100")) == "switch:8"
+
+
+def test_default_topology_follows_explicit_placement():
+    from simulator.specs import get_chip
+
+    assert default_topology_for(parse_mesh("X=4@1,Y=2@0"), get_chip("tpu-v5e")) == "slice:2x4"
+    with pytest.raises(PodsimError, match="exactly one physical axis"):
+        default_topology_for(parse_mesh("X=4@0+1,Y=2@2"), get_chip("tpu-v5p"))
