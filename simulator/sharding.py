@@ -215,6 +215,9 @@ def _candidate(spec: MatmulSpec, a: tuple, b: tuple, ga: tuple[int, ...], gb: tu
                    (spec.a.dims[0].name, spec.b.dims[1].name))
     if post is None:
         return None
+    gathered_out = {0: set(a[0]) if 0 in ga else set(), 1: set(b[1]) if 1 in gb else set()}
+    if any(s.kind == "slice" and set(s.axes) & gathered_out[s.dim] for s in post):
+        return None  # gathering an operand only to slice the output back the same way
     for step in post:
         step.array = want.name
     return Strategy(pre, post, (ai, aj), (bj, bk), (want.dims[0].axes, want.dims[1].axes), want.partial)
@@ -223,10 +226,14 @@ def _candidate(spec: MatmulSpec, a: tuple, b: tuple, ga: tuple[int, ...], gb: tu
 def _finish(have: tuple[tuple[str, ...], tuple[str, ...]], partial: tuple[str, ...],
             want: tuple[tuple[str, ...], tuple[str, ...]], want_partial: tuple[str, ...],
             names: tuple[str, str]) -> list[Step] | None:
-    """Collectives turning C[have]{U_partial} into C[want]{U_want_partial}, or None if not supported."""
+    """Steps turning C[have]{U_partial} into C[want]{U_want_partial}, or None if not supported: a
+    ReduceScatter onto a dimension the partial axes should split, an AllReduce over the partial axes
+    left, an AllGather of an over-split tail, or a free local slice of a dimension that is replicated
+    over the axes that should split it."""
     if set(want_partial) - set(partial):
         return None
     steps: list[Step] = []
+    slices: list[Step] = []  # last: an axis may split another dimension until the collectives are done
     left = [p for p in partial if p not in want_partial]
     for d in (0, 1):
         extra = want[d][len(have[d]):] if want[d][:len(have[d])] == have[d] else None
@@ -235,14 +242,16 @@ def _finish(have: tuple[tuple[str, ...], tuple[str, ...]], partial: tuple[str, .
                 steps.append(Step("all_gather", "C", have[d][len(want[d]):], d, names[d]))
                 continue
             return None
-        if extra:
+        if extra and not set(extra) & set(partial):  # replicated along these axes: keep one's own slice
+            slices.append(Step("slice", "C", tuple(extra), d, names[d]))
+        elif extra:
             if not set(extra) <= set(left):
                 return None
             steps.append(Step("reduce_scatter", "C", tuple(extra), d, names[d]))
             left = [p for p in left if p not in extra]
     if left:  # after any ReduceScatter, which shrinks what is left to reduce
         steps.append(Step("all_reduce", "C", tuple(left)))
-    return steps
+    return steps + slices
 
 
 # -- running a strategy ------------------------------------------------------------------------------------------
@@ -346,6 +355,14 @@ def run_strategy(strategy: Strategy, spec: MatmulSpec, sizes: dict[str, int], sy
     for step in strategy.post:
         if concatenate_partials and step.kind == "all_reduce":
             step = Step("all_gather", "C", step.axes, 0, "rows")
+        if step.kind == "slice":  # each device keeps its own part of its block: no communication
+            d, parts = step.dim, _n(mesh, step.axes)
+            c_shape = (c_shape[0] // parts, c_shape[1]) if d == 0 else (c_shape[0], c_shape[1] // parts)
+            if c_loc is not None:
+                c_loc = {dev: _take(block, d, *_block(mesh, dev, step.axes)) for dev, block in c_loc.items()}
+            runner.log.append({"step": str(step), "kind": "slice", "start_s": system.env.now, "time_s": 0.0,
+                               "analytic_s": 0.0})
+            continue
         c_loc, c_shape = runner.collective(step, c_loc, c_shape)
     return {"log": runner.log, "blocks": c_loc, "shape": c_shape, "time_s": system.env.now}
 

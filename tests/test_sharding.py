@@ -92,7 +92,10 @@ def _check_every_strategy(text, mesh_text="X=4,Y=2", topology="slice:4x2", sizes
 @pytest.mark.parametrize("text", ["A[I_X,J]@B[J,K_Y]->C[I_X,K_Y]", "A[I,J_X]@B[J,K]", "A[I,J_X]@B[J_X,K]->C[I,K]",
                                   "A[I,J_X]@B[J_X,K]->C[I_X,K]", "A[I,J_X]@B[J_X,K]->C[I,K_X]",
                                   "A[I,J_X]@B[J_X,K]->C[I,K]{U_X}", "A[I_X,J]@B[J,K_X]", "A[I,J_XY]@B[J_XY,K]",
-                                  "A[I,J_XY]@B[J_XY,K]->C[I,K_Y]", "A[I_Y,J_X]@B[J_X,K]->C[I_Y,K]"])
+                                  "A[I,J_XY]@B[J_XY,K]->C[I,K_Y]", "A[I_Y,J_X]@B[J_X,K]->C[I_Y,K]",
+                                  # outputs split further than the inputs: each device keeps its own slice
+                                  "A[I_X,J]@B[J,K]->C[I,K_X]", "A[I,J]@B[J,K]->C[I_X,K]",
+                                  "A[I_X,J]@B[J,K]->C[I_XY,K]", "A[I,J_X]@B[J_X,K]->C[I_Y,K]"])
 def test_every_strategy_equals_numpy(text):
     assert _check_every_strategy(text) >= 1
 
@@ -131,6 +134,19 @@ def test_verification_and_the_concatenation_mistake():
     assert r["concatenation_fails"] is True  # concatenating partial sums is wrong; adding them is right
 
 
-def test_no_strategy_reaches_an_unsupported_output():
+def test_slicing_a_replicated_output_is_free():
+    (only,) = strategies(parse_matmul("A[I,J]@B[J,K]->C[I_X,K]"))
+    assert only.name == "local matmul, then slice C over X on I"
+    r = sharded_matmul("A[I,J]@B[J,K]->C[I_X,K]", SIZES, "X=4,Y=2")
+    assert r["verified"] and r["strategies"][0]["communication_s"] == 0
+
+
+def test_resharding_the_output_gathers_then_slices():
+    names = {s.name for s in strategies(parse_matmul("A[I_X,J]@B[J,K]->C[I_Y,K]"))}
+    assert names == {"all_gather A over X on I, then local matmul, then slice C over Y on I"}
+    assert _check_every_strategy("A[I_X,J]@B[J,K]->C[I_Y,K]") == 1
+
+
+def test_no_strategy_makes_partial_sums_out_of_whole_ones():
     with pytest.raises(PodsimError, match="no strategy"):
-        sharded_matmul("A[I_X,J]@B[J,K]->C[I_Y,K]", SIZES, "X=4,Y=2")
+        sharded_matmul("A[I,J]@B[J,K]->C[I,K]{U_X}", SIZES, "X=4,Y=2")
