@@ -66,7 +66,9 @@ def test_dimension_not_divisible_by_its_axes():
     ("A[I,J_X]@B[J,K]", {"local matmul, then all_reduce C over X", "all_gather A over X on J, then local matmul"}),
     ("A[I,J_X]@B[J_X,K]->C[I,K]", {"local matmul, then all_reduce C over X",
                                    "all_gather A over X on J, then all_gather B over X on J, then local matmul"}),
-    ("A[I,J_X]@B[J_X,K]->C[I_X,K]", {"local matmul, then reduce_scatter C over X on I"}),
+    ("A[I,J_X]@B[J_X,K]->C[I_X,K]", {"local matmul, then reduce_scatter C over X on I",
+                                     "all_gather A over X on J, then all_gather B over X on J, then local matmul, "
+                                     "then slice C over X on I"}),
     ("A[I_X,J]@B[J,K_X]", {"all_gather B over X on K, then local matmul", "all_gather A over X on I, then local matmul",
                            "all_gather A over X on I, then all_gather B over X on K, then local matmul"}),
 ])
