@@ -19,7 +19,7 @@ from simulator import analytic
 from simulator.collectives import run_collective
 from simulator.errors import PodsimError
 from simulator.result import Result
-from simulator.specs import DTYPE_BYTES, ChipSpec
+from simulator.specs import DTYPE_BYTES, ChipSpec, check_dtype
 from simulator.system import System, resolve_chip
 from simulator.units import positive_int
 
@@ -116,8 +116,7 @@ def run(*, n: int = 4, B: int = 4096, D: int = 8192, F: int = 16384, topology: s
     for name, value in (("B", B), ("F", F)):
         if value % n:
             raise PodsimError(f"{name}={value} must be divisible by n={n}: each chip holds {name}/n of it")
-    if dtype not in DTYPE_BYTES:
-        raise PodsimError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
+    check_dtype(dtype)
     topology = topology or f"ring:{n}"
     fast, _ = overlapped(spec, topology, n, B, D, F, dtype, trace=trace)
     slow, gathered, _ = unoverlapped(spec, topology, n, B, D, F, dtype, trace=trace)

@@ -23,9 +23,9 @@ import simpy
 
 from simulator import attention
 from simulator.chip import Chip
-from simulator.errors import CapacityError, PodsimError, SpecError
+from simulator.errors import CapacityError, PodsimError
 from simulator.result import Result
-from simulator.specs import DTYPE_BYTES, ChipSpec
+from simulator.specs import DTYPE_BYTES, ChipSpec, check_dtype
 from simulator.system import System, resolve_chip
 from simulator.units import positive_int
 
@@ -170,8 +170,7 @@ def _validate(T: int, S: int, head_dim: int, heads: int, block: int, dtype: str,
               variant: str) -> None:
     for name, value in (("T", T), ("S", S), ("head_dim", head_dim), ("heads", heads), ("block", block)):
         positive_int(value, name=name)
-    if dtype not in DTYPE_BYTES:
-        raise SpecError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
+    check_dtype(dtype)
     if variant not in VARIANTS:
         raise PodsimError(f"variant={variant!r}; valid variants: {', '.join(VARIANTS)}")
     blocks = heads * -(-S // block)

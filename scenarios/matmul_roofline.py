@@ -18,7 +18,7 @@ from simulator import analytic
 from simulator.errors import PodsimError
 from simulator.pipeline import Operand, Step, run_steps
 from simulator.result import Result
-from simulator.specs import DTYPE_BYTES, ChipSpec
+from simulator.specs import DTYPE_BYTES, ChipSpec, check_dtype
 from simulator.system import System, resolve_chip
 from simulator.units import positive_int
 
@@ -72,8 +72,7 @@ def run(*, k: int = 16384, n: int = 16384, m_values: tuple = (16, 32, 64, 128, 1
         block_n: int = 256, dtype: str = "bf16", chip: str | ChipSpec = "tpu-v5e", trace: bool = True) -> Result:
     """Sweep m; report each point and the critical batch, simulated beside the closed form."""
     spec = resolve_chip(chip)
-    if dtype not in DTYPE_BYTES:
-        raise PodsimError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
+    check_dtype(dtype)
     for name, value in (("k", k), ("n", n), ("block_n", block_n)):
         positive_int(value, name=name)
     if n % block_n:

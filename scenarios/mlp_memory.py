@@ -20,10 +20,10 @@ from typing import Any
 import simpy
 
 from simulator.chip import Chip
-from simulator.errors import PodsimError, SpecError
+from simulator.errors import PodsimError
 from simulator.memory import Allocation, MemoryPool
 from simulator.result import Result
-from simulator.specs import DTYPE_BYTES, ChipSpec
+from simulator.specs import DTYPE_BYTES, ChipSpec, check_dtype
 from simulator.system import System
 from simulator.units import positive, positive_int
 
@@ -123,8 +123,7 @@ def _validate(residual_bytes: float, branch_bytes: float, in_place: bool, tokens
     positive_int(tokens, name="tokens")
     if not isinstance(in_place, bool):
         raise PodsimError(f"in_place={in_place!r} must be true or false")
-    if dtype not in DTYPE_BYTES:
-        raise SpecError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
+    check_dtype(dtype)
 
 
 def run(*, residual_bytes: float = 64 * MIB, branch_bytes: float = 192 * MIB, in_place: bool = True,

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from simulator import analytic
-from simulator.errors import PodsimError, SpecError
+from simulator.errors import PodsimError
 from simulator.pipeline import LOOP_ORDERS, run_steps, weight_input_steps
 from simulator.result import Result
-from simulator.specs import DTYPE_BYTES, ChipSpec
+from simulator.specs import ChipSpec, check_dtype
 from simulator.system import System, resolve_chip
 
 
@@ -43,7 +43,7 @@ def run(*, order: str = "weight_major", batch: int = 1000, d_in: int = 2000, d_o
     """Simulate the product in loop ``order``; VMEM is set to exactly one step's working set."""
     spec = resolve_chip(chip)
     dims = dict(batch=batch, d_in=d_in, d_out=d_out, weight_blocks=weight_blocks,
-                input_groups=input_groups, elem_bytes=DTYPE_BYTES.get(dtype, 0) or _bad_dtype(dtype))
+                input_groups=input_groups, elem_bytes=check_dtype(dtype))
     if order not in LOOP_ORDERS:
         raise PodsimError(f"order={order!r}; valid orders: {', '.join(LOOP_ORDERS)}")
     systems = {o: _simulate(o, spec, dims, buffers, trace and o == order, dtype) for o in LOOP_ORDERS}
@@ -79,6 +79,3 @@ def _extra(order: str, systems: dict[str, System], hbm: dict[str, float], bounds
         "vmem_capacity_bytes": systems[order].spec.vmem_capacity_bytes,
     }
 
-
-def _bad_dtype(dtype: str) -> int:
-    raise SpecError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")

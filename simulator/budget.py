@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.errors import PodsimError
-from simulator.specs import DTYPE_BYTES, ChipSpec
+from simulator.specs import ChipSpec, check_dtype
 from simulator.transformer import ModelError, TransformerConfig
 
 GiB = 2.0**30
@@ -172,9 +172,7 @@ def _with_dtypes(cfg: TransformerConfig, weight_dtype: str | None, kv_dtype: str
     changes = {}
     for field, dtype in (("weight_elem_bytes", weight_dtype), ("kv_elem_bytes", kv_dtype)):
         if dtype is not None:
-            if dtype not in DTYPE_BYTES:
-                raise PodsimError(f"dtype {dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
-            changes[field] = DTYPE_BYTES[dtype]
+            changes[field] = check_dtype(dtype)
     return cfg.replace(**changes) if changes else cfg
 
 

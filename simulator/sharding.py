@@ -26,7 +26,7 @@ from simulator import analytic
 from simulator.collectives import run_collective
 from simulator.errors import PodsimError
 from simulator.mesh import Mesh
-from simulator.specs import DTYPE_BYTES
+from simulator.specs import DTYPE_BYTES, check_dtype
 from simulator.units import positive_int
 
 _ARRAY = re.compile(r"^\s*(?P<name>[A-Za-z]\w*)\s*\[(?P<dims>[^\]]*)\]\s*(?:\{\s*U_(?P<partial>[^}]*)\})?\s*$")
@@ -332,7 +332,6 @@ def run_strategy(strategy: Strategy, spec: MatmulSpec, sizes: dict[str, int], sy
     ``concatenate_partials`` swaps each AllReduce for an AllGather (concatenating partial sums instead
     of adding them) -- the classic mistake, kept so the tests can show the check catches it.
     """
-    from simulator.specs import DTYPE_BYTES
 
     runner = _Runner(system, mesh, DTYPE_BYTES[dtype], dtype)
     (i, j), (_, k) = ((sizes[d.name] for d in spec.a.dims), (sizes[d.name] for d in spec.b.dims))
@@ -415,8 +414,7 @@ def sharded_matmul(spec: str | MatmulSpec, sizes: dict[str, int], mesh: str, chi
     from simulator.system import System, resolve_chip
 
     spec = parse_matmul(spec) if isinstance(spec, str) else spec
-    if dtype not in DTYPE_BYTES:
-        raise PodsimError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
+    check_dtype(dtype)
     chip = resolve_chip(chip)
     mesh_spec = parse_mesh(mesh) if isinstance(mesh, str) else mesh
     topology = topology or default_topology_for(mesh_spec, chip)

@@ -87,8 +87,7 @@ class ChipSpec:
 
     def peak_flops_per_s(self, dtype: str = "bf16") -> float:
         """MXU peak FLOP/s for ``dtype`` (bf16 or fp32 use the bf16 rate; int8 and fp8 the 8-bit rate)."""
-        if dtype not in DTYPE_BYTES:
-            raise SpecError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
+        check_dtype(dtype)
         return self.peak_int8_flops_per_s if DTYPE_BYTES[dtype] == 1 else self.peak_bf16_flops_per_s
 
     @property
@@ -103,6 +102,13 @@ class ChipSpec:
     def to_dict(self) -> dict[str, Any]:
         """Every field as a plain dict (JSON-ready)."""
         return dataclasses.asdict(self)
+
+
+def check_dtype(dtype: str) -> int:
+    """Bytes per element of ``dtype``; `SpecError` listing the valid dtypes otherwise."""
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        raise SpecError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[dtype]
 
 
 def _check_float(chip: str, name: str, value: Any, allow_zero: bool) -> None:

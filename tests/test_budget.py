@@ -120,7 +120,7 @@ def test_mesh_that_does_not_divide(cfg, par, batch, match):
 
 
 @pytest.mark.parametrize("kwargs,match", [(dict(context=[1, 2]), "one per request"), (dict(context=-1), ">= 0"),
-                                          (dict(weight_dtype="fp16"), "dtype 'fp16'"),
+                                          (dict(weight_dtype="fp16"), "dtype='fp16'"),
                                           (dict(new_tokens=0), "new_tokens")])
 def test_bad_budget_input(kwargs, match):
     with pytest.raises(PodsimError, match=match):
