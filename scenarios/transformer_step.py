@@ -63,7 +63,7 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
 
 def _fit_message(budget: dict[str, Any], need: float, spec: ChipSpec) -> str:
     gib = 2**30
-    hint = budget.get("fit_note", "") if "fit_note" in budget else "add chips on the model axis, or set recompute=true"
+    hint = budget.get("fit_note", "add chips on the model axis, or set recompute=true")
     return (f"{budget['model']} needs {need / gib:.2f} GiB per chip but {spec.name} has "
             f"{spec.hbm_capacity_bytes / gib:.2f} GiB ({(need - spec.hbm_capacity_bytes) / gib:.2f} GiB over); "
             f"{hint} (or set require_fit=false to time it anyway)")

@@ -110,7 +110,7 @@ def decode_flops(cfg: TransformerConfig, contexts: Sequence[int], new_tokens: in
             "attention_av_flops": per_source * sources, "flops": weights + 2 * per_source * sources}
 
 
-def _contexts(batch: int, context: int | Sequence[int]) -> list[int]:
+def request_contexts(batch: int, context: int | Sequence[int]) -> list[int]:
     if isinstance(batch, int) and batch > MAX_REQUESTS:
         raise PodsimError(f"batch={batch} is more than the {MAX_REQUESTS:,} requests podsim accounts for in one step")
     if isinstance(context, int):
@@ -132,8 +132,8 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     With ``new_tokens`` > 1 the step is a prefill of that many tokens per request.
     """
     par = par or Parallelism()
-    cfg = _with_dtypes(cfg, weight_dtype, kv_dtype)
-    contexts = _contexts(batch, context)
+    cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
+    contexts = request_contexts(batch, context)
     check_layout(cfg, par, batch)
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise PodsimError(f"new_tokens={new_tokens!r} must be a whole number >= 1")
@@ -168,7 +168,7 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     return out
 
 
-def _with_dtypes(cfg: TransformerConfig, weight_dtype: str | None, kv_dtype: str | None) -> TransformerConfig:
+def with_dtypes(cfg: TransformerConfig, weight_dtype: str | None, kv_dtype: str | None) -> TransformerConfig:
     changes = {}
     for field, dtype in (("weight_elem_bytes", weight_dtype), ("kv_elem_bytes", kv_dtype)):
         if dtype is not None:
@@ -272,14 +272,17 @@ def train_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, p
             "t_memory_s": t_memory, "lower_bound_s": max(t_compute, t_memory), "upper_bound_s": t_compute + t_memory}
 
 
-def _ring_params(chip: ChipSpec, n: int, position: int, shape: tuple[int, ...]) -> tuple[float, float, bool]:
-    """(one-way bandwidth, hop latency, wraparound) of the mesh axis at ``position`` on the chip's slice."""
+def _ring_params(chip: ChipSpec, position: int, shape: tuple[int, ...]) -> tuple[float, float, bool]:
+    """(one-way bandwidth, hop latency, wraparound) of mesh axis ``position`` on the chip's slice of
+    ``shape`` (size-1 axes take no slice axis, as in `simulator.mesh.default_topology_for`)."""
     import topologies
 
     if chip.wraparound == "switch":
         return chip.ici_egress_bytes_per_s, 2 * chip.hop_latency_s, True
-    dims = [s for s in shape if s > 1]
-    wrap = topologies.slice_wrap(tuple(dims), chip.wraparound)[dims.index(n)] if n > 1 else True
+    kept = [p for p, size in enumerate(shape) if size > 1]
+    if position not in kept:
+        return chip.ici_bandwidth_bytes_per_s, chip.hop_latency_s, True  # one chip: nothing to cross
+    wrap = topologies.slice_wrap(tuple(shape[p] for p in kept), chip.wraparound)[kept.index(position)]
     return chip.ici_bandwidth_bytes_per_s, chip.hop_latency_s, wrap
 
 
@@ -292,10 +295,10 @@ def _train_comm(cfg: TransformerConfig, chip: ChipSpec, par: Parallelism, tokens
     shape = (par.data, par.model)
     tp, grad = 0.0, 0.0
     if par.model > 1:
-        bw, lat, wrap = _ring_params(chip, par.model, 1, shape)
+        bw, lat, wrap = _ring_params(chip, 1, shape)
         tp = 4 * cfg.n_layers * analytic.all_reduce_time(tokens_per_chip * cfg.d_model * cfg.act_elem_bytes,
                                                          par.model, bw, lat, wrap)
     if par.data > 1:
-        bw, lat, wrap = _ring_params(chip, par.data, 0, shape)
+        bw, lat, wrap = _ring_params(chip, 0, shape)
         grad = analytic.all_reduce_time(cfg.params() * cfg.weight_elem_bytes / par.model, par.data, bw, lat, wrap)
     return {"t_model_allreduce_s": tp, "t_gradient_allreduce_s": grad}

@@ -23,11 +23,11 @@ import simpy
 from simulator import analytic
 from simulator.budget import (
     Parallelism,
-    _contexts,
-    _with_dtypes,
     check_layout,
     experts_touched,
     kv_heads_per_chip,
+    request_contexts,
+    with_dtypes,
 )
 from simulator.collectives import start_collective
 from simulator.errors import PodsimError
@@ -219,9 +219,9 @@ def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, cont
     (`simulator.calibration`; see `simulator.collectives.start_collective` for overlapping collectives).
     """
     par = par or Parallelism()
-    cfg = _with_dtypes(cfg, weight_dtype, kv_dtype)
+    cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
     check_layout(cfg, par, batch)
-    contexts = _contexts(batch, context)
+    contexts = request_contexts(batch, context)
     positive_int(new_tokens, name="new_tokens")
     sim = StepSimulation(cfg, spec, par, trace, calibrated)
     groups = []
