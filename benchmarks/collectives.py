@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from simulator.collectives import run_collective
-from simulator.system import System
+from simulator.engine.system import System
 
 CASES = [("torus:16x16x16", "tpu-v5p", "auto"), ("slice:16x20x28", "tpu-v5p", "auto")]
 CHECK = ("torus:8x8x8", "tpu-v5p")

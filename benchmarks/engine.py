@@ -15,8 +15,8 @@ import time
 import simpy
 
 from simulator import analytic
-from simulator.pipeline import run_steps, uniform_steps
-from simulator.system import System
+from simulator.engine.system import System
+from simulator.workloads.pipeline import run_steps, uniform_steps
 
 LOAD_S, COMPUTE_S = 2e-6, 1e-6  # per block
 

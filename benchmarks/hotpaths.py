@@ -18,21 +18,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "71cd78e"  # before route caching and the single-flow channel fast path
 
+# The public API moved to `simulator` itself with the layered packages; older baselines had flat modules.
+IMPORTS = ("try:\n    from simulator import Parallelism, System, get_chip, get_model, run_collective, sharded_matmul,"
+           " simulate_train\nexcept ImportError:\n    from simulator.system import System\n"
+           "    from simulator.collectives import run_collective\n    from simulator.workload import simulate_train\n"
+           "    from simulator.transformer import get_model\n    from simulator.budget import Parallelism\n"
+           "    from simulator.specs import get_chip\n    from simulator.sharding import sharded_matmul\n")
 WORKLOADS = {
     "AllReduce 1 GB, torus:8x8x8, full event simulation": (
-        "from simulator.system import System\nfrom simulator.collectives import run_collective\n"
         "r = run_collective('all_reduce', System('tpu-v5p', topology='torus:8x8x8', trace=False), 1e9, mode='full')\n"
         "sim = r.time_s"),
     "training step, llama-2-7b, data=4 x model=4": (
-        "from simulator.workload import simulate_train\nfrom simulator.transformer import get_model\n"
-        "from simulator.budget import Parallelism\nfrom simulator.specs import get_chip\n"
         "sim = simulate_train(get_model('llama-2-7b'), get_chip('tpu-v5p'), 16, 1024, Parallelism(4, 4)).env.now"),
     "sharded matmul strategies, X=4,Y=2": (
-        "from simulator.sharding import sharded_matmul\n"
         "r = sharded_matmul('A[I,J_X]@B[J_X,K]->C[I,K]', {'I': 1024, 'J': 2048, 'K': 4096}, 'X=4,Y=2')\n"
         "sim = sum(s['time_s'] for s in r['strategies'])"),
 }
-TIMER = "import time\nt = time.perf_counter()\n{body}\nprint(time.perf_counter() - t, repr(sim))\n"
+TIMER = IMPORTS + "import time\nt = time.perf_counter()\n{body}\nprint(time.perf_counter() - t, repr(sim))\n"
 
 
 def measure(tree: Path, body: str, repeat: int) -> tuple[float, str]:

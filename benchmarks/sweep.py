@@ -1,6 +1,6 @@
 """Sweep runner overhead and scaling: a 1,000-point double_buffer sweep, three ways.
 
-(a) calling ``scenarios.double_buffer.run`` directly in a loop, (b) `simulator.sweep.sweep` with one
+(a) calling ``scenarios.double_buffer.run`` directly in a loop, (b) `simulator.frontend.sweep.sweep` with one
 worker (in this process), (c) the same with two worker processes. Each point is a small pipeline
 (6..42 blocks x 1..4 buffers x 25 load times, tracing off: about 1 ms a point here). Prints the three
 wall times (best of ``--repeat``), the runner's overhead (b - a) / a (target <= 10%), the speed-up b / c
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scenarios import double_buffer
-from simulator.sweep import sweep
+from simulator.frontend.sweep import sweep
 
 GRID = {"blocks": list(range(6, 46, 4)), "buffers": [1, 2, 3, 4], "load_s": [i * 20e-6 for i in range(1, 26)]}
 

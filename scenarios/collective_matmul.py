@@ -17,10 +17,10 @@ import simpy
 
 from simulator import analytic
 from simulator.collectives import run_collective
+from simulator.engine.system import System, resolve_chip
 from simulator.errors import PodsimError
-from simulator.result import Result
-from simulator.specs import DTYPE_BYTES, ChipSpec, check_dtype
-from simulator.system import System, resolve_chip
+from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype
+from simulator.report.result import Result
 from simulator.units import positive_int
 
 

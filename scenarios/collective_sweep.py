@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.collectives import KINDS, run_collective
+from simulator.engine.system import System, resolve_chip
 from simulator.errors import PodsimError
-from simulator.result import Result
-from simulator.specs import ChipSpec
-from simulator.system import System, resolve_chip
+from simulator.hardware.specs import ChipSpec
+from simulator.report.result import Result
 
 DEFAULT_SIZES = tuple(4**i for i in range(0, 17))  # 1 B .. 4 GiB
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import simpy
 
+from simulator.engine.system import System, resolve_chip
 from simulator.errors import PodsimError
-from simulator.result import Result
-from simulator.specs import ChipSpec
-from simulator.system import System, resolve_chip
+from simulator.hardware.specs import ChipSpec
+from simulator.report.result import Result
 from simulator.units import positive_int
 
 ELEM = 2  # bf16 bytes

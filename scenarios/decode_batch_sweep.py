@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.budget import Parallelism, decode_budget, parse_parallelism
+from simulator.engine.system import resolve_chip
 from simulator.errors import PodsimError
-from simulator.result import Result
-from simulator.specs import ChipSpec
-from simulator.system import resolve_chip
-from simulator.transformer import get_model
-from simulator.workload import simulate_decode
+from simulator.hardware.specs import ChipSpec
+from simulator.report.result import Result
+from simulator.workloads.budget import Parallelism, decode_budget, parse_parallelism
+from simulator.workloads.simulate import simulate_decode
+from simulator.workloads.transformer import get_model
 
 
 def _point(cfg: Any, spec: ChipSpec, batch: int, context: int, par: Parallelism) -> dict:

@@ -8,11 +8,11 @@ Headline (REFERENCE.md): 0.4 ms of loading and 0.2 ms of compute for the whole t
 from __future__ import annotations
 
 from simulator import analytic
-from simulator.pipeline import run_steps, uniform_steps
-from simulator.result import Result
-from simulator.specs import ChipSpec
-from simulator.system import System
+from simulator.engine.system import System
+from simulator.hardware.specs import ChipSpec
+from simulator.report.result import Result
 from simulator.units import positive, positive_int
+from simulator.workloads.pipeline import run_steps, uniform_steps
 
 
 def run(*, blocks: int = 2, buffers: int = 2, load_s: float = 0.4e-3, compute_s: float = 0.2e-3,

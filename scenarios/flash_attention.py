@@ -10,7 +10,7 @@ computes); each block runs ``Q K_b^T`` on the MXU, the running-max rescaling on 
 
 Headline (defaults, tpu-v5e): 4096 x 4096, 8 heads of 128, bf16 -- dense moves about 1.11 GB, tiled
 about 33.6 MB (33x less), and tiled takes 0.44 ms against 1.40 ms (3.2x). ``verified`` holds the numpy tiled
-algorithm (`simulator.attention.flash_attention`) to the dense reference on random arrays.
+algorithm (`simulator.workloads.attention.flash_attention`) to the dense reference on random arrays.
 """
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simulator import attention
-from simulator.chip import Chip
+from simulator.engine.chip import Chip
+from simulator.engine.system import System, resolve_chip
 from simulator.errors import CapacityError, PodsimError
-from simulator.result import Result
-from simulator.specs import DTYPE_BYTES, ChipSpec, check_dtype
-from simulator.system import System, resolve_chip
+from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype
+from simulator.report.result import Result
 from simulator.units import positive_int
+from simulator.workloads import attention
 
 #: VPU FLOPs per score element of the dense softmax: row max, subtract, exp, row sum, divide.
 SOFTMAX_FLOPS_PER_SCORE = 5

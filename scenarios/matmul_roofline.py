@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from simulator import analytic
+from simulator.engine.system import System, resolve_chip
 from simulator.errors import PodsimError
-from simulator.pipeline import Operand, Step, run_steps
-from simulator.result import Result
-from simulator.specs import DTYPE_BYTES, ChipSpec, check_dtype
-from simulator.system import System, resolve_chip
+from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype
+from simulator.report.result import Result
 from simulator.units import positive_int
+from simulator.workloads.pipeline import Operand, Step, run_steps
 
 
 def _steps(m: int, k: int, n: int, block_n: int, dtype: str) -> list[Step]:

@@ -13,11 +13,18 @@ from typing import Any
 
 import numpy as np
 
-from simulator.mesh import Mesh, default_topology_for, parse_mesh
-from simulator.result import Result
-from simulator.sharding import check_blocks, parse_matmul, run_strategy, strategies, validate, verification_sizes
-from simulator.specs import ChipSpec
-from simulator.system import System, resolve_chip
+from simulator.engine.system import System, resolve_chip
+from simulator.hardware.specs import ChipSpec
+from simulator.report.result import Result
+from simulator.workloads.mesh import Mesh, default_topology_for, parse_mesh
+from simulator.workloads.sharding import (
+    check_blocks,
+    parse_matmul,
+    run_strategy,
+    strategies,
+    validate,
+    verification_sizes,
+)
 
 LAYER_1 = "A[B,D]@W[D,F_X]->H[B,F_X]"
 #: layout name -> (layer-2 spec, operands gathered before the local matmul)

@@ -19,12 +19,12 @@ from typing import Any
 
 import simpy
 
-from simulator.chip import Chip
+from simulator.engine.chip import Chip
+from simulator.engine.memory import Allocation, MemoryPool
+from simulator.engine.system import System
 from simulator.errors import PodsimError
-from simulator.memory import Allocation, MemoryPool
-from simulator.result import Result
-from simulator.specs import DTYPE_BYTES, ChipSpec, check_dtype
-from simulator.system import System
+from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype
+from simulator.report.result import Result
 from simulator.units import positive, positive_int
 
 MIB = 2**20

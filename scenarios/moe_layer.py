@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.collectives import run_collective
+from simulator.engine.system import System, resolve_chip
 from simulator.errors import PodsimError
-from simulator.result import Result
-from simulator.specs import ChipSpec
-from simulator.system import System, resolve_chip
-from simulator.transformer import get_model
+from simulator.hardware.specs import ChipSpec
+from simulator.report.result import Result
 from simulator.units import positive, positive_int
+from simulator.workloads.transformer import get_model
 
 
 def run(*, model: str = "mixtral-8x7b", chips: int = 8, tokens_per_chip: int = 4096, imbalance: float = 0.0,

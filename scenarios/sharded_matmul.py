@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.engine.system import System, resolve_chip
 from simulator.errors import PodsimError
-from simulator.mesh import Mesh, default_topology_for, parse_mesh
-from simulator.result import Result
-from simulator.sharding import parse_matmul, run_strategy, sharded_matmul, strategies
-from simulator.specs import ChipSpec
-from simulator.system import System, resolve_chip
+from simulator.hardware.specs import ChipSpec
+from simulator.report.result import Result
+from simulator.workloads.mesh import Mesh, default_topology_for, parse_mesh
+from simulator.workloads.sharding import parse_matmul, run_strategy, sharded_matmul, strategies
 
 BOOK_CASES = {
     "no communication": "A[I_X,J]@B[J,K_Y]->C[I_X,K_Y]",

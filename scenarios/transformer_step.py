@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.budget import decode_budget, parse_parallelism, train_budget
+from simulator.engine.system import resolve_chip
 from simulator.errors import CapacityError, PodsimError
-from simulator.result import Result
-from simulator.specs import ChipSpec
-from simulator.system import resolve_chip
-from simulator.transformer import get_model
-from simulator.workload import simulate_decode, simulate_train
+from simulator.hardware.specs import ChipSpec
+from simulator.report.result import Result
+from simulator.workloads.budget import decode_budget, parse_parallelism, train_budget
+from simulator.workloads.simulate import simulate_decode, simulate_train
+from simulator.workloads.transformer import get_model
 
 MODES = ("decode", "prefill", "train")
 

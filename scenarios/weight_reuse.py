@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from simulator import analytic
+from simulator.engine.system import System, resolve_chip
 from simulator.errors import PodsimError
-from simulator.pipeline import LOOP_ORDERS, run_steps, weight_input_steps
-from simulator.result import Result
-from simulator.specs import ChipSpec, check_dtype
-from simulator.system import System, resolve_chip
+from simulator.hardware.specs import ChipSpec, check_dtype
+from simulator.report.result import Result
+from simulator.workloads.pipeline import LOOP_ORDERS, run_steps, weight_input_steps
 
 
 def expected_bytes(order: str, batch: int, d_in: int, d_out: int, weight_blocks: int,

@@ -1,4 +1,4 @@
-"""Fit the calibrated mode's constants to the measurement files; writes simulator/data/calibration.json.
+"""Fit the calibrated mode's constants to the measurement files; writes simulator/hardware/data/calibration.json.
 
     python scripts/fit_calibration.py
 
@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "simulator" / "data"
+DATA = ROOT / "simulator" / "hardware" / "data"
 HOP_LATENCY_S = 1e-6  # preset hop latency; a ring step over a switch crosses two hops
 H100_PEAK, H100_SMS = 9.9e14, 132
 A100_NVLINK, A100_IB = 3.0e11, 2.5e10  # bytes/s one way: NVLink 3 egress, HDR NIC per GPU

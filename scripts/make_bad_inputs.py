@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from simulator.cli import main
+from simulator.frontend.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "bad_inputs.md"

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from scenarios import collective_matmul, collective_sweep, double_buffer, matmul_roofline
-from simulator import plots
-from simulator.specs import get_chip
+from simulator.hardware.specs import get_chip
+from simulator.report import plots
 
 DPI = 80
 

@@ -22,7 +22,7 @@ def test_the_catalogue_has_at_least_forty_inputs_across_every_area():
 
 @pytest.mark.parametrize("number,area,command,message", ROWS, ids=[f"{n} {c}" for n, _, c, _ in ROWS])
 def test_bad_input_gives_its_documented_error(number, area, command, message, capsys, monkeypatch):
-    from simulator.cli import main
+    from simulator.frontend.cli import main
 
     monkeypatch.chdir(ROOT)
     assert main(shlex.split(command)) == 2

@@ -3,16 +3,16 @@ import math
 
 import pytest
 
-from simulator.budget import (
+from simulator.errors import PodsimError
+from simulator.hardware.specs import get_chip
+from simulator.workloads.budget import (
     Parallelism,
     decode_budget,
     parse_parallelism,
     saved_activation_elements,
     train_budget,
 )
-from simulator.errors import PodsimError
-from simulator.specs import get_chip
-from simulator.transformer import ModelError, TransformerConfig, get_model
+from simulator.workloads.transformer import ModelError, TransformerConfig, get_model
 
 SEED = TransformerConfig(name="seed", d_model=4096, d_ff=11008, n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128,
                          vocab_size=32000, tied_embeddings=True)
@@ -141,7 +141,7 @@ def test_critical_batch_and_max_batch_scale_with_the_data_axis():
 
 
 def test_moe_per_chip_reads_only_the_experts_its_group_routes_to():
-    from simulator.workload import simulate_decode
+    from simulator.workloads.simulate import simulate_decode
 
     cfg, chip = get_model("mixtral-8x7b"), get_chip("tpu-v5p")
     par = Parallelism(data=4)

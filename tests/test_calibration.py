@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from simulator.calibration import DATA, LinkEfficiency, MatmulEfficiency, calibrated_chips, get_calibration
-from simulator.cli import main
 from simulator.collectives import run_collective
+from simulator.engine.system import System
 from simulator.errors import PodsimError
-from simulator.system import System
-from simulator.validate import validate
+from simulator.frontend.cli import main
+from simulator.frontend.validate import validate
+from simulator.hardware.calibration import DATA, LinkEfficiency, MatmulEfficiency, calibrated_chips, get_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,9 +2,9 @@
 import pytest
 import simpy
 
-from simulator.channel import Channel, SerialUnit
+from simulator.engine.channel import Channel, SerialUnit
+from simulator.engine.trace import Trace
 from simulator.errors import QuantityError
-from simulator.trace import Trace
 
 
 def _log_transfers(requests, bandwidth=100.0, latency=0.0):

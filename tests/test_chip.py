@@ -1,8 +1,8 @@
 """Chip units: MXU padding, VPU, DMA sharing, and byte counters per interface and per tensor."""
 import pytest
 
-from simulator.specs import get_chip
-from simulator.system import System
+from simulator.engine.system import System
+from simulator.hardware.specs import get_chip
 
 V5E = get_chip("tpu-v5e")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
+from simulator.frontend.cli import main
 
 PRESET_NAMES = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x", "h100", "h200", "b200")
 V5E_BF16 = 1.97e14

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from simulator.cli import main
+from simulator.frontend.cli import main
 
 B, A = 4.5e10, 1e-6  # tpu-v5e ICI one-way per link, hop latency
 KEYS = ["time_s", "analytic_s", "algbw_bytes_per_s", "busbw_bytes_per_s", "max_link_bytes"]

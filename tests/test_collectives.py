@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from simulator import analytic
 from simulator.collectives import _groups, run_collective
+from simulator.engine.system import System
 from simulator.errors import PodsimError
-from simulator.system import System
 
 B, A = 4.5e10, 1e-6  # tpu-v5e ICI: one-way bytes/s per link, hop latency
 V = 2**30  # bandwidth-bound: 1 GiB

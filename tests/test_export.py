@@ -1,4 +1,4 @@
-"""simulator.export (Chrome trace JSON, CSV) and simulator.plots (Gantt charts) on a hand-made trace."""
+"""simulator.report.export (Chrome trace JSON, CSV) and simulator.report.plots (Gantt charts) on a hand-made trace."""
 from __future__ import annotations
 
 import csv
@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
-from simulator import export, plots
+from simulator.engine.trace import Span, Trace
 from simulator.errors import PodsimError
-from simulator.trace import Span, Trace
+from simulator.report import export, plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scenarios import flash_attention as scenario
-from simulator import attention
-from simulator.cli import main
 from simulator.errors import CapacityError, PodsimError, SpecError
+from simulator.frontend.cli import main
+from simulator.workloads import attention
 
 
 def naive_attention(q, k, v, visible=None):

@@ -7,12 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import topologies
-from simulator.budget import parse_parallelism
 from simulator.errors import PodsimError
-from simulator.mesh import parse_mesh
-from simulator.scenario import load_scenario, parse_sets
-from simulator.sharding import parse_array, parse_matmul
+from simulator.frontend.scenario import load_scenario, parse_sets
 from simulator.units import KINDS, parse_quantity
+from simulator.workloads.budget import parse_parallelism
+from simulator.workloads.mesh import parse_mesh
+from simulator.workloads.sharding import parse_array, parse_matmul
 
 ALPHABET = string.ascii_letters + string.digits + "=,@+_-.:[]{}x/ >eE"
 TEXT = st.one_of(st.text(max_size=40), st.text(alphabet=ALPHABET, max_size=40))

@@ -2,8 +2,8 @@
 import pytest
 import simpy
 
+from simulator.engine.memory import MemoryPool
 from simulator.errors import CapacityError, PodsimError
-from simulator.memory import MemoryPool
 
 
 def test_back_pressure_waits_for_space_first_come_first_served():

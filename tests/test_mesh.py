@@ -3,9 +3,9 @@ import pytest
 
 import topologies
 from simulator.collectives import run_collective
+from simulator.engine.system import System
 from simulator.errors import PodsimError
-from simulator.mesh import Mesh, default_topology_for, parse_mesh
-from simulator.system import System
+from simulator.workloads.mesh import Mesh, default_topology_for, parse_mesh
 
 B, A = 4.5e10, 1e-6
 
@@ -77,14 +77,14 @@ def test_mesh_on_a_switch_enumerates_chips():
 
 
 def test_default_topology_is_the_chips_slice():
-    from simulator.specs import get_chip
+    from simulator.hardware.specs import get_chip
 
     assert default_topology_for(parse_mesh("X=4,Y=2"), get_chip("tpu-v5e")) == "slice:4x2"
     assert default_topology_for(parse_mesh("data=1,model=8"), get_chip("h100")) == "switch:8"
 
 
 def test_default_topology_follows_explicit_placement():
-    from simulator.specs import get_chip
+    from simulator.hardware.specs import get_chip
 
     assert default_topology_for(parse_mesh("X=4@1,Y=2@0"), get_chip("tpu-v5e")) == "slice:2x4"
     with pytest.raises(PodsimError, match="exactly one physical axis"):

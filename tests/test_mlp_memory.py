@@ -4,8 +4,8 @@ import json
 import pytest
 
 from scenarios import mlp_memory
-from simulator.cli import main
 from simulator.errors import CapacityError, PodsimError
+from simulator.frontend.cli import main
 
 MIB = 2**20
 V5E_BF16 = 1.97e14  # tpu-v5e MXU peak, FLOP/s

@@ -4,9 +4,9 @@ import pytest
 
 import topologies
 from simulator import analytic
+from simulator.engine.network import Network, send
+from simulator.engine.system import System
 from simulator.errors import PodsimError
-from simulator.network import Network, send
-from simulator.system import System
 
 B, A = 4.5e10, 1e-6  # tpu-v5e ICI one-way bandwidth per link, hop latency
 

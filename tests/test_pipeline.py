@@ -4,10 +4,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import analytic
+from simulator.engine.system import System
 from simulator.errors import CapacityError, PodsimError
-from simulator.pipeline import Operand, Step, run_steps, uniform_steps, weight_input_steps
-from simulator.specs import PRESETS
-from simulator.system import System
+from simulator.hardware.specs import PRESETS
+from simulator.workloads.pipeline import Operand, Step, run_steps, uniform_steps, weight_input_steps
 
 CHIPS = sorted(PRESETS)
 

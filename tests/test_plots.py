@@ -4,10 +4,10 @@ import struct
 import pytest
 
 from scenarios import collective_sweep, double_buffer
-from simulator import plots
 from simulator.collectives import run_collective
-from simulator.specs import get_chip
-from simulator.system import System
+from simulator.engine.system import System
+from simulator.hardware.specs import get_chip
+from simulator.report import plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -11,16 +11,16 @@ from hypothesis import strategies as st
 
 from scenarios import double_buffer
 from simulator import analytic
-from simulator.budget import Parallelism
 from simulator.collectives import plan_collective, run_collective
+from simulator.engine.memory import MemoryPool
+from simulator.engine.system import System
 from simulator.errors import CapacityError
-from simulator.export import chrome_trace
-from simulator.memory import MemoryPool
-from simulator.pipeline import Operand, Step, run_steps
-from simulator.specs import get_chip
-from simulator.system import System
-from simulator.transformer import get_model
-from simulator.workload import simulate_decode
+from simulator.hardware.specs import get_chip
+from simulator.report.export import chrome_trace
+from simulator.workloads.budget import Parallelism
+from simulator.workloads.pipeline import Operand, Step, run_steps
+from simulator.workloads.simulate import simulate_decode
+from simulator.workloads.transformer import get_model
 
 KINDS = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"]
 TOPOLOGIES = ["ring:5", "line:4", "torus:3x4", "mesh:3x3", "torus:2x2x2", "switch:6", "torus:4x4"]
@@ -133,7 +133,7 @@ def test_capacity_error_before_the_run_not_during():
 SCRIPT = """
 import json, sys
 from scenarios import collective_matmul
-from simulator.export import chrome_trace
+from simulator.report.export import chrome_trace
 r = collective_matmul.run(n=4, B=256, D=512, F=1024, verify=False)
 sys.stdout.write(json.dumps(chrome_trace(r.trace), sort_keys=True) + r.dumps())
 """

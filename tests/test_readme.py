@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
+from simulator.frontend.cli import main
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -38,7 +38,7 @@ def test_tour_commands_run(command, tmp_path, monkeypatch, capsys):
 
 
 def test_scenario_table_lists_every_scenario_with_its_question():
-    from simulator.scenario import list_scenarios
+    from simulator.frontend.scenario import list_scenarios
 
     rows = dict(re.findall(r"^\| `(\w+)` \| (.+?) \|$", README, flags=re.M))
     assert rows == list_scenarios()

@@ -3,9 +3,9 @@ import pytest
 
 from scenarios import double_buffer
 from simulator.collectives import Transfer, check_arrived, execute
+from simulator.engine.system import System
 from simulator.errors import DeadlockError, RunawayError
-from simulator.pipeline import Operand, Step, run_steps
-from simulator.system import System
+from simulator.workloads.pipeline import Operand, Step, run_steps
 
 
 def test_collective_whose_peer_never_sends_is_a_deadlock():

@@ -5,9 +5,9 @@ import pytest
 
 from scenarios import double_buffer, matmul_roofline, weight_reuse
 from simulator import analytic
+from simulator.engine.trace import COMPUTE_KINDS
 from simulator.errors import CapacityError, PodsimError
-from simulator.specs import PRESETS
-from simulator.trace import COMPUTE_KINDS
+from simulator.hardware.specs import PRESETS
 
 
 @pytest.mark.parametrize("buffers,expected", [(2, 0.5e-3), (1, 0.6e-3), (4, 0.5e-3)])

@@ -4,9 +4,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.engine.system import System
 from simulator.errors import PodsimError
-from simulator.mesh import Mesh
-from simulator.sharding import (
+from simulator.workloads.mesh import Mesh
+from simulator.workloads.sharding import (
     check_blocks,
     parse_array,
     parse_matmul,
@@ -15,7 +16,6 @@ from simulator.sharding import (
     strategies,
     validate,
 )
-from simulator.system import System
 
 SIZES = {"I": 32, "J": 64, "K": 16}
 

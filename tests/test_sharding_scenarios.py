@@ -4,7 +4,7 @@ import json
 import pytest
 
 from scenarios import collective_matmul, contracting_split, mlp_layers, sharded_matmul
-from simulator.cli import main
+from simulator.frontend.cli import main
 
 B, A, PEAK = 4.5e10, 1e-6, 1.97e14  # tpu-v5e: ICI one-way per link, hop latency, bf16 FLOP/s
 

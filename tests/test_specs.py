@@ -1,4 +1,4 @@
-"""simulator.specs: presets against REFERENCE.md, ChipSpec validation, user chips from TOML files."""
+"""simulator.hardware.specs: presets against REFERENCE.md, ChipSpec validation, user chips from TOML files."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from simulator.errors import PodsimError, SpecError
-from simulator.specs import PRESETS, ChipSpec, get_chip, load_chip_file
+from simulator.hardware.specs import PRESETS, ChipSpec, get_chip, load_chip_file
 
 GB = 1e9
 GiB = 2**30

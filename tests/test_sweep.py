@@ -12,14 +12,23 @@ import json
 
 import pytest
 
-from simulator.cli import main
-from simulator.sweep import Progress, SweepError, SweepInterrupted, cell, grid_values, parse_cell, sweep, sweep_frame
+from simulator.frontend.cli import main
+from simulator.frontend.sweep import (
+    Progress,
+    SweepError,
+    SweepInterrupted,
+    cell,
+    grid_values,
+    parse_cell,
+    sweep,
+    sweep_frame,
+)
 
 GRID = {"blocks": ["1", "2", "4"], "buffers": ["1", "2"]}
 
 #: A scenario whose run() is interrupted (as by Ctrl-C) at x == 3.
 STOPPING = '''"""Stops at x == 3 as if Ctrl-C was pressed."""
-from simulator.result import Result
+from simulator.report.result import Result
 
 
 def run(*, x: int = 1) -> Result:

@@ -1,8 +1,8 @@
 """System: runs to completion, and a stuck run raises a DeadlockError instead of a partial result."""
 import pytest
 
+from simulator.engine.system import System
 from simulator.errors import DeadlockError, PodsimError
-from simulator.system import System
 
 
 def test_waiting_forever_is_reported_with_name_time_and_target():

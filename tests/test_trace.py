@@ -1,7 +1,7 @@
 """Metrics computed from spans, on hand-built traces whose answers are worked out by hand."""
 import pytest
 
-from simulator.trace import Span, Trace, compute_metrics, intersection_length, merge_intervals
+from simulator.engine.trace import Span, Trace, compute_metrics, intersection_length, merge_intervals
 
 
 def _trace(*spans):

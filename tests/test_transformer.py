@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from simulator.transformer import (
+from simulator.workloads.transformer import (
     PRESETS,
     ModelError,
     TransformerConfig,

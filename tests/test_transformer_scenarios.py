@@ -4,8 +4,8 @@ import json
 import pytest
 
 from scenarios import decode_batch_sweep, moe_layer, transformer_step
-from simulator.cli import main
 from simulator.errors import CapacityError, PodsimError
+from simulator.frontend.cli import main
 
 KEYS = ["params_total", "params_active", "weight_bytes", "kv_cache_bytes", "flops_per_step", "hbm_bytes_per_step",
         "t_compute_s", "t_memory_s", "step_time_s", "fits", "max_batch"]

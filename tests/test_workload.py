@@ -1,10 +1,10 @@
 """Simulated Transformer steps held against their closed-form budgets."""
 import pytest
 
-from simulator.budget import Parallelism, decode_budget, train_budget
-from simulator.specs import get_chip
-from simulator.transformer import TransformerConfig, get_model
-from simulator.workload import simulate_decode, simulate_train
+from simulator.hardware.specs import get_chip
+from simulator.workloads.budget import Parallelism, decode_budget, train_budget
+from simulator.workloads.simulate import simulate_decode, simulate_train
+from simulator.workloads.transformer import TransformerConfig, get_model
 
 SEED = TransformerConfig(name="seed", d_model=4096, d_ff=11008, n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128,
                          vocab_size=32000, tied_embeddings=True)

@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.calibration import DATA, fit_report, get_calibration
 from simulator.collectives import run_collective
-from simulator.system import System
+from simulator.engine.system import System
+from simulator.hardware.calibration import DATA, fit_report, get_calibration
 
 
 @dataclass

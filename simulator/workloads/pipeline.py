@@ -11,7 +11,7 @@ and signal after it (``after``), so multi-chip workloads can interleave pipeline
 
 Timing assumptions: one loader issues its DMAs one after another (a single DMA stream); stores are
 issued when a step's compute ends and run concurrently with later loads, fairly sharing the HBM
-channel (see `simulator.channel`). VMEM for a step (its new operands and outputs) is reserved before
+channel (see `simulator.engine.channel`). VMEM for a step (its new operands and outputs) is reserved before
 its loads start and waits for space when VMEM is full (back-pressure).
 """
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 
 import simpy
 
-from simulator.chip import Chip
+from simulator.engine.chip import Chip
+from simulator.engine.memory import Allocation
+from simulator.engine.system import System
 from simulator.errors import CapacityError, PodsimError
-from simulator.memory import Allocation
-from simulator.system import System
 from simulator.units import check_bytes, positive, positive_int
 
 

@@ -14,11 +14,11 @@ import networkx as nx
 import simpy
 
 import topologies
-from simulator.chip import Chip
+from simulator.engine.chip import Chip
+from simulator.engine.network import Network
+from simulator.engine.trace import Trace, compute_metrics
 from simulator.errors import DeadlockError, PodsimError, RunawayError
-from simulator.network import Network
-from simulator.specs import ChipSpec, get_chip
-from simulator.trace import Trace, compute_metrics
+from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.units import positive, positive_int
 
 
@@ -40,8 +40,8 @@ class System:
     """Chips of one spec in one SimPy environment, sharing one `Trace`.
 
     Either ``n_chips`` unconnected chips, or the chips of ``topology`` (a spec string such as
-    ``"torus:4x4"`` or a graph from `topologies`) joined by its links (`simulator.network`).
-    ``calibrated`` applies the preset's fitted efficiency models (`simulator.calibration`) instead of
+    ``"torus:4x4"`` or a graph from `topologies`) joined by its links (`simulator.engine.network`).
+    ``calibrated`` applies the preset's fitted efficiency models (`simulator.hardware.calibration`) instead of
     ideal peaks.
     """
 
@@ -118,12 +118,12 @@ class System:
                             f"blocked: {'; '.join(parts)}")
 
     def metrics(self) -> dict[str, Any]:
-        """Standard metrics of the finished run (see `simulator.trace.compute_metrics`)."""
+        """Standard metrics of the finished run (see `simulator.engine.trace.compute_metrics`)."""
         return compute_metrics(self.trace, self.env.now)
 
 
 def _calibration(spec: ChipSpec) -> Any:
-    from simulator.calibration import get_calibration
+    from simulator.hardware.calibration import get_calibration
 
     return get_calibration(spec.name)
 

@@ -25,9 +25,9 @@ import numpy as np
 from simulator import analytic
 from simulator.collectives import run_collective
 from simulator.errors import PodsimError
-from simulator.mesh import Mesh
-from simulator.specs import DTYPE_BYTES, check_dtype
+from simulator.hardware.specs import DTYPE_BYTES, check_dtype
 from simulator.units import positive_int
+from simulator.workloads.mesh import Mesh
 
 _ARRAY = re.compile(r"^\s*(?P<name>[A-Za-z]\w*)\s*\[(?P<dims>[^\]]*)\]\s*(?:\{\s*U_(?P<partial>[^}]*)\})?\s*$")
 _DIM = re.compile(r"^\s*(?P<name>[A-Za-z][A-Za-z0-9]*)\s*(?:_(?P<axes>\{[^}]*\}|[A-Za-z]+))?\s*$")
@@ -410,8 +410,8 @@ def sharded_matmul(spec: str | MatmulSpec, sizes: dict[str, int], mesh: str, chi
     equals numpy's unsharded matmul), and ``concatenation_fails`` (for strategies that reduce
     partial sums: concatenating them instead of adding fails that check).
     """
-    from simulator.mesh import default_topology_for, parse_mesh
-    from simulator.system import System, resolve_chip
+    from simulator.engine.system import System, resolve_chip
+    from simulator.workloads.mesh import default_topology_for, parse_mesh
 
     spec = parse_matmul(spec) if isinstance(spec, str) else spec
     check_dtype(dtype)

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.export import open_for_write, track_ids
-from simulator.trace import COMPUTE_KINDS, Span, Trace
+from simulator.engine.trace import COMPUTE_KINDS, Span, Trace
+from simulator.report.export import open_for_write, track_ids
 
 #: Colour by span kind; idle is the white background.
 KIND_COLORS = {"load": "#4C72B0", "store": "#8172B2", "compute": "#DD8452", "send": "#55A868",
@@ -156,7 +156,7 @@ def roofline(chip: Any, points: Sequence[dict[str, Any]] = (), ax: Any = None, d
     with percent of peak and percent of their own roof).
     """
     from simulator import analytic
-    from simulator.system import resolve_chip
+    from simulator.engine.system import resolve_chip
 
     chip = resolve_chip(chip)
     ax = _axes(ax, (7, 4.5))

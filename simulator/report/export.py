@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from simulator.engine.trace import Span, Trace
 from simulator.errors import PodsimError
-from simulator.trace import Span, Trace
 
 _UNIT_ORDER = ("hbm", "vmem", "mxu", "vpu")
 

@@ -13,10 +13,10 @@ from typing import Any, NoReturn
 
 from simulator import analytic
 from simulator.errors import PodsimError
-from simulator.result import Result, jsonable
-from simulator.scenario import list_scenarios, load_scenario, parse_sets, scenario_params
-from simulator.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
-from simulator.sweep import add_sweep_parser, cmd_sweep
+from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, scenario_params
+from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
+from simulator.hardware.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
+from simulator.report.result import Result, jsonable
 from simulator.units import format_quantity, parse_positive, parse_quantity
 
 EXIT_BAD_INPUT = 2
@@ -161,7 +161,7 @@ def _run_kwargs(args: argparse.Namespace, module: Any) -> dict[str, Any]:
 
 def write_outputs(result: Result, args: argparse.Namespace) -> None:
     """Write the --trace, --gantt and --csv files a command asked for."""
-    from simulator import export
+    from simulator.report import export
 
     if (args.trace or args.gantt or args.csv) and (result.trace is None or not result.trace.spans):
         raise PodsimError(f"{result.scenario} recorded no spans to export (was trace=False?)")
@@ -170,7 +170,7 @@ def write_outputs(result: Result, args: argparse.Namespace) -> None:
     if args.csv:
         export.write_csv(result.trace, args.csv)
     if args.gantt:
-        from simulator import plots
+        from simulator.report import plots
 
         plots.save_gantt(result.trace, args.gantt, title=result.headline or result.scenario)
 
@@ -225,14 +225,14 @@ def cmd_roofline(args: argparse.Namespace) -> None:
 
 
 def _system(args: argparse.Namespace, calibrated: bool = False) -> Any:
-    from simulator.system import System
+    from simulator.engine.system import System
 
     return System(_resolve_chip(args, "tpu-v5e"), topology=args.topology, switching=args.switching,
                   calibrated=calibrated)
 
 
 def cmd_validate(args: argparse.Namespace) -> None:
-    from simulator.validate import render, validate
+    from simulator.frontend.validate import render, validate
 
     result = validate()
     print(json.dumps(jsonable(result), indent=2) if args.json else render(result))
@@ -247,7 +247,7 @@ def _int_list(text: str, flag: str) -> list[int]:
 
 def cmd_collective(args: argparse.Namespace) -> None:
     from simulator.collectives import run_collective
-    from simulator.result import Result
+    from simulator.report.result import Result
 
     system = _system(args)
     nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
@@ -304,7 +304,7 @@ def _chip_at(graph: Any, text: str, flag: str) -> int:
 
 
 def cmd_send(args: argparse.Namespace) -> None:
-    from simulator.network import send
+    from simulator.engine.network import send
 
     system = _system(args)
     src, dst = _chip_at(system.graph, args.src, "--src"), _chip_at(system.graph, args.dst, "--dst")
@@ -319,7 +319,7 @@ def cmd_send(args: argparse.Namespace) -> None:
 
 
 def _model_config(args: argparse.Namespace) -> Any:
-    from simulator import transformer
+    from simulator.workloads import transformer
 
     given = [x for x in (args.preset, args.config, args.hf_config) if x]
     if len(given) != 1:
@@ -333,7 +333,7 @@ def _model_config(args: argparse.Namespace) -> Any:
 
 
 def cmd_model(args: argparse.Namespace) -> None:
-    from simulator.budget import decode_budget, parse_parallelism
+    from simulator.workloads.budget import decode_budget, parse_parallelism
 
     cfg = _model_config(args)
     chip = _resolve_chip(args, "tpu-v5e")
@@ -344,7 +344,7 @@ def cmd_model(args: argparse.Namespace) -> None:
     out = decode_budget(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype)
     out["step_time_s"] = None
     if not args.no_simulate:
-        from simulator.workload import simulate_decode
+        from simulator.workloads.simulate import simulate_decode
 
         sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype)
         out.update(sim.summary())

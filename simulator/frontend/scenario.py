@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import PodsimError, ScenarioError
-from simulator.specs import ChipSpec
+from simulator.hardware.specs import ChipSpec
 from simulator.units import check_bytes, parse_quantity
 
 _SUFFIX_KIND = (("_per_s", "bandwidth"), ("_s", "time"), ("_bytes", "bytes"), ("_flops", "flops_count"))

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.errors import PodsimError
-from simulator.specs import ChipSpec, check_dtype
-from simulator.transformer import ModelError, TransformerConfig
+from simulator.hardware.specs import ChipSpec, check_dtype
+from simulator.workloads.transformer import ModelError, TransformerConfig
 
 GiB = 2.0**30
 MAX_REQUESTS = 1_000_000  #: requests in one step; more is almost surely a units mistake
@@ -274,7 +274,7 @@ def train_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, p
 
 def _ring_params(chip: ChipSpec, position: int, shape: tuple[int, ...]) -> tuple[float, float, bool]:
     """(one-way bandwidth, hop latency, wraparound) of mesh axis ``position`` on the chip's slice of
-    ``shape`` (size-1 axes take no slice axis, as in `simulator.mesh.default_topology_for`)."""
+    ``shape`` (size-1 axes take no slice axis, as in `simulator.workloads.mesh.default_topology_for`)."""
     import topologies
 
     if chip.wraparound == "switch":

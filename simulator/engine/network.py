@@ -27,9 +27,9 @@ import networkx as nx
 import simpy
 
 from simulator import analytic
-from simulator.channel import Channel
+from simulator.engine.channel import Channel
+from simulator.engine.trace import Trace
 from simulator.errors import PodsimError
-from simulator.trace import Trace
 from simulator.units import MAX_BYTES, check_bytes, positive, positive_int
 
 SWITCHING = ("cut_through", "store_and_forward")

@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from simulator import analytic
+from simulator.engine.network import Network
 from simulator.errors import DeadlockError, PodsimError
-from simulator.network import Network
 from simulator.units import check_bytes, positive_int
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast")
@@ -241,7 +241,7 @@ class CollectiveResult:
 def _groups(net: Network, axes: Sequence[Any] | None, mesh: Any = None) -> list[Group]:
     """The independent groups a collective over ``axes`` runs in (size-1 axes dropped).
 
-    Axes are physical axis indices, or logical axis names when a `simulator.mesh.Mesh` is given.
+    Axes are physical axis indices, or logical axis names when a `simulator.workloads.mesh.Mesh` is given.
     """
     if mesh is not None:
         return _mesh_groups(mesh, axes)
@@ -764,7 +764,7 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
     unidirectional), ``multi_axis`` (parallel, sequential), ``chunks``, ``root``, ``mode`` (auto,
     full, reduced), ``mesh`` and ``data``. With ``data`` (one row per chip) the arrays move for real
     and ``outputs`` holds each chip's result; V then comes from the data. With a
-    `simulator.mesh.Mesh`, ``axes`` are logical axis names and the groups follow its placement.
+    `simulator.workloads.mesh.Mesh`, ``axes`` are logical axis names and the groups follow its placement.
     """
     plan = plan_collective(kind, system, nbytes, **kwargs)
     data = kwargs.get("data")

@@ -5,7 +5,7 @@ Timing model: a load (HBM -> VMEM) or store (VMEM -> HBM) moves its bytes throug
 (about 22x HBM) is counted but never the bottleneck of a DMA. A matmul occupies the MXU for its
 padded FLOPs over the MXU peak of its dtype; a vector op occupies the VPU for its FLOPs over
 ``vpu_flops_per_s``. Compute reads and writes VMEM; those bytes are counted, not timed. With a
-calibration (`simulator.calibration`) matmuls, FLOP counts and HBM run at their fitted efficiencies.
+calibration (`simulator.hardware.calibration`) matmuls, FLOP counts and HBM run at their fitted efficiencies.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 import simpy
 
 from simulator import analytic
-from simulator.channel import Channel, SerialUnit
-from simulator.memory import MemoryPool
-from simulator.specs import DTYPE_BYTES, ChipSpec
-from simulator.trace import Trace
+from simulator.engine.channel import Channel, SerialUnit
+from simulator.engine.memory import MemoryPool
+from simulator.engine.trace import Trace
+from simulator.hardware.specs import DTYPE_BYTES, ChipSpec
 from simulator.units import positive
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import simpy
 
-from simulator.trace import Span, Trace
+from simulator.engine.trace import Span, Trace
 from simulator.units import positive
 
 #: A flow whose remaining bytes fall below this fraction of its size counts as finished

@@ -5,7 +5,7 @@ history) from HBM into VMEM in blocks (double-buffered), runs the layer's matmul
 the MXU and its norms / softmax / activations on the VPU, writes new KV back, and -- with model
 parallelism -- all chips of a data group AllReduce the activations after attention and after the MLP
 (Megatron-style), on the interconnect. The step time is simulated; the closed-form budget
-(`simulator.budget`) stands beside it.
+(`simulator.workloads.budget`) stands beside it.
 
 Assumptions: weight matmul time uses padded FLOPs (m to the MXU's sublanes, k and n to its width);
 attention FLOPs are unpadded; element-wise work counts ~10 operations per element of each layer's
@@ -21,7 +21,12 @@ from typing import Any
 import simpy
 
 from simulator import analytic
-from simulator.budget import (
+from simulator.collectives import start_collective
+from simulator.engine.system import System
+from simulator.errors import PodsimError
+from simulator.hardware.specs import ChipSpec
+from simulator.units import positive_int
+from simulator.workloads.budget import (
     Parallelism,
     check_layout,
     experts_touched,
@@ -29,14 +34,9 @@ from simulator.budget import (
     request_contexts,
     with_dtypes,
 )
-from simulator.collectives import start_collective
-from simulator.errors import PodsimError
-from simulator.mesh import Mesh, MeshSpec, default_topology_for
-from simulator.pipeline import MAX_STEPS, Operand, Step, run_steps
-from simulator.specs import ChipSpec
-from simulator.system import System
-from simulator.transformer import TransformerConfig
-from simulator.units import positive_int
+from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for
+from simulator.workloads.pipeline import MAX_STEPS, Operand, Step, run_steps
+from simulator.workloads.transformer import TransformerConfig
 
 VECTOR_OPS_PER_ELEMENT = 10  #: norms, residual adds, softmax, activation: a rough element-wise budget
 
@@ -216,7 +216,7 @@ def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, cont
     """Simulate one decode step (``new_tokens=1``) or a prefill of ``new_tokens`` per request.
 
     ``calibrated`` runs matmuls, HBM and collectives at the chip's fitted efficiencies
-    (`simulator.calibration`; see `simulator.collectives.start_collective` for overlapping collectives).
+    (`simulator.hardware.calibration`; see `simulator.collectives.start_collective` for overlapping collectives).
     """
     par = par or Parallelism()
     cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
@@ -246,7 +246,7 @@ def simulate_train(cfg: TransformerConfig, spec: ChipSpec, batch: int, seq: int,
     (one more unit of FLOPs), spend two units of matmul FLOPs, write the gradients, and start the
     layer's gradient AllReduce over the data axis in the background.
     """
-    from simulator.budget import saved_activation_elements
+    from simulator.workloads.budget import saved_activation_elements
 
     par = par or Parallelism()
     check_layout(cfg, par, batch)

@@ -12,8 +12,8 @@ Ideal peaks stay the default everywhere; a `System` built with ``calibrated=True
   (the protocol overheads of small messages fading as they grow, as NCCL's measured bus bandwidth
   does).
 
-The constants live in ``simulator/data/calibration.json``, written by ``scripts/fit_calibration.py``
-from the measurement files in ``simulator/data/calibration`` with their sources and fit errors.
+The constants live in ``simulator/hardware/data/calibration.json``, written by ``scripts/fit_calibration.py``
+from the measurement files in ``simulator/hardware/data/calibration`` with their sources and fit errors.
 """
 from __future__ import annotations
 

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from simulator.errors import PodsimError
-from simulator.result import Result, jsonable
-from simulator.scenario import _short, coerce_value, load_scenario, parse_sets, scenario_params
+from simulator.frontend.scenario import _short, coerce_value, load_scenario, parse_sets, scenario_params
+from simulator.report.result import Result, jsonable
 
 #: Keys of ``Result.to_json`` that are not metrics: the scenario name and the echoed parameters.
 _NOT_METRICS = ("scenario", "params")

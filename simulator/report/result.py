@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.specs import ChipSpec
-from simulator.trace import Trace
+from simulator.engine.trace import Trace
+from simulator.hardware.specs import ChipSpec
 from simulator.units import format_quantity
 
 
