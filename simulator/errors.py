@@ -32,3 +32,12 @@ class DeadlockError(PodsimError):
 
 class RunawayError(PodsimError):
     """A simulation exceeded its event-count or wall-clock guard."""
+
+
+def one_line(err: BaseException, *, typed: bool = False) -> str:
+    """``err``'s message folded onto one line; with ``typed``, an error that is not podsim's own (a bug or
+    a library's) keeps its type name in front, so a sweep row says what kind of failure it was."""
+    text = " ".join(str(err).split())
+    if not typed or isinstance(err, PodsimError):
+        return text
+    return f"{type(err).__name__}: {text}".rstrip(": ")

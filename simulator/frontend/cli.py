@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from simulator import analytic
-from simulator.errors import PodsimError
+from simulator.errors import PodsimError, one_line
 from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, scenario_params
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
 from simulator.hardware.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
@@ -378,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         COMMANDS[args.command](args)
     except _input_errors() as err:
-        print(f"podsim: error: {_one_line(err)}", file=sys.stderr)
+        print(f"podsim: error: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # output piped into `head` and closed early: not an error of ours
         import os
@@ -386,10 +386,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as err:
-        print(f"podsim: error: {_one_line(err)}", file=sys.stderr)
+        print(f"podsim: error: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as err:  # a sweep's says how far it got and where its rows are
-        print(f"podsim: {_one_line(err) or 'interrupted'}", file=sys.stderr)
+        print(f"podsim: {one_line(err) or 'interrupted'}", file=sys.stderr)
         return 130
     return 0
 
@@ -398,10 +398,6 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from topologies import TopologyError
 
     return (PodsimError, TopologyError)
-
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from simulator.errors import PodsimError
+from simulator.errors import PodsimError, one_line
 from simulator.frontend.scenario import _short, coerce_value, load_scenario, parse_sets, scenario_params
 from simulator.report.result import Result, jsonable
 
@@ -251,7 +251,7 @@ def run_point(module: types.ModuleType, point: Row, run_kwargs: dict[str, Any] |
         result = module.run(**(run_kwargs or {}), **point)
         metrics, error = flatten(_as_dict(result), _reserved(module)), ""
     except (Exception, SystemExit) as err:  # a failing point is recorded in its row; the sweep goes on
-        metrics, error = {}, _one_line(err)
+        metrics, error = {}, one_line(err, typed=True)
     return {**point, **metrics, "error": error, "seconds": round(time.perf_counter() - start, 6)}
 
 
@@ -285,11 +285,6 @@ def flatten(data: dict[str, Any], reserved: Collection[str] = (), prefix: str = 
             plain = type(value) in _PLAIN and (type(value) is not float or math.isfinite(value))
             out[f"result.{name}" if name in reserved else name] = value if plain else jsonable(value)
     return out
-
-
-def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return text if isinstance(err, PodsimError) else f"{type(err).__name__}: {text}".rstrip(": ")
 
 
 def run_chunk(scenario: str, run_kwargs: dict[str, Any],
@@ -448,7 +443,7 @@ def _run_dask(plan: Plan, todo: list[int], client: Any, chunk_size: int | None) 
     except (PodsimError, KeyboardInterrupt):
         raise
     except Exception as err:  # a worker lost, a task that cannot be unpickled there...
-        raise SweepError(f"the Dask cluster failed: {_one_line(err)}; finished rows are kept") from None
+        raise SweepError(f"the Dask cluster failed: {one_line(err, typed=True)}; finished rows are kept") from None
     finally:
         client.cancel(list(pending))
 
