@@ -155,3 +155,20 @@ def test_batch_limits():
         decode_budget(SEED, V5E, batch=10**9, context=0)
     with pytest.raises(ModelError, match="batch=0 must be a whole number"):
         train_budget(get_model("gpt2"), V5E, 0, 128)
+
+
+def test_moe_critical_batch_reads_every_expert_a_large_batch_touches():
+    """The book: an MoE decode step turns compute-bound only once the batch pays for reading all E experts,
+    about (total / active parameters) times the dense critical batch (E/k for expert-dominated models)."""
+    cfg, chip = get_model("mixtral-8x7b"), get_chip("tpu-v5e")
+    crit = decode_budget(cfg, chip, batch=1, context=0)["critical_batch"]
+    # first principles at context 0: B * 2 N_active / peak = N_total * bytes / bandwidth
+    peak, bw = chip.peak_flops_per_s("bf16"), chip.hbm_bandwidth_bytes_per_s
+    book = cfg.params() * 2 / bw / (2 * cfg.params(active=True) / peak)
+    assert crit == pytest.approx(book, rel=0.02)
+    dense_like = peak / bw  # about what the k experts one token reads would give
+    assert crit > 3 * dense_like
+    at = decode_budget(cfg, chip, batch=round(crit), context=0)
+    assert at["t_compute_s"] == pytest.approx(at["t_memory_s"], rel=0.01)
+    below = decode_budget(cfg, chip, batch=round(0.8 * crit), context=0)
+    assert below["bound"] == "memory"

@@ -183,14 +183,38 @@ def _compute_dtype(cfg: TransformerConfig) -> str:
 
 def _critical_batch(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Parallelism,
                     kv_share: float) -> float:
-    """Batch (at the mean context) where per-chip compute time reaches per-chip memory time."""
+    """Batch (whole mesh, at the mean context) where per-chip compute time reaches per-chip memory time.
+
+    Per chip, compute grows linearly with the batch B; memory is the weights a data group's B / data tokens
+    read (``weight_bytes_read``) plus B requests' KV. For a dense model the weights read do not depend on B
+    and the crossing is linear. For mixture-of-experts the weights read grow with the experts the batch
+    touches, all E of them once B is large, so the crossing sits near (total / active parameters) times
+    the dense value, about E/k times it, as the book says; using the k experts one token reads instead
+    would come out E/k times too small. The memory side is concave in B, so compute - memory is convex
+    and negative at B = 0: one crossing, found by bisection.
+    """
     ctx = sum(contexts) / len(contexts)
     per_request_flops = decode_flops(cfg, [round(ctx)])["flops"] / par.chips
-    per_request_bytes = kv_bytes_per_position(cfg) * (ctx + 1) * kv_share * par.data  # a request's KV on its chips
-    weights = weight_bytes_read(cfg, 1) / par.model
+    per_request_kv = kv_bytes_per_position(cfg) * (ctx + 1) * kv_share  # on each chip, per request of the mesh
     peak, bw = chip.peak_flops_per_s(_compute_dtype(cfg)), chip.hbm_bandwidth_bytes_per_s
-    slope = per_request_flops / peak - per_request_bytes / par.data / bw
-    return weights / bw / slope if slope > 0 else math.inf
+    slope = per_request_flops / peak - per_request_kv / bw
+    if slope <= 0:
+        return math.inf
+
+    def weights_s(batch: float) -> float:
+        return weight_bytes_read(cfg, batch / par.data) / par.model / bw
+
+    if not cfg.n_experts:
+        return weights_s(par.data) / slope
+    lo, hi = 0.0, weights_s(par.data) / slope  # the crossing if one token's experts were all a step read
+    while hi * slope < weights_s(hi):
+        lo, hi = hi, 2 * hi
+        if hi > 1e18:  # no crossing at any batch a step could hold
+            return math.inf
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if mid * slope >= weights_s(mid) else (mid, hi)
+    return hi
 
 
 def smallest_model_axis(cfg: TransformerConfig, at_least: float) -> int:
