@@ -64,3 +64,27 @@ def test_padded_critical_batch_is_the_first_integer_whose_padded_time_wins():
 
     assert compute_bound(m) and not compute_bound(m - 1)
     assert m <= analytic.critical_batch(k, k, peak, bw)
+
+
+@pytest.mark.parametrize("k,n", [(2049, 2049), (8192, 129), (16384, 16384), (4096, 1000), (129, 129), (300, 8192)])
+def test_padded_critical_batch_against_brute_force(k, n):
+    """Every m from 1 up, timed from first principles in the test: the MXU works on m rounded up to 8 and
+    k, n rounded up to 128; HBM moves the unpadded operands and output once, 2 bytes an element."""
+    peak, bw = 1.97e14, 8.1e11  # tpu-v5e bf16 FLOP/s and HBM bytes/s
+
+    def up(x, q):
+        return -(-x // q) * q
+
+    def compute_bound(m):
+        return 2 * up(m, 8) * up(k, 128) * up(n, 128) / peak >= 2 * (m * k + k * n + m * n) / bw
+
+    first = next((m for m in range(1, 20_000) if compute_bound(m)), None)
+    assert analytic.padded_critical_batch(k, n, peak, bw) == first
+
+
+def test_padded_critical_batch_can_sit_far_below_the_unpadded_one():
+    peak, bw = 1.97e14, 8.1e11
+    assert analytic.padded_critical_batch(2049, 2049, peak, bw) == 265
+    assert analytic.critical_batch(2049, 2049, peak, bw) > 300
+    assert math.isinf(analytic.critical_batch(8192, 129, peak, bw))
+    assert analytic.padded_critical_batch(8192, 129, peak, bw) is not None
