@@ -57,17 +57,40 @@ def test_weight_reuse_headline_traffic():
     assert inp.extra["by_order"] == wgt.extra["by_order"]
 
 
+def _block_race_crossing(spec, k: int, n: int, block_n: int, elem: int = 2) -> int:
+    """First m whose padded per-block matmul outlasts the block's HBM traffic (load B, store C).
+
+    From the pipeline's first principles: per block the MXU spends 2 ceil8(m) k' n' / P while the
+    HBM moves e (k + m) n_b / B; A is read once up front, on the critical path whatever the bound.
+    """
+    s, kp = spec.sublanes, -(-k // spec.mxu_dim) * spec.mxu_dim
+    bp = -(-block_n // spec.mxu_dim) * spec.mxu_dim
+    peak, bw = spec.peak_flops_per_s(), spec.hbm_bandwidth_bytes_per_s
+    return next(m for m in range(1, 100_000)
+                if 2 * (-(-m // s) * s) * kp * bp / peak > elem * (k + m) * block_n / bw)
+
+
 @pytest.mark.parametrize("chip,largest_m", [("tpu-v5e", 1024), ("tpu-v5p", 1024), ("tpu-v6e", 1024),
                                              ("h100", 512)])  # h100's 33 MB of SMEM holds A up to m = 512
-def test_matmul_roofline_critical_batch_matches_closed_form(chip, largest_m):
+def test_matmul_roofline_critical_batch_from_end_to_end_time(chip, largest_m):
     r = matmul_roofline.run(chip=chip, m_values=(16, 64, 256, largest_m))
     spec = PRESETS[chip]
-    expected = analytic.padded_critical_batch(16384, 16384, spec.peak_flops_per_s(), spec.hbm_bandwidth_bytes_per_s,
-                                              2, spec.mxu_dim, spec.sublanes)
-    assert r.extra["critical_batch"] == expected
+    assert r.extra["critical_batch"] == _block_race_crossing(spec, 16384, 16384, 256)
+    closed = analytic.padded_critical_batch(16384, 16384, spec.peak_flops_per_s(), spec.hbm_bandwidth_bytes_per_s,
+                                            2, spec.mxu_dim, spec.sublanes)
+    assert r.extra["analytic_critical_batch"] == closed
+    # the closed form also counts A's bytes on the memory side, so it crosses no earlier
+    assert r.extra["critical_batch"] <= closed
     for point in r.extra["points"]:
         assert point["bound"] == point["analytic_bound"]
         assert point["time_s"] >= point["analytic_lower_bound_s"] * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("k,n,block_n", [(4096, 8192, 512), (8192, 4096, 128)])
+def test_matmul_roofline_end_to_end_crossing_on_other_shapes(k, n, block_n):
+    r = matmul_roofline.run(k=k, n=n, block_n=block_n, m_values=(8, 1024), chip="tpu-v6e")
+    assert r.extra["critical_batch"] == _block_race_crossing(PRESETS["tpu-v6e"], k, n, block_n)
+    assert [p["bound"] for p in r.extra["points"]] == ["memory", "compute"]
 
 
 def test_matmul_roofline_v5e_is_about_240():

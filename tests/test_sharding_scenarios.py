@@ -33,9 +33,16 @@ def test_contracting_split_crossover():
     r = contracting_split.run(d_values=(2048, 8192, 32768))
     analytic_d = 2 * PEAK / B
     assert r.extra["analytic_crossover_d"] == pytest.approx(analytic_d)  # about 8755
-    assert abs(r.extra["crossover_d"] - analytic_d) <= 2  # even D, found by bisection on simulated busy times
+    assert abs(r.extra["crossover_d"] - analytic_d) <= 2  # even D, bisection on end-to-end simulated times
     bounds = [p["bound"] for p in r.extra["points"]]
     assert bounds == ["communication", "communication", "compute"]
+
+
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_contracting_split_crossover_does_not_depend_on_chunking(chunks):
+    """Serial (one chunk) or overlapped, the MXU races the link chunk by chunk: D = 2 P / B either way."""
+    r = contracting_split.run(B=256, F=1024, chunks=chunks, d_values=(2,))
+    assert abs(r.extra["crossover_d"] - 2 * PEAK / B) <= 2
 
 
 def test_mlp_layers_reduce_scatter_beats_all_reduce_beats_gathering_h():
