@@ -16,6 +16,9 @@ import json
 import math
 from pathlib import Path
 
+from simulator.analytic import BUS_FACTORS
+from simulator.frontend.validate import geomean_error
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "simulator" / "hardware" / "data"
 HOP_LATENCY_S = 1e-6  # preset hop latency; a ring step over a switch crosses two hops
@@ -28,11 +31,6 @@ VIDUR_FIT_CONFIGS = [(2, 2), (2, 1)]  # one node of 2 GPUs (framework launch), t
 def read(name: str) -> list[dict[str, str]]:
     with (DATA / "calibration" / name).open() as f:
         return list(csv.DictReader(f))
-
-
-def geomean_error(pairs: list[tuple[float, float]]) -> float:
-    """exp(mean |ln(predicted / measured)|) - 1: the symmetric average ratio error."""
-    return math.exp(sum(abs(math.log(p / m)) for p, m in pairs) / len(pairs)) - 1
 
 
 def matmul_tflops(n: int, fraction: float, launch: float, tile: tuple[int, int] = (128, 256)) -> float:
@@ -85,7 +83,7 @@ def fit_nvlink() -> tuple[dict, float, dict]:
 
     def busbw(size: float, q: dict[str, float]) -> float:
         t = ring_allreduce_s(size, 8, A100_NVLINK, 2, eta(size, q["peak"], q["half"], q["exp"]), q["launch"])
-        return 2 * 7 / 8 * size / t
+        return BUS_FACTORS["all_reduce"](8) * size / t
 
     def loss(q: dict[str, float]) -> float:
         return geomean_error([(busbw(s, q), m) for s, m in fit])

@@ -1,16 +1,19 @@
-"""Calibrated mode: the fitted constants reproduce, the simulator obeys them, ideal stays the default."""
+"""Calibrated mode: the fitted constants reproduce, the simulator obeys them, ideal stays the default;
+validation meets its target where it claims to and reports every family that misses it."""
+import csv
 import importlib.util
 import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from simulator.collectives import run_collective
 from simulator.engine.system import System
 from simulator.errors import PodsimError
 from simulator.frontend.cli import main
-from simulator.frontend.validate import validate
+from simulator.frontend.validate import render, validate
 from simulator.hardware.calibration import DATA, LinkEfficiency, MatmulEfficiency, calibrated_chips, get_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,18 +93,39 @@ def test_nccl_style_channels_spread_a_two_node_ring_over_every_nic():
         run_collective("all_reduce", System(topology="torus:4x4"), 64e6, channels=2)
 
 
-def _summary(result, family, which):
-    return result["families"][family][which]
+TARGET = 0.10  # issue 9: <= 10% geometric-mean error on collectives from 1 MiB up and on large matmuls
+MEETS = ("matmul, H100 bf16 square", "AllReduce, 8 x A100 NVLink (nccl-tests)")
+MISSES = ("AllReduce, A100 one node (PyTorch)", "AllReduce, A100 two nodes (PyTorch)")
 
 
-def test_validation_targets_on_held_out_data():
-    """The issue's targets: <= 10% geometric-mean error on collectives from 1 MiB up and on large matmuls,
-    measured on data the fit never saw."""
+def test_validation_targets_on_held_out_data_and_every_miss_reported():
+    """The target, <= 10% geometric-mean error, holds on every fit set and on the held-out (never fitted) sets
+    of the matmul and nccl-tests families. The two PyTorch families miss it on their held-out sets; for them
+    the test asserts they are reported, not dropped: every measurement is a case, their summaries say they
+    miss the target (the errors recomputed here with numpy), `podsim validate` prints the miss and a note
+    says why."""
     result = validate()
-    assert len(result["cases"]) == 5 + 8 + 49
-    assert _summary(result, "AllReduce, 8 x A100 NVLink (nccl-tests)", "held_out")["geomean_error"] <= 0.10
-    assert _summary(result, "matmul, H100 bf16 square", "held_out")["geomean_error"] <= 0.10
-    assert _summary(result, "AllReduce, A100 one node (PyTorch)", "held_out")["geomean_error"] <= 0.15
+    rows = {name: len(list(csv.DictReader((DATA / "calibration" / name).open())))
+            for name in ("h100_matmul_square.csv", "a100_allreduce_busbw.csv", "a100_dgx_all_reduce_pow2.csv")}
+    assert len(result["cases"]) == sum(rows.values())  # no measurement dropped
+    families = result["families"]
+    assert sorted(families) == sorted(MEETS + MISSES)
+    for family, sets in families.items():
+        for which, summary in sets.items():
+            cases = [c for c in result["cases"] if c["family"] == family and (c["set"] == "fit") == (which == "fit")]
+            ratios = np.array([c["predicted"] / c["measured"] for c in cases])
+            error = np.exp(np.mean(np.abs(np.log(ratios)))) - 1
+            assert summary["cases"] == len(cases) > 0
+            assert summary["geomean_error"] == pytest.approx(error, rel=1e-12)
+            assert summary["meets_target"] == (error <= TARGET)
+        assert sets["fit"]["geomean_error"] <= TARGET, family
+    for family in MEETS:
+        assert families[family]["held_out"]["geomean_error"] <= TARGET, family
+    text = render(result)
+    for family in MISSES:
+        assert families[family]["held_out"]["geomean_error"] > TARGET and "target" in result["notes"][family]
+        assert any(line.startswith(family) and "held_out" in line and "MISSES the 10% target" in line
+                   for line in text.splitlines())
 
 
 def test_readme_validation_table_matches_podsim_validate():

@@ -2,18 +2,25 @@
 
 Each case is simulated (not computed from the fitting formulas): a matmul on a calibrated chip, or a
 collective on a calibrated system of the measured shape. Cases the fit used and cases kept apart are
-reported separately, per family, as geometric-mean and worst errors.
+reported separately, per family, as geometric-mean and worst errors, each set marked against the
+target (``TARGET_ERROR``: at most 10% geometric-mean error on collectives from 1 MiB up and on large
+matmuls). Every family is reported whether or not it meets the target; ``NOTES`` says why the ones
+that miss it do.
 """
 from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from simulator import analytic
 from simulator.collectives import run_collective
 from simulator.engine.system import System
 from simulator.hardware.calibration import DATA, fit_report, get_calibration
+
+TARGET_ERROR = 0.10  #: geometric-mean error the calibrated mode aims at (collectives >= 1 MiB, large matmuls)
 
 
 @dataclass
@@ -66,7 +73,8 @@ def nccl_cases() -> list[Case]:
     cases = []
     for r in _rows("a100_allreduce_busbw.csv"):
         size = int(r["size_bytes"])
-        busbw = 2 * 7 / 8 * size / _allreduce_s(size, 8, 8) / 1e9
+        _, busbw = analytic.bus_bandwidth("all_reduce", size, _allreduce_s(size, 8, 8), 8)
+        busbw /= 1e9
         cases.append(Case("AllReduce, 8 x A100 NVLink (nccl-tests)", _size(size), float(r["busbw_gb_per_s"]), busbw,
                           "GB/s busbw", size in held))
     return cases
@@ -91,36 +99,44 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 2**20:.4g} MiB" if nbytes < 2**30 else f"{nbytes / 2**30:.4g} GiB"
 
 
-def geomean_error(cases: list[Case]) -> float | None:
-    """exp(mean |ln(predicted / measured)|) - 1 over ``cases`` (None when empty)."""
-    if not cases:
-        return None
-    return math.exp(sum(abs(math.log(c.predicted / c.measured)) for c in cases) / len(cases)) - 1
+def geomean_error(pairs: Iterable[tuple[float, float]]) -> float | None:
+    """exp(mean |ln(predicted / measured)|) - 1 over ``(predicted, measured)`` pairs (None when empty).
+
+    The symmetric average ratio error: 2x too fast and 2x too slow both read 100%.
+    """
+    logs = [abs(math.log(predicted / measured)) for predicted, measured in pairs]
+    return math.exp(sum(logs) / len(logs)) - 1 if logs else None
 
 
 def summarize(cases: list[Case]) -> dict[str, Any]:
-    """Per family and per set (fit, held out): case count, geometric-mean error, worst error."""
+    """Per family and per set (fit, held out): cases, geometric-mean and worst error, whether it meets the target."""
     out: dict[str, Any] = {}
     for family in dict.fromkeys(c.family for c in cases):
         mine = [c for c in cases if c.family == family]
         out[family] = {}
         fit, held = [c for c in mine if not c.held_out], [c for c in mine if c.held_out]
         for label, subset in (("fit", fit), ("held_out", held)):
-            out[family][label] = {"cases": len(subset), "geomean_error": geomean_error(subset),
-                                  "worst_error": max((c.ratio_error for c in subset), default=None)}
+            error = geomean_error((c.predicted, c.measured) for c in subset)
+            out[family][label] = {"cases": len(subset), "geomean_error": error,
+                                  "worst_error": max((c.ratio_error for c in subset), default=None),
+                                  "meets_target": None if error is None else error <= TARGET_ERROR}
     return out
 
 
 NOTES = {
     "HBM": "no HBM measurements in the calibration set: the model uses 91% of the spec bandwidth, the middle of the "
            "published 87-95% for streaming HBM on H100",
-    "AllReduce, A100 two nodes (PyTorch)": "the InfiniBand efficiency was fitted on 2 GPUs on 2 nodes (one NIC each); "
-           "with more GPUs per node podsim runs one ring per GPU (NCCL's ring per NIC), so the node's NICs add up: "
-           "8 GPUs (4/node) then land within 4-36%, but the measured 16-GPU (8/node) runs are slower than 4/node -- "
-           "that cluster's network does not scale past about four NICs, which the model cannot know -- and the 4-GPU "
-           "timings jump non-monotonically between sizes",
+    "AllReduce, A100 two nodes (PyTorch)": "misses the 10% target by far. The InfiniBand efficiency was fitted on 2 "
+           "GPUs on 2 nodes (one NIC each); with more GPUs per node podsim runs one ring per GPU (NCCL's ring per "
+           "NIC), so the node's NICs add up: 8 GPUs (4/node) then land within 5-29% from 8 MiB up, but 47-127% at "
+           "1-4 MiB, where the measured calls carry a fixed cost the one-NIC fit never saw; the measured 16-GPU "
+           "(8/node) runs are slower than 4/node (162-508% off) -- that cluster's network does not scale past about "
+           "four NICs, which the model cannot know -- and the 4-GPU timings jump non-monotonically between sizes "
+           "(64 MiB measured faster than 32 MiB)",
     "AllReduce, A100 one node (PyTorch)": "the NVLink model was fitted to nccl-tests and PyTorch's per-call "
-           "overhead to the 2-GPU runs; the 4- and 8-GPU runs are held out",
+           "overhead to the 2-GPU runs; the 4- and 8-GPU runs are held out and miss the 10% target mostly at "
+           "1-4 MiB, where PyTorch's per-call overhead varies more than the one fitted constant (4 GPUs: 2 MiB "
+           "measured faster than 1 MiB)",
 }
 
 
@@ -129,7 +145,7 @@ def validate() -> dict[str, Any]:
     cases = matmul_cases() + nccl_cases() + pytorch_cases()
     return {"cases": [{"family": c.family, "case": c.name, "measured": c.measured, "predicted": c.predicted,
                        "unit": c.unit, "error": c.error, "set": "held out" if c.held_out else "fit"} for c in cases],
-            "families": summarize(cases), "notes": NOTES}
+            "families": summarize(cases), "target_error": TARGET_ERROR, "notes": NOTES}
 
 
 def render(result: dict[str, Any]) -> str:
@@ -142,7 +158,9 @@ def render(result: dict[str, Any]) -> str:
     for family, sets in result["families"].items():
         for label, s in sets.items():
             if s["cases"]:
+                verdict = "meets" if s["meets_target"] else "MISSES"
                 lines.append(f"{family:<40} {label:<8} {s['cases']:>3} cases: geometric-mean error "
-                             f"{s['geomean_error'] * 100:.1f}%, worst {s['worst_error'] * 100:.1f}%")
+                             f"{s['geomean_error'] * 100:.1f}%, worst {s['worst_error'] * 100:.1f}% "
+                             f"({verdict} the {result['target_error']:.0%} target)")
     lines += [""] + [f"note ({k}): {v}" for k, v in result["notes"].items()]
     return "\n".join(lines)
