@@ -131,11 +131,12 @@ def fit_ib(nvlink: dict, launch: float, framework: float) -> tuple[dict, dict]:
 
 
 FACTS = {
-    "hbm": "streaming HBM reaches about 87-95% of the spec bandwidth on H100 (calibration README); 0.91 is the middle",
+    "hbm": "streaming HBM reaches about 87-95% of the spec bandwidth on H100 (hardware data README); "
+           "0.91 is the middle",
     "nvlink_h100": "NCCL ring AllGather / ReduceScatter reach about 370 of 450 GB/s on H100 NVLink "
-                   "(calibration README)",
+                   "(hardware data README)",
     "tpu": "large matmuls reach about 95% of peak on TPUs; v5e ICI AllGather reaches about 95% of link bandwidth once "
-           "shards are several hundred kB (calibration README); published facts, not fitted",
+           "shards are several hundred kB (hardware data README); published facts, not fitted",
 }
 
 

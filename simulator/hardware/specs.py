@@ -160,6 +160,7 @@ def _gpu(name: str, bf16: float, fp8: float, hbm_gib: float, hbm_bw: float, link
     )
 
 
+# Every number below, with its source and which ones are estimates: simulator/hardware/data/README.md
 PRESETS: dict[str, ChipSpec] = {
     c.name: c
     for c in (
