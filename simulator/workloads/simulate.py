@@ -42,8 +42,9 @@ VECTOR_OPS_PER_ELEMENT = 10  #: norms, residual adds, softmax, activation: a rou
 
 
 @dataclass
-class Unit:
-    """One piece of a layer on one chip: bytes to stream in, FLOPs, bytes to write back."""
+class LayerOp:
+    """One op of a layer on one chip (attention, MLP, the LM head, or its backward): bytes to stream in
+    from HBM, MXU and VPU FLOPs, bytes to write back, and the AllReduces that follow it."""
 
     name: str
     weight_bytes: float
@@ -51,8 +52,8 @@ class Unit:
     flops: float
     vector_flops: float
     kv_write_bytes: float = 0.0
-    sync_bytes: float = 0.0  #: activations AllReduced over the model axis after this unit (0 = none)
-    grad_bytes: float = 0.0  #: gradients AllReduced over the data axis after this unit, in the background
+    sync_bytes: float = 0.0  #: activations AllReduced over the model axis after this op (0 = none)
+    grad_bytes: float = 0.0  #: gradients AllReduced over the data axis after this op, in the background
     act_store_bytes: float = 0.0  #: activations saved to HBM for the backward pass
     act_load_bytes: float = 0.0  #: saved activations read back
     useful_flops: float | None = None  #: ``flops`` without MXU padding (None: the same)
@@ -63,9 +64,9 @@ def _matmul_flops(spec: ChipSpec, m: int, k: float, n: float) -> float:
     return analytic.padded_matmul_flops(max(1, m), max(1, round(k)), max(1, round(n)), spec.mxu_dim, spec.sublanes)
 
 
-def layer_units(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, contexts: Sequence[int],
-                new_tokens: int) -> list[Unit]:
-    """Attention and MLP units of one layer on one chip of a data group holding ``contexts``."""
+def layer_ops(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, contexts: Sequence[int],
+              new_tokens: int) -> list[LayerOp]:
+    """Attention and MLP ops of one layer on one chip of a data group holding ``contexts``."""
     m = par.model
     tokens = len(contexts) * new_tokens
     e_w, e_kv, e_a = cfg.weight_elem_bytes, cfg.kv_elem_bytes, cfg.act_elem_bytes
@@ -75,52 +76,52 @@ def layer_units(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, contex
     sources = sum(new_tokens * c + new_tokens * (new_tokens + 1) / 2 for c in contexts)  # causal over new tokens
     scores = 4 * (cfg.n_heads / m) * cfg.head_dim * sources
     attn_flops = _matmul_flops(spec, tokens, d, q + 2 * kvw) + _matmul_flops(spec, tokens, q, d) + scores
-    attn = Unit("attention", cfg.attention_params() * e_w / m + 2 * cfg.norm_params() * e_w,
-                kv_pos * sum(contexts), attn_flops, VECTOR_OPS_PER_ELEMENT * tokens * (d + q),
-                kv_pos * tokens, tokens * d * e_a if m > 1 else 0.0,
-                useful_flops=2 * tokens * (d * (q + 2 * kvw) + q * d) + scores)
+    attn = LayerOp("attention", cfg.attention_params() * e_w / m + 2 * cfg.norm_params() * e_w,
+                   kv_pos * sum(contexts), attn_flops, VECTOR_OPS_PER_ELEMENT * tokens * (d + q),
+                   kv_pos * tokens, tokens * d * e_a if m > 1 else 0.0,
+                   useful_flops=2 * tokens * (d * (q + 2 * kvw) + q * d) + scores)
     experts = experts_touched(cfg, tokens) if cfg.n_experts else 1.0
     used = (cfg.experts_per_token + cfg.n_shared_experts) if cfg.n_experts else 1
     mats = 3 if cfg.gated_mlp else 2
     routing = 2 * tokens * d * cfg.n_experts / m
     mlp_flops = used * mats * _matmul_flops(spec, tokens, d, cfg.d_ff / m) + routing
     router = cfg.d_model * cfg.n_experts * e_w
-    mlp = Unit("mlp", experts * cfg.expert_params() * e_w / m + router, 0.0, mlp_flops,
-               VECTOR_OPS_PER_ELEMENT * tokens * used * cfg.d_ff / m, 0.0, tokens * d * e_a if m > 1 else 0.0,
-               useful_flops=2 * tokens * used * mats * d * cfg.d_ff / m + routing)
+    mlp = LayerOp("mlp", experts * cfg.expert_params() * e_w / m + router, 0.0, mlp_flops,
+                  VECTOR_OPS_PER_ELEMENT * tokens * used * cfg.d_ff / m, 0.0, tokens * d * e_a if m > 1 else 0.0,
+                  useful_flops=2 * tokens * used * mats * d * cfg.d_ff / m + routing)
     return [attn, mlp]
 
 
-def head_unit(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, tokens: int) -> Unit:
+def head_op(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, tokens: int) -> LayerOp:
     """Final norm and output projection (vocabulary split over model chips)."""
     e = cfg.weight_elem_bytes
     weights = cfg.vocab_size * cfg.d_model * e / par.model + cfg.norm_params() * e
-    return Unit("lm head", weights, 0.0, _matmul_flops(spec, tokens, cfg.d_model, cfg.vocab_size / par.model),
-                VECTOR_OPS_PER_ELEMENT * tokens * cfg.vocab_size / par.model,
-                useful_flops=2 * tokens * cfg.d_model * cfg.vocab_size / par.model)
+    return LayerOp("lm head", weights, 0.0, _matmul_flops(spec, tokens, cfg.d_model, cfg.vocab_size / par.model),
+                   VECTOR_OPS_PER_ELEMENT * tokens * cfg.vocab_size / par.model,
+                   useful_flops=2 * tokens * cfg.d_model * cfg.vocab_size / par.model)
 
 
-def _block_count(unit: Unit, vmem: float) -> int:
-    """How many steps a unit takes when its streamed bytes (in and out) fit a third of VMEM each."""
-    stream = unit.weight_bytes + unit.kv_read_bytes + unit.act_load_bytes
-    out = unit.kv_write_bytes + unit.act_store_bytes
+def _block_count(op: LayerOp, vmem: float) -> int:
+    """How many steps an op takes when its streamed bytes (in and out) fit a third of VMEM each."""
+    stream = op.weight_bytes + op.kv_read_bytes + op.act_load_bytes
+    out = op.kv_write_bytes + op.act_store_bytes
     return max(1, math.ceil(stream / (vmem / 3)), math.ceil(out / (vmem / 3)))
 
 
-def _blocks(unit: Unit, layer: int, vmem: float) -> list[Step]:
-    """Split a unit into steps whose streamed bytes fit a third of VMEM."""
-    n = _block_count(unit, vmem)
-    label = f"L{layer} {unit.name}"
+def _blocks(op: LayerOp, layer: int, vmem: float) -> list[Step]:
+    """Split an op into steps whose streamed bytes fit a third of VMEM."""
+    n = _block_count(op, vmem)
+    label = f"L{layer} {op.name}"
     steps = []
     for i in range(n):
         ops = tuple(Operand(f"{label} {kind} {i}", kind, size / n)
-                    for kind, size in (("weights", unit.weight_bytes), ("kv", unit.kv_read_bytes),
-                                       ("activations", unit.act_load_bytes)) if size)
+                    for kind, size in (("weights", op.weight_bytes), ("kv", op.kv_read_bytes),
+                                       ("activations", op.act_load_bytes)) if size)
         outs = tuple(Operand(f"{label} {kind} out {i}", kind, size / n)
-                     for kind, size in (("kv", unit.kv_write_bytes), ("activations", unit.act_store_bytes)) if size)
-        useful = None if unit.useful_flops is None else unit.useful_flops / n
-        steps.append(Step(f"{label} {i}", ops, flops=unit.flops / n, outputs=outs,
-                          vector_flops=unit.vector_flops / n, useful_flops=useful))
+                     for kind, size in (("kv", op.kv_write_bytes), ("activations", op.act_store_bytes)) if size)
+        useful = None if op.useful_flops is None else op.useful_flops / n
+        steps.append(Step(f"{label} {i}", ops, flops=op.flops / n, outputs=outs,
+                          vector_flops=op.vector_flops / n, useful_flops=useful))
     return steps
 
 
@@ -139,32 +140,32 @@ class StepSimulation:
             self.mesh = Mesh(mesh_spec, self.system.graph)
         self.env = self.system.env
 
-    def run(self, units_per_group: list[list[Unit]], layer_of: list[int]) -> None:
-        """Run every chip's units in order; units with ``sync_bytes`` end with a model-axis AllReduce
-        that the next unit waits for, units with ``grad_bytes`` start a data-axis AllReduce that runs
+    def run(self, ops_per_group: list[list[LayerOp]], layer_of: list[int]) -> None:
+        """Run every chip's ops in order; ops with ``sync_bytes`` end with a model-axis AllReduce
+        that the next op waits for, ops with ``grad_bytes`` start a data-axis AllReduce that runs
         in the background (the step ends when it is done)."""
-        units = units_per_group[0]
-        blocks = sum(_block_count(u, self.spec.vmem_capacity_bytes) for group in units_per_group for u in group)
+        ops = ops_per_group[0]
+        blocks = sum(_block_count(u, self.spec.vmem_capacity_bytes) for group in ops_per_group for u in group)
         if blocks * (self.par.model if self.par.chips > 1 else 1) > MAX_STEPS:
             raise PodsimError(f"this step streams {blocks:,} VMEM-sized blocks per model group, more than the "
                               f"{MAX_STEPS:,} podsim simulates; use a shorter context, a smaller batch, more chips, "
                               "or --no-simulate for the closed forms alone")
-        syncs = [i for i, u in enumerate(units) if u.sync_bytes or u.grad_bytes]
+        syncs = [i for i, u in enumerate(ops) if u.sync_bytes or u.grad_bytes]
         done = {i: {c.index: self.env.event() for c in self.system.chips} for i in syncs}
-        gate = {i: self.env.event() for i in syncs if units[i].sync_bytes}
+        gate = {i: self.env.event() for i in syncs if ops[i].sync_bytes}
         for chip in self.system.chips:
             group = self.mesh.coords(chip.index)[0] if self.mesh else 0
-            steps = self._chip_steps(units_per_group[group], layer_of, chip.index, done, gate)
+            steps = self._chip_steps(ops_per_group[group], layer_of, chip.index, done, gate)
             run_steps(self.system, steps, buffers=2, chip=chip, name=f"chip {chip.index} step")
         if syncs:
-            self.system.process(self._coordinator(syncs, units_per_group[0], done, gate), "model-axis AllReduces")
+            self.system.process(self._coordinator(syncs, ops_per_group[0], done, gate), "model-axis AllReduces")
         self.system.run()
 
-    def _chip_steps(self, units: list[Unit], layer_of: list[int], chip: Any, done: dict, gate: dict) -> list[Step]:
+    def _chip_steps(self, ops: list[LayerOp], layer_of: list[int], chip: Any, done: dict, gate: dict) -> list[Step]:
         steps: list[Step] = []
         wait_for: int | None = None
-        for i, unit in enumerate(units):
-            blocks = _blocks(unit, layer_of[i], self.spec.vmem_capacity_bytes)
+        for i, op in enumerate(ops):
+            blocks = _blocks(op, layer_of[i], self.spec.vmem_capacity_bytes)
             if wait_for is not None:
                 blocks[0] = _replace(blocks[0], before=lambda k=wait_for: gate[k])
             if i in done:
@@ -173,15 +174,15 @@ class StepSimulation:
             steps.extend(blocks)
         return steps
 
-    def _coordinator(self, syncs: list[int], units: list[Unit], done: dict, gate: dict) -> Any:
+    def _coordinator(self, syncs: list[int], ops: list[LayerOp], done: dict, gate: dict) -> Any:
         background = []
         for i in syncs:
             yield simpy.AllOf(self.env, list(done[i].values()))
-            if units[i].grad_bytes and self.par.data > 1:
-                background.append(start_collective("all_reduce", self.system, units[i].grad_bytes, axes=["data"],
+            if ops[i].grad_bytes and self.par.data > 1:
+                background.append(start_collective("all_reduce", self.system, ops[i].grad_bytes, axes=["data"],
                                                    mesh=self.mesh))
-            if units[i].sync_bytes:
-                yield start_collective("all_reduce", self.system, units[i].sync_bytes, axes=["model"],
+            if ops[i].sync_bytes:
+                yield start_collective("all_reduce", self.system, ops[i].sync_bytes, axes=["model"],
                                        mesh=self.mesh)
                 gate[i].succeed()
         if background:
@@ -226,13 +227,13 @@ def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, cont
     sim = StepSimulation(cfg, spec, par, trace, calibrated)
     groups = []
     for ctx in _split_contexts(contexts, par.data):
-        units, layers = [], []
+        ops, layers = [], []
         for layer in range(cfg.n_layers):
-            for u in layer_units(cfg, spec, par, ctx, new_tokens):
-                units.append(u)
+            for u in layer_ops(cfg, spec, par, ctx, new_tokens):
+                ops.append(u)
                 layers.append(layer)
-        units.append(head_unit(cfg, spec, par, len(ctx) * new_tokens))
-        groups.append(units)
+        ops.append(head_op(cfg, spec, par, len(ctx) * new_tokens))
+        groups.append(ops)
     sim.run(groups, layers + [cfg.n_layers])
     return sim
 
@@ -241,9 +242,9 @@ def simulate_train(cfg: TransformerConfig, spec: ChipSpec, batch: int, seq: int,
                    recompute: bool = False, trace: bool = True, calibrated: bool = False) -> StepSimulation:
     """Simulate one training step: forward, then backward layer by layer in reverse.
 
-    Forward units save their activations to HBM (only the layer input with ``recompute``); backward
-    units re-read the layer's weights and saved activations, recompute the forward first when asked
-    (one more unit of FLOPs), spend two units of matmul FLOPs, write the gradients, and start the
+    Forward ops save their activations to HBM (only the layer input with ``recompute``); backward
+    ops re-read the layer's weights and saved activations, recompute the forward first when asked
+    (one more forward's FLOPs), spend twice the forward's matmul FLOPs, write the gradients, and start the
     layer's gradient AllReduce over the data axis in the background.
     """
     from simulator.workloads.budget import saved_activation_elements
@@ -254,31 +255,31 @@ def simulate_train(cfg: TransformerConfig, spec: ChipSpec, batch: int, seq: int,
     sim = StepSimulation(cfg, spec, par, trace, calibrated)
     tokens = batch // par.data * seq
     saved = saved_activation_elements(cfg, recompute) * cfg.act_elem_bytes * tokens / par.model
-    forward = [layer_units(cfg, spec, par, [0] * (batch // par.data), seq) for _ in range(cfg.n_layers)]
-    head = head_unit(cfg, spec, par, tokens)
-    units, layers = [], []
+    forward = [layer_ops(cfg, spec, par, [0] * (batch // par.data), seq) for _ in range(cfg.n_layers)]
+    head = head_op(cfg, spec, par, tokens)
+    ops, layers = [], []
     for layer, pair in enumerate(forward):
         for u in pair:
-            units.append(_train_forward(u, saved / 2))
+            ops.append(_train_forward(u, saved / 2))
             layers.append(layer)
-    units += [_train_forward(head, 0.0), _train_backward(head, 0.0, recompute)]
+    ops += [_train_forward(head, 0.0), _train_backward(head, 0.0, recompute)]
     layers += [cfg.n_layers, cfg.n_layers]
     for layer in reversed(range(cfg.n_layers)):
         for u in reversed(forward[layer]):
-            units.append(_train_backward(u, saved / 2, recompute))
+            ops.append(_train_backward(u, saved / 2, recompute))
             layers.append(layer)
-    sim.run([units] * par.data, layers)
+    sim.run([ops] * par.data, layers)
     return sim
 
 
-def _train_forward(u: Unit, saved_bytes: float) -> Unit:
-    return Unit(u.name, u.weight_bytes, 0.0, u.flops, u.vector_flops, 0.0, u.sync_bytes,
-                act_store_bytes=saved_bytes, useful_flops=u.useful_flops)
+def _train_forward(u: LayerOp, saved_bytes: float) -> LayerOp:
+    return LayerOp(u.name, u.weight_bytes, 0.0, u.flops, u.vector_flops, 0.0, u.sync_bytes,
+                   act_store_bytes=saved_bytes, useful_flops=u.useful_flops)
 
 
-def _train_backward(u: Unit, saved_bytes: float, recompute: bool) -> Unit:
-    units = 3 if recompute else 2
-    useful = None if u.useful_flops is None else units * u.useful_flops
-    return Unit(f"{u.name} backward", u.weight_bytes, 0.0, units * u.flops, units * u.vector_flops,
-                u.weight_bytes, u.sync_bytes, grad_bytes=u.weight_bytes, act_load_bytes=saved_bytes,
-                useful_flops=useful)
+def _train_backward(u: LayerOp, saved_bytes: float, recompute: bool) -> LayerOp:
+    passes = 3 if recompute else 2  # backward matmuls (two), plus the recomputed forward
+    useful = None if u.useful_flops is None else passes * u.useful_flops
+    return LayerOp(f"{u.name} backward", u.weight_bytes, 0.0, passes * u.flops, passes * u.vector_flops,
+                   u.weight_bytes, u.sync_bytes, grad_bytes=u.weight_bytes, act_load_bytes=saved_bytes,
+                   useful_flops=useful)
