@@ -18,13 +18,11 @@ from topologies.errors import TopologyError
 from topologies.hosts import with_hosts
 from topologies.multilevel import multislice, nodes
 from topologies.query import axis_ring, chips, coord_to_node, num_links
-from topologies.slices import slice, slice_wrap, tpu_slice
+from topologies.slices import slice_wrap, tpu_slice
 from topologies.spec import VALID_FORMS, parse_spec
 from topologies.switch import switch
 from topologies.torus import line, mesh, ring, torus
 from topologies.validate import LINK_KINDS, MAX_CHIPS
-
-slice_ = tpu_slice
 
 __all__ = [
     "LINK_KINDS",
@@ -41,8 +39,6 @@ __all__ = [
     "num_links",
     "parse_spec",
     "ring",
-    "slice",
-    "slice_",
     "slice_wrap",
     "switch",
     "torus",

@@ -11,8 +11,7 @@ Rules, named by the chip's ``wraparound`` attribute:
 
 The ``chip`` argument is duck-typed: any object with ``name``, ``wraparound``, ``torus_dims``,
 ``ici_bandwidth_bytes_per_s`` and ``hop_latency_s``, or a bare rule string (then the default link
-numbers apply). This module defines a function named ``slice``, shadowing the builtin inside it; the
-same function is exported as `tpu_slice`.
+numbers apply). The builder is `tpu_slice` (the topology spec's word is ``slice``, as in ``slice:8x16``).
 """
 
 from __future__ import annotations
@@ -76,9 +75,6 @@ def tpu_slice(
     G = nx.DiGraph(kind="torus", shape=plan.shape, wrap=plan.wrap, slice_rule=plan.rule, chip=plan.chip_name)
     add_grid(G, plan.shape, plan.wrap, plan.link)
     return G
-
-
-slice = tpu_slice  # the spec word is "slice"; this shadows the builtin inside this module only
 
 
 @dataclass(frozen=True)
