@@ -15,6 +15,7 @@ from simulator.engine.system import System, resolve_chip
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.report.result import Result
+from simulator.units import format_quantity
 from simulator.workloads.mesh import Mesh, default_topology_for, parse_mesh
 from simulator.workloads.sharding import parse_matmul, run_strategy, sharded_matmul, strategies
 
@@ -49,7 +50,7 @@ def run(*, spec: str = "A[I,J_X]@B[J_X,K]->C[I,K]", I: int = 1024, J: int = 2048
         scenario="sharded_matmul",
         params=dict(spec=spec, I=I, J=J, K=K, mesh=mesh, topology=topology, dtype=dtype, chip=chip_spec.name),
         metrics=system.metrics(), extra=extra, trace=system.trace,
-        headline=_headline(main, best),
+        headline=_headline(main, best), details=_details(main, extra.get("cases")),
     )
 
 
@@ -64,6 +65,36 @@ def _summary(r: dict[str, Any]) -> dict[str, Any]:
     return {"spec": r["spec"], "chosen": r["chosen"], "verified": r["verified"],
             "strategies": [{k: s[k] for k in ("name", "time_s", "analytic_s", "compute_s", "communication_s",
                                               "max_link_bytes", "output")} for s in r["strategies"]]}
+
+
+def strategy_table(strategies: list[dict[str, Any]], chosen: str) -> list[str]:
+    """One line per candidate strategy (``*`` marks the chosen one): closed form, simulated, compute and
+    communication time, then the strategy, whose name lists its collectives in order."""
+    def time(seconds: float) -> str:
+        return format_quantity(seconds, "s")
+
+    header = f"  {'closed form':>11} {'simulated':>10} {'compute':>10} {'communication':>14}"
+    lines = [header + "  strategy (collectives in order)"]
+    for s in sorted(strategies, key=lambda s: s["analytic_s"]):
+        mark = "*" if s["name"] == chosen else " "
+        lines.append(f"{mark} {time(s['analytic_s']):>11} {time(s['time_s']):>10} {time(s['compute_s']):>10} "
+                     f"{time(s['communication_s']):>14}  {s['name']}")
+    return lines
+
+
+def _details(main: dict[str, Any], cases: dict[str, Any] | None) -> list[str]:
+    verified = {True: "matches numpy", False: "DOES NOT match numpy", None: "not run on arrays"}[main["verified"]]
+    small = main.get("verified_sizes")
+    if main["verified"] is not None and small and small != main["sizes"]:
+        verified += " at " + ", ".join(f"{k}={v}" for k, v in small.items())
+    lines = [f"strategies of {main['spec']} (* chosen; result {verified}):"]
+    lines += [f"  {line}" for line in strategy_table(main["strategies"], main["chosen"])]
+    if cases:
+        lines.append("the book's four cases at the same sizes (chosen strategy, simulated time):")
+        for name, case in cases.items():
+            best = next(s for s in case["strategies"] if s["name"] == case["chosen"])
+            lines.append(f"  {name}: {case['spec']}: {case['chosen']}, {format_quantity(best['time_s'], 's')}")
+    return lines
 
 
 def _headline(main: dict[str, Any], best: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from simulator.frontend.cli import main
+from simulator.units import format_quantity
 
 PRESET_NAMES = ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x", "h100", "h200", "b200")
 V5E_BF16 = 1.97e14
@@ -320,3 +321,35 @@ def test_console_script_bad_input(tmp_path, case):
                           timeout=60, check=False)
     assert proc.stdout == ""
     _check_one_line_error(proc.returncode, proc.stderr, fragments)
+
+
+# --- text summaries: links grouped by kind, the sharded matmul's strategy table ---------------------------
+SHARDED = ("run", "sharded_matmul", "--mesh", "X=4,Y=2", "--set", "cases=false", "--set", "verify=false")
+
+
+def test_run_groups_links_unless_links_all(capsys):
+    _, grouped, _ = run_cli(capsys, *SHARDED)
+    _, every, _ = run_cli(capsys, *SHARDED, "--links", "all")
+    # X=4 on a v5e 4x2 slice: a line of 4 (no wraparound) in each of the 2 columns = 6 links, 12 directions
+    assert "busy link" not in grouped and "12 busy directions" in grouped
+    rows = [line.split() for line in grouped.splitlines() if line.startswith("    ICI axis 0")]
+    assert [(r[3], int(r[4])) for r in rows] == [("+", 6), ("-", 6)]
+    assert len([line for line in every.splitlines() if line.startswith("  busy link")]) == 12
+    code, _, err = run_cli(capsys, *SHARDED, "--links", "some")
+    assert code == 2 and "invalid choice: 'some'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sharded_matmul_prints_its_strategy_table(capsys):
+    _, text, _ = run_cli(capsys, *SHARDED)
+    data = run_json(capsys, *SHARDED)
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  strategies of"))
+    table = lines[start + 2:start + 2 + len(data["strategies"])]
+    assert len(data["strategies"]) == 2
+    for s in data["strategies"]:
+        (row,) = [r for r in table if r.endswith(f"  {s['name']}")]
+        assert row.lstrip().startswith("*") == (s["name"] == data["chosen"])
+        fields = row.replace("*", " ").split()
+        assert " ".join(fields[0:2]) == format_quantity(s["analytic_s"], "s")
+        assert " ".join(fields[2:4]) == format_quantity(s["time_s"], "s")
+    assert "all_reduce C over X" in table[0]  # the chosen strategy, cheapest first

@@ -33,6 +33,8 @@ class Chip:
         self.calibration = calibration
         self.hbm = MemoryPool(env, "hbm", spec.hbm_capacity_bytes, chip=index)
         self.vmem = MemoryPool(env, "vmem", spec.vmem_capacity_bytes, chip=index)
+        self.trace.add_pool(self.hbm)
+        self.trace.add_pool(self.vmem)
         hbm_fraction = calibration.hbm_fraction if calibration is not None else 1.0
         self.dma = Channel(env, "hbm", spec.hbm_bandwidth_bytes_per_s * hbm_fraction, chip=index, trace=self.trace)
         self.mxu = SerialUnit(env, "mxu", chip=index, trace=self.trace)

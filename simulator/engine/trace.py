@@ -33,9 +33,27 @@ class Span:
         return self.end - self.start
 
 
+@dataclass(frozen=True, slots=True)
+class PoolTimeline:
+    """Live bytes of one memory pool (``name`` hbm or vmem) of ``chip`` over the run.
+
+    ``timeline`` is the pool's own list of ``(time s, live bytes)`` after each change, shared, not copied.
+    """
+
+    chip: int | str
+    name: str
+    capacity_bytes: float
+    timeline: list[tuple[float, float]]
+
+
 @dataclass
 class Trace:
-    """Spans and byte counters of one run. ``enabled=False`` keeps counters but drops spans."""
+    """Spans and byte counters of one run. ``enabled=False`` keeps counters but drops spans.
+
+    ``links`` describes each link direction used (by unit name: its edge attributes ``kind``, ``axis``,
+    ``direction``, ``bandwidth_bytes_per_s``, ..., and ``src_role`` / ``dst_role``); ``pools`` holds
+    the memory pools' live-bytes timelines (tracing on only).
+    """
 
     enabled: bool = True
     spans: list[Span] = field(default_factory=list)
@@ -44,12 +62,19 @@ class Trace:
         default_factory=lambda: defaultdict(lambda: {"read": 0.0, "written": 0.0}))
     flops_total: float = 0.0
     padded_flops_total: float = 0.0
+    links: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pools: list[PoolTimeline] = field(default_factory=list)
 
     def add(self, span: Span) -> None:
         """Record ``span`` (kept only when tracing is enabled) and count its FLOPs."""
         self.flops_total += span.flops
         if self.enabled:
             self.spans.append(span)
+
+    def add_pool(self, pool: Any) -> None:
+        """Keep ``pool``'s live-bytes timeline (a `MemoryPool`: chip, name, capacity_bytes, timeline)."""
+        if self.enabled:
+            self.pools.append(PoolTimeline(pool.chip, pool.name, pool.capacity_bytes, pool.timeline))
 
     def count(self, interface: str, nbytes: float, label: str | None = None, direction: str = "") -> None:
         """Count ``nbytes`` over ``interface``; with a label, also per tensor (direction read/written)."""
