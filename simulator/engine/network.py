@@ -70,6 +70,9 @@ class Network:
             channel.kind = data.get("kind", "ici")
             channel.nominal_bandwidth_bytes_per_s = channel.bandwidth_bytes_per_s
             self._links[(u, v)] = channel
+            if self.trace is not None:  # the report groups links by kind and axis
+                roles = {"src_role": self.graph.nodes[u].get("role"), "dst_role": self.graph.nodes[v].get("role")}
+                self.trace.links[channel.name] = {**data, **roles}
             self._apply_efficiency(channel)
         return channel
 
