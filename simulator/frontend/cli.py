@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", help="topology spec, e.g. ring:8, torus:4x4, slice:8x16")
     p.add_argument("--mesh", help="mesh spec, e.g. X=4,Y=2")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario parameter")
+    p.add_argument("--links", choices=("grouped", "all"), default="grouped", help="text summary: links by kind, or each")
     _output_args(p)
     p = sub.add_parser("roofline", help="roofline bounds of a task or a matmul on a chip")
     _chip_args(p)
@@ -179,7 +180,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     module = load_scenario(args.scenario)
     result = module.run(**_run_kwargs(args, module))
     write_outputs(result, args)
-    print(result.dumps() if args.json else result.summary())
+    print(result.dumps() if args.json else result.summary(links=args.links))
 
 
 def _matmul_shape(text: str) -> tuple[int, int, int]:
