@@ -69,7 +69,7 @@ def test_simulated_calibrated_allreduce_equals_the_fitting_formula():
 def test_links_return_to_their_full_rate_after_a_calibrated_collective():
     system = System("a100", topology="switch:8", calibrated=True)
     run_collective("all_reduce", system, 64e6)
-    assert all(c.bandwidth_bytes_per_s == c.nominal_bandwidth_bytes_per_s for c in system.network._links.values())
+    assert all(c.bandwidth_bytes_per_s == c.nominal_bandwidth_bytes_per_s for c in system.network.links.values())
 
 
 def test_hbm_runs_at_its_calibrated_fraction():
@@ -85,12 +85,12 @@ def test_chips_without_a_model_say_which_have_one():
         System("b200", calibrated=True)
 
 
-def test_nccl_style_channels_spread_a_two_node_ring_over_every_nic():
-    one = run_collective("all_reduce", System("a100", topology="nodes:2:4"), 64e6, channels=1).time_s
+def test_nccl_style_rings_spread_a_two_node_ring_over_every_nic():
+    one = run_collective("all_reduce", System("a100", topology="nodes:2:4"), 64e6, rings=1).time_s
     four = run_collective("all_reduce", System("a100", topology="nodes:2:4"), 64e6).time_s
     assert four == pytest.approx(one / 4, rel=0.02)  # four rings, each crossing on its own NIC
-    with pytest.raises(PodsimError, match="channels=2"):
-        run_collective("all_reduce", System(topology="torus:4x4"), 64e6, channels=2)
+    with pytest.raises(PodsimError, match="rings=2"):
+        run_collective("all_reduce", System(topology="torus:4x4"), 64e6, rings=2)
 
 
 TARGET = 0.10  # issue 9: <= 10% geometric-mean error on collectives from 1 MiB up and on large matmuls

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import analytic
-from simulator.collectives import _groups, run_collective
+from simulator.collectives import collective_groups as _groups
+from simulator.collectives import run_collective
 from simulator.engine.system import System
 from simulator.errors import PodsimError
 
@@ -75,11 +76,17 @@ def test_all_to_all_is_a_quarter_of_all_gather_on_large_rings():
     assert _run("all_to_all", "ring:8").time_s == pytest.approx(analytic.all_to_all_time(V, 8, B, A), rel=1e-9)
 
 
-def test_all_to_all_on_a_line_is_within_twice_its_contention_free_bound():
-    """On a line chunks from many sources cross the middle links together; the closed form is the
-    contention-free bound, so the simulation is slower, but by less than 2x."""
-    r = _run("all_to_all", "line:8")
-    assert r.analytic_s < r.time_s < 2 * r.analytic_s
+@pytest.mark.parametrize("n", [4, 7, 8])
+def test_all_to_all_on_a_line_follows_its_longest_chain(n):
+    """On a line the chain from an end forwards n-1, n-2, ..., 1 chunks hop after hop (each bundle
+    waits for the whole previous hop), so it takes longer than the busiest link's bytes alone."""
+    r = _run("all_to_all", f"line:{n}")
+    chunk = math.ceil(V / n**2)  # whole bytes per chunk
+    chain = (n - 1) * A + chunk * n * (n - 1) / 2 / B
+    busiest = (n - 1) * A + max((j + 1) * (n - 1 - j) for j in range(n - 1)) * chunk / B
+    assert r.time_s == pytest.approx(chain, rel=1e-9)
+    assert r.analytic_s == pytest.approx(chain, rel=1e-9)
+    assert r.time_s > 1.1 * busiest
 
 
 @pytest.mark.parametrize("chunks", [1, 4, 16])
@@ -146,7 +153,8 @@ TOPOLOGIES = ["ring:2", "ring:5", "line:4", "torus:3x4", "mesh:3x3", "torus:2x2x
 @given(topology=st.sampled_from(TOPOLOGIES), kind=st.sampled_from(["all_gather", "reduce_scatter", "all_reduce",
                                                                      "all_to_all", "broadcast"]),
        axes_mask=st.integers(1, 7), scale=st.integers(1, 3), seed=st.integers(0, 2**16),
-       algorithm=st.sampled_from(["auto", "unidirectional"]), multi_axis=st.sampled_from(["parallel", "sequential"]))
+       algorithm=st.sampled_from(["auto", "unidirectional", "bidirectional", "line"]),
+       multi_axis=st.sampled_from(["parallel", "sequential"]))
 def test_numeric_mode_equals_numpy(topology, kind, axes_mask, scale, seed, algorithm, multi_axis):
     system = System("tpu-v5e", topology=topology)
     ndim = len(system.network.shape) if system.network.grid else 0
@@ -155,8 +163,13 @@ def test_numeric_mode_equals_numpy(topology, kind, axes_mask, scale, seed, algor
     n, k = groups[0].n, len(groups[0].sizes)
     per_row = {"all_gather": k, "all_to_all": n, "broadcast": 3}.get(kind, n * k) * scale
     data = np.random.default_rng(seed).standard_normal((len(system.network.chips), per_row))
-    r = run_collective(kind, system, axes=axes, data=data, algorithm=algorithm, multi_axis=multi_axis,
-                       chunks=3 if kind == "broadcast" else 1)
+    kwargs = dict(axes=axes, data=data, algorithm=algorithm, multi_axis=multi_axis,
+                  chunks=3 if kind == "broadcast" else 1)
+    if n > 1 and algorithm != "auto" and not any(groups[0].wraps) and algorithm != "line":
+        with pytest.raises(PodsimError, match="no axis of the group .* has a wraparound link|serves"):
+            run_collective(kind, system, **kwargs)  # a ring needs a wraparound link somewhere
+        return
+    r = run_collective(kind, system, **kwargs)
     if n == 1:
         assert r.time_s == 0 and r.outputs is None
         return

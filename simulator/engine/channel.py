@@ -67,6 +67,11 @@ class Channel:
         self._last_update = 0.0
         self._generation = 0
 
+    @property
+    def busy(self) -> bool:
+        """Whether any transfer is moving bytes on the channel now (latency-only waits do not count)."""
+        return bool(self._flows)
+
     def transfer(self, nbytes: float, label: str = "", kind: str = "transfer") -> simpy.Event:
         """Move ``nbytes``; the returned event fires (value: the time) when the last byte has arrived.
         """

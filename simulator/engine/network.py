@@ -20,7 +20,8 @@ of the axes it must cross), so ``links_used`` links leave the source at once.
 """
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import networkx as nx
@@ -76,6 +77,15 @@ class Network:
             self._apply_efficiency(channel)
         return channel
 
+    @property
+    def links(self) -> Mapping[tuple[Any, Any], Channel]:
+        """The channels of the link directions used so far, by ``(u, v)`` (a channel is built on first use)."""
+        return MappingProxyType(self._links)
+
+    def idle(self) -> bool:
+        """Whether no link is carrying bytes now."""
+        return not any(channel.busy for channel in self._links.values())
+
     def set_link_efficiency(self, fraction: Any) -> None:
         """Run every link at ``fraction(kind)`` of its rate (None: the full rate) from now on.
 
@@ -86,7 +96,7 @@ class Network:
             self._apply_efficiency(channel)
 
     def _apply_efficiency(self, channel: Channel) -> None:
-        if channel._flows:
+        if channel.busy:
             raise PodsimError(f"{channel.name} has transfers in flight; change link efficiency between collectives")
         factor = self._efficiency(channel.kind) if self._efficiency is not None else 1.0
         channel.bandwidth_bytes_per_s = channel.nominal_bandwidth_bytes_per_s * factor
@@ -132,6 +142,10 @@ class Network:
             return 1 if y > x else -1
         forward = (y - x) % n
         return 1 if forward <= n - forward else -1
+
+    def chip_at(self, coord: tuple[int, ...]) -> int:
+        """The chip at grid coordinate ``coord`` (row-major over ``shape``; grid topologies only)."""
+        return self._node(tuple(coord))
 
     def _node(self, coord: tuple[int, ...]) -> int:
         index = 0

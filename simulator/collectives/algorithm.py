@@ -1,0 +1,142 @@
+"""The `Algorithm` interface and the registry of collective algorithms.
+
+An algorithm says which collective kinds and topology kinds it serves (and, through `Algorithm.unfit`,
+why it cannot run on a given group), builds its schedule (`Algorithm.build`) and gives its closed-form
+time (`Algorithm.closed_form`), derived from first principles -- the bytes each link carries, hop counts
+and latencies -- never by walking the schedule it builds. A new algorithm is one module that defines a
+subclass and calls `register`; `podsim algorithms` lists the registry and ``--algorithm NAME`` picks
+from it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from simulator.collectives.groups import Group
+from simulator.collectives.schedule import Schedule
+from simulator.engine.network import Network
+from simulator.errors import PodsimError
+
+KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast")
+#: topology kinds (``graph["kind"]``) of `topologies`; ``slice:`` specs build ``"torus"`` graphs
+TOPOLOGY_KINDS = ("ring", "line", "torus", "mesh", "switch", "nodes", "multislice")
+AUTO = "auto"
+
+
+@dataclass
+class Job:
+    """One validated collective, as an algorithm builds and prices it.
+
+    ``rings`` lists the groups of each ring the array is spread over (one entry unless the topology
+    runs several rings, one per NIC); ``key_bytes`` is the size of one key (see
+    `simulator.collectives.payload`), already divided among those rings.
+    """
+
+    kind: str
+    net: Network
+    groups: list[Group]
+    rings: list[list[Group]]
+    parts: int
+    chunks: int
+    root_pos: tuple[int, ...]
+    key_bytes: float
+    reduced: bool = False  #: build one representative ring per axis (translation-invariant groups)
+    numeric: bool = False  #: bundles are key lists (real data), not key counts
+
+    @property
+    def group(self) -> Group:
+        """The first group (all groups have the same shape)."""
+        return self.groups[0]
+
+
+class Algorithm:
+    """A collective algorithm (subclass it, then `register` an instance)."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""  #: one line: how data moves
+    kinds: ClassVar[tuple[str, ...]] = ()
+    topologies: ClassVar[tuple[str, ...]] = ()  #: topology kinds served (graphs of other kinds: by geometry)
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        """Why this algorithm cannot run ``kind`` on ``groups`` (None: it can)."""
+        if kind not in self.kinds:
+            return f"it serves {', '.join(self.kinds)}, not {kind}"
+        topology = net.graph.graph.get("kind")
+        if topology in TOPOLOGY_KINDS and topology not in self.topologies:
+            return f"it serves {', '.join(self.topologies)} topologies, not {topology}"
+        return None
+
+    def parts(self, kind: str, group: Group, multi_axis: str) -> int:
+        """How many parts the array is split into (each part its own keys; see `payload`)."""
+        return 1
+
+    def build(self, job: Job, schedule: Schedule) -> None:
+        """Add the transfers of ``job`` to ``schedule``."""
+        raise NotImplementedError
+
+    def closed_form(self, job: Job) -> float:
+        """Seconds the algorithm takes by its own closed form (ideal links)."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """Name, summary, kinds and topology kinds, for listings."""
+        return {"name": self.name, "summary": self.summary, "kinds": list(self.kinds),
+                "topologies": list(self.topologies)}
+
+
+_REGISTRY: dict[str, Algorithm] = {}
+
+
+def register(algorithm: Algorithm) -> Algorithm:
+    """Add ``algorithm`` to the registry under its name (a name may be registered once)."""
+    name = algorithm.name
+    if not name or name == AUTO or name in _REGISTRY:
+        raise PodsimError(f"algorithm name {name!r} is empty, reserved or already registered")
+    _REGISTRY[name] = algorithm
+    return algorithm
+
+
+def unregister(name: str) -> None:
+    """Remove the algorithm registered as ``name`` (tests of plug-ins use it to clean up)."""
+    _REGISTRY.pop(name, None)
+
+
+def algorithms() -> list[Algorithm]:
+    """Every registered algorithm, by name."""
+    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
+
+
+def names() -> list[str]:
+    """``auto`` and every registered algorithm's name."""
+    return [AUTO, *sorted(_REGISTRY)]
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """The algorithm registered as ``name``."""
+    if name not in _REGISTRY:
+        raise PodsimError(f"algorithm={name!r}; valid: {', '.join(names())}")
+    return _REGISTRY[name]
+
+
+def applicable(kind: str, net: Network, groups: list[Group]) -> list[str]:
+    """Names of the registered algorithms that can run ``kind`` on ``groups``."""
+    return [a.name for a in algorithms() if a.unfit(kind, net, groups) is None]
+
+
+def choose(name: str, kind: str, net: Network, groups: list[Group]) -> Algorithm:
+    """The algorithm ``name`` asks for (``auto``: `auto_choice`); an error says which ones apply instead."""
+    algorithm = get_algorithm(auto_choice(kind, net, groups) if name == AUTO else name)
+    why = algorithm.unfit(kind, net, groups)
+    if why is not None:
+        fits = applicable(kind, net, groups)
+        raise PodsimError(f"algorithm {algorithm.name!r} cannot run {kind} here: {why}; algorithms that apply: "
+                          f"{', '.join(fits) or 'none'}")
+    return algorithm
+
+
+def auto_choice(kind: str, net: Network, groups: list[Group]) -> str:
+    """``auto``: a bidirectional ring on a torus, a unidirectional ring through switches, a line where no
+    axis of the group wraps (rings on axes that wrap, lines on those that do not)."""
+    if not any(groups[0].wraps):
+        return "line"
+    return "bidirectional" if net.grid else "unidirectional"

@@ -1,0 +1,225 @@
+"""The public entry points: `plan_collective` (validate and build), `run_collective`, `start_collective`.
+
+Every `CollectiveResult` carries the simulated time beside the algorithm's closed form (``analytic_s``),
+the book's estimate where it has one (``book_s``) and the topology's lower bound (``topology_bound_s``,
+`simulator.collectives.bounds`).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulator import analytic
+from simulator.collectives import payload
+from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, choose, get_algorithm
+from simulator.collectives.bounds import topology_bound
+from simulator.collectives.groups import Group, collective_groups, nic_rings, root_position
+from simulator.collectives.multi_axis import book_time
+from simulator.collectives.schedule import Completion, Schedule, check_arrived, execute
+from simulator.engine.network import Network
+from simulator.errors import PodsimError
+from simulator.units import check_bytes, positive_int
+
+MULTI_AXIS = ("parallel", "sequential")
+MODES = ("auto", "full", "reduced")
+MAX_CHUNKS = 10_000  #: pieces per message; more is a units mistake and would take minutes
+ONE_CHIP_NOTE = "one chip per group: the collective takes no time and moves no bytes, so it has no bandwidth"
+
+
+@dataclass
+class CollectiveResult:
+    """Simulated and closed-form figures of one collective (seconds, bytes, bytes/s).
+
+    ``algbw_bytes_per_s`` and ``busbw_bytes_per_s`` are None for one-chip groups (``note`` says why).
+    """
+
+    kind: str
+    time_s: float
+    analytic_s: float
+    book_s: float | None
+    topology_bound_s: float
+    algorithm: str
+    nbytes: float
+    padded_bytes: float
+    group_size: int
+    groups: int
+    algbw_bytes_per_s: float | None
+    busbw_bytes_per_s: float | None
+    max_link_bytes: float
+    total_link_bytes: float
+    mode: str
+    n_transfers: int
+    link_bytes: dict[str, float] = field(default_factory=dict)
+    outputs: dict[Any, np.ndarray] | None = None
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as a flat dict (without the numeric outputs; ``note`` only when there is one)."""
+        return {k: v for k, v in self.__dict__.items() if k != "outputs" and not (k == "note" and v is None)}
+
+
+@dataclass
+class Plan:
+    """A validated, compiled collective, ready to execute."""
+
+    kind: str
+    algorithm: Algorithm | None  #: None for a one-device group
+    job: Job
+    nbytes: float
+    n_keys: int
+    reduced: bool
+    schedule: Schedule | None  #: None for a one-device group (a no-op)
+
+    @property
+    def groups(self) -> list[Group]:
+        """The groups the collective runs in."""
+        return self.job.groups
+
+
+def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
+                    algorithm: str = "auto", multi_axis: str = "parallel", chunks: int = 1, root: Any = None,
+                    data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
+                    rings: int | None = None) -> Plan:
+    """Validate the arguments of `run_collective` and compile its schedule."""
+    net = system.network
+    if net is None:
+        raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
+    if kind not in KINDS:
+        raise PodsimError(f"unknown collective {kind!r}; valid kinds: {', '.join(KINDS)}")
+    for name, value, valid in (("multi_axis", multi_axis, MULTI_AXIS), ("mode", mode, MODES)):
+        if value not in valid:
+            raise PodsimError(f"{name}={value!r}; valid: {', '.join(valid)}")
+    positive_int(chunks, name="chunks")
+    if chunks > MAX_CHUNKS:
+        raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")
+    if algorithm != AUTO:
+        get_algorithm(algorithm)  # a bad name is an error even where nothing would run
+    groups = collective_groups(net, axes, mesh)
+    group = groups[0]
+    chosen = choose(algorithm, kind, net, groups) if group.n > 1 else None
+    parts = chosen.parts(kind, group, multi_axis) if chosen is not None else 1
+    root_pos = root_position(groups, root)
+    if data is not None:
+        nbytes = payload.check_data(kind, data, len(net.chips), group.n, parts, chunks)
+    if nbytes is None:
+        raise PodsimError("give nbytes (the collective's array size in bytes) or data")
+    check_bytes(nbytes, name="nbytes", allow_zero=False)
+    n_keys = payload.n_keys(kind, group.n, parts, chunks)
+    key_bytes = math.ceil(nbytes / n_keys) if data is None else nbytes / n_keys  # whole bytes per key
+    job = Job(kind, net, groups, [groups], parts, chunks, root_pos, key_bytes, numeric=data is not None)
+    if chosen is None:
+        return Plan(kind, None, job, nbytes, n_keys, False, None)
+    one_to_one = mesh is None or all(len(mesh.physical_axes(n)) == 1 for n, s in zip(mesh.names, mesh.sizes,
+                                                                                     strict=True) if s > 1)
+    job.reduced = _use_reduced(mode, kind, data, group, net, one_to_one)
+    job.rings = nic_rings(net, groups, rings, data, axes, mesh)
+    if len(job.rings) > 1:
+        job.key_bytes = math.ceil(nbytes / len(job.rings) / n_keys)
+    schedule = Schedule(job.key_bytes)
+    chosen.build(job, schedule)
+    return Plan(kind, chosen, job, nbytes, n_keys, job.reduced, schedule)
+
+
+def start_collective(kind: str, system: Any, nbytes: float, **kwargs: Any) -> Completion:
+    """Start a timing-only collective now, inside a running simulation; returns its completion event.
+
+    Takes the keyword arguments of `run_collective` (except ``data``). On a calibrated system it pays
+    the launch latency, and sets the links' calibrated efficiency when no other transfer is in flight
+    (collectives that overlap keep the rate the first one set).
+    """
+    plan = plan_collective(kind, system, nbytes, **kwargs)
+    if plan.schedule is None:
+        return Completion(system.env).succeed(system.env.now)
+    return _execute_calibrated(system, plan, None, set_links=system.network.idle())
+
+
+def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs: Any) -> CollectiveResult:
+    """Run one collective on ``system`` (a `System` with a topology) and return its figures.
+
+    ``nbytes`` is V: the full gathered array (AllGather), the unreduced array on each device
+    (ReduceScatter, AllReduce), the whole array spread over the group (AllToAll), or the root's array
+    (Broadcast). Keywords: ``axes`` (default all), ``algorithm`` (``auto`` or a name from
+    `simulator.collectives.algorithms`: bidirectional, unidirectional, line, ...), ``multi_axis``
+    (parallel, sequential), ``chunks``, ``root``, ``mode`` (auto, full, reduced), ``mesh``, ``rings``
+    (GPU nodes: how many NIC rings share the array; default one per GPU of a node) and ``data``. With
+    ``data`` (one row per chip) the arrays move for real and ``outputs`` holds each chip's result; V then
+    comes from the data. With a `simulator.workloads.mesh.Mesh`, ``axes`` are logical axis names and the
+    groups follow its placement.
+    """
+    plan = plan_collective(kind, system, nbytes, **kwargs)
+    data = kwargs.get("data")
+    job, net = plan.job, system.network
+    if plan.schedule is None:
+        return _no_op(kind, plan.nbytes, len(plan.groups))
+    buffers = payload.initial_buffers(kind, plan.groups, data, job.parts, job.chunks, job.root_pos) \
+        if data is not None else None
+    start, before = system.env.now, net.link_bytes()
+    done = _execute_calibrated(system, plan, buffers)
+    system.run()
+    net.set_link_efficiency(None)
+    check_arrived(done, system.env.now)
+    time_s = system.env.now - start
+    algbw, busbw = analytic.bus_bandwidth(kind, plan.nbytes, time_s, job.group.n)
+    link_bytes = {k: v - before.get(k, 0.0) for k, v in net.link_bytes().items() if v > before.get(k, 0.0)}
+    total = sum(link_bytes.values())
+    if plan.reduced:  # the trace saw one ring per axis; count the bytes of all the others too
+        total = _total_link_bytes(net, plan.groups, job.group, link_bytes)
+        system.trace.count(next(iter(net.links.values())).kind, total - sum(link_bytes.values()))
+    return CollectiveResult(
+        kind=kind, time_s=time_s, analytic_s=plan.algorithm.closed_form(job),
+        book_s=book_time(kind, job.group, net, job.parts, plan.nbytes),
+        topology_bound_s=topology_bound(kind, net, plan.groups, plan.nbytes, job.root_pos),
+        algorithm=plan.algorithm.name, nbytes=plan.nbytes, padded_bytes=job.key_bytes * plan.n_keys - plan.nbytes,
+        group_size=job.group.n, groups=len(plan.groups), algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw,
+        max_link_bytes=max(link_bytes.values(), default=0.0), total_link_bytes=total,
+        mode="reduced" if plan.reduced else "full", n_transfers=len(plan.schedule.transfers), link_bytes=link_bytes,
+        outputs=payload.outputs(kind, plan.groups, buffers, job.parts, job.chunks) if buffers is not None else None)
+
+
+def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool = True) -> Completion:
+    """`execute`, after the calibrated launch latency and (with ``set_links``) with links at their
+    calibrated efficiency for an array of this size; plain `execute` on an ideal system."""
+    net, cal = system.network, system.calibration
+    if cal is None:
+        return execute(net, plan.schedule.transfers, buffers, plan.kind)
+    if set_links:
+        net.set_link_efficiency(lambda link_kind: cal.link_fraction(link_kind, plan.nbytes))
+    done = Completion(system.env)
+
+    def launch(_e: Any) -> None:
+        finished = execute(net, plan.schedule.transfers, buffers, plan.kind)
+        done.pending = finished.pending
+        finished.callbacks.append(lambda ev: done.succeed(ev.value))
+
+    system.env.timeout(cal.collective_launch_s).callbacks.append(launch)
+    return done
+
+
+def _use_reduced(mode: str, kind: str, data: Any, group: Group, net: Network, one_to_one: bool = True) -> bool:
+    eligible = data is None and kind in ("all_gather", "reduce_scatter", "all_reduce") and net.grid \
+        and all(group.wraps) and one_to_one
+    if mode == "reduced" and not eligible:
+        raise PodsimError("mode='reduced' needs a timing-only AllGather, ReduceScatter or AllReduce over axes that "
+                          "all wrap; use mode='full'")
+    return eligible and mode != "full"
+
+
+def _total_link_bytes(net: Network, groups: list[Group], group: Group, link_bytes: dict[str, float]) -> float:
+    """Bytes over all links of the full system, from the representative rings of a reduced run:
+    each link of axis a stands for the ``groups * n / n_a`` rings along that axis."""
+    total = 0.0
+    for u, v in net.links:
+        n_axis = net.shape[net.graph.edges[u, v]["axis"]]
+        total += link_bytes.get(f"{u}->{v}", 0.0) * len(groups) * group.n / n_axis
+    return total
+
+
+def _no_op(kind: str, nbytes: float, n_groups: int) -> CollectiveResult:
+    return CollectiveResult(kind=kind, time_s=0.0, analytic_s=0.0, book_s=0.0, topology_bound_s=0.0,
+                            algorithm="none", nbytes=nbytes, padded_bytes=0.0, group_size=1, groups=n_groups,
+                            algbw_bytes_per_s=None, busbw_bytes_per_s=None, max_link_bytes=0.0,
+                            total_link_bytes=0.0, mode="full", n_transfers=0, note=ONE_CHIP_NOTE)

@@ -1,0 +1,125 @@
+"""The topology's lower bound on a collective's time, from the graph alone (no algorithm involved).
+
+Facts used, those of `simulator.engine.network`: a link direction carries at most its bandwidth, and
+moves no byte of a message before the latencies of its own and the earlier links of the route have
+passed; switches and chips outside a group forward data, they never add it. With V as `run_collective`
+defines it and n devices per group, the collective needs at least:
+
+- each chip to receive what it lacks through its incoming links: AllGather (n-1)V/n, AllReduce V,
+  AllToAll (n-1)V/n^2, Broadcast V (but the root), ReduceScatter V/n;
+- each chip to send what only it holds through its outgoing links: ReduceScatter (n-1)V/n (its part
+  of every other shard), AllReduce V, AllToAll (n-1)V/n^2, AllGather V/n, Broadcast V (the root);
+- the chips of a group together to receive (n-1)V for ReduceScatter and 2(n-1)V for AllReduce (summing
+  one element onto all of n devices takes 2(n-1) one-way messages at least);
+- AllToAll: every chunk to cross at least as many links as the fewest-hop route between its ends, all
+  links together carrying the chunks' byte-hops (the link-load bound, which is also the bisection's);
+- the farthest member's data (the root's, for Broadcast) to arrive: its route's latency.
+
+A link that can first move bytes at time d, with bandwidth b, carries at most b (T - d) by time T; each
+bound is the smallest T at which its links can have carried its bytes. The result is the largest.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import networkx as nx
+
+from simulator.collectives.groups import Group
+from simulator.engine.network import Network
+
+Link = tuple[float, float]  #: (first time it can move bytes s, bandwidth bytes/s)
+
+
+def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, root_pos: tuple[int, ...]) -> float:
+    """Seconds below which no algorithm can finish ``kind`` of ``nbytes`` on these groups (0 for one chip)."""
+    n = groups[0].n
+    if n <= 1:
+        return 0.0
+    g = net.graph
+    first_in = {v: min((g.edges[e]["latency_s"] for e in g.in_edges(v)), default=0.0) for v in g}
+    first_out = {v: min((g.edges[e]["latency_s"] for e in g.out_edges(v)), default=0.0) for v in g}
+    bound = _latency_bound(kind, net, groups[0], root_pos)
+    for group in groups:
+        members = set(group.members.values())
+        root = group.members[root_pos] if kind == "broadcast" else None
+        holders = {root} if root is not None else members
+        for c in members:
+            receive, send = _chip_bytes(kind, n, nbytes, c == root)
+            bound = max(bound, fill(_in_links(g, c, holders, first_in), receive),
+                        fill(_out_links(g, c, members, first_out), send))
+        together = {"reduce_scatter": (n - 1) * nbytes, "all_reduce": 2 * (n - 1) * nbytes}.get(kind, 0.0)
+        if together:
+            links = [link for c in members for link in _in_links(g, c, members, first_in)]
+            bound = max(bound, fill(links, together))
+    if kind == "all_to_all":
+        bound = max(bound, _link_load_bound(net, groups, nbytes / n**2))
+    return bound
+
+
+def _chip_bytes(kind: str, n: int, nbytes: float, is_root: bool) -> tuple[float, float]:
+    """(bytes one chip must receive, bytes it must send) for ``kind`` (see the module docstring)."""
+    if kind == "broadcast":
+        return (0.0, nbytes) if is_root else (nbytes, 0.0)
+    return {"all_gather": ((n - 1) * nbytes / n, nbytes / n),
+            "reduce_scatter": (nbytes / n, (n - 1) * nbytes / n),
+            "all_reduce": (nbytes, nbytes),
+            "all_to_all": ((n - 1) * nbytes / n**2, (n - 1) * nbytes / n**2)}[kind]
+
+
+def _in_links(g: nx.DiGraph, c: Any, holders: set[Any], first_in: dict[Any, float]) -> list[Link]:
+    """Links into ``c``: a holder's data moves after the link's latency; anyone else's must reach it first."""
+    return [(data["latency_s"] + (0.0 if u in holders and u != c else first_in[u]), data["bandwidth_bytes_per_s"])
+            for u, _, data in g.in_edges(c, data=True)]
+
+
+def _out_links(g: nx.DiGraph, c: Any, members: set[Any], first_out: dict[Any, float]) -> list[Link]:
+    """Links out of ``c``: bytes must also get from the link's far end to a member before the end."""
+    return [(data["latency_s"] + (0.0 if v in members else first_out[v]), data["bandwidth_bytes_per_s"])
+            for _, v, data in g.out_edges(c, data=True)]
+
+
+def fill(links: Iterable[Link], nbytes: float) -> float:
+    """Smallest T with sum(b * max(0, T - d)) >= ``nbytes`` over ``links`` of (d, b); 0 for no bytes."""
+    if nbytes <= 0:
+        return 0.0
+    t, rate, carried = 0.0, 0.0, 0.0
+    for d, b in sorted(links):
+        if rate > 0 and carried + rate * (d - t) >= nbytes:
+            break
+        carried += rate * (d - t)
+        t, rate = d, rate + b
+    return t + (nbytes - carried) / rate if rate > 0 else float("inf")
+
+
+def _latency_bound(kind: str, net: Network, group: Group, root_pos: tuple[int, ...]) -> float:
+    """Latency of the quickest route from one member (the root, for Broadcast) to the farthest other member."""
+    source = group.members[root_pos if kind == "broadcast" else tuple(0 for _ in group.sizes)]
+    dist = nx.single_source_dijkstra_path_length(net.graph, source, weight="latency_s")
+    return max(dist[c] for c in group.members.values())
+
+
+def _link_load_bound(net: Network, groups: list[Group], chunk_bytes: float) -> float:
+    """Every chunk crosses at least its fewest-hop distance; all links together carry the byte-hops."""
+    hops = 0
+    for group in groups:
+        members = list(group.members.values())
+        for x in members:
+            reach = _hop_counts(net, x, members)
+            hops += sum(reach[y] for y in members)
+    g = net.graph
+    links = [(data["latency_s"], data["bandwidth_bytes_per_s"]) for _, _, data in g.edges(data=True)]
+    return fill(links, hops * chunk_bytes)
+
+
+def _hop_counts(net: Network, x: Any, members: list[Any]) -> dict[Any, int]:
+    """Fewest links from ``x`` to each member: by coordinates on a grid, by breadth-first search elsewhere."""
+    if not net.grid:
+        return nx.single_source_shortest_path_length(net.graph, x)
+    a = net.graph.nodes[x]["coord"]
+    out = {}
+    for y in members:
+        b = net.graph.nodes[y]["coord"]
+        out[y] = sum(min(abs(p - q), n - abs(p - q)) if w else abs(p - q)
+                     for p, q, n, w in zip(a, b, net.shape, net.wrap, strict=True))
+    return out

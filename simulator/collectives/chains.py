@@ -1,0 +1,100 @@
+"""Chains of neighbour hops along one ring: the phases every ring algorithm is built from.
+
+A ring algorithm (`simulator.collectives.ring.RingAlgorithm`) says how far a shard starting at a
+position travels in each direction (``reach``); these builders lay the chains of hops on a `Ring`:
+hop h of a chain waits for hop h - 1, so no step barrier is assumed.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from simulator.collectives.groups import Ring
+from simulator.collectives.schedule import Schedule
+
+Start = Callable[[int], list[int]]  #: position -> transfers its first hop waits for
+
+
+class Scheme(Protocol):
+    """What the builders need of a ring algorithm."""
+
+    serial_reduce: bool  #: reduction chains share links in a fixed order (a line), not all at once
+
+    def reach(self, n: int, origin: int) -> list[tuple[int, int]]:
+        """(direction, hops) that a shard starting at ``origin`` travels."""
+
+    def reach_to(self, n: int, owner: int) -> list[tuple[int, int]]:
+        """(direction, hops) of the chains that carry partial sums towards ``owner``."""
+
+
+def walk_chains(s: Schedule, ring: Ring, scheme: Scheme, start: Start, tag: Any,
+                payload: Callable[[int, int, int, int], tuple | int]) -> None:
+    """Send every origin's chain of hops round ``ring``; hop h carries ``payload(origin, d, h, hops)``
+    and waits for hop h - 1 (the first hop for ``start(origin)``). An empty payload ends the chain."""
+    n = len(ring.devices)
+    for origin in range(n):
+        for d, hops in scheme.reach(n, origin):
+            prev = start(origin)
+            for h in range(1, hops + 1):
+                keys = payload(origin, d, h, hops)
+                if not keys:
+                    break
+                a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
+                prev = [s.add(ring.devices[a], ring.devices[b], keys, "copy", prev, tag, ring.slots[b])]
+
+
+def gather_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], scheme: Scheme, start: Start,
+                 tag: Any) -> None:
+    """AllGather along ``ring``: the bundle of position i reaches every other position."""
+    walk_chains(s, ring, scheme, start, tag, lambda origin, d, h, hops: bundles[origin])
+
+
+def reduce_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], scheme: Scheme, start: Start,
+                 tag: Any) -> None:
+    """ReduceScatter along ``ring``: partial sums of bundle c flow to position c, adding on the way.
+
+    On a ring every chain starts at a different device, so no two share a link at the same step. On a
+    line every chain towards the right starts at the left end; each link then serves the chains in
+    a fixed order (farthest owner first) -- the AllGather schedule run backwards -- instead of all at
+    once, which keeps the line at n-1 steps.
+    """
+    n = len(ring.devices)
+    ahead: dict[tuple[int, int], int] = {}  # (direction, hop) -> transfer of the chain served before
+    chains = [(d, hops, owner) for owner in range(n) for d, hops in scheme.reach_to(n, owner)]
+    for d, hops, owner in sorted(chains, key=lambda c: (-c[0], -c[1], c[2])):
+        prev: list[int] = []
+        for h in range(1, hops + 1):
+            a, b = (owner - (hops - h + 1) * d) % n, (owner - (hops - h) * d) % n
+            link_order = [ahead[(d, h)]] if scheme.serial_reduce and (d, h) in ahead else []
+            deps = prev + start(a) + link_order
+            prev = [s.add(ring.devices[a], ring.devices[b], bundles[owner], "add", deps, tag, ring.slots[b])]
+            if scheme.serial_reduce:
+                ahead[(d, h)] = prev[0]
+
+
+def all_to_all_phase(s: Schedule, ring: Ring, bundles: list[dict[int, tuple]], scheme: Scheme, start: Start,
+                     tag: Any) -> None:
+    """AllToAll along ``ring``: ``bundles[i][t]`` goes from position i to position t, the short way;
+    hop h forwards the chunks still travelling (those for positions h or more hops away)."""
+    n = len(ring.devices)
+
+    def still_travelling(origin: int, d: int, h: int, hops: int) -> tuple:
+        return tuple(k for far in range(h, hops + 1) for k in bundles[origin].get((origin + far * d) % n, ()))
+
+    walk_chains(s, ring, scheme, start, tag, still_travelling)
+
+
+def broadcast_phase(s: Schedule, ring: Ring, origin: int, pieces: int, scheme: Scheme,
+                    start: Callable[[int, int], list[int]], tag: Any) -> None:
+    """Broadcast along ``ring`` from ``origin``: pieces pipeline hop by hop, in order on every link."""
+    n = len(ring.devices)
+    for d, hops in scheme.reach(n, origin):
+        behind: list[int | None] = [None] * (hops + 1)  # last piece's transfer at each hop
+        for j in range(pieces):
+            prev = start(origin, j)
+            for h in range(1, hops + 1):
+                a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
+                deps = prev + ([behind[h]] if behind[h] is not None else [])
+                behind[h] = s.add(ring.devices[a], ring.devices[b], (("piece", j),), "copy", deps,
+                                  (tag, j), ring.slots[b])
+                prev = [behind[h]]

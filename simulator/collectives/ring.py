@@ -1,0 +1,102 @@
+"""`RingAlgorithm`: the family of algorithms that move shards round rings, one axis at a time.
+
+A ring algorithm is defined by where a shard goes along one axis (``reach``: the directions and hop
+counts of its chains) and, for its closed form, by formulas for its longest chain and for the units each
+ring link carries. Everything else is shared: AllGather, ReduceScatter and AllReduce compose per-axis
+phases (`simulator.collectives.multi_axis`), AllToAll forwards chunks the short way
+(`simulator.collectives.all_to_all`), Broadcast pipelines pieces from the root
+(`simulator.collectives.broadcast`). On an axis without wraparound every ring algorithm runs the line
+algorithm (``fallback``) there.
+"""
+from __future__ import annotations
+
+from simulator.collectives import all_to_all, broadcast, multi_axis
+from simulator.collectives.algorithm import KINDS, Algorithm, Job, get_algorithm
+from simulator.collectives.groups import Group
+from simulator.collectives.schedule import Schedule
+from simulator.engine.network import Network
+
+
+class RingAlgorithm(Algorithm):
+    """Chains of neighbour hops along each axis of a group (subclasses give the geometry)."""
+
+    kinds = KINDS
+    closed: bool = True  #: uses the wraparound link (needs an axis that wraps)
+    serial_reduce: bool = False  #: reduction chains cross a link in a fixed order (a line)
+    fallback: str = "line"  #: algorithm on axes without wraparound
+
+    # -- geometry (used by the schedule builders) ----------------------------------------------------
+    def reach(self, n: int, origin: int) -> list[tuple[int, int]]:
+        """(direction, hops) that a shard starting at position ``origin`` of ``n`` travels."""
+        raise NotImplementedError
+
+    def reach_to(self, n: int, owner: int) -> list[tuple[int, int]]:
+        """(direction, hops) of the chains that carry partial sums towards ``owner``."""
+        return self.reach(n, owner)
+
+    # -- closed-form facts (formulas, independent of the builders) -----------------------------------
+    def longest_chain(self, n: int) -> dict[int, int]:
+        """Hops of the longest chain in each direction (+1, -1) on ``n`` positions: a phase's steps."""
+        raise NotImplementedError
+
+    def gather_load(self, n: int, i: int, d: int) -> int:
+        """Shards ring link i -> i + d carries in an AllGather phase, one per step from the first."""
+        raise NotImplementedError
+
+    def reduce_load(self, n: int, i: int, d: int) -> int:
+        """Partial-sum shards ring link i -> i + d carries in a ReduceScatter phase (the AllGather run
+        backwards; priced as if they came one per step from the first, its mirror image)."""
+        return self.gather_load(n, i, d)
+
+    def gather_units(self, n: int, i: int, d: int, h: int) -> float:
+        """Shards ring link i -> i + d carries at step h of an AllGather phase."""
+        return 1.0 if h <= self.gather_load(n, i, d) else 0.0
+
+    def reduce_units(self, n: int, i: int, d: int, h: int) -> float:
+        """Partial sums ring link i -> i + d carries at step h of a ReduceScatter phase."""
+        return 1.0 if h <= self.reduce_load(n, i, d) else 0.0
+
+    def all_to_all_units(self, n: int, i: int, d: int, h: int) -> float:
+        """Chunks ring link i -> i + d carries at step h of an AllToAll phase: a chain of H hops forwards
+        the chunks still travelling, H - h + 1 of them at its hop h."""
+        hops = self.longest_chain(n).get(d, 0)
+        return hops - h + 1.0 if h <= hops else 0.0
+
+    def steps(self, n: int) -> int:
+        """Steps of a phase on ``n`` positions (its longest chain)."""
+        return max(self.longest_chain(n).values(), default=0)
+
+    def broadcast_reach(self, n: int, root: int) -> dict[int, int]:
+        """Hops a broadcast from ``root`` travels in each direction."""
+        return self.longest_chain(n)
+
+    # -- the Algorithm interface ---------------------------------------------------------------------
+    def on_axis(self, wrap: bool) -> RingAlgorithm:
+        """The ring algorithm that runs on an axis (``fallback`` where the axis does not wrap)."""
+        if wrap or not self.closed:
+            return self
+        line = get_algorithm(self.fallback)
+        assert isinstance(line, RingAlgorithm)
+        return line
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        why = super().unfit(kind, net, groups)
+        if why is None and self.closed and not any(groups[0].wraps):
+            sizes = "x".join(map(str, groups[0].sizes))
+            return f"no axis of the group ({sizes}) has a wraparound link"
+        return why
+
+    def parts(self, kind: str, group: Group, multi_axis: str) -> int:
+        """One part per axis (``multi_axis="parallel"``), so every axis's links stay busy; else one."""
+        if multi_axis == "parallel" and kind not in ("all_to_all", "broadcast"):
+            return max(1, len(group.sizes))
+        return 1
+
+    def build(self, job: Job, schedule: Schedule) -> None:
+        pattern = {"all_to_all": all_to_all.build, "broadcast": broadcast.build}.get(job.kind, multi_axis.build)
+        for groups in job.rings:
+            pattern(job, groups[:1] if job.reduced else groups, self.on_axis, schedule)
+
+    def closed_form(self, job: Job) -> float:
+        pattern = {"all_to_all": all_to_all.closed_form, "broadcast": broadcast.closed_form}
+        return pattern.get(job.kind, multi_axis.closed_form)(job, self.on_axis)

@@ -1,0 +1,31 @@
+"""Unidirectional ring: every shard travels n - 1 hops one way round.
+
+Each step every device sends one shard to its successor, so every link carries n - 1 shards one way
+and the other direction stays idle. Closed form per phase of shard s over uniform links of bandwidth b
+and step latency alpha: ``(n - 1)(alpha + s / b)`` (NCCL's ring). The default through switches (GPU
+nodes), where a chip has one port and both directions of a bidirectional ring would share it.
+"""
+from __future__ import annotations
+
+from simulator.collectives.algorithm import register
+from simulator.collectives.ring import RingAlgorithm
+
+
+class Unidirectional(RingAlgorithm):
+    """Shards go one way round each ring."""
+
+    name = "unidirectional"
+    summary = "ring, one way: n-1 steps, every link carries n-1 shards in one direction"
+    topologies = ("ring", "torus", "switch", "nodes", "multislice")
+
+    def reach(self, n: int, origin: int) -> list[tuple[int, int]]:
+        return [(1, n - 1)] if n > 1 else []
+
+    def longest_chain(self, n: int) -> dict[int, int]:
+        return {1: n - 1}
+
+    def gather_load(self, n: int, i: int, d: int) -> int:
+        return n - 1 if d == 1 else 0
+
+
+UNIDIRECTIONAL = register(Unidirectional())
