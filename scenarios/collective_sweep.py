@@ -58,6 +58,7 @@ def run(*, kind: str = "all_reduce", topology: str = "slice:16x16", axes: tuple 
     sim_fit = _affine(sizes_sorted, [p["time_s"] for p in points])
     sim_x, an_x = _crossover(sim_fit), _crossover(_affine(sizes_sorted, [p["analytic_s"] for p in points]))
     floor = sim_fit[0] if sim_fit else points[0]["time_s"]
+    busbw = max((p["busbw_bytes_per_s"] for p in points if p["busbw_bytes_per_s"] is not None), default=None)
     for p in points:
         p["regime"] = "latency" if p["time_s"] < 2 * floor else "bandwidth"
     return Result(
@@ -66,10 +67,10 @@ def run(*, kind: str = "all_reduce", topology: str = "slice:16x16", axes: tuple 
         metrics=last.metrics(),
         extra={"points": points, "latency_floor_s": floor,
                "crossover_bytes": sim_x, "analytic_crossover_bytes": an_x,
-               "max_busbw_bytes_per_s": max(p["busbw_bytes_per_s"] for p in points)},
+               "max_busbw_bytes_per_s": busbw},
         trace=last.trace,
         headline=(f"{kind} on {topology}: latency-bound below about {_fmt(sim_x)} (closed form {_fmt(an_x)}); "
-                  f"bus bandwidth peaks at {max(p['busbw_bytes_per_s'] for p in points) / 1e9:.4g} GB/s"),
+                  + (f"bus bandwidth peaks at {busbw / 1e9:.4g} GB/s" if busbw else "one chip: no bus bandwidth")),
     )
 
 

@@ -32,14 +32,17 @@ from __future__ import annotations
 from simulator.collectives import bidirectional, line, unidirectional  # noqa: F401  (they register themselves)
 from simulator.collectives.algorithm import (
     AUTO,
+    AUTO_RULE,
     KINDS,
     Algorithm,
     Job,
     algorithms,
     applicable,
     get_algorithm,
+    listing,
     names,
     register,
+    render_listing,
     unregister,
 )
 from simulator.collectives.api import (
@@ -57,8 +60,8 @@ from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.schedule import Completion, Schedule, Transfer, check_arrived, execute
 
 __all__ = [
-    "AUTO", "KINDS", "MODES", "MULTI_AXIS", "Algorithm", "CollectiveResult", "Completion", "Group", "Job", "Plan",
-    "Ring", "RingAlgorithm", "Schedule", "Transfer", "algorithms", "applicable", "check_arrived",
-    "collective_groups", "execute", "get_algorithm", "names", "plan_collective", "register", "run_collective",
-    "start_collective", "topology_bound", "unregister",
+    "AUTO", "AUTO_RULE", "KINDS", "MODES", "MULTI_AXIS", "Algorithm", "CollectiveResult", "Completion", "Group",
+    "Job", "Plan", "Ring", "RingAlgorithm", "Schedule", "Transfer", "algorithms", "applicable", "check_arrived",
+    "collective_groups", "execute", "get_algorithm", "listing", "names", "plan_collective", "register",
+    "render_listing", "run_collective", "start_collective", "topology_bound", "unregister",
 ]

@@ -21,6 +21,8 @@ KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"
 #: topology kinds (``graph["kind"]``) of `topologies`; ``slice:`` specs build ``"torus"`` graphs
 TOPOLOGY_KINDS = ("ring", "line", "torus", "mesh", "switch", "nodes", "multislice")
 AUTO = "auto"
+AUTO_RULE = ("a bidirectional ring on a torus, a unidirectional ring through switches, a line where no axis of "
+             "the group wraps (rings on the axes that wrap, lines on those that do not)")
 
 
 @dataclass
@@ -135,8 +137,21 @@ def choose(name: str, kind: str, net: Network, groups: list[Group]) -> Algorithm
 
 
 def auto_choice(kind: str, net: Network, groups: list[Group]) -> str:
-    """``auto``: a bidirectional ring on a torus, a unidirectional ring through switches, a line where no
-    axis of the group wraps (rings on axes that wrap, lines on those that do not)."""
+    """The algorithm ``auto`` runs (`AUTO_RULE`; issue 13 makes it the fastest closed form)."""
     if not any(groups[0].wraps):
         return "line"
     return "bidirectional" if net.grid else "unidirectional"
+
+
+def listing() -> dict[str, Any]:
+    """Every registered algorithm (name, summary, kinds, topology kinds) and the ``auto`` rule."""
+    return {"algorithms": [a.describe() for a in algorithms()], "auto": AUTO_RULE}
+
+
+def render_listing() -> str:
+    """`listing` as text: one algorithm per two lines."""
+    lines = []
+    for row in listing()["algorithms"]:
+        lines.append(f"{row['name']:<15} {row['summary']}")
+        lines.append(f"{'':<15} kinds: {', '.join(row['kinds'])}; topologies: {', '.join(row['topologies'])}")
+    return "\n".join([*lines, f"{AUTO:<15} {AUTO_RULE}"])

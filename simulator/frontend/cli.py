@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from simulator import analytic
+from simulator.collectives import names as algorithm_names
 from simulator.errors import PodsimError, one_line
 from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, scenario_params
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
@@ -79,13 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     _network_args(p)
     p.add_argument("--bytes", required=True, help="V: the full gathered / unreduced array of one group (e.g. 64MB)")
     p.add_argument("--axes", help="topology axis indices, e.g. 0,1 (default: all axes)")
-    p.add_argument("--algorithm", default="auto", help="auto, bidirectional or unidirectional")
+    p.add_argument("--algorithm", default="auto", choices=algorithm_names(), help="see `podsim algorithms`")
     p.add_argument("--multi-axis", default="parallel", help="parallel (split over axes at once) or sequential")
     p.add_argument("--root", type=int, help="broadcast root chip (default: chip 0)")
     p.add_argument("--mode", default="auto", help="auto, full or reduced (one representative ring per axis)")
     p.add_argument("--calibrated", action="store_true",
                    help="also run the chip's calibrated model (fitted efficiencies) beside the ideal one")
     _output_args(p)
+    p = sub.add_parser("algorithms", help="list the collective algorithms, the kinds and topologies each serves")
+    p.add_argument("--json", action="store_true")
     p = sub.add_parser("validate", help="every calibration measurement against the calibrated simulator")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("send", help="simulate one point-to-point message")
@@ -271,15 +274,26 @@ def cmd_collective(args: argparse.Namespace) -> None:
     if args.json:
         print(result.dumps())
         return
-    print(f"{result.headline} ({r.group_size} devices per group, {r.groups} group(s), {r.mode} simulation)")
+    print(f"{result.headline} ({r.group_size} devices per group, {r.groups} group(s), {r.mode} simulation, "
+          f"algorithm {r.algorithm})")
     print(f"  simulated   {format_quantity(r.time_s, 's')}")
     print(f"  closed form {format_quantity(r.analytic_s, 's')}" +
           (f"   book estimate {format_quantity(r.book_s, 's')}" if r.book_s else ""))
+    print(f"  topology bound {format_quantity(r.topology_bound_s, 's')} (no algorithm can be faster here)")
+    if r.note:  # one chip: no bandwidth to report
+        print(f"  {r.note}")
+        return
     print(f"  algbw {format_quantity(r.algbw_bytes_per_s, 'B/s')}, busbw {format_quantity(r.busbw_bytes_per_s, 'B/s')}"
           f", busiest link carried {format_quantity(r.max_link_bytes, 'B')}")
     if args.calibrated:
         print(f"  calibrated  {format_quantity(extra['calibrated_time_s'], 's')}, busbw "
               f"{format_quantity(extra['calibrated_busbw_bytes_per_s'], 'B/s')} (fitted efficiencies)")
+
+
+def cmd_algorithms(args: argparse.Namespace) -> None:
+    from simulator.collectives import listing, render_listing
+
+    print(json.dumps(listing(), indent=2) if args.json else render_listing())
 
 
 def _parse_count(text: str, flag: str, minimum: int = 1) -> int:
@@ -370,7 +384,7 @@ def _print_model(out: dict[str, Any]) -> None:
 
 COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,
             "collective": cmd_collective, "send": cmd_send, "model": cmd_model, "validate": cmd_validate,
-            "sweep": cmd_sweep}
+            "sweep": cmd_sweep, "algorithms": cmd_algorithms}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

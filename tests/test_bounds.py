@@ -1,0 +1,124 @@
+"""The topology lower bound (`topology_bound_s`), and every algorithm against its closed form and the bound.
+
+Hand-written bounds: a chip of a ring has two incoming links of B bytes/s, neither of which moves a byte
+before its latency A; V is the collective's array as `run_collective` defines it.
+"""
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.collectives import KINDS, applicable, collective_groups, run_collective
+from simulator.engine.system import System
+from simulator.frontend.cli import main
+
+B, A = 4.5e10, 1e-6  # tpu-v5e ICI: one-way bytes/s per link, hop latency
+V = 2**30
+SLACK = 1 - 1e-12  # time >= bound, up to the last bit of float rounding (they can be equal)
+
+
+def _run(kind, topology, nbytes=V, chip="tpu-v5e", **kw):
+    return run_collective(kind, System(chip, topology=topology, trace=False), nbytes, **kw)
+
+
+@pytest.mark.parametrize("n", [3, 5, 8, 16])
+def test_ring_bounds_by_hand(n):
+    """AllGather: (n-1)V/n into each chip over 2 links; AllReduce: 2(n-1)V into the 2n links of the ring;
+    AllToAll: 1/n^2 of V between every pair, over the fewest hops, all 2n links sharing the byte-hops."""
+    hops = n * sum(min(k, n - k) for k in range(1, n))
+    assert _run("all_gather", f"ring:{n}").topology_bound_s == pytest.approx(A + (n - 1) * V / n / (2 * B))
+    assert _run("all_reduce", f"ring:{n}").topology_bound_s == pytest.approx(A + 2 * (n - 1) * V / (2 * n * B))
+    assert _run("all_to_all", f"ring:{n}").topology_bound_s == pytest.approx(A + hops * V / n**2 / (2 * n * B))
+
+
+def test_broadcast_bound_on_a_line_is_the_farthest_chip_or_the_bandwidth():
+    tiny, large = _run("broadcast", "line:8", 8.0), _run("broadcast", "line:8")
+    assert tiny.topology_bound_s == pytest.approx(7 * A)  # the root's data must reach the far end
+    # the far end's one link carries all of V, and can start only once the data has reached its neighbour
+    assert large.topology_bound_s == pytest.approx(2 * A + V / B)
+
+
+@pytest.mark.parametrize("n", [4, 8, 16, 5, 9])
+def test_bidirectional_ring_of_even_size_sends_the_antipodal_shard_one_way(n):
+    """Bandwidth-bound, a bidirectional ring puts ceil((n-1)/2) shards on its busiest links where the bound
+    spreads (n-1)/2 on every link: time / bound -> n/(n-1) for even n, 1 for odd n."""
+    r = _run("all_gather", f"ring:{n}")
+    busiest = math.ceil((n - 1) / 2)
+    assert r.time_s / r.topology_bound_s == pytest.approx(busiest / ((n - 1) / 2), rel=2e-3)
+
+
+SHAPES = [("tpu-v5e", t) for t in ["ring:2", "ring:3", "ring:8", "line:5", "torus:4x4", "torus:3x5", "torus:2x3x4",
+                                   "mesh:3x4", "slice:8x16"]] + [("h100", "switch:5"), ("h100", "switch:8")]
+#: where the simulation departs from an algorithm's closed form by design: (topology, algorithm, kind) ->
+#: (lowest, highest) time / closed form. Two chains sharing a switch port carry unequal bundles in an
+#: AllToAll; when the smaller finishes the larger speeds up, which the closed form does not credit.
+BY_DESIGN = {("switch:8", "bidirectional", "all_to_all"): (0.96, 1.0), ("switch:8", "line", "all_to_all"): (0.93, 1.0),
+             ("switch:5", "line", "all_to_all"): (0.93, 1.0)}
+
+
+@pytest.mark.parametrize("chip,topology", SHAPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_algorithm_against_its_closed_form_and_the_bound(chip, topology, kind):
+    system = System(chip, topology=topology, trace=False)
+    names = applicable(kind, system.network, collective_groups(system.network, None))
+    assert names, "some algorithm serves every kind everywhere"
+    for name in names:
+        for nbytes in (1e3, 1e8):
+            r = _run(kind, topology, nbytes, chip, algorithm=name, chunks=3 if kind == "broadcast" else 1)
+            lo, hi = BY_DESIGN.get((topology, name, kind), (1 - 1e-9, 1 + 1e-9))
+            assert lo <= r.time_s / r.analytic_s <= hi, (name, nbytes)
+            assert r.time_s >= r.topology_bound_s * SLACK, (name, nbytes)
+
+
+@pytest.mark.parametrize("chip,topology", [("h100", "nodes:2:4"), ("h100", "nodes:3:2"),
+                                           ("tpu-v5e", "multislice:2:2x2")])
+@pytest.mark.parametrize("kind", ["all_gather", "all_reduce", "all_to_all"])
+def test_two_level_rings_queue_at_the_slow_crossing(chip, topology, kind):
+    """On two-level rings (GPU nodes over InfiniBand, slices over DCN) the closed form prices every chain
+    as if the steps were in lock step; in the simulation fast chains run ahead and queue at the slow
+    crossing. Bandwidth-bound, AllGather and AllReduce agree within 1% and AllToAll (unequal bundles
+    sharing the crossing) within 10%; in between the simulation runs up to 60% longer or 15% shorter."""
+    large = _run(kind, topology, 1e9, chip)
+    assert 1 - 1e-9 <= large.time_s / large.analytic_s <= (1.1 if kind == "all_to_all" else 1.01)
+    for nbytes in (1e3, 1e5, 1e6, 1e7):
+        r = _run(kind, topology, nbytes, chip)
+        assert 0.85 <= r.time_s / r.analytic_s <= 1.6
+        assert r.time_s >= r.topology_bound_s * SLACK
+
+
+@settings(max_examples=40, deadline=None)
+@given(topology=st.sampled_from(["ring:5", "ring:6", "line:4", "torus:3x4", "mesh:3x3", "torus:2x2x2", "switch:6",
+                                 "nodes:2:3", "multislice:2:2x1"]),
+       kind=st.sampled_from(KINDS), nbytes=st.integers(1, 10**9), chunks=st.integers(1, 4),
+       multi_axis=st.sampled_from(["parallel", "sequential"]), pick=st.integers(0, 10))
+def test_no_algorithm_beats_the_bound(topology, kind, nbytes, chunks, multi_axis, pick):
+    system = System("tpu-v5e", topology=topology, trace=False)
+    names = applicable(kind, system.network, collective_groups(system.network, None))
+    r = run_collective(kind, system, float(nbytes), chunks=chunks, multi_axis=multi_axis,
+                       algorithm=names[pick % len(names)])
+    assert r.time_s >= r.topology_bound_s * SLACK
+
+
+def test_calibrated_links_are_slower_than_the_ideal_bound():
+    r = run_collective("all_reduce", System("a100", topology="nodes:2:4", calibrated=True, trace=False), 64e6)
+    assert r.time_s > r.topology_bound_s
+
+
+@pytest.mark.parametrize("topology", ["ring:1", "torus:1x1", "switch:1", "slice:1x1", "nodes:1:1"])
+def test_one_chip_has_no_bandwidth_and_says_so(capsys, topology):
+    assert main(["collective", "all_reduce", "--chip", "tpu-v5e", "--topology", topology, "--bytes", "1MB",
+                 "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "Infinity" not in out and "inf" not in out.replace("info", "")
+    data = json.loads(out)
+    assert data["algbw_bytes_per_s"] is None and data["busbw_bytes_per_s"] is None
+    assert (data["time_s"], data["topology_bound_s"]) == (0, 0)
+    assert "no time" in data["note"]
+
+
+def test_text_output_shows_the_bound(capsys):
+    assert main(["collective", "all_gather", "--topology", "ring:8", "--bytes", "64MB"]) == 0
+    out = capsys.readouterr().out
+    assert "topology bound" in out and "algorithm bidirectional" in out
