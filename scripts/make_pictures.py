@@ -8,7 +8,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from scenarios import collective_matmul, collective_sweep, double_buffer, matmul_roofline
+from scenarios import collective_matmul, collective_sweep, double_buffer, matmul_roofline, weight_reuse
+from simulator.collectives import run_collective
+from simulator.engine.system import System
 from simulator.hardware.specs import get_chip
 from simulator.report import plots
 
@@ -38,6 +40,15 @@ def make(out: Path) -> list[Path]:
     slow = collective_matmul.unoverlapped(chip, "ring:4", 4, 4096, 8192, 16384)[0]
     written.append(plots.save(plots.timeline_diff(slow.trace, cm.trace, ("AllGather then matmul", "overlapped")),
                               out / "collective_matmul_diff.png", DPI))
+    wr = weight_reuse.run()
+    written.append(plots.save(plots.gantt(wr.trace, title="weight_reuse: weight_major, VMEM holds one tile"),
+                              out / "weight_reuse_gantt.png", DPI))
+    torus = System("tpu-v5p", topology="torus:4x4x4")
+    gathered = run_collective("all_gather", torus, 64e6, axes=[0, 1], mode="full")
+    megabytes = {link: nbytes / 1e6 for link, nbytes in gathered.link_bytes.items()}
+    written.append(plots.save(plots.link_heatmap(torus.graph, megabytes, label="MB",
+                                                 title="AllGather of 64 MB over axes 0 and 1 of a 4x4x4 tpu-v5p torus"),
+                              out / "link_heatmap_3d.png", DPI))
     return written
 
 

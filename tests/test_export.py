@@ -110,3 +110,74 @@ def test_gantt_draws_on_a_given_ax(trace):
     assert widths == pytest.approx(sorted((s.end - s.start) * 1e6 for s in trace.spans), rel=1e-9)
     labels = {t.get_text() for t in ax.get_yticklabels()}
     assert labels == {f"chip {c} {u}" for c in (0, 1) for u in ("hbm", "mxu")}
+
+
+# --- counter tracks: memory live bytes and link utilisation ------------------------------------------------
+def _counters(doc: dict, name: str) -> list[tuple[float, dict]]:
+    return [(e["ts"], e["args"]) for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == name]
+
+
+def test_vmem_counter_follows_the_allocations():
+    from simulator import System
+
+    system = System("tpu-v5e")
+    chip = system.chip
+
+    def program():  # hold 10 MB, add 5 MB after 1 ms, free the 10 MB after 2 ms, the rest after 3 ms
+        first = yield chip.vmem.allocate(10e6, "a")
+        yield system.env.timeout(1e-3)
+        second = yield chip.vmem.allocate(5e6, "b")
+        yield system.env.timeout(1e-3)
+        chip.vmem.free(first)
+        yield chip.matmul(128, 128, 128, "mm")  # a span, so chip 0 has a process in the trace
+        yield system.env.timeout(3e-3 - system.env.now)
+        chip.vmem.free(second)
+
+    system.process(program(), "program")
+    system.run()
+    doc = export.chrome_trace(system.trace)
+    steps = [(ts, args["bytes"]) for ts, args in _counters(doc, "vmem live")]
+    assert steps == [(0.0, 10e6), (pytest.approx(1000.0), 15e6), (pytest.approx(2000.0), 5e6),
+                     (pytest.approx(3000.0), 0.0)]
+    assert _counters(doc, "hbm live") == []  # HBM held nothing: no track
+    pid = next(e["pid"] for e in doc["traceEvents"] if e["name"] == "vmem live")
+    assert {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": "chip 0"}} in doc["traceEvents"]
+    assert not any(e["ph"] == "C" for e in export.chrome_trace(system.trace, counters=False)["traceEvents"])
+
+
+def _line_with_messages(starts_s: list[float], nbytes: float, efficiency: float | None = None):
+    from simulator import System
+
+    system = System("tpu-v5e", topology="line:2")
+    if efficiency is not None:
+        system.network.set_link_efficiency(lambda kind: efficiency)
+    link = system.network.link(0, 1)
+
+    def sender(t: float, i: int):
+        yield system.env.timeout(t)
+        yield link.transfer(nbytes, f"m{i}", "send")
+
+    for i, t in enumerate(starts_s):
+        system.process(sender(t, i), f"m{i}")
+    system.run()
+    return export.chrome_trace(system.trace)
+
+
+def test_link_counter_is_one_while_a_message_moves_and_zero_between():
+    b, lat, v = 45e9, 1e-6, 45e3  # v5e ICI: 45 GB/s one way, 1 us per hop; 45 kB take 1 us
+    doc = _line_with_messages([0.0, 10e-6], v)
+    got = [(ts, args["utilisation"]) for ts, args in _counters(doc, "link 0->1")]
+    expected = [(lat, 1.0), (lat + v / b, 0.0), (10e-6 + lat, 1.0), (10e-6 + lat + v / b, 0.0)]
+    assert got == [(pytest.approx(t * 1e6, rel=1e-9), pytest.approx(u, abs=1e-12)) for t, u in expected]
+    pid = next(e["pid"] for e in doc["traceEvents"] if e["ph"] == "X" and e["name"] == "m0")
+    assert {e["pid"] for e in doc["traceEvents"] if e["ph"] == "C"} == {pid}  # under the link's spans
+
+
+def test_link_counter_of_shared_and_derated_links():
+    b, lat, v = 45e9, 1e-6, 45e3
+    shared = _line_with_messages([0.0, 0.0], v)  # two messages share the link: one period of 2v / b, full rate
+    assert [(ts, a["utilisation"]) for ts, a in _counters(shared, "link 0->1")] == [
+        (pytest.approx(lat * 1e6), pytest.approx(1.0)), (pytest.approx((lat + 2 * v / b) * 1e6), 0.0)]
+    slow = _line_with_messages([0.0], v, efficiency=0.5)  # derated to half: half the nominal bandwidth, twice as long
+    assert [(ts, a["utilisation"]) for ts, a in _counters(slow, "link 0->1")] == [
+        (pytest.approx(lat * 1e6), pytest.approx(0.5)), (pytest.approx((lat + 2 * v / b) * 1e6), 0.0)]

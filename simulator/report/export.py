@@ -2,6 +2,9 @@
 
 Perfetto layout: one process per chip (``pid``), one track (``tid``) per unit, complete ("X")
 events with times in microseconds, named by ``process_name`` / ``thread_name`` metadata events.
+Under the spans, counter ("C") tracks: each memory pool's live bytes (``hbm live bytes``, ``vmem live
+bytes``) after every change, and each link direction's utilisation (``link 0->1 utilisation``: the
+fraction of its nominal bandwidth in use, 0 when idle) at the start and end of every busy period.
 """
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from simulator.engine.trace import Span, Trace
+from simulator.engine.trace import PoolTimeline, Span, Trace
 from simulator.errors import PodsimError
+from simulator.report.links import link_load, spans_by_link
 
 _UNIT_ORDER = ("hbm", "vmem", "mxu", "vpu")
 
@@ -24,9 +28,15 @@ def track_ids(spans: list[Span]) -> tuple[dict[Any, int], dict[tuple[Any, str], 
     return pids, {cu: i for i, cu in enumerate(units)}
 
 
-def chrome_trace(trace: Trace) -> dict[str, Any]:
-    """The trace as a Chrome trace-event document (``{"traceEvents": [...]}``), times in µs."""
+def chrome_trace(trace: Trace, counters: bool = True) -> dict[str, Any]:
+    """The trace as a Chrome trace-event document (``{"traceEvents": [...]}``), times in µs.
+
+    ``counters`` adds the memory and link counter tracks (see the module docstring).
+    """
     pids, tids = track_ids(trace.spans)
+    pools = used_pools(trace) if counters else []
+    for pool in pools:
+        pids.setdefault(pool.chip, len(pids))
     events: list[dict[str, Any]] = []
     for chip, pid in pids.items():
         events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"chip {chip}"}})
@@ -38,7 +48,40 @@ def chrome_trace(trace: Trace) -> dict[str, Any]:
             "ts": s.start * 1e6, "dur": (s.end - s.start) * 1e6,
             "args": {"bytes": s.nbytes, "flops": s.flops},
         })
+    if counters:
+        events += memory_counters(pools, pids) + link_counters(trace, pids)
     return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+
+def used_pools(trace: Trace) -> list[PoolTimeline]:
+    """The memory pools that held any bytes during the run."""
+    return [p for p in trace.pools if any(live > 0 for _, live in p.timeline)]
+
+
+def live_steps(pool: PoolTimeline) -> list[tuple[float, float]]:
+    """``(time s, live bytes)`` of ``pool``, one point per time (the value after the last change then)."""
+    steps: dict[float, float] = {}
+    for t, live in pool.timeline:
+        steps[t] = live
+    return list(steps.items())
+
+
+def memory_counters(pools: list[PoolTimeline], pids: dict[Any, int]) -> list[dict[str, Any]]:
+    """Counter events of each pool's live bytes, one per change."""
+    return [{"ph": "C", "name": f"{pool.name} live", "pid": pids[pool.chip], "ts": t * 1e6, "args": {"bytes": live}}
+            for pool in pools for t, live in live_steps(pool)]
+
+
+def link_counters(trace: Trace, pids: dict[Any, int]) -> list[dict[str, Any]]:
+    """Counter events of each link direction's utilisation: its value at each busy period's start, 0 at its end."""
+    events = []
+    for unit, spans in spans_by_link(trace.spans).items():
+        bandwidth = trace.links.get(unit, {}).get("bandwidth_bytes_per_s")
+        pid = pids[spans[0].chip]
+        for start, end, fraction in link_load(spans, bandwidth):
+            for t, value in ((start, fraction), (end, 0.0)):
+                events.append({"ph": "C", "name": unit, "pid": pid, "ts": t * 1e6, "args": {"utilisation": value}})
+    return events
 
 
 def open_for_write(path: str | Path) -> Path:

@@ -8,49 +8,29 @@ messages); idle time is the white background.
 """
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from simulator.engine.trace import COMPUTE_KINDS, Span, Trace
-from simulator.report.export import open_for_write, track_ids
+from simulator.report.export import live_steps, open_for_write, track_ids, used_pools
+from simulator.report.figure import CHAR_WIDTH_IN, axes_width_in, time_scale
+from simulator.report.figure import axes as _axes
+from simulator.report.figure import pyplot as _pyplot
+from simulator.report.figure import title as _title
+from simulator.report.heatmap import link_heatmap
+from simulator.units import format_quantity
+
+__all__ = ["KIND_COLORS", "MAX_LANES", "gantt", "link_heatmap", "roofline", "save", "save_gantt", "sweep",
+           "time_scale", "timeline_diff"]
 
 #: Colour by span kind; idle is the white background.
 KIND_COLORS = {"load": "#4C72B0", "store": "#8172B2", "compute": "#DD8452", "send": "#55A868",
                "collective": "#55A868", "transfer": "#937860"}
 #: Above this many lanes a Gantt chart collapses to one summary lane per chip.
 MAX_LANES = 24
-
-
-def _pyplot() -> Any:
-    """pyplot, on the Agg backend unless a backend was chosen (Jupyter's inline one, MPLBACKEND)."""
-    import os
-    import sys
-
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules and not os.environ.get("MPLBACKEND"):
-        matplotlib.use("Agg")  # no screen needed; notebooks keep their inline backend
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _axes(ax: Any, figsize: tuple[float, float]) -> Any:
-    if ax is not None:
-        return ax
-    _, ax = _pyplot().subplots(figsize=figsize)
-    return ax
-
-
-def time_scale(end_s: float) -> tuple[float, str]:
-    """(seconds per unit, unit name) that makes ``end_s`` read as a number between 1 and 1000."""
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
-        if end_s >= scale:
-            return scale, unit
-    return 1e-9, "ns"
 
 
 def _lanes(spans: list[Span], collapse: bool) -> tuple[dict[Any, int], list[str], Any]:
@@ -78,44 +58,125 @@ def _draw_spans(ax: Any, spans: list[Span], lanes: dict[Any, int], key: Any, sca
                        linewidth=0.2)
 
 
-def _title(ax: Any, text: str, **kwargs: Any) -> None:
-    """Set a title wrapped to the figure's width (about 11 characters per inch), so none is cut off."""
-    import textwrap
-
-    width = max(40, int(ax.figure.get_figwidth() * 11))
-    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize="medium", **kwargs)
-
-
-def _legend(ax: Any, kinds: set[str]) -> None:
+def _legend(ax: Any, kinds: set[str], memory: bool = False) -> None:
     plt = _pyplot()
-    kinds = sorted(kinds)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS.get(k, "#999999")) for k in kinds]
+    names = sorted(kinds)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS.get(k, "#999999")) for k in names]
+    if memory:
+        handles.append(plt.Rectangle((0, 0), 1, 1, color=MEMORY_COLOR))
+        names.append("live bytes")
     if handles:
-        ax.legend(handles, kinds, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+        ax.legend(handles, names, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
 
 
-def gantt(trace: Trace, ax: Any = None, title: str = "", collapse: bool | None = None) -> Any:
-    """One lane per (chip, unit) and per link direction, spans coloured by kind.
+def gantt(trace: Trace, ax: Any = None, title: str = "", collapse: bool | None = None,
+          memory: bool = True) -> Any:
+    """One lane per (chip, unit) and per link direction, spans coloured by kind and labelled by block or
+    tensor where the bar is wide enough; below them, with ``memory``, a lane per memory pool that held
+    bytes (its live bytes over time, scaled to its peak).
 
     ``collapse`` (default: when there are more than `MAX_LANES` lanes) draws one lane per chip with
     its compute on the upper half and its data movement (HBM and links) on the lower half, so 64
-    chips stay readable; where both halves are filled, compute and data movement overlap.
+    chips stay readable; where both halves are filled, compute and data movement overlap. Past
+    `MAX_MEMORY_LANES` pools, or when collapsed, one memory lane per kind of pool shows the most any chip
+    holds at each time.
     """
     spans = trace.spans
     if collapse is None:
         collapse = len({(s.chip, s.unit) for s in spans}) > MAX_LANES
     lanes, labels, key = _lanes(spans, collapse)
-    ax = _axes(ax, (10, max(2.4, 1.2 + (0.16 if collapse else 0.32) * len(labels))))
-    end = max((s.end for s in spans), default=0.0)
+    mem = memory_lanes(trace, many=len({s.chip for s in spans}) > 1, per_chip=not collapse) if memory else []
+    n = len(labels) + len(mem)
+    ax = _axes(ax, (10, max(2.4, 1.2 + (0.16 if collapse else 0.32) * len(labels) + 0.4 * len(mem))))
+    end = max([s.end for s in spans] + [t for lane in mem for t, _ in lane.steps], default=0.0)
     scale, unit = time_scale(end)
+    xmax = end / scale if end > 0 else 1
     _draw_spans(ax, spans, lanes, key, scale, 0, collapse)
-    ax.set_yticks(range(len(labels)), labels, fontsize="small" if len(labels) < 40 else "x-small")
-    ax.set_ylim(len(labels) - 0.5, -0.5)
+    for i, lane in enumerate(mem):
+        _draw_memory(ax, lane, len(labels) + i, scale, xmax)
+    if mem and labels:
+        ax.axhline(len(labels) - 0.5, color="#888888", linewidth=0.6)
+    ax.set_yticks(range(n), labels + [lane.label for lane in mem], fontsize="small" if n < 40 else "x-small")
+    ax.set_ylim(n - 0.5, -0.5)
     ax.set_xlabel(f"time ({unit})")
-    ax.set_xlim(0, end / scale if end > 0 else 1)
-    _legend(ax, {s.kind for s in spans})
+    ax.set_xlim(0, xmax)
+    if not collapse:
+        _label_spans(ax, spans, lanes, key, scale, xmax)
+    _legend(ax, {s.kind for s in spans}, memory=bool(mem))
     _title(ax, title + (" (per chip: compute above, data movement below)" if collapse else ""))
     return ax
+
+
+#: Above this many memory pools that held bytes, the Gantt shows one lane per kind of pool (the max over chips).
+MAX_MEMORY_LANES = 8
+#: Most spans a Gantt labels (the widest first); past that, labels would only clutter.
+MAX_SPAN_LABELS = 400
+MEMORY_COLOR = "#64B5CD"
+
+
+@dataclass(frozen=True)
+class MemoryLane:
+    """Live bytes of one pool (or the most any chip's pool held) as ``(time s, bytes)`` steps."""
+
+    label: str
+    steps: list[tuple[float, float]]
+    peak_bytes: float
+    capacity_bytes: float
+
+
+def memory_lanes(trace: Trace, many: bool = True, per_chip: bool = True) -> list[MemoryLane]:
+    """A lane per memory pool that held bytes (``chip C vmem``; ``vmem`` alone unless ``many`` chips), or,
+    past `MAX_MEMORY_LANES` pools or without ``per_chip``, one per kind of pool: at each time the most
+    any chip held."""
+    pools = used_pools(trace)
+    if per_chip and len(pools) <= MAX_MEMORY_LANES:
+        return [_memory_lane(f"chip {p.chip} {p.name} live" if many else f"{p.name} live", live_steps(p),
+                             p.capacity_bytes)
+                for p in pools]
+    lanes = []
+    for name in sorted({p.name for p in pools}):
+        group = [p for p in pools if p.name == name]
+        lanes.append(_memory_lane(f"{name} live, max of {len(group)} chips", _max_steps(group),
+                                  max(p.capacity_bytes for p in group)))
+    return lanes
+
+
+def _memory_lane(name: str, steps: list[tuple[float, float]], capacity: float) -> MemoryLane:
+    peak = max(live for _, live in steps)
+    text = f"{name}\npeak {format_quantity(peak, 'B')} of {format_quantity(capacity, 'B')}"
+    return MemoryLane(text, steps, peak, capacity)
+
+
+def _max_steps(pools: list[Any]) -> list[tuple[float, float]]:
+    """At each time any pool changed, the most live bytes any of them held."""
+    import numpy as np
+
+    steps = [np.array(live_steps(p)) for p in pools]
+    times = np.unique(np.concatenate([s[:, 0] for s in steps]))
+    held = [s[np.searchsorted(s[:, 0], times, side="right") - 1, 1] for s in steps]
+    return list(zip(times.tolist(), np.max(held, axis=0).tolist(), strict=True))
+
+
+def _draw_memory(ax: Any, lane: MemoryLane, row: int, scale: float, xmax: float) -> None:
+    """Filled step curve of live bytes in ``row``: the lane's full height is the peak."""
+    xs = [t / scale for t, _ in lane.steps] + [xmax]
+    tops = [row + 0.4 - 0.8 * live / lane.peak_bytes for _, live in lane.steps]
+    tops.append(tops[-1])
+    ax.fill_between(xs, row + 0.4, tops, step="post", color=MEMORY_COLOR, linewidth=0)
+    ax.step(xs, tops, where="post", color="#2F6F8F", linewidth=0.8)
+
+
+def _label_spans(ax: Any, spans: list[Span], lanes: dict[Any, int], key: Any, scale: float, xmax: float,
+                 offset: float = 0) -> None:
+    """Write each span's label (its block or tensor) inside its bar where the bar is wide enough."""
+    inches_per_unit = axes_width_in(ax) / xmax
+    fits = [s for s in spans if s.label and
+            (s.end - s.start) / scale * inches_per_unit > len(s.label) * CHAR_WIDTH_IN + 0.06]
+    if len(fits) > MAX_SPAN_LABELS:
+        fits = sorted(fits, key=lambda s: s.start - s.end)[:MAX_SPAN_LABELS]
+    for s in fits:
+        ax.text((s.start + s.end) / 2 / scale, offset + lanes[key(s)], s.label, ha="center", va="center",
+                fontsize="x-small", color="white", clip_on=True)
 
 
 def timeline_diff(a: Trace, b: Trace, labels: Sequence[str] = ("A", "B"), ax: Any = None, title: str = "") -> Any:
@@ -141,7 +202,11 @@ def timeline_diff(a: Trace, b: Trace, labels: Sequence[str] = ("A", "B"), ax: An
     _title(ax, (title + ": " if title else "") + f"{labels[1]} - {labels[0]} = {diff / scale:+.4g} {unit}{rel}",
            pad=16)
     ax.set_ylim(gap + len(names_b) - 0.5, -0.8)
-    ax.set_xlim(0, max(ends) / scale * 1.02 if max(ends) > 0 else 1)
+    xmax = max(ends) / scale * 1.02 if max(ends) > 0 else 1
+    ax.set_xlim(0, xmax)
+    if not collapse:
+        _label_spans(ax, a.spans, la, key_a, scale, xmax)
+        _label_spans(ax, b.spans, lb, key_b, scale, xmax, gap)
     ax.set_xlabel(f"time ({unit})")
     _legend(ax, {s.kind for s in a.spans + b.spans})
     return ax
@@ -155,11 +220,10 @@ def roofline(chip: Any, points: Sequence[dict[str, Any]] = (), ax: Any = None, d
     first memory's roof), and optionally ``time_s`` (then placed at their achieved rate and labelled
     with percent of peak and percent of their own roof).
     """
-    from simulator import analytic
     from simulator.engine.system import resolve_chip
 
     chip = resolve_chip(chip)
-    ax = _axes(ax, (7, 4.5))
+    ax = _axes(ax, (9.5 if points else 7, 4.5))
     peak = chip.peak_flops_per_s(dtype)
     bandwidths = {"hbm": chip.hbm_bandwidth_bytes_per_s, "vmem": chip.vmem_bandwidth_bytes_per_s,
                   "ici": chip.ici_bandwidth_bytes_per_s}
@@ -167,30 +231,51 @@ def roofline(chip: Any, points: Sequence[dict[str, Any]] = (), ax: Any = None, d
     lo = min([0.1] + [p["flops"] / p["bytes"] / 10 for p in points if p.get("bytes")])
     hi = max([max(ridges.values()) * 30] + [p["flops"] / p["bytes"] * 10 for p in points if p.get("bytes")])
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    ax.plot(xs, [peak] * len(xs), color="black", linewidth=1.5, label=f"compute {peak / 1e12:.4g} TFLOP/s")
+    roofs = ax.plot(xs, [peak] * len(xs), color="black", linewidth=1.5,
+                    label=f"compute {format_quantity(peak, 'FLOP/s')}")
     for m, color in zip(memories, ("#4C72B0", "#8172B2", "#55A868"), strict=False):
         bw = bandwidths[m]
-        ax.plot(xs, [min(peak, bw * x) for x in xs], color=color, linewidth=1.2,
-                label=f"{m.upper()} {bw / 1e9:.4g} GB/s (ridge {ridges[m]:.3g} FLOP/B)")
+        roofs += ax.plot(xs, [min(peak, bw * x) for x in xs], color=color, linewidth=1.2,
+                         label=f"{m.upper()} {format_quantity(bw, 'B/s')} (ridge {ridges[m]:.3g} FLOP/B)")
         ax.plot([ridges[m]], [peak], marker="o", color=color)
-    for p in points:
-        intensity = p["flops"] / p["bytes"]
-        roof = analytic.roof_flops_per_s(intensity, peak, bandwidths[memories[0]])
-        rate = p["flops"] / p["time_s"] if p.get("time_s") else roof
-        ax.plot([intensity], [rate], marker="D", color="#C44E52")
-        text = p.get("name", "")
-        if p.get("time_s"):
-            text += (f"\n{analytic.percent_of_peak(rate, peak):.0f}% of peak, "
-                     f"{analytic.percent_of_roof(rate, intensity, peak, bandwidths[memories[0]]):.0f}% of roof")
-        ax.annotate(text, (intensity, rate), textcoords="offset points", xytext=(6, -14), fontsize="x-small")
+    ops = [_roofline_point(ax, p, i, peak, bandwidths[memories[0]]) for i, p in enumerate(points)]
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("FLOP/s")
     _title(ax, title or f"{chip.name} roofline ({dtype})")
-    ax.legend(fontsize="x-small", loc="lower right")
+    if ops:  # beside the plot, so no label sits on a roof or on another point
+        legend = ax.legend(handles=roofs, fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                           title="roofs", title_fontsize="x-small")
+        ax.add_artist(legend)
+        ax.legend(handles=ops, fontsize="x-small", loc="lower left", bbox_to_anchor=(1.01, 0.0),
+                  title="ops", title_fontsize="x-small")
+    else:
+        ax.legend(fontsize="x-small", loc="lower right")
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
     return ax
+
+
+#: Marker and colour of each op on a roofline, in turn (shape and colour both differ, for colour-blind readers).
+POINT_STYLES = (("D", "#C44E52"), ("s", "#DD8452"), ("^", "#937860"), ("v", "#DA8BC3"), ("P", "#8C8C8C"),
+                ("X", "#CCB974"), ("o", "#64B5CD"), ("*", "#2F4B7C"))
+
+
+def _roofline_point(ax: Any, p: dict[str, Any], i: int, peak: float, bandwidth: float) -> Any:
+    """Plot one op at its intensity (and achieved rate) and return its legend handle."""
+    from simulator import analytic
+
+    intensity = p["flops"] / p["bytes"]
+    roof = analytic.roof_flops_per_s(intensity, peak, bandwidth)
+    rate = p["flops"] / p["time_s"] if p.get("time_s") else roof
+    text = p.get("name", "") or f"op {i + 1}"
+    if p.get("time_s"):
+        text += (f": {analytic.percent_of_peak(rate, peak):.0f}% of peak, "
+                 f"{analytic.percent_of_roof(rate, intensity, peak, bandwidth):.0f}% of roof")
+    marker, color = POINT_STYLES[i % len(POINT_STYLES)]
+    (handle,) = ax.plot([intensity], [rate], marker=marker, color=color, linestyle="none", markersize=7,
+                        markeredgecolor="black", markeredgewidth=0.5, label=text)
+    return handle
 
 
 def sweep(points: Sequence[dict[str, Any]], x: str, simulated: str, closed_form: str | None = None, ax: Any = None,
@@ -209,52 +294,6 @@ def sweep(points: Sequence[dict[str, Any]], x: str, simulated: str, closed_form:
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
     _title(ax, title)
     return ax
-
-
-def link_heatmap(graph: Any, values: dict[str, float], ax: Any = None, label: str = "bytes",
-                 title: str = "") -> Any:
-    """Per-link values (``"u->v"`` keys, e.g. `Network.link_bytes`) on a 2D torus or mesh.
-
-    Chips sit at their coordinates; each link direction is a line offset to one side of the pair, so
-    both directions show; wraparound links are drawn as stubs leaving and entering the grid edge.
-    """
-    import matplotlib
-
-    shape = tuple(graph.graph.get("shape", ()))
-    if len(shape) != 2:
-        raise ValueError(f"link_heatmap draws 2-D tori and meshes; this topology has shape {shape}")
-    ax = _axes(ax, (1.2 + 1.1 * shape[1], 1.0 + 1.1 * shape[0]))
-    vmax = max(values.values(), default=0.0) or 1.0
-    cmap = matplotlib.colormaps["viridis"]
-    for u, v, data in graph.edges(data=True):
-        (y0, x0), (y1, x1) = graph.nodes[u]["coord"], graph.nodes[v]["coord"]
-        frac = values.get(f"{u}->{v}", 0.0) / vmax
-        _draw_link(ax, (x0, y0), (x1, y1), bool(data.get("wrap")), cmap(frac) if frac > 0 else "#DDDDDD")
-    for _, data in graph.nodes(data=True):
-        if data.get("role") == "chip":
-            y, x = data["coord"]
-            ax.plot([x], [y], "o", color="black", markersize=5)
-    sm = matplotlib.cm.ScalarMappable(cmap=cmap, norm=matplotlib.colors.Normalize(0, vmax))
-    ax.figure.colorbar(sm, ax=ax, label=label, shrink=0.8)
-    ax.set_xlim(-0.8, shape[1] - 0.2)
-    ax.set_ylim(shape[0] - 0.2, -0.8)
-    ax.set_aspect("equal")
-    ax.set_xticks(range(shape[1]))
-    ax.set_yticks(range(shape[0]))
-    _title(ax, title or "bytes per link direction")
-    return ax
-
-
-def _draw_link(ax: Any, a: tuple[float, float], b: tuple[float, float], wrap: bool, color: Any) -> None:
-    dx, dy = b[0] - a[0], b[1] - a[1]
-    if wrap:  # draw a stub from a outwards, against the direction of b
-        dx, dy = -math.copysign(1, dx) if dx else 0.0, -math.copysign(1, dy) if dy else 0.0
-        b = (a[0] + 0.45 * dx, a[1] + 0.45 * dy)
-    length = math.hypot(dx, dy) or 1.0
-    ox, oy = -dy / length * 0.08, dx / length * 0.08  # each direction on its own side
-    ax.annotate("", xy=(b[0] + ox - dx / length * 0.12, b[1] + oy - dy / length * 0.12),
-                xytext=(a[0] + ox + dx / length * 0.12, a[1] + oy + dy / length * 0.12),
-                arrowprops={"arrowstyle": "-|>", "color": color, "linewidth": 2.2, "shrinkA": 0, "shrinkB": 0})
 
 
 def save(ax: Any, path: str | Path, dpi: int = 100) -> Path:
