@@ -199,15 +199,12 @@ def all_to_all_time(nbytes: float, n: int, bandwidth_bytes_per_s: float, latency
     Each device's n chunks of nbytes / n^2 travel the short way round; step h forwards the chunks
     still travelling, so a chain of L steps costs L * latency + (nbytes / n^2) * L (L + 1) / 2 / b --
     about V / (8b), a quarter of the bidirectional AllGather, for large n. On a line (no wraparound)
-    chunks from many sources cross the middle links at once and contend; the value returned there
-    is the contention-free lower bound (the busiest link's bytes plus n-1 latencies).
+    the chain from an end takes L = n - 1 hops the same way, each bundle waiting for the whole previous
+    hop: longer than the busiest link's (n/2)^2 chunks alone.
     """
     if n <= 1:
         return 0.0
     chunk = nbytes / n**2
-    if not wrap:
-        busiest = max((j + 1) * (n - 1 - j) for j in range(n - 1))
-        return (n - 1) * latency_s + busiest * chunk / bandwidth_bytes_per_s
     steps = ring_steps(n, wrap, bidirectional)
     return steps * latency_s + chunk * steps * (steps + 1) / 2 / bandwidth_bytes_per_s
 

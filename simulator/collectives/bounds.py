@@ -37,24 +37,36 @@ def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, 
     if n <= 1:
         return 0.0
     g = net.graph
-    first_in = {v: min((g.edges[e]["latency_s"] for e in g.in_edges(v)), default=0.0) for v in g}
-    first_out = {v: min((g.edges[e]["latency_s"] for e in g.out_edges(v)), default=0.0) for v in g}
+    first_in = _Quickest(g.pred)  # a node's quickest incoming link: data from elsewhere arrives no sooner
+    first_out = _Quickest(g.succ)
     bound = _latency_bound(kind, net, groups[0], root_pos)
+    together = {"reduce_scatter": (n - 1) * nbytes, "all_reduce": 2 * (n - 1) * nbytes}.get(kind, 0.0)
     for group in groups:
         members = set(group.members.values())
         root = group.members[root_pos] if kind == "broadcast" else None
         holders = {root} if root is not None else members
+        into_group: list[Link] = []
         for c in members:
             receive, send = _chip_bytes(kind, n, nbytes, c == root)
-            bound = max(bound, fill(_in_links(g, c, holders, first_in), receive),
-                        fill(_out_links(g, c, members, first_out), send))
-        together = {"reduce_scatter": (n - 1) * nbytes, "all_reduce": 2 * (n - 1) * nbytes}.get(kind, 0.0)
-        if together:
-            links = [link for c in members for link in _in_links(g, c, members, first_in)]
-            bound = max(bound, fill(links, together))
+            into = _in_links(g, c, holders, first_in)
+            into_group += into
+            bound = max(bound, fill(into, receive), fill(_out_links(g, c, members, first_out), send))
+        bound = max(bound, fill(into_group, together))  # holders are the members for these kinds
     if kind == "all_to_all":
         bound = max(bound, _link_load_bound(net, groups, nbytes / n**2))
     return bound
+
+
+class _Quickest(dict):
+    """Node -> latency of its quickest link in ``adjacency`` (computed when first asked for)."""
+
+    def __init__(self, adjacency: Any) -> None:
+        super().__init__()
+        self.adjacency = adjacency
+
+    def __missing__(self, v: Any) -> float:
+        self[v] = min((data["latency_s"] for data in self.adjacency[v].values()), default=0.0)
+        return self[v]
 
 
 def _chip_bytes(kind: str, n: int, nbytes: float, is_root: bool) -> tuple[float, float]:
@@ -67,16 +79,16 @@ def _chip_bytes(kind: str, n: int, nbytes: float, is_root: bool) -> tuple[float,
             "all_to_all": ((n - 1) * nbytes / n**2, (n - 1) * nbytes / n**2)}[kind]
 
 
-def _in_links(g: nx.DiGraph, c: Any, holders: set[Any], first_in: dict[Any, float]) -> list[Link]:
+def _in_links(g: nx.DiGraph, c: Any, holders: set[Any], first_in: _Quickest) -> list[Link]:
     """Links into ``c``: a holder's data moves after the link's latency; anyone else's must reach it first."""
     return [(data["latency_s"] + (0.0 if u in holders and u != c else first_in[u]), data["bandwidth_bytes_per_s"])
-            for u, _, data in g.in_edges(c, data=True)]
+            for u, data in g.pred[c].items()]
 
 
-def _out_links(g: nx.DiGraph, c: Any, members: set[Any], first_out: dict[Any, float]) -> list[Link]:
+def _out_links(g: nx.DiGraph, c: Any, members: set[Any], first_out: _Quickest) -> list[Link]:
     """Links out of ``c``: bytes must also get from the link's far end to a member before the end."""
     return [(data["latency_s"] + (0.0 if v in members else first_out[v]), data["bandwidth_bytes_per_s"])
-            for _, v, data in g.out_edges(c, data=True)]
+            for v, data in g.succ[c].items()]
 
 
 def fill(links: Iterable[Link], nbytes: float) -> float:
