@@ -86,6 +86,7 @@ def test_all_to_all_on_a_line_follows_its_longest_chain(n):
     busiest = (n - 1) * A + max((j + 1) * (n - 1 - j) for j in range(n - 1)) * chunk / B
     assert r.time_s == pytest.approx(chain, rel=1e-9)
     assert r.analytic_s == pytest.approx(chain, rel=1e-9)
+    assert analytic.all_to_all_time(n**2 * chunk, n, B, A, wrap=False) == pytest.approx(chain, rel=1e-12)
     assert r.time_s > 1.1 * busiest
 
 
