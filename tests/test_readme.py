@@ -42,3 +42,31 @@ def test_scenario_table_lists_every_scenario_with_its_question():
 
     rows = dict(re.findall(r"^\| `(\w+)` \| (.+?) \|$", README, flags=re.M))
     assert rows == list_scenarios()
+
+
+def _shown_outputs() -> list[tuple[str, list[str]]]:
+    """(command, the output lines the README shows under it) for every console example with output."""
+    examples = []
+    for block in re.findall(r"```console\n(.*?)```", README, flags=re.S):
+        lines = block.splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("$ podsim"):
+                shown = []
+                for after in lines[i + 1:]:
+                    if after.startswith("$ "):
+                        break
+                    shown.append(after)
+                if shown:
+                    examples.append((line.split("#")[0].strip()[2:], shown))
+    return examples
+
+
+@pytest.mark.parametrize("command,shown", _shown_outputs(), ids=lambda v: v if isinstance(v, str) else "")
+def test_shown_output_is_what_the_command_prints(command, shown, capsys):
+    assert main(shlex.split(command)[1:]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[:len(shown)] == shown  # the README shows the first lines, word for word
+
+
+def test_readme_shows_a_grouped_link_summary():
+    assert any(len(shown) > 10 and any("ICI axis" in line for line in shown) for _, shown in _shown_outputs())
