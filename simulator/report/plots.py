@@ -86,18 +86,22 @@ def gantt(trace: Trace, ax: Any = None, title: str = "", collapse: bool | None =
         collapse = len({(s.chip, s.unit) for s in spans}) > MAX_LANES
     lanes, labels, key = _lanes(spans, collapse)
     mem = memory_lanes(trace, many=len({s.chip for s in spans}) > 1, per_chip=not collapse) if memory else []
-    n = len(labels) + len(mem)
-    ax = _axes(ax, (10, max(2.4, 1.2 + (0.16 if collapse else 0.32) * len(labels) + 0.4 * len(mem))))
+    lane_in = 0.16 if collapse else 0.32
+    tall = max(1, round(0.45 / lane_in))  # a memory lane is about 0.45 inch tall, however thin the span lanes
+    rows = [len(labels) - 0.5 + tall * (i + 0.5) for i in range(len(mem))]
+    bottom = len(labels) - 0.5 + tall * len(mem)
+    ax = _axes(ax, (10, max(2.4, 1.2 + lane_in * (bottom + 0.5))))
     end = max([s.end for s in spans] + [t for lane in mem for t, _ in lane.steps], default=0.0)
     scale, unit = time_scale(end)
     xmax = end / scale if end > 0 else 1
     _draw_spans(ax, spans, lanes, key, scale, 0, collapse)
-    for i, lane in enumerate(mem):
-        _draw_memory(ax, lane, len(labels) + i, scale, xmax)
+    for lane, row in zip(mem, rows, strict=True):
+        _draw_memory(ax, lane, row, 0.4 * tall, scale, xmax)
     if mem and labels:
         ax.axhline(len(labels) - 0.5, color="#888888", linewidth=0.6)
-    ax.set_yticks(range(n), labels + [lane.label for lane in mem], fontsize="small" if n < 40 else "x-small")
-    ax.set_ylim(n - 0.5, -0.5)
+    size = "small" if len(labels) < 40 else "x-small"
+    ax.set_yticks(list(range(len(labels))) + rows, labels + [lane.label for lane in mem], fontsize=size)
+    ax.set_ylim(bottom, -0.5)
     ax.set_xlabel(f"time ({unit})")
     ax.set_xlim(0, xmax)
     if not collapse:
@@ -157,12 +161,12 @@ def _max_steps(pools: list[Any]) -> list[tuple[float, float]]:
     return list(zip(times.tolist(), np.max(held, axis=0).tolist(), strict=True))
 
 
-def _draw_memory(ax: Any, lane: MemoryLane, row: int, scale: float, xmax: float) -> None:
-    """Filled step curve of live bytes in ``row``: the lane's full height is the peak."""
+def _draw_memory(ax: Any, lane: MemoryLane, row: float, half: float, scale: float, xmax: float) -> None:
+    """Filled step curve of live bytes between ``row + half`` (none) and ``row - half`` (the peak)."""
     xs = [t / scale for t, _ in lane.steps] + [xmax]
-    tops = [row + 0.4 - 0.8 * live / lane.peak_bytes for _, live in lane.steps]
+    tops = [row + half - 2 * half * live / lane.peak_bytes for _, live in lane.steps]
     tops.append(tops[-1])
-    ax.fill_between(xs, row + 0.4, tops, step="post", color=MEMORY_COLOR, linewidth=0)
+    ax.fill_between(xs, row + half, tops, step="post", color=MEMORY_COLOR, linewidth=0)
     ax.step(xs, tops, where="post", color="#2F6F8F", linewidth=0.8)
 
 
