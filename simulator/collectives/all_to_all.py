@@ -6,10 +6,11 @@ Axes run one after another with a barrier between them; in the phase over axis a
 each position on that axis, every chunk whose target lies on it (n / n_a keys of the original V / n^2).
 
 Closed form (`closed_form`): the phases add, each priced by `simulator.collectives.timing.chain_phase_time`
-with the ring algorithm's link loads. Exact on rings: at step h every link forwards the same H - h + 1
-chunks. On a line (no wraparound) chunks from several sources cross the middle links, and each bundle
-waits for the whole previous hop, so those links sit idle part of the time: the simulation is slower than
-the closed form there, by less than 2x (tested).
+from the chunks each ring link carries at each step. Exact on tori and lines (a line's chain from an end
+forwards n-1, n-2, ..., 1 chunks, each bundle waiting for the whole previous hop). Two chains that share
+a switch port carry unequal bundles; when the smaller finishes the larger speeds up, which the closed
+form does not credit (the simulation is up to 7% faster). On two-level rings chains queue at the slow
+crossing and the simulation runs longer (tests/test_bounds.py holds both differences).
 """
 from __future__ import annotations
 

@@ -10,6 +10,10 @@ Closed form (`closed_form`): the phases add; a phase lasts as long as its slowes
 phase priced by `simulator.collectives.timing.chain_phase_time` for the bytes one device holds then
 (a part of V/P gathered over axis a first holds V/(P n), then V/(P n) x n_a, ...). Parts on different
 axes are assumed never to share a link (true on tori and meshes, where a neighbour step stays on its axis).
+Exact on tori, meshes, lines and switches. On two-level rings (GPU nodes over InfiniBand, slices over
+DCN) the closed form keeps the steps in lock step, while in the simulation fast chains run ahead and
+queue at the slow crossing: within 1% bandwidth-bound, up to about 60% longer or 15% shorter in between
+(tests/test_bounds.py).
 """
 from __future__ import annotations
 
