@@ -9,7 +9,7 @@ Closed form (`closed_form`): the phases add, each priced by `simulator.collectiv
 from the chunks each ring link carries at each step. Exact on tori and lines (a line's chain from an end
 forwards n-1, n-2, ..., 1 chunks, each bundle waiting for the whole previous hop). Two chains that share
 a switch port carry unequal bundles; when the smaller finishes the larger speeds up, which the closed
-form does not credit (the simulation is up to 7% faster). On two-level rings chains queue at the slow
+form does not credit (the simulation is up to about 11% faster). On two-level rings chains queue at the slow
 crossing and the simulation runs longer (tests/test_bounds.py holds both differences).
 """
 from __future__ import annotations
