@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 import re
 
-from simulator.errors import QuantityError
+from simulator.errors import PodsimError, QuantityError
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "ps": 1e-12}
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_PATTERN = re.compile(rf"^\s*(?P<num>{_NUMBER}|nan|inf|-inf)\s*(?P<unit>[^\s\d.+-][^\s]*)?\s*$", re.I)
+# ASCII only: int() and float() would read other scripts' digits ("٣"), and superscripts ("²") fail later.
+_PATTERN = re.compile(rf"^\s*(?P<num>{_NUMBER}|nan|inf|-inf)\s*(?P<unit>[^\s\d.+-][^\s]*)?\s*$", re.I | re.A)
 
 # Each kind maps a unit suffix (without prefix) to its multiplier on the prefixed number.
 _SUFFIXES = {
@@ -88,6 +89,29 @@ def _examples(kind: str) -> str:
     return examples[kind]
 
 
+def show(value: object, limit: int = 40) -> str:
+    """``repr(value)``, shortened in the middle when longer than ``limit`` characters (a 600-digit number
+    would otherwise fill the error line)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]}...{text[-8:]} ({len(text)} characters)"
+
+
+def _number_text(value: float) -> str:
+    """``65,536`` for integers, ``1e18`` for large powers of ten, ``%g`` for floats."""
+    if isinstance(value, int) and (abs(value) < 10**9 or str(abs(value)).rstrip("0") != "1"):
+        return f"{value:,}"
+    return f"{value:.4g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+
+
+def _range_text(minimum: float, maximum: float | None, what: str, unit: str = "") -> str:
+    unit = f" {unit}" if unit else ""
+    if maximum is None:
+        return f"{what} >= {_number_text(minimum)}{unit}"
+    return f"{what} from {_number_text(minimum)} to {_number_text(maximum)}{unit}"
+
+
 def positive(value: float, *, name: str, allow_zero: bool = False) -> float:
     """Return ``value`` if it is finite and > 0 (or >= 0 with ``allow_zero``), else raise.
 
@@ -98,11 +122,43 @@ def positive(value: float, *, name: str, allow_zero: bool = False) -> float:
         return value  # the hot path (NaN fails the comparisons and takes the checks below)
     bound = ">= 0" if allow_zero else "> 0"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise QuantityError(f"{name}={value!r} must be a finite number {bound}")
+        raise QuantityError(f"{name}={show(value)} must be a finite number {bound}")
     bad = value < 0 if allow_zero else value <= 0
     if math.isnan(value) or math.isinf(value) or bad:
-        raise QuantityError(f"{name}={value!r} must be a finite number {bound}")
+        raise QuantityError(f"{name}={show(value)} must be a finite number {bound}")
     return float(value)
+
+
+def check_number(value: object, *, name: str, minimum: float, maximum: float, unit: str = "",
+                 error: type[PodsimError] = QuantityError, where: str = "") -> float:
+    """Return ``value`` as a float if it is a finite number in [``minimum``, ``maximum``] (``unit`` is
+    named in the message), else raise ``error`` whose message starts with ``where``.
+
+    >>> check_number(8.2e11, name="hbm_bandwidth_bytes_per_s", minimum=1e6, maximum=1e15, unit="B/s")
+    820000000000.0
+    """
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and minimum <= value <= maximum:  # NaN fails the comparisons
+        return float(value)
+    raise error(f"{where}{name}={show(value)} must be {_range_text(minimum, maximum, 'a finite number', unit)}")
+
+
+def check_int(value: object, *, name: str, minimum: int = 1, maximum: int | None = None,
+              error: type[PodsimError] = QuantityError, where: str = "", hint: str = "") -> int:
+    """Return ``value`` if it is an integer in [``minimum``, ``maximum``] (booleans are not integers
+    here), else raise ``error`` whose message starts with ``where``, states the range and ends with
+    ``hint`` in parentheses.
+
+    >>> check_int(4, name="blocks")
+    4
+    """
+    if value.__class__ is int and value >= minimum and (maximum is None or value <= maximum):
+        return value  # type: ignore[return-value]
+    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum and \
+            (maximum is None or value <= maximum):
+        return int(value)
+    hint = f" ({hint})" if hint else ""
+    raise error(f"{where}{name}={show(value)} must be {_range_text(minimum, maximum, 'an integer')}{hint}")
 
 
 def positive_int(value: object, *, name: str, minimum: int = 1) -> int:
@@ -111,8 +167,39 @@ def positive_int(value: object, *, name: str, minimum: int = 1) -> int:
     >>> positive_int(4, name="blocks")
     4
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise QuantityError(f"{name}={value!r} must be an integer >= {minimum}")
+    return check_int(value, name=name, minimum=minimum)
+
+
+#: Largest count a person types in podsim (10**18): more is a typo, and exact integers past it stop
+#: being exact floats, so closed forms would overflow or round.
+MAX_COUNT = 10**18
+
+
+def parse_int(text: str | int, *, name: str, minimum: int = 1, maximum: int = MAX_COUNT,
+              error: type[PodsimError] = QuantityError, where: str = "") -> int:
+    """A whole number typed by a person (``8``, ``1e3``, ``4k``; ASCII digits only) in
+    [``minimum``, ``maximum``]; ``error`` naming the range otherwise.
+
+    >>> parse_int("1e3", name="--batch")
+    1000
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        return check_int(text, name=name, minimum=minimum, maximum=maximum, error=error, where=where)
+    value: float | int | None = None
+    if isinstance(text, str):
+        plain = text.strip()
+        if plain.lstrip("+-").isdigit() and plain.isascii():
+            value = int(plain) if len(plain) <= 40 else None  # longer is beyond any maximum
+        else:
+            try:
+                number = parse_quantity(plain, "number", name=name)
+            except QuantityError:
+                number = math.nan
+            value = int(number) if math.isfinite(number) and number == int(number) else None
+    if value is None or not minimum <= value <= maximum:
+        shown = None if maximum == MAX_COUNT and (value is None or value < minimum) else maximum
+        raise error(f"{where}{name}={show(text)} must be {_range_text(minimum, shown, 'a whole number')} "
+                    "(e.g. 8 or 1e3)")
     return value
 
 

@@ -151,9 +151,9 @@ def test_moe_per_chip_reads_only_the_experts_its_group_routes_to():
 
 
 def test_batch_limits():
-    with pytest.raises(PodsimError, match="batch=1000000000 is more than"):
+    with pytest.raises(PodsimError, match="batch=1000000000 must be an integer from 1 to 1,000,000"):
         decode_budget(SEED, V5E, batch=10**9, context=0)
-    with pytest.raises(ModelError, match="batch=0 must be a whole number"):
+    with pytest.raises(ModelError, match="batch=0 must be an integer from 1"):
         train_budget(get_model("gpt2"), V5E, 0, 128)
 
 

@@ -17,7 +17,9 @@ def test_parse_mesh():
 
 
 @pytest.mark.parametrize("text,match", [("", "empty"), ("X4", "NAME=SIZE"), ("X=4,X=2", "twice"),
-                                        ("X=0", ">= 1"), ("X=-1", "NAME=SIZE"), ("X=1000,Y=2000", "1,000,000")])
+                                        ("X=0", "from 1 to"), ("X=-1", "NAME=SIZE"), ("X=1000,Y=2000", "1,000,000"),
+                                        ("X=²", "NAME=SIZE"), ("X=٣", "NAME=SIZE"), ("X=16@0+0", "twice"),
+                                        ("X=" + "9" * 5000, "characters")])
 def test_bad_mesh_specs(text, match):
     with pytest.raises(PodsimError, match=match):
         parse_mesh(text)

@@ -107,7 +107,17 @@ def test_hf_configs_map_to_the_presets(tmp_path, data, expected):
 @pytest.mark.parametrize("data,match", [({"model_type": "bert"}, "cannot map model_type 'bert'"),
                                         ({"model_type": "llama", "hidden_size": 8},
                                          "llama config lacks 'num_attention_heads'"),
-                                        ([1, 2], "must hold an object")])
+                                        ([1, 2], "must hold a table of fields"),
+                                        ({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 0},
+                                         "num_attention_heads=0 must be an integer from 1"),
+                                        ({"model_type": "llama", "hidden_size": 100, "num_attention_heads": 3,
+                                          "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 8},
+                                         "does not divide hidden_size=100"),
+                                        ({"model_type": "gpt2", "n_embd": "768"}, "n_embd='768' must be an integer"),
+                                        ({"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 1,
+                                          "vocab_size": 8, "n_positions": 8, "tie_word_embeddings": "yes"},
+                                         "tie_word_embeddings='yes' must be true or false"),
+                                        ({"model_type": "llama", "x": [[[[[[[[[[1]]]]]]]]]]}, "levels deep")])
 def test_hf_configs_we_cannot_map(tmp_path, data, match):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data))

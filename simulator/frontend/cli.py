@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -18,9 +17,10 @@ from simulator.frontend.scenario import list_scenarios, load_scenario, parse_set
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
 from simulator.hardware.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
 from simulator.report.result import Result, jsonable
-from simulator.units import format_quantity, parse_positive, parse_quantity
+from simulator.units import format_quantity, parse_int, parse_positive
 
 EXIT_BAD_INPUT = 2
+MAX_INDEX = 10**6  #: largest chip index, coordinate or axis number a flag takes (more chips than any topology)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--axes", help="topology axis indices, e.g. 0,1 (default: all axes)")
     p.add_argument("--algorithm", default="auto", choices=algorithm_names(), help="see `podsim algorithms`")
     p.add_argument("--multi-axis", default="parallel", help="parallel (split over axes at once) or sequential")
-    p.add_argument("--root", type=int, help="broadcast root chip (default: chip 0)")
+    p.add_argument("--root", help="broadcast root chip (default: chip 0)")
     p.add_argument("--mode", default="auto", help="auto, full or reduced (one representative ring per axis)")
     p.add_argument("--calibrated", action="store_true",
                    help="also run the chip's calibrated model (fitted efficiencies) beside the ideal one")
@@ -186,15 +186,16 @@ def cmd_run(args: argparse.Namespace) -> None:
     print(result.dumps() if args.json else result.summary(links=args.links))
 
 
+#: Largest matmul dimension `roofline --matmul` takes (2**40): three of them keep FLOPs and bytes finite.
+MAX_MATMUL_DIM = 2**40
+
+
 def _matmul_shape(text: str) -> tuple[int, int, int]:
     parts = text.split(",")
-    try:
-        shape = tuple(int(p) for p in parts)
-    except ValueError:
-        shape = ()
-    if len(shape) != 3 or min(shape) < 1:
+    if len(parts) != 3:
         raise PodsimError(f"--matmul {text!r} must be three positive integers M,K,N, e.g. 1024,1024,1024")
-    return shape  # type: ignore[return-value]
+    m, k, n = (parse_int(p, name=f"--matmul {d}", maximum=MAX_MATMUL_DIM) for p, d in zip(parts, "MKN", strict=True))
+    return m, k, n
 
 
 def cmd_roofline(args: argparse.Namespace) -> None:
@@ -243,10 +244,10 @@ def cmd_validate(args: argparse.Namespace) -> None:
 
 
 def _int_list(text: str, flag: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",")]
-    except ValueError:
-        raise PodsimError(f"{flag} {text!r} must be comma-separated integers, e.g. 0,1") from None
+    parts = text.split(",")
+    if not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
+        raise PodsimError(f"{flag} {text!r} must be comma-separated integers, e.g. 0,1")
+    return [parse_int(p, name=flag, minimum=0, maximum=MAX_INDEX) for p in parts]
 
 
 def cmd_collective(args: argparse.Namespace) -> None:
@@ -257,15 +258,16 @@ def cmd_collective(args: argparse.Namespace) -> None:
     nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
     axes = _int_list(args.axes, "--axes") if args.axes else None
     chunks = _parse_count(args.chunks, "--chunks")
+    root = None if args.root is None else parse_int(args.root, name="--root", minimum=0, maximum=MAX_INDEX)
     r = run_collective(args.kind, system, nbytes, axes=axes, algorithm=args.algorithm, multi_axis=args.multi_axis,
-                       chunks=chunks, root=args.root, mode=args.mode)
+                       chunks=chunks, root=root, mode=args.mode)
     params = {"kind": args.kind, "chip": system.spec.name, "topology": args.topology, "bytes": nbytes,
               "axes": axes, "algorithm": args.algorithm, "multi_axis": args.multi_axis, "chunks": chunks,
               "switching": args.switching, "mode": args.mode}
     extra = r.to_json()
     if args.calibrated:
         cal = run_collective(args.kind, _system(args, calibrated=True), nbytes, axes=axes, algorithm=args.algorithm,
-                             multi_axis=args.multi_axis, chunks=chunks, root=args.root, mode=args.mode)
+                             multi_axis=args.multi_axis, chunks=chunks, root=root, mode=args.mode)
         extra.update(calibrated_time_s=cal.time_s, calibrated_algbw_bytes_per_s=cal.algbw_bytes_per_s,
                      calibrated_busbw_bytes_per_s=cal.busbw_bytes_per_s)
     result = Result("collective", params, system.metrics(), extra=extra, trace=system.trace,
@@ -297,13 +299,7 @@ def cmd_algorithms(args: argparse.Namespace) -> None:
 
 
 def _parse_count(text: str, flag: str, minimum: int = 1) -> int:
-    try:
-        value = parse_quantity(text, "number", name=flag)
-    except PodsimError:
-        value = math.nan
-    if not math.isfinite(value) or value < minimum or value != int(value):
-        raise PodsimError(f"{flag} {text!r} must be a whole number >= {minimum} (e.g. 8 or 1e3)")
-    return int(value)
+    return parse_int(text, name=flag, minimum=minimum)
 
 
 def _chip_at(graph: Any, text: str, flag: str) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 import pkgutil
 import sys
 import types
@@ -18,7 +19,7 @@ from typing import Any
 
 from simulator.errors import PodsimError, ScenarioError
 from simulator.hardware.specs import ChipSpec
-from simulator.units import check_bytes, parse_quantity
+from simulator.units import MAX_COUNT, check_bytes, parse_quantity
 
 _SUFFIX_KIND = (("_per_s", "bandwidth"), ("_s", "time"), ("_bytes", "bytes"), ("_flops", "flops_count"))
 
@@ -97,15 +98,20 @@ def coerce_value(module: types.ModuleType, name: str, text: str, default: Any) -
 
 
 def _coerce_scalar(name: str, text: str, base: type) -> Any:
+    """A number typed for a scenario parameter: finite, in range for its kind; whole for ints."""
     if base not in (int, float):
         return text
     kind = _kind_for(name)
     value = parse_quantity(text, kind, name=name)
-    if kind == "bytes" and value == value and abs(value) != float("inf"):
+    if not math.isfinite(value):
+        raise ScenarioError(f"{name}={text!r} must be a finite number")
+    if kind == "bytes":
         check_bytes(abs(value), name=name)
     if base is int:
-        if value != value or value in (float("inf"), float("-inf")) or value != int(value):
+        if value != int(value):
             raise ScenarioError(f"{name}={text!r} must be a whole number")
+        if abs(value) > MAX_COUNT:
+            raise ScenarioError(f"{name}={text!r} is more than 1e18; no podsim count is that large")
         return int(value)
     return value
 

@@ -14,12 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import SpecError
+from simulator.hardware.documents import read_document, table
 from simulator.units import QuantityError, parse_quantity
-
-try:  # Python 3.11+
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 GiB = 2.0**30
 MiB = 2.0**20
@@ -239,16 +235,6 @@ def chip_from_dict(data: dict[str, Any], origin: str = "chip") -> ChipSpec:
 
 def load_chip_file(path: str | Path) -> ChipSpec:
     """Read a user chip from a TOML file: top-level keys are `ChipSpec` fields, or a [chip] table."""
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"chip file {str(path)!r} does not exist") from None
-    except OSError as err:
-        raise SpecError(f"chip file {str(path)!r} cannot be read: {err.strerror or err}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise SpecError(f"chip file {str(path)!r} is not valid TOML: {err}") from None
-    data = data.get("chip", data)
-    if not isinstance(data, dict):
-        raise SpecError(f"chip file {str(path)!r}: [chip] must be a table of fields")
-    return chip_from_dict(data, origin=f"chip file {path.name}")
+    data = read_document(path, "TOML", "chip file", SpecError)
+    data = table(data, "chip", f"chip file {Path(path).name}", SpecError)
+    return chip_from_dict(data, origin=f"chip file {Path(path).name}")

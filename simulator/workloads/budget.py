@@ -16,10 +16,12 @@ from typing import Any
 
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec, check_dtype
+from simulator.units import check_int, parse_int, show
 from simulator.workloads.transformer import ModelError, TransformerConfig
 
 GiB = 2.0**30
 MAX_REQUESTS = 1_000_000  #: requests in one step; more is almost surely a units mistake
+MAX_CHIPS = 65_536  #: data x model chips (as many as the largest topology podsim builds)
 
 
 @dataclass(frozen=True)
@@ -42,17 +44,17 @@ def parse_parallelism(text: str | None) -> Parallelism:
     for part in text.split(","):
         key, sep, value = part.partition("=")
         key = key.strip()
-        if not sep or key not in sizes or not value.strip().isdigit() or int(value) < 1:
-            raise PodsimError(f"--mesh {text!r}: {part.strip()!r} must be data=D or model=M with a whole number >= 1")
-        sizes[key] = int(value)
+        if not sep or key not in sizes:
+            raise PodsimError(f"--mesh {show(text)}: {show(part.strip())} must be data=D or model=M with a whole "
+                              "number >= 1")
+        sizes[key] = parse_int(value, name=key, maximum=MAX_CHIPS, error=PodsimError, where=f"--mesh {show(text)}: ")
     return Parallelism(**sizes)
 
 
 def check_layout(cfg: TransformerConfig, par: Parallelism, batch: int) -> None:
     """Raise `ModelError` when the batch is not a whole number >= 1 or the mesh does not divide the
     model's dimensions or the batch."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_REQUESTS:
-        raise ModelError(f"batch={batch!r} must be a whole number from 1 to {MAX_REQUESTS:,}")
+    check_int(batch, name="batch", maximum=MAX_REQUESTS, error=ModelError)
     m = par.model
     for field, value in (("n_heads", cfg.n_heads), ("d_ff", cfg.d_ff)):
         if value % m:
@@ -111,16 +113,16 @@ def decode_flops(cfg: TransformerConfig, contexts: Sequence[int], new_tokens: in
 
 
 def request_contexts(batch: int, context: int | Sequence[int]) -> list[int]:
-    if isinstance(batch, int) and batch > MAX_REQUESTS:
-        raise PodsimError(f"batch={batch} is more than the {MAX_REQUESTS:,} requests podsim accounts for in one step")
+    check_int(batch, name="batch", maximum=MAX_REQUESTS, error=PodsimError,
+              hint=f"podsim accounts for at most {MAX_REQUESTS:,} requests in one step")
     if isinstance(context, int):
         contexts = [context] * batch
     else:
         contexts = list(context)
         if len(contexts) != batch:
             raise PodsimError(f"got {len(contexts)} context lengths for batch={batch}; give one per request")
-    if batch < 1 or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in contexts):
-        raise PodsimError(f"batch={batch} must be >= 1 and every context length a whole number >= 0")
+    for c in contexts:
+        check_int(c, name="context", minimum=0, error=PodsimError)
     return contexts
 
 
@@ -135,8 +137,7 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
     contexts = request_contexts(batch, context)
     check_layout(cfg, par, batch)
-    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
-        raise PodsimError(f"new_tokens={new_tokens!r} must be a whole number >= 1")
+    check_int(new_tokens, name="new_tokens", error=PodsimError)
     kv_pos = kv_bytes_per_position(cfg)
     weights = cfg.params() * cfg.weight_elem_bytes
     history, growth = kv_pos * sum(contexts), kv_pos * batch * new_tokens
@@ -271,8 +272,7 @@ def train_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, p
     AllReduce over the data axis, and the memory each chip holds."""
     par = par or Parallelism()
     check_layout(cfg, par, batch)
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
-        raise PodsimError(f"seq={seq!r} must be a whole number >= 1")
+    check_int(seq, name="seq", error=PodsimError)
     forward = decode_flops(cfg, [0] * batch, seq)["flops"]
     units = 4 if recompute else 3
     tokens_per_chip = batch * seq / par.data

@@ -21,8 +21,11 @@ from typing import Any
 import networkx as nx
 
 from simulator.errors import PodsimError
+from simulator.units import parse_int, show
 
-_AXIS = re.compile(r"^\s*(?P<name>[A-Za-z][A-Za-z0-9_]*)\s*=\s*(?P<size>\d+)\s*(?:@\s*(?P<phys>\d+(?:\+\d+)*))?\s*$")
+_AXIS = re.compile(r"^\s*(?P<name>[A-Za-z][A-Za-z0-9_]*)\s*=\s*(?P<size>\d+)\s*(?:@\s*(?P<phys>\d+(?:\+\d+)*))?\s*$",
+                   re.ASCII)  # ASCII digits only: "X=²" is not a size
+MAX_DEVICES = 10**6  #: devices a mesh may have; more chips than any topology podsim builds
 
 
 @dataclass(frozen=True)
@@ -41,24 +44,39 @@ class MeshSpec:
 def parse_mesh(text: str) -> MeshSpec:
     """Parse ``"X=4,Y=2"`` (optionally ``"X=4@1,Y=2@0"``) into a `MeshSpec`."""
     if not isinstance(text, str) or not text.strip():
-        raise PodsimError(f"mesh spec {text!r} is empty; expected e.g. X=4,Y=2")
+        raise PodsimError(f"mesh spec {show(text)} is empty; expected e.g. X=4,Y=2")
     names, sizes, placement = [], [], []
+    shown = show(text, 60)
     for part in text.split(","):
         m = _AXIS.match(part)
         if not m:
-            raise PodsimError(f"mesh spec {text!r}: {part.strip()!r} must look like NAME=SIZE (e.g. X=4) "
+            raise PodsimError(f"mesh spec {shown}: {show(part.strip())} must look like NAME=SIZE (e.g. X=4) "
                               "or NAME=SIZE@AXIS (e.g. X=4@1)")
-        name, size = m.group("name"), int(m.group("size"))
+        name = m.group("name")
         if name in names:
-            raise PodsimError(f"mesh spec {text!r} names axis {name!r} twice")
-        if size < 1:
-            raise PodsimError(f"mesh spec {text!r}: axis {name}={size} must be >= 1")
+            raise PodsimError(f"mesh spec {shown} names axis {name!r} twice")
+        where = f"mesh spec {shown}: "
+        size = parse_int(m.group("size"), name=f"axis {name}", maximum=MAX_DEVICES, error=PodsimError, where=where)
         names.append(name)
         sizes.append(size)
-        placement.append(tuple(int(p) for p in m.group("phys").split("+")) if m.group("phys") else None)
-    if math.prod(sizes) > 10**6:
-        raise PodsimError(f"mesh spec {text!r} has {math.prod(sizes)} devices; at most 1,000,000 are supported")
+        placement.append(_physical_axes(m.group("phys"), name, where))
+    if math.prod(sizes) > MAX_DEVICES:
+        raise PodsimError(f"mesh spec {shown} has {math.prod(sizes):,} devices; at most {MAX_DEVICES:,} are supported")
     return MeshSpec(tuple(names), tuple(sizes), tuple(placement))
+
+
+def _physical_axes(text: str | None, name: str, where: str) -> tuple[int, ...] | None:
+    """``"0+1"`` -> (0, 1): the physical axes one logical axis spans, each named once."""
+    if not text:
+        return None
+    parts = text.split("+")  # ASCII digits (the pattern says so)
+    if any(len(p) > 3 for p in parts):
+        raise PodsimError(f"{where}axis {name} is placed on physical axis {show(text)}; no topology has that many axes")
+    axes = tuple(int(p) for p in parts)
+    if len(set(axes)) != len(axes):
+        raise PodsimError(f"{where}axis {name} is placed on physical axes {'+'.join(map(str, axes))}, one of them "
+                          "twice; name each physical axis once (e.g. @0+1)")
+    return axes
 
 
 class Mesh:

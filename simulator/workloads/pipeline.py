@@ -26,7 +26,7 @@ from simulator.engine.chip import Chip
 from simulator.engine.memory import Allocation
 from simulator.engine.system import System
 from simulator.errors import CapacityError, PodsimError
-from simulator.units import check_bytes, positive, positive_int
+from simulator.units import check_bytes, check_int, positive, positive_int
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,7 @@ class Step:
 
 def validate_steps(steps: Sequence[Step], chip: Chip, buffers: int, reserve_vmem: bool = True) -> None:
     """Raise before the run: bad buffer count, negative sizes, or a step that can never fit in VMEM."""
-    if isinstance(buffers, bool) or not isinstance(buffers, int) or buffers < 1:
-        raise PodsimError(f"buffers={buffers!r} must be an integer >= 1 (1 = serial, 2 = double buffering)")
+    check_int(buffers, name="buffers", hint="1 = serial, 2 = double buffering")
     if len(steps) > MAX_STEPS:
         raise PodsimError(f"{len(steps)} steps; at most {MAX_STEPS:,} are simulated -- use larger blocks")
     previous: dict[str, float] = {}
@@ -196,7 +195,7 @@ def weight_input_steps(order: str, batch: int, d_in: int, d_out: int, weight_blo
     if order not in LOOP_ORDERS:
         raise PodsimError(f"order={order!r}; valid orders: {', '.join(LOOP_ORDERS)}")
     for key, value, dim in (("weight_blocks", weight_blocks, d_out), ("input_groups", input_groups, batch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or dim % value:
+        if check_int(value, name=key) and dim % value:
             raise PodsimError(f"{key}={value!r} must be an integer >= 1 dividing {dim}")
     if weight_blocks * input_groups > MAX_STEPS:
         raise PodsimError(f"weight_blocks x input_groups = {weight_blocks * input_groups} steps; at most {MAX_STEPS:,}")

@@ -8,17 +8,13 @@ position tables are counted where the model has them, so presets reproduce the p
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from simulator.errors import PodsimError
-
-try:  # Python 3.11+
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from simulator.hardware.documents import read_document, table
+from simulator.units import check_int, check_number, show
 
 
 class ModelError(PodsimError):
@@ -52,8 +48,13 @@ class TransformerConfig:
     kv_elem_bytes: float = 2
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ModelError(f"model name={show(self.name)} must be a non-empty string")
         for f in ("d_model", "d_ff", "n_layers", "n_heads", "vocab_size"):
             _check_int(self.name, f, getattr(self, f), 1)
+        for f in _FLAGS:
+            if not isinstance(getattr(self, f), bool):
+                raise ModelError(f"model {self.name!r}: {f}={show(getattr(self, f))} must be true or false")
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         if self.head_dim is None:
@@ -77,13 +78,12 @@ class TransformerConfig:
         if not self.n_experts and self.experts_per_token:
             raise ModelError(f"model {self.name!r}: experts_per_token={self.experts_per_token} needs n_experts > 0")
         if self.norm not in ("rmsnorm", "layernorm"):
-            raise ModelError(f"model {self.name!r}: norm={self.norm!r}; valid: rmsnorm, layernorm")
+            raise ModelError(f"model {self.name!r}: norm={show(self.norm)}; valid: rmsnorm, layernorm")
         if self.learned_positions and self.max_positions < 1:
             raise ModelError(f"model {self.name!r}: learned_positions needs max_positions >= 1")
-        for f in ("weight_elem_bytes", "act_elem_bytes", "kv_elem_bytes"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 8:
-                raise ModelError(f"model {self.name!r}: {f}={v!r} must be a byte count in (0, 8]")
+        for f in ("weight_elem_bytes", "act_elem_bytes", "kv_elem_bytes"):  # from 1 bit to fp64
+            check_number(getattr(self, f), name=f, minimum=0.125, maximum=8, unit="bytes", error=ModelError,
+                         where=f"model {self.name!r}: ")
 
     def replace(self, **changes: Any) -> TransformerConfig:
         """A copy with ``changes`` applied (validated again)."""
@@ -149,9 +149,16 @@ class TransformerConfig:
         return self.n_layers * (attn + mlp) + self.vocab_size * self.d_model
 
 
+#: Largest value of each integer field: far past any published model, small enough that every count
+#: and byte total stays an exact, finite number (and that a typo such as d_model = 1e30 is caught).
+MAXIMA = {"d_model": 2**20, "d_ff": 2**22, "n_layers": 10_000, "n_heads": 2**16, "n_kv_heads": 2**16,
+          "head_dim": 2**16, "vocab_size": 2**24, "max_positions": 2**24, "n_experts": 2**16,
+          "experts_per_token": 2**16, "n_shared_experts": 2**16}
+_FLAGS = ("gated_mlp", "tied_embeddings", "qkv_bias", "linear_bias", "learned_positions")
+
+
 def _check_int(model: str, field: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ModelError(f"model {model!r}: {field}={value!r} must be an integer >= {minimum}")
+    check_int(value, name=field, minimum=minimum, maximum=MAXIMA[field], error=ModelError, where=f"model {model!r}: ")
 
 
 def _llama(name: str, d: int, f: int, layers: int, heads: int, kv: int, vocab: int, **kw: Any) -> TransformerConfig:
@@ -191,6 +198,8 @@ _FIELDS = {f.name for f in dataclasses.fields(TransformerConfig)}
 
 def model_from_dict(data: dict[str, Any], origin: str = "config") -> TransformerConfig:
     """A config from a dict of `TransformerConfig` fields; ``base`` names a preset to start from."""
+    if not isinstance(data, dict):
+        raise ModelError(f"{origin}: expected a table of fields, got {type(data).__name__} {show(data)}")
     unknown = sorted(set(data) - _FIELDS - {"base"})
     if unknown:
         raise ModelError(f"{origin}: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(_FIELDS))}")
@@ -207,59 +216,81 @@ def model_from_dict(data: dict[str, Any], origin: str = "config") -> Transformer
 
 def load_config_file(path: str | Path) -> TransformerConfig:
     """Read a TOML file of `TransformerConfig` fields (top level or a [model] table)."""
-    data = _read(Path(path), tomllib.loads, "TOML")
-    data = data.get("model", data)
+    data = read_document(path, "TOML", "config file", ModelError)
+    data = table(data, "model", Path(path).name, ModelError)
     return model_from_dict(data, origin=Path(path).name)
-
-
-def _read(path: Path, parse: Any, kind: str) -> dict[str, Any]:
-    try:
-        data = parse(path.read_text())
-    except FileNotFoundError:
-        raise ModelError(f"config file {str(path)!r} does not exist") from None
-    except OSError as err:
-        raise ModelError(f"config file {str(path)!r} cannot be read: {err.strerror or err}") from None
-    except (ValueError, UnicodeDecodeError) as err:  # TOMLDecodeError and JSONDecodeError are ValueErrors
-        raise ModelError(f"config file {str(path)!r} is not valid {kind}: {err}") from None
-    if not isinstance(data, dict):
-        raise ModelError(f"config file {str(path)!r} must hold an object of fields")
-    return data
 
 
 HF_TYPES = ("llama", "mistral", "mixtral", "qwen2", "gpt2")
 
 
 def load_hf_config(path: str | Path) -> TransformerConfig:
-    """Read a Hugging Face ``config.json`` (llama, mistral, mixtral, qwen2, gpt2) into a config."""
-    data = _read(Path(path), json.loads, "JSON")
+    """Read a Hugging Face ``config.json`` (llama, mistral, mixtral, qwen2, gpt2) into a config.
+
+    Every field is type- and range-checked before any arithmetic uses it (``num_attention_heads: 0``
+    is an error naming the field, not a division by zero).
+    """
+    data = read_document(path, "JSON", "config file", ModelError)
     kind = data.get("model_type")
     if kind not in HF_TYPES:
-        raise ModelError(f"{Path(path).name}: cannot map model_type {kind!r}; supported: {', '.join(HF_TYPES)}")
-    try:
-        values = _hf_gpt2(data) if kind == "gpt2" else _hf_llama(data, kind)
-    except KeyError as err:
-        raise ModelError(f"{Path(path).name}: {kind} config lacks {err.args[0]!r}") from None
-    values["name"] = data.get("_name_or_path") or Path(path).parent.name or kind
+        raise ModelError(f"{Path(path).name}: cannot map model_type {show(kind)}; supported: {', '.join(HF_TYPES)}")
+    hf = _HFFields(data, f"{Path(path).name}: {kind} config")
+    values = _hf_gpt2(hf) if kind == "gpt2" else _hf_llama(hf, kind)
+    given = data.get("_name_or_path")
+    values["name"] = given if isinstance(given, str) and given.strip() else Path(path).parent.name or kind
     return model_from_dict(values, origin=Path(path).name)
 
 
-def _hf_llama(data: dict[str, Any], kind: str) -> dict[str, Any]:
-    heads = data["num_attention_heads"]
+class _HFFields:
+    """Checked access to a Hugging Face config's fields (``null`` counts as absent, as in transformers)."""
+
+    _REQUIRED = object()
+
+    def __init__(self, data: dict[str, Any], where: str) -> None:
+        self.data, self.where = data, where
+
+    def int(self, key: str, default: Any = _REQUIRED) -> Any:
+        """Field ``key`` as an integer from 1 to 2**24, or ``default`` when absent."""
+        value = self.data.get(key)
+        if value is None:
+            if default is self._REQUIRED:
+                raise ModelError(f"{self.where} lacks {key!r}")
+            return default
+        return check_int(value, name=key, maximum=2**24, error=ModelError, where=f"{self.where}: ")
+
+    def flag(self, key: str, default: bool) -> bool:
+        """Field ``key`` as true or false, or ``default`` when absent."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ModelError(f"{self.where}: {key}={show(value)} must be true or false")
+        return value
+
+
+def _hf_llama(hf: _HFFields, kind: str) -> dict[str, Any]:
+    d, heads = hf.int("hidden_size"), hf.int("num_attention_heads")
     values = {
-        "d_model": data["hidden_size"], "d_ff": data["intermediate_size"], "n_layers": data["num_hidden_layers"],
-        "n_heads": heads, "n_kv_heads": data.get("num_key_value_heads") or heads,
-        "head_dim": data.get("head_dim") or data["hidden_size"] // heads, "vocab_size": data["vocab_size"],
-        "tied_embeddings": bool(data.get("tie_word_embeddings", False)),
-        "qkv_bias": kind == "qwen2" or bool(data.get("attention_bias", False)),
+        "d_model": d, "d_ff": hf.int("intermediate_size"), "n_layers": hf.int("num_hidden_layers"),
+        "n_heads": heads, "n_kv_heads": hf.int("num_key_value_heads", heads),
+        "head_dim": hf.int("head_dim", None) or _divide(d, heads, hf), "vocab_size": hf.int("vocab_size"),
+        "tied_embeddings": hf.flag("tie_word_embeddings", False),
+        "qkv_bias": kind == "qwen2" or hf.flag("attention_bias", False),
     }
     if kind == "mixtral":
-        values.update(n_experts=data["num_local_experts"], experts_per_token=data["num_experts_per_tok"])
+        values.update(n_experts=hf.int("num_local_experts"), experts_per_token=hf.int("num_experts_per_tok"))
     return values
 
 
-def _hf_gpt2(data: dict[str, Any]) -> dict[str, Any]:
-    d = data["n_embd"]
-    return {"d_model": d, "d_ff": data.get("n_inner") or 4 * d, "n_layers": data["n_layer"],
-            "n_heads": data["n_head"], "vocab_size": data["vocab_size"], "gated_mlp": False,
-            "tied_embeddings": bool(data.get("tie_word_embeddings", True)), "linear_bias": True,
-            "norm": "layernorm", "learned_positions": True, "max_positions": data["n_positions"]}
+def _divide(d: int, heads: int, hf: _HFFields) -> int:
+    if d % heads:
+        raise ModelError(f"{hf.where}: num_attention_heads={heads} does not divide hidden_size={d}; give head_dim")
+    return d // heads
+
+
+def _hf_gpt2(hf: _HFFields) -> dict[str, Any]:
+    d = hf.int("n_embd")
+    return {"d_model": d, "d_ff": hf.int("n_inner", 4 * d), "n_layers": hf.int("n_layer"),
+            "n_heads": hf.int("n_head"), "vocab_size": hf.int("vocab_size"), "gated_mlp": False,
+            "tied_embeddings": hf.flag("tie_word_embeddings", True), "linear_bias": True,
+            "norm": "layernorm", "learned_positions": True, "max_positions": hf.int("n_positions")}
