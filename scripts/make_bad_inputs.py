@@ -98,6 +98,9 @@ CASES: list[tuple[str, str]] = [
     ("scenario parameters", "run flash_attention --set heads=100000"),
     ("sharding specs", "run sharded_matmul --set I=-1024"),
     ("mesh specs", "run sharded_matmul --mesh X=4@0+1,Y=2@2"),
+    ("sweep files", "sweep double_buffer --grid blocks=1,2 --out tests/data/sweep_binary.csv --resume"),
+    ("sweep files", "sweep double_buffer --grid blocks=1,2 --out tests/data/sweep_other.csv --resume"),
+    ("sweep files", "sweep double_buffer --grid buffers=1,2 --out tests/data/sweep_rows.csv --resume"),
 ]
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 
 import pytest
 
 from simulator.frontend.cli import main
 from simulator.frontend.sweep import (
-    Progress,
     SweepError,
     SweepInterrupted,
     cell,
@@ -26,15 +26,31 @@ from simulator.frontend.sweep import (
 
 GRID = {"blocks": ["1", "2", "4"], "buffers": ["1", "2"]}
 
-#: A scenario whose run() is interrupted (as by Ctrl-C) at x == 3.
+#: A scenario whose run() is interrupted (as by Ctrl-C) at x == 3; it returns x / 1000 (scaled by SCALE).
 STOPPING = '''"""Stops at x == 3 as if Ctrl-C was pressed."""
 from simulator.report.result import Result
+
+
+SCALE = 1
 
 
 def run(*, x: int = 1) -> Result:
     if x == 3:
         raise KeyboardInterrupt
-    return Result("stopping", {"x": x}, {"end_to_end_s": x * 1e-3}, extra={"x": x, "y": {"z": [1, 2]}})
+    return Result("stopping", {"x": x}, {"end_to_end_s": SCALE * x * 1e-3}, extra={"x": x, "y": {"z": [1, 2]}})
+'''
+
+#: A scenario whose worker process dies (as if killed by the OOM killer) at x == 3.
+DYING = '''"""Its process dies at x == 3."""
+import os
+
+from simulator.report.result import Result
+
+
+def run(*, x: int = 1) -> Result:
+    if x == 3:
+        os._exit(3)
+    return Result("dying", {"x": x}, {"end_to_end_s": x * 1e-3})
 '''
 
 
@@ -89,7 +105,8 @@ def test_same_rows_with_one_or_two_workers():
     grid = {"blocks": [str(q) for q in range(1, 9)], "buffers": ["1", "2", "3"], "load_s": ["0.1ms", "0.4ms"]}
     one = sweep("double_buffer", grid, workers=1)
     two = sweep("double_buffer", grid, workers=2)
-    assert len(one) == 48 and without_seconds(one) == without_seconds(two)
+    batched = sweep("double_buffer", grid, workers=2, chunk_size=5)
+    assert len(one) == 48 and without_seconds(one) == without_seconds(two) == without_seconds(batched)
     assert list(one[0]) == list(two[0])
 
 
@@ -119,6 +136,17 @@ def test_resume_skips_finished_points_and_appends_the_rest(capsys, tmp_path):
     assert [r["blocks"] for r in rows] == ["1", "2", "3", "4"]  # all present, in grid order, no duplicates
     assert rows[:2] == first  # finished points kept as they were (same seconds: not run again)
     assert all(r["error"] == "" for r in rows)
+
+
+def test_resume_runs_again_a_last_row_cut_after_its_last_comma(tmp_path):
+    out = tmp_path / "rows.csv"
+    first = sweep("double_buffer", {"blocks": ["1", "2"]}, out=out, workers=1)
+    text = out.read_text()
+    out.write_text(text[:text.rindex(",") + 1])  # killed while writing the last row's seconds
+    rows = sweep("double_buffer", {"blocks": ["1", "2"]}, out=out, resume=True, workers=1)
+    assert rows[0] == first[0] and rows[1]["seconds"] > 0  # the cut row ran again (its seconds had been lost)
+    assert rows[1]["end_to_end_s"] * 1e3 == pytest.approx(pipeline_ms(2, 2)) and rows[1]["error"] == ""
+    assert out.read_text().splitlines()[:2] == text.splitlines()[:2]
 
 
 def test_resume_matches_coerced_values_not_spelling(tmp_path):
@@ -194,6 +222,35 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, expected):
     assert err.count("\n") == 1 and err.startswith("podsim: error: ") and expected in err
 
 
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"\x89PNG\r\n\x1a\n\x00\xff\xfe rows", "not UTF-8 text"),
+    (b"blocks,measured_ms\n1,0.61\n2,0.52\n", "header does not end with the columns error,seconds"),
+    (b"blocks,blocks,error,seconds\n1,1,,0.1\n", "'blocks' twice"),
+    (b"blocks,error,seconds\n1,,0.1,extra\n2,,0.1\n", "row 2 has 4 cells under a header of 3"),
+    (b"blocks,error,seconds\n1,,fast\n", "row 2 has seconds='fast'"),
+    (b"blocks,error,seconds\n1,,-1\n", "row 2 has seconds='-1'"),
+    (b"blocks,error,seconds\n1," + b"x" * 200_000 + b",0.1\n", "unreadable as CSV: field larger than field limit"),
+])
+def test_resume_refuses_a_file_no_sweep_wrote_and_leaves_it_byte_for_byte(capsys, tmp_path, content, expected):
+    out = tmp_path / "rows.csv"
+    out.write_bytes(content)
+    code, stdout, err = run_cli(capsys, "sweep", "double_buffer", "--grid", "blocks=1,2", "--out", str(out),
+                                "--resume", "--workers", "1")
+    assert code == 2 and stdout == "" and err.count("\n") == 1
+    assert "is not a sweep CSV" in err and expected in err and "left as it was" in err
+    assert out.read_bytes() == content and sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv"]
+
+
+def test_resume_rewrites_its_own_rows_byte_for_byte(tmp_path):
+    out = tmp_path / "rows.csv"
+    sweep("double_buffer", {"blocks": ["2", "4"]}, {"chip": "tpu-v4"}, out=out, workers=1)
+    before = out.read_text().splitlines()
+    sweep("double_buffer", {"blocks": ["1", "2", "4", "8"]}, {"chip": "tpu-v4"}, out=out, resume=True, workers=1)
+    after = out.read_text().splitlines()
+    assert after[0] == before[0] and after[2:4] == before[1:]  # header, and the two old rows, unchanged
+    assert [line.split(",")[0] for line in after[1:]] == ["1", "2", "4", "8"]
+
+
 @pytest.mark.parametrize(("header", "expected"), [
     ("other,error,seconds", "no column 'blocks'"),
     ("blocks,buffers,error,seconds", "column 'buffers' this sweep does not set"),
@@ -227,20 +284,20 @@ def test_api_rejects_bad_workers_and_both_backends():
         sweep("double_buffer", {"blocks": [1]}, workers=2, scheduler="tcp://127.0.0.1:1")
 
 
-def test_grid_values_cells_and_progress():
+def test_grid_values_and_cells():
     assert grid_values("blocks", "1, 2,4") == ["1", "2", "4"]
     assert grid_values("axes", "0;0,1") == ["0", "0,1"]  # ';' separates values that contain commas
     assert [cell(v) for v in (None, 0.1, (0, 1), True, "x")] == ["", "0.1", "0,1", "True", "x"]
     assert [parse_cell(t) for t in ("", "3", "0.25", "tpu-v5e")] == [None, 3, 0.25, "tpu-v5e"]
-    stream = io.StringIO()
-    bar = Progress(2, True, stream)
-    bar.advance()
-    bar.advance()
-    bar.close()
-    assert "2/2" in stream.getvalue() and stream.getvalue().endswith("\n")
-    quiet = io.StringIO()
-    Progress(2, False, quiet).advance()
-    assert quiet.getvalue() == ""
+    assert [parse_cell(t) for t in ("007", "nan", "inf", "1e3", " 3")] == ["007", "nan", "inf", "1e3", " 3"]
+
+
+def test_progress_bar_on_stderr_only_when_asked(capsys):
+    sweep("double_buffer", {"blocks": [1, 2]}, workers=1, progress=True)
+    out, err = capsys.readouterr()
+    assert out == "" and "sweep" in err and "2/2" in err and err.endswith("\n")
+    sweep("double_buffer", {"blocks": [1, 2]}, workers=1)
+    assert capsys.readouterr() == ("", "")
 
 
 def test_scenario_files_run_from_relative_paths_in_workers(tmp_path, monkeypatch):
@@ -250,3 +307,25 @@ def test_scenario_files_run_from_relative_paths_in_workers(tmp_path, monkeypatch
     rows = sweep("./stopping.py", {"x": ["1", "2"]}, workers=2)
     assert [r["end_to_end_s"] for r in rows] == [1e-3, 2e-3]
     assert list(rows[0]) == ["x", "end_to_end_s", "result.x", "error", "seconds"]  # a metric never shadows a parameter
+
+
+def test_a_worker_that_dies_is_one_line_and_the_finished_rows_stay(capsys, tmp_path):
+    scenario, out = tmp_path / "dying.py", tmp_path / "rows.csv"
+    scenario.write_text(DYING)
+    code, _, err = run_cli(capsys, "sweep", str(scenario), "--grid", "x=1,2,3,4", "--workers", "2", "--out", str(out))
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("podsim: error: a worker process failed:") and "--resume runs the rest" in err
+    kept = [r["x"] for r in read_csv(out.read_text())]
+    assert set(kept) <= {"1", "2", "4"} and kept == sorted(kept)
+
+
+def test_workers_load_a_scenario_file_again_when_it_changes(tmp_path):
+    scenario = tmp_path / "stopping.py"
+    scenario.write_text(STOPPING)
+    first = sweep(str(scenario), {"x": ["1", "2"]}, workers=2)
+    scenario.write_text(STOPPING.replace("SCALE = 1", "SCALE = 10"))
+    stat = scenario.stat()
+    os.utime(scenario, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # a later edit, even on coarse clocks
+    second = sweep(str(scenario), {"x": ["1", "2"]}, workers=2)  # the same worker processes, kept by joblib
+    assert [r["end_to_end_s"] for r in first] == pytest.approx([1e-3, 2e-3])
+    assert [r["end_to_end_s"] for r in second] == pytest.approx([1e-2, 2e-2])
