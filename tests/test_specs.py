@@ -107,6 +107,47 @@ def test_bad_integer_fields_raise(field, value):
         get_chip("tpu-v5e").replace(**{field: value})
 
 
+# Absurd but finite values, written by hand: each is far outside anything built (the fuzzer found
+# 1e300 FLOP/s and 1e-300 B/s printing as 1e300 or inf).
+@pytest.mark.parametrize(("field", "value"), [
+    ("peak_bf16_flops_per_s", 1e300), ("peak_int8_flops_per_s", 1e-3), ("vpu_flops_per_s", 1e30),
+    ("hbm_capacity_bytes", 1e30), ("hbm_bandwidth_bytes_per_s", 1e-300), ("vmem_bandwidth_bytes_per_s", 1e40),
+    ("ici_bandwidth_bytes_per_s", 1e-300), ("hop_latency_s", 3600.0), ("pcie_bandwidth_bytes_per_s", 1.0),
+    ("dcn_bandwidth_bytes_per_s", 1e-300), ("mxu_dim", 10**9), ("ici_links", 10**6), ("torus_dims", 40),
+])
+def test_implausible_values_are_refused_with_the_range(field, value):
+    with pytest.raises(SpecError) as info:
+        get_chip("tpu-v5e").replace(**{field: value})
+    message = str(info.value)
+    assert field in message and " from " in message and " to " in message
+
+
+def test_every_preset_lies_inside_the_plausible_ranges():
+    from simulator.hardware.specs import PLAUSIBLE
+
+    for spec in PRESETS.values():
+        for field, (low, high, _) in PLAUSIBLE.items():
+            assert low <= getattr(spec, field) <= high, (spec.name, field)
+
+
+def test_chip_file_with_an_implausible_value_names_the_file(tmp_path):
+    path = tmp_path / "fast.toml"
+    path.write_text('base = "tpu-v5e"\npeak_bf16_flops_per_s = 1e300\n')
+    with pytest.raises(SpecError, match=r"chip file fast.toml: .*peak_bf16_flops_per_s=1e\+300 must be a finite "
+                                        r"number from 1e6 to 1e18 FLOP/s"):
+        load_chip_file(path)
+
+
+@pytest.mark.parametrize("text,match", [("chip = 5\n", "chip = 5 must be a \\[chip\\] table"),
+                                        ("a = " + "[" * 40 + "]" * 40 + "\n", "levels deep"),
+                                        ("a = " + "[" * 3000 + "]" * 3000 + "\n", "levels deep")])
+def test_chip_files_that_are_not_a_table_of_fields(tmp_path, text, match):
+    path = tmp_path / "chip.toml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=match):
+        load_chip_file(path)
+
+
 def test_bad_wraparound_names_the_valid_rules():
     with pytest.raises(SpecError) as info:
         get_chip("tpu-v5e").replace(wraparound="donut")

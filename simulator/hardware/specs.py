@@ -8,14 +8,13 @@ Capacities quoted in "GB" are read as GiB: HBM stacks and VMEM come in binary si
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from simulator.errors import SpecError
 from simulator.hardware.documents import read_document, table
-from simulator.units import QuantityError, parse_quantity
+from simulator.units import QuantityError, check_int, check_number, parse_quantity, show
 
 GiB = 2.0**30
 MiB = 2.0**20
@@ -36,6 +35,20 @@ _FLOAT_FIELDS = (
     "ici_bandwidth_bytes_per_s", "hop_latency_s", "pcie_bandwidth_bytes_per_s", "dcn_bandwidth_bytes_per_s",
 )
 _INT_FIELDS = ("mxu_dim", "mxu_count", "tensor_cores", "ici_links", "torus_dims")
+
+#: The range every numeric field must lie in: (least, most, unit). Wide enough for any chip built or
+#: planned (and for tests that shrink VMEM to one tile), narrow enough that 1e300 FLOP/s or 1e-300 B/s
+#: -- numbers that would print as 1e300 or inf -- are refused with the range in the message.
+PLAUSIBLE: dict[str, tuple[float, float, str]] = {
+    "peak_bf16_flops_per_s": (1e6, 1e18, "FLOP/s"), "peak_int8_flops_per_s": (1e6, 1e18, "FLOP/s"),
+    "vpu_flops_per_s": (1e6, 1e18, "FLOP/s"),
+    "hbm_capacity_bytes": (2.0**10, 2.0**50, "bytes"), "hbm_bandwidth_bytes_per_s": (1e6, 1e15, "B/s"),
+    "vmem_capacity_bytes": (1.0, 2.0**40, "bytes"), "vmem_bandwidth_bytes_per_s": (1e6, 1e16, "B/s"),
+    "ici_bandwidth_bytes_per_s": (1e6, 1e14, "B/s"), "hop_latency_s": (0.0, 1e-2, "s"),
+    "pcie_bandwidth_bytes_per_s": (1e6, 1e13, "B/s"), "dcn_bandwidth_bytes_per_s": (1e6, 1e13, "B/s"),
+    "mxu_dim": (1, 4096, ""), "mxu_count": (1, 2**20, ""), "tensor_cores": (1, 2**20, ""),
+    "ici_links": (1, 1024, ""), "torus_dims": (0, 6, ""), "sublanes": (1, 4096, ""),
+}
 _UNIT_KIND = {
     "flops_per_s": "flops", "bytes_per_s": "bandwidth", "bytes": "bytes", "_s": "time",
 }
@@ -72,13 +85,17 @@ class ChipSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
-            raise SpecError(f"name={self.name!r} must be a non-empty string")
-        for name in _FLOAT_FIELDS:
-            _check_float(self.name, name, getattr(self, name), allow_zero=name == "hop_latency_s")
-        for name in _INT_FIELDS + ("sublanes",):
-            _check_int(self.name, name, getattr(self, name), allow_zero=name == "torus_dims")
+            raise SpecError(f"name={show(self.name)} must be a non-empty string")
+        where = f"chip {self.name!r}: "
+        for name, (low, high, unit) in PLAUSIBLE.items():
+            if unit:
+                check_number(getattr(self, name), name=name, minimum=low, maximum=high, unit=unit, error=SpecError,
+                             where=where)
+            else:
+                check_int(getattr(self, name), name=name, minimum=int(low), maximum=int(high), error=SpecError,
+                          where=where)
         if self.wraparound not in WRAPAROUND_RULES:
-            raise SpecError(f"chip {self.name!r}: wraparound={self.wraparound!r}; valid rules: "
+            raise SpecError(f"chip {self.name!r}: wraparound={show(self.wraparound)}; valid rules: "
                             + ", ".join(WRAPAROUND_RULES))
 
     def peak_flops_per_s(self, dtype: str = "bf16") -> float:
@@ -105,20 +122,6 @@ def check_dtype(dtype: str) -> int:
     if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         raise SpecError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
     return DTYPE_BYTES[dtype]
-
-
-def _check_float(chip: str, name: str, value: Any, allow_zero: bool) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and math.isfinite(value) and (value >= 0 if allow_zero else value > 0):
-        return
-    bound = ">= 0" if allow_zero else "> 0"
-    raise SpecError(f"chip {chip!r}: {name}={value!r} must be a finite number {bound}")
-
-
-def _check_int(chip: str, name: str, value: Any, allow_zero: bool) -> None:
-    if isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0):
-        return
-    raise SpecError(f"chip {chip!r}: {name}={value!r} must be an integer {'>= 0' if allow_zero else '>= 1'}")
 
 
 _BOOK = "scaling-book ch. tpus (hardware table)"
@@ -202,12 +205,10 @@ def _field_kind(name: str) -> str:
 def _coerce(name: str, value: Any, origin: str) -> Any:
     if name in ("name", "wraparound", "source"):
         if not isinstance(value, str):
-            raise SpecError(f"{origin}: {name}={value!r} must be a string")
+            raise SpecError(f"{origin}: {name}={show(value)} must be a string")
         return value
     if name in _INT_FIELDS + ("sublanes",):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(f"{origin}: {name}={value!r} must be an integer")
-        return value
+        return value  # type and range are checked by ChipSpec itself
     try:
         return parse_quantity(value, _field_kind(name), name=name)
     except QuantityError as err:
@@ -230,7 +231,10 @@ def chip_from_dict(data: dict[str, Any], origin: str = "chip") -> ChipSpec:
     missing = [k for k in required if k not in values]
     if missing:
         raise SpecError(f"{origin}: missing field(s) {', '.join(missing)} (or give base = a preset name)")
-    return ChipSpec(**values)
+    try:
+        return ChipSpec(**values)
+    except SpecError as err:  # say which file the out-of-range value came from
+        raise SpecError(f"{origin}: {err}") from None
 
 
 def load_chip_file(path: str | Path) -> ChipSpec:
