@@ -181,3 +181,41 @@ def test_link_counter_of_shared_and_derated_links():
     slow = _line_with_messages([0.0], v, efficiency=0.5)  # derated to half: half the nominal bandwidth, twice as long
     assert [(ts, a["utilisation"]) for ts, a in _counters(slow, "link 0->1")] == [
         (pytest.approx(lat * 1e6), pytest.approx(0.5)), (pytest.approx((lat + 2 * v / b) * 1e6), 0.0)]
+
+
+@pytest.mark.parametrize("name,match", [("db.txt", r"'txt' is not a picture format; use one of .*png.*svg"),
+                                        ("db", "has no picture suffix"), ("no/such/db.png", "does not exist")])
+def test_picture_paths_are_refused_before_drawing(tmp_path, name, match):
+    with pytest.raises(PodsimError, match=match):
+        plots.check_picture_path(tmp_path / name)
+
+
+def test_any_format_matplotlib_draws_is_accepted(trace, tmp_path):
+    path = plots.save_gantt(trace, tmp_path / "g.svg")
+    assert path.read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.parametrize("writer", [export.write_chrome_trace, export.write_csv])
+def test_a_folder_is_not_a_file_to_write(trace, tmp_path, writer):
+    with pytest.raises(PodsimError, match="it is a folder"):
+        writer(trace, tmp_path)
+
+
+def test_a_failing_write_names_the_file(trace, tmp_path, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(type(tmp_path), "write_text", full)
+    with pytest.raises(PodsimError, match=r"cannot write .*t.json.*: No space left on device"):
+        export.write_chrome_trace(trace, tmp_path / "t.json")
+
+
+@pytest.mark.parametrize("flag,name", [("--gantt", "db.txt"), ("--trace", "."), ("--csv", "none/x.csv")])
+def test_cli_refuses_an_output_path_before_running(capsys, monkeypatch, tmp_path, flag, name):
+    from simulator.frontend import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "load_scenario", lambda name: pytest.fail("the scenario ran"))
+    assert cli.main(["run", "double_buffer", flag, name]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err

@@ -163,6 +163,19 @@ def _run_kwargs(args: argparse.Namespace, module: Any) -> dict[str, Any]:
     return kwargs
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse --trace, --csv and --gantt paths that cannot be written before anything runs."""
+    from simulator.report import export
+
+    for path in (args.trace, args.csv):
+        if path:
+            export.open_for_write(path)
+    if args.gantt:
+        from simulator.report import plots
+
+        plots.check_picture_path(args.gantt)
+
+
 def write_outputs(result: Result, args: argparse.Namespace) -> None:
     """Write the --trace, --gantt and --csv files a command asked for."""
     from simulator.report import export
@@ -180,6 +193,7 @@ def write_outputs(result: Result, args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
+    check_outputs(args)
     module = load_scenario(args.scenario)
     result = module.run(**_run_kwargs(args, module))
     write_outputs(result, args)
@@ -254,6 +268,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
     from simulator.collectives import run_collective
     from simulator.report.result import Result
 
+    check_outputs(args)
     system = _system(args)
     nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
     axes = _int_list(args.axes, "--axes") if args.axes else None

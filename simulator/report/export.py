@@ -8,14 +8,18 @@ fraction of its nominal bandwidth in use, 0 when idle) at the start and end of e
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from simulator.engine.trace import PoolTimeline, Span, Trace
 from simulator.errors import PodsimError
 from simulator.report.links import link_load, spans_by_link
+from simulator.units import show
 
 _UNIT_ORDER = ("hbm", "vmem", "mxu", "vpu")
 
@@ -85,16 +89,35 @@ def link_counters(trace: Trace, pids: dict[Any, int]) -> list[dict[str, Any]]:
 
 
 def open_for_write(path: str | Path) -> Path:
+    """``path`` as a `Path` once it is known to be writable: its folder exists and may be written, and it
+    is not itself a folder. Commands call this before a run, so a bad path fails in a second, not after
+    a long simulation."""
     path = Path(path)
-    if not path.parent.exists():
-        raise PodsimError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist")
+    shown = show(str(path), 80)
+    if not str(path).strip() or path.is_dir():
+        raise PodsimError(f"cannot write {shown}: it is a folder; give a file name such as out.json")
+    if not path.parent.is_dir():
+        raise PodsimError(f"cannot write {shown}: folder {show(str(path.parent), 80)} does not exist")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise PodsimError(f"cannot write {shown}: permission denied")
     return path
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn an operating-system failure while writing ``path`` (disk full, a device that refuses) into
+    one `PodsimError` naming the file."""
+    try:
+        yield
+    except OSError as err:
+        raise PodsimError(f"cannot write {show(str(path), 80)}: {err.strerror or err}") from None
 
 
 def write_chrome_trace(trace: Trace, path: str | Path) -> Path:
     """Write `chrome_trace` to ``path`` (open it at ui.perfetto.dev)."""
     path = open_for_write(path)
-    path.write_text(json.dumps(chrome_trace(trace)))
+    with writing(path):
+        path.write_text(json.dumps(chrome_trace(trace)))
     return path
 
 
@@ -104,7 +127,7 @@ CSV_COLUMNS = ("chip", "unit", "label", "kind", "start_s", "end_s", "bytes", "fl
 def write_csv(trace: Trace, path: str | Path) -> Path:
     """Write one row per span with the columns in `CSV_COLUMNS`."""
     path = open_for_write(path)
-    with path.open("w", newline="") as f:
+    with writing(path), path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(CSV_COLUMNS)
         for s in trace.spans:

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from simulator.engine.trace import COMPUTE_KINDS, Span, Trace
-from simulator.report.export import live_steps, open_for_write, track_ids, used_pools
+from simulator.errors import PodsimError
+from simulator.report.export import live_steps, open_for_write, track_ids, used_pools, writing
 from simulator.report.figure import CHAR_WIDTH_IN, axes_width_in, time_scale
 from simulator.report.figure import axes as _axes
 from simulator.report.figure import pyplot as _pyplot
 from simulator.report.figure import title as _title
 from simulator.report.heatmap import link_heatmap
-from simulator.units import format_quantity
+from simulator.units import format_quantity, show
 
 __all__ = ["KIND_COLORS", "MAX_LANES", "gantt", "link_heatmap", "roofline", "save", "save_gantt", "sweep",
            "time_scale", "timeline_diff"]
@@ -300,13 +301,36 @@ def sweep(points: Sequence[dict[str, Any]], x: str, simulated: str, closed_form:
     return ax
 
 
-def save(ax: Any, path: str | Path, dpi: int = 100) -> Path:
-    """Save the figure holding ``ax`` as a PNG at ``path`` and close it."""
+def picture_formats() -> list[str]:
+    """File suffixes matplotlib can draw to (png, pdf, svg, ...), sorted."""
+    _pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
+def check_picture_path(path: str | Path) -> Path:
+    """``path`` if it can be written and its suffix names a picture format; one `PodsimError` listing the
+    formats otherwise (``--gantt db.txt``). Commands call this before a run."""
     path = open_for_write(path)
+    suffix = path.suffix.lower().lstrip(".")
+    formats = picture_formats()
+    if suffix not in formats:
+        what = f"{suffix!r} is not a picture format" if suffix else "it has no picture suffix"
+        raise PodsimError(f"cannot draw {show(str(path), 80)}: {what}; use one of {', '.join(formats)}")
+    return path
+
+
+def save(ax: Any, path: str | Path, dpi: int = 100) -> Path:
+    """Save the figure holding ``ax`` at ``path`` (the suffix picks the format: png, svg, pdf, ...) and close it."""
+    path = check_picture_path(path)
     fig = ax.figure
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    _pyplot().close(fig)
+    try:
+        with writing(path):
+            fig.savefig(path, dpi=dpi)
+    finally:
+        _pyplot().close(fig)
     return path
 
 
