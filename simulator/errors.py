@@ -26,6 +26,15 @@ class ScenarioError(PodsimError):
     """An unknown scenario, an unknown parameter, or a scenario file that fails to import."""
 
 
+class UserScenarioError(ScenarioError):
+    """A user's scenario file raised its own exception inside ``run()``; ``details`` holds the traceback of
+    the user's code, which the CLI prints above the one-line message."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+
 class DeadlockError(PodsimError):
     """The simulation ended with processes still waiting for something that never happens."""
 

@@ -73,3 +73,43 @@ def test_wall_clock_guard_stops_a_slow_run():
 
 def test_guards_do_not_change_results():
     assert double_buffer.run().metrics["end_to_end_s"] == pytest.approx(0.5e-3, rel=1e-12)
+
+
+# -- user scenario files: run() must return a Result; the user's own exceptions keep their traceback -------
+
+
+def _cli(argv, capsys):
+    from simulator.frontend.cli import main
+
+    status = main(argv)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_a_user_scenario_returning_none_says_what_run_must_return(capsys):
+    status, out, err = _cli(["run", "tests/data/scenario_returns_none.py"], capsys)
+    assert status == 2 and out == ""
+    assert err == ("podsim: error: scenario file 'scenario_returns_none.py': run() returned NoneType None; "
+                   "run(**params) must return a simulator.Result, e.g. Result(scenario='mine', params=params, "
+                   "metrics=system.metrics())\n")
+
+
+def test_a_user_scenario_raising_shows_its_own_traceback_framed_by_one_line(capsys):
+    status, out, err = _cli(["run", "tests/data/scenario_raises.py", "--set", "blocks=3"], capsys)
+    lines = err.splitlines()
+    assert status == 2 and out == ""
+    assert lines[0] == "Traceback (most recent call last):"
+    assert 'scenario_raises.py", line 6, in run' in err and "in _helper" in err  # the user's frames ...
+    assert "simulator" not in err.replace("simulator.Result", "")  # ... and none of podsim's
+    assert lines[-2] == "RuntimeError: my helper cannot handle 3 blocks"
+    assert lines[-1] == ("podsim: error: scenario file 'scenario_raises.py' raised RuntimeError in run() "
+                         "(its traceback is above)")
+
+
+def test_a_built_in_scenario_bug_is_not_blamed_on_the_user(monkeypatch):
+    from scenarios import double_buffer as module
+    from simulator.frontend.scenario import run_scenario
+
+    monkeypatch.setattr(module, "run", lambda **kw: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        run_scenario(module, {})

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from simulator import analytic
 from simulator.collectives import names as algorithm_names
 from simulator.errors import PodsimError, one_line
-from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, scenario_params
+from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, run_scenario, scenario_params
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
 from simulator.hardware.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
 from simulator.report.result import Result, jsonable
@@ -195,7 +195,7 @@ def write_outputs(result: Result, args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> None:
     check_outputs(args)
     module = load_scenario(args.scenario)
-    result = module.run(**_run_kwargs(args, module))
+    result = run_scenario(module, _run_kwargs(args, module))
     write_outputs(result, args)
     print(result.dumps() if args.json else result.summary(links=args.links))
 
@@ -404,6 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         COMMANDS[args.command](args)
     except _input_errors() as err:
+        print(getattr(err, "details", ""), end="", file=sys.stderr)  # a user scenario's own traceback
         print(f"podsim: error: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # output piped into `head` and closed early: not an error of ours

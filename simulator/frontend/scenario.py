@@ -12,14 +12,16 @@ import inspect
 import math
 import pkgutil
 import sys
+import traceback
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import PodsimError, ScenarioError
+from simulator.errors import PodsimError, ScenarioError, UserScenarioError
 from simulator.hardware.specs import ChipSpec
-from simulator.units import MAX_COUNT, check_bytes, parse_quantity
+from simulator.report.result import Result
+from simulator.units import MAX_COUNT, check_bytes, parse_quantity, show
 
 _SUFFIX_KIND = (("_per_s", "bandwidth"), ("_s", "time"), ("_bytes", "bytes"), ("_flops", "flops_count"))
 
@@ -54,6 +56,7 @@ def _load_file(path: Path) -> types.ModuleType:
     if spec is None or spec.loader is None:
         raise ScenarioError(f"scenario file {str(path)!r} is not a Python file (expected a .py scenario)")
     module = importlib.util.module_from_spec(spec)
+    module.podsim_user_file = str(path)  # type: ignore[attr-defined]  # see run_scenario
     try:
         spec.loader.exec_module(module)
     except Exception as err:  # any import failure of user code becomes one clear line
@@ -62,6 +65,29 @@ def _load_file(path: Path) -> types.ModuleType:
         raise ScenarioError(f"scenario file {str(path)!r} defines no run(**params) function")
     sys.modules.setdefault(module.__name__, module)
     return module
+
+
+def run_scenario(module: types.ModuleType, kwargs: dict[str, Any]) -> Result:
+    """``module.run(**kwargs)``, checked: it must return a `Result`. An exception that a user's scenario
+    file raises itself (not a podsim error) becomes `UserScenarioError` carrying the traceback of the
+    user's code; a built-in scenario's exceptions pass through unchanged (they are podsim's bugs)."""
+    user_file = getattr(module, "podsim_user_file", None)
+    try:
+        result = module.run(**kwargs)
+    except PodsimError:
+        raise
+    except Exception as err:
+        if user_file is None:
+            raise
+        details = "".join(traceback.format_exception(type(err), err, err.__traceback__.tb_next))
+        raise UserScenarioError(f"scenario file {Path(user_file).name!r} raised {type(err).__name__} in run() "
+                                "(its traceback is above)", details) from None
+    if not isinstance(result, Result):
+        what = f"scenario file {Path(user_file).name!r}" if user_file else f"scenario {_short(module)!r}"
+        raise ScenarioError(f"{what}: run() returned {type(result).__name__} {show(result)}; run(**params) must "
+                            "return a simulator.Result, e.g. Result(scenario='mine', params=params, "
+                            "metrics=system.metrics())")
+    return result
 
 
 def scenario_params(module: types.ModuleType) -> dict[str, inspect.Parameter]:
