@@ -16,7 +16,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from simulator.frontend.cli import main
-from simulator.frontend.sweep import cell, parse_cell
+from simulator.frontend.sweep import cell, parse_cell, write_csv
 
 HEADERS = [["blocks", "end_to_end_s", "error", "seconds"], ["blocks", "error", "seconds"], ["blocks", "buffers",
            "error", "seconds"], ["x", "error", "seconds"], ["blocks", "seconds", "error"], ["blocks"], []]
@@ -73,7 +73,7 @@ def test_resume_from_any_file(tmp_path_factory, content):
         assert path.read_bytes() == content and [p.name for p in path.parent.iterdir()] == ["rows.csv"]
         return
     data = finite_json(out)
-    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    rows = list(csv.DictReader(io.StringIO(path.read_bytes().decode(), newline="")))
     assert data["rows_count"] == len(rows) >= 2 and list(rows[0])[-2:] == ["error", "seconds"]
     assert [r["blocks"] for r in rows[:2]] == ["1", "2"]  # the grid's points first, in grid order
 
@@ -93,3 +93,10 @@ def test_any_grid_text(key, text):
 @given(text=st.text(max_size=30))
 def test_a_cell_read_back_is_written_the_same(text):
     assert cell(parse_cell(text)) == text
+
+
+@given(rows=st.lists(st.lists(st.text(max_size=8), min_size=2, max_size=2), max_size=3))
+def test_written_cells_read_back_the_same(rows):
+    stream = io.StringIO()
+    write_csv([dict(zip("ab", row, strict=True)) for row in rows], stream, ["a", "b"])
+    assert list(csv.reader(io.StringIO(stream.getvalue(), newline=""))) == [["a", "b"], *rows]

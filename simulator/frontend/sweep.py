@@ -23,9 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import joblib
-from tqdm import tqdm
-
 from simulator.errors import PodsimError, one_line
 from simulator.frontend.scenario import load_scenario, parse_sets
 from simulator.frontend.sweep_table import (
@@ -72,8 +69,9 @@ def sweep(scenario: str | types.ModuleType, grid: dict[str, Any], fixed: dict[st
     shared by every point. ``workers``: local processes (default ``os.cpu_count()``; 1 runs in this
     process); ``scheduler``: a Dask scheduler address instead. ``out``: a CSV file kept up to date as
     rows finish; ``resume`` skips the points already in it. ``chunk_size``: points per task (default:
-    joblib sizes batches from the measured time per point). Rows are in grid order and all have the
-    same keys (missing values are None). Ctrl-C raises `SweepInterrupted` after saving finished rows.
+    joblib sizes batches from the measured time per point; on Dask, four chunks per thread). Rows are in
+    grid order and all have the same keys (missing values are None). Ctrl-C raises `SweepInterrupted`
+    after saving finished rows.
     """
     module = scenario if isinstance(scenario, types.ModuleType) else load_scenario(scenario)
     plan = make_plan(module, grid, fixed)
@@ -82,8 +80,12 @@ def sweep(scenario: str | types.ModuleType, grid: dict[str, Any], fixed: dict[st
     old = read_resume(path, plan) if resume and path else []
     done = {index for index, _ in old}
     todo = [i for i in range(len(plan.points)) if i not in done]
-    with _client(scheduler, connect_timeout_s) as client:
+    client = None if scheduler is None else dask_client(scheduler, connect_timeout_s)  # before any file is written
+    try:
         return _collect(plan, old, todo, _execute(plan, todo, workers, client, chunk_size), path, progress)
+    finally:
+        if client is not None:
+            client.close()
 
 
 def sweep_frame(*args: Any, **kwargs: Any) -> Any:
@@ -153,6 +155,8 @@ def _execute(plan: Plan, todo: list[int], workers: int, client: Any,
 def _on_joblib(plan: Plan, todo: list[int], workers: int, chunk_size: int | None) -> Iterator[tuple[int, Row | None]]:
     """In this process (one worker or one point) or on joblib's loky processes, which it batches by the
     measured time per point and ends (cancelling what is queued) when the sweep stops early."""
+    import joblib  # here, not at the top: every podsim command imports this module
+
     tasks = (joblib.delayed(_run_points)(plan.scenario, plan.run_kwargs, [(i, plan.points[i])]) for i in todo)
     with joblib.parallel_config(backend="loky"):
         results = joblib.Parallel(n_jobs=min(workers, max(len(todo), 1)), return_as="generator_unordered",
@@ -174,7 +178,7 @@ def _on_dask(plan: Plan, todo: list[int], client: Any, chunk_size: int | None) -
     threads = sum(client.nthreads().values())
     if not threads:
         raise SweepError(f"the Dask cluster at {client.scheduler.address!r} has no workers")
-    size = chunk_size or -(-len(todo) // (4 * threads))
+    size = chunk_size or max(1, -(-len(todo) // (4 * threads)))
     chunks = [[(i, plan.points[i]) for i in todo[k:k + size]] for k in range(0, len(todo), size)]
     futures = client.map(_run_points, [plan.scenario] * len(chunks), [plan.run_kwargs] * len(chunks), chunks,
                          pure=False)
@@ -183,19 +187,6 @@ def _on_dask(plan: Plan, todo: list[int], client: Any, chunk_size: int | None) -
             yield from future.result()
     finally:
         client.cancel(futures)
-
-
-@contextlib.contextmanager
-def _client(scheduler: str | None, timeout_s: float) -> Iterator[Any]:
-    """A Dask client for ``scheduler`` (connected before any file is written, closed after), else None."""
-    if scheduler is None:
-        yield None
-        return
-    client = dask_client(scheduler, timeout_s)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def dask_client(address: str, timeout_s: float = 3.0) -> Any:
@@ -240,6 +231,8 @@ def _collect(plan: Plan, old: list[tuple[int, Row]], todo: list[int], results: I
             live.rewrite(rows, list(rows[0]) if rows else live.columns)
             live.close()
         return rows
+
+    from tqdm import tqdm
 
     bar = tqdm(total=len(todo), desc="sweep", unit="point", disable=not progress or not todo, file=sys.stderr)
     try:

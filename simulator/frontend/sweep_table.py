@@ -235,9 +235,15 @@ def parse_cell(text: str) -> Any:
 def write_csv(rows: list[Row], stream: TextIO, columns: list[str] | None = None) -> None:
     """Write ``rows`` as CSV to ``stream`` (columns: the first row's keys unless given)."""
     columns = columns if columns is not None else list(rows[0]) if rows else []
-    writer = csv.writer(stream, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows([cell(row.get(c)) for c in columns] for row in rows)
+    stream.write(csv_line(columns) + "".join(csv_line([cell(row.get(c)) for c in columns]) for row in rows))
+
+
+def csv_line(cells: list[str]) -> str:
+    """One CSV line ending in ``\n``, with any cell holding ``\r`` or ``\n`` quoted (a writer told to end
+    lines with ``\n`` alone would leave a ``\r`` bare, and a reader would split the row there)."""
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\r\n").writerow(cells)
+    return text.getvalue()[:-2] + "\n"
 
 
 class LiveCsv:
@@ -254,7 +260,7 @@ class LiveCsv:
         if any(key not in self.columns for key in row):
             self.rewrite(self.rows, ordered_columns(self.columns, [row]))
             return
-        csv.writer(self.stream, lineterminator="\n").writerow([cell(row.get(c)) for c in self.columns])
+        self.stream.write(csv_line([cell(row.get(c)) for c in self.columns]))  # type: ignore[union-attr]
         self.stream.flush()  # type: ignore[union-attr]
 
     def rewrite(self, rows: list[Row], columns: list[str]) -> None:
