@@ -19,6 +19,7 @@ intensity, about 240 on tpu-v5e, as k and n grow.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -111,12 +112,18 @@ def run(*, k: int = 16384, n: int = 16384, m_values: tuple = (16, 32, 64, 128, 1
         params=dict(k=k, n=n, m_values=list(m_values), block_n=block_n, dtype=dtype, chip=spec.name),
         metrics=last.metrics(),
         extra={"points": points, "critical_batch": critical, "analytic_critical_batch": padded,
-               "analytic_critical_batch_unpadded": closed,
+               "analytic_critical_batch_unpadded": closed if math.isfinite(closed) else None,  # None: never
                "peak_intensity_flops_per_byte": analytic.peak_intensity(spec.peak_flops_per_s(dtype),
                                                                         spec.hbm_bandwidth_bytes_per_s)},
         trace=last.trace,
-        headline=(f"compute-bound from m = {critical} (simulated end to end) vs {padded} (closed form with MXU "
-                  "padding; "
-                  f"{closed:.1f} unpadded); "
+        headline=(f"compute-bound from m = {_m(critical, max(m_values))} (simulated end to end) vs {_m(padded)} "
+                  f"(closed form with MXU padding; {_m(closed)} unpadded); "
                   f"peak intensity {spec.peak_flops_per_s(dtype) / spec.hbm_bandwidth_bytes_per_s:.1f} FLOP/byte"),
     )
+
+
+def _m(m: float | None, tried: int | None = None) -> str:
+    """A critical m as the headline writes it; when there is none, say so (never ``None`` or ``inf``)."""
+    if m is None or not math.isfinite(m):
+        return f"none up to {tried}" if tried else "never"
+    return str(m) if isinstance(m, int) else f"{m:.1f}"

@@ -113,3 +113,47 @@ def test_a_built_in_scenario_bug_is_not_blamed_on_the_user(monkeypatch):
     monkeypatch.setattr(module, "run", lambda **kw: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         run_scenario(module, {})
+
+
+# -- degenerate but legal sizes: a size-1 axis is a trivial mesh that runs and communicates nothing -------
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"])
+def test_a_one_chip_collective_on_real_data_leaves_the_row_as_it_was(kind):
+    import numpy as np
+
+    from simulator.collectives import run_collective
+
+    row = np.arange(8.0)
+    r = run_collective(kind, System(topology="ring:1"), data=row[None, :])
+    assert r.time_s == 0 and r.max_link_bytes == 0
+    np.testing.assert_array_equal(r.outputs[0], row)  # one chip: gathered, reduced or sent, it is its own row
+
+
+@pytest.mark.parametrize("argv", [["run", "mlp_layers", "--set", "M=1"],
+                                  ["run", "sharded_matmul", "--set", "mesh=X=1"],
+                                  ["run", "sharded_matmul", "--mesh", "X=1,Y=1", "--topology", "torus:1x1",
+                                   "--set", "cases=false"]])
+def test_size_one_meshes_run_verify_and_report_no_communication(argv, capsys):
+    import json
+
+    status, out, err = _cli([*argv, "--json"], capsys)
+    assert status == 0, err
+    result = json.loads(out)
+    assert result["verified"] is True
+    assert all(s["communication_s"] == 0 for s in result["strategies"])
+    assert "ici" not in result["bytes"]
+
+
+def test_the_book_cases_that_need_a_missing_axis_are_skipped_and_named(capsys):
+    status, out, _ = _cli(["run", "sharded_matmul", "--set", "mesh=X=1"], capsys)
+    assert status == 0
+    assert "skipped (they need mesh axes X and Y): no communication" in out
+
+
+def test_a_matmul_that_never_turns_compute_bound_says_so(capsys):
+    status, out, _ = _cli(["run", "matmul_roofline", "--set", "k=1", "--set", "n=256", "--set", "m_values=1,8"],
+                          capsys)
+    assert status == 0
+    assert "compute-bound from m = none up to 8" in out and "never unpadded" in out
+    assert "None" not in out and "inf" not in out

@@ -154,7 +154,10 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
     data = kwargs.get("data")
     job, net = plan.job, system.network
     if plan.schedule is None:
-        return _no_op(kind, plan.nbytes, len(plan.groups))
+        result = _no_op(kind, plan.nbytes, len(plan.groups))
+        if data is not None:  # one chip per group: every collective leaves each chip's row as it was
+            result.outputs = {dev: data[dev].copy() for g in plan.groups for dev in g.members.values()}
+        return result
     buffers = payload.initial_buffers(kind, plan.groups, data, job.parts, job.chunks, job.root_pos) \
         if data is not None else None
     start, before = system.env.now, net.link_bytes()
