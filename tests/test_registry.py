@@ -122,7 +122,7 @@ def test_auto_reports_the_algorithm_it_ran(topology, chip, expected):
 
 
 def test_unknown_names_and_duplicates_are_errors(capsys):
-    with pytest.raises(PodsimError, match="algorithm='tree'; valid: auto, bidirectional, line, unidirectional"):
+    with pytest.raises(PodsimError, match="algorithm='tree'; valid: auto, bidirectional, .*line, .*unidirectional$"):
         get_algorithm("tree")
     with pytest.raises(PodsimError, match="already registered"):
         register(type("Again", (Algorithm,), {"name": "line"})())

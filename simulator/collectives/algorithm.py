@@ -58,6 +58,7 @@ class Algorithm:
     summary: ClassVar[str] = ""  #: one line: how data moves
     kinds: ClassVar[tuple[str, ...]] = ()
     topologies: ClassVar[tuple[str, ...]] = ()  #: topology kinds served (graphs of other kinds: by geometry)
+    nic_rings: ClassVar[bool] = True  #: spread over one ring per NIC on GPU nodes (False: uses every NIC itself)
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
         """Why this algorithm cannot run ``kind`` on ``groups`` (None: it can)."""

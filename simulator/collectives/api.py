@@ -116,7 +116,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     one_to_one = mesh is None or all(len(mesh.physical_axes(n)) == 1 for n, s in zip(mesh.names, mesh.sizes,
                                                                                      strict=True) if s > 1)
     job.reduced = _use_reduced(mode, kind, data, group, net, one_to_one)
-    job.rings = nic_rings(net, groups, rings, data, axes, mesh)
+    job.rings = nic_rings(net, groups, rings, data, axes, mesh) if chosen.nic_rings else [groups]
     if len(job.rings) > 1:
         job.key_bytes = math.ceil(nbytes / len(job.rings) / n_keys)
     schedule = Schedule(job.key_bytes)

@@ -91,6 +91,7 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
     if not transfers:
         return done.succeed(net.env.now)
     waiting = [len(t.deps) for t in transfers]
+    chips = set(net.chips)  # a transfer to a switch crosses one link (`Network.hop`); from one, too
     done.pending = _Pending(transfers, waiting, remaining, label)
     dependents: list[list[int]] = [[] for _ in transfers]
     for t in transfers:
@@ -99,14 +100,15 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
 
     def start(t: Transfer) -> None:
         payload = {k: buffers[t.src][k].copy() for k in t.keys} if buffers is not None else None
-        event = net.message(t.src, t.dst, t.nbytes, label)
+        event = net.message(t.src, t.dst, t.nbytes, label) if t.src == t.dst or {t.src, t.dst} <= chips else \
+            net.hop(t.src, t.dst, t.nbytes, label)  # a chip and its switch (in-switch reduction, NVLS)
         event.callbacks.append(lambda _e: arrive(t, payload))
 
     def arrive(t: Transfer, payload: dict[Any, np.ndarray] | None) -> None:
         if payload is not None:
             store = buffers[t.dst]
             for k, value in payload.items():
-                store[k] = store[k] + value if t.op == "add" else value
+                store[k] = store[k] + value if t.op == "add" and k in store else value  # a switch starts empty
         for d in dependents[t.id]:
             waiting[d] -= 1
             if waiting[d] == 0:

@@ -59,6 +59,7 @@ class Network:
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
         self.grid = graph.graph.get("kind") in _GRID_KINDS and len(self.shape) > 0
+        self.chip: Any = None  #: the system's ChipSpec (set by `System`): what its switches can do (NVLS)
 
     # -- links -------------------------------------------------------------------------------
     def link(self, u: Any, v: Any) -> Channel:
@@ -176,6 +177,14 @@ class Network:
             return hops[0][0].transfer(share, label, "send")  # the common case: no process needed
         sends = [self.env.process(self._send(links, share, label, chunks)) for links in hops]
         return sends[0] if len(sends) == 1 else self.env.process(_all_of(self.env, sends))
+
+    def hop(self, u: Any, v: Any, nbytes: float, label: str = "") -> simpy.Event:
+        """Send ``nbytes`` over the one link ``u -> v`` (either end may be a switch, as for in-switch
+        reductions); the event fires (value: the time) when the last byte has arrived."""
+        channel = self.link(u, v)
+        if self.trace is not None:
+            self.trace.count(channel.kind, nbytes)
+        return channel.transfer(nbytes, label, "send")
 
     def _route_links(self, src: Any, dst: Any, multipath: bool) -> tuple[list[list[Channel]], list[tuple[str, int]]]:
         """The channels of each route and how many hops of each link kind they cross (cached per pair)."""

@@ -61,6 +61,7 @@ class System:
         if topology is not None:
             self.graph = resolve_topology(topology, self.spec)
             self.network = Network(self.env, self.graph, self.trace, switching)
+            self.network.chip = self.spec
             ids: list[int] = self.network.chips
         else:
             ids = list(range(n_chips))

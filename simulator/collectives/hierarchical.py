@@ -1,0 +1,183 @@
+"""Hierarchical AllReduce, AllGather and ReduceScatter over two levels (slices over DCN, nodes over InfiniBand).
+
+AllReduce: reduce-scatter inside every domain on its fast links (ring phases along each ICI axis, or a
+ring through the node's NVLink switch), so chip (k, b) holds domain k's partial sum of the 1/m of the
+array that inner position b owns; then an AllReduce of that 1/m over the rail of the K chips at inner
+position b -- each chip on its own DCN port or NIC, all m rails at once (per-rail); then an all-gather
+inside every domain. ReduceScatter is the first two steps (the rail only reduce-scatters); AllGather
+gathers over the rails first, so the slow level moves the least data. Inner phases use the torus trick
+of `simulator.collectives.multi_axis`: the array is cut into parts, each part running the inner axes
+in its own rotated order, so every axis's links stay busy.
+
+Two variants:
+
+- ``hierarchical``: the levels run one after another (a barrier between phases), as XLA runs a
+  multislice AllReduce (ICI reduce-scatter, DCN all-reduce, ICI all-gather) and Horovod's hierarchical
+  AllReduce. Closed form: the SUM of the level terms, each phase priced from first principles by
+  `simulator.collectives.timing.chain_phase_time` (the slowest chain or the busiest link);
+- ``hierarchical_pipelined``: the array is cut into ``PIPELINE`` chunks that flow through the levels
+  in order (chunk c enters a phase once chunk c-1 has left it), as NCCL pipelines its NVLS-tree and
+  CollNet levels. Closed form: ``sum_x t_x + (c-1) max(sum of inner t_x, sum of outer t_x)`` for
+  per-chunk phase times t_x -- the first chunk crosses every phase, the others follow one busiest level
+  apart (the inner phases share the fast links, the outer ones the uplinks): about the MAX of the level
+  terms for many chunks. The simulation shares links fairly between chunks in different phases, so it
+  can run a few percent either side of it (tests/test_hierarchical.py).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from simulator.collectives.algorithm import Algorithm, Job, get_algorithm, register
+from simulator.collectives.chains import gather_phase, reduce_phase
+from simulator.collectives.groups import Group, keys_where
+from simulator.collectives.levels import TWO_LEVEL_KINDS, Levels, two_levels
+from simulator.collectives.schedule import Schedule
+from simulator.collectives.timing import chain_phase_time
+from simulator.engine.network import Network
+
+PARTS = 6  #: inner parts per chunk: an equal share for each rotation over 1, 2 or 3 inner axes
+Stage = tuple[str, str, int]  #: ("rs" or "ag", "in" or "out", index into the part's inner axis order)
+
+
+def stages(kind: str, n_axes: int) -> list[Stage]:
+    """The phases of ``kind``, in time order."""
+    rs_in = [("rs", "in", j) for j in range(n_axes)]
+    ag_in = [("ag", "in", j) for j in range(n_axes)]
+    if kind == "all_gather":
+        return [("ag", "out", 0), *ag_in]
+    if kind == "reduce_scatter":
+        return [*rs_in, ("rs", "out", 0)]
+    return [*rs_in, ("rs", "out", 0), ("ag", "out", 0), *ag_in]
+
+
+class Hierarchical(Algorithm):
+    """Reduce-scatter inside each domain, the rails across domains, all-gather inside (see the module)."""
+
+    name = "hierarchical"
+    summary = "two levels in turn: reduce-scatter inside each slice/node, the rails across, all-gather inside"
+    kinds = ("all_gather", "reduce_scatter", "all_reduce")
+    topologies = TWO_LEVEL_KINDS
+    nic_rings = False
+    pipeline = 1  #: chunks flowing through the levels
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        why = super().unfit(kind, net, groups)
+        if why is not None:
+            return why
+        levels = two_levels(net, groups[0])
+        return levels if isinstance(levels, str) else None
+
+    def parts(self, kind: str, group: Group, multi_axis: str) -> int:
+        return PARTS * self.pipeline
+
+    # -- schedule --------------------------------------------------------------------------------------
+    def build(self, job: Job, schedule: Schedule) -> None:
+        for group in job.groups:
+            levels = two_levels(job.net, group)
+            assert isinstance(levels, Levels)
+            done: dict[int, int] = {}  # stage -> barrier of the previous chunk (the pipeline keeps order)
+            for chunk in range(self.pipeline):
+                before: list[int] = []
+                for x, stage in enumerate(stages(job.kind, len(levels.sizes))):
+                    deps = before + ([done[x]] if x in done else [])
+                    tags = self._stage(job, levels, schedule, stage, chunk, deps, (id(group), chunk, x))
+                    done[x] = schedule.barrier(tags)
+                    before = [done[x]]
+
+    def _stage(self, job: Job, lv: Levels, s: Schedule, stage: Stage, chunk: int, deps: list[int],
+               tag: Any) -> list[Any]:
+        what, level, j = stage
+        run = reduce_phase if what == "rs" else gather_phase
+        n_axes, tags = len(lv.sizes), []
+        for r in range(n_axes):
+            parts = [p for p in range(chunk * PARTS, (chunk + 1) * PARTS) if p % n_axes == r]
+            rtag = (*tag, r)
+            tags.append(rtag)
+            start = lambda i, d=deps: d  # noqa: E731  (every chain waits for the phase before)
+            if level == "out":
+                for b in keys_where(lv.sizes, {}):
+                    ring = lv.rail(b)
+                    bundles = [_keys(job, parts, [lv.position[(k, b)]]) for k in range(lv.outer)]
+                    run(s, ring, bundles, get_algorithm("unidirectional"), start, rtag)
+                continue
+            order = _phase_order(job.kind, what, r, n_axes)
+            a = order[j]
+            for base in keys_where(tuple(1 if x == a else n for x, n in enumerate(lv.sizes)), {}):
+                for k in range(lv.outer):
+                    ring = lv.inner_ring(k, base, a)
+                    fixed = _fixed(what, order, j, base)
+                    bundles = [_keys(job, parts, [lv.position[(kk, bb)] for kk in range(lv.outer)
+                                                  for bb in keys_where(lv.sizes, fixed | {a: i})])
+                               for i in range(lv.sizes[a])]
+                    run(s, ring, bundles, lv.inner_algorithm(a), start, rtag)
+        return tags
+
+    # -- closed form -----------------------------------------------------------------------------------
+    def stage_times(self, job: Job) -> list[tuple[str, float]]:
+        """(level, seconds) of each phase of one chunk: the slowest rotation inside, all rotations on the rails."""
+        lv = two_levels(job.net, job.group)
+        assert isinstance(lv, Levels)
+        n_axes, out = len(lv.sizes), []
+        per_rotation = [len([q for q in range(PARTS) if q % n_axes == r]) for r in range(n_axes)]
+        for what, level, j in stages(job.kind, n_axes):
+            if level == "out":
+                algorithm = get_algorithm("unidirectional")
+                units = algorithm.reduce_units if what == "rs" else algorithm.gather_units
+                t = chain_phase_time(job.net, [lv.rail(tuple(0 for _ in lv.sizes))], True,
+                                     algorithm.steps(lv.outer), units, job.key_bytes * PARTS)
+                out.append(("out", t))
+                continue
+            times = []
+            for r in range(n_axes):
+                order = _phase_order(job.kind, what, r, n_axes)
+                a = order[j]
+                held = order[j + 1:] if what == "rs" else order[:j]
+                unit = job.key_bytes * per_rotation[r] * lv.outer * math.prod(lv.sizes[x] for x in held)
+                algorithm = lv.inner_algorithm(a)
+                units = algorithm.reduce_units if what == "rs" else algorithm.gather_units
+                ring = lv.inner_ring(0, tuple(0 for _ in lv.sizes), a)
+                times.append(chain_phase_time(job.net, [ring], algorithm.closed, algorithm.steps(lv.sizes[a]),
+                                              units, unit))
+            out.append(("in", max(times)))
+        return out
+
+    def closed_form(self, job: Job) -> float:
+        times = self.stage_times(job)
+        total = sum(t for _, t in times)
+        busiest = max(sum(t for level, t in times if level == name) for name in ("in", "out"))
+        return total + (self.pipeline - 1) * busiest
+
+
+class HierarchicalPipelined(Hierarchical):
+    """`Hierarchical` with the array cut into chunks that flow through the levels in order."""
+
+    name = "hierarchical_pipelined"
+    summary = "two levels pipelined: the array in 4 chunks flows inside, across and inside again"
+    pipeline = 4
+
+
+def _phase_order(kind: str, what: str, rotation: int, n_axes: int) -> list[int]:
+    """The inner axes a phase indexes into: rotated by the part's rotation; reversed for AllReduce's gather."""
+    axes = list(range(n_axes))
+    order = axes[rotation:] + axes[:rotation]
+    return order if what == "rs" or kind == "all_gather" else order[::-1]
+
+
+def _fixed(what: str, order: list[int], j: int, base: tuple[int, ...]) -> dict[int, int]:
+    """Inner axes on which a ring's keys agree with its chips: those reduced already (a reduction), or
+    those not gathered yet (a gather), as in `simulator.collectives.multi_axis`."""
+    if what == "rs":
+        return {x: base[x] for x in order[:j]}
+    return {x: base[x] for x in range(len(base)) if x not in order[:j] and x != order[j]}
+
+
+def _keys(job: Job, parts: list[int], positions: list[tuple[int, ...]]) -> tuple | int:
+    """The keys (part, group position) a bundle carries, or their count when timing only."""
+    if job.numeric:
+        return tuple((p, pos) for pos in positions for p in parts)
+    return len(parts) * len(positions)
+
+
+HIERARCHICAL = register(Hierarchical())
+HIERARCHICAL_PIPELINED = register(HierarchicalPipelined())
