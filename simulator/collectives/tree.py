@@ -1,0 +1,164 @@
+"""Binary and double binary tree AllReduce (NCCL's tree), pipelined in chunks, for switched topologies.
+
+Ranks 0..n-1 (group order, so a GPU node's ranks are consecutive) form an in-order binary tree: with
+i = rank + 1, a rank's level is the number of trailing zero bits of i, its children are i -/+ 2^(level-1)
+and its parent the nearest existing ancestor; the leaves are the even ranks, and the subtrees of low
+levels stay inside a node, so only the upper levels cross the network, each on the crossing GPU's own
+NIC. ``double_binary_tree`` adds the mirrored tree (rank r <-> n-1-r), whose leaves are the odd ranks:
+every rank is a leaf in one tree and interior in the other, and each tree carries half the array --
+NCCL's double binary tree, whose bandwidth no rank's port limits more than twice V.
+
+The array is cut into ``CHUNKS`` chunks per tree; a chunk is summed up the tree (a rank sends its
+partial sum once both children's have arrived) and broadcast back down, and each tree edge carries the
+chunks in order (chunk c+1 once chunk c has arrived), so the chunks pipeline. Closed form (the tree's
+latency-plus-bandwidth form): the first chunk crosses the deepest path up and down, ``sum over those hops
+of (latency + S / b)``, and the others follow one slowest edge apart, ``(c - 1) max over tree edges of
+(latency + k S / b)`` with k the chunk streams (up and down, both trees) sharing the edge's busiest link:
+``2 D (a + S / b) + (c - 1)(a + k S / b)`` for depth D and chunk S. The first chunks share ports less
+than the steady state does and the streams drift out of step, so the simulation runs within about
+-30% / +20% of it (tests/test_tree.py).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from simulator.collectives.algorithm import Algorithm, Job, register
+from simulator.collectives.groups import Group
+from simulator.collectives.schedule import Schedule
+from simulator.collectives.switched import SWITCHED, edges, keys, members, pair_time
+from simulator.collectives.timing import route_latency
+from simulator.engine.network import Network
+
+CHUNKS = 8  #: pipeline chunks per tree
+
+
+def parents(n: int) -> dict[int, int]:
+    """rank -> parent rank in the in-order binary tree of ``n`` ranks (the root has none)."""
+    out = {}
+    for r in range(n):
+        i = r + 1
+        while True:
+            level = (i & -i).bit_length() - 1
+            up = i - (1 << level) if i >> (level + 1) & 1 else i + (1 << level)
+            if up == i or up <= 0 or level >= n.bit_length():
+                break
+            if up <= n:
+                out[r] = up - 1
+                break
+            i = up
+    return out
+
+
+def trees(n: int, double: bool) -> list[dict[int, int]]:
+    """Parent maps of the tree (and of its mirror image, for the double tree)."""
+    one = parents(n)
+    if not double:
+        return [one]
+    return [one, {n - 1 - r: n - 1 - p for r, p in one.items()}]
+
+
+class BinaryTree(Algorithm):
+    """AllReduce: chunks summed up an in-order binary tree and broadcast back down, pipelined."""
+
+    name = "binary_tree"
+    summary = "AllReduce up and down one binary tree of ranks, in pipelined chunks (log2(n) depth)"
+    kinds = ("all_reduce",)
+    topologies = SWITCHED
+    nic_rings = False
+    double = False
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        why = super().unfit(kind, net, groups)
+        if why is None and groups[0].n < 3:
+            return f"a tree of {groups[0].n} chips is a single exchange; use one_shot or a ring"
+        return why
+
+    def parts(self, kind: str, group: Group, multi_axis: str) -> int:
+        return CHUNKS * (2 if self.double else 1)
+
+    def build(self, job: Job, s: Schedule) -> None:
+        for group in job.groups:
+            ranks, every = members(group), group.positions()
+            for t, parent in enumerate(trees(group.n, self.double)):
+                children: dict[int, list[int]] = {r: [] for r in range(group.n)}
+                for r, p in parent.items():
+                    children[p].append(r)
+                up_prev: dict[int, int] = {}  # rank -> its previous chunk's send to its parent (link order)
+                down_prev: dict[tuple[int, int], int] = {}
+                for c in range(CHUNKS):
+                    what = keys(job, every, [t * CHUNKS + c])
+                    sent_up = self._up(s, ranks, parent, children, what, up_prev, (id(group), t, c))
+                    self._down(s, ranks, parent, children, what, sent_up, down_prev, (id(group), t, c))
+
+    @staticmethod
+    def _up(s: Schedule, ranks: list, parent: dict, children: dict, what: Any, prev: dict, tag: tuple) -> dict:
+        """Partial sums to each parent once the children's have arrived; returns rank -> its send."""
+        sent: dict[int, int] = {}
+        for r in _bottom_up(parent, len(ranks)):
+            if r in parent:
+                deps = [sent[c] for c in children[r]] + ([prev[r]] if r in prev else [])
+                sent[r] = prev[r] = s.add(ranks[r], ranks[parent[r]], what, "add", deps, ("up", *tag), ranks[parent[r]])
+        return sent
+
+    @staticmethod
+    def _down(s: Schedule, ranks: list, parent: dict, children: dict, what: Any, sent_up: dict, prev: dict,
+              tag: tuple) -> None:
+        """The root's sum copied down, each rank forwarding it once it has it."""
+        root = next(r for r in range(len(ranks)) if r not in parent)
+        have = {root: [sent_up[c] for c in children[root]]}
+        for r in reversed(_bottom_up(parent, len(ranks))):
+            for c in children[r]:
+                deps = have[r] + ([prev[(r, c)]] if (r, c) in prev else [])
+                prev[(r, c)] = s.add(ranks[r], ranks[c], what, "copy", deps, ("down", *tag), ranks[c])
+                have[c] = [prev[(r, c)]]
+
+    def closed_form(self, job: Job) -> float:
+        ranks, n = members(job.group), job.group.n
+        chunk = job.key_bytes * n
+        streams: Counter = Counter()  # link -> chunk streams crossing it (up and down, every tree)
+        hops = []
+        for parent in trees(n, self.double):
+            for r, p in parent.items():
+                for a, b in ((r, p), (p, r)):
+                    route = edges(job.net, ranks[a], ranks[b])
+                    hops.append(route)
+                    streams.update(route)
+        first = max(2 * _path_time(job, ranks, parent, r, chunk) for parent in trees(n, self.double)
+                    for r in range(n))
+        g = job.net.graph
+        period = max(route_latency(job.net, route) + max(streams[e] * chunk / g.edges[e]["bandwidth_bytes_per_s"]
+                                                          for e in route) for route in hops)
+        return first + (CHUNKS - 1) * period
+
+
+class DoubleBinaryTree(BinaryTree):
+    """Two mirrored binary trees, each carrying half the array (NCCL's double binary tree)."""
+
+    name = "double_binary_tree"
+    summary = "AllReduce over two mirrored binary trees (each rank a leaf in one), half the array each"
+    double = True
+
+
+def _bottom_up(parent: dict[int, int], n: int) -> list[int]:
+    """Ranks ordered so that every child comes before its parent."""
+    depth = {}
+    for r in range(n):
+        d, x = 0, r
+        while x in parent:
+            x, d = parent[x], d + 1
+        depth[r] = d
+    return sorted(range(n), key=lambda r: -depth[r])
+
+
+def _path_time(job: Job, ranks: list, parent: dict[int, int], r: int, chunk: float) -> float:
+    """One chunk from rank ``r`` up to the root, hop by hop."""
+    total = 0.0
+    while r in parent:
+        total += pair_time(job.net, ranks[r], ranks[parent[r]], chunk)
+        r = parent[r]
+    return total
+
+
+BINARY_TREE = register(BinaryTree())
+DOUBLE_BINARY_TREE = register(DoubleBinaryTree())
