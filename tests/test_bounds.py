@@ -55,7 +55,10 @@ SHAPES = [("tpu-v5e", t) for t in ["ring:2", "ring:3", "ring:8", "line:5", "toru
 #: (lowest, highest) time / closed form. Two chains sharing a switch port carry unequal bundles in an
 #: AllToAll; when the smaller finishes the larger speeds up, which the closed form does not credit.
 BY_DESIGN = {("switch:8", "bidirectional", "all_to_all"): (0.96, 1.0), ("switch:8", "line", "all_to_all"): (0.93, 1.0),
-             ("switch:5", "line", "all_to_all"): (0.93, 1.0)}
+             ("switch:5", "line", "all_to_all"): (0.93, 1.0),
+             # pipelined chunks: the closed forms take a steady period the first chunks beat (issue 14 modules)
+             **{(t, a, "all_reduce"): (0.85, 1.25) for t in ("switch:5", "switch:8")
+                for a in ("nvls", "binary_tree", "double_binary_tree")}}
 
 
 @pytest.mark.parametrize("chip,topology", SHAPES)

@@ -2,8 +2,10 @@
 
 Facts used, those of `simulator.engine.network`: a link direction carries at most its bandwidth, and
 moves no byte of a message before the latencies of its own and the earlier links of the route have
-passed; switches and chips outside a group forward data, they never add it. With V as `run_collective`
-defines it and n devices per group, the collective needs at least:
+passed; switches and chips outside a group forward data, they never add it (the exception: an NVLink
+SHARP switch adds data itself -- `simulator.collectives.nvls.reduces_in_switch` -- and there the
+group-together terms below are dropped). With V as `run_collective` defines it and n devices per
+group, the collective needs at least:
 
 - each chip to receive what it lacks through its incoming links: AllGather (n-1)V/n, AllReduce V,
   AllToAll (n-1)V/n^2, Broadcast V (but the root), ReduceScatter V/n;
@@ -26,6 +28,7 @@ from typing import Any
 import networkx as nx
 
 from simulator.collectives.groups import Group
+from simulator.collectives.nvls import reduces_in_switch
 from simulator.engine.network import Network
 
 Link = tuple[float, float]  #: (first time it can move bytes s, bandwidth bytes/s)
@@ -41,6 +44,8 @@ def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, 
     first_out = _Quickest(g.succ)
     bound = _latency_bound(kind, net, groups[0], root_pos)
     together = {"reduce_scatter": (n - 1) * nbytes, "all_reduce": 2 * (n - 1) * nbytes}.get(kind, 0.0)
+    if reduces_in_switch(net):  # the exception: an NVLS switch adds data itself (`simulator.collectives.nvls`)
+        together = 0.0
     for group in groups:
         members = set(group.members.values())
         root = group.members[root_pos] if kind == "broadcast" else None
