@@ -59,7 +59,7 @@ def collective_groups(net: Network, axes: Sequence[Any] | None, mesh: Any = None
     """
     if mesh is not None:
         return _mesh_groups(mesh, axes)
-    if not net.grid:
+    if not net.grid and not (axes is not None and _slices_over_dcn(net)):
         if axes is not None:
             raise PodsimError(f"axes={list(axes)!r}: topology {net.graph.graph.get('kind')!r} has no axes; "
                               "omit --axes to use all chips as one ring")
@@ -70,7 +70,13 @@ def collective_groups(net: Network, axes: Sequence[Any] | None, mesh: Any = None
         if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < ndim:
             raise PodsimError(f"axis {a!r} is not an axis of shape {'x'.join(map(str, net.shape))}; "
                               f"valid axes: {', '.join(map(str, range(ndim)))}")
-    return _grid_groups(list(net.shape), list(net.wrap), axes, lambda coord: net.chip_at(tuple(coord)))
+    wrap = [True, *net.wrap[1:]] if _slices_over_dcn(net) else list(net.wrap)  # slices ring through the DCN
+    return _grid_groups(list(net.shape), wrap, axes, lambda coord: net.chip_at(tuple(coord)))
+
+
+def _slices_over_dcn(net: Network) -> bool:
+    """Multislice axes: 0 the slices (over the DCN switch), then the slice's own (issue 14)."""
+    return net.graph.graph.get("kind") == "multislice"
 
 
 def _mesh_groups(mesh: Any, axes: Sequence[Any] | None) -> list[Group]:

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from simulator import analytic
 from simulator.collectives import names as algorithm_names
-from simulator.errors import PodsimError, one_line
+from simulator.errors import NonFiniteError, PodsimError, one_line
+from simulator.frontend.outputs import check_outputs, write_outputs
 from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, run_scenario, scenario_params
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
 from simulator.hardware.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
-from simulator.report.result import Result, jsonable
+from simulator.report.result import Result, dumps_json
 from simulator.units import format_quantity, parse_int, parse_positive
 
 EXIT_BAD_INPUT = 2
@@ -163,35 +165,6 @@ def _run_kwargs(args: argparse.Namespace, module: Any) -> dict[str, Any]:
     return kwargs
 
 
-def check_outputs(args: argparse.Namespace) -> None:
-    """Refuse --trace, --csv and --gantt paths that cannot be written before anything runs."""
-    from simulator.report import export
-
-    for path in (args.trace, args.csv):
-        if path:
-            export.open_for_write(path)
-    if args.gantt:
-        from simulator.report import plots
-
-        plots.check_picture_path(args.gantt)
-
-
-def write_outputs(result: Result, args: argparse.Namespace) -> None:
-    """Write the --trace, --gantt and --csv files a command asked for."""
-    from simulator.report import export
-
-    if (args.trace or args.gantt or args.csv) and (result.trace is None or not result.trace.spans):
-        raise PodsimError(f"{result.scenario} recorded no spans to export (was trace=False?)")
-    if args.trace:
-        export.write_chrome_trace(result.trace, args.trace)
-    if args.csv:
-        export.write_csv(result.trace, args.csv)
-    if args.gantt:
-        from simulator.report import plots
-
-        plots.save_gantt(result.trace, args.gantt, title=result.headline or result.scenario)
-
-
 def cmd_run(args: argparse.Namespace) -> None:
     check_outputs(args)
     module = load_scenario(args.scenario)
@@ -233,7 +206,7 @@ def cmd_roofline(args: argparse.Namespace) -> None:
            "peak_flops_per_s": peak, "bandwidth_bytes_per_s": bandwidth,
            **analytic.roofline(flops, nbytes, peak, bandwidth)}
     if args.json:
-        print(json.dumps(jsonable(out), indent=2))
+        print(dumps_json(out))
         return
     print(f"{chip.name} {args.dtype}, {args.memory} roof: {format_quantity(flops, 'FLOP')}, "
           f"{format_quantity(nbytes, 'B')}")
@@ -254,7 +227,7 @@ def cmd_validate(args: argparse.Namespace) -> None:
     from simulator.frontend.validate import render, validate
 
     result = validate()
-    print(json.dumps(jsonable(result), indent=2) if args.json else render(result))
+    print(dumps_json(result) if args.json else render(result))
 
 
 def _int_list(text: str, flag: str) -> list[int]:
@@ -266,7 +239,6 @@ def _int_list(text: str, flag: str) -> list[int]:
 
 def cmd_collective(args: argparse.Namespace) -> None:
     from simulator.collectives import run_collective
-    from simulator.report.result import Result
 
     check_outputs(args)
     system = _system(args)
@@ -337,7 +309,7 @@ def cmd_send(args: argparse.Namespace) -> None:
     out = send(system, src, dst, parse_positive(args.bytes, "bytes", name="--bytes"),
                chunks=_parse_count(args.chunks, "--chunks"), multipath=not args.single_path)
     if args.json:
-        print(json.dumps(jsonable({"src": args.src, "dst": args.dst, "topology": args.topology, **out}), indent=2))
+        print(dumps_json({"src": args.src, "dst": args.dst, "topology": args.topology, **out}))
         return
     print(f"{args.src} -> {args.dst} on {args.topology}: {format_quantity(out['time_s'], 's')} "
           f"(closed form {format_quantity(out['analytic_s'], 's')}), first byte after "
@@ -369,13 +341,16 @@ def cmd_model(args: argparse.Namespace) -> None:
     par = parse_parallelism(args.mesh)
     out = decode_budget(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype)
     out["step_time_s"] = None
+    if out["critical_batch"] == math.inf:  # printed as null with the reason, never as inf
+        out.update(critical_batch=None, critical_batch_note="no batch makes this step compute-bound at this "
+                   "context: each request adds more KV-cache reading time than compute time")
     if not args.no_simulate:
         from simulator.workloads.simulate import simulate_decode
 
         sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype)
         out.update(sim.summary())
     if args.json:
-        print(json.dumps(jsonable(out), indent=2))
+        print(dumps_json(out))
         return
     _print_model(out)
 
@@ -415,6 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         print(f"podsim: error: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except NonFiniteError as err:  # podsim's bug, not the user's input: say so, never print inf or nan
+        print(f"podsim: internal error: {one_line(err)}; please report this with the command", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as err:  # a sweep's says how far it got and where its rows are
         print(f"podsim: {one_line(err) or 'interrupted'}", file=sys.stderr)
         return 130

@@ -8,7 +8,8 @@ Placement: logical axes take the topology's physical axes in order, each consumi
 physical axes whose lengths multiply to its size (``X=16`` on a 4x4 torus spans both axes, row-major);
 ``X=4@1,Y=4@0`` places them explicitly (``@0+1`` for several physical axes). On a switch (or any
 topology without axes) logical coordinates enumerate the chips in index order. Size-1 logical axes
-take no physical axis.
+take no physical axis. On slices over DCN (``multislice:K:AxB``) physical axis 0 is the slices, so the
+first logical axis of size K (e.g. ``dcn=2`` or ``data=2``) is data parallelism over slices.
 """
 from __future__ import annotations
 
@@ -91,6 +92,8 @@ class Mesh:
                               f"{len(self.chips)} chips; the axis sizes must multiply to the chip count")
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ())) if _is_grid(graph) else ()
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ())) if self.shape else ()
+        if graph.graph.get("kind") == "multislice":  # axis 0 is the slices: a ring through the DCN switch
+            self.wrap = (True, *self.wrap[1:])
         self.placement = self._place()
         self._device = {coords: self._locate(coords) for coords in itertools.product(*map(range, self.sizes))}
         self._coords = {dev: c for c, dev in self._device.items()}
@@ -187,7 +190,7 @@ class Mesh:
 
 
 def _is_grid(graph: nx.DiGraph) -> bool:
-    return graph.graph.get("kind") in ("torus", "ring", "line", "mesh") and bool(graph.graph.get("shape"))
+    return graph.graph.get("kind") in ("torus", "ring", "line", "mesh", "multislice") and bool(graph.graph.get("shape"))
 
 
 def default_topology_for(mesh: MeshSpec, chip: Any) -> str:
