@@ -43,6 +43,12 @@ class RunawayError(PodsimError):
     """A simulation exceeded its event-count or wall-clock guard."""
 
 
+class NonFiniteError(ArithmeticError):
+    """A number about to be printed is inf or NaN. Not a `PodsimError`: the user's input was accepted, so
+    this is podsim's bug (a quantity with no finite value is reported as null with a note, or its input is
+    refused); the CLI says so in one line and exits with status 1."""
+
+
 def one_line(err: BaseException, *, typed: bool = False) -> str:
     """``err``'s message folded onto one line; with ``typed``, an error that is not podsim's own (a bug or
     a library's) keeps its type name in front, so a sweep row says what kind of failure it was."""

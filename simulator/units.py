@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from simulator.errors import PodsimError, QuantityError
+from simulator.errors import NonFiniteError, PodsimError, QuantityError
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
@@ -224,7 +224,12 @@ def parse_positive(text: str | float | int, kind: str, *, name: str, allow_zero:
 
 
 def format_quantity(value: float, unit: str) -> str:
-    """Format ``value`` (SI) with a decimal prefix for display: ``format_quantity(8.2e11, 'B/s')``."""
+    """Format ``value`` (SI) with a decimal prefix for display: ``format_quantity(8.2e11, 'B/s')``.
+
+    inf and NaN raise `NonFiniteError`: no command prints them (a value with no finite answer is worded).
+    """
+    if not math.isfinite(value):
+        raise NonFiniteError(f"a quantity in {unit} about to be printed is {value!r}")
     if unit == "s":
         for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
             if abs(value) >= scale:

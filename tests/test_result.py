@@ -109,3 +109,29 @@ def test_link_load_is_bytes_over_period_against_bandwidth():
              Span(0, "link 0->1", "c", 5.0, 6.0, "send", 2.0)]
     assert link_load(spans, 4.0) == [(1.0, 3.0, 1.0), (5.0, 6.0, 0.5)]
     assert link_load(spans) == [(1.0, 3.0, 1.0), (5.0, 6.0, 1.0)]
+
+
+def test_strict_json_names_where_an_infinity_sits():
+    import math
+
+    from simulator.errors import NonFiniteError
+    from simulator.report.result import dumps_json, jsonable
+
+    assert jsonable({"a": [1.0, math.inf]}) == {"a": [1.0, None]}  # lenient: what sweeps tabulate
+    with pytest.raises(NonFiniteError, match=r"result\.a\[1\] is inf"):
+        dumps_json({"a": [1.0, math.inf]})
+    with pytest.raises(NonFiniteError, match=r"result\.busy_s\.mxu is nan"):
+        Result("s", {}, {"busy_s": {"mxu": math.nan}}).dumps()
+
+
+def test_a_non_finite_number_reaching_the_cli_is_an_internal_error_not_bad_input(capsys, monkeypatch):
+    import math
+
+    from simulator.frontend import cli
+
+    monkeypatch.setattr(cli.analytic, "roofline", lambda *a: {"intensity_flops_per_byte": math.inf})
+    assert cli.main(["roofline", "--chip", "tpu-v5e", "--matmul", "8,8,8", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("podsim: internal error: result.intensity_flops_per_byte is inf, which no output may hold; "
+                   "please report this with the command\n")

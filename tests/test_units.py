@@ -169,3 +169,63 @@ def test_parse_positive_combines_parse_and_range_check():
 )
 def test_format_quantity_examples(value, unit, expected):
     assert format_quantity(value, unit) == expected
+
+
+# -- the one validation layer: check_int, check_number, parse_int --------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, 101, 2.0, True, "5", None, 10**600])
+def test_check_int_states_the_range(value):
+    from simulator.units import check_int
+
+    with pytest.raises(QuantityError, match=r"^n=.* must be an integer from 1 to 100$"):
+        check_int(value, name="n", maximum=100)
+
+
+def test_check_int_error_class_prefix_and_hint():
+    from simulator.errors import SpecError
+    from simulator.units import check_int
+
+    assert check_int(7, name="n") == 7
+    with pytest.raises(SpecError, match=r"^chip 'x': buffers=0 must be an integer >= 1 \(1 = serial\)$"):
+        check_int(0, name="buffers", error=SpecError, where="chip 'x': ", hint="1 = serial")
+
+
+@pytest.mark.parametrize("value", [0.5, 1e19, math.nan, math.inf, -math.inf, True, "1e9"])
+def test_check_number_refuses_outside_the_closed_range(value):
+    from simulator.units import check_number
+
+    with pytest.raises(QuantityError, match=r"must be a finite number from 1 to 1e18 B/s$"):
+        check_number(value, name="bw", minimum=1, maximum=1e18, unit="B/s")
+
+
+@pytest.mark.parametrize("text,value", [("8", 8), (" 12 ", 12), ("1e3", 1000), ("4k", 4000), ("+3", 3), (5, 5)])
+def test_parse_int_accepts_whole_numbers(text, value):
+    from simulator.units import parse_int
+
+    assert parse_int(text, name="n") == value
+
+
+@pytest.mark.parametrize("text", ["²", "٣", "1_000", "2.5", "abc", "", "0", "-1", "1e30", "9" * 600, "9" * 5000,
+                                  True, None, "inf", "nan"])
+def test_parse_int_refuses_everything_else_in_one_line(text):
+    from simulator.units import parse_int, show
+
+    with pytest.raises(QuantityError) as info:
+        parse_int(text, name="--batch")
+    message = str(info.value)
+    assert message.startswith(f"--batch={show(text)} must be a whole number") and len(message) < 200
+
+
+def test_unicode_digits_are_not_quantities():
+    for text in ("٣", "²", "１２"):  # Arabic-Indic three, superscript two, full-width twelve
+        with pytest.raises(QuantityError):
+            parse_quantity(text, "number")
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_format_quantity_never_prints_a_non_finite_number(value):
+    from simulator.errors import NonFiniteError
+
+    with pytest.raises(NonFiniteError):
+        format_quantity(value, "s")

@@ -12,25 +12,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.engine.trace import Trace
-from simulator.errors import PodsimError
+from simulator.errors import NonFiniteError, PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.report.links import is_link, link_groups, link_sort_key
 from simulator.units import format_quantity
 
 
-def jsonable(value: Any) -> Any:
-    """``value`` with specs, tuples, numpy scalars and non-finite floats made JSON-safe (inf -> None)."""
+def jsonable(value: Any, *, strict: bool = False, where: str = "result") -> Any:
+    """``value`` with specs, tuples and numpy scalars made JSON-safe. A non-finite float becomes None, or
+    with ``strict`` (what commands print) raises `NonFiniteError` naming its place (``result.busy_s.hbm``):
+    a number with no finite value must be replaced by None, with a note, where it is computed."""
     if isinstance(value, ChipSpec):
         return value.name
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v, strict=strict, where=f"{where}.{k}") for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
+        return [jsonable(v, strict=strict, where=f"{where}[{i}]") for i, v in enumerate(value)]
     if hasattr(value, "item") and callable(value.item):  # numpy scalar
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
+        if strict:
+            raise NonFiniteError(f"{where} is {value!r}, which no output may hold")
         return None
     return value
+
+
+def dumps_json(value: Any) -> str:
+    """``value`` as the indented, strict JSON a command prints (`NonFiniteError` for inf or NaN)."""
+    return json.dumps(jsonable(value, strict=True), indent=2, allow_nan=False)
 
 
 @dataclass
@@ -53,8 +62,8 @@ class Result:
         return jsonable({"scenario": self.scenario, "params": self.params, **self.metrics, **self.extra})
 
     def dumps(self) -> str:
-        """`to_json` as a JSON string (allow_nan off: strict JSON)."""
-        return json.dumps(self.to_json(), indent=2, allow_nan=False)
+        """The flat dict of `to_json` as strict JSON text: `NonFiniteError` for inf or NaN anywhere."""
+        return dumps_json({"scenario": self.scenario, "params": self.params, **self.metrics, **self.extra})
 
     def summary(self, links: str = "grouped") -> str:
         """Human lines: headline, time against closed form, `details`, busy time per unit, links, bytes.
