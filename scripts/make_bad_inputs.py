@@ -101,6 +101,7 @@ CASES: list[tuple[str, str]] = [
     ("sweep files", "sweep double_buffer --grid blocks=1,2 --out tests/data/sweep_binary.csv --resume"),
     ("sweep files", "sweep double_buffer --grid blocks=1,2 --out tests/data/sweep_other.csv --resume"),
     ("sweep files", "sweep double_buffer --grid buffers=1,2 --out tests/data/sweep_rows.csv --resume"),
+    ("sweep files", "sweep double_buffer --grid blocks=1,2 --out tests/data"),
 ]
 
 

@@ -212,6 +212,7 @@ def test_json_prints_one_object(capsys):
     (["--grid", "blocks=1", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "not allowed with"),
     (["--grid", "blocks=1", "--scheduler", "tcp://127.0.0.1:1"], "Dask"),
     (["--grid", "blocks=1", "--out", "MISSING/rows.csv"], "cannot write --out"),
+    (["--grid", "blocks=1", "--out", "."], "--out '.' is not a regular file"),
     (["--grid", "blocks=1", "--resume"], "--resume needs --out"),
     (["--grid", "blocks=1", "--json", "--out", "/dev/stdout"], "both write to stdout"),
 ])

@@ -112,7 +112,11 @@ def _check_out(out: str | Path | None, resume: bool) -> Path | None:
     text = None if out is None else str(out)
     if resume and text in _STDOUT:
         raise SweepError("--resume needs --out FILE.csv: the file whose finished points are skipped")
-    return None if text in _STDOUT else Path(text)  # type: ignore[arg-type]
+    path = None if text in _STDOUT else Path(text)  # type: ignore[arg-type]
+    if path is not None and path.exists() and not path.is_file():  # a file is replaced whole: never a device
+        raise SweepError(f"--out {text!r} is not a regular file (a folder or a device); give a FILE.csv path, "
+                         "or '-' for stdout")
+    return path
 
 
 # --- running: joblib in this process, on loky workers or on Dask -------------------------------------
