@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import types
@@ -41,7 +40,7 @@ from simulator.frontend.sweep_table import (
     run_point,
     write_csv,
 )
-from simulator.report.result import jsonable
+from simulator.report.result import dumps_json
 
 __all__ = ["SweepError", "SweepInterrupted", "cell", "dask_client", "grid_values", "parse_cell", "sweep",
            "sweep_frame", "write_csv"]
@@ -302,7 +301,7 @@ def _print_rows(args: argparse.Namespace, rows: list[Row], to_stdout: bool) -> N
     if args.json:
         out = {"scenario": args.scenario, "rows_count": len(rows), "failed": failed,
                "out": None if to_stdout else args.out, "columns": list(rows[0]) if rows else [], "rows": rows}
-        print(json.dumps(jsonable(out), indent=2))
+        print(dumps_json(out))  # strict: a sweep's cells are finite or None already (see `flatten`)
     elif to_stdout:
         write_csv(rows, sys.stdout)
         sys.stdout.flush()
