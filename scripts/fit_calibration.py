@@ -24,7 +24,9 @@ DATA = ROOT / "simulator" / "hardware" / "data"
 HOP_LATENCY_S = 1e-6  # preset hop latency; a ring step over a switch crosses two hops
 H100_PEAK, H100_SMS = 9.9e14, 132
 A100_NVLINK, A100_IB = 3.0e11, 2.5e10  # bytes/s one way: NVLink 3 egress, HDR NIC per GPU
-HELD_OUT = {"matmul_h100": [2048, 8192], "nccl_a100": [16 * 2**20, 2**30, 8 * 2**30]}
+HELD_OUT = {"matmul_h100": [2048, 8192], "nccl_a100": [16 * 2**20, 2**30, 8 * 2**30],
+            "nvls_h100": [2 * 2**20, 32 * 2**20, 512 * 2**20, 4 * 2**30]}  # and all of h200_nvls_allreduce_busbw.csv
+H100_NVLINK, NVLS_CHUNKS = 4.5e11, 8  # bytes/s one way per GPU; chunks of simulator.collectives.nvls
 VIDUR_FIT_CONFIGS = [(2, 2), (2, 1)]  # one node of 2 GPUs (framework launch), two nodes of 1 (the IB link)
 
 
@@ -98,6 +100,37 @@ def fit_nvlink() -> tuple[dict, float, dict]:
     return model, q["launch"], report
 
 
+def nvls_allreduce_s(nbytes: float, n: int, link: float, eta: float, launch: float) -> float:
+    """NVLS AllReduce on one switch (simulator.collectives.nvls closed form): four hops for the first chunk,
+    then one contribution period per further chunk, links at eta x line rate."""
+    b, chunk = link * eta, nbytes / NVLS_CHUNKS
+    shard = chunk / n
+    first = 4 * HOP_LATENCY_S + (chunk + 2 * shard + (n - 1) * shard) / b
+    return launch + first + (NVLS_CHUNKS - 1) * (HOP_LATENCY_S + (chunk + 2 * shard) / b)
+
+
+def fit_nvls() -> tuple[dict, float, dict]:
+    """NVLS on 8 x H100 (nccl-tests, NVLS algorithm) from 1 MiB up: the switch's achieved rate and launch."""
+    points = [(int(r["size_bytes"]), float(r["busbw_gb_per_s"]) * 1e9) for r in read("h100_nvls_allreduce_busbw.csv")
+              if int(r["size_bytes"]) >= 2**20]
+    fit = [p for p in points if p[0] not in HELD_OUT["nvls_h100"]]
+
+    def busbw(size: float, q: dict[str, float]) -> float:
+        t = nvls_allreduce_s(size, 8, H100_NVLINK, eta(size, q["peak"], q["half"], q["exp"]), q["launch"])
+        return BUS_FACTORS["all_reduce"](8) * size / t
+
+    def loss(q: dict[str, float]) -> float:
+        return geomean_error([(busbw(s, q), m) for s, m in fit])
+
+    q = search(loss, {"peak": [0.5 + 0.03 * i for i in range(12)], "half": [10 ** (5 + 0.25 * i) for i in range(13)],
+                      "exp": [0.4, 0.5, 0.6, 0.7, 0.8, 1.0], "launch": [5e-6, 1e-5, 2e-5, 3e-5]})
+    held = [p for p in points if p[0] in HELD_OUT["nvls_h100"]]
+    report = {"fit_set": [s for s, _ in fit], "held_out": [s for s, _ in held], "fit_error": loss(q),
+              "held_out_error": geomean_error([(busbw(s, q), m) for s, m in held])}
+    model = {"peak_fraction": round(q["peak"], 4), "half_size_bytes": round(q["half"]), "exponent": round(q["exp"], 4)}
+    return model, q["launch"], report
+
+
 def vidur_points(config: tuple[int, int]) -> list[tuple[int, float]]:
     rows = [r for r in read("a100_dgx_all_reduce_pow2.csv") if (int(r["num_workers"]), int(r["devices_per_node"]))
             == config]
@@ -140,20 +173,28 @@ FACTS = {
 }
 
 
+NVLS_SOURCE = ("fitted to h100_nvls_allreduce_busbw.csv from 1 MiB up (nccl-tests, NVLS, Azure ND H100 v5), "
+               "four sizes held out")
+
+
 def build() -> dict:
     matmul, matmul_report = fit_matmul()
     nvlink, launch, nvlink_report = fit_nvlink()
     framework, framework_report = fit_framework(nvlink, launch)
     ib, ib_report = fit_ib(nvlink, launch, framework)
+    nvls, nvls_launch, nvls_report = fit_nvls()
+    nvls_algorithm = {"nvls": {"links": {"nvlink": nvls}, "collective_launch_s": round(nvls_launch, 9)}}
     h100_links = {"nvlink": {**nvlink, "peak_fraction": round(370 / 450, 4)}}
     gpu_sources = {"matmul": "fitted to h100_matmul_square.csv (wave quantization over 132 SMs, 128x256 tiles)",
                    "hbm": FACTS["hbm"], "nvlink": FACTS["nvlink_h100"] + "; curve shape and launch fitted on A100",
                    "collective_launch": "fitted to a100_allreduce_busbw.csv"}
     chips = {
         "h100": {"matmul": matmul, "hbm_fraction": 0.91, "links": h100_links, "collective_launch_s": launch,
-                 "sources": gpu_sources},
+                 "algorithms": nvls_algorithm, "sources": {**gpu_sources, "nvls": NVLS_SOURCE}},
         "h200": {"matmul": matmul, "hbm_fraction": 0.91, "links": h100_links, "collective_launch_s": launch,
-                 "sources": {**gpu_sources, "matmul": gpu_sources["matmul"] + "; H200 has the same SMs and clocks"}},
+                 "algorithms": nvls_algorithm,
+                 "sources": {**gpu_sources, "matmul": gpu_sources["matmul"] + "; H200 has the same SMs and clocks",
+                             "nvls": NVLS_SOURCE + "; H200 has the same NVLink 4 switch (its own file held out)"}},
         "a100": {"hbm_fraction": 0.91, "links": {"nvlink": nvlink, "ib": ib}, "collective_launch_s": launch,
                  "framework_launch_s": round(framework, 9),
                  "sources": {"nvlink": "fitted to a100_allreduce_busbw.csv", "ib": "fitted to the two-node, one-GPU "
@@ -165,7 +206,8 @@ def build() -> dict:
         chips[tpu] = {"matmul": {"peak_fraction": 0.95}, "hbm_fraction": 0.91,
                       "links": {"ici": {"peak_fraction": 0.95}}, "sources": {"all": FACTS["tpu"], "hbm": FACTS["hbm"]}}
     return {"chips": chips, "fit": {"matmul_h100": matmul_report, "nccl_a100": nvlink_report,
-                                    "framework_a100": framework_report, "ib_a100": ib_report}}
+                                    "framework_a100": framework_report, "ib_a100": ib_report,
+                                    "nvls_h100": nvls_report}}
 
 
 if __name__ == "__main__":

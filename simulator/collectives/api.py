@@ -190,7 +190,7 @@ def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool =
     if cal is None:
         return execute(net, plan.schedule.transfers, buffers, plan.kind)
     if set_links:
-        net.set_link_efficiency(lambda link_kind: cal.link_fraction(link_kind, plan.nbytes))
+        net.set_link_efficiency(lambda link_kind: cal.link_fraction(link_kind, plan.nbytes, plan.algorithm.name))
     done = Completion(system.env)
 
     def launch(_e: Any) -> None:
@@ -198,7 +198,7 @@ def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool =
         done.pending = finished.pending
         finished.callbacks.append(lambda ev: done.succeed(ev.value))
 
-    system.env.timeout(cal.collective_launch_s).callbacks.append(launch)
+    system.env.timeout(cal.launch_s(plan.algorithm.name)).callbacks.append(launch)
     return done
 
 

@@ -65,7 +65,8 @@ def matmul_cases() -> list[Case]:
 
 def _allreduce_s(nbytes: float, gpus: int, per_node: int) -> float:
     topology = f"switch:{gpus}" if gpus == per_node else f"nodes:{gpus // per_node}:{per_node}"
-    return run_collective("all_reduce", System("a100", topology=topology, calibrated=True, trace=False), nbytes).time_s
+    system = System("a100", topology=topology, calibrated=True, trace=False)  # NCCL's ring, as fitted
+    return run_collective("all_reduce", system, nbytes, algorithm="unidirectional").time_s
 
 
 def nccl_cases() -> list[Case]:
@@ -77,6 +78,26 @@ def nccl_cases() -> list[Case]:
         busbw /= 1e9
         cases.append(Case("AllReduce, 8 x A100 NVLink (nccl-tests)", _size(size), float(r["busbw_gb_per_s"]), busbw,
                           "GB/s busbw", size in held))
+    return cases
+
+
+def nvls_cases() -> list[Case]:
+    """8-GPU NVLS AllReduce bus bandwidth, 1 MiB to 8 GiB: H100 (four sizes held out) and H200 (all held out).
+
+    The simulation runs the ``nvls`` algorithm on a calibrated ``switch:8`` (the measurements are NCCL's
+    NVLS algorithm at every size)."""
+    held = set(fit_report()["nvls_h100"]["held_out"])
+    cases = []
+    for chip in ("h100", "h200"):
+        for r in _rows(f"{chip}_nvls_allreduce_busbw.csv"):
+            size = int(r["size_bytes"])
+            if size < 2**20:
+                continue
+            system = System(chip, topology="switch:8", calibrated=True, trace=False)
+            t = run_collective("all_reduce", system, size, algorithm="nvls").time_s
+            _, busbw = analytic.bus_bandwidth("all_reduce", size, t, 8)
+            cases.append(Case(f"AllReduce, 8 x {chip.upper()} NVLS (nccl-tests)", _size(size),
+                              float(r["busbw_gb_per_s"]), busbw / 1e9, "GB/s busbw", chip == "h200" or size in held))
     return cases
 
 
@@ -142,7 +163,7 @@ NOTES = {
 
 def validate() -> dict[str, Any]:
     """Run every case; return the cases and the per-family summary (JSON-ready)."""
-    cases = matmul_cases() + nccl_cases() + pytorch_cases()
+    cases = matmul_cases() + nccl_cases() + nvls_cases() + pytorch_cases()
     return {"cases": [{"family": c.family, "case": c.name, "measured": c.measured, "predicted": c.predicted,
                        "unit": c.unit, "error": c.error, "set": "held out" if c.held_out else "fit"} for c in cases],
             "families": summarize(cases), "target_error": TARGET_ERROR, "notes": NOTES}

@@ -10,7 +10,8 @@ Ideal peaks stay the default everywhere; a `System` built with ``calibrated=True
 - a collective pays ``collective_launch_s`` once, and its links run at
   ``peak_fraction / (1 + (half_size_bytes / V) ** exponent)`` of their rate for an array of V bytes
   (the protocol overheads of small messages fading as they grow, as NCCL's measured bus bandwidth
-  does).
+  does); an algorithm fitted apart (``algorithms``: NVLS, whose switch reduces and multicasts) has its
+  own link efficiency and launch.
 
 The constants live in ``simulator/hardware/data/calibration.json``, written by ``scripts/fit_calibration.py``
 from the measurement files in ``simulator/hardware/data/calibration`` with their sources and fit errors.
@@ -76,11 +77,19 @@ class Calibration:
     collective_launch_s: float = 0.0
     framework_launch_s: float = 0.0  #: a framework's own overhead per collective call (PyTorch); not simulated
     sources: dict[str, str] = field(default_factory=dict)
+    #: per collective algorithm (e.g. ``nvls``): its own link efficiencies and launch, where it was fitted apart
+    algorithms: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def link_fraction(self, kind: str, nbytes: float) -> float:
-        """Efficiency of links of ``kind`` for a collective of ``nbytes`` (1 when not calibrated)."""
-        model = self.links.get(kind)
+    def link_fraction(self, kind: str, nbytes: float, algorithm: str | None = None) -> float:
+        """Efficiency of links of ``kind`` for a collective of ``nbytes`` run by ``algorithm`` (1 when not
+        calibrated); an algorithm fitted apart (NVLS: the switch reduces and multicasts) uses its own."""
+        own = self.algorithms.get(algorithm or "", {}).get("links", {})
+        model = own.get(kind) or self.links.get(kind)
         return model.fraction(nbytes) if model else 1.0
+
+    def launch_s(self, algorithm: str | None = None) -> float:
+        """Fixed seconds a collective run by ``algorithm`` pays before its first byte moves."""
+        return self.algorithms.get(algorithm or "", {}).get("collective_launch_s", self.collective_launch_s)
 
 
 @cache
@@ -100,8 +109,10 @@ def get_calibration(chip: str) -> Calibration:
         raise PodsimError(f"no calibrated model for chip {chip!r}; calibrated chips: {', '.join(calibrated_chips())}")
     matmul = MatmulEfficiency(**data["matmul"]) if data.get("matmul") else None
     links = {kind: LinkEfficiency(**v) for kind, v in data.get("links", {}).items()}
+    algorithms = {name: {**v, "links": {kind: LinkEfficiency(**e) for kind, e in v.get("links", {}).items()}}
+                  for name, v in data.get("algorithms", {}).items()}
     return Calibration(chip, matmul, data.get("hbm_fraction", 1.0), links, data.get("collective_launch_s", 0.0),
-                       data.get("framework_launch_s", 0.0), data.get("sources", {}))
+                       data.get("framework_launch_s", 0.0), data.get("sources", {}), algorithms)
 
 
 def fit_report() -> dict[str, Any]:
