@@ -58,7 +58,11 @@ BY_DESIGN = {("switch:8", "bidirectional", "all_to_all"): (0.96, 1.0), ("switch:
              ("switch:5", "line", "all_to_all"): (0.93, 1.0),
              # pipelined chunks: the closed forms take a steady period the first chunks beat (issue 14 modules)
              **{(t, a, "all_reduce"): (0.85, 1.25) for t in ("switch:5", "switch:8")
-                for a in ("nvls", "binary_tree", "double_binary_tree")}}
+                for a in ("nvls", "binary_tree", "double_binary_tree")},
+             # issue 13's dimension_order AllToAll is exact on rings and on tori with alike axes; elsewhere its parts
+             # overlap one another's latencies or meet on the longest axis (tests/test_all_to_all.py)
+             **{(t, "dimension_order", "all_to_all"): (0.85, 1.15)
+                for t in ("line:5", "torus:3x5", "torus:2x3x4", "mesh:3x4", "slice:8x16")}}
 
 
 @pytest.mark.parametrize("chip,topology", SHAPES)

@@ -30,6 +30,7 @@ links; it gives the same time as the full simulation (tested at small sizes). It
 from __future__ import annotations
 
 from simulator.collectives import bidirectional, line, unidirectional  # noqa: F401  (they register themselves)
+from simulator.collectives import dimension_order, spanning_trees  # noqa: F401  (issue 13's: they register themselves)
 from simulator.collectives import direct, hierarchical, nvls, recursive, tree  # noqa: F401, I001  (issue 14's algorithms register themselves)
 from simulator.collectives.algorithm import (
     AUTO,

@@ -73,6 +73,11 @@ class Algorithm:
         """How many parts the array is split into (each part its own keys; see `payload`)."""
         return 1
 
+    def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
+        """Pieces the array is cut into when the caller does not say (``chunks=None``); ``nbytes`` is None
+        in numeric mode. One unless the algorithm pipelines (`simulator.collectives.spanning_trees`)."""
+        return 1
+
     def build(self, job: Job, schedule: Schedule) -> None:
         """Add the transfers of ``job`` to ``schedule``."""
         raise NotImplementedError

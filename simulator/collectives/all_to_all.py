@@ -51,7 +51,7 @@ def _bundle(group: Group, axes: list[int], base: tuple[int, ...], a: int, i: int
     out: dict[int, tuple] = {}
     for c in range(group.sizes[a]):
         dsts = keys_where(group.sizes, {b: q[b] for b in done} | {a: c})
-        out[c] = tuple(itertools.product(srcs, dsts))
+        out[c] = tuple((0, src, dst) for src, dst in itertools.product(srcs, dsts))  # one part (payload)
     return out
 
 

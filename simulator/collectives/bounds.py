@@ -14,7 +14,11 @@ group, the collective needs at least:
 - the chips of a group together to receive (n-1)V for ReduceScatter and 2(n-1)V for AllReduce (summing
   one element onto all of n devices takes 2(n-1) one-way messages at least);
 - AllToAll: every chunk to cross at least as many links as the fewest-hop route between its ends, all
-  links together carrying the chunks' byte-hops (the link-load bound, which is also the bisection's);
+  links together carrying the chunks' byte-hops (the link-load bound); and on grids, for every slab of
+  coordinates along an axis (a prefix of a line, an arc of a ring), the chunks between the members
+  inside and those outside to leave the slab through the links that cross its boundary (the cut bound:
+  on a line the middle links, on a torus with axes of different lengths the longest axis's links, which
+  the link-load bound averages with the idle short axes);
 - the farthest member's data (the root's, for Broadcast) to arrive: its route's latency.
 
 A link that can first move bytes at time d, with bandwidth b, carries at most b (T - d) by time T; each
@@ -59,6 +63,8 @@ def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, 
         bound = max(bound, fill(into_group, together))  # holders are the members for these kinds
     if kind == "all_to_all":
         bound = max(bound, _link_load_bound(net, groups, nbytes / n**2))
+        if net.grid:
+            bound = max(bound, _cut_bound(net, groups, nbytes / n**2))
     return bound
 
 
@@ -140,3 +146,23 @@ def _hop_counts(net: Network, x: Any, members: list[Any]) -> dict[Any, int]:
         out[y] = sum(min(abs(p - q), n - abs(p - q)) if w else abs(p - q)
                      for p, q, n, w in zip(a, b, net.shape, net.wrap, strict=True))
     return out
+
+
+def _cut_bound(net: Network, groups: list[Group], chunk_bytes: float) -> float:
+    """Chunks from inside a slab of coordinates to members outside it leave through the links that cross the
+    slab's boundary: slabs ``[0, m)`` along each axis (on a ring, arcs from position 0 cross two boundaries)."""
+    g = net.graph
+    bound = 0.0
+    for axis, k in enumerate(net.shape):
+        steps: dict[tuple[int, int], list[Link]] = {}  # (from, to) coordinate on the axis -> its links
+        for u, v, data in g.edges(data=True):
+            if data.get("axis") == axis:
+                ends = (g.nodes[u]["coord"][axis], g.nodes[v]["coord"][axis])
+                steps.setdefault(ends, []).append((data["latency_s"], data["bandwidth_bytes_per_s"]))
+        at = [[g.nodes[c]["coord"][axis] for c in group.members.values()] for group in groups]
+        for m in range(1, k):
+            inside = [sum(x < m for x in xs) for xs in at]
+            crossing = sum(i * (len(xs) - i) for i, xs in zip(inside, at, strict=True)) * chunk_bytes
+            links = [link for (a, b), ls in steps.items() if a < m <= b for link in ls]  # from inside to outside
+            bound = max(bound, fill(links, crossing))
+    return bound

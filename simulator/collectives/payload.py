@@ -2,7 +2,8 @@
 
 Keys (what a `Transfer` carries) by kind, for a group of positions ``pos`` and ``parts`` parts:
 AllGather ``(part, owner position)``; ReduceScatter and AllReduce ``(part, shard position)``;
-AllToAll ``(source position, target position)``; Broadcast ``("piece", j)``. In numeric mode each
+AllToAll ``(part, source position, target position)`` (each chunk cut into ``parts`` pieces, as equal as
+the chunk's elements allow); Broadcast ``("piece", j)``. In numeric mode each
 key holds a numpy array, so a result that matches numpy proves the data movement, not just its timing.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ from simulator.errors import PodsimError
 
 def n_keys(kind: str, n: int, parts: int, chunks: int) -> int:
     """How many keys the array of one group is cut into."""
-    return {"all_to_all": n * n, "broadcast": chunks}.get(kind, n * parts)
+    return {"all_to_all": n * n * parts, "broadcast": chunks}.get(kind, n * parts)
 
 
 def check_data(kind: str, data: np.ndarray, n_chips: int, n: int, parts: int, chunks: int) -> float:
@@ -52,7 +53,8 @@ def initial_buffers(kind: str, groups: list[Group], data: np.ndarray, parts: int
                         buffers[dev][(p, s)] = piece
             elif kind == "all_to_all":
                 for t, chunk in zip(positions, np.split(row, len(positions)), strict=True):
-                    buffers[dev][(pos, t)] = chunk
+                    for p, piece in enumerate(np.array_split(chunk, parts)):
+                        buffers[dev][(p, pos, t)] = piece
             elif pos == root_pos:
                 for j, piece in enumerate(np.split(row, chunks)):
                     buffers[dev][("piece", j)] = piece
@@ -72,7 +74,7 @@ def outputs(kind: str, groups: list[Group], buffers: dict[Any, dict[Any, np.ndar
             elif kind == "reduce_scatter":
                 pieces = [b[(p, pos)] for p in range(parts)]
             elif kind == "all_to_all":
-                pieces = [b[(o, pos)] for o in positions]
+                pieces = [b[(p, o, pos)] for o in positions for p in range(parts)]
             else:
                 pieces = [b[("piece", j)] for j in range(chunks)]
             out[dev] = np.concatenate(pieces)

@@ -1,0 +1,206 @@
+"""AllToAll on grids with every axis busy at once: each chunk follows its dimension-order route.
+
+Every device sends a distinct chunk of V / n^2 to every other device of its group (n devices). A chunk
+from s to t crosses one axis after another, changing its coordinate on that axis to t's. Each chunk is
+cut into one part per axis order (rotations of the axes: part r crosses axes r, r+1, ...), so while
+one part crosses axis 0 another crosses axis 1: every axis's links are busy from the start. Where a
+wrapped axis has even length the chunk for the antipode is as far one way round as the other: each
+part is cut once more, one half going each way (so a group with such an axis has 2 x axes parts).
+
+One phase of a part moves, along one axis, what each device holds for each position on that axis (a
+bundle of n / n_a chunk parts). A device starts phase j + 1 of a part once everything its phase j
+brought has arrived (no barrier across devices).
+
+- On a wrapped axis (a ring of k >= 3) bundles travel the short way in chains of neighbour hops: hop h
+  of a chain forwards the bundles still travelling (those for positions h or more hops away), so every
+  link carries one chain's hop at each step. Link load per phase: ``k^2/8`` bundles for even k (the
+  antipode's half each way), ``(k^2 - 1)/8`` for odd k -- exactly the link-load bound of the ring --
+  in ``floor(k/2)`` steps of one hop latency each.
+- On an axis without wraparound (a line, a size-2 axis) each bundle is one cut-through message straight
+  to its position, all sent at once and sharing the links fairly: link i -> i+1 carries the bundles of
+  the i + 1 positions behind it to the k - 1 - i ahead, ``(i + 1)(k - 1 - i)``, most in the middle,
+  ``floor(k^2/4)`` -- the cut bound. (Chains here would wait for one another: the chain from an end
+  forwards k - 1, k - 2, ... bundles one after another, about twice the cut.)
+
+Closed form (`closed_form`), from first principles: every part crosses every axis once, so a link of
+axis a carries over the whole collective the per-phase load above times the bundle of all parts,
+``B_a = V / (n k_a)`` bytes: ``V k / (8 n)`` per link direction of an even ring (REFERENCE: a k-ary
+wrapped torus of N chips, ``t >= V k / (8 N b)``). The links work all the time, so the busiest link's
+bytes over its bandwidth is the bandwidth term; each part pays the hop latencies of its phases one
+after another: ``floor(k_a/2)`` per ring axis, ``k_a - 1`` per line axis (the farthest message).
+
+    t = max over links (bytes / b)  +  sum over axes (hops_a x alpha)
+
+Exact (within float rounding) on rings and on tori whose axes all have one length (the parts move in
+lock step, each axis carrying one part at every phase). By design it differs where parts are not in
+lock step: on tori with axes of different lengths a part that reaches a busy axis shares its links,
+and the busiest axis can idle while parts arrive (simulation up to about 10% above the closed form);
+on lines the cut-through messages end as their busiest hop finishes, so the latency term is an upper
+estimate at small sizes (simulation below the closed form there). tests/test_all_to_all.py holds both.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from typing import Any
+
+from simulator.collectives.algorithm import Algorithm, Job, register
+from simulator.collectives.groups import Group, Ring, keys_where, ring_bases
+from simulator.collectives.schedule import Schedule
+from simulator.collectives.timing import route_latency, step_edges
+from simulator.engine.network import Network
+
+
+def chains_on(ring_wrap: bool, k: int) -> bool:
+    """Whether an axis of ``k`` positions runs neighbour chains (a ring) or direct messages (a line)."""
+    return ring_wrap and k >= 3
+
+
+def tie_split(group: Group) -> bool:
+    """Whether some axis of ``group`` is a ring of even length (its antipode's chunk goes half each way)."""
+    return any(chains_on(w, k) and k % 2 == 0 for k, w in zip(group.sizes, group.wraps, strict=True))
+
+
+def axis_orders(group: Group, multi_axis: str = "parallel") -> list[tuple[int, ...]]:
+    """The axis orders the parts take: the rotations (0, 1, ...), (1, 2, ..., 0), ... where every axis has
+    the same length and wraparound (each phase then keeps every axis busy with one part); every
+    permutation where they differ, so that parts meet each axis at staggered times and the longest
+    axis never waits for work; one order, the axes in turn, for ``multi_axis="sequential"``."""
+    n = len(group.sizes)
+    if multi_axis != "parallel" or n <= 1:
+        return [tuple(range(n))]
+    if len(set(zip(group.sizes, group.wraps, strict=True))) == 1:
+        return [tuple((r + j) % n for j in range(n)) for r in range(n)]
+    return list(itertools.permutations(range(n)))
+
+
+def ring_load(k: int) -> float:
+    """Bundles one link direction of a ring of ``k`` carries in one phase (the short way round, the
+    antipode's bundle halved each way): sum of hop counts over targets, per direction."""
+    return sum(min(d, k - d) for d in range(1, k)) / 2
+
+
+def line_load(k: int, i: int) -> int:
+    """Bundles link i -> i+1 of a line of ``k`` carries in one phase (the positions behind it to those ahead)."""
+    return (i + 1) * (k - 1 - i)
+
+
+class DimensionOrder(Algorithm):
+    """AllToAll: chunks on dimension-order routes, a part per axis order (see the module docstring)."""
+
+    name = "dimension_order"
+    summary = ("AllToAll: each chunk on its dimension-order route, a part per axis order so every axis is "
+               "busy at once, the antipode's half each way round; near the link-load bound")
+    kinds = ("all_to_all",)
+    topologies = ("ring", "line", "torus", "mesh")
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        why = super().unfit(kind, net, groups)
+        if why is None and not net.grid:
+            return "it needs a grid topology (ring, line, torus, mesh) whose axes route in dimension order"
+        return why
+
+    def parts(self, kind: str, group: Group, multi_axis: str) -> int:
+        """One part per axis order (``multi_axis="parallel"``; one order for ``"sequential"``), times two
+        where an even ring splits the antipode's chunk."""
+        return len(axis_orders(group, multi_axis)) * (2 if tie_split(group) else 1)
+
+    def build(self, job: Job, schedule: Schedule) -> None:
+        orders = job.parts // (2 if tie_split(job.group) else 1)
+        multi_axis = "parallel" if orders > 1 else "sequential"
+        for groups in job.rings:
+            for group in groups:
+                for r, order in enumerate(axis_orders(group, multi_axis)):
+                    _Order(job, group, r, order, orders, schedule).build()
+
+    def closed_form(self, job: Job) -> float:
+        group, net = job.group, job.net
+        sizes = group.sizes
+        bundle = job.key_bytes * job.parts * group.n  # all parts' chunks one device sends to one position
+        busiest, latency, farthest = 0.0, 0.0, 0.0
+        for a, k in enumerate(sizes):
+            unit = bundle / k
+            ring = group.ring(tuple(0 for _ in sizes), a)
+            chain = chains_on(ring.wrap, k)
+            load: dict[Any, float] = defaultdict(float)
+            for i, d in ((i, d) for i in range(k) for d in (1, -1)):
+                if not chain and not 0 <= i + d < k:
+                    continue
+                units = ring_load(k) if chain else line_load(k, min(i, i + d))
+                for e in step_edges(net, ring, i, d):
+                    load[e] += units * unit
+            busiest = max([busiest] + [b / net.graph.edges[e]["bandwidth_bytes_per_s"] for e, b in load.items()])
+            alpha = max(route_latency(net, step_edges(net, ring, i, 1)) for i in range(k if chain else k - 1))
+            latency += alpha * (k // 2 if chain else (k + 1) // 2)
+            farthest += alpha * (k // 2 if chain else k - 1)
+        return max(busiest + latency, farthest)
+
+
+class _Order:
+    """The phases of axis order number ``r`` (``order``) on one group."""
+
+    def __init__(self, job: Job, group: Group, r: int, order: tuple[int, ...], orders: int,
+                 schedule: Schedule) -> None:
+        self.job, self.group, self.s = job, group, schedule
+        self.order = list(order)
+        self.parts = [r, r + orders] if tie_split(group) else [r]  # parts of this order: (+ half, - half)
+        self.r = r
+
+    def build(self) -> None:
+        previous: Any = None
+        for j, a in enumerate(self.order):
+            tag = ("dimension_order", id(self.group), self.r, j)
+            for base in ring_bases(self.group, a, {}, False):
+                ring = self.group.ring(base, a)
+                k = len(ring.devices)
+
+                def start(i: int, ring: Ring = ring, previous: Any = previous) -> list[int]:
+                    return list(self.s.arrivals.get((previous, ring.slots[i]), ())) if previous else []
+
+                if chains_on(ring.wrap, k):
+                    self._chains(ring, base, a, j, start, tag)
+                else:
+                    self._direct(ring, base, a, j, start, tag)
+            previous = tag
+
+    def _keys(self, base: tuple[int, ...], a: int, j: int, i: int, c: int, parts: list[int]) -> tuple | int:
+        """What position i of the ring through ``base`` sends to position c in phase j: keys (numeric) or
+        their count -- the chunk parts from sources that agree with it on the axes not yet crossed, for
+        targets that agree with it on the axes crossed and have c on axis a."""
+        sizes = self.group.sizes
+        if not self.job.numeric:
+            return len(parts) * self.group.n // sizes[a]
+        q = base[:a] + (i,) + base[a + 1:]
+        srcs = keys_where(sizes, {b: q[b] for b in self.order[j:]})
+        dsts = keys_where(sizes, {b: q[b] for b in self.order[:j]} | {a: c})
+        return tuple((p, src, dst) for p in parts for src, dst in itertools.product(srcs, dsts))
+
+    def _chains(self, ring: Ring, base: tuple[int, ...], a: int, j: int, start: Any, tag: Any) -> None:
+        """Neighbour chains both ways round: hop h forwards what is still travelling."""
+        k = len(ring.devices)
+        far = k // 2  # hops to the farthest position each way (the antipode, for even k)
+        for i, (d, parts) in itertools.product(range(k), ((1, self.parts[:1]), (-1, self.parts[-1:]))):
+            bundles = []
+            for dist in range(1, far + 1):
+                tie = k % 2 == 0 and dist == far
+                bundles.append(self._keys(base, a, j, i, (i + dist * d) % k, parts if tie else self.parts))
+            prev = start(i)
+            for h in range(1, far + 1):
+                still = bundles[h - 1:]
+                keys = sum(still) if isinstance(still[0], int) else tuple(itertools.chain(*still))
+                x, y = (i + (h - 1) * d) % k, (i + h * d) % k
+                prev = [self.s.add(ring.devices[x], ring.devices[y], keys, "copy", prev, tag, ring.slots[y])]
+
+    def _direct(self, ring: Ring, base: tuple[int, ...], a: int, j: int, start: Any, tag: Any) -> None:
+        """One message per bundle, straight to its position (cut-through over the line)."""
+        k = len(ring.devices)
+        for i in range(k):
+            deps = start(i)
+            for c in range(k):
+                if c == i:
+                    continue
+                keys = self._keys(base, a, j, i, c, self.parts)
+                self.s.add(ring.devices[i], ring.devices[c], keys, "copy", deps, tag, ring.slots[c])
+
+
+DIMENSION_ORDER = register(DimensionOrder())
