@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -14,6 +13,7 @@ from typing import Any, NoReturn
 from simulator import analytic
 from simulator.collectives import names as algorithm_names
 from simulator.errors import NonFiniteError, PodsimError, one_line
+from simulator.frontend.model_cmd import add_model_parser, cmd_model
 from simulator.frontend.outputs import check_outputs, write_outputs
 from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, run_scenario, scenario_params
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
@@ -62,20 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bf16", help=f"one of {', '.join(DTYPE_BYTES)}")
     p.add_argument("--memory", default="hbm", choices=("hbm", "vmem", "ici"), help="which bandwidth roof")
     p.add_argument("--json", action="store_true")
-    p = sub.add_parser("model", help="budgets and a simulated decode step of a Transformer")
-    p.add_argument("preset", nargs="?", help="a model preset (see --list)")
-    p.add_argument("--config", metavar="F.toml", help="TransformerConfig fields in TOML")
-    p.add_argument("--hf-config", metavar="config.json", help="a Hugging Face config.json")
-    p.add_argument("--batch", default="1", help="requests in the step")
-    p.add_argument("--context", default="0", help="cached positions per request before this step "
-                                                   "(one number, or one per request: 100,2000,...)")
-    p.add_argument("--chip", default="tpu-v5e", help=f"preset name ({', '.join(PRESETS)})")
-    p.add_argument("--chip-file", metavar="F.toml")
-    p.add_argument("--mesh", help="data=D,model=M (either optional), laid on the chip's slice of that shape")
-    p.add_argument("--weight-dtype", help=f"one of {', '.join(DTYPE_BYTES)}")
-    p.add_argument("--kv-dtype", help=f"one of {', '.join(DTYPE_BYTES)}")
-    p.add_argument("--no-simulate", action="store_true", help="closed forms only (skip the simulated step)")
-    p.add_argument("--json", action="store_true")
+    add_model_parser(sub)
     p = sub.add_parser("collective", help="simulate one collective on a topology")
     p.add_argument("kind", help="all_gather, reduce_scatter, all_reduce, all_to_all or broadcast")
     _chip_args(p)
@@ -314,58 +301,6 @@ def cmd_send(args: argparse.Namespace) -> None:
     print(f"{args.src} -> {args.dst} on {args.topology}: {format_quantity(out['time_s'], 's')} "
           f"(closed form {format_quantity(out['analytic_s'], 's')}), first byte after "
           f"{format_quantity(out['first_byte_s'], 's')}, {out['hops']} hops over {out['links_used']} route(s)")
-
-
-def _model_config(args: argparse.Namespace) -> Any:
-    from simulator.workloads import transformer
-
-    given = [x for x in (args.preset, args.config, args.hf_config) if x]
-    if len(given) != 1:
-        raise PodsimError("give exactly one of PRESET, --config F.toml or --hf-config config.json; presets: "
-                          + ", ".join(transformer.PRESETS))
-    if args.config:
-        return transformer.load_config_file(args.config)
-    if args.hf_config:
-        return transformer.load_hf_config(args.hf_config)
-    return transformer.get_model(args.preset)
-
-
-def cmd_model(args: argparse.Namespace) -> None:
-    from simulator.workloads.budget import decode_budget, parse_parallelism
-
-    cfg = _model_config(args)
-    chip = _resolve_chip(args, "tpu-v5e")
-    batch = _parse_count(args.batch, "--batch")
-    contexts = [_parse_count(c, "--context", minimum=0) for c in args.context.split(",")]
-    context = contexts[0] if len(contexts) == 1 else contexts
-    par = parse_parallelism(args.mesh)
-    out = decode_budget(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype)
-    out["step_time_s"] = None
-    if out["critical_batch"] == math.inf:  # printed as null with the reason, never as inf
-        out.update(critical_batch=None, critical_batch_note="no batch makes this step compute-bound at this "
-                   "context: each request adds more KV-cache reading time than compute time")
-    if not args.no_simulate:
-        from simulator.workloads.simulate import simulate_decode
-
-        sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype)
-        out.update(sim.summary())
-    if args.json:
-        print(dumps_json(out))
-        return
-    _print_model(out)
-
-
-def _print_model(out: dict[str, Any]) -> None:
-    gib = 2**30
-    print(f"{out['model']} on {out['chip']} (data={out['data']}, model={out['model_parallel']}), batch {out['batch']}"
-          f", context {out['context']}")
-    print(f"  params {out['params_total']:,} total, {out['params_active']:,} active; weights "
-          f"{out['weight_bytes'] / gib:.3f} GiB, KV cache {out['kv_cache_bytes'] / gib:.3f} GiB")
-    print(f"  per step {out['flops_per_step'] / 1e9:.3f} GFLOP, {out['hbm_read_bytes_per_step'] / 1e9:.3f} GB read")
-    print(f"  per chip: compute {format_quantity(out['t_compute_s'], 's')}, memory "
-          f"{format_quantity(out['t_memory_s'], 's')} -> {out['bound']}-bound"
-          + (f"; simulated step {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"] else ""))
-    print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
 
 
 COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,

@@ -71,6 +71,29 @@ def kv_heads_per_chip(cfg: TransformerConfig, model: int) -> float:
     return cfg.n_kv_heads / model if cfg.n_kv_heads >= model else 1.0
 
 
+KV_SHARDINGS = ("heads", "batch", "sequence", "auto")
+
+
+def kv_share_per_chip(cfg: TransformerConfig, par: Parallelism, batch: int, how: str = "heads") -> tuple[float, str]:
+    """Share of the whole KV cache one chip holds, and the layout: ``heads`` splits KV heads over the model
+    axis (replicating them when it has more chips than heads); ``batch`` splits requests and ``sequence``
+    positions over it (each chip then holds 1 / (data x model)); ``auto`` uses heads while they last and
+    splits the rest of the model axis by batch when the requests divide, else by sequence."""
+    if how not in KV_SHARDINGS:
+        raise PodsimError(f"--kv-sharding {show(how)}; valid: {', '.join(KV_SHARDINGS)}")
+    m, per_group = par.model, batch // par.data
+    full = 1 / (m * par.data)
+    if how == "heads" or (how == "auto" and cfg.n_kv_heads % m == 0):
+        return kv_heads_per_chip(cfg, m) / cfg.n_kv_heads / par.data, "heads"
+    if how == "auto":
+        rest = m // math.gcd(m, cfg.n_kv_heads)
+        return full, "heads x batch" if per_group % rest == 0 else "heads x sequence"
+    if how == "batch" and per_group % m:
+        raise PodsimError(f"--kv-sharding batch splits the {per_group} requests of each data group over model={m} "
+                          f"chips; use a batch that is a multiple of {m * par.data}, or --kv-sharding sequence")
+    return full, how
+
+
 def kv_bytes_per_position(cfg: TransformerConfig) -> float:
     """K and V of one position over all layers: 2 L N_KV H bytes_per_element."""
     return 2 * cfg.n_layers * cfg.kv_width * cfg.kv_elem_bytes
@@ -128,10 +151,14 @@ def request_contexts(batch: int, context: int | Sequence[int]) -> list[int]:
 
 def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, context: int | Sequence[int] = 0,
                   par: Parallelism | None = None, weight_dtype: str | None = None,
-                  kv_dtype: str | None = None, new_tokens: int = 1) -> dict[str, Any]:
+                  kv_dtype: str | None = None, new_tokens: int = 1, kv_sharding: str = "heads",
+                  compute_dtype: str | None = None) -> dict[str, Any]:
     """Every closed-form number of one decode step (per step totals, and per chip on the mesh).
 
-    With ``new_tokens`` > 1 the step is a prefill of that many tokens per request.
+    With ``new_tokens`` > 1 the step is a prefill of that many tokens per request. ``kv_sharding``
+    splits the KV cache over the model axis by heads, batch, sequence or auto (`kv_share_per_chip`).
+    ``compute_dtype`` sets the MXU rate (default: 8-bit for 8-bit weights, else bf16); bf16 with int8
+    weights is weight-only quantization: half the weight bytes at the bf16 FLOP rate.
     """
     par = par or Parallelism()
     cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
@@ -143,12 +170,14 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     history, growth = kv_pos * sum(contexts), kv_pos * batch * new_tokens
     flops = decode_flops(cfg, contexts, new_tokens)
     read = weight_bytes_read(cfg, batch * new_tokens)
-    kv_share = kv_heads_per_chip(cfg, par.model) / cfg.n_kv_heads / par.data
+    kv_share, kv_layout = kv_share_per_chip(cfg, par, batch, kv_sharding)
+    dtype = compute_dtype or _compute_dtype(cfg)
+    check_dtype(dtype)
     read_per_group = weight_bytes_read(cfg, batch // par.data * new_tokens)  # MoE: experts one group's tokens hit
     per_chip = {"weight_bytes": weights / par.model, "kv_cache_bytes": history * kv_share,
                 "hbm_bytes_per_step": read_per_group / par.model + (history + growth) * kv_share,
                 "flops_per_step": flops["flops"] / par.chips}
-    peak = chip.peak_flops_per_s(_compute_dtype(cfg))
+    peak = chip.peak_flops_per_s(dtype)
     t_compute = per_chip["flops_per_step"] / peak
     t_memory = per_chip["hbm_bytes_per_step"] / chip.hbm_bandwidth_bytes_per_s
     out = {
@@ -163,7 +192,8 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
         "weight_bytes_read_per_step": read, "per_chip": per_chip, "t_compute_s": t_compute, "t_memory_s": t_memory,
         "lower_bound_s": max(t_compute, t_memory), "upper_bound_s": t_compute + t_memory,
         "bound": "compute" if t_compute >= t_memory else "memory",
-        "critical_batch": _critical_batch(cfg, chip, contexts, par, kv_share),
+        "critical_batch": _critical_batch(cfg, chip, contexts, par, kv_share, dtype),
+        "kv_sharding": kv_layout, "compute_dtype": dtype,
     }
     out.update(_fit(cfg, chip, contexts, par, kv_share))
     return out
@@ -183,7 +213,7 @@ def _compute_dtype(cfg: TransformerConfig) -> str:
 
 
 def _critical_batch(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Parallelism,
-                    kv_share: float) -> float:
+                    kv_share: float, dtype: str | None = None) -> float:
     """Batch (whole mesh, at the mean context) where per-chip compute time reaches per-chip memory time.
 
     Per chip, compute grows linearly with the batch B; memory is the weights a data group's B / data tokens
@@ -197,7 +227,7 @@ def _critical_batch(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int],
     ctx = sum(contexts) / len(contexts)
     per_request_flops = decode_flops(cfg, [round(ctx)])["flops"] / par.chips
     per_request_kv = kv_bytes_per_position(cfg) * (ctx + 1) * kv_share  # on each chip, per request of the mesh
-    peak, bw = chip.peak_flops_per_s(_compute_dtype(cfg)), chip.hbm_bandwidth_bytes_per_s
+    peak, bw = chip.peak_flops_per_s(dtype or _compute_dtype(cfg)), chip.hbm_bandwidth_bytes_per_s
     slope = per_request_flops / peak - per_request_kv / bw
     if slope <= 0:
         return math.inf

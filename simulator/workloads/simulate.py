@@ -31,6 +31,7 @@ from simulator.workloads.budget import (
     check_layout,
     experts_touched,
     kv_heads_per_chip,
+    kv_share_per_chip,
     request_contexts,
     with_dtypes,
 )
@@ -65,13 +66,17 @@ def _matmul_flops(spec: ChipSpec, m: int, k: float, n: float) -> float:
 
 
 def layer_ops(cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, contexts: Sequence[int],
-              new_tokens: int) -> list[LayerOp]:
-    """Attention and MLP ops of one layer on one chip of a data group holding ``contexts``."""
+              new_tokens: int, kv_heads: float | None = None) -> list[LayerOp]:
+    """Attention and MLP ops of one layer on one chip of a data group holding ``contexts``.
+
+    ``kv_heads``: KV heads' worth of cache this chip holds (default: its heads, `kv_heads_per_chip`;
+    fewer when the cache is also split by batch or sequence).
+    """
     m = par.model
     tokens = len(contexts) * new_tokens
     e_w, e_kv, e_a = cfg.weight_elem_bytes, cfg.kv_elem_bytes, cfg.act_elem_bytes
     kvh = kv_heads_per_chip(cfg, m)
-    kv_pos = 2 * kvh * cfg.head_dim * e_kv  # K and V of one position, one layer, this chip
+    kv_pos = 2 * (kvh if kv_heads is None else kv_heads) * cfg.head_dim * e_kv  # K and V of one position, layer, chip
     d, q, kvw = cfg.d_model, cfg.q_width / m, kvh * cfg.head_dim
     sources = sum(new_tokens * c + new_tokens * (new_tokens + 1) / 2 for c in contexts)  # causal over new tokens
     scores = 4 * (cfg.n_heads / m) * cfg.head_dim * sources
@@ -213,8 +218,13 @@ def _split_contexts(contexts: list[int], data: int) -> list[list[int]]:
 
 def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, context: int | Sequence[int] = 0,
                     par: Parallelism | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
-                    new_tokens: int = 1, trace: bool = True, calibrated: bool = False) -> StepSimulation:
+                    new_tokens: int = 1, trace: bool = True, calibrated: bool = False,
+                    kv_sharding: str = "heads") -> StepSimulation:
     """Simulate one decode step (``new_tokens=1``) or a prefill of ``new_tokens`` per request.
+
+    ``kv_sharding`` (`simulator.workloads.budget.kv_share_per_chip`) sets how much of the KV cache each
+    chip streams; combining partial attention over a batch- or sequence-split cache rides on the model
+    axis's AllReduce after attention (a [tokens, d_model] array already), so it adds no collective.
 
     ``calibrated`` runs matmuls, HBM and collectives at the chip's fitted efficiencies
     (`simulator.hardware.calibration`; see `simulator.collectives.start_collective` for overlapping collectives).
@@ -225,11 +235,12 @@ def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, cont
     contexts = request_contexts(batch, context)
     positive_int(new_tokens, name="new_tokens")
     sim = StepSimulation(cfg, spec, par, trace, calibrated)
+    kv_heads = kv_share_per_chip(cfg, par, batch, kv_sharding)[0] * cfg.n_kv_heads * par.data
     groups = []
     for ctx in _split_contexts(contexts, par.data):
         ops, layers = [], []
         for layer in range(cfg.n_layers):
-            for u in layer_ops(cfg, spec, par, ctx, new_tokens):
+            for u in layer_ops(cfg, spec, par, ctx, new_tokens, kv_heads):
                 ops.append(u)
                 layers.append(layer)
         ops.append(head_op(cfg, spec, par, len(ctx) * new_tokens))

@@ -1,0 +1,205 @@
+"""``podsim model``: budgets, fit and a simulated step of a Transformer -- decode, prefill or training.
+
+Decode and prefill run on a data x model mesh with the KV cache sharded by heads, batch or sequence
+(`simulator.workloads.budget`); training runs any plan of the six axes (`simulator.workloads.plans`).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from simulator.errors import PodsimError
+from simulator.hardware.specs import DTYPE_BYTES, PRESETS, get_chip, load_chip_file
+from simulator.report.result import dumps_json
+from simulator.units import format_quantity, parse_int, parse_positive
+
+MODES = ("decode", "prefill", "train")
+
+
+def add_model_parser(sub: Any) -> None:
+    """Register ``podsim model`` on the subcommand set ``sub``."""
+    from simulator.workloads.plans import KV_SHARDINGS, SCHEDULES
+
+    p = sub.add_parser("model", help="budgets, fit and a simulated decode, prefill or training step of a Transformer")
+    p.add_argument("preset", nargs="?", help="a model preset (see --list)")
+    p.add_argument("--list", action="store_true", help="list the model presets")
+    p.add_argument("--config", metavar="F.toml", help="TransformerConfig fields in TOML")
+    p.add_argument("--hf-config", metavar="config.json", help="a Hugging Face config.json")
+    p.add_argument("--mode", default="decode", help=f"one of {', '.join(MODES)}")
+    p.add_argument("--batch", default="1", help="requests (decode, prefill) or sequences (train) in the step")
+    p.add_argument("--context", default="0", help="decode: cached positions per request before this step "
+                                                   "(one number, or one per request: 100,2000,...)")
+    p.add_argument("--seq", help="train: tokens per sequence; prefill: prompt tokens per request (default 1024)")
+    p.add_argument("--chip", default="tpu-v5e", help=f"preset name ({', '.join(PRESETS)})")
+    p.add_argument("--chip-file", metavar="F.toml")
+    p.add_argument("--topology", help="topology spec (default: the chip's slice of the mesh's shape)")
+    p.add_argument("--mesh", help="axes data, pipeline, fsdp, expert, sequence, model (train), data and model "
+                                  "(decode, prefill), e.g. fsdp=4,model=2")
+    p.add_argument("--microbatches", default="1", help="train: microbatches per step (pipeline, accumulation)")
+    p.add_argument("--schedule", default="1f1b", help=f"train: pipeline schedule, one of {', '.join(SCHEDULES)}")
+    p.add_argument("--virtual-stages", default="2", help="train: layer chunks per device (interleaved schedule)")
+    p.add_argument("--checkpoints-per-layer", default="none", metavar="K|POLICY",
+                   help="train: saved [tokens, d_model] tensors per layer, or none, selective, full")
+    p.add_argument("--zero", default="3", help="train: what the fsdp axis shards: 1 optimizer, 2 + gradients, "
+                                               "3 + weights")
+    p.add_argument("--no-master-copy", action="store_true", help="train: no fp32 master weights (4 B/param less)")
+    p.add_argument("--tp-overlap", action="store_true", help="train: overlap tensor-parallel collectives "
+                                                              "with the matmuls")
+    p.add_argument("--sequence-attention", default="ring", help="train: ring or allgather (sequence axis)")
+    p.add_argument("--kv-sharding", default="heads", help=f"decode/prefill: one of {', '.join(KV_SHARDINGS)}")
+    p.add_argument("--weight-dtype", help=f"one of {', '.join(DTYPE_BYTES)}")
+    p.add_argument("--kv-dtype", help=f"one of {', '.join(DTYPE_BYTES)}")
+    p.add_argument("--compute-dtype", help="MXU rate: bf16 (weight-only quantization) or int8/fp8 (default: "
+                                           "8-bit when the weights are)")
+    p.add_argument("--price-per-chip-hour", metavar="USD", help="price of one chip-hour, for the cost of a step")
+    p.add_argument("--no-simulate", action="store_true", help="closed forms only (skip the simulated step)")
+    p.add_argument("--calibrated", action="store_true", help="simulate at the chip's fitted efficiencies")
+    p.add_argument("--json", action="store_true")
+
+
+def model_config(args: argparse.Namespace) -> Any:
+    """The model named by PRESET, --config or --hf-config (exactly one)."""
+    from simulator.workloads import transformer
+
+    given = [x for x in (args.preset, args.config, args.hf_config) if x]
+    if len(given) != 1:
+        raise PodsimError("give exactly one of PRESET, --config F.toml or --hf-config config.json; presets: "
+                          + ", ".join(transformer.PRESETS))
+    if args.config:
+        return transformer.load_config_file(args.config)
+    if args.hf_config:
+        return transformer.load_hf_config(args.hf_config)
+    return transformer.get_model(args.preset)
+
+
+def _chip(args: argparse.Namespace) -> Any:
+    return load_chip_file(args.chip_file) if args.chip_file else get_chip(args.chip)
+
+
+def _price(args: argparse.Namespace) -> float | None:
+    if args.price_per_chip_hour is None:
+        return None
+    return parse_positive(args.price_per_chip_hour, "number", name="--price-per-chip-hour")
+
+
+def cmd_model(args: argparse.Namespace) -> None:
+    if args.list:
+        _print_presets(args.json)
+        return
+    if args.mode not in MODES:
+        raise PodsimError(f"--mode {args.mode!r}; valid modes: {', '.join(MODES)}")
+    cfg, chip = model_config(args), _chip(args)
+    out = _train(args, cfg, chip) if args.mode == "train" else _serve(args, cfg, chip)
+    if args.json:
+        print(dumps_json(out))
+    elif args.mode == "train":
+        _print_train(out)
+    else:
+        _print_model(out)
+
+
+def train_options(args: argparse.Namespace) -> Any:
+    """`TrainOptions` from the training flags."""
+    from simulator.workloads.plans import POLICIES, TrainOptions
+
+    ckpt = args.checkpoints_per_layer
+    checkpoint = ckpt if ckpt in POLICIES else parse_int(ckpt, name="--checkpoints-per-layer", maximum=10**6)
+    return TrainOptions(microbatches=parse_int(args.microbatches, name="--microbatches", maximum=10**6),
+                        schedule=args.schedule, checkpoint=checkpoint,
+                        virtual_stages=parse_int(args.virtual_stages, name="--virtual-stages", maximum=1024),
+                        zero=parse_int(args.zero, name="--zero", minimum=0, maximum=3),
+                        master_copy=not args.no_master_copy, tp_overlap=args.tp_overlap,
+                        sequence_attention=args.sequence_attention)
+
+
+def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
+    from simulator.workloads.plans import parse_plan_mesh, train_plan
+
+    batch = parse_int(args.batch, name="--batch")
+    seq = parse_int(args.seq or "1024", name="--seq", maximum=2**24)
+    out = train_plan(cfg, chip, batch, seq, parse_plan_mesh(args.mesh), train_options(args), args.topology,
+                     simulate=not args.no_simulate, trace=False, calibrated=args.calibrated,
+                     price_per_chip_hour=_price(args))
+    out.pop("_system", None)
+    return out
+
+
+def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
+    from simulator.workloads.budget import Parallelism, decode_budget
+    from simulator.workloads.plans import parse_plan_mesh
+
+    plan = parse_plan_mesh(args.mesh)
+    others = [a for a in plan.used if a not in ("data", "model")]
+    if others:
+        raise PodsimError(f"--mesh axis {others[0]}={plan.size(others[0])} is for training; decode and prefill run "
+                          "on data and model axes (shard the KV cache with --kv-sharding batch or sequence)")
+    if args.topology:
+        raise PodsimError("--topology is for --mode train; decode and prefill run on the chip's slice of the mesh")
+    par = Parallelism(plan.size("data"), plan.size("model"))
+    batch = parse_int(args.batch, name="--batch")
+    contexts = [parse_int(c, name="--context", minimum=0) for c in args.context.split(",")]
+    context = contexts[0] if len(contexts) == 1 else contexts
+    new = 1 if args.mode == "decode" else parse_int(args.seq or "1024", name="--seq", maximum=2**24)
+    out = decode_budget(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, args.kv_sharding,
+                        args.compute_dtype)
+    out.update(mode=args.mode, step_time_s=None)
+    if out["critical_batch"] == math.inf:  # printed as null with the reason, never as inf
+        out.update(critical_batch=None, critical_batch_note="no batch makes this step compute-bound at this "
+                   "context: each request adds more KV-cache reading time than compute time")
+    if not args.no_simulate:
+        from simulator.workloads.simulate import simulate_decode
+
+        sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new,
+                              calibrated=args.calibrated, kv_sharding=args.kv_sharding)
+        out.update(sim.summary())
+    step = out["step_time_s"] or out["lower_bound_s"]
+    out["tokens_per_s"] = batch * new / step
+    price = _price(args)
+    if price is not None:
+        cost = price * par.chips * step / 3600
+        out.update(cost_per_step_usd=cost, cost_per_million_tokens_usd=cost / (batch * new) * 1e6)
+    return out
+
+
+def _print_presets(as_json: bool) -> None:
+    from simulator.workloads.transformer import PRESETS as MODELS
+
+    if as_json:
+        print(dumps_json({n: {"params": c.params(), "layers": c.n_layers, "d_model": c.d_model}
+                          for n, c in MODELS.items()}))
+        return
+    for name, c in MODELS.items():
+        print(f"{name:<14} {c.params() / 1e9:>7.2f}B params, {c.n_layers} layers, d_model {c.d_model}")
+
+
+def _print_model(out: dict[str, Any]) -> None:
+    gib = 2**30
+    print(f"{out['model']} {out['mode']} on {out['chip']} (data={out['data']}, model={out['model_parallel']}, KV by "
+          f"{out['kv_sharding']}), batch {out['batch']}, context {out['context']}")
+    print(f"  params {out['params_total']:,} total, {out['params_active']:,} active; weights "
+          f"{out['weight_bytes'] / gib:.3f} GiB, KV cache {out['kv_cache_bytes'] / gib:.3f} GiB")
+    print(f"  per step {out['flops_per_step'] / 1e9:.3f} GFLOP, {out['hbm_read_bytes_per_step'] / 1e9:.3f} GB read")
+    print(f"  per chip: compute {format_quantity(out['t_compute_s'], 's')}, memory "
+          f"{format_quantity(out['t_memory_s'], 's')} -> {out['bound']}-bound"
+          + (f"; simulated step {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"] else ""))
+    print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
+
+
+def _print_train(out: dict[str, Any]) -> None:
+    gib = 2**30
+    mesh = ",".join(f"{k}={v}" for k, v in out["mesh"].items()) or "one chip"
+    kind = "simulated" if out["simulated"] else "closed form"
+    print(f"{out['model']} train step on {out['chips']} x {out['chip']} ({mesh}), batch {out['batch']} x "
+          f"seq {out['seq']}: {format_quantity(out['step_time_s'], 's')} {kind} (closed form "
+          f"{format_quantity(out['closed_form_s'], 's')}), MFU {out['mfu']:.1%}, {out['tokens_per_s']:,.0f} tokens/s")
+    print(f"  state {out['train_state_bytes'] / gib:.2f} GiB (params {out['params_bytes'] / gib:.2f}, grads "
+          f"{out['grads_bytes'] / gib:.2f}, optimizer {out['optimizer_bytes'] / gib:.2f}, activations "
+          f"{out['activations_bytes'] / gib:.2f}); fewest chips that hold it: {out['min_chips']}")
+    print(f"  per chip {out['memory_per_chip_bytes'] / gib:.2f} GiB of {out['hbm_capacity_bytes'] / gib:.0f} GiB: "
+          + ("fits" if out["fits"] else "does NOT fit") + f" ({out['hbm_spare_bytes'] / gib:+.2f} GiB spare)")
+    exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in out["exposed_comm_s"].items()) or "none"
+    print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}")
+    if "cost_per_step_usd" in out:
+        print(f"  cost ${out['cost_per_step_usd']:.4g} per step, ${out['cost_per_million_tokens_usd']:.4g} per "
+              "million tokens")

@@ -1,0 +1,147 @@
+"""Closed-form time of a training step under a parallelism plan (no simulation).
+
+Per device and microbatch, each op costs its `Work` time plus its exposed collectives: ``before`` and
+``after`` in full, ``overlapped`` only beyond the work. FSDP (ZeRO-3) gathers each layer's weights one
+layer ahead, so a layer costs max(ops, AllGather) forward and max(ops, AllGather + ReduceScatter)
+backward (they share the links), and a task's first gather is exposed. A device's per-microbatch time
+T_s sums its chunks; the pipelined part takes M x max_s T_s + (p - 1) x mean_s T_s / v (v virtual
+stages; this is (M + p - 1) T for uniform stages: bubble (p - 1)/(M + p - 1)), plus 2 (p v - 1)
+point-to-point transfers on the fill-and-drain path. Gradient reductions of the last microbatch run
+behind its backward pass; what they do not hide is exposed, then the optimizer update (HBM-bound) and,
+for ZeRO-1/2, the AllGather of the updated weights.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.hardware.specs import ChipSpec
+from simulator.workloads.plans.layout import AXES, MeshPlan, TrainOptions
+from simulator.workloads.plans.links import AxisLink
+from simulator.workloads.plans.memory import ADAM_BYTES, MASTER_BYTES
+from simulator.workloads.plans.ops import Comm, LayerWork, Op, Work
+from simulator.workloads.plans.schedules import bubble_fraction
+
+OPTIMIZER_FLOPS_PER_PARAM = 12  #: Adam: moments, bias correction, update, weight decay (VPU)
+
+
+def comm_s(c: Comm, links: dict[str, AxisLink]) -> float:
+    """Closed form of one collective; several axes at once act as one axis over all their dimensions."""
+    parts = [links[a] for a in c.axes if a in links]
+    if not parts:
+        return 0.0
+    link = parts[0] if len(parts) == 1 else AxisLink("+".join(c.axes), _prod(p.n for p in parts),
+                                                     tuple(s for p in parts for s in p.stages))
+    return link.time_s(c.kind, c.nbytes)
+
+
+def _prod(values: Any) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def op_s(op: Op, chip: ChipSpec, links: dict[str, AxisLink], exposed: dict[str, float], times: float = 1.0) -> float:
+    """Time of one op with its exposed collectives; books ``times`` x the exposed share per axis."""
+    work = op.work.time_s(chip)
+    total = work
+    for c in op.before + op.after:
+        t = comm_s(c, links)
+        exposed[c.axis] = exposed.get(c.axis, 0.0) + times * t
+        total += t
+    if op.overlapped:
+        over = sum(comm_s(c, links) for c in op.overlapped)
+        extra = max(0.0, over - work)
+        exposed[op.overlapped[0].axis] = exposed.get(op.overlapped[0].axis, 0.0) + times * extra
+        total += extra
+    return total
+
+
+def grad_comms(plan: MeshPlan, opts: TrainOptions, dense: float, expert: float, last: bool) -> list[Comm]:
+    """Gradient collectives after one layer's backward of one microbatch (``last``: the step's last one).
+
+    ZeRO-2/3 reduce-scatter over fsdp every microbatch; the replicas (data, sequence, and expert for the
+    dense weights) AllReduce the shard after the last one. ZeRO-1 reduce-scatters once, at the end;
+    without fsdp sharding the gradients are AllReduced once over every replica axis."""
+    f = plan.size("fsdp") > 1 and opts.zero >= 1
+    reps_d = tuple(a for a in ("data", "sequence", "expert") if plan.size(a) > 1)
+    reps_e = tuple(a for a in ("data", "sequence") if plan.size(a) > 1)
+    out: list[Comm] = []
+    if f and (opts.zero >= 2 or last):
+        out.append(Comm("reduce_scatter", ("fsdp",), dense + expert, "fsdp"))
+    if not last:
+        return out
+    shard = plan.size("fsdp") if f else 1
+    if not f and plan.size("fsdp") > 1:
+        reps_d, reps_e = ("fsdp", *reps_d), ("fsdp", *reps_e)
+    for axes, nbytes in ((reps_d, dense / shard), (reps_e, expert / shard)):
+        if axes and nbytes:
+            out.append(Comm("all_reduce", axes, nbytes, "data" if "data" in axes else axes[0]))
+    return out
+
+
+def optimizer_work(plan: MeshPlan, opts: TrainOptions, held_params: float, weight_bytes: float) -> Work:
+    """Adam on this chip's shard: read moments (and master), gradients; write them and the weights."""
+    f = plan.size("fsdp")
+    shard = held_params / (f if opts.zero >= 1 else 1)
+    state = shard * (ADAM_BYTES + (MASTER_BYTES if opts.master_copy else 0))
+    grads = held_params / (f if opts.zero >= 2 else 1) * weight_bytes
+    return Work(0.0, 0.0, OPTIMIZER_FLOPS_PER_PARAM * shard, state + grads, state + shard * weight_bytes)
+
+
+def chunk_s(layer: LayerWork, n_layers: int, chip: ChipSpec, links: dict[str, AxisLink], plan: MeshPlan,
+            opts: TrainOptions, head: tuple[Op, Op] | None, exposed: dict[str, float],
+            times: float) -> tuple[float, float]:
+    """(forward, backward) time of one chunk of ``n_layers`` layers for one microbatch."""
+    ag = comm_s(Comm("all_gather", ("fsdp",), layer.gather_bytes, "fsdp"), links) if layer.gather_bytes else 0.0
+    rs = sum(comm_s(c, links) for c in grad_comms(plan, opts, *layer.grad_bytes, last=False))
+    fwd = sum(op_s(o, chip, links, exposed, times * n_layers) for o in layer.forward)
+    bwd = sum(op_s(o, chip, links, exposed, times * n_layers) for o in layer.backward)
+    f_total = ag + (n_layers - 1) * max(fwd, ag) + fwd
+    b_total = ag + (n_layers - 1) * max(bwd, ag + rs) + bwd + rs
+    if ag or rs:  # the first gather of a task and the last reduce-scatter are never hidden
+        exposed["fsdp"] = exposed.get("fsdp", 0.0) + times * (f_total - n_layers * fwd + b_total - n_layers * bwd)
+    if head is not None:
+        f_total += op_s(head[0], chip, links, exposed, times)
+        b_total += op_s(head[1], chip, links, exposed, times)
+    return f_total, b_total
+
+
+def train_estimate(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, layer: LayerWork, n_layers: int,
+                   head: tuple[Op, Op], links: dict[str, AxisLink], p2p_s: float, held_params: float,
+                   head_grad_bytes: float, weight_bytes: float) -> dict[str, Any]:
+    """Closed-form step time, bubble and exposed communication per axis (seconds)."""
+    p, m = plan.size("pipeline"), opts.microbatches
+    v = opts.chunks if p > 1 else 1
+    per_chunk = n_layers // (p * v)
+    exposed: dict[str, float] = {a: 0.0 for a in AXES if plan.size(a) > 1}
+    first = sum(chunk_s(layer, per_chunk, chip, links, plan, opts, None, {}, 0.0)) * v
+    f_last, b_last = chunk_s(layer, per_chunk, chip, links, plan, opts, head, exposed, float(m))
+    last = f_last + b_last
+    if v > 1:
+        last += (v - 1) * sum(chunk_s(layer, per_chunk, chip, links, plan, opts, None, exposed, float(m * (v - 1))))
+    slowest, mean = max(first, last), (first * (p - 1) + last) / p
+    bubble = (p - 1) * mean / v
+    transfers = 2 * (p * v - 1) * p2p_s if p > 1 else 0.0
+    if p > 1:
+        exposed["pipeline"] = transfers
+    final = [c for c in grad_comms(plan, opts, *layer.grad_bytes, last=True) if c.kind == "all_reduce" or opts.zero < 2]
+    final_s = n_layers // p * sum(comm_s(c, links) for c in final)
+    head_comms = grad_comms(plan, opts, head_grad_bytes, 0.0, last=True)
+    final_s += sum(comm_s(c, links) for c in head_comms)
+    window = b_last - b_last / max(1, per_chunk * v)  # the last microbatch's backward after its first layer
+    tail = max(final_s / max(1, n_layers // p), final_s - window) if final_s else 0.0
+    if tail:
+        axis = next((c.axis for c in final + head_comms), "data")
+        exposed[axis] = exposed.get(axis, 0.0) + tail
+    opt = optimizer_work(plan, opts, held_params, weight_bytes).time_s(chip)
+    regather = 0.0
+    if plan.size("fsdp") > 1 and opts.zero in (1, 2):
+        regather = comm_s(Comm("all_gather", ("fsdp",), held_params * weight_bytes, "fsdp"), links)
+        exposed["fsdp"] = exposed.get("fsdp", 0.0) + regather
+    step = m * slowest + bubble + transfers + tail + opt + regather
+    return {"step_time_s": step, "pipelined_s": m * slowest + bubble, "bubble_s": bubble,
+            "bubble_fraction": bubble / step if p > 1 else 0.0,
+            "bubble_fraction_book": bubble_fraction(opts.schedule, p, m, v), "p2p_s": p2p_s,
+            "per_microbatch_s": {"first_stage": first, "last_stage": last}, "optimizer_s": opt,
+            "exposed_comm_s": exposed, "exposed_comm_total_s": sum(exposed.values())}

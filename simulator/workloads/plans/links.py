@@ -1,0 +1,176 @@
+"""A plan's mesh on a topology, and the closed-form cost of each collective along each of its axes.
+
+`build_system` lays the plan's axes on the topology (the chip's slice of the mesh's shape when none
+is given), innermost-fastest: in order when the physical axes allow it, otherwise by the first
+permutation of the physical axes that fits (the identity first, so the outermost axis keeps the
+slowest -- DCN -- links). `AxisLink` describes one logical axis by the physical axes under it.
+
+Closed forms (first principles, as `simulator.analytic`): a logical axis over k physical axes splits
+the array into k parts, each gathered over the axes in a different order at once, and takes the
+slowest part; each stage is a ring (both ways where the axis wraps, one way through a switch) or a
+line. AllReduce is twice AllGather; AllToAll runs phase by phase over the physical axes. A switch
+(NVLink) axis runs a ring through the switch at the GPU's egress; an axis that crosses GPU nodes or
+TPU slices runs at the per-chip InfiniBand / DCN bandwidth.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+from simulator import analytic
+from simulator.engine.system import System
+from simulator.errors import PodsimError
+from simulator.hardware.specs import ChipSpec
+from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for
+from simulator.workloads.plans.layout import MeshPlan
+
+
+def build_system(chip: ChipSpec, plan: MeshPlan, topology: str | None = None, trace: bool = True,
+                 calibrated: bool = False) -> tuple[System, Mesh | None]:
+    """The system a plan runs on and its mesh (None on one chip without a topology)."""
+    spec = plan.mesh_spec()
+    if plan.chips == 1 and topology is None:
+        return System(chip, trace=trace, calibrated=calibrated), None
+    system = System(chip, topology=topology or default_topology_for(spec, chip), trace=trace, calibrated=calibrated)
+    return system, place(spec, system.graph)
+
+
+def place(spec: MeshSpec, graph: nx.DiGraph) -> Mesh:
+    """A `Mesh` of ``spec`` on ``graph``: in order, else the first permutation of physical axes that fits."""
+    try:
+        return Mesh(spec, graph)
+    except PodsimError as err:
+        first = err
+    shape = tuple(graph.graph.get("shape", ()))
+    if any(p is not None for p in spec.placement) or not shape:
+        raise first
+    for order in itertools.permutations(range(len(shape))):
+        placement = _consume(spec.sizes, [shape[a] for a in order], order)
+        if placement is not None:
+            return Mesh(MeshSpec(spec.names, spec.sizes, placement), graph)
+    raise PodsimError(f"mesh {','.join(f'{n}={s}' for n, s in zip(spec.names, spec.sizes, strict=True))} cannot be "
+                      f"laid on the physical axes {'x'.join(map(str, shape))}: each axis must take whole physical axes "
+                      "whose lengths multiply to its size") from None
+
+
+def _consume(sizes: tuple[int, ...], lengths: list[int], order: tuple[int, ...]) -> tuple[tuple[int, ...], ...] | None:
+    out, i = [], 0
+    for size in sizes:
+        taken: list[int] = []
+        while math.prod(lengths[j] for j in taken) < size and i < len(lengths):
+            taken.append(i)
+            i += 1
+        if math.prod(lengths[j] for j in taken) != size:
+            return None
+        out.append(tuple(order[j] for j in taken))
+    return tuple(out) if i == len(lengths) else None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One physical dimension under a logical axis: its length, wraparound, one-way bandwidth, hop latency,
+    and whether a ring on it can send both ways at once."""
+
+    length: int
+    wrap: bool
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    bidirectional: bool = True
+
+
+@dataclass(frozen=True)
+class AxisLink:
+    """A logical axis as the physical dimensions under it (``stages``); ``n`` devices in all."""
+
+    name: str
+    n: int
+    stages: tuple[Stage, ...]
+
+    def all_gather_s(self, nbytes: float) -> float:
+        """AllGather of a ``nbytes`` array (V, gathered) over the axis."""
+        if self.n <= 1 or nbytes <= 0:
+            return 0.0
+        k = len(self.stages)
+        return max(self._gather(nbytes / k, self.stages[r:] + self.stages[:r]) for r in range(k))
+
+    def _gather(self, nbytes: float, stages: tuple[Stage, ...]) -> float:
+        total, held = 0.0, 1
+        for s in stages:
+            held *= s.length
+            total += analytic.all_gather_time(nbytes * held / self.n, s.length, s.bandwidth_bytes_per_s, s.latency_s,
+                                              s.wrap, s.bidirectional)
+        return total
+
+    def reduce_scatter_s(self, nbytes: float) -> float:
+        return self.all_gather_s(nbytes)
+
+    def all_reduce_s(self, nbytes: float) -> float:
+        return 2 * self.all_gather_s(nbytes)
+
+    def all_to_all_s(self, nbytes: float) -> float:
+        """AllToAll of a ``nbytes`` array spread over the axis, one physical dimension after another."""
+        if self.n <= 1 or nbytes <= 0:
+            return 0.0
+        return sum(analytic.all_to_all_time(nbytes * s.length / self.n, s.length, s.bandwidth_bytes_per_s,
+                                            s.latency_s, s.wrap, s.bidirectional) for s in self.stages)
+
+    def time_s(self, kind: str, nbytes: float) -> float:
+        return {"all_gather": self.all_gather_s, "reduce_scatter": self.reduce_scatter_s,
+                "all_reduce": self.all_reduce_s, "all_to_all": self.all_to_all_s}[kind](nbytes)
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        """W of the axis in the book's sense: what a chip moves per second along it (both ways, all dims)."""
+        return sum(s.bandwidth_bytes_per_s * (2 if s.bidirectional and s.wrap else 1) for s in self.stages)
+
+
+def axis_links(mesh: Mesh | None, graph: nx.DiGraph | None, chip: ChipSpec) -> dict[str, AxisLink]:
+    """`AxisLink` of every mesh axis of size > 1."""
+    if mesh is None:
+        return {}
+    return {name: _axis_link(mesh, graph, name, chip) for name, size in zip(mesh.names, mesh.sizes, strict=True)
+            if size > 1}
+
+
+def _axis_link(mesh: Mesh, graph: nx.DiGraph, name: str, chip: ChipSpec) -> AxisLink:
+    n = mesh.size(name)
+    if not mesh.shape:  # a switch, or GPU nodes: one ring through the switch(es)
+        return AxisLink(name, n, (_switch_stage(mesh, graph, name, n),))
+    stages = []
+    for p in mesh.physical_axes(name):
+        if graph.graph.get("kind") == "multislice" and p == 0:
+            dcn = _edge(graph, lambda d: d.get("kind") == "dcn")
+            stages.append(Stage(mesh.shape[0], True, dcn["bandwidth_bytes_per_s"], 2 * dcn["latency_s"], False))
+            continue
+        ici = _edge(graph, lambda d, p=p: d.get("axis") == p)
+        stages.append(Stage(mesh.shape[p], bool(mesh.wrap[p]), ici["bandwidth_bytes_per_s"], ici["latency_s"]))
+    return AxisLink(name, n, tuple(stages))
+
+
+def _switch_stage(mesh: Mesh, graph: nx.DiGraph, name: str, n: int) -> Stage:
+    i = mesh.index(name)
+    members = [mesh.device(tuple(k if a == i else 0 for a in range(len(mesh.sizes)))) for k in range(n)]
+    crosses = len({graph.nodes[m].get("group") for m in members}) > 1  # GPUs of several nodes
+    edge = _edge(graph, (lambda d: d.get("kind") == "ib") if crosses else (lambda d: d.get("kind") != "ib"))
+    return Stage(n, True, edge["bandwidth_bytes_per_s"], 2 * edge["latency_s"], False)
+
+
+def _edge(graph: nx.DiGraph, match: Any) -> dict[str, Any]:
+    for _, _, data in graph.edges(data=True):
+        if match(data):
+            return data
+    raise PodsimError("topology has no link of the kind this mesh axis needs")
+
+
+def p2p_s(system: System, src: Any, dst: Any, nbytes: float) -> float:
+    """Point to point over the shortest route: hops x latency + bytes / the slowest link on it."""
+    if src == dst or nbytes <= 0:
+        return 0.0
+    path = nx.shortest_path(system.graph, src, dst)
+    edges = [system.graph.edges[u, v] for u, v in zip(path, path[1:], strict=False)]
+    bandwidth = min(e["bandwidth_bytes_per_s"] for e in edges)
+    return sum(e["latency_s"] for e in edges) + nbytes / bandwidth

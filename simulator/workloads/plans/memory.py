@@ -1,0 +1,142 @@
+"""Memory of a training step, for the whole model and per chip, under a parallelism plan.
+
+Mixed-precision state per parameter: weights and gradients in the model's weight dtype (bf16, 2 B),
+Adam's two moments in fp32 (8 B) and, when ``master_copy`` is kept (the default, as in
+mixed-precision training), an fp32 master copy of the weights (4 B). Activations: the tensors each
+layer saves for its backward pass, per token, by checkpoint policy -- ``none`` keeps everything the
+layer computes (`saved_activation_elements`), ``full`` keeps only the layer input (one [tokens,
+d_model] tensor; the backward recomputes the forward), ``selective`` drops the MLP's wide hidden
+tensors (recomputing the up-projections), and a number K keeps K [tokens, d_model] tensors.
+
+Per chip: tensor parallelism divides weights and saved activations by ``model`` (norm inputs are
+sequence-parallel, Megatron-style); pipeline stages hold their layers (the first also the embedding,
+the last the output projection); the fsdp axis shards optimizer state (ZeRO-1), gradients (ZeRO-2)
+and weights (ZeRO-3); the expert axis splits the routed experts. Activations are held for the
+microbatches a stage has in flight (the pipeline stash: GPipe M, 1F1B min(M, p), interleaved
+Megatron's warm-up count); temporaries are the gathered weights of two layers (FSDP prefetch), one
+layer's unreduced gradients, one layer's full activations during recomputation, and fp32 logits.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from simulator.hardware.specs import ChipSpec
+from simulator.workloads.budget import saved_activation_elements
+from simulator.workloads.plans.layout import MeshPlan, TrainOptions
+from simulator.workloads.transformer import TransformerConfig
+
+ADAM_BYTES = 8  #: two fp32 moments per parameter
+MASTER_BYTES = 4  #: fp32 master weights per parameter, when kept
+LOGIT_BYTES = 4  #: fp32 logits for the loss
+
+
+def layer_split(cfg: TransformerConfig) -> tuple[int, int]:
+    """(dense, routed-expert) parameters of one layer: attention, norms, router and shared experts (or the
+    dense MLP) against the routed experts, which an expert axis splits."""
+    if not cfg.n_experts:
+        return cfg.layer_params(), 0
+    routed = cfg.n_experts * cfg.expert_params()
+    return cfg.layer_params() - routed, routed
+
+
+def saved_elements(cfg: TransformerConfig, checkpoint: str | int) -> float:
+    """Elements per token per layer saved for the backward pass under a checkpoint policy."""
+    full = saved_activation_elements(cfg)
+    if checkpoint == "none":
+        return full
+    if checkpoint == "full":
+        return cfg.d_model
+    if checkpoint == "selective":
+        return full - (3 if cfg.gated_mlp else 2) * cfg.d_ff * max(1, cfg.experts_per_token)
+    return min(full, int(checkpoint) * cfg.d_model)
+
+
+def recompute_fraction(cfg: TransformerConfig, checkpoint: str | int) -> float:
+    """Share of each layer's forward the backward pass recomputes: 0 (none) to 1 (full); selective
+    recomputes the MLP's up-projections; K tensors interpolate linearly between 1 (K = 1) and 0 (all kept)."""
+    if checkpoint == "none":
+        return 0.0
+    if checkpoint == "full":
+        return 1.0
+    full = saved_activation_elements(cfg) / cfg.d_model
+    if checkpoint == "selective":
+        mats = 3 if cfg.gated_mlp else 2
+        mlp = mats * cfg.d_ff * cfg.d_model * max(1, cfg.experts_per_token)
+        return (mats - 1) / mats * mlp / (cfg.matmul_params_per_token() / cfg.n_layers)
+    k = int(checkpoint)
+    return 0.0 if k >= full else max(0.0, (full - k) / (full - 1))
+
+
+def in_flight_layers(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions) -> float:
+    """Layer-microbatches of saved activations stage 0 holds at its peak."""
+    p, m, v = plan.size("pipeline"), opts.microbatches, opts.chunks
+    per_stage = cfg.n_layers / p
+    if p == 1:
+        return per_stage
+    if opts.schedule == "gpipe":
+        return m * per_stage
+    if opts.schedule == "1f1b" or v == 1:
+        return min(m, p) * per_stage
+    return min(m * v, 2 * (p - 1) + (v - 1) * p + 1) * per_stage / v
+
+
+def stage_params(cfg: TransformerConfig, plan: MeshPlan, stage: int) -> tuple[float, float, float]:
+    """(dense, expert, one layer's dense + expert) parameters one chip of ``stage`` holds before fsdp sharding."""
+    p, mdl, e = plan.size("pipeline"), plan.size("model"), plan.size("expert")
+    dense, routed = layer_split(cfg)
+    layers = cfg.n_layers // p
+    table = cfg.vocab_size * cfg.d_model
+    extra = 0.0
+    if stage == 0:
+        extra += table + (cfg.max_positions * cfg.d_model if cfg.learned_positions else 0)
+    if stage == p - 1:
+        extra += (0 if cfg.tied_embeddings and p == 1 else table) + cfg.norm_params()
+    layer = dense / mdl + routed / (mdl * e)
+    return layers * dense / mdl + extra / mdl, layers * routed / (mdl * e), layer
+
+
+def train_memory(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
+                 seq: int) -> dict[str, Any]:
+    """Whole-model state (``params_bytes`` ... ``train_state_bytes``) and the busiest chip's peak."""
+    n = cfg.params()
+    opt_per_param = ADAM_BYTES + (MASTER_BYTES if opts.master_copy else 0)
+    saved = saved_elements(cfg, opts.checkpoint)
+    whole = {"params_bytes": n * cfg.weight_elem_bytes, "grads_bytes": n * cfg.weight_elem_bytes,
+             "optimizer_bytes": n * opt_per_param,
+             "activations_bytes": saved * cfg.act_elem_bytes * batch * seq * cfg.n_layers}
+    whole["train_state_bytes"] = sum(whole.values())
+    stages = [per_chip_memory(cfg, plan, opts, batch, seq, s) for s in {0, plan.size("pipeline") - 1}]
+    chip_mem = max(stages, key=lambda d: d["peak_bytes"])
+    cap = chip.hbm_capacity_bytes
+    return {**whole, "memory_per_chip": chip_mem, "memory_per_chip_bytes": chip_mem["peak_bytes"],
+            "hbm_capacity_bytes": cap, "hbm_spare_bytes": cap - chip_mem["peak_bytes"],
+            "fits": chip_mem["peak_bytes"] <= cap, "min_chips": max(1, math.ceil(whole["train_state_bytes"] / cap)),
+            "master_copy": opts.master_copy, "optimizer_bytes_per_param": opt_per_param}
+
+
+def per_chip_memory(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
+                    stage: int) -> dict[str, float]:
+    """Bytes one chip of pipeline ``stage`` holds at its peak, by kind."""
+    f, z, mdl = plan.size("fsdp"), opts.zero, plan.size("model")
+    dense, expert, layer = stage_params(cfg, plan, stage)
+    held = dense + expert
+    e_w, e_a = cfg.weight_elem_bytes, cfg.act_elem_bytes
+    tokens = batch / (plan.batch_ways * opts.microbatches) * seq / plan.size("sequence")  # per microbatch
+    per_layer_act = tokens * e_a / mdl
+    acts = saved_elements(cfg, opts.checkpoint) * per_layer_act * in_flight_layers(cfg, plan, opts)
+    one_mb = saved_elements(cfg, opts.checkpoint) * per_layer_act * cfg.n_layers / plan.size("pipeline")
+    temp = 0.0
+    if z >= 3 and f > 1:
+        temp += 2 * layer * e_w + layer * e_w  # two gathered layers (prefetch) and one layer's gradients
+    if opts.checkpoint != "none":
+        temp += saved_activation_elements(cfg) * per_layer_act  # one layer rebuilt for its backward
+    if stage == plan.size("pipeline") - 1:
+        temp += tokens * cfg.vocab_size / mdl * LOGIT_BYTES
+    opt_per_param = ADAM_BYTES + (MASTER_BYTES if opts.master_copy else 0)
+    out = {"params_bytes": held * e_w / (f if z >= 3 else 1), "grads_bytes": held * e_w / (f if z >= 2 else 1),
+           "optimizer_bytes": held * opt_per_param / (f if z >= 1 else 1), "activations_bytes": acts,
+           "pipeline_stash_bytes": acts - one_mb if plan.size("pipeline") > 1 else 0.0, "temporary_bytes": temp}
+    out["peak_bytes"] = sum(v for k, v in out.items() if k != "pipeline_stash_bytes")
+    out["stage"] = stage
+    return out

@@ -1,0 +1,213 @@
+"""A simulated training step under a parallelism plan: every chip, every op, every collective and transfer.
+
+Each chip runs its pipeline schedule (`schedules.tasks`): for each (pass, microbatch, chunk) it waits
+for the activations (or gradients) of the neighbouring stage, which arrive as point-to-point messages
+over the real links; runs its layers' ops (`ops.layer_work`: HBM streaming and MXU work at once, then
+VPU work) and their collectives; sends its output on. A collective starts once every chip of its
+pipeline stage has reached it (they run the same program, so they reach it together), over the
+stage's groups of its mesh axes (`simulator.collectives.start_collective`). FSDP gathers the next
+layer's weights while the current layer computes; gradient reductions run in the background and the
+step ends when they, the optimizer update and (ZeRO-1/2) the weights' AllGather are done.
+
+Measured per chip: the time it waits on each axis's collectives (``exposed_comm_s``), and on its
+pipeline neighbours -- split into the bubble (the neighbour had not sent yet) and the transfer (the
+message was on its way: exposed pipeline communication).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Generator, Iterable
+from typing import Any
+
+import simpy
+
+from simulator.collectives import collective_groups, start_collective
+from simulator.hardware.specs import ChipSpec
+from simulator.workloads.plans.estimate import grad_comms, optimizer_work
+from simulator.workloads.plans.layout import MeshPlan, TrainOptions, check_train_plan
+from simulator.workloads.plans.links import build_system
+from simulator.workloads.plans.memory import stage_params
+from simulator.workloads.plans.ops import Comm, Op, Work, head_work, layer_work
+from simulator.workloads.plans.schedules import stage_layers, tasks, virtual_stage
+from simulator.workloads.transformer import TransformerConfig
+
+
+class TrainStep:
+    """One simulated training step; `run` returns the measured figures."""
+
+    def __init__(self, cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
+                 seq: int, topology: str | None = None, trace: bool = True, calibrated: bool = False) -> None:
+        check_train_plan(cfg, plan, opts, batch, seq)
+        self.cfg, self.plan, self.opts = cfg, plan, opts
+        self.system, self.mesh = build_system(chip, plan, topology, trace, calibrated)
+        self.env = self.system.env
+        self.p = plan.size("pipeline")
+        self.v = opts.virtual_stages if opts.schedule == "interleaved" and self.p > 1 else 1
+        self.layer = layer_work(cfg, chip, plan, opts, batch, seq)
+        self.head_f, self.head_b, self.head_grad = head_work(cfg, chip, plan, opts, batch, seq)
+        self.act_bytes = batch / (plan.batch_ways * opts.microbatches) * seq / plan.size("sequence") * \
+            cfg.d_model * cfg.act_elem_bytes
+        self.stage_of = {c.index: self._stage(c.index) for c in self.system.chips}
+        self.stage_size = len(self.system.chips) // self.p
+        self._pending: dict[Any, list[Any]] = {}
+        self._mail: dict[Any, list[Any]] = {}
+        self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
+        self.exposed: dict[str, float] = defaultdict(float)
+        self.bubble_s = 0.0
+
+    def _stage(self, chip: Any) -> int:
+        if self.mesh is None or "pipeline" not in self.mesh.names:
+            return 0
+        return self.mesh.coords(chip)[self.mesh.index("pipeline")]
+
+    # -- collectives and messages ------------------------------------------------------------------------
+    def collective(self, comm: Comm, chip: Any, key: tuple) -> simpy.Event:
+        """This chip's arrival at a collective; the returned event fires when it is done."""
+        stage = self.stage_of[chip]
+        k = (key, comm.kind, comm.axes, stage)
+        entry = self._pending.setdefault(k, [0, self.env.event()])
+        entry[0] += 1
+        if entry[0] == self.stage_size:
+            del self._pending[k]
+            done = self._start(comm, stage)
+            done.callbacks.append(lambda _e, ev=entry[1]: ev.succeed())
+        return entry[1]
+
+    def _start(self, comm: Comm, stage: int) -> simpy.Event:
+        axes = [a for a in comm.axes if self.plan.size(a) > 1]
+        if self.p == 1:
+            return start_collective(comm.kind, self.system, comm.nbytes, axes=axes, mesh=self.mesh)
+        groups = self._groups.setdefault(tuple(axes), {})
+        if not groups:
+            for g in collective_groups(self.system.network, axes, self.mesh):
+                groups.setdefault(self.stage_of[next(iter(g.members.values()))], []).append(g)
+        return start_collective(comm.kind, self.system, comm.nbytes, groups=groups[stage])
+
+    def _box(self, key: tuple) -> list[Any]:
+        return self._mail.setdefault(key, [self.env.event(), None])
+
+    def send(self, chip: Any, stage: int, key: tuple) -> None:
+        """Send this chip's activations (or their gradients) to its counterpart on pipeline ``stage``."""
+        coords = list(self.mesh.coords(chip))
+        coords[self.mesh.index("pipeline")] = stage
+        dst = self.mesh.device(tuple(coords))
+        box = self._box((dst, *key))
+        box[1] = self.env.now
+        self.system.network.message(chip, dst, self.act_bytes, label=f"{key[0]} mb{key[1]}").callbacks.append(
+            lambda _e: box[0].succeed())
+
+    def receive(self, chip: Any, key: tuple) -> Generator[Any, Any, None]:
+        box = self._box((chip, *key))
+        start = self.env.now
+        yield box[0]
+        sent = box[1] if box[1] is not None else start
+        self.bubble_s += max(0.0, sent - start)
+        self.exposed["pipeline"] += self.env.now - max(start, sent)
+
+    def wait(self, event: simpy.Event, axis: str) -> Generator[Any, Any, None]:
+        start = self.env.now
+        yield event
+        self.exposed[axis] += self.env.now - start
+
+    # -- work ----------------------------------------------------------------------------------------------
+    def work(self, chip: Any, w: Work, label: str) -> Generator[Any, Any, None]:
+        unit = self.system.chips[self._index[chip]]
+        events = []
+        if w.read_bytes:
+            events.append(unit.load(w.read_bytes, "weights and activations", label))
+        if w.write_bytes:
+            events.append(unit.store(w.write_bytes, "activations and gradients", label))
+        if w.flops:
+            events.append(unit.compute(w.flops, label, useful_flops=w.useful_flops))
+        if events:
+            yield simpy.AllOf(self.env, events)
+        if w.vector_flops:
+            yield unit.vector(w.vector_flops, label)
+
+    def op(self, chip: Any, op: Op, key: tuple, label: str) -> Generator[Any, Any, None]:
+        for i, c in enumerate(op.before):
+            yield from self.wait(self.collective(c, chip, (*key, "before", i)), c.axis)
+        over = [self.collective(c, chip, (*key, "with", i)) for i, c in enumerate(op.overlapped)]
+        yield from self.work(chip, op.work, label)
+        if over:
+            yield from self.wait(simpy.AllOf(self.env, over), op.overlapped[0].axis)
+        for i, c in enumerate(op.after):
+            yield from self.wait(self.collective(c, chip, (*key, "after", i)), c.axis)
+
+    def layers(self, chip: Any, key: tuple, order: list[int], forward: bool, last: bool,
+               background: list[tuple[simpy.Event, str]]) -> Generator[Any, Any, None]:
+        nbytes = self.layer.gather_bytes
+        gather = Comm("all_gather", ("fsdp",), nbytes, "fsdp")
+        ahead = self.collective(gather, chip, (*key, order[0], "gather")) if nbytes else None
+        for i, layer in enumerate(order):
+            current = ahead
+            if nbytes and i + 1 < len(order):
+                ahead = self.collective(gather, chip, (*key, order[i + 1], "gather"))
+            if current is not None:
+                yield from self.wait(current, "fsdp")
+            ops = self.layer.forward if forward else self.layer.backward
+            for j, op in enumerate(ops):
+                yield from self.op(chip, op, (*key, layer, j), f"L{layer} {op.name}")
+            if not forward:
+                self._reduce(chip, grad_comms(self.plan, self.opts, *self.layer.grad_bytes, last=last),
+                             (*key, layer), background)
+
+    def _reduce(self, chip: Any, comms: Iterable[Comm], key: tuple, background: list) -> None:
+        for i, c in enumerate(comms):
+            background.append((self.collective(c, chip, (*key, "grad", i)), c.axis))
+
+    # -- the program of one chip ---------------------------------------------------------------------------
+    def program(self, chip: Any) -> Generator[Any, Any, None]:
+        rank, m = self.stage_of[chip], self.opts.microbatches
+        background: list[tuple[simpy.Event, str]] = []
+        last_stage = self.p * self.v - 1
+        for kind, mb, chunk in tasks(self.opts.schedule, self.p, rank, m, self.v):
+            vs = virtual_stage(self.p, rank, chunk)
+            layers = list(stage_layers(self.cfg.n_layers, self.p, self.v, vs))
+            key = (kind, mb, vs)
+            if kind == "F":
+                if vs > 0:
+                    yield from self.receive(chip, key)
+                yield from self.layers(chip, key, layers, True, False, background)
+                if vs == last_stage:
+                    yield from self.op(chip, self.head_f, (*key, "head"), "lm head")
+                else:
+                    self.send(chip, (vs + 1) % self.p, ("F", mb, vs + 1))
+                continue
+            if vs == last_stage:
+                yield from self.op(chip, self.head_b, (*key, "head"), "lm head backward")
+                if mb == m - 1:
+                    self._reduce(chip, grad_comms(self.plan, self.opts, self.head_grad, 0.0, last=True),
+                                 (*key, "head"), background)
+            else:
+                yield from self.receive(chip, key)
+            yield from self.layers(chip, key, layers[::-1], False, mb == m - 1, background)
+            if vs > 0:
+                self.send(chip, (vs - 1) % self.p, ("B", mb, vs - 1))
+        for event, axis in background:
+            yield from self.wait(event, axis)
+        yield from self._update(chip, rank)
+
+    def _update(self, chip: Any, rank: int) -> Generator[Any, Any, None]:
+        dense, expert, _ = stage_params(self.cfg, self.plan, rank)
+        e_w = self.cfg.weight_elem_bytes
+        yield from self.work(chip, optimizer_work(self.plan, self.opts, dense + expert, e_w), "optimizer")
+        if self.plan.size("fsdp") > 1 and self.opts.zero in (1, 2):
+            regather = Comm("all_gather", ("fsdp",), (dense + expert) * e_w, "fsdp")
+            yield from self.wait(self.collective(regather, chip, ("regather",)), "fsdp")
+
+    def run(self) -> dict[str, Any]:
+        """Simulate the step; the step time, busy fractions, bubble and exposed communication per axis."""
+        self._index = {c.index: i for i, c in enumerate(self.system.chips)}
+        for c in self.system.chips:
+            self.system.process(self.program(c.index), f"chip {c.index} training step")
+        self.system.run()
+        step, n = self.env.now, len(self.system.chips)
+        metrics = self.system.metrics()
+        busy = metrics["busy_s"] or {}
+        links = [v for u, v in busy.items() if u.startswith("link")]
+        return {"step_time_s": step, "bubble_fraction": self.bubble_s / n / step if step and self.p > 1 else 0.0,
+                "exposed_comm_s": {a: t / n for a, t in sorted(self.exposed.items())},
+                "busy_fraction": {u: v / step for u, v in busy.items() if not u.startswith("link")} if step else {},
+                "busiest_link_fraction": max(links) / step if links and step else 0.0,
+                "simulated_bytes": metrics["bytes"], "overlap_s": metrics["overlap_s"]}

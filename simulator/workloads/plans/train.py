@@ -1,0 +1,101 @@
+"""One training step under a plan, as the numbers a user asks for: memory, closed form, simulation, cost.
+
+`train_plan` returns a flat dict (the `podsim model --mode train` JSON): the whole model's state
+(``params_bytes`` ... ``train_state_bytes``), the busiest chip's memory (``memory_per_chip_bytes``,
+``fits``, ``min_chips``), the step time (simulated when asked, else the closed form) with the closed
+form beside it, ``mfu`` (model FLOPs without recomputation or padding / chips x peak x step),
+``tokens_per_s``, ``bubble_fraction``, ``exposed_comm_s`` per mesh axis, the book's critical per-chip
+batches for this mesh (``critical_batch_per_chip``), and the cost when a price per chip-hour is given.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.hardware.specs import ChipSpec
+from simulator.workloads.plans.estimate import train_estimate
+from simulator.workloads.plans.layout import MeshPlan, TrainOptions, check_train_plan
+from simulator.workloads.plans.links import AxisLink, axis_links, build_system, p2p_s
+from simulator.workloads.plans.memory import stage_params, train_memory
+from simulator.workloads.plans.ops import head_work, layer_work
+from simulator.workloads.transformer import TransformerConfig
+
+
+def model_flops(cfg: TransformerConfig, batch: int, seq: int) -> float:
+    """Useful FLOPs of one step: 3 x the forward's (matmuls and causal attention), no recomputation."""
+    pairs = batch * seq * (seq + 1) / 2
+    forward = 2 * cfg.matmul_params_per_token() * batch * seq + 4 * cfg.n_layers * cfg.q_width * pairs
+    return 3 * forward
+
+
+def critical_batches(chip: ChipSpec, links: dict[str, AxisLink], d_ff: int) -> dict[str, float]:
+    """The book's per-chip batch (tokens) above which each strategy on this mesh is compute-bound:
+    data parallelism and FSDP at C / W (W: what a chip moves per second along the axis, both ways, over
+    every physical axis under it), FSDP + tensor parallelism at (C / W_fsdp)(C / W_model) / F, which is
+    alpha^2 / (M_X M_Y F) with alpha = C / W_ici per physical axis."""
+    c = chip.peak_flops_per_s()
+    out = {axis: c / links[axis].bandwidth_bytes_per_s for axis in ("data", "fsdp") if axis in links}
+    if "fsdp" in links and "model" in links:
+        out["fsdp+model"] = out["fsdp"] * c / links["model"].bandwidth_bytes_per_s / d_ff
+    return out
+
+
+def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan,
+               opts: TrainOptions | None = None, topology: str | None = None, simulate: bool = True,
+               trace: bool = True, calibrated: bool = False,
+               price_per_chip_hour: float | None = None) -> dict[str, Any]:
+    """Every number of one training step (see the module docstring); ``simulate=False`` skips the run."""
+    from simulator.workloads.plans.step import TrainStep
+
+    opts = opts or TrainOptions()
+    check_train_plan(cfg, plan, opts, batch, seq)
+    system, mesh = build_system(chip, plan, topology, trace=False)
+    links = axis_links(mesh, system.graph, chip)
+    layer = layer_work(cfg, chip, plan, opts, batch, seq)
+    head_f, head_b, head_grad = head_work(cfg, chip, plan, opts, batch, seq)
+    hop = _p2p(system, mesh, plan, cfg, batch, seq, opts)
+    dense, expert, _ = stage_params(cfg, plan, plan.size("pipeline") - 1)
+    closed = train_estimate(chip, plan, opts, layer, cfg.n_layers, (head_f, head_b), links, hop, dense + expert,
+                            head_grad, cfg.weight_elem_bytes)
+    out: dict[str, Any] = {"model": cfg.name, "chip": chip.name, "mode": "train", "batch": batch, "seq": seq,
+                           "mesh": {a: plan.size(a) for a in plan.used}, "chips": plan.chips,
+                           "topology": system.graph.graph.get("spec") if system.graph is not None else None,
+                           "microbatches": opts.microbatches, "schedule": opts.schedule, "zero": opts.zero,
+                           "checkpoint": opts.checkpoint, "tp_overlap": opts.tp_overlap}
+    out.update(train_memory(cfg, chip, plan, opts, batch, seq))
+    out.update(closed_form_s=closed["step_time_s"], closed_form=closed, step_time_s=closed["step_time_s"],
+               bubble_fraction=closed["bubble_fraction"], exposed_comm_s=closed["exposed_comm_s"],
+               simulated=False, critical_batch_per_chip=critical_batches(chip, links, cfg.d_ff),
+               tokens_per_chip=batch * seq / plan.chips)
+    if simulate:
+        sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated)
+        measured = sim.run()
+        out.update(measured, simulated=True)
+        out["_system"] = sim.system
+    flops = model_flops(cfg, batch, seq)
+    step = out["step_time_s"]
+    out.update(model_flops_per_step=flops, mfu=flops / (plan.chips * chip.peak_flops_per_s() * step),
+               tokens_per_s=batch * seq / step)
+    if price_per_chip_hour is not None:
+        cost = price_per_chip_hour * plan.chips * step / 3600
+        out.update(price_per_chip_hour_usd=price_per_chip_hour, cost_per_step_usd=cost,
+                   cost_per_million_tokens_usd=cost / (batch * seq) * 1e6)
+    return out
+
+
+def _p2p(system: Any, mesh: Any, plan: MeshPlan, cfg: TransformerConfig, batch: int, seq: int,
+         opts: TrainOptions) -> float:
+    """Closed form of one stage-to-stage activation transfer (the slowest neighbouring pair)."""
+    p = plan.size("pipeline")
+    if p == 1:
+        return 0.0
+    nbytes = batch / (plan.batch_ways * opts.microbatches) * seq / plan.size("sequence") * cfg.d_model * \
+        cfg.act_elem_bytes
+    i = mesh.index("pipeline")
+    origin = [0] * len(mesh.sizes)
+
+    def at(stage: int) -> Any:
+        coords = list(origin)
+        coords[i] = stage
+        return mesh.device(tuple(coords))
+
+    return max(p2p_s(system, at(s), at((s + 1) % p), nbytes) for s in range(p))
