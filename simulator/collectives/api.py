@@ -81,7 +81,7 @@ class Plan:
 
 
 def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
-                    algorithm: str = "auto", multi_axis: str = "parallel", chunks: int = 1, root: Any = None,
+                    algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
                     data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
                     rings: int | None = None) -> Plan:
     """Validate the arguments of `run_collective` and compile its schedule."""
@@ -93,9 +93,10 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     for name, value, valid in (("multi_axis", multi_axis, MULTI_AXIS), ("mode", mode, MODES)):
         if value not in valid:
             raise PodsimError(f"{name}={value!r}; valid: {', '.join(valid)}")
-    positive_int(chunks, name="chunks")
-    if chunks > MAX_CHUNKS:
-        raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")
+    if chunks is not None:  # None: each algorithm's own count (`Algorithm.default_chunks`)
+        positive_int(chunks, name="chunks")
+        if chunks > MAX_CHUNKS:
+            raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")
     if algorithm != AUTO:
         get_algorithm(algorithm)  # a bad name is an error even where nothing would run
     groups = collective_groups(net, axes, mesh)
@@ -103,11 +104,15 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     chosen = choose(algorithm, kind, net, groups) if group.n > 1 else None
     parts = chosen.parts(kind, group, multi_axis) if chosen is not None else 1
     root_pos = root_position(groups, root)
+    if chunks is None and data is not None:
+        chunks = _numeric_chunks(chosen, kind, net, groups, data)
     if data is not None:
         nbytes = payload.check_data(kind, data, len(net.chips), group.n, parts, chunks)
     if nbytes is None:
         raise PodsimError("give nbytes (the collective's array size in bytes) or data")
     check_bytes(nbytes, name="nbytes", allow_zero=False)
+    if chunks is None:
+        chunks = chosen.default_chunks(kind, net, groups, nbytes) if chosen is not None else 1
     n_keys = payload.n_keys(kind, group.n, parts, chunks)
     key_bytes = math.ceil(nbytes / n_keys) if data is None else nbytes / n_keys  # whole bytes per key
     job = Job(kind, net, groups, [groups], parts, chunks, root_pos, key_bytes, numeric=data is not None)
@@ -122,6 +127,13 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     schedule = Schedule(job.key_bytes)
     chosen.build(job, schedule)
     return Plan(kind, chosen, job, nbytes, n_keys, job.reduced, schedule)
+
+
+def _numeric_chunks(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group], data: Any) -> int:
+    """Numeric mode without ``chunks``: the algorithm's own count, or the largest below it that splits a row."""
+    count = chosen.default_chunks(kind, net, groups, None) if chosen is not None else 1
+    row = data.shape[1] if isinstance(data, np.ndarray) and data.ndim == 2 else 1
+    return max(c for c in range(1, count + 1) if row % c == 0)
 
 
 def start_collective(kind: str, system: Any, nbytes: float, **kwargs: Any) -> Completion:
@@ -144,7 +156,9 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
     (ReduceScatter, AllReduce), the whole array spread over the group (AllToAll), or the root's array
     (Broadcast). Keywords: ``axes`` (default all), ``algorithm`` (``auto`` or a name from
     `simulator.collectives.algorithms`: bidirectional, unidirectional, line, ...), ``multi_axis``
-    (parallel, sequential), ``chunks``, ``root``, ``mode`` (auto, full, reduced), ``mesh``, ``rings``
+    (parallel, sequential), ``chunks`` (pieces a broadcast's array is cut into; None, the default, lets
+    the algorithm choose: one for rings, a pipelining count for spanning trees), ``root``, ``mode`` (auto,
+    full, reduced), ``mesh``, ``rings``
     (GPU nodes: how many NIC rings share the array; default one per GPU of a node) and ``data``. With
     ``data`` (one row per chip) the arrays move for real and ``outputs`` holds each chip's result; V then
     comes from the data. With a `simulator.workloads.mesh.Mesh`, ``axes`` are logical axis names and the

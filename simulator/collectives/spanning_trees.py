@@ -48,7 +48,7 @@ from simulator.collectives.timing import pipeline_time, route_latency
 from simulator.engine.network import Network
 
 Pos = tuple[int, ...]
-TRANSFER_BUDGET = 100_000  #: default pieces stop where the schedule would pass this many transfers (about 2 s)
+TRANSFER_BUDGET = 50_000  #: default pieces stop where the schedule would pass this many transfers (about 1 s)
 MAX_PIECES = 10_000  #: as `simulator.collectives.api.MAX_CHUNKS`
 
 

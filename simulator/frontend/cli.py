@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _network_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", required=True, help="e.g. ring:8, torus:4x4, mesh:4x4, slice:8x16, switch:8")
     p.add_argument("--switching", default="cut_through", help="cut_through or store_and_forward")
-    p.add_argument("--chunks", default="1", help="pieces a message is cut into (store and forward pipelining)")
+    p.add_argument("--chunks", help="pieces a message is cut into (store and forward pipelining; default 1) or a "
+                   "broadcast's array (default: the algorithm's own count)")
 
 
 def _output_args(p: argparse.ArgumentParser) -> None:
@@ -231,7 +232,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
     system = _system(args)
     nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
     axes = _int_list(args.axes, "--axes") if args.axes else None
-    chunks = _parse_count(args.chunks, "--chunks")
+    chunks = None if args.chunks is None else _parse_count(args.chunks, "--chunks")
     root = None if args.root is None else parse_int(args.root, name="--root", minimum=0, maximum=MAX_INDEX)
     r = run_collective(args.kind, system, nbytes, axes=axes, algorithm=args.algorithm, multi_axis=args.multi_axis,
                        chunks=chunks, root=root, mode=args.mode)
@@ -294,7 +295,7 @@ def cmd_send(args: argparse.Namespace) -> None:
     system = _system(args)
     src, dst = _chip_at(system.graph, args.src, "--src"), _chip_at(system.graph, args.dst, "--dst")
     out = send(system, src, dst, parse_positive(args.bytes, "bytes", name="--bytes"),
-               chunks=_parse_count(args.chunks, "--chunks"), multipath=not args.single_path)
+               chunks=_parse_count(args.chunks or "1", "--chunks"), multipath=not args.single_path)
     if args.json:
         print(dumps_json({"src": args.src, "dst": args.dst, "topology": args.topology, **out}))
         return
