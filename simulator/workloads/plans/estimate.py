@@ -141,7 +141,7 @@ def train_estimate(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, layer: La
         exposed["fsdp"] = exposed.get("fsdp", 0.0) + regather
     step = m * slowest + bubble + transfers + tail + opt + regather
     return {"step_time_s": step, "pipelined_s": m * slowest + bubble, "bubble_s": bubble,
-            "bubble_fraction": bubble / step if p > 1 else 0.0,
+            "bubble_fraction": bubble / (m * slowest + bubble) if p > 1 else 0.0,
             "bubble_fraction_book": bubble_fraction(opts.schedule, p, m, v), "p2p_s": p2p_s,
             "per_microbatch_s": {"first_stage": first, "last_stage": last}, "optimizer_s": opt,
             "exposed_comm_s": exposed, "exposed_comm_total_s": sum(exposed.values())}

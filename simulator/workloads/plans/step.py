@@ -11,7 +11,9 @@ step ends when they, the optimizer update and (ZeRO-1/2) the weights' AllGather 
 
 Measured per chip: the time it waits on each axis's collectives (``exposed_comm_s``), and on its
 pipeline neighbours -- split into the bubble (the neighbour had not sent yet) and the transfer (the
-message was on its way: exposed pipeline communication).
+message was on its way: exposed pipeline communication). ``bubble_fraction`` is the share of the
+pipelined part (every chip's tasks, before the last reductions and the optimizer) a chip spends idle --
+waiting for a neighbour that has not sent yet, or done while others still work -- averaged over chips.
 """
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ class TrainStep:
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
         self.exposed: dict[str, float] = defaultdict(float)
         self.bubble_s = 0.0
+        self.pipe_end: dict[Any, float] = {}
 
     def _stage(self, chip: Any) -> int:
         if self.mesh is None or "pipeline" not in self.mesh.names:
@@ -140,11 +143,9 @@ class TrainStep:
         gather = Comm("all_gather", ("fsdp",), nbytes, "fsdp")
         ahead = self.collective(gather, chip, (*key, order[0], "gather")) if nbytes else None
         for i, layer in enumerate(order):
-            current = ahead
-            if nbytes and i + 1 < len(order):
-                ahead = self.collective(gather, chip, (*key, order[i + 1], "gather"))
-            if current is not None:
-                yield from self.wait(current, "fsdp")
+            if ahead is not None:  # this layer's weights, then the next layer's while this one computes
+                yield from self.wait(ahead, "fsdp")
+                ahead = self.collective(gather, chip, (*key, order[i + 1], "gather")) if i + 1 < len(order) else None
             ops = self.layer.forward if forward else self.layer.backward
             for j, op in enumerate(ops):
                 yield from self.op(chip, op, (*key, layer, j), f"L{layer} {op.name}")
@@ -184,6 +185,7 @@ class TrainStep:
             yield from self.layers(chip, key, layers[::-1], False, mb == m - 1, background)
             if vs > 0:
                 self.send(chip, (vs - 1) % self.p, ("B", mb, vs - 1))
+        self.pipe_end[chip] = self.env.now
         for event, axis in background:
             yield from self.wait(event, axis)
         yield from self._update(chip, rank)
@@ -203,10 +205,13 @@ class TrainStep:
             self.system.process(self.program(c.index), f"chip {c.index} training step")
         self.system.run()
         step, n = self.env.now, len(self.system.chips)
+        pipelined = max(self.pipe_end.values())
+        idle = self.bubble_s + sum(pipelined - t for t in self.pipe_end.values())
         metrics = self.system.metrics()
         busy = metrics["busy_s"] or {}
         links = [v for u, v in busy.items() if u.startswith("link")]
-        return {"step_time_s": step, "bubble_fraction": self.bubble_s / n / step if step and self.p > 1 else 0.0,
+        return {"step_time_s": step, "pipelined_s": pipelined,
+                "bubble_fraction": idle / n / pipelined if pipelined and self.p > 1 else 0.0,
                 "exposed_comm_s": {a: t / n for a, t in sorted(self.exposed.items())},
                 "busy_fraction": {u: v / step for u, v in busy.items() if not u.startswith("link")} if step else {},
                 "busiest_link_fraction": max(links) / step if links and step else 0.0,
