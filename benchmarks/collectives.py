@@ -1,4 +1,5 @@
-"""Scale: AllReduce over every axis of a 16x16x16 torus (4096 chips) and a full 16x20x28 tpu-v5p pod.
+"""Scale: AllReduce over every axis of a 16x16x16 torus (4096 chips) and a full 16x20x28 tpu-v5p pod; AllToAll
+and Broadcast (full simulations: no representative ring) on 16x16 and 8x8x8 tori.
 
 Prints wall time (building the system and running the collective, closed form and topology bound
 included), simulated events and events per second, and the simulated time beside the closed form and the
@@ -19,6 +20,9 @@ from simulator.engine.system import System
 
 CASES = [("torus:16x16x16", "tpu-v5p", "auto"), ("slice:16x20x28", "tpu-v5p", "auto")]
 CHECK = ("torus:8x8x8", "tpu-v5p")
+FULL = [(kind, algorithm, topology, "tpu-v5p") for kind, algorithm in (("all_to_all", "dimension_order"),
+                                                                       ("broadcast", "spanning_trees"))
+        for topology in ("torus:16x16", "torus:8x8x8")]
 NBYTES = 1e9
 
 
@@ -35,14 +39,15 @@ def count_events(system: System) -> list[int]:
     return counter
 
 
-def measure(topology: str, chip: str, mode: str) -> dict[str, Any]:
+def measure(topology: str, chip: str, mode: str, kind: str = "all_reduce", algorithm: str = "auto") -> dict[str, Any]:
     start = time.perf_counter()
     system = System(chip, topology=topology, trace=False)
     built = time.perf_counter()
     events = count_events(system)
-    r = run_collective("all_reduce", system, NBYTES, mode=mode)
+    r = run_collective(kind, system, NBYTES, mode=mode, algorithm=algorithm)
     done = time.perf_counter()
-    return {"topology": topology, "chips": len(system.chips), "mode": r.mode, "build_s": built - start,
+    return {"topology": topology, "chips": len(system.chips), "mode": f"{kind} {r.algorithm} {r.mode}",
+            "build_s": built - start,
             "run_s": done - built, "wall_s": done - start, "events": events[0], "time_s": r.time_s,
             "analytic_s": r.analytic_s, "bound_s": r.topology_bound_s}
 
@@ -64,6 +69,9 @@ def main() -> None:
     show(reduced)
     print(f"reduced / full simulated time: {reduced['time_s'] / full['time_s']:.12f}; "
           f"speed-up {full['wall_s'] / reduced['wall_s']:.1f}x")
+    print(f"AllToAll and Broadcast of {NBYTES / 1e9:g} GB over every axis")
+    for kind, algorithm, topology, chip in FULL:
+        show(measure(topology, chip, "auto", kind, algorithm))
 
 
 if __name__ == "__main__":
