@@ -2,10 +2,13 @@
 
 Every device sends a distinct chunk of V / n^2 to every other device of its group (n devices). A chunk
 from s to t crosses one axis after another, changing its coordinate on that axis to t's. Each chunk is
-cut into one part per axis order (rotations of the axes: part r crosses axes r, r+1, ...), so while
-one part crosses axis 0 another crosses axis 1: every axis's links are busy from the start. Where a
-wrapped axis has even length the chunk for the antipode is as far one way round as the other: each
-part is cut once more, one half going each way (so a group with such an axis has 2 x axes parts).
+cut into one part per axis order, so while one part crosses axis 0 another crosses axis 1: every axis's
+links are busy from the start. Where all axes are alike the orders are the rotations (part r crosses
+axes r, r+1, ...: each phase keeps every axis busy with one part); where they differ, every permutation
+(parts meet each axis at staggered times, so the longest axis never waits for work: one part per
+rotation leaves it idle while parts arrive, up to 1.28x the bound on 3x8x8). Where a wrapped axis has
+even length the chunk for the antipode is as far one way round as the other: each part is cut once
+more, one half going each way.
 
 One phase of a part moves, along one axis, what each device holds for each position on that axis (a
 bundle of n / n_a chunk parts). A device starts phase j + 1 of a part once everything its phase j
@@ -27,16 +30,18 @@ axis a carries over the whole collective the per-phase load above times the bund
 ``B_a = V / (n k_a)`` bytes: ``V k / (8 n)`` per link direction of an even ring (REFERENCE: a k-ary
 wrapped torus of N chips, ``t >= V k / (8 N b)``). The links work all the time, so the busiest link's
 bytes over its bandwidth is the bandwidth term; each part pays the hop latencies of its phases one
-after another: ``floor(k_a/2)`` per ring axis, ``k_a - 1`` per line axis (the farthest message).
+after another: ``floor(k_a/2)`` per ring axis (a chain's steps), ``ceil(k_a/2)`` per line axis (the
+messages that cross the middle link, the last to finish, then go on up to half the line); and no
+part finishes before its farthest chunk has crossed ``far_a`` hops of each axis (``floor(k_a/2)`` on a
+ring, ``k_a - 1`` on a line):
 
-    t = max over links (bytes / b)  +  sum over axes (hops_a x alpha)
+    t = max( max over links (bytes / b) + sum over axes (hops_a x alpha),  sum over axes (far_a x alpha) )
 
-Exact (within float rounding) on rings and on tori whose axes all have one length (the parts move in
-lock step, each axis carrying one part at every phase). By design it differs where parts are not in
-lock step: on tori with axes of different lengths a part that reaches a busy axis shares its links,
-and the busiest axis can idle while parts arrive (simulation up to about 10% above the closed form);
-on lines the cut-through messages end as their busiest hop finishes, so the latency term is an upper
-estimate at small sizes (simulation below the closed form there). tests/test_all_to_all.py holds both.
+Exact (within float rounding) on rings and on tori whose axes are rings of one length (the parts move
+in lock step, each axis carrying one part at every phase). By design it is an estimate elsewhere: on
+tori with axes of different lengths parts meet on the busiest axis and overlap one another's
+latencies, and on lines cut-through messages overlap their latencies with the middle link's work; the
+simulation is then within 0.85-1.15x of it (bandwidth-bound within about 6%), tests/test_all_to_all.py.
 """
 from __future__ import annotations
 
