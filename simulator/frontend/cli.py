@@ -14,6 +14,7 @@ from simulator import analytic
 from simulator.collectives import names as algorithm_names
 from simulator.errors import NonFiniteError, PodsimError, one_line
 from simulator.frontend.model_cmd import add_model_parser, cmd_model
+from simulator.frontend.plan_cmd import add_plan_parser, cmd_plan
 from simulator.frontend.outputs import check_outputs, write_outputs
 from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, run_scenario, scenario_params
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory", default="hbm", choices=("hbm", "vmem", "ici"), help="which bandwidth roof")
     p.add_argument("--json", action="store_true")
     add_model_parser(sub)
+    add_plan_parser(sub)
     p = sub.add_parser("collective", help="simulate one collective on a topology")
     p.add_argument("kind", help="all_gather, reduce_scatter, all_reduce, all_to_all or broadcast")
     _chip_args(p)
@@ -305,7 +307,8 @@ def cmd_send(args: argparse.Namespace) -> None:
 
 
 COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,
-            "collective": cmd_collective, "send": cmd_send, "model": cmd_model, "validate": cmd_validate,
+            "collective": cmd_collective, "send": cmd_send, "model": cmd_model, "plan": cmd_plan,
+            "validate": cmd_validate,
             "sweep": cmd_sweep, "algorithms": cmd_algorithms}
 
 

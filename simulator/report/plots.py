@@ -24,8 +24,8 @@ from simulator.report.figure import title as _title
 from simulator.report.heatmap import link_heatmap
 from simulator.units import format_quantity, show
 
-__all__ = ["KIND_COLORS", "MAX_LANES", "gantt", "link_heatmap", "roofline", "save", "save_gantt", "sweep",
-           "time_scale", "timeline_diff"]
+__all__ = ["KIND_COLORS", "MAX_LANES", "gantt", "link_heatmap", "plan_scatter", "roofline", "save", "save_gantt",
+           "sweep", "time_scale", "timeline_diff"]
 
 #: Colour by span kind; idle is the white background.
 KIND_COLORS = {"load": "#4C72B0", "store": "#8172B2", "compute": "#DD8452", "send": "#55A868",
@@ -295,6 +295,28 @@ def sweep(points: Sequence[dict[str, Any]], x: str, simulated: str, closed_form:
     ax.set_yscale("log" if logy else "linear")
     ax.set_xlabel(xlabel or x)
     ax.set_ylabel(ylabel or simulated)
+    ax.legend(fontsize="small")
+    ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
+    _title(ax, title)
+    return ax
+
+
+def plan_scatter(plans: Sequence[dict[str, Any]], capacity_bytes: float | None = None, ax: Any = None,
+                 title: str = "") -> Any:
+    """Step time against memory per chip for every candidate layout of a plan search; simulated ones marked,
+    layouts that do not fit greyed, the chip's HBM capacity as a line."""
+    ax = _axes(ax, (7, 4.5))
+    for simulated, marker, label in ((False, "o", "closed form"), (True, "*", "simulated")):
+        chosen = [p for p in plans if p["simulated"] == simulated]
+        colors = ["#4C72B0" if p["fits"] else "#BBBBBB" for p in chosen]
+        ax.scatter([p["memory_per_chip_bytes"] / 2**30 for p in chosen], [p["step_time_s"] * 1e3 for p in chosen],
+                   marker=marker, s=120 if simulated else 25, c=colors, edgecolors="#C44E52" if simulated else "none",
+                   label=label, zorder=3 if simulated else 2)
+    if capacity_bytes:
+        ax.axvline(capacity_bytes / 2**30, color="#C44E52", linewidth=0.8, linestyle="--", label="HBM per chip")
+    ax.set_xlabel("memory per chip (GiB)")
+    ax.set_ylabel("step time (ms)")
+    ax.set_ylim(bottom=0)
     ax.legend(fontsize="small")
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
     _title(ax, title)

@@ -23,10 +23,11 @@ import networkx as nx
 
 from simulator import analytic
 from simulator.engine.system import System
-from simulator.errors import PodsimError
+from simulator.errors import PodsimError, one_line
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for
 from simulator.workloads.plans.layout import MeshPlan
+from topologies import TopologyError
 
 
 def build_system(chip: ChipSpec, plan: MeshPlan, topology: str | None = None, trace: bool = True,
@@ -35,8 +36,27 @@ def build_system(chip: ChipSpec, plan: MeshPlan, topology: str | None = None, tr
     spec = plan.mesh_spec()
     if plan.chips == 1 and topology is None:
         return System(chip, trace=trace, calibrated=calibrated), None
-    system = System(chip, topology=topology or default_topology_for(spec, chip), trace=trace, calibrated=calibrated)
-    return system, place(spec, system.graph)
+    for spec_text in [topology] if topology else _default_topologies(spec, chip):
+        try:
+            system = System(chip, topology=spec_text, trace=trace, calibrated=calibrated)
+            return system, place(spec, system.graph)
+        except (PodsimError, TopologyError) as err:
+            if topology:
+                raise
+            last = err
+    raise PodsimError(f"mesh {plan.text} fits no slice of {plan.chips} {chip.name} chips ({one_line(last)}); give "
+                      "--topology, or fewer mesh axes than the torus has dimensions")
+
+
+def _default_topologies(spec: MeshSpec, chip: ChipSpec) -> list[str]:
+    """The chip's slice of the mesh's own shape, then every real slice shape of that many chips."""
+    from topologies.shapes import orientations, slice_shapes
+
+    out = [default_topology_for(spec, chip)]
+    if chip.wraparound != "switch":
+        out += ["slice:" + "x".join(map(str, o)) for s in slice_shapes(spec.n_devices, chip.wraparound)
+                for o in orientations(s)]
+    return list(dict.fromkeys(out))
 
 
 def place(spec: MeshSpec, graph: nx.DiGraph) -> Mesh:

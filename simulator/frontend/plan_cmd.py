@@ -1,0 +1,83 @@
+"""``podsim plan``: rank every legal layout of a model on a pod, simulate the best (`workloads.plans.search`)."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from simulator.errors import PodsimError
+from simulator.hardware.specs import PRESETS, get_chip, load_chip_file
+from simulator.report.result import dumps_json
+from simulator.units import format_quantity, parse_int
+
+MODES = ("train", "prefill", "decode")
+
+
+def add_plan_parser(sub: Any) -> None:
+    """Register ``podsim plan`` on the subcommand set ``sub``."""
+    p = sub.add_parser("plan", help="rank the parallelism layouts of a model on N chips; simulate the best")
+    p.add_argument("preset", nargs="?", help="a model preset (see `podsim model --list`)")
+    p.add_argument("--config", metavar="F.toml", help="TransformerConfig fields in TOML")
+    p.add_argument("--hf-config", metavar="config.json", help="a Hugging Face config.json")
+    p.add_argument("--chip", default="tpu-v5e", help=f"preset name ({', '.join(PRESETS)})")
+    p.add_argument("--chip-file", metavar="F.toml")
+    p.add_argument("--chips", help="chip count (each layout on the chip's slice of its own shape)")
+    p.add_argument("--topology", help="one topology for every layout (its chip count), e.g. torus:4x4")
+    p.add_argument("--mode", default="train", help=f"one of {', '.join(MODES)}")
+    p.add_argument("--batch", required=True, help="sequences (train) or requests (prefill, decode) per step")
+    p.add_argument("--seq", required=True, help="tokens per sequence (train), prompt (prefill) or context (decode)")
+    p.add_argument("--top", default="3", help="how many of the best layouts to simulate")
+    p.add_argument("--workers", default="1", help="processes simulating the best layouts at once (joblib)")
+    p.add_argument("--plot", metavar="OUT.png", help="step time against memory per chip, simulated marked")
+    p.add_argument("--json", action="store_true")
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    from simulator.frontend.model_cmd import model_config
+    from simulator.workloads.plans.search import search
+
+    if args.mode not in MODES:
+        raise PodsimError(f"--mode {args.mode!r}; valid modes: {', '.join(MODES)}")
+    cfg = model_config(args)
+    chip = load_chip_file(args.chip_file) if args.chip_file else get_chip(args.chip)
+    chips = _chip_count(args, chip)
+    if args.plot:
+        from simulator.report.plots import check_picture_path
+
+        check_picture_path(args.plot)
+    out = search(cfg, chip, chips, args.mode, parse_int(args.batch, name="--batch"),
+                 parse_int(args.seq, name="--seq", maximum=2**24), parse_int(args.top, name="--top", minimum=0),
+                 parse_int(args.workers, name="--workers", maximum=1024), args.topology)
+    out["topology"] = args.topology
+    if args.plot:
+        from simulator.report.plots import plan_scatter, save
+
+        save(plan_scatter(out["plans"], chip.hbm_capacity_bytes, title=f"{cfg.name} {args.mode} on {chips} x "
+                          f"{chip.name}"), args.plot)
+    print(dumps_json(out) if args.json else render(out))
+
+
+def _chip_count(args: argparse.Namespace, chip: Any) -> int:
+    if (args.chips is None) == (args.topology is None):
+        raise PodsimError("give --chips N or --topology SPEC (one of them)")
+    if args.chips is not None:
+        return parse_int(args.chips, name="--chips", maximum=65_536)
+    from simulator.engine.system import resolve_topology
+
+    return sum(1 for _, role in resolve_topology(args.topology, chip).nodes(data="role") if role == "chip")
+
+
+def render(out: dict[str, Any], limit: int = 15) -> str:
+    """The ranked table: mesh, step time (simulated or closed form), MFU, memory per chip, exposed comm."""
+    lines = [f"{out['model']} {out['mode']} on {out['chips']} x {out['chip']}, batch {out['batch']}, seq {out['seq']}: "
+             f"{out['fitting']} of {out['candidates']} layouts fit"]
+    lines.append(f"  {'#':>2}  {'mesh':<34}{'step':>11}  {'':<4}{'MFU':>6}{'GiB/chip':>10}  exposed communication")
+    for i, r in enumerate(out["plans"][:limit], 1):
+        mesh = ",".join(f"{k}={v}" for k, v in r["mesh"].items())
+        kind = "sim" if r["simulated"] else "cf"
+        exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in r["exposed_comm_s"].items() if t) or "-"
+        fit = "" if r["fits"] else " (does not fit)"
+        lines.append(f"  {i:>2}  {mesh:<34}{format_quantity(r['step_time_s'], 's'):>11}  {kind:<4}{r['mfu']:>6.1%}"
+                     f"{r['memory_per_chip_bytes'] / 2**30:>10.2f}  {exposed}{fit}")
+    if len(out["plans"]) > limit:
+        lines.append(f"  ... {len(out['plans']) - limit} more (--json lists them all)")
+    return "\n".join(lines)
