@@ -83,8 +83,12 @@ class Plan:
 def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
                     algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
                     data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
-                    rings: int | None = None) -> Plan:
-    """Validate the arguments of `run_collective` and compile its schedule."""
+                    rings: int | None = None, groups: Sequence[Group] | None = None) -> Plan:
+    """Validate the arguments of `run_collective` and compile its schedule.
+
+    ``groups`` names the groups explicitly (`Group` objects of chips, all of one shape) in place of ``axes``
+    and ``mesh``: for groups that follow no axis, such as a compiled program's replica groups.
+    """
     net = system.network
     if net is None:
         raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
@@ -99,7 +103,9 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
             raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")
     if algorithm != AUTO:
         get_algorithm(algorithm)  # a bad name is an error even where nothing would run
-    groups = collective_groups(net, axes, mesh)
+    explicit = groups is not None
+    groups = _explicit_groups(net, groups, axes, mesh, rings) if explicit else collective_groups(net, axes, mesh)
+    rings = 1 if explicit else rings  # explicit groups are the rings themselves
     group = groups[0]
     chosen = choose(algorithm, kind, net, groups) if group.n > 1 else None
     parts = chosen.parts(kind, group, multi_axis) if chosen is not None else 1
@@ -120,7 +126,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
         return Plan(kind, None, job, nbytes, n_keys, False, None)
     one_to_one = mesh is None or all(len(mesh.physical_axes(n)) == 1 for n, s in zip(mesh.names, mesh.sizes,
                                                                                      strict=True) if s > 1)
-    job.reduced = _use_reduced(mode, kind, data, group, net, one_to_one)
+    job.reduced = _use_reduced(mode, kind, data, group, net, one_to_one and not explicit)
     job.rings = nic_rings(net, groups, rings, data, axes, mesh) if chosen.nic_rings else [groups]
     if len(job.rings) > 1:
         job.key_bytes = math.ceil(nbytes / len(job.rings) / n_keys)
@@ -214,6 +220,23 @@ def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool =
 
     system.env.timeout(cal.launch_s(plan.algorithm.name)).callbacks.append(launch)
     return done
+
+
+def _explicit_groups(net: Network, groups: Sequence[Group], axes: Any, mesh: Any, rings: int | None) -> list[Group]:
+    """``groups`` checked: not beside axes, mesh or rings; one shape; chips of ``net``, each in one group."""
+    groups = list(groups)
+    if axes is not None or mesh is not None or rings not in (None, 1):
+        raise PodsimError("give explicit groups, or axes / mesh / rings, not both")
+    if not groups or any(g.sizes != groups[0].sizes for g in groups):
+        raise PodsimError(f"explicit groups must be one or more groups of one shape, got "
+                          f"{[g.sizes for g in groups]}")
+    members = [c for g in groups for c in g.members.values()]
+    known = set(net.chips)
+    bad = [c for c in members if c not in known]
+    if bad or len(set(members)) != len(members):
+        raise PodsimError(f"explicit groups must name chips of the topology, each once; bad or repeated: "
+                          f"{bad or sorted({c for c in members if members.count(c) > 1})}")
+    return groups
 
 
 def _use_reduced(mode: str, kind: str, data: Any, group: Group, net: Network, one_to_one: bool = True) -> bool:

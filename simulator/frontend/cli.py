@@ -16,6 +16,7 @@ from simulator.errors import NonFiniteError, PodsimError, one_line
 from simulator.frontend.model_cmd import add_model_parser, cmd_model
 from simulator.frontend.plan_cmd import add_plan_parser, cmd_plan
 from simulator.frontend.outputs import check_outputs, write_outputs
+from simulator.frontend.hlo_cmd import add_hlo_parser, cmd_hlo
 from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, run_scenario, scenario_params
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
 from simulator.hardware.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--single-path", action="store_true", help="use one route only (default: link-disjoint routes)")
     p.add_argument("--json", action="store_true")
     add_sweep_parser(sub)
+    add_hlo_parser(sub)
     return parser
 
 
@@ -309,7 +311,7 @@ def cmd_send(args: argparse.Namespace) -> None:
 COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,
             "collective": cmd_collective, "send": cmd_send, "model": cmd_model, "plan": cmd_plan,
             "validate": cmd_validate,
-            "sweep": cmd_sweep, "algorithms": cmd_algorithms}
+            "sweep": cmd_sweep, "algorithms": cmd_algorithms, "hlo": cmd_hlo}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
