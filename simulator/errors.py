@@ -43,6 +43,20 @@ class RunawayError(PodsimError):
     """A simulation exceeded its event-count or wall-clock guard."""
 
 
+class FaultError(PodsimError):
+    """A fault or jitter spec names a chip or link the topology lacks, or a value out of range."""
+
+
+class IncompleteRunError(DeadlockError):
+    """A run ended with work that a failed chip made impossible; ``incomplete`` maps each operation's label
+    to how many of its transfers or ops were lost, ``failed`` each failed chip to the time it failed (s)."""
+
+    def __init__(self, message: str, incomplete: dict[str, int], failed: dict[object, float],
+                 stopped_at_s: float) -> None:
+        super().__init__(message)
+        self.incomplete, self.failed, self.stopped_at_s = incomplete, failed, stopped_at_s
+
+
 class NonFiniteError(ArithmeticError):
     """A number about to be printed is inf or NaN. Not a `PodsimError`: the user's input was accepted, so
     this is podsim's bug (a quantity with no finite value is reported as null with a note, or its input is

@@ -60,6 +60,13 @@ class Network:
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
         self.grid = graph.graph.get("kind") in _GRID_KINDS and len(self.shape) > 0
         self.chip: Any = None  #: the system's ChipSpec (set by `System`): what its switches can do (NVLS)
+        # Faults (`simulator.engine.faults`): a dead cable unwraps its axis for collectives (``wrap``), whose
+        # positions then count from ``origin``; routes follow the cabling (``links_wrap``) and avoid dead links.
+        self.faulted = bool(graph.graph.get("faults"))
+        self.origin: tuple[int, ...] = tuple(graph.graph.get("origin", (0,) * len(self.shape)))
+        self._route_wrap = tuple(graph.graph.get("links_wrap", self.wrap))
+        self.uniform = True  #: every ring of an axis behaves alike (no faults or jitter on links; `System` sets it)
+        self.make_channel: Any = None  #: builds a link's channel from (u, v, edge data) instead of `Channel`
 
     # -- links -------------------------------------------------------------------------------
     def link(self, u: Any, v: Any) -> Channel:
@@ -67,8 +74,11 @@ class Network:
         channel = self._links.get((u, v))
         if channel is None:
             data = self.graph.edges[u, v]
-            channel = Channel(self.env, f"link {u}->{v}", data["bandwidth_bytes_per_s"], data["latency_s"],
-                              chip=u, trace=self.trace)
+            if self.make_channel is None:
+                channel = Channel(self.env, f"link {u}->{v}", data["bandwidth_bytes_per_s"], data["latency_s"],
+                                  chip=u, trace=self.trace)
+            else:
+                channel = self.make_channel(u, v, data)
             channel.kind = data.get("kind", "ici")
             channel.nominal_bandwidth_bytes_per_s = channel.bandwidth_bytes_per_s
             self._links[(u, v)] = channel
@@ -114,9 +124,31 @@ class Network:
         if key not in self._routes:
             self._check_chip(src)
             self._check_chip(dst)
-            self._routes[key] = self._grid_routes(src, dst, multipath) if self.grid else \
-                [nx.shortest_path(self.graph, src, dst, weight=_route_cost)]
+            if self.faulted:
+                self._routes[key] = self._fault_routes(src, dst, multipath)
+            else:
+                self._routes[key] = self._grid_routes(src, dst, multipath) if self.grid else \
+                    [nx.shortest_path(self.graph, src, dst, weight=_route_cost)]
         return self._routes[key]
+
+    def _fault_routes(self, src: Any, dst: Any, multipath: bool) -> list[list[Any]]:
+        """Routes where links are down or chips failed: the usual ones that survive (no dead link, no failed
+        chip in between), else the quickest such path; else (a failed chip cuts the way) the quickest path
+        through it, where the message will be lost (`simulator.engine.disturb`)."""
+        failed = set(self.graph.graph.get("failed_chips", ())) - {src, dst}
+        paths = self._grid_routes(src, dst, multipath) if self.grid else []
+        paths = [p for p in paths if not failed.intersection(p[1:-1])
+                 and all(self.graph.has_edge(u, v) for u, v in zip(p, p[1:], strict=False))]
+        if paths:
+            return paths
+
+        def cost(u: Any, v: Any, data: dict[str, Any]) -> float | None:
+            return None if u in failed or v in failed else _route_cost(u, v, data)
+
+        try:
+            return [nx.shortest_path(self.graph, src, dst, weight=cost)]
+        except nx.NetworkXNoPath:
+            return [nx.shortest_path(self.graph, src, dst, weight=_route_cost)]
 
     def _check_chip(self, node: Any) -> None:
         if node not in self.graph or self.graph.nodes[node].get("role") != "chip":
@@ -139,13 +171,17 @@ class Network:
 
     def _step(self, x: int, y: int, axis: int) -> int:
         n = self.shape[axis]
-        if not self.wrap[axis]:
+        if not self._route_wrap[axis]:
             return 1 if y > x else -1
         forward = (y - x) % n
         return 1 if forward <= n - forward else -1
 
     def chip_at(self, coord: tuple[int, ...]) -> int:
-        """The chip at grid coordinate ``coord`` (row-major over ``shape``; grid topologies only)."""
+        """The chip at position ``coord`` of the grid as collectives see it (row-major over ``shape``; grid
+        topologies only): its coordinate, counted along each axis from ``origin`` (0 unless a dead cable
+        unwrapped the axis, `simulator.engine.faults`)."""
+        if any(self.origin):
+            coord = tuple((c + o) % n for c, o, n in zip(coord, self.origin, self.shape, strict=True))
         return self._node(tuple(coord))
 
     def _node(self, coord: tuple[int, ...]) -> int:

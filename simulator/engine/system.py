@@ -17,7 +17,8 @@ import topologies
 from simulator.engine.chip import Chip
 from simulator.engine.network import Network
 from simulator.engine.trace import Trace, compute_metrics
-from simulator.errors import DeadlockError, PodsimError, RunawayError
+from simulator.engine.watch import TICK, RunWatch, current_watch
+from simulator.errors import DeadlockError, PodsimError, RunawayError, SimulationInterrupted
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.units import positive, positive_int
 
@@ -93,16 +94,36 @@ class System:
         return self.env.now
 
     def _guarded_run(self) -> None:
+        watch = current_watch()
+        try:
+            self._run_loop(watch)
+        except KeyboardInterrupt:  # Ctrl-C: say how far the simulation got
+            if watch is not None:
+                watch.now_s = self.env.now
+            metrics = compute_metrics(self.trace, self.env.now) if self.trace.enabled else None
+            progress = watch.so_far(metrics) if watch is not None else f"t={self.env.now:.6g} s of simulated time"
+            raise SimulationInterrupted(f"interrupted; simulated so far: {progress}") from None
+
+    def _run_loop(self, watch: RunWatch | None) -> None:
         step, count, start = self.env.step, 0, time.perf_counter()
         limit, wall = self.max_events, self.wall_clock_limit_s
         while True:
             try:
                 step()
             except simpy.core.EmptySchedule:
+                self.events_processed += count & (TICK - 1)
+                if watch is not None:
+                    watch.tick(self.env.now, count & (TICK - 1))
                 return
+            except KeyboardInterrupt:
+                if watch is not None:  # count the events since the last report
+                    watch.events += count & (TICK - 1)
+                raise
             count += 1
-            if count & 0x3FFF == 0:
-                self.events_processed += 0x4000
+            if count & (TICK - 1) == 0:
+                self.events_processed += TICK
+                if watch is not None:  # the command's budget, progress bar and estimate
+                    watch.tick(self.env.now, TICK)
                 if self.events_processed > limit:
                     raise RunawayError(f"simulation passed max_events={limit:,} events at t={self.env.now:.6g} s; "
                                        "use fewer, larger blocks or raise System(max_events=...)")

@@ -5,6 +5,7 @@ Every input error becomes one line on stderr and exit status 2 (never a tracebac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from simulator.errors import NonFiniteError, PodsimError, one_line
 from simulator.frontend.model_cmd import add_model_parser, cmd_model
 from simulator.frontend.plan_cmd import add_plan_parser, cmd_plan
 from simulator.frontend.outputs import check_outputs, write_outputs
+from simulator.frontend.progress import command_watch
 from simulator.frontend.hlo_cmd import add_hlo_parser, cmd_hlo
 from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, run_scenario, scenario_params
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
@@ -318,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``podsim`` console script; returns the exit status."""
     try:
         args = build_parser().parse_args(argv)
-        COMMANDS[args.command](args)
+        with command_watch() if args.command != "sweep" else contextlib.nullcontext():  # a sweep has its own bar
+            COMMANDS[args.command](args)
     except _input_errors() as err:
         print(getattr(err, "details", ""), end="", file=sys.stderr)  # a user scenario's own traceback
         print(f"podsim: error: {one_line(err)}", file=sys.stderr)

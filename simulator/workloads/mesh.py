@@ -94,6 +94,8 @@ class Mesh:
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ())) if self.shape else ()
         if graph.graph.get("kind") == "multislice":  # axis 0 is the slices: a ring through the DCN switch
             self.wrap = (True, *self.wrap[1:])
+        self.origin = tuple(graph.graph.get("origin", ())) if self.shape else ()  #: a dead cable's axis starts
+        # after the break (`simulator.engine.faults`), so the line laid on it never needs the cable
         self.placement = self._place()
         self._device = {coords: self._locate(coords) for coords in itertools.product(*map(range, self.sizes))}
         self._coords = {dev: c for c, dev in self._device.items()}
@@ -183,6 +185,8 @@ class Mesh:
         for c, axes in zip(coords, self.placement, strict=True):
             for a in reversed(axes):  # row-major over the physical axes a logical axis spans
                 phys[a], c = c % self.shape[a], c // self.shape[a]
+        if any(self.origin):
+            phys = [(c + o) % n for c, o, n in zip(phys, self.origin, self.shape, strict=True)]
         index = 0
         for c, n in zip(phys, self.shape, strict=True):
             index = index * n + c
