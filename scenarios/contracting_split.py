@@ -20,6 +20,7 @@ from typing import Any
 import simpy
 
 from simulator.engine.system import System, resolve_chip
+from simulator.engine.watch import expect_events
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.report.result import Result
@@ -94,6 +95,8 @@ def run(*, B: int = 1024, F: int = 4096, d_values: tuple = (1024, 2048, 4096, 81
         raise PodsimError(f"chunks={chunks} is more than the 10,000 pieces this scenario simulates per chip")
     if not d_values or any(d < 2 or d % 2 for d in d_values):
         raise PodsimError(f"d_values={d_values!r} must be even integers >= 2 (D is split over two chips)")
+    # about 8 events per chunk per simulation: three per D, and two per step of a bisection of ~16 steps
+    expect_events(8 * chunks * (3 * len(d_values) + 32), "use fewer chunks")
     points = []
     for d in sorted(d_values):
         system = simulate(spec, B, d, F, chunks)

@@ -157,3 +157,122 @@ def test_a_matmul_that_never_turns_compute_bound_says_so(capsys):
     assert status == 0
     assert "compute-bound from m = none up to 8" in out and "never unpadded" in out
     assert "None" not in out and "inf" not in out
+
+
+# -- long runs: estimates before the run, a budget, progress while it runs, Ctrl-C says how far it got -----
+
+
+def _steps(n):
+    return [Step(f"b{i}", (Operand(f"b{i}", "x", 1e3),), flops=1e3) for i in range(n)]
+
+
+def test_a_watch_counts_every_event_of_every_system_and_the_estimate_of_queued_work():
+    from simulator.engine.watch import RunWatch, watching
+
+    watch = RunWatch()
+    with watching(watch):
+        ends = []
+        for n in (3, 5):
+            system = System()
+            run_steps(system, _steps(n))
+            ends.append(system.run())
+    assert watch.estimate == 7 * (3 + 5)  # seven events per pipeline step, announced before each run
+    assert watch.events > 0 and watch.now_s == ends[-1]
+
+
+def test_work_past_the_budget_is_refused_before_anything_runs():
+    from simulator.engine.watch import RunWatch, watching
+
+    system = System()
+    with watching(RunWatch(max_events=1_000)), pytest.raises(RunawayError, match=r"would simulate about 1,400 "
+                                                                                r"events, more than its budget of "
+                                                                                r"1,000; use fewer, larger blocks"):
+        run_steps(system, _steps(200))
+    assert system.env.now == 0
+
+
+def test_a_run_past_the_budget_stops_at_the_first_report():
+    from simulator.engine.watch import TICK, RunWatch, watching
+
+    system = System()
+
+    def chatter():
+        while True:
+            yield system.env.timeout(1e-9)
+
+    system.process(chatter(), "endless")
+    with watching(RunWatch(max_events=TICK)), pytest.raises(RunawayError, match="passed its budget of 16,384"):
+        system.run()
+
+
+def test_the_long_run_warning_comes_once_with_the_estimate_and_the_hint(monkeypatch):
+    from simulator.engine import watch as watch_module
+
+    monkeypatch.setattr(watch_module, "LONG_RUN_EVENTS", 10)
+    said = []
+    watch = watch_module.RunWatch(on_long_run=lambda w, hint: said.append((w.estimate, hint)))
+    with watch_module.watching(watch):
+        for _ in range(3):
+            run_steps(System(), _steps(2))
+    assert said == [(14, "use fewer, larger blocks")]
+
+
+def test_ctrl_c_inside_a_simulation_says_what_was_simulated():
+    from simulator.engine.watch import RunWatch, watching
+    from simulator.errors import SimulationInterrupted
+
+    system = System()
+    run_steps(system, _steps(4))
+
+    def user_presses_ctrl_c():
+        yield system.env.timeout(1.0)
+        raise KeyboardInterrupt
+
+    system.process(user_presses_ctrl_c(), "keyboard")
+    with watching(RunWatch(estimate=1_000)), pytest.raises(SimulationInterrupted) as info:
+        system.run()
+    message = str(info.value)
+    assert message.startswith("interrupted; simulated so far: ")
+    assert "of about 1,000 estimated, 1 s of simulated time; moved 4 kB over hbm_read" in message
+
+
+def test_the_cli_exits_130_on_ctrl_c_with_the_progress_so_far(capsys, monkeypatch):
+    from simulator.engine import system as system_module
+
+    def interrupted(self, watch):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(system_module.System, "_run_loop", interrupted)
+    status, out, err = _cli(["run", "double_buffer"], capsys)
+    assert status == 130 and out == ""
+    assert err == ("podsim: interrupted; simulated so far: 0 events of about 14 estimated, 0 s of simulated "
+                   "time\n")
+
+
+def test_the_cli_warns_before_a_long_run(capsys, monkeypatch):
+    from simulator.engine import watch as watch_module
+
+    monkeypatch.setattr(watch_module, "LONG_RUN_EVENTS", 20)
+    status, out, err = _cli(["run", "double_buffer", "--set", "blocks=4"], capsys)
+    assert status == 0 and out.startswith("double_buffer: ")
+    assert err == "podsim: this run will simulate about 28 events (roughly 0 s); use fewer, larger blocks\n"
+
+
+def test_progress_without_a_terminal_is_one_line_now_and_then():
+    import io
+    import time
+
+    from simulator.engine.watch import RunWatch
+    from simulator.frontend.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress(stream)
+    watch = RunWatch(estimate=5_000_000)
+    progress(watch)  # a run younger than DELAY_S shows nothing
+    assert stream.getvalue() == ""
+    watch.started, watch.events, watch.now_s = time.monotonic() - 12.0, 1_234_567, 3.5e-3
+    progress(watch)
+    progress(watch)  # the next line waits LINE_EVERY_S
+    line = stream.getvalue()
+    assert line.startswith("podsim: simulating: 1,234,567 of about 5,000,000 events, t=3.5 ms simulated, ")
+    assert line.count("\n") == 1

@@ -25,6 +25,7 @@ import simpy
 from simulator.engine.chip import Chip
 from simulator.engine.memory import Allocation
 from simulator.engine.system import System
+from simulator.engine.watch import expect_events
 from simulator.errors import CapacityError, PodsimError
 from simulator.units import check_bytes, check_int, positive, positive_int
 
@@ -167,6 +168,7 @@ def run_steps(system: System, steps: Sequence[Step], buffers: int = 2, chip: Chi
     """
     chip = chip if chip is not None else system.chip
     validate_steps(steps, chip, buffers, reserve_vmem)
+    expect_events(7 * len(steps), "use fewer, larger blocks")  # load, compute, store and their waits
     pipe = _Pipeline(system, chip, steps, buffers, reserve_vmem)
     system.process(pipe.loader(), f"{name} loader (chip {chip.index})")
     return system.process(pipe.computer(), f"{name} compute (chip {chip.index})")

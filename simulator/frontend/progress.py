@@ -1,0 +1,91 @@
+"""What a command shows while it simulates, on stderr: a warning before a long run, then progress.
+
+`command_watch` wraps one command in a `simulator.engine.watch.RunWatch`: work that queues many events
+(pipelines, collectives) reports its estimate, and once the estimate passes `LONG_RUN_EVENTS` one line
+says how many events are coming, roughly how long that takes, and how to make the run shorter. A run
+still going after `DELAY_S` seconds shows a tqdm bar (events against the estimate, and simulated time)
+on a terminal, or one plain line every `LINE_EVERY_S` seconds otherwise. Ctrl-C is handled by the
+engine (`SimulationInterrupted`), whose message says what was simulated so far.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from typing import IO, Any
+
+from simulator.engine.watch import EVENTS_PER_S, LONG_RUN_EVENTS, RunWatch, current_watch, watching
+from simulator.units import format_quantity
+
+DELAY_S = 1.0  #: runs shorter than this show nothing
+LINE_EVERY_S = 10.0  #: without a terminal, one progress line this often
+MAX_EVENTS = 50_000_000  #: a command's event budget (as `System`'s own guard): about ten minutes
+
+__all__ = ["LONG_RUN_EVENTS", "Progress", "command_watch"]
+
+
+class Progress:
+    """Draws a command's progress on ``stream`` (stderr): the long-run warning, a bar or lines."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.bar: Any = None
+        self.last_line_s = 0.0
+
+    def long_run(self, watch: RunWatch, hint: str) -> None:
+        """The one warning before a long run: events, a rough duration, and ``hint``."""
+        seconds = watch.estimate / EVENTS_PER_S
+        rough = f"{seconds / 60:.0f} minute(s)" if seconds >= 90 else f"{seconds:.0f} s"
+        print(f"podsim: this run will simulate about {watch.estimate:,} events (roughly {rough}); {hint}",
+              file=self.stream, flush=True)
+
+    def __call__(self, watch: RunWatch) -> None:
+        elapsed = time.monotonic() - watch.started
+        if elapsed < DELAY_S:
+            return
+        if self.bar is None and _is_terminal(self.stream):
+            self.bar = _tqdm_bar(self.stream)
+        if self.bar is not None:
+            self.bar.total = max(watch.estimate or 0, watch.events) or None
+            self.bar.n = watch.events
+            self.bar.set_postfix_str(f"t={format_quantity(watch.now_s, 's')} simulated", refresh=False)
+            self.bar.refresh()
+        elif elapsed - self.last_line_s >= LINE_EVERY_S:
+            self.last_line_s = elapsed
+            of = f" of about {watch.estimate:,}" if watch.estimate else ""
+            print(f"podsim: simulating: {watch.events:,}{of} events, t={format_quantity(watch.now_s, 's')} "
+                  f"simulated, {elapsed:.0f} s", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def _tqdm_bar(stream: IO[str]) -> Any:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm missing: fall back to plain lines
+        return None
+    return tqdm(total=None, unit="ev", unit_scale=True, desc="simulating", file=stream, leave=False,
+                dynamic_ncols=True)
+
+
+@contextlib.contextmanager
+def command_watch(stream: IO[str] | None = None) -> Iterator[RunWatch]:
+    """Watch every simulation of one command: reuse a watch already open (a test's, with its own budget)
+    and give it the progress display, or open one with the `MAX_EVENTS` budget."""
+    progress = Progress(stream)
+    watch = current_watch() or RunWatch(max_events=MAX_EVENTS)
+    watch.on_progress = watch.on_progress or progress
+    watch.on_long_run = watch.on_long_run or progress.long_run
+    try:
+        with watching(watch):
+            yield watch
+    finally:
+        progress.close()
