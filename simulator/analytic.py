@@ -166,18 +166,32 @@ def ring_steps(n: int, wrap: bool = True, bidirectional: bool = True) -> int:
     return math.ceil((n - 1) / 2)
 
 
+def ring_link_load(n: int, wrap: bool = True, bidirectional: bool = True) -> float:
+    """Shards the busiest link direction carries in a ring AllGather of ``n`` devices: n-1 one way or on a
+    line, (n-1)/2 both ways (an even ring splits the antipode's shard, half each way round); a ring of
+    2 has one link (1 shard)."""
+    if n <= 1:
+        return 0.0
+    if not wrap or not bidirectional or n == 2:
+        return float(n - 1)
+    return (n - 1) / 2
+
+
 def all_gather_time(nbytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float = 0.0,
                     wrap: bool = True, bidirectional: bool = True) -> float:
-    """Ring AllGather of ``nbytes`` over ``n`` devices: steps x (latency + nbytes / (n b)).
+    """Ring AllGather of ``nbytes`` over ``n`` devices: steps x latency + link load x nbytes / (n b).
 
-    Every step moves one shard (nbytes / n) over each link direction in use. Unidirectional ring and a
-    line (no wraparound, shards sent both ways) take n-1 steps; a bidirectional ring ceil((n-1)/2),
-    so its bandwidth term is nbytes / (2b) = V / W_ici for even n. The book writes
-    ``max(latency * n / 2, V / W_ici)`` (`book_all_gather_time`); this exact form adds the two, since
-    every step pays both.
+    Every step pays one hop latency; the busiest link direction carries `ring_link_load` shards of
+    nbytes / n. Unidirectional ring and a line take n-1 steps, each link carrying n-1 shards; a
+    bidirectional ring ceil((n-1)/2) steps with (n-1)/2 shards per link, so its bandwidth term is
+    (n-1)/n x V / (2b) -- the per-chip ingress bound -- where the book writes V / W_ici with W_ici = 2b:
+    the book drops the factor (n-1)/n, and takes ``max(latency * n / 2, V / W_ici)``
+    (`book_all_gather_time`) where every step pays both.
     """
     steps = ring_steps(n, wrap, bidirectional)
-    return steps * (latency_s + nbytes / (n * bandwidth_bytes_per_s)) if steps else 0.0
+    if not steps:
+        return 0.0
+    return steps * latency_s + ring_link_load(n, wrap, bidirectional) * nbytes / (n * bandwidth_bytes_per_s)
 
 
 def reduce_scatter_time(nbytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float = 0.0,

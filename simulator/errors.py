@@ -57,6 +57,10 @@ class IncompleteRunError(DeadlockError):
         self.incomplete, self.failed, self.stopped_at_s = incomplete, failed, stopped_at_s
 
 
+class SimulationInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a simulation; the message says what was simulated so far (the CLI exits with 130)."""
+
+
 class NonFiniteError(ArithmeticError):
     """A number about to be printed is inf or NaN. Not a `PodsimError`: the user's input was accepted, so
     this is podsim's bug (a quantity with no finite value is reported as null with a note, or its input is

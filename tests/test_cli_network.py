@@ -23,10 +23,11 @@ def test_collective_json_keys(capsys, kind):
 
 def test_collective_all_reduce_on_a_ring_by_hand(capsys):
     data = _json(capsys, "collective", "all_reduce", "--chip", "tpu-v5e", "--topology", "ring:8", "--bytes", "64MB")
-    expected = 2 * 4 * (A + 8e6 / B)  # RS + AG, 4 bidirectional steps of a 8 MB shard
+    # RS + AG, each 4 bidirectional steps putting 3.5 shards of 8 MB on every link (the antipode's split)
+    expected = 2 * (4 * A + 3.5 * 8e6 / B)
     assert data["time_s"] == pytest.approx(expected, rel=1e-9)
     assert data["busbw_bytes_per_s"] == pytest.approx(64e6 / expected * 2 * 7 / 8, rel=1e-9)
-    assert data["max_link_bytes"] == pytest.approx(2 * 4 * 8e6)
+    assert data["max_link_bytes"] == pytest.approx(2 * 3.5 * 8e6)
 
 
 def test_collective_axes_and_trace(capsys, tmp_path):
@@ -57,9 +58,9 @@ def test_collective_sweep_scenario(capsys):
     data = _json(capsys, "run", "collective_sweep", "--topology", "ring:8", "--set", "kind=all_gather",
                  "--set", "sizes=1024,1048576,1073741824")
     assert [p["regime"] for p in data["points"]] == ["latency", "bandwidth", "bandwidth"]
-    # crossover: latency term 4 steps * A equals bandwidth term 4 * V / (8 B)  ->  V = 8 A B
-    assert data["analytic_crossover_bytes"] == pytest.approx(8 * A * B, rel=1e-6)
-    assert data["crossover_bytes"] == pytest.approx(8 * A * B, rel=1e-6)
+    # crossover: latency term 4 steps * A equals bandwidth term 3.5 shards of V / 8 over B  ->  V = 64/7 A B
+    assert data["analytic_crossover_bytes"] == pytest.approx(64 / 7 * A * B, rel=1e-6)
+    assert data["crossover_bytes"] == pytest.approx(64 / 7 * A * B, rel=1e-6)
     for p in data["points"]:
         assert p["time_s"] == pytest.approx(p["analytic_s"], rel=0.01)
 

@@ -64,7 +64,7 @@ def test_same_logical_mesh_two_placements_two_times():
         system = System(topology=graph)
         mesh = Mesh(text, system.graph)
         times[text] = run_collective("all_gather", system, 1e9, axes=["X"], mesh=mesh).time_s
-    ring = 2 * (A + 2.5e8 / B)   # bidirectional ring of 4: 2 steps
+    ring = 2 * A + 1.5 * 2.5e8 / B  # bidirectional ring of 4: 2 steps, 3/2 shards per link (antipode split)
     line = 3 * (A + 2.5e8 / B)   # line of 4: 3 steps
     assert times == {"X=4@0,Y=4@1": pytest.approx(ring), "X=4@1,Y=4@0": pytest.approx(line)}
 

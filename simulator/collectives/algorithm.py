@@ -21,8 +21,8 @@ KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"
 #: topology kinds (``graph["kind"]``) of `topologies`; ``slice:`` specs build ``"torus"`` graphs
 TOPOLOGY_KINDS = ("ring", "line", "torus", "mesh", "switch", "nodes", "multislice")
 AUTO = "auto"
-AUTO_RULE = ("a bidirectional ring on a torus, a unidirectional ring through switches, a line where no axis of "
-             "the group wraps (rings on the axes that wrap, lines on those that do not)")
+AUTO_RULE = ("the applicable algorithm with the fastest closed form at this size (ties: the first by name); "
+             "every result lists the alternatives with theirs")
 
 
 @dataclass
@@ -44,6 +44,11 @@ class Job:
     key_bytes: float
     reduced: bool = False  #: build one representative ring per axis (translation-invariant groups)
     numeric: bool = False  #: bundles are key lists (real data), not key counts
+    nbytes: float = 0.0  #: V, the collective's array (see `simulator.collectives.run_collective`)
+    multi_axis: str = "parallel"  #: parallel (every axis busy at once) or sequential
+    shard_units: int | None = None  #: numeric ring kinds: elements per shard position (None: timing, bytes)
+    unit_bytes: float = 1.0  #: bytes of one unit of `simulator.collectives.layout` (an element, or a byte)
+    layout: Any = None  #: ring kinds: the `simulator.collectives.layout.Layout` `Algorithm.prepare` chose
 
     @property
     def group(self) -> Group:
@@ -72,6 +77,9 @@ class Algorithm:
     def parts(self, kind: str, group: Group, multi_axis: str) -> int:
         """How many parts the array is split into (each part its own keys; see `payload`)."""
         return 1
+
+    def prepare(self, job: Job) -> None:
+        """Settle what the closed form and the schedule depend on beyond the job (e.g. `Job.layout`)."""
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
         """Pieces the array is cut into when the caller does not say (``chunks=None``); ``nbytes`` is None
@@ -132,8 +140,9 @@ def applicable(kind: str, net: Network, groups: list[Group]) -> list[str]:
 
 
 def choose(name: str, kind: str, net: Network, groups: list[Group]) -> Algorithm:
-    """The algorithm ``name`` asks for (``auto``: `auto_choice`); an error says which ones apply instead."""
-    algorithm = get_algorithm(auto_choice(kind, net, groups) if name == AUTO else name)
+    """The algorithm ``name`` asks for (not ``auto``: see `simulator.collectives.tuner`); an error says which
+    ones apply instead."""
+    algorithm = get_algorithm(name)
     why = algorithm.unfit(kind, net, groups)
     if why is not None:
         fits = applicable(kind, net, groups)
@@ -142,11 +151,10 @@ def choose(name: str, kind: str, net: Network, groups: list[Group]) -> Algorithm
     return algorithm
 
 
-def auto_choice(kind: str, net: Network, groups: list[Group]) -> str:
-    """The algorithm ``auto`` runs (`AUTO_RULE`; issue 13 makes it the fastest closed form)."""
-    if not any(groups[0].wraps):
-        return "line"
-    return "bidirectional" if net.grid else "unidirectional"
+def fastest(times: dict[str, float]) -> str:
+    """The name with the smallest time (within a relative 1e-9, the first by name)."""
+    best = min(times.values())
+    return min(name for name, t in times.items() if t <= best * (1 + 1e-9))
 
 
 def listing() -> dict[str, Any]:

@@ -14,12 +14,14 @@ from typing import Any
 import numpy as np
 
 from simulator import analytic
-from simulator.collectives import payload
-from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, choose, get_algorithm
+from simulator.collectives import layout, payload
+from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, get_algorithm
 from simulator.collectives.bounds import topology_bound
 from simulator.collectives.groups import Group, collective_groups, nic_rings, root_position
 from simulator.collectives.multi_axis import book_time
+from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.schedule import Completion, Schedule, check_arrived, execute
+from simulator.collectives.tuner import tune
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
 from simulator.units import check_bytes, positive_int
@@ -56,6 +58,7 @@ class CollectiveResult:
     link_bytes: dict[str, float] = field(default_factory=dict)
     outputs: dict[Any, np.ndarray] | None = None
     note: str | None = None
+    alternatives: list[dict[str, Any]] = field(default_factory=list)  #: every applicable algorithm's closed form
 
     def to_json(self) -> dict[str, Any]:
         """The figures as a flat dict (without the numeric outputs; ``note`` only when there is one)."""
@@ -73,6 +76,7 @@ class Plan:
     n_keys: int
     reduced: bool
     schedule: Schedule | None  #: None for a one-device group (a no-op)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)  #: ``{"algorithm", "time_s"}``, fastest first
 
     @property
     def groups(self) -> list[Group]:
@@ -81,14 +85,10 @@ class Plan:
 
 
 def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
-                    algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
+                    algorithm: str = "auto", multi_axis: str = "parallel", chunks: int = 1, root: Any = None,
                     data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
-                    rings: int | None = None, groups: Sequence[Group] | None = None) -> Plan:
-    """Validate the arguments of `run_collective` and compile its schedule.
-
-    ``groups`` names the groups explicitly (`Group` objects of chips, all of one shape) in place of ``axes``
-    and ``mesh``: for groups that follow no axis, such as a compiled program's replica groups.
-    """
+                    rings: int | None = None) -> Plan:
+    """Validate the arguments of `run_collective` and compile its schedule."""
     net = system.network
     if net is None:
         raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
@@ -97,49 +97,76 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     for name, value, valid in (("multi_axis", multi_axis, MULTI_AXIS), ("mode", mode, MODES)):
         if value not in valid:
             raise PodsimError(f"{name}={value!r}; valid: {', '.join(valid)}")
-    if chunks is not None:  # None: each algorithm's own count (`Algorithm.default_chunks`)
-        positive_int(chunks, name="chunks")
-        if chunks > MAX_CHUNKS:
-            raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")
+    positive_int(chunks, name="chunks")
+    if chunks > MAX_CHUNKS:
+        raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")
     if algorithm != AUTO:
         get_algorithm(algorithm)  # a bad name is an error even where nothing would run
-    explicit = groups is not None
-    groups = _explicit_groups(net, groups, axes, mesh, rings) if explicit else collective_groups(net, axes, mesh)
-    rings = 1 if explicit else rings  # explicit groups are the rings themselves
+    groups = collective_groups(net, axes, mesh)
     group = groups[0]
-    chosen = choose(algorithm, kind, net, groups) if group.n > 1 else None
-    parts = chosen.parts(kind, group, multi_axis) if chosen is not None else 1
     root_pos = root_position(groups, root)
-    if chunks is None and data is not None:
-        chunks = _numeric_chunks(chosen, kind, net, groups, data)
-    if data is not None:
+
+    def make_job(chosen: Algorithm | None) -> Job:
+        return _job(chosen, kind, net, groups, nbytes, data, multi_axis, chunks, root_pos, rings, axes, mesh)
+
+    if group.n <= 1:
+        job = make_job(None)
+        return Plan(kind, None, job, job.nbytes, _n_keys(job), False, None)
+    reduced = _use_reduced(mode, kind, data, group, net)
+    choice = tune(algorithm, kind, net, groups, make_job)
+    job = choice.job
+    job.reduced = reduced
+    schedule = Schedule(job.key_bytes)
+    choice.algorithm.build(job, schedule)
+    return Plan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule, choice.alternatives)
+
+
+def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group], nbytes: float | None,
+         data: np.ndarray | None, multi_axis: str, chunks: int, root_pos: tuple[int, ...], rings: int | None,
+         axes: Any, mesh: Any) -> Job:
+    """A job for ``chosen`` (None: one device per group): V from ``data`` or ``nbytes``, keys, NIC rings, and
+    what `Algorithm.prepare` settles. Ring algorithms cut AllGather, ReduceScatter and AllReduce arrays by
+    `simulator.collectives.layout`; other algorithms and kinds by `simulator.collectives.payload`."""
+    group = groups[0]
+    by_layout = isinstance(chosen, RingAlgorithm) and kind in layout.RING_KINDS
+    parts = 1 if chosen is None or by_layout else chosen.parts(kind, group, multi_axis)
+    shard_units, unit_bytes = None, 1.0
+    if data is not None and by_layout:
+        nbytes, shard_units = layout.check_data(kind, data, len(net.chips), group.n)
+        unit_bytes = float(data.itemsize)
+    elif data is not None:
         nbytes = payload.check_data(kind, data, len(net.chips), group.n, parts, chunks)
     if nbytes is None:
         raise PodsimError("give nbytes (the collective's array size in bytes) or data")
     check_bytes(nbytes, name="nbytes", allow_zero=False)
-    if chunks is None:
-        chunks = chosen.default_chunks(kind, net, groups, nbytes) if chosen is not None else 1
     n_keys = payload.n_keys(kind, group.n, parts, chunks)
     key_bytes = math.ceil(nbytes / n_keys) if data is None else nbytes / n_keys  # whole bytes per key
-    job = Job(kind, net, groups, [groups], parts, chunks, root_pos, key_bytes, numeric=data is not None)
+    job = Job(kind, net, groups, [groups], parts, chunks, root_pos, key_bytes, numeric=data is not None,
+              nbytes=nbytes, multi_axis=multi_axis, shard_units=shard_units, unit_bytes=unit_bytes)
     if chosen is None:
-        return Plan(kind, None, job, nbytes, n_keys, False, None)
-    one_to_one = mesh is None or all(len(mesh.physical_axes(n)) == 1 for n, s in zip(mesh.names, mesh.sizes,
-                                                                                     strict=True) if s > 1)
-    job.reduced = _use_reduced(mode, kind, data, group, net, one_to_one and not explicit)
+        return job
     job.rings = nic_rings(net, groups, rings, data, axes, mesh) if chosen.nic_rings else [groups]
     if len(job.rings) > 1:
         job.key_bytes = math.ceil(nbytes / len(job.rings) / n_keys)
-    schedule = Schedule(job.key_bytes)
-    chosen.build(job, schedule)
-    return Plan(kind, chosen, job, nbytes, n_keys, job.reduced, schedule)
+    chosen.prepare(job)
+    return job
 
 
-def _numeric_chunks(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group], data: Any) -> int:
-    """Numeric mode without ``chunks``: the algorithm's own count, or the largest below it that splits a row."""
-    count = chosen.default_chunks(kind, net, groups, None) if chosen is not None else 1
-    row = data.shape[1] if isinstance(data, np.ndarray) and data.ndim == 2 else 1
-    return max(c for c in range(1, count + 1) if row % c == 0)
+def _n_keys(job: Job) -> int:
+    """Keys the array of one group (and NIC ring) is cut into."""
+    if job.layout is not None:
+        return job.group.n * len(job.layout.parts) * 2
+    return payload.n_keys(job.kind, job.group.n, job.parts, job.chunks)
+
+
+def _padded_bytes(plan: Plan) -> float:
+    """Bytes the keys hold beyond V, over every NIC ring (whole bytes per key, even halves)."""
+    job = plan.job
+    if job.layout is not None:
+        stored = job.group.n * job.layout.shard_units * job.layout.unit_bytes
+    else:
+        stored = job.key_bytes * plan.n_keys
+    return stored * len(job.rings) - plan.nbytes
 
 
 def start_collective(kind: str, system: Any, nbytes: float, **kwargs: Any) -> Completion:
@@ -162,9 +189,7 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
     (ReduceScatter, AllReduce), the whole array spread over the group (AllToAll), or the root's array
     (Broadcast). Keywords: ``axes`` (default all), ``algorithm`` (``auto`` or a name from
     `simulator.collectives.algorithms`: bidirectional, unidirectional, line, ...), ``multi_axis``
-    (parallel, sequential), ``chunks`` (pieces a broadcast's array is cut into; None, the default, lets
-    the algorithm choose: one for rings, a pipelining count for spanning trees), ``root``, ``mode`` (auto,
-    full, reduced), ``mesh``, ``rings``
+    (parallel, sequential), ``chunks``, ``root``, ``mode`` (auto, full, reduced), ``mesh``, ``rings``
     (GPU nodes: how many NIC rings share the array; default one per GPU of a node) and ``data``. With
     ``data`` (one row per chip) the arrays move for real and ``outputs`` holds each chip's result; V then
     comes from the data. With a `simulator.workloads.mesh.Mesh`, ``axes`` are logical axis names and the
@@ -178,8 +203,9 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
         if data is not None:  # one chip per group: every collective leaves each chip's row as it was
             result.outputs = {dev: data[dev].copy() for g in plan.groups for dev in g.members.values()}
         return result
-    buffers = payload.initial_buffers(kind, plan.groups, data, job.parts, job.chunks, job.root_pos) \
-        if data is not None else None
+    buffers = None if data is None else layout.initial_buffers(kind, plan.groups, data, job.layout) \
+        if job.layout is not None else payload.initial_buffers(kind, plan.groups, data, job.parts, job.chunks,
+                                                               job.root_pos)
     start, before = system.env.now, net.link_bytes()
     done = _execute_calibrated(system, plan, buffers)
     system.run()
@@ -196,11 +222,21 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
         kind=kind, time_s=time_s, analytic_s=plan.algorithm.closed_form(job),
         book_s=book_time(kind, job.group, net, job.parts, plan.nbytes),
         topology_bound_s=topology_bound(kind, net, plan.groups, plan.nbytes, job.root_pos),
-        algorithm=plan.algorithm.name, nbytes=plan.nbytes, padded_bytes=job.key_bytes * plan.n_keys - plan.nbytes,
+        algorithm=plan.algorithm.name, nbytes=plan.nbytes, padded_bytes=_padded_bytes(plan),
         group_size=job.group.n, groups=len(plan.groups), algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw,
         max_link_bytes=max(link_bytes.values(), default=0.0), total_link_bytes=total,
         mode="reduced" if plan.reduced else "full", n_transfers=len(plan.schedule.transfers), link_bytes=link_bytes,
-        outputs=payload.outputs(kind, plan.groups, buffers, job.parts, job.chunks) if buffers is not None else None)
+        outputs=_outputs(plan, buffers), alternatives=plan.alternatives)
+
+
+def _outputs(plan: Plan, buffers: dict[Any, dict[Any, np.ndarray]] | None) -> dict[Any, np.ndarray] | None:
+    """Each device's result in numeric mode (None when timing only)."""
+    job = plan.job
+    if buffers is None:
+        return None
+    if job.layout is not None:
+        return layout.outputs(plan.kind, plan.groups, buffers, job.layout)
+    return payload.outputs(plan.kind, plan.groups, buffers, job.parts, job.chunks)
 
 
 def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool = True) -> Completion:
@@ -222,29 +258,15 @@ def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool =
     return done
 
 
-def _explicit_groups(net: Network, groups: Sequence[Group], axes: Any, mesh: Any, rings: int | None) -> list[Group]:
-    """``groups`` checked: not beside axes, mesh or rings; one shape; chips of ``net``, each in one group."""
-    groups = list(groups)
-    if axes is not None or mesh is not None or rings not in (None, 1):
-        raise PodsimError("give explicit groups, or axes / mesh / rings, not both")
-    if not groups or any(g.sizes != groups[0].sizes for g in groups):
-        raise PodsimError(f"explicit groups must be one or more groups of one shape, got "
-                          f"{[g.sizes for g in groups]}")
-    members = [c for g in groups for c in g.members.values()]
-    known = set(net.chips)
-    bad = [c for c in members if c not in known]
-    if bad or len(set(members)) != len(members):
-        raise PodsimError(f"explicit groups must name chips of the topology, each once; bad or repeated: "
-                          f"{bad or sorted({c for c in members if members.count(c) > 1})}")
-    return groups
-
-
 def _use_reduced(mode: str, kind: str, data: Any, group: Group, net: Network, one_to_one: bool = True) -> bool:
+    """Whether to simulate one representative ring per axis: every ring of an axis behaves alike where every
+    axis wraps or has two chips (both ways are then the one link)."""
+    symmetric = all(w or n == 2 for n, w in zip(group.sizes, group.wraps, strict=True))
     eligible = data is None and kind in ("all_gather", "reduce_scatter", "all_reduce") and net.grid \
-        and all(group.wraps) and one_to_one
+        and symmetric and one_to_one
     if mode == "reduced" and not eligible:
         raise PodsimError("mode='reduced' needs a timing-only AllGather, ReduceScatter or AllReduce over axes that "
-                          "all wrap; use mode='full'")
+                          "all wrap (or have two chips); use mode='full'")
     return eligible and mode != "full"
 
 

@@ -1,10 +1,18 @@
-"""Bidirectional ring: every shard travels ceil((n-1)/2) hops one way and floor((n-1)/2) the other.
+"""Bidirectional ring: every shard travels half the ring one way and half the other.
 
-Both directions of every link carry data, so a phase takes ceil((n-1)/2) steps instead of n - 1: per
-phase of shard s over uniform links, ``ceil((n-1)/2)(alpha + s / b)``. For even n the antipodal shard
-goes one way only, so the forward links carry n/2 shards and the backward ones n/2 - 1 (the topology
-bound, with (n-1)/2 on every link, is that much lower). Through a switch both directions leave a chip by
-its one port, which then carries n - 1 shards: the closed form counts them on that port.
+Both directions of every link carry data. On a ring of odd n a shard goes (n-1)/2 hops each way; on an
+even ring it goes n/2 - 1 hops each way whole, and the antipode, n/2 hops away both ways round, gets
+its first half from one side and its second half from the other (an AllGather's last hop, a
+ReduceScatter's first, carries one half). Per link and phase that is (n-1)/2 shards in every case, the
+per-chip ingress bound ((n-1) shards in over two links), in ceil((n-1)/2) steps. Closed form per phase
+of shard s over links of one-way bandwidth W and hop latency alpha:
+
+    ceil((n-1)/2) alpha + (n-1)/2 x s / W      (n >= 3; n = 2 has one link: alpha + s / W)
+
+so an AllGather of V over a ring of n takes ceil((n-1)/2) alpha + (n-1)/n x V / (2W); ReduceScatter the
+same, AllReduce twice. AllToAll and Broadcast (`reach`) send the antipodal piece one way still.
+Serves rings and tori only: through a switch both directions leave a chip by its one port (use the
+unidirectional ring there).
 """
 from __future__ import annotations
 
@@ -18,8 +26,8 @@ class Bidirectional(RingAlgorithm):
     """Shards go both ways round each ring (the default on tori)."""
 
     name = "bidirectional"
-    summary = "ring, both ways: ceil((n-1)/2) steps, both directions of every link busy"
-    topologies = ("ring", "torus", "switch", "nodes", "multislice")
+    summary = "ring, both ways: ceil((n-1)/2) steps, (n-1)/2 shards on every link direction (antipode split)"
+    topologies = ("ring", "torus")
 
     def reach(self, n: int, origin: int) -> list[tuple[int, int]]:
         if n <= 1:
@@ -31,6 +39,33 @@ class Bidirectional(RingAlgorithm):
 
     def gather_load(self, n: int, i: int, d: int) -> int:
         return self.longest_chain(n)[d]  # one chain per origin, each crossing a link in turn
+
+    # -- the antipodal split ---------------------------------------------------------------------------
+    def splits(self, n: int) -> bool:
+        return n >= 4 and n % 2 == 0
+
+    def gather_chains(self, n: int, origin: int) -> list[tuple[int, int, int | None]]:
+        if self.splits(n):
+            return [(1, n // 2, 0), (-1, n // 2, 1)]
+        return super().gather_chains(n, origin)
+
+    def reduce_chains(self, n: int, owner: int) -> list[tuple[int, int, int | None]]:
+        if self.splits(n):
+            return [(1, n // 2, 0), (-1, n // 2, 1)]
+        return super().reduce_chains(n, owner)
+
+    def split_gather_units(self, n: int, i: int, d: int, h: int, split: float = 0.5) -> float:
+        """Every link carries one chain's hop per step: whole bundles, then at step n/2 of an even ring the
+        half going its way (``split`` forwards, the rest backwards)."""
+        if not self.splits(n):
+            return self.gather_units(n, i, d, h)
+        return 1.0 if h < n // 2 else (split if d == 1 else 1.0 - split) if h == n // 2 else 0.0
+
+    def split_reduce_units(self, n: int, i: int, d: int, h: int, split: float = 0.5) -> float:
+        """The AllGather mirrored: the half first (the antipode's contribution), then whole partial sums."""
+        if not self.splits(n):
+            return self.reduce_units(n, i, d, h)
+        return (split if d == 1 else 1.0 - split) if h == 1 else 1.0 if h <= n // 2 else 0.0
 
 
 BIDIRECTIONAL = register(Bidirectional())

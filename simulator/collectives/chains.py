@@ -7,6 +7,7 @@ hop h of a chain waits for hop h - 1, so no step barrier is assumed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from simulator.collectives.groups import Ring
@@ -25,6 +26,31 @@ class Scheme(Protocol):
 
     def reach_to(self, n: int, owner: int) -> list[tuple[int, int]]:
         """(direction, hops) of the chains that carry partial sums towards ``owner``."""
+
+
+class SplitScheme(Scheme, Protocol):
+    """A ring algorithm that may send a bundle's two halves different ways (`gather_split_phase`)."""
+
+    def gather_chains(self, n: int, origin: int) -> list[tuple[int, int, int | None]]:
+        """(direction, hops, half) of the chains from ``origin``: the last hop carries only ``half``
+        (None: the whole bundle)."""
+
+    def reduce_chains(self, n: int, owner: int) -> list[tuple[int, int, int | None]]:
+        """(direction, hops, half) of the chains towards ``owner``: the first hop carries only ``half``."""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """What one position sends in a phase: its keys (numeric mode; else empty) and their bytes, and the
+    same for its two halves (an even bidirectional ring sends them different ways on the antipodal hop)."""
+
+    keys: tuple
+    nbytes: float
+    halves: tuple[tuple[tuple, float], tuple[tuple, float]]
+
+    def piece(self, half: int | None) -> tuple[tuple, float]:
+        """(keys, bytes) of the whole bundle (``half`` None) or of one half."""
+        return (self.keys, self.nbytes) if half is None else self.halves[half]
 
 
 def walk_chains(s: Schedule, ring: Ring, scheme: Scheme, start: Start, tag: Any,
@@ -98,3 +124,38 @@ def broadcast_phase(s: Schedule, ring: Ring, origin: int, pieces: int, scheme: S
                 behind[h] = s.add(ring.devices[a], ring.devices[b], (("piece", j),), "copy", deps,
                                   (tag, j), ring.slots[b])
                 prev = [behind[h]]
+
+
+def gather_split_phase(s: Schedule, ring: Ring, bundles: list[Bundle], scheme: SplitScheme, start: Start,
+                       tag: Any) -> None:
+    """AllGather along ``ring``: the bundle of position i reaches every other position, the last hop of a
+    chain carrying only the half its chain names (`SplitScheme.gather_chains`)."""
+    n = len(ring.devices)
+    for origin in range(n):
+        for d, hops, half in scheme.gather_chains(n, origin):
+            prev = start(origin)
+            for h in range(1, hops + 1):
+                keys, nbytes = bundles[origin].piece(half if h == hops else None)
+                a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
+                prev = [s.add(ring.devices[a], ring.devices[b], keys, "copy", prev, tag, ring.slots[b], nbytes)]
+
+
+def reduce_split_phase(s: Schedule, ring: Ring, bundles: list[Bundle], scheme: SplitScheme, start: Start,
+                       tag: Any) -> None:
+    """ReduceScatter along ``ring``: partial sums of bundle c flow to position c, adding on the way; the
+    first hop of a chain carries only the half its chain names (`SplitScheme.reduce_chains`), so each half
+    of the far end's contribution travels one way. Chains sharing a link on a line take it in a fixed
+    order, as in `reduce_phase`."""
+    n = len(ring.devices)
+    ahead: dict[tuple[int, int], int] = {}  # (direction, hop) -> transfer of the chain served before
+    chains = [(d, hops, owner, half) for owner in range(n) for d, hops, half in scheme.reduce_chains(n, owner)]
+    for d, hops, owner, half in sorted(chains, key=lambda c: (-c[0], -c[1], c[2])):
+        prev: list[int] = []
+        for h in range(1, hops + 1):
+            a, b = (owner - (hops - h + 1) * d) % n, (owner - (hops - h) * d) % n
+            link_order = [ahead[(d, h)]] if scheme.serial_reduce and (d, h) in ahead else []
+            keys, nbytes = bundles[owner].piece(half if h == 1 else None)
+            prev = [s.add(ring.devices[a], ring.devices[b], keys, "add", prev + start(a) + link_order, tag,
+                          ring.slots[b], nbytes)]
+            if scheme.serial_reduce:
+                ahead[(d, h)] = prev[0]

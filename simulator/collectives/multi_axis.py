@@ -1,122 +1,180 @@
-"""AllGather, ReduceScatter and AllReduce over several axes, composed of one ring phase per axis.
+"""AllGather, ReduceScatter and AllReduce over the axes of a group, in stages of ring phases.
 
-With ``multi_axis="parallel"`` (the default) the array is split into one part per axis and part p runs
-over the axes in rotated order (p, p+1, ...), so at every phase each axis's links carry one part;
-``"sequential"`` moves the whole array over one axis after another. A phase ends at a barrier (no device
-starts phase j+1 before every device of the group has finished phase j -- free on wrapped axes, where all
-finish together). AllReduce is ReduceScatter then AllGather with the axes reversed.
+The array is cut into parts (`simulator.collectives.layout`); each part gathers over every axis once, in
+its own order, one axis per stage, as the plan of `simulator.collectives.stages` says. With
+``multi_axis="parallel"`` (the default) the parts are sized, and the early ones started stages ahead, so
+that every axis's links are equally busy in every stage: the stages end together and the collective
+approaches the per-chip ingress bound (the number of stages is the one whose closed form is fastest);
+``"sequential"`` moves the whole array over one axis after another. A ReduceScatter runs the plan
+backwards (the largest steps first); an AllReduce is the ReduceScatter, then the AllGather. A stage ends
+at a barrier (no device starts stage t+1 before every device of the group has finished stage t -- free
+on wrapped axes, where all finish together). In a stage, the parts crossing one axis travel together:
+each position sends one bundle (`simulator.collectives.chains.Bundle`) of all their keys.
 
-Closed form (`closed_form`): the phases add; a phase lasts as long as its slowest part, each part's
-phase priced by `simulator.collectives.timing.chain_phase_time` for the bytes one device holds then
-(a part of V/P gathered over axis a first holds V/(P n), then V/(P n) x n_a, ...). Parts on different
-axes are assumed never to share a link (true on tori and meshes, where a neighbour step stays on its axis).
-Exact on tori, meshes, lines and switches. On two-level rings (GPU nodes over InfiniBand, slices over
-DCN) the closed form keeps the steps in lock step, while in the simulation fast chains run ahead and
-queue at the slow crossing: within 1% bandwidth-bound, up to about 60% longer or 15% shorter in between
-(tests/test_bounds.py).
+Closed form (`closed_form`): the stages add; a stage lasts as long as its busiest axis, each axis's
+phase priced by `simulator.collectives.timing.chain_phase_time` from the units each ring link carries at
+each step (`RingAlgorithm.split_gather_units`, ``split_reduce_units``) and the bytes of the bundle a
+device sends then (a part of u units per shard, having gathered axes of n_1 ... n_j, sends
+u x n_1 ... n_j units). Parts on different axes are assumed never to share a link (true on tori and
+meshes, where a neighbour step stays on its axis). Exact on tori, meshes, lines and switches. On
+two-level rings (GPU nodes over InfiniBand, slices over DCN) the closed form keeps the steps in lock
+step, while in the simulation fast chains run ahead and queue at the slow crossing: within 1%
+bandwidth-bound, up to about 60% longer or 15% shorter in between (tests/test_bounds.py).
 """
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 from simulator import analytic
 from simulator.collectives.algorithm import Job
-from simulator.collectives.chains import gather_phase, reduce_phase
+from simulator.collectives.chains import Bundle, gather_split_phase, reduce_split_phase
 from simulator.collectives.groups import Group, keys_where, ring_bases
+from simulator.collectives.layout import Layout, integer_parts, timing_units
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import chain_phase_time, route_latency, step_edges
+from simulator.collectives.stages import balanced, rotated, sequential, stage_counts
+from simulator.collectives.timing import PhaseProfile, chain_phase_profile, ring_links, route_latency, step_edges
 from simulator.engine.network import Network
 
 OnAxis = Callable[[bool], Any]  #: an axis's wraparound -> the ring algorithm that runs on it
 
 
-def phases(kind: str, n_axes: int) -> list[tuple[str, int]]:
-    """(``"ag"`` gather or ``"rs"`` reduce, index into the part's axis order) of each phase, in time order."""
-    if kind == "all_gather":
-        return [("ag", j) for j in range(n_axes)]
-    if kind == "reduce_scatter":
-        return [("rs", j) for j in range(n_axes)]
-    return [("rs", j) for j in range(n_axes)] + [("ag", j) for j in range(n_axes)]
+def stage_sequence(kind: str, stages: int) -> list[tuple[str, int]]:
+    """(``"ag"`` gather or ``"rs"`` reduce, gather stage) of each stage in time order: a reduction runs the
+    gather plan backwards."""
+    gather = [("ag", t) for t in range(stages)]
+    reduce = [("rs", t) for t in reversed(range(stages))]
+    return {"all_gather": gather, "reduce_scatter": reduce}.get(kind, reduce + gather)
 
 
-def orders(n_axes: int, parts: int) -> list[list[int]]:
-    """Each part's axis order: part p starts at axis p."""
-    axes = list(range(n_axes))
-    return [axes[p:] + axes[:p] for p in range(parts)] if parts > 1 else [axes]
+# -- choosing the plan ---------------------------------------------------------------------------------
+def prepare(job: Job, on_axis: OnAxis) -> None:
+    """Set ``job.layout``: the plan of ``job.multi_axis`` with the fastest closed form, in whole units."""
+    sizes, wraps = job.group.sizes, job.group.wraps
+    halves = any(on_axis(w).splits(n) for n, w in zip(sizes, wraps, strict=True))
+    if job.shard_units is None:  # timing only: whole bytes
+        units, quantum = timing_units(job.nbytes, job.group.n, len(job.rings), halves), 2 if halves else 1
+    else:
+        units, quantum = job.shard_units, 1
+    k = len(sizes)
+    if job.multi_axis == "sequential":
+        candidates = [sequential(k)]
+    else:
+        beta = [_beta(job, on_axis, a) for a in range(k)] if k > 1 else [1.0]
+        candidates = [rotated(k)] + [(balanced(sizes, beta, stages), stages) for stages in stage_counts(k)]
+    pricer = _Pricer(job, on_axis)
+    best: tuple[float, Layout] | None = None
+    for plan, stages in candidates:
+        layout = Layout(integer_parts(plan, units, quantum), stages, units, job.unit_bytes)
+        t = pricer.time(layout)
+        if best is None or t < best[0] * (1 - 1e-12):  # ties: fewer stages
+            best = (t, layout)
+    assert best is not None
+    job.layout, job.parts = best[1], len(best[1].parts)
 
 
-def phase_order(kind: str, what: str, order: list[int]) -> list[int]:
-    """The axes a phase indexes into: AllReduce gathers over its reduction order reversed."""
-    return order if what == "rs" or kind == "all_gather" else order[::-1]
+def _beta(job: Job, on_axis: OnAxis, a: int) -> float:
+    """Seconds per byte of a bundle that a phase along axis ``a`` keeps its busiest link busy."""
+    algorithm = on_axis(job.group.wraps[a])
+    ring = job.group.ring(tuple(0 for _ in job.group.sizes), a)
+    n = len(ring.devices)
+    edges = [e for i, d in ring_links(n, algorithm.closed) for e in step_edges(job.net, ring, i, d)]
+    return algorithm.phase_load(n) / min(job.net.graph.edges[e]["bandwidth_bytes_per_s"] for e in edges)
 
 
+# -- closed form ---------------------------------------------------------------------------------------
+def closed_form(job: Job, on_axis: OnAxis) -> float:
+    """Sum over stages of the busiest axis's phase (see the module docstring)."""
+    return _Pricer(job, on_axis).time(job.layout)
+
+
+class _Pricer:
+    """Stage times of one job's layouts; each axis's phase profile is computed once and priced per bundle."""
+
+    def __init__(self, job: Job, on_axis: OnAxis) -> None:
+        self.job, self.on_axis = job, on_axis
+        self.profiles: dict[tuple[str, int, float], PhaseProfile] = {}
+
+    def time(self, layout: Layout) -> float:
+        sizes = self.job.group.sizes
+        total = 0.0
+        for what, stage in stage_sequence(self.job.kind, layout.stages):
+            phases = [self.phase(what, a, layout.bundle_units(stage, a, sizes), layout.unit_bytes)
+                      for a in range(len(sizes)) if layout.active(stage, a)]
+            total += max(phases, default=0.0)
+        return total
+
+    def phase(self, what: str, a: int, units: tuple[int, int], unit_bytes: float) -> float:
+        """Seconds of one phase along axis ``a`` moving bundles of ``units`` (first, second halves)."""
+        split = units[0] / sum(units) if sum(units) else 0.5
+        key = (what, a, split)
+        if key not in self.profiles:
+            job = self.job
+            algorithm = self.on_axis(job.group.wraps[a])
+            rings = [groups[0].ring(tuple(0 for _ in job.group.sizes), a) for groups in job.rings]
+            per_step = algorithm.split_gather_units if what == "ag" else algorithm.split_reduce_units
+            self.profiles[key] = chain_phase_profile(job.net, rings, algorithm.closed,
+                                                     algorithm.steps(job.group.sizes[a]),
+                                                     lambda n, i, d, h: per_step(n, i, d, h, split))
+        return self.profiles[key].time(sum(units) * unit_bytes)
+
+
+# -- schedule ------------------------------------------------------------------------------------------
 def build(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
-    """Add the phases of every group: every part runs phase j on its own axis, then all meet at a barrier."""
+    """Add the stages of every group: every axis crossed in a stage runs its phase, then all meet at a barrier."""
+    layout = job.layout
     for group in groups:
         barrier = None
-        for step, (what, j) in enumerate(phases(job.kind, len(group.sizes))):
-            tags = []
-            for part, order in enumerate(orders(len(group.sizes), job.parts)):
-                tag = (what, id(group), part, step)
-                _phase(job, group, on_axis, s, what, part, phase_order(job.kind, what, order), j, barrier, tag)
-                tags.append(tag)
-            barrier = s.barrier(tags)
+        for what, stage in stage_sequence(job.kind, layout.stages):
+            tag = (what, id(group), stage)
+            axes = [a for a in range(len(group.sizes)) if layout.active(stage, a)]
+            for a in axes:
+                _phase(job, group, on_axis, s, what, stage, a, barrier, tag)
+            if axes:
+                barrier = s.barrier(tag)
 
 
-def _phase(job: Job, group: Group, on_axis: OnAxis, s: Schedule, what: str, part: int, order: list[int], j: int,
+def _phase(job: Job, group: Group, on_axis: OnAxis, s: Schedule, what: str, stage: int, a: int,
            barrier: int | None, tag: Any) -> None:
-    """Phase j of one part (over axis ``order[j]``).
-
-    The bundle of ring position i holds the keys the position owns in this phase: for a gather,
-    those whose shard agrees with the device on every axis not gathered yet; for a reduction, those
-    whose shard agrees with it on every axis already reduced (and, on this axis, equals i).
-    """
-    a = order[j]
-    axes = range(len(group.sizes))
+    """The phase along axis ``a`` at ``stage``: on every ring of that axis, each position's bundle."""
+    layout = job.layout
     start = (lambda i: []) if barrier is None else (lambda i: [barrier])
+    run = reduce_split_phase if what == "rs" else gather_split_phase
+    first, second = layout.bundle_units(stage, a, group.sizes)
+    timing = Bundle((), (first + second) * layout.unit_bytes,
+                    (((), first * layout.unit_bytes), ((), second * layout.unit_bytes)))
     for base in ring_bases(group, a, {}, job.reduced):
         ring = group.ring(base, a, job.reduced)
-        if what == "rs":
-            fixed = {b: base[b] for b in order[:j]}
-        else:
-            fixed = {b: base[b] for b in axes if b not in order[:j] and b != a}
-        if job.numeric:
-            bundles: list[Any] = [tuple((part, k) for k in keys_where(group.sizes, fixed | {a: i}))
-                                  for i in range(len(ring.devices))]
-        else:  # every position owns as many keys: the product of the axes left free
-            count = math.prod(n for b, n in enumerate(group.sizes) if b not in fixed and b != a)
-            bundles = [count] * len(ring.devices)
-        run = reduce_phase if what == "rs" else gather_phase
+        bundles = [_keys(layout, group, what, stage, a, base, i) if job.numeric else timing
+                   for i in range(len(ring.devices))]
         run(s, ring, bundles, on_axis(ring.wrap), start, tag)
 
 
-def closed_form(job: Job, on_axis: OnAxis) -> float:
-    """Sum over phases of the slowest part's phase (see the module docstring)."""
-    n_axes = len(job.group.sizes)
-    total = 0.0
-    for what, j in phases(job.kind, n_axes):
-        total += max(_phase_time(job, on_axis, what, phase_order(job.kind, what, order), j)
-                     for order in orders(n_axes, job.parts))
-    return total
+def _keys(layout: Layout, group: Group, what: str, stage: int, a: int, base: tuple[int, ...], i: int) -> Bundle:
+    """The bundle ring position i sends: for a gather, the pieces of the shards that agree with the device on
+    every axis the part has not gathered yet; for a reduction, of those that agree with it on every axis
+    the part has reduced already and, on this axis, equal i."""
+    halves: tuple[list, list] = ([], [])
+    nbytes = [0.0, 0.0]
+    for p, j in layout.active(stage, a):
+        part = layout.parts[p]
+        if what == "rs":
+            fixed = {b: base[b] for b in part.order[j + 1:]}
+        else:
+            fixed = {b: base[b] for b in range(len(base)) if b not in part.order[:j] and b != a}
+        shards = keys_where(group.sizes, fixed | {a: i})
+        for h in (0, 1):
+            halves[h].extend((p, shard, h) for shard in shards)
+            nbytes[h] += len(shards) * part.halves[h] * layout.unit_bytes
+    first, second = tuple(halves[0]), tuple(halves[1])
+    return Bundle(first + second, nbytes[0] + nbytes[1], ((first, nbytes[0]), (second, nbytes[1])))
 
 
-def _phase_time(job: Job, on_axis: OnAxis, what: str, order: list[int], j: int) -> float:
-    """One part's phase j over axis ``order[j]``: a device sends what it holds at that phase."""
-    a, sizes = order[j], job.group.sizes
-    held = order[:j] if what == "ag" else order[j + 1:]
-    shard_bytes = job.key_bytes * math.prod(sizes[b] for b in held)
-    algorithm = on_axis(job.group.wraps[a])
-    rings = [groups[0].ring(tuple(0 for _ in sizes), a) for groups in job.rings]
-    units = algorithm.gather_units if what == "ag" else algorithm.reduce_units
-    return chain_phase_time(job.net, rings, algorithm.closed, algorithm.steps(sizes[a]), units, shard_bytes)
-
-
+# -- the book's estimate -------------------------------------------------------------------------------
 def book_time(kind: str, group: Group, net: Network, parts: int, nbytes: float) -> float | None:
-    """The book's estimate max(latency x sum(n) / 2, V / (k W)) for axes that all wrap (x2 for AllReduce);
-    None where the book gives none (other kinds, lines, switches)."""
+    """The book's estimate max(latency x sum(n) / 2, V / (k W)) for axes that all wrap (x2 for AllReduce),
+    k = ``parts``; None where the book gives none (other kinds, lines, switches)."""
     if kind not in ("all_gather", "reduce_scatter", "all_reduce") or not all(group.wraps) or not net.grid:
         return None
     lat, bw = _book_step(net, group)

@@ -13,7 +13,9 @@ from __future__ import annotations
 from simulator.collectives import all_to_all, broadcast, multi_axis
 from simulator.collectives.algorithm import KINDS, Algorithm, Job, get_algorithm
 from simulator.collectives.groups import Group
+from simulator.collectives.layout import RING_KINDS
 from simulator.collectives.schedule import Schedule
+from simulator.collectives.timing import ring_links
 from simulator.engine.network import Network
 
 
@@ -70,6 +72,35 @@ class RingAlgorithm(Algorithm):
         """Hops a broadcast from ``root`` travels in each direction."""
         return self.longest_chain(n)
 
+    # -- halves: AllGather and ReduceScatter phases of `multi_axis` (AllToAll and Broadcast use `reach`) --
+    def splits(self, n: int) -> bool:
+        """Whether a phase on ``n`` positions sends the two halves of a bundle different ways."""
+        return False
+
+    def gather_chains(self, n: int, origin: int) -> list[tuple[int, int, int | None]]:
+        """(direction, hops, half) of the chains from ``origin``: the last hop carries only ``half`` (None:
+        the whole bundle all the way)."""
+        return [(d, h, None) for d, h in self.reach(n, origin)]
+
+    def reduce_chains(self, n: int, owner: int) -> list[tuple[int, int, int | None]]:
+        """(direction, hops, half) of the chains towards ``owner``: the first hop carries only ``half``."""
+        return [(d, h, None) for d, h in self.reach_to(n, owner)]
+
+    def split_gather_units(self, n: int, i: int, d: int, h: int, split: float = 0.5) -> float:
+        """`gather_units` of the chains of `gather_chains`, a bundle's first half being ``split`` of it."""
+        return self.gather_units(n, i, d, h)
+
+    def split_reduce_units(self, n: int, i: int, d: int, h: int, split: float = 0.5) -> float:
+        """`reduce_units` of the chains of `reduce_chains`, a bundle's first half being ``split`` of it."""
+        return self.reduce_units(n, i, d, h)
+
+    def phase_load(self, n: int) -> float:
+        """Bundles the busiest ring link carries over a whole AllGather phase of `gather_chains` on ``n``
+        positions (the per-link load that bounds the phase's bandwidth term)."""
+        steps = range(1, self.steps(n) + 1)
+        return max((sum(self.split_gather_units(n, i, d, h) for h in steps) for i, d in ring_links(n, self.closed)),
+                   default=0.0)
+
     # -- the Algorithm interface ---------------------------------------------------------------------
     def on_axis(self, wrap: bool) -> RingAlgorithm:
         """The ring algorithm that runs on an axis (``fallback`` where the axis does not wrap)."""
@@ -91,6 +122,11 @@ class RingAlgorithm(Algorithm):
         if multi_axis == "parallel" and kind not in ("all_to_all", "broadcast"):
             return max(1, len(group.sizes))
         return 1
+
+    def prepare(self, job: Job) -> None:
+        """AllGather, ReduceScatter, AllReduce: cut the array into the parts of the fastest multi-axis plan."""
+        if job.kind in RING_KINDS:
+            multi_axis.prepare(job, self.on_axis)
 
     def build(self, job: Job, schedule: Schedule) -> None:
         pattern = {"all_to_all": all_to_all.build, "broadcast": broadcast.build}.get(job.kind, multi_axis.build)

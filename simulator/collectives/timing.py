@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from simulator.collectives.groups import Ring
@@ -54,7 +55,26 @@ def chain_phase_time(net: Network, rings: list[Ring], closed: bool, steps: int, 
     that link's bandwidth, and a chain's hops run one after another. The busiest link's work is its
     bytes over all steps over its bandwidth.
     """
-    step_bytes: dict[tuple[int, Any], float] = defaultdict(float)  # (step, physical link) -> bytes
+    return chain_phase_profile(net, rings, closed, steps, units).time(unit_bytes)
+
+
+@dataclass(frozen=True)
+class PhaseProfile:
+    """`chain_phase_time` for any unit size: each chain's latency and seconds per unit byte, and the busiest
+    link's seconds per unit byte (both terms grow linearly with the unit)."""
+
+    chains: tuple[tuple[float, float], ...]  #: (seconds of latency, seconds per byte of a unit)
+    busiest: float  #: seconds per byte of a unit on the busiest link
+
+    def time(self, unit_bytes: float) -> float:
+        """Seconds of the phase when a unit is ``unit_bytes`` bytes."""
+        slowest = max((latency + unit_bytes * per_byte for latency, per_byte in self.chains), default=0.0)
+        return max(slowest, unit_bytes * self.busiest)
+
+
+def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: int, units: Units) -> PhaseProfile:
+    """The `PhaseProfile` of chains run along ``rings`` at once (see `chain_phase_time`)."""
+    step_units: dict[tuple[int, Any], float] = defaultdict(float)  # (step, physical link) -> units
     routes = []
     for ring in rings:
         n = len(ring.devices)
@@ -62,31 +82,32 @@ def chain_phase_time(net: Network, rings: list[Ring], closed: bool, steps: int, 
         routes.append((n, route))
         for (i, d), edges in route.items():
             for h in range(1, steps + 1):
-                carried = units(n, i, d, h) * unit_bytes
+                carried = units(n, i, d, h)
                 for e in edges:
-                    step_bytes[(h, e)] += carried
-    bw = {e: net.graph.edges[e]["bandwidth_bytes_per_s"] for _, e in step_bytes}
+                    step_units[(h, e)] += carried
+    bw = {e: net.graph.edges[e]["bandwidth_bytes_per_s"] for _, e in step_units}
     work: dict[Any, float] = defaultdict(float)
-    for (_, e), b in step_bytes.items():
-        work[e] += b / bw[e]
-    slowest = max((_chain_time(net, n, route, units, steps, step_bytes, bw) for n, route in routes), default=0.0)
-    return max(slowest, max(work.values(), default=0.0))
+    for (_, e), u in step_units.items():
+        work[e] += u / bw[e]
+    chains = {c for n, route in routes for c in _chains(net, n, route, units, steps, step_units, bw)}
+    return PhaseProfile(tuple(sorted(chains)), max(work.values(), default=0.0))
 
 
-def _chain_time(net: Network, n: int, route: dict[tuple[int, int], list[Any]], units: Units, steps: int,
-                step_bytes: dict[tuple[int, Any], float], bw: dict[Any, float]) -> float:
-    """The slowest chain of one ring (see `chain_phase_time`)."""
-    slowest = 0.0
+def _chains(net: Network, n: int, route: dict[tuple[int, int], list[Any]], units: Units, steps: int,
+            step_units: dict[tuple[int, Any], float], bw: dict[Any, float]) -> list[tuple[float, float]]:
+    """(latency, seconds per unit byte) of every chain of one ring (see `chain_phase_time`)."""
+    out = []
     for origin, d in ((o, d) for o in range(n) for d in (1, -1)):
-        total, i = 0.0, origin
+        latency, per_byte, i = 0.0, 0.0, origin
         for h in range(1, steps + 1):
             if (i, d) not in route or units(n, i, d, h) <= 0:
                 break
             edges = route[(i, d)]
-            total += route_latency(net, edges) + max(step_bytes[(h, e)] / bw[e] for e in edges)
+            latency += route_latency(net, edges)
+            per_byte += max(step_units[(h, e)] / bw[e] for e in edges)
             i = (i + d) % n
-        slowest = max(slowest, total)
-    return slowest
+        out.append((latency, per_byte))
+    return out
 
 
 def hop_costs(net: Network, ring: Ring, chains: list[tuple[int, int, int]], piece_bytes: float,

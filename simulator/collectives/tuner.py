@@ -1,0 +1,49 @@
+"""Choosing an algorithm: every applicable one priced by its own closed form, the fastest run (as NCCL's tuner).
+
+`tune` prepares a job for each algorithm that can run the collective (`Algorithm.unfit` is None and its
+job can be made, e.g. numeric data splits into its pieces), prices it with `Algorithm.closed_form` and
+returns the job of the algorithm asked for -- or, for ``auto``, of the fastest (ties: the first by name)
+-- beside every alternative's predicted time.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.collectives.algorithm import AUTO, Algorithm, Job, applicable, choose, fastest, get_algorithm
+from simulator.collectives.groups import Group
+from simulator.engine.network import Network
+from simulator.errors import PodsimError
+
+
+@dataclass
+class Choice:
+    """The algorithm to run, its prepared job, and every applicable algorithm's closed form."""
+
+    algorithm: Algorithm
+    job: Job
+    alternatives: list[dict[str, Any]]  #: ``{"algorithm": name, "time_s": closed form}``, fastest first
+
+
+def tune(name: str, kind: str, net: Network, groups: list[Group], make_job: Callable[[Algorithm], Job]) -> Choice:
+    """The job of algorithm ``name`` (``auto``: the fastest by closed form) and the alternatives.
+
+    ``make_job`` builds and prepares a job for an algorithm, raising `PodsimError` where it cannot
+    (that algorithm is then no alternative; asked for by name, its error is raised).
+    """
+    if name != AUTO:
+        choose(name, kind, net, groups)  # an algorithm that does not apply: say which ones do
+    jobs: dict[str, Job] = {}
+    errors: dict[str, PodsimError] = {}
+    for fit in applicable(kind, net, groups):
+        try:
+            jobs[fit] = make_job(get_algorithm(fit))
+        except PodsimError as err:
+            errors[fit] = err
+    if name in errors or not jobs:
+        raise errors.get(name) or next(iter(errors.values()), None) or PodsimError(f"no algorithm can run {kind} here")
+    times = {fit: get_algorithm(fit).closed_form(job) for fit, job in jobs.items()}
+    chosen = name if name != AUTO else fastest(times)
+    alternatives = [{"algorithm": fit, "time_s": t} for fit, t in sorted(times.items(), key=lambda kv: (kv[1], kv[0]))]
+    return Choice(get_algorithm(chosen), jobs[chosen], alternatives)
