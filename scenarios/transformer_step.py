@@ -1,11 +1,13 @@
 """How long is one decode, prefill or training step of a whole model, and where does the time go?
 
-Simulates the step on one chip or a data x model mesh (``--set mesh=data=2,model=4``): per layer the
-chips stream their share of the weights (and KV history) from HBM, run the matmuls and attention on
-the MXU and element-wise work on the VPU, and AllReduce activations over the model axis; training
-adds the backward pass (two matmuls per forward matmul, three with block checkpointing) and the
-gradient AllReduce over the data axis. The result puts the simulated step beside the closed-form
-budget (FLOPs, bytes, bounds, fit) and reports the busy fraction of every unit and the busiest link.
+Simulates the step on one chip or a mesh (``--set mesh=data=2,model=4``): per layer the chips
+stream their share of the weights (and KV history, sharded by ``kv_sharding``) from HBM, run the
+matmuls and attention on the MXU and element-wise work on the VPU, and AllReduce activations over
+the model axis; training runs any parallelism plan (`simulator.workloads.plans`: data, pipeline,
+fsdp, expert, sequence and model axes, microbatches through a pipeline schedule, checkpointing),
+adding the backward pass, gradient reductions, FSDP gathers and pipeline transfers. The result puts
+the simulated step beside the closed-form budget (FLOPs, bytes, bounds, fit) and reports the busy
+fraction of every unit and the busiest link.
 """
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from simulator.engine.system import resolve_chip
 from simulator.errors import CapacityError, PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.report.result import Result
-from simulator.workloads.budget import decode_budget, parse_parallelism, train_budget
-from simulator.workloads.simulate import simulate_decode, simulate_train
+from simulator.workloads.budget import Parallelism, decode_budget
+from simulator.workloads.plans import POLICIES, TrainOptions, parse_plan_mesh, train_plan
+from simulator.workloads.simulate import simulate_decode
 from simulator.workloads.transformer import get_model
 
 MODES = ("decode", "prefill", "train")
@@ -25,39 +28,92 @@ MODES = ("decode", "prefill", "train")
 def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, context: int = 1024,
         prompt: int = 512, seq: int = 2048, mesh: str = "model=4", recompute: bool = False,
         require_fit: bool = True, calibrated: bool = False, chip: str | ChipSpec = "tpu-v5e",
-        trace: bool = True) -> Result:
+        microbatches: int = 1, schedule: str = "1f1b", checkpoints_per_layer: str = "", kv_sharding: str = "heads",
+        compute_dtype: str = "", topology: str = "", price_per_chip_hour: float = 0.0, trace: bool = True) -> Result:
     """One step of ``model``: decode (one new token per request after ``context`` cached ones),
-    prefill (``prompt`` new tokens per request) or train (``seq`` tokens per sequence). With
-    ``calibrated`` the step also runs at the chip's fitted efficiencies, reported beside the ideal one."""
+    prefill (``prompt`` new tokens per request) or train (``seq`` tokens per sequence; any of the six mesh
+    axes, ``microbatches`` through a ``schedule``, ``checkpoints_per_layer`` K or a policy; ``recompute``
+    is the ``full`` policy). With ``calibrated`` the step also runs at the chip's fitted efficiencies."""
     if mode not in MODES:
         raise PodsimError(f"mode={mode!r}; valid modes: {', '.join(MODES)}")
-    spec, cfg, par = resolve_chip(chip), get_model(model), parse_parallelism(mesh)
-    def simulate(cal: bool) -> Any:
-        if mode == "train":
-            return simulate_train(cfg, spec, batch, seq, par, recompute, trace, calibrated=cal)
-        return simulate_decode(cfg, spec, batch, context, par, new_tokens=1 if mode == "decode" else prompt,
-                               trace=trace, calibrated=cal)
-
+    spec, cfg = resolve_chip(chip), get_model(model)
     if mode == "train":
-        budget = train_budget(cfg, spec, batch, seq, par, recompute)
-        need = budget["memory_per_chip_bytes"]
-    else:
-        budget = decode_budget(cfg, spec, batch, context, par, new_tokens=1 if mode == "decode" else prompt)
-        need = budget["hbm_needed_per_chip_bytes"]
+        return _train(cfg, spec, batch, seq, mesh, recompute, require_fit, calibrated, microbatches, schedule,
+                      checkpoints_per_layer, topology, price_per_chip_hour, trace)
+    if topology:
+        raise PodsimError("topology is for mode=train; decode and prefill run on the chip's slice of the mesh")
+    plan = parse_plan_mesh(mesh)
+    others = [a for a in plan.used if a not in ("data", "model")]
+    if others:
+        raise PodsimError(f"mesh axis {others[0]} is for training; decode and prefill use data and model "
+                          "(shard the KV cache with kv_sharding=batch or sequence)")
+    par = Parallelism(plan.size("data"), plan.size("model"))
+    new = 1 if mode == "decode" else prompt
+
+    def simulate(cal: bool) -> Any:
+        return simulate_decode(cfg, spec, batch, context, par, new_tokens=new, trace=trace, calibrated=cal,
+                               kv_sharding=kv_sharding)
+
+    budget = decode_budget(cfg, spec, batch, context, par, new_tokens=new, kv_sharding=kv_sharding,
+                           compute_dtype=compute_dtype or None)
+    need = budget["hbm_needed_per_chip_bytes"]
     if require_fit and need > spec.hbm_capacity_bytes:
         raise CapacityError(_fit_message(budget, need, spec))
     sim = simulate(False)
     summary = sim.summary()
     extra: dict[str, Any] = {"budget": budget, **summary,
                              "vs_lower_bound": summary["step_time_s"] / budget["lower_bound_s"]}
+    if price_per_chip_hour:
+        extra["cost_per_step_usd"] = price_per_chip_hour * par.chips * summary["step_time_s"] / 3600
     if calibrated:
         extra["calibrated_step_time_s"] = simulate(True).env.now
     return Result(
         scenario="transformer_step",
         params=dict(model=model, mode=mode, batch=batch, context=context, prompt=prompt, seq=seq, mesh=mesh,
-                    recompute=recompute, calibrated=calibrated, chip=spec.name),
+                    recompute=recompute, calibrated=calibrated, chip=spec.name, kv_sharding=kv_sharding,
+                    compute_dtype=compute_dtype),
         metrics=sim.system.metrics(), extra=extra, trace=sim.system.trace,
         headline=_headline(mode, model, summary, budget),
+    )
+
+
+def _train(cfg: Any, spec: ChipSpec, batch: int, seq: int, mesh: str, recompute: bool, require_fit: bool,
+           calibrated: bool, microbatches: int, schedule: str, checkpoints: str, topology: str, price: float,
+           trace: bool) -> Result:
+    """A training step on any plan (`simulator.workloads.plans`)."""
+    checkpoint: str | int = checkpoints or ("full" if recompute else "none")
+    if checkpoint not in POLICIES:
+        checkpoint = int(checkpoint) if str(checkpoint).isdigit() else checkpoint
+    opts = TrainOptions(microbatches=microbatches, schedule=schedule, checkpoint=checkpoint)
+    plan = parse_plan_mesh(mesh)
+    closed = train_plan(cfg, spec, batch, seq, plan, opts, topology or None, simulate=False)
+    need = closed["memory_per_chip_bytes"]
+    if require_fit and not closed["fits"]:
+        gib = 2**30
+        raise CapacityError(f"{cfg.name} needs {need / gib:.2f} GiB per chip but {spec.name} has "
+                            f"{spec.hbm_capacity_bytes / gib:.2f} GiB ({(need - spec.hbm_capacity_bytes) / gib:.2f} "
+                            f"GiB over); shard with fsdp, add chips, or checkpoint (set checkpoints_per_layer=full), "
+                            "or set require_fit=false to time it anyway")
+    out = train_plan(cfg, spec, batch, seq, plan, opts, topology or None, trace=trace, calibrated=calibrated,
+                     price_per_chip_hour=price or None)
+    system = out.pop("_system")
+    lower = out["model_flops_per_step"] / (plan.chips * spec.peak_flops_per_s())  # every chip at peak, no waste
+    budget = {**{k: v for k, v in out.items() if k not in ("step_time_s",)}, "lower_bound_s": lower,
+              "memory_per_chip_bytes": need}
+    summary = {k: out[k] for k in ("step_time_s", "busy_fraction", "busiest_link_fraction", "simulated_bytes",
+                                    "overlap_s", "bubble_fraction", "exposed_comm_s", "mfu", "tokens_per_s")}
+    extra: dict[str, Any] = {"budget": budget, **summary, "closed_form_s": out["closed_form_s"],
+                             "vs_lower_bound": out["step_time_s"] / lower}
+    for key in ("cost_per_step_usd", "cost_per_million_tokens_usd"):
+        if key in out:
+            extra[key] = out[key]
+    return Result(
+        scenario="transformer_step",
+        params=dict(model=cfg.name, mode="train", batch=batch, seq=seq, mesh=mesh, recompute=recompute,
+                    calibrated=calibrated, chip=spec.name, microbatches=microbatches, schedule=schedule,
+                    checkpoints_per_layer=str(checkpoint), topology=topology),
+        metrics=system.metrics(), extra=extra, trace=system.trace,
+        headline=_headline("train", cfg.name, summary, budget),
     )
 
 

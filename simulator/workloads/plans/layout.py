@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from simulator.units import check_int
+from simulator.workloads.budget import MAX_REQUESTS
 from simulator.workloads.mesh import MeshSpec, parse_mesh
 from simulator.workloads.transformer import ModelError, TransformerConfig
 
@@ -151,6 +153,10 @@ def check_model_axes(cfg: TransformerConfig, plan: MeshPlan) -> None:
 
 def check_train_plan(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int) -> None:
     """Every divisibility rule of a training step; each error names the nearest valid choice."""
+    check_int(batch, name="batch", maximum=MAX_REQUESTS, error=PlanError)
+    check_int(seq, name="seq", maximum=2**24, error=PlanError)
+    check_int(opts.microbatches, name="microbatches", maximum=MAX_REQUESTS, error=PlanError)
+    check_int(opts.virtual_stages, name="virtual_stages", maximum=1024, error=PlanError)
     opts.check()
     check_model_axes(cfg, plan)
     ways = plan.batch_ways
