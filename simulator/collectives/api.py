@@ -85,10 +85,14 @@ class Plan:
 
 
 def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
-                    algorithm: str = "auto", multi_axis: str = "parallel", chunks: int = 1, root: Any = None,
+                    algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
                     data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
-                    rings: int | None = None) -> Plan:
-    """Validate the arguments of `run_collective` and compile its schedule."""
+                    rings: int | None = None, groups: Sequence[Group] | None = None) -> Plan:
+    """Validate the arguments of `run_collective` and compile its schedule.
+
+    ``groups`` names the groups explicitly (`Group` objects of chips, all of one shape) in place of ``axes``
+    and ``mesh``: for groups that follow no axis, such as a compiled program's replica groups.
+    """
     net = system.network
     if net is None:
         raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
@@ -97,12 +101,15 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     for name, value, valid in (("multi_axis", multi_axis, MULTI_AXIS), ("mode", mode, MODES)):
         if value not in valid:
             raise PodsimError(f"{name}={value!r}; valid: {', '.join(valid)}")
-    positive_int(chunks, name="chunks")
-    if chunks > MAX_CHUNKS:
-        raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")
+    if chunks is not None:  # None: each algorithm's own count (`Algorithm.default_chunks`)
+        positive_int(chunks, name="chunks")
+        if chunks > MAX_CHUNKS:
+            raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")
     if algorithm != AUTO:
         get_algorithm(algorithm)  # a bad name is an error even where nothing would run
-    groups = collective_groups(net, axes, mesh)
+    explicit = groups is not None
+    groups = _explicit_groups(net, groups, axes, mesh, rings) if explicit else collective_groups(net, axes, mesh)
+    rings = 1 if explicit else rings  # explicit groups are the rings themselves
     group = groups[0]
     root_pos = root_position(groups, root)
 
@@ -112,7 +119,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     if group.n <= 1:
         job = make_job(None)
         return Plan(kind, None, job, job.nbytes, _n_keys(job), False, None)
-    reduced = _use_reduced(mode, kind, data, group, net)
+    reduced = _use_reduced(mode, kind, data, group, net, not explicit)
     choice = tune(algorithm, kind, net, groups, make_job)
     job = choice.job
     job.reduced = reduced
@@ -122,7 +129,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
 
 
 def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group], nbytes: float | None,
-         data: np.ndarray | None, multi_axis: str, chunks: int, root_pos: tuple[int, ...], rings: int | None,
+         data: np.ndarray | None, multi_axis: str, chunks: int | None, root_pos: tuple[int, ...], rings: int | None,
          axes: Any, mesh: Any) -> Job:
     """A job for ``chosen`` (None: one device per group): V from ``data`` or ``nbytes``, keys, NIC rings, and
     what `Algorithm.prepare` settles. Ring algorithms cut AllGather, ReduceScatter and AllReduce arrays by
@@ -131,6 +138,8 @@ def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group],
     by_layout = isinstance(chosen, RingAlgorithm) and kind in layout.RING_KINDS
     parts = 1 if chosen is None or by_layout else chosen.parts(kind, group, multi_axis)
     shard_units, unit_bytes = None, 1.0
+    if chunks is None and data is not None:
+        chunks = _numeric_chunks(chosen, kind, net, groups, data)
     if data is not None and by_layout:
         nbytes, shard_units = layout.check_data(kind, data, len(net.chips), group.n)
         unit_bytes = float(data.itemsize)
@@ -139,6 +148,8 @@ def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group],
     if nbytes is None:
         raise PodsimError("give nbytes (the collective's array size in bytes) or data")
     check_bytes(nbytes, name="nbytes", allow_zero=False)
+    if chunks is None:
+        chunks = chosen.default_chunks(kind, net, groups, nbytes) if chosen is not None else 1
     n_keys = payload.n_keys(kind, group.n, parts, chunks)
     key_bytes = math.ceil(nbytes / n_keys) if data is None else nbytes / n_keys  # whole bytes per key
     job = Job(kind, net, groups, [groups], parts, chunks, root_pos, key_bytes, numeric=data is not None,
@@ -150,6 +161,13 @@ def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group],
         job.key_bytes = math.ceil(nbytes / len(job.rings) / n_keys)
     chosen.prepare(job)
     return job
+
+
+def _numeric_chunks(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group], data: Any) -> int:
+    """Numeric mode without ``chunks``: the algorithm's own count, or the largest below it that splits a row."""
+    count = chosen.default_chunks(kind, net, groups, None) if chosen is not None else 1
+    row = data.shape[1] if isinstance(data, np.ndarray) and data.ndim == 2 else 1
+    return max(c for c in range(1, count + 1) if row % c == 0)
 
 
 def _n_keys(job: Job) -> int:
@@ -189,7 +207,9 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
     (ReduceScatter, AllReduce), the whole array spread over the group (AllToAll), or the root's array
     (Broadcast). Keywords: ``axes`` (default all), ``algorithm`` (``auto`` or a name from
     `simulator.collectives.algorithms`: bidirectional, unidirectional, line, ...), ``multi_axis``
-    (parallel, sequential), ``chunks``, ``root``, ``mode`` (auto, full, reduced), ``mesh``, ``rings``
+    (parallel, sequential), ``chunks`` (pieces a broadcast's array is cut into; None, the default, lets
+    the algorithm choose: one for rings, a pipelining count for spanning trees), ``root``, ``mode`` (auto,
+    full, reduced), ``mesh``, ``rings``
     (GPU nodes: how many NIC rings share the array; default one per GPU of a node) and ``data``. With
     ``data`` (one row per chip) the arrays move for real and ``outputs`` holds each chip's result; V then
     comes from the data. With a `simulator.workloads.mesh.Mesh`, ``axes`` are logical axis names and the
@@ -258,12 +278,29 @@ def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool =
     return done
 
 
+def _explicit_groups(net: Network, groups: Sequence[Group], axes: Any, mesh: Any, rings: int | None) -> list[Group]:
+    """``groups`` checked: not beside axes, mesh or rings; one shape; chips of ``net``, each in one group."""
+    groups = list(groups)
+    if axes is not None or mesh is not None or rings not in (None, 1):
+        raise PodsimError("give explicit groups, or axes / mesh / rings, not both")
+    if not groups or any(g.sizes != groups[0].sizes for g in groups):
+        raise PodsimError(f"explicit groups must be one or more groups of one shape, got "
+                          f"{[g.sizes for g in groups]}")
+    members = [c for g in groups for c in g.members.values()]
+    known = set(net.chips)
+    bad = [c for c in members if c not in known]
+    if bad or len(set(members)) != len(members):
+        raise PodsimError(f"explicit groups must name chips of the topology, each once; bad or repeated: "
+                          f"{bad or sorted({c for c in members if members.count(c) > 1})}")
+    return groups
+
+
 def _use_reduced(mode: str, kind: str, data: Any, group: Group, net: Network, one_to_one: bool = True) -> bool:
     """Whether to simulate one representative ring per axis: every ring of an axis behaves alike where every
     axis wraps or has two chips (both ways are then the one link)."""
     symmetric = all(w or n == 2 for n, w in zip(group.sizes, group.wraps, strict=True))
     eligible = data is None and kind in ("all_gather", "reduce_scatter", "all_reduce") and net.grid \
-        and symmetric and one_to_one
+        and symmetric and one_to_one and net.uniform  # faults or jitter on links: rings differ
     if mode == "reduced" and not eligible:
         raise PodsimError("mode='reduced' needs a timing-only AllGather, ReduceScatter or AllReduce over axes that "
                           "all wrap (or have two chips); use mode='full'")

@@ -15,6 +15,7 @@ import numpy as np
 import simpy
 
 from simulator.engine.network import Network
+from simulator.engine.watch import expect_events
 from simulator.errors import DeadlockError
 
 
@@ -89,6 +90,7 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
     starts and copies or adds them into the receiver when it arrives.
     """
     done = Completion(net.env)
+    expect_events(3 * len(transfers), "use --mode reduced, fewer chips or a smaller topology")  # ~3 per hop
     remaining = [len(transfers)]
     if not transfers:
         return done.succeed(net.env.now)
