@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import topologies
 from simulator.collectives import collective_groups, plan_collective, run_collective
 from simulator.engine.system import System
+from simulator.workloads.mesh import Mesh
 
 B, A = 4.5e10, 1e-6  # tpu-v5e ICI: one-way bytes/s per link, hop latency
 V = 2**30
@@ -170,6 +171,51 @@ def test_numeric_mode_moves_the_arrays_numpy_computes(sizes, wrap, kind, element
         np.testing.assert_allclose(r.outputs[dev], want, rtol=1e-12, atol=1e-12)
     assert r.time_s == pytest.approx(r.analytic_s, rel=1e-9)
     assert r.padded_bytes == 0
+
+
+@pytest.mark.parametrize("topology,spec,physical", [("torus:4x4", "model=16", [0, 1]),
+                                                    ("slice:4x4", "model=16", [0, 1]),
+                                                    ("torus:4x4", "model=16@1+0", [0, 1]),
+                                                    ("torus:2x4x8", "data=2,model=32", [1, 2]),
+                                                    ("slice:2x2", "model=4", [0, 1])])
+@pytest.mark.parametrize("kind", RING_KINDS)
+def test_a_logical_axis_over_several_physical_axes_runs_over_all_of_them(topology, spec, physical, kind):
+    """``model=16`` on a 4x4 slice is the collective over both physical axes (it was a row-major snake ring)."""
+    mesh = Mesh(spec, System("tpu-v5e", topology=topology, trace=False).graph)
+    logical = run_collective(kind, System("tpu-v5e", topology=topology, trace=False), V, mesh=mesh, axes=["model"])
+    direct = run_collective(kind, System("tpu-v5e", topology=topology, trace=False), V, axes=sorted(physical))
+    assert logical.time_s == pytest.approx(direct.time_s, rel=1e-12)
+    assert logical.algorithm == direct.algorithm
+
+
+def test_a_two_by_two_slice_axis_reaches_the_bound():
+    """``model=4`` on an unwrapped 2x2 slice: two stages, each part crossing a single link per axis: 3/4 of V
+    into every chip over its two links."""
+    system = System("tpu-v5e", topology="slice:2x2", trace=False)
+    r = run_collective("all_gather", system, V, mesh=Mesh("model=4", system.graph), axes=["model"])
+    assert r.time_s == pytest.approx(2 * A + 3 / 4 * V / (2 * B), rel=1e-9)
+    assert r.time_s == pytest.approx(r.topology_bound_s + A, rel=1e-6)  # the bound counts one latency
+
+
+@pytest.mark.parametrize("shape,spec", [((4, 2, 2), "model=8,data=2"), ((4, 2, 2), "data=2@2,model=8@1+0"),
+                                        ((4, 4), "model=4@1,data=4@0")])
+@pytest.mark.parametrize("kind", RING_KINDS)
+def test_logical_axes_move_the_arrays_in_logical_order(shape, spec, kind):
+    """Positions of a logical axis laid over several physical axes follow its logical coordinate (row-major
+    over the physical axes in placement order), so the gathered array comes out in that order."""
+    graph = topologies.torus(shape, bandwidth_bytes_per_s=B, latency_s=A)
+    system = System(topology=graph)
+    mesh = Mesh(spec, system.graph)
+    m = mesh.size("model")
+    data = np.random.default_rng(3).standard_normal((16, 2 * m))
+    r = run_collective(kind, system, data=data, mesh=mesh, axes=["model"])
+    for dev in range(16):
+        coords = mesh.coords(dev)
+        line = [mesh.device(coords[:mesh.index("model")] + (c,) + coords[mesh.index("model") + 1:]) for c in range(m)]
+        total = np.sum([data[e] for e in line], axis=0)
+        want = {"all_gather": np.concatenate([data[e] for e in line]), "all_reduce": total,
+                "reduce_scatter": np.split(total, m)[coords[mesh.index("model")]]}[kind]
+        np.testing.assert_allclose(r.outputs[dev], want, rtol=1e-12, atol=1e-12)
 
 
 def test_all_to_all_over_a_torus_adds_one_ring_per_axis():

@@ -80,10 +80,26 @@ def _slices_over_dcn(net: Network) -> bool:
 
 
 def _mesh_groups(mesh: Any, axes: Sequence[Any] | None) -> list[Group]:
+    """Groups over logical axes: on a grid, each logical axis stands for the physical axes it is laid on
+    (``model=16`` on a 4x4 slice is a 4x4 group, run over both axes at once, not a snake through them);
+    without axes (a switch) each logical axis is one ring."""
     names = list(mesh.names) if axes is None else list(axes)
     idx = [mesh.index(name) for name in names]
-    wraps = [mesh.is_ring(name) for name in mesh.names]
-    return _grid_groups(list(mesh.sizes), wraps, idx, mesh.device)
+    if not mesh.shape:
+        wraps = [mesh.is_ring(name) for name in mesh.names]
+        return _grid_groups(list(mesh.sizes), wraps, idx, mesh.device)
+    spans = [(i, p) for i, phys in enumerate(mesh.placement) for p in phys]  # (logical, physical) per grid axis
+    shape = [mesh.shape[p] for _, p in spans]
+    wrap = [mesh.wrap[p] for _, p in spans]
+
+    def node(coord: list[int]) -> Any:
+        logical = [0] * len(mesh.sizes)
+        for (i, p), c in zip(spans, coord, strict=True):  # row-major over a logical axis's physical axes
+            logical[i] = logical[i] * mesh.shape[p] + c
+        return mesh.device(tuple(logical))
+
+    grid_axes = [g for i in idx for g, (logical, _) in enumerate(spans) if logical == i]
+    return _grid_groups(shape, wrap, grid_axes, node)
 
 
 def _grid_groups(shape: list[int], wrap: list[bool], axes: list[int], node: Callable[[list[int]], Any]) -> list[Group]:
