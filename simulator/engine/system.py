@@ -7,14 +7,17 @@ raises `DeadlockError` naming each stuck process, what it waits for, and the tim
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import networkx as nx
+import numpy as np
 import simpy
 
 import topologies
 from simulator.engine.chip import Chip
+from simulator.engine.disturb import model_for
+from simulator.engine.faults import Fault, Jitter
 from simulator.engine.network import Network
 from simulator.engine.trace import Trace, compute_metrics
 from simulator.engine.watch import TICK, RunWatch, current_watch
@@ -43,12 +46,15 @@ class System:
     Either ``n_chips`` unconnected chips, or the chips of ``topology`` (a spec string such as
     ``"torus:4x4"`` or a graph from `topologies`) joined by its links (`simulator.engine.network`).
     ``calibrated`` applies the preset's fitted efficiency models (`simulator.hardware.calibration`) instead of
-    ideal peaks.
+    ideal peaks. ``faults`` (`simulator.engine.faults`: LinkDown, LinkDegraded, LinkLatency, ChipSlow,
+    ChipPause, ChipFail), ``jitter`` (a `Jitter`) and ``seed`` disturb the run; left all None, they come
+    from the plan applied now (`simulator.engine.faults.applying`), if any.
     """
 
     def __init__(self, chip: str | ChipSpec = "tpu-v5e", n_chips: int = 1, *, topology: str | nx.DiGraph | None = None,
                  trace: bool = True, switching: str = "cut_through", max_events: int = 50_000_000,
-                 wall_clock_limit_s: float = 600.0, calibrated: bool = False) -> None:
+                 wall_clock_limit_s: float = 600.0, calibrated: bool = False, faults: Sequence[Fault] | None = None,
+                 jitter: Jitter | None = None, seed: int | np.random.SeedSequence | None = None) -> None:
         positive_int(n_chips, name="n_chips")
         self.max_events = positive_int(max_events, name="max_events")
         self.wall_clock_limit_s = positive(wall_clock_limit_s, name="wall_clock_limit_s")
@@ -59,14 +65,21 @@ class System:
         self.trace = Trace(enabled=trace)
         self.network: Network | None = None
         self.graph: nx.DiGraph | None = None
+        self.faults, plan = model_for(faults, jitter, seed)  #: None: nothing disturbs this run
         if topology is not None:
             self.graph = resolve_topology(topology, self.spec)
+            if self.faults is not None:
+                self.graph = self.faults.prepare_graph(self.graph)
             self.network = Network(self.env, self.graph, self.trace, switching)
             self.network.chip = self.spec
             ids: list[int] = self.network.chips
         else:
             ids = list(range(n_chips))
         self.chips = [Chip(self.env, self.spec, i, self.trace, self.calibration) for i in ids]
+        if self.faults is not None:
+            self.faults.attach(self)
+        if plan is not None:
+            plan.systems.append(self)
         self._processes: list[tuple[str, simpy.Process]] = []
 
     @property
@@ -90,6 +103,8 @@ class System:
             self.env.run(until=until)
             return self.env.now
         self._guarded_run()
+        if self.faults is not None:  # a failed chip: say what it made impossible
+            self.faults.check_complete(self.env.now, self._stuck())
         self._check_finished()
         return self.env.now
 
@@ -131,12 +146,14 @@ class System:
                     raise RunawayError(f"simulation ran past wall_clock_limit_s={wall:g} s of real time at "
                                        f"t={self.env.now:.6g} s; use a smaller problem or raise the limit")
 
+    def _stuck(self) -> list[str]:
+        return [f"{name} waits for {_describe(proc.target)}" for name, proc in self._processes if proc.is_alive]
+
     def _check_finished(self) -> None:
-        stuck = [(name, proc) for name, proc in self._processes if proc.is_alive]
-        if not stuck:
+        parts = self._stuck()
+        if not parts:
             return
-        parts = [f"{name} waits for {_describe(proc.target)}" for name, proc in stuck]
-        raise DeadlockError(f"simulation stopped at t={self.env.now:.6g} s with {len(stuck)} process(es) "
+        raise DeadlockError(f"simulation stopped at t={self.env.now:.6g} s with {len(parts)} process(es) "
                             f"blocked: {'; '.join(parts)}")
 
     def metrics(self) -> dict[str, Any]:
