@@ -15,7 +15,7 @@ from typing import Any
 from simulator import analytic
 from simulator.errors import PodsimError
 from simulator.hardware.calibration import get_calibration
-from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, get_chip, load_chip_file
+from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import format_quantity, parse_int, parse_positive
 
@@ -61,7 +61,7 @@ def _task(args: argparse.Namespace) -> tuple[float, float, tuple[int, int, int] 
         raise PodsimError("give either --matmul M,K,N or --flops F --bytes Q, not both")
     if args.matmul:
         m, k, n = matmul_shape(args.matmul)
-        return analytic.matmul_flops(m, k, n), analytic.matmul_bytes(m, k, n, DTYPE_BYTES[args.dtype]), (m, k, n)
+        return analytic.matmul_flops(m, k, n), analytic.matmul_bytes(m, k, n, check_dtype(args.dtype)), (m, k, n)
     if args.flops and args.bytes:
         return (parse_positive(args.flops, "flops_count", name="--flops"),
                 parse_positive(args.bytes, "bytes", name="--bytes"), None)
