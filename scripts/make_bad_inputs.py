@@ -102,6 +102,27 @@ CASES: list[tuple[str, str]] = [
     ("sweep files", "sweep double_buffer --grid blocks=1,2 --out tests/data/sweep_other.csv --resume"),
     ("sweep files", "sweep double_buffer --grid buffers=1,2 --out tests/data/sweep_rows.csv --resume"),
     ("sweep files", "sweep double_buffer --grid blocks=1,2 --out tests/data"),
+    # what a fuzzer found (issue 22): output paths, unicode digits, huge integers, config files, absurd chips
+    ("output files", "run double_buffer --gantt db.txt"),
+    ("output files", "collective all_reduce --topology ring:4 --bytes 1MB --gantt g"),
+    ("output files", "run double_buffer --trace tests/data"),
+    ("output files", "run double_buffer --csv no/such/folder/spans.csv"),
+    ("quantities", "model llama-2-7b --batch 2 --mesh model=²"),
+    ("quantities", "run double_buffer --set blocks=٣"),
+    ("quantities", "roofline --chip tpu-v5e --matmul 999999999999999999999999999999999999999999999999999999999999,1,1"),
+    ("quantities", "collective broadcast --topology ring:8 --bytes 1MB --root ²"),
+    ("quantities", "send --topology torus:4x4 --src 0,999999999999999999999999999999999999999999999999999999999999 --dst 1,1 --bytes 1MB"),
+    ("mesh specs", "run sharded_matmul --mesh X=16@0+0 --topology torus:4x4"),
+    ("mesh specs", "run sharded_matmul --mesh X=999999999999999999999999999999999999999999999999999999999999"),
+    ("model configs", "model --config tests/data/model_not_table.toml"),
+    ("model configs", "model --config tests/data/model_deep.toml"),
+    ("model configs", "model --hf-config tests/data/hf_deep.json"),
+    ("model configs", "model --hf-config tests/data/hf_zero_heads.json"),
+    ("model configs", "model --config tests/data/scenario_fails.py"),
+    ("chip files", "roofline --chip-file tests/data/chip_absurd_peak.toml --matmul 8,8,8"),
+    ("chip files", "collective all_reduce --chip-file tests/data/chip_tiny_dcn.toml --topology ring:4 --bytes 1MB"),
+    ("chip files", "run double_buffer --chip-file tests/data/model_deep.toml"),
+    ("scenario files", "run tests/data/scenario_returns_none.py"),
 ]
 
 
