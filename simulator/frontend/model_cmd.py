@@ -10,9 +10,10 @@ import math
 from typing import Any
 
 from simulator.errors import PodsimError
+from simulator.frontend.fault_args import add_fault_args
 from simulator.hardware.specs import DTYPE_BYTES, PRESETS, get_chip, load_chip_file
 from simulator.report.result import dumps_json
-from simulator.units import format_quantity, parse_int, parse_positive
+from simulator.units import format_quantity, parse_int, parse_positive, parse_tokens
 
 MODES = ("decode", "prefill", "train")
 
@@ -29,8 +30,10 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--mode", default="decode", help=f"one of {', '.join(MODES)}")
     p.add_argument("--batch", default="1", help="requests (decode, prefill) or sequences (train) in the step")
     p.add_argument("--context", default="0", help="decode: cached positions per request before this step "
-                                                   "(one number, or one per request: 100,2000,...)")
-    p.add_argument("--seq", help="train: tokens per sequence; prefill: prompt tokens per request (default 1024)")
+                                                   "(one number, or one per request: 100,2000,...; 8Ki = 8192, "
+                                                   "8k is refused as ambiguous)")
+    p.add_argument("--seq", help="train: tokens per sequence; prefill: prompt tokens per request (default 1024; "
+                                 "4Ki = 4096)")
     p.add_argument("--chip", default="tpu-v5e", help=f"preset name ({', '.join(PRESETS)})")
     p.add_argument("--chip-file", metavar="F.toml")
     p.add_argument("--topology", help="topology spec (default: the chip's slice of the mesh's shape)")
@@ -54,8 +57,10 @@ def add_model_parser(sub: Any) -> None:
                                            "8-bit when the weights are)")
     p.add_argument("--price-per-chip-hour", metavar="USD", help="price of one chip-hour, for the cost of a step")
     p.add_argument("--no-simulate", action="store_true", help="closed forms only (skip the simulated step)")
-    p.add_argument("--calibrated", action="store_true", help="simulate at the chip's fitted efficiencies")
+    p.add_argument("--calibrated", action="store_true", help="also simulate at the chip's fitted efficiencies, "
+                                                              "beside the ideal step (calibrated_* keys)")
     p.add_argument("--json", action="store_true")
+    add_fault_args(p)
 
 
 def model_config(args: argparse.Namespace) -> Any:
@@ -104,6 +109,9 @@ def train_options(args: argparse.Namespace) -> Any:
     from simulator.workloads.plans import POLICIES, TrainOptions
 
     ckpt = args.checkpoints_per_layer
+    if ckpt not in POLICIES and not (ckpt.strip().isascii() and ckpt.strip().isdigit()):
+        raise PodsimError(f"--checkpoints-per-layer {ckpt!r}: give a number K of saved [tokens, d_model] tensors per "
+                          f"layer or a policy: {', '.join(POLICIES)}")
     checkpoint = ckpt if ckpt in POLICIES else parse_int(ckpt, name="--checkpoints-per-layer", maximum=10**6)
     return TrainOptions(microbatches=parse_int(args.microbatches, name="--microbatches", maximum=10**6),
                         schedule=args.schedule, checkpoint=checkpoint,
@@ -117,12 +125,16 @@ def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     from simulator.workloads.plans import parse_plan_mesh, train_plan
 
     batch = parse_int(args.batch, name="--batch")
-    seq = parse_int(args.seq or "1024", name="--seq", maximum=2**24)
+    seq = parse_tokens(args.seq or "1024", name="--seq", maximum=2**24)
     out = train_plan(cfg, chip, batch, seq, parse_plan_mesh(args.mesh), train_options(args), args.topology,
-                     simulate=not args.no_simulate, trace=False, calibrated=args.calibrated,
-                     price_per_chip_hour=_price(args))
+                     simulate=not args.no_simulate, trace=False, price_per_chip_hour=_price(args))
     out.pop("_system", None)
-    return out
+    if _calibrated(args):  # the same step at the chip's fitted efficiencies, beside the ideal one
+        cal = train_plan(cfg, chip, batch, seq, parse_plan_mesh(args.mesh), train_options(args), args.topology,
+                         trace=False, calibrated=True)
+        out.update(calibrated_step_time_s=cal["step_time_s"], calibrated_mfu=cal["mfu"],
+                   calibrated_tokens_per_s=cal["tokens_per_s"])
+    return _with_notes(out, chip, out.get("topology"))
 
 
 def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
@@ -138,9 +150,9 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
         raise PodsimError("--topology is for --mode train; decode and prefill run on the chip's slice of the mesh")
     par = Parallelism(plan.size("data"), plan.size("model"))
     batch = parse_int(args.batch, name="--batch")
-    contexts = [parse_int(c, name="--context", minimum=0) for c in args.context.split(",")]
+    contexts = [parse_tokens(c, name="--context", minimum=0) for c in args.context.split(",")]
     context = contexts[0] if len(contexts) == 1 else contexts
-    new = 1 if args.mode == "decode" else parse_int(args.seq or "1024", name="--seq", maximum=2**24)
+    new = 1 if args.mode == "decode" else parse_tokens(args.seq or "1024", name="--seq", maximum=2**24)
     out = decode_budget(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, args.kv_sharding,
                         args.compute_dtype)
     out.update(mode=args.mode, step_time_s=None)
@@ -151,15 +163,43 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
         from simulator.workloads.simulate import simulate_decode
 
         sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new,
-                              calibrated=args.calibrated, kv_sharding=args.kv_sharding)
+                              kv_sharding=args.kv_sharding)
         out.update(sim.summary())
+        if _calibrated(args):  # the same step at the chip's fitted efficiencies, beside the ideal one
+            cal = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, trace=False,
+                                  calibrated=True, kv_sharding=args.kv_sharding)
+            out.update(calibrated_step_time_s=cal.env.now, calibrated_tokens_per_s=batch * new / cal.env.now)
     step = out["step_time_s"] or out["lower_bound_s"]
     out["tokens_per_s"] = batch * new / step
     price = _price(args)
     if price is not None:
         cost = price * par.chips * step / 3600
         out.update(cost_per_step_usd=cost, cost_per_million_tokens_usd=cost / (batch * new) * 1e6)
-    return out
+    return _with_notes(out, chip, _serve_topology(par, chip))
+
+
+def _calibrated(args: argparse.Namespace) -> bool:
+    if args.calibrated and args.no_simulate:
+        raise PodsimError("--calibrated sets a simulated step beside the ideal one; drop --no-simulate")
+    return bool(args.calibrated)
+
+
+def _serve_topology(par: Any, chip: Any) -> str | None:
+    """The slice a decode or prefill mesh runs on (`simulator.workloads.simulate.StepSimulation`)."""
+    from simulator.workloads.mesh import MeshSpec, default_topology_for
+
+    if par.chips == 1:
+        return None
+    return default_topology_for(MeshSpec(("data", "model"), (par.data, par.model), (None, None)), chip)
+
+
+def _with_notes(out: dict[str, Any], chip: Any, topology: str | None) -> dict[str, Any]:
+    """``out`` with ``notes`` when ``topology`` is not one ``chip`` is built into (`simulator.engine.what_if`)."""
+    import topologies
+    from simulator.engine.what_if import topology_notes
+
+    notes = topology_notes(chip, topologies.parse_spec(topology, chip)) if topology else []
+    return {**out, "notes": notes} if notes else out
 
 
 def _print_presets(as_json: bool) -> None:
@@ -182,8 +222,16 @@ def _print_model(out: dict[str, Any]) -> None:
     print(f"  per step {out['flops_per_step'] / 1e9:.3f} GFLOP, {out['hbm_read_bytes_per_step'] / 1e9:.3f} GB read")
     print(f"  per chip: compute {format_quantity(out['t_compute_s'], 's')}, memory "
           f"{format_quantity(out['t_memory_s'], 's')} -> {out['bound']}-bound"
-          + (f"; simulated step {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"] else ""))
+          + (f"; simulated step {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"] else "")
+          + (f" (calibrated {format_quantity(out['calibrated_step_time_s'], 's')})"
+             if "calibrated_step_time_s" in out else ""))
     print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
+    _print_notes(out)
+
+
+def _print_notes(out: dict[str, Any]) -> None:
+    for note in out.get("notes", ()):
+        print(f"  note: {note}")
 
 
 def _print_train(out: dict[str, Any]) -> None:
@@ -200,6 +248,10 @@ def _print_train(out: dict[str, Any]) -> None:
           + ("fits" if out["fits"] else "does NOT fit") + f" ({out['hbm_spare_bytes'] / gib:+.2f} GiB spare)")
     exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in out["exposed_comm_s"].items()) or "none"
     print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}")
+    if "calibrated_step_time_s" in out:
+        print(f"  calibrated (fitted efficiencies): {format_quantity(out['calibrated_step_time_s'], 's')}, MFU "
+              f"{out['calibrated_mfu']:.1%}, {out['calibrated_tokens_per_s']:,.0f} tokens/s")
+    _print_notes(out)
     if "cost_per_step_usd" in out:
         print(f"  cost ${out['cost_per_step_usd']:.4g} per step, ${out['cost_per_million_tokens_usd']:.4g} per "
               "million tokens")

@@ -66,7 +66,8 @@ def place(spec: MeshSpec, graph: nx.DiGraph) -> Mesh:
     except PodsimError as err:
         first = err
     shape = tuple(graph.graph.get("shape", ()))
-    if any(p is not None for p in spec.placement) or not shape:
+    chips = sum(1 for _, role in graph.nodes(data="role") if role == "chip")
+    if any(p is not None for p in spec.placement) or not shape or spec.n_devices != chips:
         raise first
     for order in itertools.permutations(range(len(shape))):
         placement = _consume(spec.sizes, [shape[a] for a in order], order)
