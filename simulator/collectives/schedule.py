@@ -15,7 +15,7 @@ import numpy as np
 import simpy
 
 from simulator.engine.network import Network
-from simulator.engine.watch import expect_events
+from simulator.engine.watch import TICK, expect_events
 from simulator.errors import DeadlockError
 
 
@@ -30,6 +30,10 @@ class Transfer:
     op: str
     deps: tuple[int, ...]
     nbytes: float
+
+
+EVENTS_PER_TRANSFER = 3  #: simulated events of one transfer over one hop (start, link, arrival)
+LONG_RUN_HINT = "use --mode reduced, fewer chips or a smaller topology"
 
 
 class Schedule:
@@ -54,6 +58,8 @@ class Schedule:
                                        tuple(sorted(set(deps))), count * self.key_bytes if nbytes is None else nbytes))
         self.arrivals[(tag, slot)].append(tid)
         self.by_tag[tag].append(tid)
+        if tid & (TICK - 1) == TICK - 1:  # a huge schedule shows up (and can be refused) while it is planned
+            expect_events(EVENTS_PER_TRANSFER * TICK, LONG_RUN_HINT)
         return tid
 
     def barrier(self, tags: Any) -> int:
@@ -90,7 +96,7 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
     starts and copies or adds them into the receiver when it arrives.
     """
     done = Completion(net.env)
-    expect_events(3 * len(transfers), "use --mode reduced, fewer chips or a smaller topology")  # ~3 per hop
+    expect_events(EVENTS_PER_TRANSFER * (len(transfers) % TICK), LONG_RUN_HINT)  # the rest `Schedule.add` did not
     remaining = [len(transfers)]
     if not transfers:
         return done.succeed(net.env.now)
