@@ -15,6 +15,7 @@ from simulator import analytic
 from simulator.collectives import names as algorithm_names
 from simulator.errors import NonFiniteError, PodsimError, one_line
 from simulator.frontend.model_cmd import add_model_parser, cmd_model
+from simulator.frontend.montecarlo import add_fault_args, dispatch
 from simulator.frontend.plan_cmd import add_plan_parser, cmd_plan
 from simulator.frontend.outputs import check_outputs, write_outputs
 from simulator.frontend.progress import command_watch
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario parameter")
     p.add_argument("--links", choices=("grouped", "all"), default="grouped", help="text summary: links by kind, or each")
     _output_args(p)
+    add_fault_args(p)
     p = sub.add_parser("roofline", help="roofline bounds of a task or a matmul on a chip")
     _chip_args(p)
     p.add_argument("--flops", help="FLOPs of the task (e.g. 2e12)")
@@ -81,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrated", action="store_true",
                    help="also run the chip's calibrated model (fitted efficiencies) beside the ideal one")
     _output_args(p)
+    add_fault_args(p)
     p = sub.add_parser("algorithms", help="list the collective algorithms, the kinds and topologies each serves")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("validate", help="every calibration measurement against the calibrated simulator")
@@ -93,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bytes", required=True, help="message size, e.g. 1MB")
     p.add_argument("--single-path", action="store_true", help="use one route only (default: link-disjoint routes)")
     p.add_argument("--json", action="store_true")
+    add_fault_args(p)
     add_sweep_parser(sub)
     add_hlo_parser(sub)
     return parser
@@ -321,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         with command_watch() if args.command != "sweep" else contextlib.nullcontext():  # a sweep has its own bar
-            COMMANDS[args.command](args)
+            status = dispatch(args, COMMANDS[args.command])  # --fault, --jitter, --samples (montecarlo)
     except _input_errors() as err:
         print(getattr(err, "details", ""), end="", file=sys.stderr)  # a user scenario's own traceback
         print(f"podsim: error: {one_line(err)}", file=sys.stderr)
@@ -340,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as err:  # a sweep's says how far it got and where its rows are
         print(f"podsim: {one_line(err) or 'interrupted'}", file=sys.stderr)
         return 130
-    return 0
+    return status
 
 
 def _input_errors() -> tuple[type[Exception], ...]:
