@@ -123,6 +123,24 @@ CASES: list[tuple[str, str]] = [
     ("chip files", "collective all_reduce --chip-file tests/data/chip_tiny_dcn.toml --topology ring:4 --bytes 1MB"),
     ("chip files", "run double_buffer --chip-file tests/data/model_deep.toml"),
     ("scenario files", "run tests/data/scenario_returns_none.py"),
+    # parallelism plans (issue 15): axes that do not divide the model, batch, sequence or chips
+    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh pipeline=64"),
+    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh pipeline=5"),
+    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh model=5"),
+    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh expert=2"),
+    ("parallelism plans", "model mixtral-8x7b --mode train --batch 8 --seq 1024 --mesh expert=3 --no-simulate"),
+    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh data=3"),
+    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh data=2 --microbatches 3"),
+    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1000 --mesh sequence=3"),
+    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh pipeline=2 --schedule interleaved --microbatches 1"),
+    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh pipeline=4 --schedule interleaved --microbatches 4"),
+    ("parallelism plans", "model gpt2 --mode train --batch 4 --mesh data=2,model=2 --topology ring:8"),
+    ("parallelism plans", "model gpt2 --mode train --mesh pipe=2"),
+    ("parallelism plans", "model gpt2 --mode train --checkpoints-per-layer most"),
+    ("parallelism plans", "model gpt2 --batch 4 --context 2048 --mesh sequence=2"),
+    ("parallelism plans", "model gpt2 --batch 3 --context 2048 --mesh model=4 --kv-sharding batch"),
+    ("parallelism plans", "plan gpt2 --mode train --batch 16 --seq 1024"),
+    ("parallelism plans", "plan gpt2 --chips 7 --batch 16 --seq 1024"),
 ]
 
 
