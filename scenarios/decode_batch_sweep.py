@@ -11,7 +11,6 @@ computes like the next multiple of 8.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from simulator.engine.system import resolve_chip
@@ -53,12 +52,12 @@ def run(*, model: str = "llama-3-8b", context: int = 128, batches: tuple = (1, 4
         params=dict(model=model, context=context, batches=list(batches), mesh=mesh, chip=spec.name),
         metrics=last.system.metrics(),
         extra={"points": points, "crossover_batch": crossover,
-               "analytic_critical_batch": closed if math.isfinite(closed) else None},  # None: no batch ever
+               "analytic_critical_batch": closed},  # None: no batch ever
         trace=last.system.trace if trace else None,
         headline=(f"{model} on {spec.name}: "
                   + (f"memory-bound below batch {crossover}" if crossover else
                      f"memory-bound at every batch up to {max(batches)}")
-                  + f" (simulated; closed form {f'{closed:.1f}' if math.isfinite(closed) else 'never compute-bound'}"
+                  + f" (simulated; closed form {'never compute-bound' if closed is None else f'{closed:.1f}'}"
                   f"); time per token falls from {points[0]['time_per_token_s'] * 1e3:.3g} ms to "
                   f"{points[-1]['time_per_token_s'] * 1e3:.3g} ms"),
     )

@@ -6,7 +6,6 @@ Decode and prefill run on a data x model mesh with the KV cache sharded by heads
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 from simulator.errors import PodsimError
@@ -156,16 +155,13 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     out = decode_budget(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, args.kv_sharding,
                         args.compute_dtype)
     out.update(mode=args.mode, step_time_s=None)
-    if out["critical_batch"] == math.inf:  # printed as null with the reason, never as inf
-        out.update(critical_batch=None, critical_batch_note="no batch makes this step compute-bound at this "
-                   "context: each request adds more KV-cache reading time than compute time")
     if not args.no_simulate:
         from simulator.workloads.simulate import simulate_decode
 
         sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new,
                               kv_sharding=args.kv_sharding)
         out.update(sim.summary())
-        if _calibrated(args):  # the same step at the chip's fitted efficiencies, beside the ideal one
+        if calibrated:  # the same step at the chip's fitted efficiencies, beside the ideal one
             cal = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, trace=False,
                                   calibrated=True, kv_sharding=args.kv_sharding)
             out.update(calibrated_step_time_s=cal.env.now, calibrated_tokens_per_s=batch * new / cal.env.now)

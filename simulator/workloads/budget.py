@@ -21,6 +21,8 @@ from simulator.workloads.transformer import ModelError, TransformerConfig
 
 GiB = 2.0**30
 MAX_REQUESTS = 1_000_000  #: requests in one step; more is almost surely a units mistake
+NEVER_COMPUTE_BOUND = ("no batch makes this step compute-bound at this context: each request adds more KV-cache "
+                       "reading time than compute time")
 MAX_CHIPS = 65_536  #: data x model chips (as many as the largest topology podsim builds)
 
 
@@ -195,6 +197,8 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
         "critical_batch": _critical_batch(cfg, chip, contexts, par, kv_share, dtype),
         "kv_sharding": kv_layout, "compute_dtype": dtype,
     }
+    if out["critical_batch"] == math.inf:  # a report holds no inf: None, and why
+        out.update(critical_batch=None, critical_batch_note=NEVER_COMPUTE_BOUND)
     out.update(_fit(cfg, chip, contexts, par, kv_share))
     return out
 
