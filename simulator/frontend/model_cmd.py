@@ -161,7 +161,7 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
         sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new,
                               kv_sharding=args.kv_sharding)
         out.update(sim.summary())
-        if calibrated:  # the same step at the chip's fitted efficiencies, beside the ideal one
+        if _calibrated(args):  # the same step at the chip's fitted efficiencies, beside the ideal one
             cal = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, trace=False,
                                   calibrated=True, kv_sharding=args.kv_sharding)
             out.update(calibrated_step_time_s=cal.env.now, calibrated_tokens_per_s=batch * new / cal.env.now)
