@@ -190,3 +190,47 @@ def test_int8_weights_with_bf16_math_halve_the_critical_batch():
 def test_bad_plans_name_the_nearest_valid_choice(mesh, opts, batch, seq, match):
     with pytest.raises(PlanError, match=match):
         train_plan(get_model("gpt2"), V5E, batch, seq, parse_plan_mesh(mesh), TrainOptions(**opts), simulate=False)
+
+
+# -- expert axis, multislice, GPU nodes, ZeRO stages -------------------------------------------------------------
+
+def test_expert_axis_splits_the_routed_experts_and_pays_alltoalls():
+    cfg = get_model("mixtral-8x7b").replace(n_layers=2, name="mixtral-2")
+    d, e = cfg.d_model, cfg.n_experts
+    routed = e * 3 * d * cfg.d_ff  # gated experts, no biases
+    dense = cfg.params() - 2 * routed  # attention, norms, router and embeddings of the two layers
+    out = _train(cfg, "expert=4,model=2", 16, 1024, checkpoint="full")
+    assert out["memory_per_chip"]["params_bytes"] == pytest.approx((dense / 2 + 2 * routed / 8) * 2)
+    assert out["exposed_comm_s"]["expert"] > 0
+    assert out["step_time_s"] == pytest.approx(out["closed_form_s"], rel=0.15)
+
+
+def test_multislice_puts_the_outer_data_axis_on_dcn():
+    out = _train(get_model("gpt2"), "data=2,fsdp=4", 16, 1024, "multislice:2:2x2", chip=V5E)
+    assert out["critical_batch_per_chip"]["data"] == pytest.approx(V5E.peak_bf16_flops_per_s /
+                                                                   V5E.dcn_bandwidth_bytes_per_s)
+    assert out["exposed_comm_s"]["data"] > 10 * out["exposed_comm_s"]["fsdp"]  # DCN is 14x slower than ICI here
+    assert out["step_time_s"] == pytest.approx(out["closed_form_s"], rel=0.05)
+
+
+def test_gpu_nodes_keep_the_model_axis_on_nvlink():
+    from simulator.workloads.plans.links import axis_links, build_system
+
+    h100 = get_chip("h100")
+    system, mesh = build_system(h100, parse_plan_mesh("data=2,model=4"), "nodes:2:4", trace=False)
+    links = axis_links(mesh, system.graph, h100)
+    assert [s.bandwidth_bytes_per_s for s in links["model"].stages] == [18 * 25e9]  # the GPU's NVLink egress
+    assert [s.bandwidth_bytes_per_s for s in links["data"].stages] == [50e9]  # one IB NIC per GPU
+    out = _train(get_model("gpt2"), "data=2,model=4", 16, 1024, "nodes:2:4", chip=h100)
+    assert out["step_time_s"] == pytest.approx(out["closed_form_s"], rel=0.15)
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_zero_1_and_2_shard_state_and_gather_the_updated_weights(zero):
+    out = _train(UNIFORM, "fsdp=4", 8, 512, "ring:4", zero=zero)
+    chip, p = out["memory_per_chip"], UNIFORM.params()
+    assert chip["params_bytes"] == pytest.approx(2 * p)
+    assert chip["grads_bytes"] == pytest.approx(2 * p / (4 if zero == 2 else 1))
+    assert chip["optimizer_bytes"] == pytest.approx(12 * p / 4)
+    regather = 3 / 4 * 2 * p / W  # AllGather of the whole model's bf16 weights over a bidirectional ring of 4
+    assert out["exposed_comm_s"]["fsdp"] >= regather

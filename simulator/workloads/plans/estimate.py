@@ -30,7 +30,8 @@ def comm_s(c: Comm, links: dict[str, AxisLink]) -> float:
     if not parts:
         return 0.0
     link = parts[0] if len(parts) == 1 else AxisLink("+".join(c.axes), _prod(p.n for p in parts),
-                                                     tuple(s for p in parts for s in p.stages))
+                                                     tuple(s for p in parts for s in p.stages),
+                                                     any(p.hierarchical for p in parts))
     return link.time_s(c.kind, c.nbytes)
 
 

@@ -110,11 +110,14 @@ class AxisLink:
     name: str
     n: int
     stages: tuple[Stage, ...]
+    hierarchical: bool = False  #: levels of unequal speed (GPU nodes): one pass, slowest level first
 
     def all_gather_s(self, nbytes: float) -> float:
         """AllGather of a ``nbytes`` array (V, gathered) over the axis."""
         if self.n <= 1 or nbytes <= 0:
             return 0.0
+        if self.hierarchical:  # each GPU moves only its small shard over the slow level, then gathers fast
+            return self._gather(nbytes, tuple(sorted(self.stages, key=lambda s: s.bandwidth_bytes_per_s)))
         k = len(self.stages)
         return max(self._gather(nbytes / k, self.stages[r:] + self.stages[:r]) for r in range(k))
 
@@ -145,7 +148,11 @@ class AxisLink:
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
-        """W of the axis in the book's sense: what a chip moves per second along it (both ways, all dims)."""
+        """W of the axis in the book's sense: what a chip moves per second along it (both ways, all dims; on
+        GPU nodes what a large AllGather achieves, (n - 1)/n V over its time)."""
+        if self.hierarchical:
+            big = 1e15  # bytes: latency negligible
+            return (self.n - 1) / self.n * big / self.all_gather_s(big)
         return sum(s.bandwidth_bytes_per_s * (2 if s.bidirectional and s.wrap else 1) for s in self.stages)
 
 
@@ -159,8 +166,9 @@ def axis_links(mesh: Mesh | None, graph: nx.DiGraph | None, chip: ChipSpec) -> d
 
 def _axis_link(mesh: Mesh, graph: nx.DiGraph, name: str, chip: ChipSpec) -> AxisLink:
     n = mesh.size(name)
-    if not mesh.shape:  # a switch, or GPU nodes: one ring through the switch(es)
-        return AxisLink(name, n, (_switch_stage(mesh, graph, name, n),))
+    if not mesh.shape:  # a switch, or GPU nodes: rings through the NVLink switch, then over InfiniBand
+        stages = _switch_stages(mesh, graph, name, n)
+        return AxisLink(name, n, stages, hierarchical=len(stages) > 1)
     stages = []
     for p in mesh.physical_axes(name):
         if graph.graph.get("kind") == "multislice" and p == 0:
@@ -172,12 +180,19 @@ def _axis_link(mesh: Mesh, graph: nx.DiGraph, name: str, chip: ChipSpec) -> Axis
     return AxisLink(name, n, tuple(stages))
 
 
-def _switch_stage(mesh: Mesh, graph: nx.DiGraph, name: str, n: int) -> Stage:
+def _switch_stages(mesh: Mesh, graph: nx.DiGraph, name: str, n: int) -> tuple[Stage, ...]:
+    """The GPUs of one node on their NVLink switch; across nodes, each GPU's own InfiniBand NIC."""
     i = mesh.index(name)
     members = [mesh.device(tuple(k if a == i else 0 for a in range(len(mesh.sizes)))) for k in range(n)]
-    crosses = len({graph.nodes[m].get("group") for m in members}) > 1  # GPUs of several nodes
-    edge = _edge(graph, (lambda d: d.get("kind") == "ib") if crosses else (lambda d: d.get("kind") != "ib"))
-    return Stage(n, True, edge["bandwidth_bytes_per_s"], 2 * edge["latency_s"], False)
+    nodes = len({graph.nodes[m].get("group") for m in members})
+    out = []
+    if n // nodes > 1:
+        nvlink = _edge(graph, lambda d: d.get("kind") != "ib")
+        out.append(Stage(n // nodes, True, nvlink["bandwidth_bytes_per_s"], 2 * nvlink["latency_s"], False))
+    if nodes > 1:
+        ib = _edge(graph, lambda d: d.get("kind") == "ib")
+        out.append(Stage(nodes, True, ib["bandwidth_bytes_per_s"], 2 * ib["latency_s"], False))
+    return tuple(out)
 
 
 def _edge(graph: nx.DiGraph, match: Any) -> dict[str, Any]:
