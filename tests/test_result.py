@@ -127,9 +127,9 @@ def test_strict_json_names_where_an_infinity_sits():
 def test_a_non_finite_number_reaching_the_cli_is_an_internal_error_not_bad_input(capsys, monkeypatch):
     import math
 
-    from simulator.frontend import cli
+    from simulator.frontend import cli, roofline_cmd
 
-    monkeypatch.setattr(cli.analytic, "roofline", lambda *a: {"intensity_flops_per_byte": math.inf})
+    monkeypatch.setattr(roofline_cmd.analytic, "roofline", lambda *a: {"intensity_flops_per_byte": math.inf})
     assert cli.main(["roofline", "--chip", "tpu-v5e", "--matmul", "8,8,8", "--json"]) == 1
     out, err = capsys.readouterr()
     assert out == ""

@@ -1,9 +1,15 @@
 """``podsim roofline``: the roofline bounds of a task or a matmul on one chip, ideal and calibrated.
 
 Ideal: FLOPs over the peak of the dtype, bytes over the chosen roof's bandwidth (the book's T_math and
-T_mem). ``--calibrated`` adds, side by side, what the calibrated simulator runs
-(`simulator.hardware.calibration`): a matmul's padded FLOPs at the fitted fraction of peak times the
-wave fill of its output tiles, plus the kernel launch, and HBM at its fitted fraction of spec.
+T_mem). The roofs (`roof_bandwidth`): HBM and VMEM; the communication roofs of the book's critical
+batches -- ICI as the book's W_ici (both ways along an axis, 2 x one link one way) times ``--axes K``
+axes used at once, the chip's DCN egress, its PCIe host link, and on GPUs the NVLink egress and the
+InfiniBand NIC. Against ICI, DCN, NVLink or IB the ridge C / W is the per-chip batch (tokens) above
+which data parallelism and FSDP over that network are compute-bound (book, training).
+
+``--calibrated`` adds, side by side, what the calibrated simulator runs (`simulator.hardware.calibration`):
+a matmul's padded FLOPs at the fitted fraction of peak times the wave fill of its output tiles, plus the
+kernel launch, and HBM at its fitted fraction of spec.
 """
 from __future__ import annotations
 
@@ -19,9 +25,11 @@ from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype, get_chi
 from simulator.report.result import dumps_json
 from simulator.units import format_quantity, parse_int, parse_positive
 
-MEMORIES = ("hbm", "vmem", "ici")  #: the bandwidth roofs `--memory` takes
+MEMORIES = ("hbm", "vmem", "ici", "dcn", "pcie", "nvlink", "ib")  #: the bandwidth roofs `--memory` takes
+NETWORKS = ("ici", "dcn", "nvlink", "ib")  #: roofs whose ridge is a data-parallel / FSDP critical batch
 #: Largest matmul dimension `roofline --matmul` takes (2**40): three of them keep FLOPs and bytes finite.
 MAX_MATMUL_DIM = 2**40
+MAX_AXES = 64  #: largest --axes parsed (a chip's own torus axes bound it further)
 
 
 def add_roofline_parser(sub: Any, chip_args: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -32,7 +40,9 @@ def add_roofline_parser(sub: Any, chip_args: Callable[[argparse.ArgumentParser],
     p.add_argument("--bytes", help="bytes moved by the task (e.g. 1GB)")
     p.add_argument("--matmul", metavar="M,K,N", help="a [M,K] @ [K,N] matmul instead of --flops/--bytes")
     p.add_argument("--dtype", default="bf16", help=f"one of {', '.join(DTYPE_BYTES)}")
-    p.add_argument("--memory", default="hbm", choices=MEMORIES, help="which bandwidth roof")
+    p.add_argument("--memory", default="hbm", choices=MEMORIES,
+                   help="which bandwidth roof: hbm, vmem, ici (both ways per axis), dcn, pcie, nvlink, ib (GPUs)")
+    p.add_argument("--axes", help="ICI axes used at once (default 1; at most the chip's torus axes)")
     p.add_argument("--calibrated", action="store_true",
                    help="also give the chip's fitted matmul efficiency (by shape) and HBM efficiency, side by side")
     p.add_argument("--json", action="store_true")
@@ -62,34 +72,92 @@ def _task(args: argparse.Namespace) -> tuple[float, float, tuple[int, int, int] 
     if args.matmul:
         m, k, n = matmul_shape(args.matmul)
         return analytic.matmul_flops(m, k, n), analytic.matmul_bytes(m, k, n, check_dtype(args.dtype)), (m, k, n)
-    if args.flops and args.bytes:
-        return (parse_positive(args.flops, "flops_count", name="--flops"),
-                parse_positive(args.bytes, "bytes", name="--bytes"), None)
+    if args.flops and args.bytes:  # either may be 0 (pure memory traffic, pure compute), not both
+        flops = parse_positive(args.flops, "flops_count", name="--flops", allow_zero=True)
+        nbytes = parse_positive(args.bytes, "bytes", name="--bytes", allow_zero=True)
+        if flops == 0 and nbytes == 0:
+            raise PodsimError("--flops 0 and --bytes 0: no work to bound; give some FLOPs or some bytes")
+        return flops, nbytes, None
     raise PodsimError("roofline needs --matmul M,K,N or both --flops F and --bytes Q")
 
 
-def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbytes: float,
-                     shape: tuple[int, int, int] | None = None, calibrated: bool = False) -> dict[str, Any]:
-    """The ideal roofline of ``flops`` FLOPs and ``nbytes`` bytes on ``chip`` against the ``memory`` roof,
-    and with ``calibrated`` the fitted figures beside it (``calibrated_*`` keys, efficiencies, notes)."""
+def peak_flops(chip: ChipSpec, dtype: str) -> float:
+    """The matmul peak of ``dtype`` on ``chip`` (FLOP/s); fp32 on a GPU is its CUDA-core FP32 rate (no TF32),
+    and a chip whose matrix unit has no fp32 rate (TPUs) is refused, saying so."""
+    check_dtype(dtype)
+    if dtype != "fp32":
+        return chip.peak_flops_per_s(dtype)
+    if chip.wraparound == "switch":
+        return chip.vpu_flops_per_s  # GPU presets: the datasheet's FP32 (CUDA cores) rate
+    raise PodsimError(f"{chip.name} has no fp32 matmul rate: its MXU multiplies bf16 (an fp32 matmul runs as "
+                      "several bf16 passes at an unstated fraction of the bf16 peak); use --dtype bf16 or int8")
+
+
+def roof_bandwidth(chip: ChipSpec, memory: str, axes: int = 1) -> tuple[float, str]:
+    """(bytes/s, what it is) of the ``memory`` roof on ``chip``; ``axes`` counts ICI axes used at once.
+
+    ICI is the book's W_ici: a chip sends both ways along a (wrapped) axis at once, 2 x one link one way,
+    times ``axes``. DCN is the chip's data-centre egress, PCIe its host link, NVLink a GPU's egress over
+    all its links and IB its InfiniBand NIC (all one way).
+    """
     if memory not in MEMORIES:
         raise PodsimError(f"memory={memory!r}; valid roofs: {', '.join(MEMORIES)}")
-    peak = chip.peak_flops_per_s(dtype)
-    bandwidth = {"hbm": chip.hbm_bandwidth_bytes_per_s, "vmem": chip.vmem_bandwidth_bytes_per_s,
-                 "ici": chip.ici_bandwidth_bytes_per_s}[memory]
-    out = {"chip": chip.name, "dtype": dtype, "memory": memory, "flops": flops, "bytes": nbytes,
+    gpu = chip.wraparound == "switch"
+    if axes != 1 and memory != "ici":
+        raise PodsimError(f"--axes {axes} counts ICI torus axes; it applies to --memory ici only, not {memory}")
+    if memory == "ici" and gpu:
+        raise PodsimError(f"{chip.name} has no ICI torus (its GPUs meet in an NVLink switch); "
+                          "use --memory nvlink inside a node or --memory ib between nodes")
+    if memory in ("nvlink", "ib") and not gpu:
+        raise PodsimError(f"--memory {memory} is a GPU network; {chip.name} is a TPU: use --memory ici or dcn")
+    if memory == "ici" and not 1 <= axes <= chip.torus_dims:
+        raise PodsimError(f"--axes {axes}: {chip.name}'s torus has {chip.torus_dims} axes; "
+                          f"give 1 to {chip.torus_dims}")
+    one_way = chip.ici_bandwidth_bytes_per_s
+    return {
+        "hbm": (chip.hbm_bandwidth_bytes_per_s, "HBM"),
+        "vmem": (chip.vmem_bandwidth_bytes_per_s, "VMEM"),
+        "ici": (2 * one_way * axes, f"ICI both ways along {axes} axis(es): 2 x {format_quantity(one_way, 'B/s')}"
+                                    f" one way x {axes}"),
+        "dcn": (chip.dcn_bandwidth_bytes_per_s, "DCN egress per chip" + (" (its InfiniBand NIC)" if gpu else "")),
+        "pcie": (chip.pcie_bandwidth_bytes_per_s, "PCIe host link, one way"),
+        "nvlink": (chip.ici_egress_bytes_per_s, f"NVLink egress, {chip.ici_links} links one way"),
+        "ib": (chip.dcn_bandwidth_bytes_per_s, "InfiniBand NIC per GPU, one way"),
+    }[memory]
+
+
+def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbytes: float,
+                     shape: tuple[int, int, int] | None = None, calibrated: bool = False,
+                     axes: int = 1) -> dict[str, Any]:
+    """The ideal roofline of ``flops`` FLOPs and ``nbytes`` bytes on ``chip`` against the ``memory`` roof
+    (``axes`` ICI axes at once), and with ``calibrated`` the fitted figures beside it (``calibrated_*``
+    keys, efficiencies, notes). Against a network roof, ``critical_batch_per_chip`` gives the book's
+    per-chip batch (tokens) above which data parallelism and FSDP over it are compute-bound: C / W."""
+    peak = peak_flops(chip, dtype)
+    bandwidth, roof = roof_bandwidth(chip, memory, axes)
+    out = {"chip": chip.name, "dtype": dtype, "memory": memory, "roof": roof, "flops": flops, "bytes": nbytes,
            "peak_flops_per_s": peak, "bandwidth_bytes_per_s": bandwidth,
            **analytic.roofline(flops, nbytes, peak, bandwidth)}
+    if memory == "ici":
+        out["axes"] = axes
+    if nbytes == 0:  # pure compute: no finite intensity to print
+        out.update(intensity_flops_per_byte=None, note="no bytes: pure compute, bound by the FLOPs alone")
+    if memory in NETWORKS:
+        ridge = out["peak_intensity_flops_per_byte"]
+        out["critical_batch_per_chip"] = {"data_parallel": ridge, "fsdp": ridge}
     if calibrated:
-        out.update(_calibrated(chip, memory, flops, nbytes, shape, peak, bandwidth))
+        out.update(_calibrated(chip, memory, flops, nbytes, shape, peak, bandwidth, dtype))
     return out
 
 
 def _calibrated(chip: ChipSpec, memory: str, flops: float, nbytes: float, shape: tuple[int, int, int] | None,
-                peak: float, bandwidth: float) -> dict[str, Any]:
+                peak: float, bandwidth: float, dtype: str = "bf16") -> dict[str, Any]:
     """Calibrated T_math and T_mem as `simulator.engine.chip.Chip` runs them on a calibrated system."""
     cal = get_calibration(chip.name)
     model, notes = cal.matmul, []
+    if dtype == "fp32" and model is not None:  # fitted on the matrix units; fp32 runs on the CUDA cores
+        model = None
+        notes.append("the fitted matmul model is for the tensor cores; fp32 runs on the CUDA cores at their peak")
     fraction, fill, launch = (model.peak_fraction, 1.0, model.launch_s) if model else (1.0, 1.0, 0.0)
     if shape is not None:
         m, k, n = shape
@@ -99,7 +167,7 @@ def _calibrated(chip: ChipSpec, memory: str, flops: float, nbytes: float, shape:
         work, launch = flops, 0.0  # a FLOP count has no shape to tile, and no kernel to launch
         if model is not None and model.tile_m:
             notes.append("a FLOP count has no shape: no wave quantization or launch (give --matmul M,K,N)")
-    if model is None:
+    if model is None and not notes:
         notes.append(f"no fitted matmul model for {chip.name}: the MXU runs at its peak")
     t_compute = launch + work / (peak * fraction * fill)
     hbm = cal.hbm_fraction if memory == "hbm" else 1.0
@@ -126,16 +194,26 @@ def _tiles(model: Any, shape: tuple[int, int, int] | None) -> dict[str, Any]:
 def cmd_roofline(args: argparse.Namespace) -> None:
     chip = _chip(args)
     flops, nbytes, shape = _task(args)
-    out = roofline_figures(chip, args.dtype, args.memory, flops, nbytes, shape, args.calibrated)
+    axes = 1 if args.axes is None else parse_int(args.axes, name="--axes", maximum=MAX_AXES)
+    out = roofline_figures(chip, args.dtype, args.memory, flops, nbytes, shape, args.calibrated, axes)
     print(dumps_json(out) if args.json else render(out))
 
 
 def render(out: dict[str, Any]) -> str:
     """The text `podsim roofline` prints: ideal, then with ``calibrated_*`` keys the two side by side."""
     q = format_quantity
-    lines = [f"{out['chip']} {out['dtype']}, {out['memory']} roof: {q(out['flops'], 'FLOP')}, {q(out['bytes'], 'B')}",
-             f"  intensity {out['intensity_flops_per_byte']:.4g} FLOP/B (ridge "
+    intensity = out["intensity_flops_per_byte"]
+    roof = f"{out['roof']}, {q(out['bandwidth_bytes_per_s'], 'B/s')}"
+    lines = [f"{out['chip']} {out['dtype']}, {out['memory']} roof ({roof}): {q(out['flops'], 'FLOP')}, "
+             f"{q(out['bytes'], 'B')}",
+             f"  intensity {'unbounded (no bytes)' if intensity is None else f'{intensity:.4g} FLOP/B'} (ridge "
              f"{out['peak_intensity_flops_per_byte']:.4g}) -> {out['bound']}-bound"]
+    if "critical_batch_per_chip" in out:
+        c = out["peak_intensity_flops_per_byte"]
+        line = f"  critical batch per chip C/W = {c:.4g} tokens (data parallelism, FSDP)"
+        if out["memory"] in ("ici", "nvlink"):  # tensor parallelism lives on the fast network
+            line += f"; tensor parallelism over Y chips needs F/Y > {c:.4g}; FSDP x TP needs B/chip > {c:.4g}^2/(2F)"
+        lines.append(line)
     if "calibrated_t_compute_s" not in out:
         return "\n".join(lines + [f"  T_math {q(out['t_compute_s'], 's')}, T_mem {q(out['t_memory_s'], 's')}; bounds "
                                   f"[{q(out['lower_bound_s'], 's')}, {q(out['upper_bound_s'], 's')}]"])
