@@ -20,6 +20,7 @@ from simulator.frontend.plan_cmd import add_plan_parser, cmd_plan
 from simulator.frontend.outputs import check_outputs, write_outputs
 from simulator.frontend.progress import command_watch
 from simulator.frontend.hlo_cmd import add_hlo_parser, cmd_hlo
+from simulator.frontend.shard_cmd import add_shard_parser, cmd_shard
 from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, run_scenario, scenario_params
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
 from simulator.hardware.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bf16", help=f"one of {', '.join(DTYPE_BYTES)}")
     p.add_argument("--memory", default="hbm", choices=("hbm", "vmem", "ici"), help="which bandwidth roof")
     p.add_argument("--json", action="store_true")
+    add_shard_parser(sub, _chip_args)
     add_model_parser(sub)
     add_plan_parser(sub)
     p = sub.add_parser("collective", help="simulate one collective on a topology")
@@ -317,7 +319,7 @@ def cmd_send(args: argparse.Namespace) -> None:
 COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,
             "collective": cmd_collective, "send": cmd_send, "model": cmd_model, "plan": cmd_plan,
             "validate": cmd_validate,
-            "sweep": cmd_sweep, "algorithms": cmd_algorithms, "hlo": cmd_hlo}
+            "sweep": cmd_sweep, "algorithms": cmd_algorithms, "hlo": cmd_hlo, "shard": cmd_shard}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
