@@ -8,11 +8,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from scenarios import collective_matmul, collective_sweep, double_buffer, matmul_roofline, weight_reuse
+from scenarios import collective_matmul, collective_sweep, double_buffer, matmul_roofline, straggler_tail, weight_reuse
 from simulator.collectives import run_collective
 from simulator.engine.system import System
 from simulator.hardware.specs import get_chip
-from simulator.report import plots
+from simulator.report import plots, tails
 
 DPI = 80
 
@@ -49,7 +49,21 @@ def make(out: Path) -> list[Path]:
     written.append(plots.save(plots.link_heatmap(torus.graph, megabytes, label="MB",
                                                  title="AllGather of 64 MB over axes 0 and 1 of a 4x4x4 tpu-v5p torus"),
                               out / "link_heatmap_3d.png", DPI))
+    st = straggler_tail.run(chips=(1, 2, 4, 8, 16, 32, 64), samples=200)
+    written.append(plots.save(tails.growth(st.extra["points"], title="straggler_tail: each chip's compute "
+                                           "jittered by 5% (lognormal), 200 draws per count"),
+                              out / "straggler_tail.png", DPI))
+    written.append(_fault_tail(out / "fault_tail.png"))
     return written
+
+
+def _fault_tail(path: Path) -> Path:
+    """`podsim collective` Monte Carlo: the distribution of 100 jittered draws above the worst draw's Gantt."""
+    from simulator.frontend.cli import main
+
+    main(["collective", "all_reduce", "--chip", "tpu-v5e", "--topology", "torus:4x4", "--bytes", "64MB", "--jitter",
+          "10%", "--fault", "link:5->6=0.5", "--samples", "100", "--gantt", str(path)])
+    return path
 
 
 if __name__ == "__main__":

@@ -141,6 +141,25 @@ def _lanes_of(labels: list[str], element: str) -> list[int]:
                                                                        and " link " not in text)]
 
 
+def growth(points: Sequence[dict[str, Any]], ax: Any = None, title: str = "") -> Any:
+    """How much later than nominal the slowest chip finishes its compute, at p50 and p99, against the chip count
+    (``straggler_tail``'s points): simulated dots beside the closed-form lines."""
+    ax = _axes(ax, (7, 4))
+    chips = [p["chips"] for p in points]
+    for q, color in (("p50", "#4C72B0"), ("p99", "#C44E52")):
+        ax.plot(chips, [100 * p[f"closed_compute_{q}_over_nominal"] for p in points], color=color, linewidth=1.2,
+                label=f"{q} closed form")
+        ax.plot(chips, [100 * p[f"compute_{q}_over_nominal"] for p in points], marker="o", linestyle="none",
+                color=color, label=f"{q} simulated")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("chips")
+    ax.set_ylabel("slowest chip's compute over nominal (%)")
+    ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
+    ax.legend(fontsize="small")
+    _title(ax, title)
+    return ax
+
+
 def save_tail_figure(times: Sequence[float], worst: Trace, straggler: str | None, path: str | Path,
                      title: str = "") -> Path:
     """`tail_figure`, saved at ``path`` (the suffix picks the format)."""
