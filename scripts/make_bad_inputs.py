@@ -141,6 +141,18 @@ CASES: list[tuple[str, str]] = [
     ("parallelism plans", "model gpt2 --batch 3 --context 2048 --mesh model=4 --kv-sharding batch"),
     ("parallelism plans", "plan gpt2 --mode train --batch 16 --seq 1024"),
     ("parallelism plans", "plan gpt2 --chips 7 --batch 16 --seq 1024"),
+    # faults and jitter (issue 18): unknown chips and links, fractions, distributions, draws
+    ("faults", "collective all_gather --topology torus:8 --bytes 16MB --fault 'link:0->5=down'"),
+    ("faults", "collective all_gather --topology torus:8 --bytes 16MB --fault chip:9=slow:0.5"),
+    ("faults", "send --topology torus:4x4 --src 0,0 --dst 1,1 --bytes 1MB --fault chip:4,4=fail"),
+    ("faults", "collective all_gather --topology torus:8 --bytes 16MB --fault 'link:0->1=1.5'"),
+    ("faults", "collective all_gather --topology torus:8 --bytes 16MB --fault 'link:0-1=down'"),
+    ("faults", "run double_buffer --fault chip:0=slow:0.5:tpu"),
+    ("faults", "run double_buffer --fault 'link:0->1=down'"),
+    ("faults", "collective all_gather --topology ring:8 --bytes 1MB --fault 'link:0->1=down' --fault 'link:4->5=down'"),
+    ("faults", "run double_buffer --jitter cauchy:5%"),
+    ("faults", "run double_buffer --jitter uniform:90%"),
+    ("faults", "run double_buffer --jitter 5% --samples 0"),
 ]
 
 
