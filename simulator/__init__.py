@@ -18,6 +18,17 @@ The names below are the public API a user script needs; import them from here::
 """
 from simulator import analytic
 from simulator.collectives import run_collective, start_collective
+from simulator.engine.faults import (
+    ChipFail,
+    ChipPause,
+    ChipSlow,
+    FaultPlan,
+    Jitter,
+    LinkDegraded,
+    LinkDown,
+    LinkLatency,
+    applying,
+)
 from simulator.engine.system import System
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec, get_chip
@@ -33,7 +44,8 @@ from simulator.workloads.transformer import TransformerConfig, get_model
 __version__ = "0.1.0"
 
 __all__ = [
-    "ChipSpec", "Mesh", "Operand", "Parallelism", "PodsimError", "Result", "Step", "System", "TransformerConfig",
-    "analytic", "get_chip", "get_model", "plots", "run_collective", "run_steps", "sharded_matmul",
-    "simulate_decode", "simulate_train", "start_collective",
+    "ChipFail", "ChipPause", "ChipSlow", "ChipSpec", "FaultPlan", "Jitter", "LinkDegraded", "LinkDown", "LinkLatency",
+    "Mesh", "Operand", "Parallelism", "PodsimError", "Result", "Step", "System", "TransformerConfig", "analytic",
+    "applying", "get_chip", "get_model", "plots", "run_collective", "run_steps", "sharded_matmul", "simulate_decode",
+    "simulate_train", "start_collective",
 ]
