@@ -9,7 +9,7 @@ from it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from simulator.collectives.groups import Group
@@ -49,6 +49,7 @@ class Job:
     shard_units: int | None = None  #: numeric ring kinds: elements per shard position (None: timing, bytes)
     unit_bytes: float = 1.0  #: bytes of one unit of `simulator.collectives.layout` (an element, or a byte)
     layout: Any = None  #: ring kinds: the `simulator.collectives.layout.Layout` `Algorithm.prepare` chose
+    cache: dict[Any, Any] = field(default_factory=dict)  #: closed-form pieces an algorithm keeps between calls
 
     @property
     def group(self) -> Group:

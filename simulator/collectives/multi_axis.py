@@ -62,7 +62,8 @@ def prepare(job: Job, on_axis: OnAxis) -> None:
         candidates = [sequential(k)]
     else:
         beta = [_beta(job, on_axis, a) for a in range(k)] if k > 1 else [1.0]
-        candidates = [rotated(k)] + [(balanced(sizes, beta, stages), stages) for stages in stage_counts(k)]
+        candidates = ([rotated(k)] if k > 1 else []) + [(balanced(sizes, beta, stages), stages)
+                                                        for stages in stage_counts(k)]
     pricer = _Pricer(job, on_axis)
     best: tuple[float, Layout] | None = None
     for plan, stages in candidates:
@@ -94,7 +95,7 @@ class _Pricer:
 
     def __init__(self, job: Job, on_axis: OnAxis) -> None:
         self.job, self.on_axis = job, on_axis
-        self.profiles: dict[tuple[str, int, float], PhaseProfile] = {}
+        self.profiles: dict[tuple[str, int, float], PhaseProfile] = job.cache.setdefault("multi_axis", {})
 
     def time(self, layout: Layout) -> float:
         sizes = self.job.group.sizes
@@ -107,11 +108,11 @@ class _Pricer:
 
     def phase(self, what: str, a: int, units: tuple[int, int], unit_bytes: float) -> float:
         """Seconds of one phase along axis ``a`` moving bundles of ``units`` (first, second halves)."""
-        split = units[0] / sum(units) if sum(units) else 0.5
+        job = self.job
+        algorithm = self.on_axis(job.group.wraps[a])
+        split = units[0] / sum(units) if sum(units) and algorithm.splits(job.group.sizes[a]) else 0.5
         key = (what, a, split)
         if key not in self.profiles:
-            job = self.job
-            algorithm = self.on_axis(job.group.wraps[a])
             rings = [groups[0].ring(tuple(0 for _ in job.group.sizes), a) for groups in job.rings]
             per_step = algorithm.split_gather_units if what == "ag" else algorithm.split_reduce_units
             self.profiles[key] = chain_phase_profile(job.net, rings, algorithm.closed,

@@ -75,38 +75,40 @@ class PhaseProfile:
 def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: int, units: Units) -> PhaseProfile:
     """The `PhaseProfile` of chains run along ``rings`` at once (see `chain_phase_time`)."""
     step_units: dict[tuple[int, Any], float] = defaultdict(float)  # (step, physical link) -> units
-    routes = []
+    laid = []
     for ring in rings:
         n = len(ring.devices)
-        route = {(i, d): step_edges(net, ring, i, d) for i, d in ring_links(n, closed)}
-        routes.append((n, route))
-        for (i, d), edges in route.items():
-            for h in range(1, steps + 1):
-                carried = units(n, i, d, h)
-                for e in edges:
-                    step_units[(h, e)] += carried
+        links = ring_links(n, closed)
+        route = {(i, d): step_edges(net, ring, i, d) for i, d in links}
+        carried = {(i, d, h): units(n, i, d, h) for i, d in links for h in range(1, steps + 1)}
+        for (i, d, h), c in carried.items():
+            for e in route[(i, d)]:
+                step_units[(h, e)] += c
+        latency = {key: route_latency(net, edges) for key, edges in route.items()}
+        laid.append((n, route, latency, carried))
     bw = {e: net.graph.edges[e]["bandwidth_bytes_per_s"] for _, e in step_units}
+    per_byte = {(h, e): u / bw[e] for (h, e), u in step_units.items()}  # seconds per unit byte, per step
     work: dict[Any, float] = defaultdict(float)
-    for (_, e), u in step_units.items():
-        work[e] += u / bw[e]
-    chains = {c for n, route in routes for c in _chains(net, n, route, units, steps, step_units, bw)}
+    for (_, e), t in per_byte.items():
+        work[e] += t
+    chains = {c for n, route, latency, carried in laid for c in _chains(n, route, latency, carried, steps, per_byte)}
     return PhaseProfile(tuple(sorted(chains)), max(work.values(), default=0.0))
 
 
-def _chains(net: Network, n: int, route: dict[tuple[int, int], list[Any]], units: Units, steps: int,
-            step_units: dict[tuple[int, Any], float], bw: dict[Any, float]) -> list[tuple[float, float]]:
+def _chains(n: int, route: dict[tuple[int, int], list[Any]], latency: dict[tuple[int, int], float],
+            carried: dict[tuple[int, int, int], float], steps: int,
+            per_byte: dict[tuple[int, Any], float]) -> list[tuple[float, float]]:
     """(latency, seconds per unit byte) of every chain of one ring (see `chain_phase_time`)."""
     out = []
     for origin, d in ((o, d) for o in range(n) for d in (1, -1)):
-        latency, per_byte, i = 0.0, 0.0, origin
+        total, slope, i = 0.0, 0.0, origin
         for h in range(1, steps + 1):
-            if (i, d) not in route or units(n, i, d, h) <= 0:
+            if carried.get((i, d, h), 0.0) <= 0:
                 break
-            edges = route[(i, d)]
-            latency += route_latency(net, edges)
-            per_byte += max(step_units[(h, e)] / bw[e] for e in edges)
+            total += latency[(i, d)]
+            slope += max(per_byte[(h, e)] for e in route[(i, d)])
             i = (i + d) % n
-        out.append((latency, per_byte))
+        out.append((total, slope))
     return out
 
 
