@@ -18,9 +18,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import PodsimError, ScenarioError, UserScenarioError
+from simulator.errors import NonFiniteError, PodsimError, ScenarioError, UserScenarioError
 from simulator.hardware.specs import ChipSpec
-from simulator.report.result import Result
+from simulator.report.result import Result, jsonable
 from simulator.units import MAX_COUNT, check_bytes, parse_quantity, show
 
 _SUFFIX_KIND = (("_per_s", "bandwidth"), ("_s", "time"), ("_bytes", "bytes"), ("_flops", "flops_count"))
@@ -87,6 +87,12 @@ def run_scenario(module: types.ModuleType, kwargs: dict[str, Any]) -> Result:
         raise ScenarioError(f"{what}: run() returned {type(result).__name__} {show(result)}; run(**params) must "
                             "return a simulator.Result, e.g. Result(scenario='mine', params=params, "
                             "metrics=system.metrics())")
+    if user_file is not None:  # a user's inf is the user's to fix (in podsim's own scenarios it is a bug)
+        try:
+            jsonable(result.extra, strict=True, where="extra")
+        except NonFiniteError as err:
+            raise ScenarioError(f"scenario file {Path(user_file).name!r}: run() returned a Result whose {err}; give "
+                                "None (with a note) where a number has no finite value") from None
     return result
 
 
