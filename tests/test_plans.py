@@ -78,6 +78,7 @@ def test_compute_bound_above_c_over_w_and_communication_bound_below(axis):
         b = _backward_per_layer_s(512)
         assert below["exposed_comm_s"]["data"] == pytest.approx(8 * (per_layer - b) + b, rel=0.1)
     assert below["step_time_s"] == pytest.approx(below["closed_form_s"], rel=0.05)
+    assert below["simulated_memory_peak_bytes"] == pytest.approx(below["memory_per_chip_bytes"], rel=0.03)
 
 
 def test_fsdp_plus_model_minimum_batch_is_alpha_squared_over_2f():
@@ -116,6 +117,8 @@ def test_pipeline_bubble_is_p_minus_1_over_m_plus_p_minus_1(schedule, v):
     assert out["bubble_fraction"] == pytest.approx(book, abs=0.03)
     assert out["closed_form"]["bubble_fraction"] == pytest.approx(book, abs=0.005)
     assert out["step_time_s"] == pytest.approx(out["closed_form_s"], rel=0.06)
+    # the stash the closed form counts (M, p or Megatron's warm-up microbatches) is what the chips hold
+    assert out["simulated_memory_peak_bytes"] == pytest.approx(out["memory_per_chip_bytes"], rel=0.03)
 
 
 def test_1f1b_stashes_p_microbatches_where_gpipe_stashes_m():

@@ -25,10 +25,12 @@ import simpy
 
 from simulator.collectives import collective_groups, start_collective
 from simulator.hardware.specs import ChipSpec
+from simulator.workloads.budget import saved_activation_elements
 from simulator.workloads.plans.estimate import grad_comms, optimizer_work
+from simulator.workloads.plans.hbm import HbmLedger
 from simulator.workloads.plans.layout import MeshPlan, TrainOptions, check_train_plan
 from simulator.workloads.plans.links import build_system
-from simulator.workloads.plans.memory import stage_params
+from simulator.workloads.plans.memory import LOGIT_BYTES, per_chip_memory, saved_elements, stage_params
 from simulator.workloads.plans.ops import Comm, Op, Work, head_work, layer_work
 from simulator.workloads.plans.schedules import stage_layers, tasks, virtual_stage
 from simulator.workloads.transformer import TransformerConfig
@@ -56,6 +58,13 @@ class TrainStep:
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
         self.exposed: dict[str, float] = defaultdict(float)
         self.bubble_s = 0.0
+        self.batch, self.seq = batch, seq
+        self.hbm = HbmLedger(self.env)
+        tokens = self.act_bytes / (cfg.d_model * cfg.act_elem_bytes)  # per chip and microbatch
+        element = tokens * cfg.act_elem_bytes / plan.size("model")  # one element per token, model-sharded
+        self.saved = saved_elements(cfg, opts.checkpoint) * element  # one layer, one microbatch
+        self.rebuilt = saved_activation_elements(cfg) * element if opts.checkpoint != "none" else 0.0
+        self.logits = tokens / plan.size("model") * cfg.vocab_size * LOGIT_BYTES
         self.pipe_end: dict[Any, float] = {}
 
     def _stage(self, chip: Any) -> int:
@@ -142,20 +151,27 @@ class TrainStep:
         nbytes = self.layer.gather_bytes
         gather = Comm("all_gather", ("fsdp",), nbytes, "fsdp")
         ahead = self.collective(gather, chip, (*key, order[0], "gather")) if nbytes else None
+        self.hbm.add(chip, nbytes)  # gathered weights live from the gather's start to the layer's end
         for i, layer in enumerate(order):
             if ahead is not None:  # this layer's weights, then the next layer's while this one computes
                 yield from self.wait(ahead, "fsdp")
                 ahead = self.collective(gather, chip, (*key, order[i + 1], "gather")) if i + 1 < len(order) else None
+                self.hbm.add(chip, nbytes if ahead is not None else 0.0)
             ops = self.layer.forward if forward else self.layer.backward
+            self.hbm.add(chip, 0.0 if forward else self.rebuilt)
             for j, op in enumerate(ops):
                 yield from self.op(chip, op, (*key, layer, j), f"L{layer} {op.name}")
+            self.hbm.add(chip, (1 if forward else -1) * self.saved - (0.0 if forward else self.rebuilt) - nbytes)
             if not forward:
                 self._reduce(chip, grad_comms(self.plan, self.opts, *self.layer.grad_bytes, last=last),
                              (*key, layer), background)
 
     def _reduce(self, chip: Any, comms: Iterable[Comm], key: tuple, background: list) -> None:
         for i, c in enumerate(comms):
-            background.append((self.collective(c, chip, (*key, "grad", i)), c.axis))
+            event = self.collective(c, chip, (*key, "grad", i))
+            if c.kind == "reduce_scatter" and self.opts.zero >= 2:  # unreduced gradients live until it ends
+                self.hbm.release_when(chip, c.nbytes, event)
+            background.append((event, c.axis))
 
     # -- the program of one chip ---------------------------------------------------------------------------
     def program(self, chip: Any) -> Generator[Any, Any, None]:
@@ -171,12 +187,14 @@ class TrainStep:
                     yield from self.receive(chip, key)
                 yield from self.layers(chip, key, layers, True, False, background)
                 if vs == last_stage:
+                    self.hbm.add(chip, self.logits)
                     yield from self.op(chip, self.head_f, (*key, "head"), "lm head")
                 else:
                     self.send(chip, (vs + 1) % self.p, ("F", mb, vs + 1))
                 continue
             if vs == last_stage:
                 yield from self.op(chip, self.head_b, (*key, "head"), "lm head backward")
+                self.hbm.add(chip, -self.logits)
                 if mb == m - 1:
                     self._reduce(chip, grad_comms(self.plan, self.opts, self.head_grad, 0.0, last=True),
                                  (*key, "head"), background)
@@ -202,6 +220,8 @@ class TrainStep:
         """Simulate the step; the step time, busy fractions, bubble and exposed communication per axis."""
         self._index = {c.index: i for i, c in enumerate(self.system.chips)}
         for c in self.system.chips:
+            state = per_chip_memory(self.cfg, self.plan, self.opts, self.batch, self.seq, self.stage_of[c.index])
+            self.hbm.add(c.index, state["params_bytes"] + state["grads_bytes"] + state["optimizer_bytes"])
             self.system.process(self.program(c.index), f"chip {c.index} training step")
         self.system.run()
         step, n = self.env.now, len(self.system.chips)
@@ -215,4 +235,4 @@ class TrainStep:
                 "exposed_comm_s": {a: t / n for a, t in sorted(self.exposed.items())},
                 "busy_fraction": {u: v / step for u, v in busy.items() if not u.startswith("link")} if step else {},
                 "busiest_link_fraction": max(links) / step if links and step else 0.0,
-                "simulated_bytes": metrics["bytes"], "overlap_s": metrics["overlap_s"]}
+                "simulated_bytes": metrics["bytes"], "overlap_s": metrics["overlap_s"], **self.hbm.summary()}

@@ -6,6 +6,8 @@
 form beside it, ``mfu`` (model FLOPs without recomputation or padding / chips x peak x step),
 ``tokens_per_s``, ``bubble_fraction``, ``exposed_comm_s`` per mesh axis, the book's critical per-chip
 batches for this mesh (``critical_batch_per_chip``), and the cost when a price per chip-hour is given.
+A simulated step adds the busiest chip's HBM peak and timeline (``simulated_memory_peak_bytes``,
+``memory_timeline``: [seconds, bytes]) beside the closed-form ``memory_per_chip_bytes``.
 """
 from __future__ import annotations
 
