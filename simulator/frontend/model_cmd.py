@@ -148,6 +148,7 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     if args.topology:
         raise PodsimError("--topology is for --mode train; decode and prefill run on the chip's slice of the mesh")
     par = Parallelism(plan.size("data"), plan.size("model"))
+    calibrated = _calibrated(args)
     batch = parse_int(args.batch, name="--batch")
     contexts = [parse_tokens(c, name="--context", minimum=0) for c in args.context.split(",")]
     context = contexts[0] if len(contexts) == 1 else contexts
@@ -161,7 +162,7 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
         sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new,
                               kv_sharding=args.kv_sharding)
         out.update(sim.summary())
-        if _calibrated(args):  # the same step at the chip's fitted efficiencies, beside the ideal one
+        if calibrated:  # the same step at the chip's fitted efficiencies, beside the ideal one
             cal = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, trace=False,
                                   calibrated=True, kv_sharding=args.kv_sharding)
             out.update(calibrated_step_time_s=cal.env.now, calibrated_tokens_per_s=batch * new / cal.env.now)
@@ -241,7 +242,8 @@ def _print_train(out: dict[str, Any]) -> None:
           f"{out['grads_bytes'] / gib:.2f}, optimizer {out['optimizer_bytes'] / gib:.2f}, activations "
           f"{out['activations_bytes'] / gib:.2f}); fewest chips that hold it: {out['min_chips']}")
     print(f"  per chip {out['memory_per_chip_bytes'] / gib:.2f} GiB of {out['hbm_capacity_bytes'] / gib:.0f} GiB: "
-          + ("fits" if out["fits"] else "does NOT fit") + f" ({out['hbm_spare_bytes'] / gib:+.2f} GiB spare)")
+          + ("fits" if out["fits"] else "does NOT fit") + f" ({out['hbm_spare_bytes'] / gib:+.2f} GiB spare)"
+          + (f"; simulated peak {out['simulated_memory_peak_bytes'] / gib:.2f} GiB" if out["simulated"] else ""))
     exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in out["exposed_comm_s"].items()) or "none"
     print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}")
     if "calibrated_step_time_s" in out:
