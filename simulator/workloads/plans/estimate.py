@@ -4,8 +4,9 @@ Per device and microbatch, each op costs its `Work` time plus its exposed collec
 ``after`` in full, ``overlapped`` only beyond the work. FSDP (ZeRO-3) gathers each layer's weights one
 layer ahead, so a layer costs max(ops, AllGather) forward and max(ops, AllGather + ReduceScatter)
 backward (they share the links), and a task's first gather is exposed. A device's per-microbatch time
-T_s sums its chunks; the pipelined part takes M x max_s T_s + (p - 1) x mean_s T_s / v (v virtual
-stages; this is (M + p - 1) T for uniform stages: bubble (p - 1)/(M + p - 1)), plus 2 (p v - 1)
+T_s sums its chunks; the pipelined part takes (M v - 1) of the slowest chunks and then every stage's
+once: (M - 1/v) max_s T_s + sum_s T_s / v (v virtual stages; (M + p - 1) T for uniform stages, bubble
+(p - 1)/(M + p - 1), exact for GPipe with unequal stages), plus 2 (p v - 1)
 point-to-point transfers on the fill-and-drain path. Gradient reductions of the last microbatch run
 behind its backward pass; what they do not hide is exposed, then the optimizer update (HBM-bound) and,
 for ZeRO-1/2, the AllGather of the updated weights.
@@ -122,7 +123,8 @@ def train_estimate(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, layer: La
     if v > 1:
         last += (v - 1) * sum(chunk_s(layer, per_chunk, chip, links, plan, opts, None, exposed, float(m * (v - 1))))
     slowest, mean = max(first, last), (first * (p - 1) + last) / p
-    bubble = (p - 1) * mean / v
+    pipelined = m * slowest - slowest / v + p * mean / v  # (M v - 1) slowest chunks, then every stage's once
+    bubble = pipelined - m * mean  # each stage idles for what the others keep it waiting, on average
     transfers = 2 * (p * v - 1) * p2p_s if p > 1 else 0.0
     if p > 1:
         exposed["pipeline"] = transfers
@@ -140,9 +142,9 @@ def train_estimate(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, layer: La
     if plan.size("fsdp") > 1 and opts.zero in (1, 2):
         regather = comm_s(Comm("all_gather", ("fsdp",), held_params * weight_bytes, "fsdp"), links)
         exposed["fsdp"] = exposed.get("fsdp", 0.0) + regather
-    step = m * slowest + bubble + transfers + tail + opt + regather
-    return {"step_time_s": step, "pipelined_s": m * slowest + bubble, "bubble_s": bubble,
-            "bubble_fraction": bubble / (m * slowest + bubble) if p > 1 else 0.0,
+    step = pipelined + transfers + tail + opt + regather
+    return {"step_time_s": step, "pipelined_s": pipelined, "bubble_s": bubble,
+            "bubble_fraction": bubble / pipelined if p > 1 else 0.0,
             "bubble_fraction_book": bubble_fraction(opts.schedule, p, m, v), "p2p_s": p2p_s,
             "per_microbatch_s": {"first_stage": first, "last_stage": last}, "optimizer_s": opt,
             "exposed_comm_s": exposed, "exposed_comm_total_s": sum(exposed.values())}
