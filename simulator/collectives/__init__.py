@@ -13,6 +13,9 @@ The package, one concept per module:
   axis that does not wrap), all of them `RingAlgorithm` (``ring``), composed over several axes
   (``multi_axis``), for AllToAll (``all_to_all``) and for Broadcast (``broadcast``); ``timing``: the
   closed-form pieces they share;
+- ``layout``: how a ring algorithm cuts an AllGather / ReduceScatter / AllReduce array into parts and halves;
+  ``stages``: the multi-axis plans (parts sized so every axis ends together); ``tuner``: ``auto``, the
+  fastest applicable algorithm by closed form, and the alternatives every result lists;
 - ``bounds``: the topology's lower bound; ``api``: `plan_collective`, `run_collective`, `start_collective`.
 
 Numeric mode (``data``) carries real numpy arrays through the same schedule, so a result that matches

@@ -117,12 +117,6 @@ class RingAlgorithm(Algorithm):
             return f"no axis of the group ({sizes}) has a wraparound link"
         return why
 
-    def parts(self, kind: str, group: Group, multi_axis: str) -> int:
-        """One part per axis (``multi_axis="parallel"``), so every axis's links stay busy; else one."""
-        if multi_axis == "parallel" and kind not in ("all_to_all", "broadcast"):
-            return max(1, len(group.sizes))
-        return 1
-
     def prepare(self, job: Job) -> None:
         """AllGather, ReduceScatter, AllReduce: cut the array into the parts of the fastest multi-axis plan."""
         if job.kind in RING_KINDS:
