@@ -18,6 +18,7 @@ import simpy
 from simulator import analytic
 from simulator.collectives import run_collective
 from simulator.engine.system import System, resolve_chip
+from simulator.engine.watch import expect_events
 from simulator.errors import PodsimError
 from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype
 from simulator.report.result import Result
@@ -118,6 +119,9 @@ def run(*, n: int = 4, B: int = 4096, D: int = 8192, F: int = 16384, topology: s
             raise PodsimError(f"{name}={value} must be divisible by n={n}: each chip holds {name}/n of it")
     check_dtype(dtype)
     topology = topology or f"ring:{n}"
+    # the overlapped run's n^2 block sends and matmuls (about 5 n^2 events); the gathered run's AllGather
+    # announces its own 3 n^2 when it is scheduled
+    expect_events(5 * n * n, "use fewer chips (n)")
     fast, _ = overlapped(spec, topology, n, B, D, F, dtype, trace=trace)
     slow, gathered, _ = unoverlapped(spec, topology, n, B, D, F, dtype, trace=trace)
     peak = spec.peak_flops_per_s(dtype)

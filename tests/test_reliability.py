@@ -276,3 +276,37 @@ def test_progress_without_a_terminal_is_one_line_now_and_then():
     line = stream.getvalue()
     assert line.startswith("podsim: simulating: 1,234,567 of about 5,000,000 events, t=3.5 ms simulated, ")
     assert line.count("\n") == 1
+
+
+def test_progress_on_a_terminal_is_a_bar_of_events_against_the_estimate():
+    import io
+
+    from simulator.engine.watch import RunWatch
+    from simulator.frontend.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    progress = Progress(stream)
+    watch = RunWatch(estimate=2_000_000)
+    watch.started -= 5.0
+    watch.events, watch.now_s = 1_000_000, 2e-3
+    progress(watch)
+    progress.close()
+    drawn = stream.getvalue()
+    assert "simulating:  50%" in drawn and "1.00M/2.00M" in drawn and "t=2 ms simulated" in drawn
+
+
+def test_a_command_still_preparing_says_so():
+    import io
+
+    from simulator.engine.watch import RunWatch
+    from simulator.frontend.progress import Progress
+
+    stream = io.StringIO()
+    watch = RunWatch()
+    watch.started -= 12.0
+    Progress(stream)(watch)
+    assert stream.getvalue().startswith("podsim: preparing the run: 12 s, nothing simulated yet")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import IO, Any
@@ -19,6 +20,7 @@ from simulator.engine.watch import EVENTS_PER_S, LONG_RUN_EVENTS, RunWatch, curr
 from simulator.units import format_quantity
 
 DELAY_S = 1.0  #: runs shorter than this show nothing
+HEARTBEAT_S = 1.0  #: how often the display is redrawn while nothing reports (preparing a run)
 LINE_EVERY_S = 10.0  #: without a terminal, one progress line this often
 MAX_EVENTS = 50_000_000  #: a command's event budget (as `System`'s own guard): about ten minutes
 
@@ -26,12 +28,29 @@ __all__ = ["LONG_RUN_EVENTS", "Progress", "command_watch"]
 
 
 class Progress:
-    """Draws a command's progress on ``stream`` (stderr): the long-run warning, a bar or lines."""
+    """Draws a command's progress on ``stream`` (stderr): the long-run warning, a bar or lines.
+
+    Simulations report every `TICK` events; a heartbeat thread (`start`) also redraws once a second, so a
+    command that spends long preparing (building a huge topology, planning a collective) before its
+    first event says so too.
+    """
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stderr
         self.bar: Any = None
         self.last_line_s = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    def start(self, watch: RunWatch) -> None:
+        """Redraw every `HEARTBEAT_S` seconds from a daemon thread until `close`."""
+        def beat() -> None:
+            while not self._stop.wait(HEARTBEAT_S):
+                self(watch)
+
+        self._heartbeat = threading.Thread(target=beat, name="podsim progress", daemon=True)
+        self._heartbeat.start()
 
     def long_run(self, watch: RunWatch, hint: str) -> None:
         """The one warning before a long run: events, a rough duration, and ``hint``."""
@@ -44,20 +63,33 @@ class Progress:
         elapsed = time.monotonic() - watch.started
         if elapsed < DELAY_S:
             return
+        with self._lock:  # the run's ticks and the heartbeat thread
+            self._draw(watch, elapsed)
+
+    def _draw(self, watch: RunWatch, elapsed: float) -> None:
         if self.bar is None and _is_terminal(self.stream):
             self.bar = _tqdm_bar(self.stream)
         if self.bar is not None:
             self.bar.total = max(watch.estimate or 0, watch.events) or None
             self.bar.n = watch.events
+            self.bar.set_description_str("simulating" if watch.events else "preparing", refresh=False)
             self.bar.set_postfix_str(f"t={format_quantity(watch.now_s, 's')} simulated", refresh=False)
             self.bar.refresh()
         elif elapsed - self.last_line_s >= LINE_EVERY_S:
             self.last_line_s = elapsed
+            if not watch.events:
+                print(f"podsim: preparing the run: {elapsed:.0f} s, nothing simulated yet", file=self.stream,
+                      flush=True)
+                return
             of = f" of about {watch.estimate:,}" if watch.estimate else ""
             print(f"podsim: simulating: {watch.events:,}{of} events, t={format_quantity(watch.now_s, 's')} "
                   f"simulated, {elapsed:.0f} s", file=self.stream, flush=True)
 
     def close(self) -> None:
+        """Stop the heartbeat and clear the bar."""
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
         if self.bar is not None:
             self.bar.close()
             self.bar = None
@@ -84,6 +116,7 @@ def command_watch(stream: IO[str] | None = None) -> Iterator[RunWatch]:
     watch = current_watch() or RunWatch(max_events=MAX_EVENTS)
     watch.on_progress = watch.on_progress or progress
     watch.on_long_run = watch.on_long_run or progress.long_run
+    progress.start(watch)
     try:
         with watching(watch):
             yield watch
