@@ -1,9 +1,10 @@
 """Line: shards travel to both ends of an axis without wraparound (n - 1 steps, about twice a ring).
 
 Position i's shard goes n - 1 - i hops right and i hops left, so link i -> i+1 carries the i + 1 shards
-of positions 0..i, and the middle links are the busiest (n - 1 shards at the ends' links). A phase of
-shard s over uniform links takes ``(n - 1)(alpha + s / b)``. Every ring algorithm runs this on an axis
-that does not wrap; asked for by name it also runs on an axis that does, leaving the wraparound unused.
+of positions 0..i: the links into the two ends carry n - 1 shards, as an end chip (one link in) must
+receive. A phase of shard s over uniform links takes ``(n - 1)(alpha + s / b)``. Every ring algorithm
+runs this on an axis that does not wrap; asked for by name it also runs on an axis that does, leaving
+the wraparound unused.
 ReduceScatter runs the AllGather backwards: partial sums flow towards their owner, and each link
 serves the chains in a fixed order (farthest owner first), which keeps it at n - 1 steps.
 """
@@ -17,7 +18,7 @@ class Line(RingAlgorithm):
     """Shards go to both ends of each axis, never over a wraparound link."""
 
     name = "line"
-    summary = "line, both ends: n-1 steps, the middle links carry the most"
+    summary = "line, both ends: n-1 steps, n-1 shards on the links into the ends"
     topologies = TOPOLOGY_KINDS
     closed = False
     serial_reduce = True
