@@ -92,6 +92,7 @@ def run(*, B: int = 2048, D: int = 4096, F: int = 16384, M: int = 4, topology: s
         metrics=chosen_system.metrics(),
         extra={"strategies": rows, "chosen": best["name"], "verified": all(r.get("verified") for r in rows)
                if verify else None,
+               "placement": Mesh(parse_mesh(mesh_text), chosen_system.graph).describe()["placement"],
                "speedup_over_gathering_h": naive["time_s"] / best["time_s"]},
         trace=chosen_system.trace,
         headline=(f"{best['name']} wins: {best['time_s'] * 1e6:.4g} us vs {naive['time_s'] * 1e6:.4g} us gathering H "

@@ -33,15 +33,15 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
     """One step of ``model``: decode (one new token per request after ``context`` cached ones),
     prefill (``prompt`` new tokens per request) or train (``seq`` tokens per sequence; any of the six mesh
     axes, ``microbatches`` through a ``schedule``, ``checkpoints_per_layer`` K or a policy; ``recompute``
-    is the ``full`` policy). With ``calibrated`` the step also runs at the chip's fitted efficiencies."""
+    is the ``full`` policy). With ``calibrated`` the step also runs at the chip's fitted efficiencies.
+    ``topology`` (a spec) chooses the hardware; by default the mesh lies on the chip's real slice of that
+    many chips, and the result says where (``topology``, ``placement``: each mesh axis's physical axes)."""
     if mode not in MODES:
         raise PodsimError(f"mode={mode!r}; valid modes: {', '.join(MODES)}")
     spec, cfg = resolve_chip(chip), get_model(model)
     if mode == "train":
         return _train(cfg, spec, batch, seq, mesh, recompute, require_fit, calibrated, microbatches, schedule,
                       checkpoints_per_layer, topology, price_per_chip_hour, trace)
-    if topology:
-        raise PodsimError("topology is for mode=train; decode and prefill run on the chip's slice of the mesh")
     plan = parse_plan_mesh(mesh)
     others = [a for a in plan.used if a not in ("data", "model")]
     if others:
@@ -52,7 +52,7 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
 
     def simulate(cal: bool) -> Any:
         return simulate_decode(cfg, spec, batch, context, par, new_tokens=new, trace=trace, calibrated=cal,
-                               kv_sharding=kv_sharding)
+                               kv_sharding=kv_sharding, topology=topology or None)
 
     budget = decode_budget(cfg, spec, batch, context, par, new_tokens=new, kv_sharding=kv_sharding,
                            compute_dtype=compute_dtype or None)
@@ -71,7 +71,7 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
         scenario="transformer_step",
         params=dict(model=model, mode=mode, batch=batch, context=context, prompt=prompt, seq=seq, mesh=mesh,
                     recompute=recompute, calibrated=calibrated, chip=spec.name, kv_sharding=kv_sharding,
-                    compute_dtype=compute_dtype),
+                    compute_dtype=compute_dtype, topology=topology),
         metrics=sim.system.metrics(), extra=extra, trace=sim.system.trace,
         headline=_headline(mode, model, summary, budget),
     )
@@ -103,7 +103,8 @@ def _train(cfg: Any, spec: ChipSpec, batch: int, seq: int, mesh: str, recompute:
     summary = {k: out[k] for k in ("step_time_s", "busy_fraction", "busiest_link_fraction", "simulated_bytes",
                                     "overlap_s", "bubble_fraction", "exposed_comm_s", "mfu", "tokens_per_s")}
     extra: dict[str, Any] = {"budget": budget, **summary, "closed_form_s": out["closed_form_s"],
-                             "vs_lower_bound": out["step_time_s"] / lower}
+                             "vs_lower_bound": out["step_time_s"] / lower, "topology": out["topology"],
+                             "placement": out["placement"]}
     for key in ("cost_per_step_usd", "cost_per_million_tokens_usd"):
         if key in out:
             extra[key] = out[key]

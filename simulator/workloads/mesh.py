@@ -10,6 +10,9 @@ physical axes whose lengths multiply to its size (``X=16`` on a 4x4 torus spans 
 topology without axes) logical coordinates enumerate the chips in index order. Size-1 logical axes
 take no physical axis. On slices over DCN (``multislice:K:AxB``) physical axis 0 is the slices, so the
 first logical axis of size K (e.g. ``dcn=2`` or ``data=2``) is data parallelism over slices.
+
+Without a topology (`default_topology_for`) a mesh is laid on hardware that exists: the chip's real slice
+shapes (``model=4`` on a v5e is a 2x2 slice, ``model=16`` on a v5p a 2x2x4 slice) or NVLink nodes of 8 GPUs.
 """
 from __future__ import annotations
 
@@ -23,11 +26,14 @@ import networkx as nx
 
 from simulator.errors import PodsimError
 from simulator.units import parse_int, show
+from topologies.shapes import orientations, slice_shapes
 
 _AXIS = re.compile(r"^\s*(?P<name>[A-Za-z][A-Za-z0-9_]*)\s*=\s*(?P<size>\d+)\s*(?:@\s*(?P<phys>\d+(?:\+\d+)*))?\s*$",
                    re.ASCII)  # ASCII digits only: "X=²" is not a size
 MAX_DEVICES = 10**6  #: devices a mesh may have; more chips than any topology podsim builds
 
+
+GPUS_PER_NODE = 8  #: GPUs an NVLink switch joins in one node (H100/H200/B200 HGX)
 
 @dataclass(frozen=True)
 class MeshSpec:
@@ -138,6 +144,12 @@ class Mesh:
         phys = self.placement[self.index(name)]
         return not self.shape or len(phys) != 1 or self.wrap[phys[0]]
 
+    def describe(self) -> dict[str, Any]:
+        """Where the mesh lies, for results: the topology as a spec string and each logical axis's physical
+        axes (``[]`` for a size-1 axis, or on a topology without axes, where chips go in index order)."""
+        return {"topology": self.graph.graph.get("spec"),
+                "placement": {n: list(p) for n, p in zip(self.names, self.placement, strict=True)}}
+
     def physical_axes(self, name: str) -> tuple[int, ...]:
         return self.placement[self.index(name)]
 
@@ -149,18 +161,14 @@ class Mesh:
         return self._in_order()
 
     def _in_order(self) -> tuple[tuple[int, ...], ...]:
-        out, axis = [], 0
-        for name, size in zip(self.names, self.sizes, strict=True):
-            taken: list[int] = []
-            while math.prod(self.shape[a] for a in taken) < size and axis < len(self.shape):
-                taken.append(axis)
-                axis += 1
-            if math.prod(self.shape[a] for a in taken) != size:
-                raise PodsimError(f"mesh {self.text}: axis {name}={size} does not match the physical axes "
-                                  f"{'x'.join(map(str, self.shape))} in order; place it explicitly, "
-                                  f"e.g. {name}={size}@1")
-            out.append(tuple(taken))
-        return tuple(out)
+        placement = place_in_order(self.sizes, self.shape)
+        if placement is None:
+            fits = "x".join(str(s) for s in self.sizes if s > 1) or "1"
+            raise PodsimError(f"mesh {self.text} does not match the physical axes {'x'.join(map(str, self.shape))}"
+                              f" in order (each logical axis takes whole consecutive physical axes); place it "
+                              f"explicitly (e.g. {self.names[0]}={self.sizes[0]}@1) or use a topology of shape "
+                              f"{fits} (e.g. torus:{fits})")
+        return placement
 
     def _explicit(self) -> tuple[tuple[int, ...], ...]:
         out, used = [], set()
@@ -197,22 +205,54 @@ def _is_grid(graph: nx.DiGraph) -> bool:
     return graph.graph.get("kind") in ("torus", "ring", "line", "mesh", "multislice") and bool(graph.graph.get("shape"))
 
 
+def place_in_order(sizes: tuple[int, ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...] | None:
+    """Physical axes of ``shape`` each logical axis takes, in order: consecutive axes whose lengths
+    multiply to its size (a size-1 axis takes none). None when the sizes do not fall on axis boundaries."""
+    out, axis = [], 0
+    for size in sizes:
+        taken: list[int] = []
+        while math.prod(shape[a] for a in taken) < size and axis < len(shape):
+            taken.append(axis)
+            axis += 1
+        if math.prod(shape[a] for a in taken) != size:
+            return None
+        out.append(tuple(taken))
+    return tuple(out)
+
+
 def default_topology_for(mesh: MeshSpec, chip: Any) -> str:
-    """The topology a mesh runs on when none is given: the chip's slice of the mesh's shape
-    (size-1 axes dropped), or an NVLink switch of that many GPUs."""
-    if getattr(chip, "wraparound", "") == "switch":
-        return f"switch:{mesh.n_devices}"
-    if any(p is not None for p in mesh.placement):  # explicit placement: physical axis k gets its size
-        lengths: dict[int, int] = {}
-        for size, phys in zip(mesh.sizes, mesh.placement, strict=True):
-            if phys is None or len(phys) != 1:
-                raise PodsimError(f"mesh {','.join(mesh.names)}: with explicit placement and no --topology, place "
-                                  "every axis on exactly one physical axis (e.g. X=4@1,Y=2@0)")
-            lengths[phys[0]] = size
-        if sorted(lengths) != list(range(len(lengths))):
-            raise PodsimError(f"mesh placement uses physical axes {sorted(lengths)}; without --topology they must "
-                              f"be 0..{len(lengths) - 1}")
-        dims = [lengths[k] for k in range(len(lengths))]
-    else:
-        dims = [s for s in mesh.sizes if s > 1] or [1]
-    return "slice:" + "x".join(map(str, dims))
+    """The topology a mesh runs on when none is given: hardware that exists, holding the mesh's axes.
+
+    - GPUs: one NVLink switch of up to 8; beyond that, NVLink nodes of 8 joined by InfiniBand.
+    - TPUs: the most cube-like real slice of that many chips (`topologies.shapes.slice_shapes`: v5e/v6e
+      2-D up to 16x16, v4/v5p/tpu7x 3-D with wraparound on full cubes), in the first axis order whose
+      axes the mesh's logical axes take in order (``model=4`` on a v5e is a 2x2 slice, not a 1x4 line).
+    - Explicit placement (``X=4@1,Y=2@0``): physical axis k gets the length of the axis placed on it.
+    - Otherwise (no real slice of that size fits the mesh's axes): a slice of the mesh's own shape, size-1
+      axes dropped.
+    """
+    n = mesh.n_devices
+    rule = getattr(chip, "wraparound", "")
+    if rule == "switch":
+        return f"switch:{n}" if n <= GPUS_PER_NODE or n % GPUS_PER_NODE else f"nodes:{n // GPUS_PER_NODE}:8"
+    if any(p is not None for p in mesh.placement):
+        return "slice:" + "x".join(map(str, _explicit_lengths(mesh)))
+    for shape in slice_shapes(n, rule) if rule in ("length16", "multiple4") else []:
+        for laid in orientations(tuple(a for a in shape if a > 1) or (1,)):
+            if place_in_order(mesh.sizes, laid) is not None:
+                return "slice:" + "x".join(map(str, laid))
+    return "slice:" + "x".join(str(s) for s in mesh.sizes if s > 1) if n > 1 else "slice:1"
+
+
+def _explicit_lengths(mesh: MeshSpec) -> list[int]:
+    """Physical axis lengths an explicitly placed mesh asks for (each axis on exactly one physical axis)."""
+    lengths: dict[int, int] = {}
+    for size, phys in zip(mesh.sizes, mesh.placement, strict=True):
+        if phys is None or len(phys) != 1:
+            raise PodsimError(f"mesh {','.join(mesh.names)}: with explicit placement and no --topology, place "
+                              "every axis on exactly one physical axis (e.g. X=4@1,Y=2@0)")
+        lengths[phys[0]] = size
+    if sorted(lengths) != list(range(len(lengths))):
+        raise PodsimError(f"mesh placement uses physical axes {sorted(lengths)}; without --topology they must "
+                          f"be 0..{len(lengths) - 1}")
+    return [lengths[k] for k in range(len(lengths))]

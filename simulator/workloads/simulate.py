@@ -134,13 +134,13 @@ class StepSimulation:
     """One simulated step: the system, its per-chip step lists and the collectives between them."""
 
     def __init__(self, cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, trace: bool,
-                 calibrated: bool = False) -> None:
+                 calibrated: bool = False, topology: str | None = None) -> None:
         self.cfg, self.spec, self.par = cfg, spec, par
-        if par.chips == 1:
+        if par.chips == 1 and topology is None:
             self.system, self.mesh = System(spec, trace=trace, calibrated=calibrated), None
         else:
             mesh_spec = MeshSpec(("data", "model"), (par.data, par.model), (None, None))
-            self.system = System(spec, topology=default_topology_for(mesh_spec, spec), trace=trace,
+            self.system = System(spec, topology=topology or default_topology_for(mesh_spec, spec), trace=trace,
                                  calibrated=calibrated)
             self.mesh = Mesh(mesh_spec, self.system.graph)
         self.env = self.system.env
@@ -200,9 +200,10 @@ class StepSimulation:
         busy = metrics["busy_s"] or {}  # empty when tracing was off
         units = {u: v / step for u, v in busy.items() if not u.startswith("link")} if step else {}
         links = [v for u, v in busy.items() if u.startswith("link")]
+        where = self.mesh.describe() if self.mesh is not None else {"topology": None, "placement": {}}
         return {"step_time_s": step, "busy_fraction": units,
                 "busiest_link_fraction": max(links) / step if links and step else 0.0,
-                "simulated_bytes": metrics["bytes"], "overlap_s": metrics["overlap_s"]}
+                "simulated_bytes": metrics["bytes"], "overlap_s": metrics["overlap_s"], **where}
 
 
 def _replace(step: Step, **changes: Any) -> Step:
@@ -219,7 +220,7 @@ def _split_contexts(contexts: list[int], data: int) -> list[list[int]]:
 def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, context: int | Sequence[int] = 0,
                     par: Parallelism | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
                     new_tokens: int = 1, trace: bool = True, calibrated: bool = False,
-                    kv_sharding: str = "heads") -> StepSimulation:
+                    kv_sharding: str = "heads", topology: str | None = None) -> StepSimulation:
     """Simulate one decode step (``new_tokens=1``) or a prefill of ``new_tokens`` per request.
 
     ``kv_sharding`` (`simulator.workloads.budget.kv_share_per_chip`) sets how much of the KV cache each
@@ -228,13 +229,15 @@ def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, cont
 
     ``calibrated`` runs matmuls, HBM and collectives at the chip's fitted efficiencies
     (`simulator.hardware.calibration`; see `simulator.collectives.start_collective` for overlapping collectives).
+    ``topology`` (a spec) chooses the hardware; by default the mesh lies on the chip's real slice of that many
+    chips (`simulator.workloads.mesh.default_topology_for`).
     """
     par = par or Parallelism()
     cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
     check_layout(cfg, par, batch)
     contexts = request_contexts(batch, context)
     positive_int(new_tokens, name="new_tokens")
-    sim = StepSimulation(cfg, spec, par, trace, calibrated)
+    sim = StepSimulation(cfg, spec, par, trace, calibrated, topology)
     kv_heads = kv_share_per_chip(cfg, par, batch, kv_sharding)[0] * cfg.n_kv_heads * par.data
     groups = []
     for ctx in _split_contexts(contexts, par.data):

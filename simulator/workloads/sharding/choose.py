@@ -48,7 +48,7 @@ def sharded_matmul(spec: str | MatmulSpec, sizes: dict[str, int], mesh: str, chi
         raise PodsimError(f"{spec}: no strategy reaches this output sharding from these inputs")
     rows = [_price(s, spec, sizes, *fresh(), dtype) for s in candidates]
     best = min(range(len(rows)), key=lambda n: (rows[n]["analytic_s"], n))
-    out = {"spec": str(spec), "mesh": probe.text, "topology": str(topology), "sizes": dict(sizes),
+    out = {"spec": str(spec), "mesh": probe.text, **probe.describe(), "sizes": dict(sizes),
            "strategies": rows, "chosen": rows[best]["name"], "verified": None, "concatenation_fails": None}
     if verify:
         small = verification_sizes(spec, probe, sizes)
