@@ -56,6 +56,9 @@ class IncompleteRunError(DeadlockError):
         super().__init__(message)
         self.incomplete, self.failed, self.stopped_at_s = incomplete, failed, stopped_at_s
 
+    def __reduce__(self) -> tuple:  # a worker process's error, sent back whole
+        return type(self), (str(self), self.incomplete, self.failed, self.stopped_at_s)
+
 
 class SimulationInterrupted(KeyboardInterrupt):
     """Ctrl-C during a simulation; the message says what was simulated so far (the CLI exits with 130)."""

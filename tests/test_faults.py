@@ -6,6 +6,7 @@ tests: a fault never makes a run faster than no fault, chip faults never make a 
 a failed chip never hangs, the same seed gives the same trace.
 """
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -173,6 +174,7 @@ def test_a_failed_chip_reports_what_can_no_longer_complete():
     with pytest.raises(IncompleteRunError, match=r"failed chip 5 at t=0 s: .*all_gather") as err:
         run_collective("all_gather", system, 16e6)
     assert err.value.failed == {5: 0.0} and err.value.incomplete["all_gather"] > 0
+    assert pickle.loads(pickle.dumps(err.value)).incomplete == err.value.incomplete  # from a worker process, whole
     with pytest.raises(IncompleteRunError, match="forward\\+backward"):
         dp_step(faults=[ChipFail(3)])
     late = run_collective("all_gather", System("tpu-v5e", topology="torus:8", faults=[ChipFail(5, at_s=1.0)]), 16e6)

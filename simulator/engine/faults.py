@@ -14,7 +14,8 @@ together). `apply_to_graph` writes them into a copy of the topology graph before
   what still applies; its positions start after the break (``graph["origin"]``), so the line never needs
   the dead cable. ``graph["links_wrap"]`` keeps the cabling for routing.
 - `LinkDegraded` scales the cable's bandwidth by ``fraction``; `LinkLatency` adds ``extra_s`` per hop.
-- `ChipFail` marks the chip (``graph["failed_chips"]``): routes go round it where they can.
+- `ChipFail` at t = 0 marks the chip (``graph["failed_chips"]``): routes go round it where they can. Routes
+  are chosen once, so a chip that fails later takes the messages crossing it down with it.
 
 Chip faults and jitter act on the running units (`simulator.engine.disturb`).
 """
@@ -257,7 +258,7 @@ def apply_to_graph(graph: nx.DiGraph, faults: Sequence[Fault]) -> tuple[nx.DiGra
     wrap = list(g.graph.get("wrap", ()))
     origin = [0] * len(wrap)
     applied: list[dict[str, Any]] = []
-    failed = sorted({resolve_node(g, f.chip) for f in faults if isinstance(f, ChipFail)}, key=str)
+    failed = sorted({resolve_node(g, f.chip) for f in faults if isinstance(f, ChipFail) and f.at_s == 0}, key=str)
     for f in faults:
         if isinstance(f, CHIP_FAULTS):
             applied.append(chip_record(f, resolve_node(g, f.chip)))
