@@ -153,6 +153,13 @@ CASES: list[tuple[str, str]] = [
     ("faults", "run double_buffer --jitter cauchy:5%"),
     ("faults", "run double_buffer --jitter uniform:90%"),
     ("faults", "run double_buffer --jitter 5% --samples 0"),
+    # abstract models and whole-run projections (issue 21)
+    ("model configs", "model --params 7e9 --chip tpu-v5e"),
+    ("model configs", "model --params 7e9 --kv-bytes-per-token 5e5 --batch 3 --mesh data=2"),
+    ("model configs", "model --params 7e9 --mode train --tokens-total 1e12"),
+    ("model configs", "model --params 7e9 --mode train --tokens-total 1e12 --assume-mfu 1.5"),
+    ("model configs", "model gpt2 --tokens-total 1e9"),
+    ("model configs", "model gpt2 --mode train --mesh data=2 --batch 2 --tokens-total 1e9 --chips 8"),
 ]
 
 

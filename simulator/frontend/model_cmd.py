@@ -54,6 +54,14 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--kv-dtype", help=f"one of {', '.join(DTYPE_BYTES)}")
     p.add_argument("--compute-dtype", help="MXU rate: bf16 (weight-only quantization) or int8/fp8 (default: "
                                            "8-bit when the weights are)")
+    p.add_argument("--params", metavar="N", help="an abstract model of N parameters instead of a preset (with "
+                                                  "--kv-bytes-per-token for decode and prefill)")
+    p.add_argument("--kv-bytes-per-token", metavar="BYTES", help="abstract model: KV-cache bytes per token, all "
+                                                                  "layers (e.g. 100e3 or 100kB)")
+    p.add_argument("--tokens-total", metavar="T", help="train: project a whole run of T tokens (time_to_train_s)")
+    p.add_argument("--assume-mfu", metavar="F", help="train: project at this utilisation, 6 N T / (chips peak F), "
+                                                     "as the book estimates")
+    p.add_argument("--chips", metavar="N", help="train: chips the run is projected on (default: the mesh's)")
     p.add_argument("--price-per-chip-hour", metavar="USD", help="price of one chip-hour, for the cost of a step")
     p.add_argument("--no-simulate", action="store_true", help="closed forms only (skip the simulated step)")
     p.add_argument("--calibrated", action="store_true", help="also simulate at the chip's fitted efficiencies, "
@@ -63,13 +71,17 @@ def add_model_parser(sub: Any) -> None:
 
 
 def model_config(args: argparse.Namespace) -> Any:
-    """The model named by PRESET, --config or --hf-config (exactly one)."""
+    """The model named by PRESET, --config or --hf-config (exactly one); None for an abstract --params N."""
     from simulator.workloads import transformer
 
-    given = [x for x in (args.preset, args.config, args.hf_config) if x]
+    params = getattr(args, "params", None)  # `podsim plan` shares this and has no --params
+    given = [x for x in (args.preset, args.config, args.hf_config, params) if x]
     if len(given) != 1:
-        raise PodsimError("give exactly one of PRESET, --config F.toml or --hf-config config.json; presets: "
-                          + ", ".join(transformer.PRESETS))
+        choices = ("PRESET, --config F.toml, --hf-config config.json or --params N" if hasattr(args, "params")
+                   else "PRESET, --config F.toml or --hf-config config.json")
+        raise PodsimError(f"give exactly one of {choices}; presets: " + ", ".join(transformer.PRESETS))
+    if params is not None:
+        return None  # an abstract model (`simulator.frontend.model_projection`)
     if args.config:
         return transformer.load_config_file(args.config)
     if args.hf_config:
@@ -93,12 +105,23 @@ def cmd_model(args: argparse.Namespace) -> None:
         return
     if args.mode not in MODES:
         raise PodsimError(f"--mode {args.mode!r}; valid modes: {', '.join(MODES)}")
-    cfg, chip = model_config(args), _chip(args)
-    out = _train(args, cfg, chip) if args.mode == "train" else _serve(args, cfg, chip)
+    from simulator.frontend import model_projection as projection
+
+    cfg = model_config(args)
+    projection.check_flags(args)
+    chip = _chip(args)
+    if cfg is None:
+        out = projection.abstract_model(args, chip, _price(args))
+    else:
+        out = _train(args, cfg, chip) if args.mode == "train" else _serve(args, cfg, chip)
+        projection.add_projection(args, out, cfg, chip, _price(args))
     if args.json:
         print(dumps_json(out))
+    elif out.get("abstract") and args.mode == "train":
+        projection.print_projection(out)
     elif args.mode == "train":
         _print_train(out)
+        projection.print_projection(out)
     else:
         _print_model(out)
 

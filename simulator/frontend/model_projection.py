@@ -1,0 +1,121 @@
+"""``podsim model`` for abstract models (``--params N``) and whole-run projections (``--tokens-total T``).
+
+The closed forms live in `simulator.workloads.projection`; this module reads the flags, checks they
+make sense together and prints the projection.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from simulator.errors import PodsimError
+from simulator.units import format_quantity, parse_int, parse_positive, parse_tokens
+
+MAX_PROJECTED_CHIPS = 10**7  #: chips a projected run may use (the book's estimates reach 10^5)
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse flag combinations with no meaning, naming what would work."""
+    projecting = [f for f, v in (("--tokens-total", args.tokens_total), ("--assume-mfu", args.assume_mfu),
+                                 ("--chips", args.chips)) if v is not None]
+    if projecting and args.mode != "train":
+        raise PodsimError(f"{projecting[0]} projects a training run; add --mode train")
+    if projecting and args.tokens_total is None:
+        raise PodsimError(f"{projecting[0]} sizes a whole-run projection; give --tokens-total T (e.g. 1e12)")
+    if args.params is None:
+        if args.kv_bytes_per_token is not None:
+            raise PodsimError("--kv-bytes-per-token describes an abstract model; give --params N with it, or drop it "
+                              "for a preset or config")
+        return
+    if args.mode != "train" and args.kv_bytes_per_token is None:
+        raise PodsimError(f"--params N in --mode {args.mode} needs --kv-bytes-per-token BYTES (all layers' K and V "
+                          "of one token, e.g. 100e3)")
+    if args.mode == "train" and (args.tokens_total is None or args.assume_mfu is None):
+        raise PodsimError("--params N in --mode train projects a run from an assumed utilisation: give "
+                          "--tokens-total T and --assume-mfu F (e.g. 0.4)")
+    if args.kv_dtype:
+        raise PodsimError("--kv-dtype has no meaning with --kv-bytes-per-token, which already gives bytes; drop it")
+
+
+def abstract_model(args: argparse.Namespace, chip: Any, price: float | None) -> dict[str, Any]:
+    """The budget (decode, prefill) or projection (train) of ``--params N``."""
+    from simulator.workloads.budget import parse_parallelism
+    from simulator.workloads.projection import abstract_budget, check_params, train_projection
+
+    params = check_params(parse_positive(args.params, "number", name="--params"))
+    if args.mode == "train":
+        mfu = parse_positive(args.assume_mfu, "number", name="--assume-mfu")
+        chips = _chips(args)
+        out = {"model": f"abstract {params / 1e9:.4g}B", "chip": chip.name, "mode": "train", "abstract": True,
+               "params_total": params, "chips": chips,
+               **train_projection(_tokens_total(args), params, chips, chip.peak_flops_per_s("bf16"), mfu,
+                                  price_per_chip_hour=price)}
+        out["tokens_per_s"] = out["tokens_total"] / out["time_to_train_s"]
+        return out
+    par = parse_parallelism(args.mesh)
+    if args.topology:
+        raise PodsimError("--topology is for --mode train; decode and prefill run on the chip's slice of the mesh")
+    batch = parse_int(args.batch, name="--batch", maximum=1_000_000)
+    contexts = [parse_tokens(c, name="--context", minimum=0) for c in args.context.split(",")]
+    if len(contexts) == 1:
+        contexts = contexts * batch
+    elif len(contexts) != batch:
+        raise PodsimError(f"got {len(contexts)} context lengths for batch={batch}; give one per request")
+    new = 1 if args.mode == "decode" else parse_tokens(args.seq or "1024", name="--seq", maximum=2**24)
+    kv = parse_positive(args.kv_bytes_per_token, "bytes", name="--kv-bytes-per-token")
+    out = abstract_budget(params, kv, chip, batch, contexts, par.data, par.model, args.weight_dtype, new,
+                          args.compute_dtype)
+    step = out["lower_bound_s"]
+    out.update(mode=args.mode, step_time_s=None, simulated=False, tokens_per_s=batch * new / step)
+    if price is not None:
+        cost = price * par.chips * step / 3600
+        out.update(cost_per_step_usd=cost, cost_per_million_tokens_usd=cost / (batch * new) * 1e6)
+    return out
+
+
+def add_projection(args: argparse.Namespace, out: dict[str, Any], cfg: Any, chip: Any, price: float | None) -> None:
+    """Add the whole-run projection of ``--tokens-total`` to a training step's report ``out``."""
+    from simulator.workloads.projection import train_projection
+
+    if args.tokens_total is None:
+        return
+    mfu = None if args.assume_mfu is None else parse_positive(args.assume_mfu, "number", name="--assume-mfu")
+    chips = _chips(args, out["chips"])
+    if mfu is None and chips != out["chips"]:
+        raise PodsimError(f"--chips {chips}, but the simulated step runs on {out['chips']} chip(s); give a --mesh of "
+                          f"{chips} chips, or --assume-mfu F to project from an assumed utilisation")
+    same = chips == out["chips"]
+    out.update(train_projection(_tokens_total(args), cfg.params(active=True), chips, chip.peak_flops_per_s("bf16"),
+                                mfu, out["step_time_s"] if same else None, out["batch"] * out["seq"], price))
+
+
+def _chips(args: argparse.Namespace, default: int | None = None) -> int:
+    if args.chips is not None:
+        return parse_int(args.chips, name="--chips", maximum=MAX_PROJECTED_CHIPS)
+    if default is not None:
+        return default
+    from simulator.workloads.plans import parse_plan_mesh
+
+    plan = parse_plan_mesh(args.mesh)
+    chips = 1
+    for axis in plan.used:
+        chips *= plan.size(axis)
+    return chips
+
+
+def _tokens_total(args: argparse.Namespace) -> float:
+    return parse_positive(args.tokens_total, "number", name="--tokens-total")
+
+
+def print_projection(out: dict[str, Any]) -> None:
+    """One or two lines: the projected run, its basis, chip-hours and cost."""
+    if "time_to_train_s" not in out:
+        return
+    if out.get("abstract"):
+        print(f"{out['model']} training on {out['chips']} x {out['chip']}")
+    print(f"  {out['tokens_total']:.4g} tokens ({out['train_flops']:.4g} FLOP = 6 N T) on {out['projection_chips']} "
+          f"chips: {format_quantity(out['time_to_train_s'], 's')} = {out['time_to_train_days']:.4g} days "
+          f"({out['projection_basis']}), {out['chip_hours']:,.4g} chip-hours"
+          + (f", ${out['cost_usd']:,.2f}" if "cost_usd" in out else ""))
+    if "time_to_train_from_step_s" in out and "assumed_mfu" in out:
+        print(f"  from the step instead: {out['steps']:,} steps, {out['time_to_train_from_step_s'] / 86400:.4g} days")
