@@ -80,7 +80,7 @@ def test_alike_axes_take_equal_parts_in_k_stages(topology, k, n_axis, kind):
 
 
 @pytest.mark.parametrize("topology", ["torus:4x8", "torus:3x5", "torus:2x16", "torus:4x4x8", "torus:2x3x16",
-                                      "slice:8x16", "mesh:3x5", "torus:4x4"])
+                                      "slice:4x16", "mesh:3x5", "torus:4x4"])
 @pytest.mark.parametrize("kind", RING_KINDS)
 def test_stages_match_the_formula_and_reach_the_ingress_bound(topology, kind):
     system = System("tpu-v5e", topology=topology, trace=False)
@@ -118,7 +118,7 @@ def test_more_stages_only_where_they_pay():
     assert small.job.layout.stages == 2 < large.job.layout.stages
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(sizes=st.lists(st.integers(2, 16), min_size=1, max_size=3), kind=st.sampled_from(RING_KINDS),
        scale=st.floats(0.5, 4.0))
 def test_every_wrapped_torus_reaches_the_ingress_bound(sizes, kind, scale):
