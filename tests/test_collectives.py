@@ -112,7 +112,8 @@ def test_switch_ring_goes_through_the_switch_port():
     assert r.time_s == pytest.approx(7 * (2 * A + V / (8 * egress)), rel=1e-9)
 
 
-@pytest.mark.parametrize("topology", ["torus:4x4", "torus:3x5", "torus:4x4x4", "torus:4x3x5", "torus:6x4"])
+@pytest.mark.parametrize("topology", ["torus:4x4", "torus:3x5", "torus:4x4x4", "torus:4x3x5", "torus:6x4",
+                                      "torus:2x4", "torus:2x3x2"])  # an axis of 2 is one link: alike both ways
 @pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter", "all_reduce"])
 def test_reduced_simulation_gives_the_full_simulation_time(topology, kind):
     full, reduced = (_run(kind, topology, 3e8, mode=m) for m in ("full", "reduced"))
