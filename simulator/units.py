@@ -203,6 +203,30 @@ def parse_int(text: str | int, *, name: str, minimum: int = 1, maximum: int = MA
     return value
 
 
+_TOKEN_BINARY = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<prefix>Ki|Mi|Gi)\s*$", re.A)
+_TOKEN_DECIMAL = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<prefix>[kKMG])\s*$", re.A)
+
+
+def parse_tokens(text: str | int, *, name: str, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    """A token count (context, sequence length): ``8192``, ``1e3`` or ``8Ki`` (= 8192, binary prefixes).
+
+    ``8k`` is refused: people mean 8000 and 8192 by it about equally often, so the message offers both.
+
+    >>> parse_tokens("8Ki", name="--context")
+    8192
+    """
+    if isinstance(text, str) and (found := _TOKEN_BINARY.match(text)):
+        value = float(found.group("num")) * _BINARY[found.group("prefix")]
+        if value == int(value):
+            return parse_int(int(value), name=name, minimum=minimum, maximum=maximum)
+    if isinstance(text, str) and (found := _TOKEN_DECIMAL.match(text)):
+        num, prefix = found.group("num"), found.group("prefix")
+        decimal, binary = float(num) * _DECIMAL[prefix], float(num) * _BINARY[prefix.upper() + "i"]
+        raise QuantityError(f"{name}={text!r} is ambiguous for a token count: write {decimal:.0f} or "
+                            f"{num}{prefix.upper()}i (= {binary:.0f})")
+    return parse_int(text, name=name, minimum=minimum, maximum=maximum)
+
+
 #: Larger sizes describe no machine (an exabyte); refusing them fails fast instead of simulating nonsense.
 MAX_BYTES = 2.0**60
 
