@@ -160,6 +160,8 @@ CASES: list[tuple[str, str]] = [
     ("model configs", "model --params 7e9 --mode train --tokens-total 1e12 --assume-mfu 1.5"),
     ("model configs", "model gpt2 --tokens-total 1e9"),
     ("model configs", "model gpt2 --mode train --mesh data=2 --batch 2 --tokens-total 1e9 --chips 8"),
+    ("CLI", "collective reduce --chip tpu-v5e --topology torus:8 --bytes 1MB --algorithm root_direct"),
+    ("CLI", "collective scatter --chip tpu-v5e --topology torus:8 --bytes 1MB --algorithm bidirectional"),
 ]
 
 

@@ -254,7 +254,8 @@ def store_and_forward_time(nbytes: float, hops: int, bandwidth_bytes_per_s: floa
 
 BUS_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
                "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
-               "broadcast": lambda n: 1.0}
+               "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "gather": lambda n: (n - 1) / n,
+               "scatter": lambda n: (n - 1) / n}
 
 
 def bus_bandwidth(kind: str, nbytes: float, time_s: float, n: int) -> tuple[float, float]:

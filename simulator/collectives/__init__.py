@@ -35,6 +35,7 @@ from __future__ import annotations
 from simulator.collectives import bidirectional, line, unidirectional  # noqa: F401  (they register themselves)
 from simulator.collectives import dimension_order, spanning_trees  # noqa: F401  (issue 13's: they register themselves)
 from simulator.collectives import direct, hierarchical, nvls, recursive, tree  # noqa: F401, I001  (issue 14's algorithms register themselves)
+from simulator.collectives import root  # noqa: F401  (Gather, Scatter, Reduce; issue 21)
 from simulator.collectives.algorithm import (
     AUTO,
     AUTO_RULE,

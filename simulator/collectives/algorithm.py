@@ -17,7 +17,7 @@ from simulator.collectives.schedule import Schedule
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
 
-KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast")
+KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "gather", "scatter", "reduce")
 #: topology kinds (``graph["kind"]``) of `topologies`; ``slice:`` specs build ``"torus"`` graphs
 TOPOLOGY_KINDS = ("ring", "line", "torus", "mesh", "switch", "nodes", "multislice")
 AUTO = "auto"

@@ -256,7 +256,7 @@ def _outputs(plan: Plan, buffers: dict[Any, dict[Any, np.ndarray]] | None) -> di
         return None
     if job.layout is not None:
         return layout.outputs(plan.kind, plan.groups, buffers, job.layout)
-    return payload.outputs(plan.kind, plan.groups, buffers, job.parts, job.chunks)
+    return payload.outputs(plan.kind, plan.groups, buffers, job.parts, job.chunks, job.root_pos)
 
 
 def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool = True) -> Completion:

@@ -8,9 +8,11 @@ group-together terms below are dropped). With V as `run_collective` defines it a
 group, the collective needs at least:
 
 - each chip to receive what it lacks through its incoming links: AllGather (n-1)V/n, AllReduce V,
-  AllToAll (n-1)V/n^2, Broadcast V (but the root), ReduceScatter V/n;
+  AllToAll (n-1)V/n^2, Broadcast V (but the root), ReduceScatter V/n, Gather (n-1)V/n and Reduce V (the
+  root), Scatter V/n (but the root);
 - each chip to send what only it holds through its outgoing links: ReduceScatter (n-1)V/n (its part
-  of every other shard), AllReduce V, AllToAll (n-1)V/n^2, AllGather V/n, Broadcast V (the root);
+  of every other shard), AllReduce V, AllToAll (n-1)V/n^2, AllGather V/n, Broadcast V (the root), Gather
+  V/n and Reduce V (but the root), Scatter (n-1)V/n (the root);
 - the chips of a group together to receive (n-1)V for ReduceScatter and 2(n-1)V for AllReduce (summing
   one element onto all of n devices takes 2(n-1) one-way messages at least);
 - AllToAll: every chunk to cross at least as many links as the fewest-hop route between its ends, all
@@ -36,6 +38,7 @@ from simulator.collectives.nvls import reduces_in_switch
 from simulator.engine.network import Network
 
 Link = tuple[float, float]  #: (first time it can move bytes s, bandwidth bytes/s)
+ROOTED = ("broadcast", "gather", "scatter", "reduce")  #: kinds with a root (``root_pos``)
 
 
 def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, root_pos: tuple[int, ...]) -> float:
@@ -52,8 +55,8 @@ def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, 
         together = 0.0
     for group in groups:
         members = set(group.members.values())
-        root = group.members[root_pos] if kind == "broadcast" else None
-        holders = {root} if root is not None else members
+        root = group.members[root_pos] if kind in ROOTED else None
+        holders = {root} if kind in ("broadcast", "scatter") else members
         into_group: list[Link] = []
         for c in members:
             receive, send = _chip_bytes(kind, n, nbytes, c == root)
@@ -84,6 +87,11 @@ def _chip_bytes(kind: str, n: int, nbytes: float, is_root: bool) -> tuple[float,
     """(bytes one chip must receive, bytes it must send) for ``kind`` (see the module docstring)."""
     if kind == "broadcast":
         return (0.0, nbytes) if is_root else (nbytes, 0.0)
+    if kind in ("gather", "scatter", "reduce"):
+        root_side = {"gather": ((n - 1) * nbytes / n, 0.0), "scatter": (0.0, (n - 1) * nbytes / n),
+                     "reduce": (nbytes, 0.0)}[kind]
+        member = {"gather": (0.0, nbytes / n), "scatter": (nbytes / n, 0.0), "reduce": (0.0, nbytes)}[kind]
+        return root_side if is_root else member
     return {"all_gather": ((n - 1) * nbytes / n, nbytes / n),
             "reduce_scatter": (nbytes / n, (n - 1) * nbytes / n),
             "all_reduce": (nbytes, nbytes),
@@ -117,7 +125,7 @@ def fill(links: Iterable[Link], nbytes: float) -> float:
 
 def _latency_bound(kind: str, net: Network, group: Group, root_pos: tuple[int, ...]) -> float:
     """Latency of the quickest route from one member (the root, for Broadcast) to the farthest other member."""
-    source = group.members[root_pos if kind == "broadcast" else tuple(0 for _ in group.sizes)]
+    source = group.members[root_pos if kind in ROOTED else tuple(0 for _ in group.sizes)]
     dist = nx.single_source_dijkstra_path_length(net.graph, source, weight="latency_s")
     return max(dist[c] for c in group.members.values())
 

@@ -142,7 +142,9 @@ def root_position(groups: list[Group], root: Any) -> tuple[int, ...]:
         for pos, dev in g.members.items():
             if dev == root:
                 return pos
-    raise PodsimError(f"root={root!r} is not a chip of this collective's groups")
+    chips = [c for g in groups for c in g.members.values()]
+    shown = ", ".join(map(str, chips[:8])) + (f", ... ({len(chips)} chips)" if len(chips) > 8 else "")
+    raise PodsimError(f"root={root!r} is not a chip of this collective's groups; give one of {shown}")
 
 
 def nic_rings(net: Network, groups: list[Group], rings: int | None, data: Any, axes: Any,

@@ -22,7 +22,7 @@ from simulator.engine.network import Network
 class RingAlgorithm(Algorithm):
     """Chains of neighbour hops along each axis of a group (subclasses give the geometry)."""
 
-    kinds = KINDS
+    kinds = KINDS[:5]  #: every kind but the root ones (`simulator.collectives.root`)
     closed: bool = True  #: uses the wraparound link (needs an axis that wraps)
     serial_reduce: bool = False  #: reduction chains cross a link in a fixed order (a line)
     fallback: str = "line"  #: algorithm on axes without wraparound

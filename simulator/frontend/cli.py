@@ -73,14 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_parser(sub)
     add_plan_parser(sub)
     p = sub.add_parser("collective", help="simulate one collective on a topology")
-    p.add_argument("kind", help="all_gather, reduce_scatter, all_reduce, all_to_all or broadcast")
+    p.add_argument("kind", help="all_gather, reduce_scatter, all_reduce, all_to_all, broadcast, gather, scatter "
+                                "or reduce")
     _chip_args(p)
     _network_args(p)
     p.add_argument("--bytes", required=True, help="V: the full gathered / unreduced array of one group (e.g. 64MB)")
     p.add_argument("--axes", help="topology axis indices, e.g. 0,1 (default: all axes)")
     p.add_argument("--algorithm", default="auto", choices=algorithm_names(), help="see `podsim algorithms`")
     p.add_argument("--multi-axis", default="parallel", help="parallel (split over axes at once) or sequential")
-    p.add_argument("--root", help="broadcast root chip (default: chip 0)")
+    p.add_argument("--root", help="root chip of broadcast, gather, scatter, reduce (default: chip 0)")
     p.add_argument("--mode", default="auto", help="auto, full or reduced (one representative ring per axis)")
     p.add_argument("--calibrated", action="store_true",
                    help="also run the chip's calibrated model (fitted efficiencies) beside the ideal one")
