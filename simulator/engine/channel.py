@@ -15,8 +15,9 @@ operation, so long pipelines stay cheap.
 from __future__ import annotations
 
 import simpy
+from simpy.events import Event, Timeout
 
-from simulator.engine.trace import Span, Trace
+from simulator.engine.trace import Span, Trace, new_span
 from simulator.units import positive
 
 #: A flow whose remaining bytes fall below this fraction of its size counts as finished
@@ -75,14 +76,23 @@ class Channel:
     def transfer(self, nbytes: float, label: str = "", kind: str = "transfer") -> simpy.Event:
         """Move ``nbytes``; the returned event fires (value: the time) when the last byte has arrived.
         """
-        event = self.env.event()
-        flow = _Flow(nbytes, event, label, kind)
+        env = self.env
+        event = Event(env)
         if nbytes <= 0:
-            event.succeed(self.env.now)
-        elif self.latency_s > 0:
-            self.env.timeout(self.latency_s).callbacks.append(lambda _e: self._admit(flow))
-        else:
+            event.succeed(env.now)
+            return event
+        flow = _Flow(nbytes, event, label, kind)
+        if self.latency_s > 0:
+            env.timeout(self.latency_s).callbacks.append(lambda _e: self._admit(flow))
+        elif self._flows:
             self._admit(flow)
+        else:  # an idle channel, the common case: what _admit and _schedule do for a lone flow
+            flow.start = self._last_update = env.now
+            self._flows = [flow]
+            self._generation += 1
+            generation = self._generation
+            Timeout(env, nbytes / self.bandwidth_bytes_per_s).callbacks.append(
+                lambda _e: self._on_timer(generation, flow))
         return event
 
     def _advance(self) -> None:
@@ -112,23 +122,28 @@ class Channel:
     def _on_timer(self, generation: int, first: _Flow) -> None:
         if generation != self._generation:
             return  # the set of flows changed since this timer was set
+        if len(self._flows) == 1:  # the common case: the only flow (``first``) is done, the channel idles
+            self._last_update = self.env.now  # all _advance would do that still matters
+            self._flows = []
+            self._generation += 1  # all _schedule does with no flows
+            self._finish(first)
+            return
         self._advance()
         first.remaining = 0.0
-        if len(self._flows) == 1:  # the common case: the only flow is done
-            done, self._flows = self._flows, []
-        else:
-            done = [f for f in self._flows if f.remaining <= _DONE_FRACTION * f.nbytes]
-            self._flows = [f for f in self._flows if f.remaining > _DONE_FRACTION * f.nbytes]
+        done = [f for f in self._flows if f.remaining <= _DONE_FRACTION * f.nbytes]
+        self._flows = [f for f in self._flows if f.remaining > _DONE_FRACTION * f.nbytes]
         for flow in done:
             self._finish(flow)
         self._schedule()
 
     def _finish(self, flow: _Flow) -> None:
+        now = self.env.now
         self.bytes_carried += flow.nbytes
-        if self.trace is not None:
-            self.trace.add(Span(self.chip, self.name, flow.label, flow.start, self.env.now,
-                                flow.kind, flow.nbytes, 0.0))
-        flow.event.succeed(self.env.now)
+        trace = self.trace
+        if trace is not None and trace.enabled:  # (its FLOPs, 0, leave trace.flops_total as it is)
+            trace.spans.append(new_span(Span, (self.chip, self.name, flow.label, flow.start, now,
+                                               flow.kind, flow.nbytes, 0.0)))
+        flow.event.succeed(now)
 
 
 class SerialUnit:
@@ -149,10 +164,14 @@ class SerialUnit:
     def run(self, duration_s: float, label: str = "", flops: float = 0.0,
             kind: str = "compute") -> simpy.Event:
         """Occupy the unit for ``duration_s``; the event fires when the operation ends."""
-        start = max(self.env.now, self._free_at)
+        env = self.env
+        now = env.now
+        start = now if now > self._free_at else self._free_at
         end = start + duration_s
         self._free_at = end
-        event = self.env.timeout(end - self.env.now)
-        if self.trace is not None:
-            self.trace.add(Span(self.chip, self.name, label, start, end, kind, 0.0, flops))
-        return event
+        trace = self.trace
+        if trace is not None:  # what Trace.add does, without building a span that is not kept
+            trace.flops_total += flops
+            if trace.enabled:
+                trace.spans.append(new_span(Span, (self.chip, self.name, label, start, end, kind, 0.0, flops)))
+        return Timeout(env, end - now)

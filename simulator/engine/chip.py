@@ -9,6 +9,7 @@ calibration (`simulator.hardware.calibration`) matmuls, FLOP counts and HBM run 
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import simpy
@@ -39,20 +40,25 @@ class Chip:
         self.dma = Channel(env, "hbm", spec.hbm_bandwidth_bytes_per_s * hbm_fraction, chip=index, trace=self.trace)
         self.mxu = SerialUnit(env, "mxu", chip=index, trace=self.trace)
         self.vpu = SerialUnit(env, "vpu", chip=index, trace=self.trace)
+        self._peak: dict[str, float] = {}  # dtype -> MXU FLOP/s of `compute` (calibrated peak fraction applied)
 
     def load(self, nbytes: float, label: str, block: str | None = None) -> simpy.Event:
         """DMA ``nbytes`` of tensor ``label`` (span named ``block``) from HBM into VMEM.
 
         The caller holds the VMEM space.
         """
-        self.trace.count("hbm_read", nbytes, label, "read")
-        self.trace.count("vmem_write", nbytes)
+        trace = self.trace  # what trace.count("hbm_read", nbytes, label, "read") and ("vmem_write", nbytes) do
+        trace.bytes_by_interface["hbm_read"] += nbytes
+        trace.bytes_by_interface["vmem_write"] += nbytes
+        trace.bytes_by_tensor[label]["read"] += nbytes
         return self.dma.transfer(nbytes, block or label, "load")
 
     def store(self, nbytes: float, label: str, block: str | None = None) -> simpy.Event:
         """DMA ``nbytes`` of tensor ``label`` (span named ``block``) from VMEM back to HBM."""
-        self.trace.count("hbm_write", nbytes, label, "written")
-        self.trace.count("vmem_read", nbytes)
+        trace = self.trace
+        trace.bytes_by_interface["hbm_write"] += nbytes
+        trace.bytes_by_interface["vmem_read"] += nbytes
+        trace.bytes_by_tensor[label]["written"] += nbytes
         return self.dma.transfer(nbytes, block or label, "store")
 
     def matmul(self, m: int, k: int, n: int, label: str = "matmul", dtype: str = "bf16") -> simpy.Event:
@@ -78,12 +84,16 @@ class Chip:
         When ``flops`` already includes padding, ``useful_flops`` is the unpadded count the trace
         reports; by default all of ``flops`` is useful.
         """
-        positive(flops, name=f"{label} flops", allow_zero=True)
+        if flops.__class__ is not float or not 0.0 <= flops < math.inf:  # the hot path skips the call
+            positive(flops, name=f"{label} flops", allow_zero=True)
         self.trace.padded_flops_total += flops
         useful = flops if useful_flops is None else useful_flops
-        model = self.calibration.matmul if self.calibration is not None else None
-        fraction = model.peak_fraction if model is not None else 1.0  # a FLOP count has no shape to tile
-        return self.mxu.run(flops / (self.spec.peak_flops_per_s(dtype) * fraction), label, useful)
+        peak = self._peak.get(dtype)
+        if peak is None:
+            model = self.calibration.matmul if self.calibration is not None else None
+            fraction = model.peak_fraction if model is not None else 1.0  # a FLOP count has no shape to tile
+            peak = self._peak[dtype] = self.spec.peak_flops_per_s(dtype) * fraction
+        return self.mxu.run(flops / peak, label, useful)
 
     def vector(self, flops: float, label: str = "vector") -> simpy.Event:
         """``flops`` of element-wise work on the VPU."""

@@ -27,6 +27,21 @@ class Allocation:
     freed: bool = False
 
 
+class _Request(simpy.Event):
+    """The event of one `MemoryPool.allocate`; says what it waits for (for deadlock messages) only when asked."""
+
+    def __init__(self, env: simpy.Environment, allocation: Allocation) -> None:
+        super().__init__(env)
+        self.allocation = allocation
+
+    @property
+    def podsim_waits_for(self) -> str:
+        """What the request waits for (the protocol `System` reads when a process is stuck)."""
+        a, pool = self.allocation, self.allocation.pool
+        return (f"{a.nbytes:.0f} bytes of {pool.name} on chip {pool.chip} for {a.label!r} "
+                f"(capacity {pool.capacity_bytes:.0f} bytes)")
+
+
 class MemoryPool:
     """A pool of ``capacity_bytes`` with labelled allocations and a live-bytes timeline."""
 
@@ -53,12 +68,15 @@ class MemoryPool:
 
     def allocate(self, nbytes: float, label: str) -> simpy.Event:
         """Reserve ``nbytes``; the event's value is the `Allocation` once it is granted."""
-        self.check_fits(nbytes, label)
-        event = self.env.event()
-        event.podsim_waits_for = (f"{nbytes:.0f} bytes of {self.name} on chip {self.chip} for {label!r} "
-                                  f"(capacity {self.capacity_bytes:.0f} bytes)")
-        self._waiting.append((event, Allocation(self, label, nbytes)))
-        self._grant()
+        if nbytes.__class__ is not float or not 0.0 <= nbytes <= self.capacity_bytes:
+            self.check_fits(nbytes, label)  # the hot path skips the call; anything odd is checked in full
+        allocation = Allocation(self, label, nbytes)
+        event = _Request(self.env, allocation)
+        if not self._waiting and self.live_bytes + nbytes <= self.capacity_bytes:
+            self._take(event, allocation)  # nobody queued and it fits: what _grant does for it
+        else:
+            self._waiting.append((event, allocation))
+            self._grant()
         return event
 
     def free(self, allocation: Allocation) -> None:
@@ -68,22 +86,26 @@ class MemoryPool:
         allocation.freed = True
         del self.live[id(allocation)]
         self._change(-allocation.nbytes)
-        self._grant()
+        if self._waiting:
+            self._grant()
 
     def _grant(self) -> None:
         while self._waiting and self.live_bytes + self._waiting[0][1].nbytes <= self.capacity_bytes:
-            event, allocation = self._waiting.popleft()
-            allocation.start_s = self.env.now
-            self.live[id(allocation)] = allocation
-            self._change(allocation.nbytes)
-            event.succeed(allocation)
+            self._take(*self._waiting.popleft())
+
+    def _take(self, event: simpy.Event, allocation: Allocation) -> None:
+        allocation.start_s = self.env.now
+        self.live[id(allocation)] = allocation
+        self._change(allocation.nbytes)
+        event.succeed(allocation)
 
     def _change(self, delta: float) -> None:
         self.live_bytes += delta
+        now = self.env.now
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
-            self.peak_time_s = self.env.now
-        self.timeline.append((self.env.now, self.live_bytes))
+            self.peak_time_s = now
+        self.timeline.append((now, self.live_bytes))
 
     def live_by_label(self) -> dict[str, float]:
         """Bytes currently held per label."""

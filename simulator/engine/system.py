@@ -6,6 +6,7 @@ raises `DeadlockError` naming each stuck process, what it waits for, and the tim
 """
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Generator, Sequence
 from typing import Any
@@ -120,6 +121,38 @@ class System:
             raise SimulationInterrupted(f"interrupted; simulated so far: {progress}") from None
 
     def _run_loop(self, watch: RunWatch | None) -> None:
+        env = self.env
+        if type(env).step is not simpy.Environment.step:  # an environment with its own step: call it
+            return self._stepping_loop(watch)
+        # SimPy's Environment.step, inlined (the loop runs once per event): pop the next event, advance
+        # the clock, run its callbacks, raise its exception if it failed and nobody handled it.
+        queue, pop, count, start = env._queue, heapq.heappop, 0, time.perf_counter()
+        limit, wall = self.max_events, self.wall_clock_limit_s
+        try:
+            while True:
+                try:
+                    env._now, _, _, event = pop(queue)
+                except IndexError:
+                    self.events_processed += count & (TICK - 1)
+                    if watch is not None:
+                        watch.tick(env._now, count & (TICK - 1))
+                    return
+                callbacks, event.callbacks = event.callbacks, None
+                for callback in callbacks:
+                    callback(event)
+                if not event._ok and not hasattr(event, "_defused"):
+                    exc = type(event._value)(*event._value.args)
+                    exc.__cause__ = event._value
+                    raise exc
+                count += 1
+                if count & (TICK - 1) == 0:
+                    self._tick(watch, limit, wall, start)
+        except KeyboardInterrupt:
+            if watch is not None:  # count the events since the last report
+                watch.events += count & (TICK - 1)
+            raise
+
+    def _stepping_loop(self, watch: RunWatch | None) -> None:
         step, count, start = self.env.step, 0, time.perf_counter()
         limit, wall = self.max_events, self.wall_clock_limit_s
         while True:
@@ -136,15 +169,19 @@ class System:
                 raise
             count += 1
             if count & (TICK - 1) == 0:
-                self.events_processed += TICK
-                if watch is not None:  # the command's budget, progress bar and estimate
-                    watch.tick(self.env.now, TICK)
-                if self.events_processed > limit:
-                    raise RunawayError(f"simulation passed max_events={limit:,} events at t={self.env.now:.6g} s; "
-                                       "use fewer, larger blocks or raise System(max_events=...)")
-                if time.perf_counter() - start > wall:
-                    raise RunawayError(f"simulation ran past wall_clock_limit_s={wall:g} s of real time at "
-                                       f"t={self.env.now:.6g} s; use a smaller problem or raise the limit")
+                self._tick(watch, limit, wall, start)
+
+    def _tick(self, watch: RunWatch | None, limit: int, wall: float, start: float) -> None:
+        """Every `TICK` events: count them, report to the watch, enforce the event and wall-clock limits."""
+        self.events_processed += TICK
+        if watch is not None:  # the command's budget, progress bar and estimate
+            watch.tick(self.env.now, TICK)
+        if self.events_processed > limit:
+            raise RunawayError(f"simulation passed max_events={limit:,} events at t={self.env.now:.6g} s; "
+                               "use fewer, larger blocks or raise System(max_events=...)")
+        if time.perf_counter() - start > wall:
+            raise RunawayError(f"simulation ran past wall_clock_limit_s={wall:g} s of real time at "
+                               f"t={self.env.now:.6g} s; use a smaller problem or raise the limit")
 
     def _stuck(self) -> list[str]:
         return [f"{name} waits for {_describe(proc.target)}" for name, proc in self._processes if proc.is_alive]

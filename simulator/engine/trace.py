@@ -9,15 +9,18 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Span kinds that count as compute; every other kind is data movement.
 COMPUTE_KINDS = frozenset({"compute"})
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    """One busy interval: ``unit`` of ``chip`` worked on ``label`` from ``start`` to ``end`` (seconds)."""
+class Span(NamedTuple):
+    """One busy interval: ``unit`` of ``chip`` worked on ``label`` from ``start`` to ``end`` (seconds).
+
+    An immutable record (a named tuple: about a third of a frozen dataclass's cost to build, and the
+    engine records one per transfer and per operation); the hot paths build it with `new_span`.
+    """
 
     chip: int | str
     unit: str  #: hbm, vmem, mxu, vpu, or a link name such as "link 0->1"
@@ -31,6 +34,11 @@ class Span:
     @property
     def duration_s(self) -> float:
         return self.end - self.start
+
+
+#: ``new_span(Span, (chip, unit, label, start, end, kind, nbytes, flops))``: a `Span` from all eight fields
+#: without the keyword handling of ``Span(...)`` (the engine's hot paths).
+new_span = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,9 @@ its loads start and waits for space when VMEM is full (back-pressure).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import simpy
@@ -27,7 +28,9 @@ from simulator.engine.memory import Allocation
 from simulator.engine.system import System
 from simulator.engine.watch import expect_events
 from simulator.errors import CapacityError, PodsimError
-from simulator.units import check_bytes, check_int, positive, positive_int
+from simulator.units import MAX_BYTES, check_bytes, check_int, positive, positive_int
+
+_new, _set = object.__new__, object.__setattr__
 
 
 @dataclass(frozen=True)
@@ -60,14 +63,18 @@ def validate_steps(steps: Sequence[Step], chip: Chip, buffers: int, reserve_vmem
     check_int(buffers, name="buffers", hint="1 = serial, 2 = double buffering")
     if len(steps) > MAX_STEPS:
         raise PodsimError(f"{len(steps)} steps; at most {MAX_STEPS:,} are simulated -- use larger blocks")
+    capacity = chip.vmem.capacity_bytes if reserve_vmem else math.inf
     previous: dict[str, float] = {}
     for step in steps:
         _check_step(step, previous)
         previous = {op.key: op.nbytes for op in step.operands}
+        need = 0.0
         for op in step.operands + step.outputs:
-            check_bytes(op.nbytes, name=f"{op.key} nbytes")
-        need = sum(op.nbytes for op in step.operands + step.outputs)
-        if reserve_vmem and need > chip.vmem.capacity_bytes:
+            nbytes = op.nbytes
+            if nbytes.__class__ is not float or not 0.0 <= nbytes <= MAX_BYTES:  # the usual case skips the call
+                check_bytes(nbytes, name=f"{op.key} nbytes")
+            need += nbytes
+        if need > capacity:
             raise CapacityError(
                 f"block {step.name!r} needs {need:.0f} bytes of VMEM (operands and outputs) but chip "
                 f"{chip.index} VMEM holds only {chip.vmem.capacity_bytes:.0f} bytes; use smaller blocks")
@@ -77,10 +84,11 @@ MAX_STEPS = 1_000_000  #: about a minute of simulation; more is almost surely a 
 
 
 def _check_step(step: Step, previous: dict[str, float]) -> None:
-    keys = [op.key for op in step.operands + step.outputs]
-    if len(set(keys)) != len(keys):
-        twice = sorted(k for k in keys if keys.count(k) > 1)[0]
-        raise PodsimError(f"block {step.name!r} names operand {twice!r} twice; keys must be unique within a block")
+    if len(step.operands) + len(step.outputs) > 1:
+        keys = [op.key for op in step.operands + step.outputs]
+        if len(set(keys)) != len(keys):
+            twice = sorted(k for k in keys if keys.count(k) > 1)[0]
+            raise PodsimError(f"block {step.name!r} names operand {twice!r} twice; keys must be unique within a block")
     for op in step.operands:
         if op.key in previous and previous[op.key] != op.nbytes:
             raise PodsimError(f"block {step.name!r}: operand {op.key!r} is carried from the previous block with "
@@ -89,7 +97,48 @@ def _check_step(step: Step, previous: dict[str, float]) -> None:
     if step.matmul is not None:
         for dim in step.matmul:
             positive_int(dim, name=f"block {step.name!r} matmul dimension")
-    positive(step.flops, name=f"block {step.name!r} flops", allow_zero=True)
+    flops = step.flops
+    if flops.__class__ is not float or not 0.0 <= flops < math.inf:  # the usual case skips the call
+        positive(flops, name=f"block {step.name!r} flops", allow_zero=True)
+
+
+class _Slots:
+    """The ``buffers`` free buffer slots of one pipeline: what ``simpy.Container(capacity=buffers)`` does for
+    its one getter (the loader) and one putter (the computer), event for event, in a fraction of the code.
+
+    A get is granted at once when a slot is free, else when the next put is processed (as SimPy's
+    container wakes waiting gets from the put event's callback); a put never waits.
+    """
+
+    __slots__ = ("env", "level", "waiting")
+
+    def __init__(self, env: simpy.Environment, buffers: int) -> None:
+        self.env = env
+        self.level = buffers
+        self.waiting: simpy.Event | None = None
+
+    def get(self) -> simpy.Event:
+        event = simpy.Event(self.env)
+        if self.level >= 1:
+            self.level -= 1
+            event.succeed()
+        else:
+            self.waiting = event
+        return event
+
+    def put(self) -> simpy.Event:
+        event = simpy.Event(self.env)
+        self.level += 1
+        event.succeed()
+        event.callbacks.append(self._wake)
+        return event
+
+    def _wake(self, _event: simpy.Event) -> None:
+        waiting = self.waiting
+        if waiting is not None and self.level >= 1:
+            self.level -= 1
+            self.waiting = None
+            waiting.succeed()
 
 
 class _Pipeline:
@@ -99,59 +148,65 @@ class _Pipeline:
         self.reserve_vmem = reserve_vmem
         self.chip = chip
         self.steps = list(steps)
-        self.slots = simpy.Container(self.env, capacity=buffers, init=buffers)
-        self.ready: list[simpy.Event] = [self.env.event() for _ in self.steps]
-        self.held: list[dict[str, Allocation]] = [{} for _ in self.steps]  # per step: key -> VMEM
-        self.out_allocs: list[list[Allocation]] = [[] for _ in self.steps]
+        self.slots = _Slots(self.env, buffers)
+        self.ready: list[simpy.Event] = [simpy.Event(self.env) for _ in self.steps]
+        self.held: list[dict[str, Allocation | None]] = []  # per step (appended by the loader): key -> VMEM
+        self.out_allocs: list[list[Allocation | None]] = []
         self.stores: list[simpy.Event] = []
 
     def loader(self) -> Generator[simpy.Event, Any, None]:
+        slots, load, ready, reserve = self.slots, self.chip.load, self.ready, self.reserve_vmem
+        allocate = self.chip.vmem.allocate
+        carried: dict[str, Allocation | None] = {}
         for i, step in enumerate(self.steps):
-            yield self.slots.get(1)
-            carried = self.held[i - 1] if i > 0 else {}
+            yield slots.get()
+            held: dict[str, Allocation | None] = {}
+            self.held.append(held)
             for op in step.operands:
-                if op.key in carried:
-                    self.held[i][op.key] = carried[op.key]
+                key = op.key
+                if key in carried:
+                    held[key] = carried[key]
                     continue
-                self.held[i][op.key] = yield from self._allocate(op)
-                yield self.chip.load(op.nbytes, op.label, op.key)
+                held[key] = (yield allocate(op.nbytes, op.label)) if reserve else None
+                yield load(op.nbytes, op.label, key)
+            outs: list[Allocation | None] = []
+            self.out_allocs.append(outs)
             for out in step.outputs:
-                self.out_allocs[i].append((yield from self._allocate(out)))
-            self.ready[i].succeed()
-
-    def _allocate(self, op: Operand) -> Generator[simpy.Event, Any, Allocation | None]:
-        if not self.reserve_vmem:
-            return None
-        return (yield self.chip.vmem.allocate(op.nbytes, op.label))
+                outs.append((yield allocate(out.nbytes, out.label)) if reserve else None)
+            ready[i].succeed()
+            carried = held
 
     def _free(self, alloc: Allocation | None) -> None:
         if alloc is not None:
             self.chip.vmem.free(alloc)
 
     def computer(self) -> Generator[simpy.Event, Any, None]:
-        for i, step in enumerate(self.steps):
-            yield self.ready[i]
+        steps, ready, slots, chip = self.steps, self.ready, self.slots, self.chip
+        last = len(steps) - 1
+        for i, step in enumerate(steps):
+            yield ready[i]
             if step.before is not None:
                 yield step.before()
-            yield self._compute(step)
+            if step.matmul is not None:
+                yield chip.matmul(*step.matmul, label=step.name, dtype=step.dtype)
+            else:
+                yield chip.compute(step.flops, label=step.name, dtype=step.dtype, useful_flops=step.useful_flops)
             if step.vector_flops:
-                yield self.chip.vector(step.vector_flops, step.name)
+                yield chip.vector(step.vector_flops, step.name)
             if step.after is not None:
                 step.after()
-            for out, alloc in zip(step.outputs, self.out_allocs[i], strict=True):
-                self.stores.append(self._store(out, alloc))
-            following = {op.key for op in self.steps[i + 1].operands} if i + 1 < len(self.steps) else set()
+            if step.outputs:
+                for out, alloc in zip(step.outputs, self.out_allocs[i], strict=True):
+                    self.stores.append(self._store(out, alloc))
+            following = steps[i + 1].operands if i < last else ()
+            held = self.held[i]
             for op in step.operands:
-                if op.key not in following:
-                    self._free(self.held[i][op.key])
-            yield self.slots.put(1)
+                key = op.key
+                if not any(key == nxt.key for nxt in following):  # not carried into the next step
+                    self._free(held[key])
+            yield slots.put()
         if self.stores:
             yield simpy.AllOf(self.env, self.stores)
-
-    def _compute(self, step: Step) -> simpy.Event:
-        if step.matmul is not None:
-            return self.chip.matmul(*step.matmul, label=step.name, dtype=step.dtype)
-        return self.chip.compute(step.flops, label=step.name, dtype=step.dtype, useful_flops=step.useful_flops)
 
     def _store(self, out: Operand, alloc: Allocation | None) -> simpy.Event:
         done = self.chip.store(out.nbytes, out.label, out.key)
@@ -179,8 +234,19 @@ def uniform_steps(blocks: int, load_bytes: float, flops: float, label: str = "x"
     positive_int(blocks, name="blocks")
     if blocks > MAX_STEPS:
         raise PodsimError(f"blocks={blocks} is more than the {MAX_STEPS:,} podsim simulates; use fewer, larger blocks")
-    return [Step(f"{label}{i}", (Operand(f"{label}{i}", label, load_bytes),), flops=flops)
-            for i in range(blocks)]
+    step_fields = {f.name: f.default for f in fields(Step)}  # built without the frozen dataclasses' __init__
+    step_fields["flops"] = flops  # (a third of the time; the objects equal Step(...) and Operand(...))
+    steps = []
+    for i in range(blocks):
+        key = f"{label}{i}"
+        operand = _new(Operand)
+        _set(operand, "__dict__", {"key": key, "label": label, "nbytes": load_bytes})
+        fields_i = step_fields.copy()
+        fields_i["name"], fields_i["operands"] = key, (operand,)
+        step = _new(Step)
+        _set(step, "__dict__", fields_i)
+        steps.append(step)
+    return steps
 
 
 LOOP_ORDERS = ("weight_major", "input_major")

@@ -1,0 +1,141 @@
+"""The engine's fast paths (issue 16) against the plain code they replace, on small cases.
+
+Each fast path claims to do exactly what the general code does -- the same events in the same order,
+so the same spans, times, byte counts and event counts. The references here are the general paths
+themselves: SimPy's own `Environment.step` loop, SimPy's `Container` for a pipeline's buffer slots,
+the frozen dataclasses' constructors, the multi-flow branch of a `Channel`.
+"""
+import simpy
+import pytest
+
+from simulator.collectives import run_collective
+from simulator.engine.channel import Channel
+from simulator.engine.system import System
+from simulator.engine.trace import Span, Trace
+from simulator.workloads import pipeline
+from simulator.workloads.pipeline import Operand, Step, run_steps, uniform_steps, weight_input_steps
+
+
+class _ContainerSlots:
+    """The buffer slots as SimPy's Container (what `pipeline._Slots` replaces)."""
+
+    def __init__(self, env, buffers):
+        self.container = simpy.Container(env, capacity=buffers, init=buffers)
+
+    def get(self):
+        return self.container.get(1)
+
+    def put(self):
+        return self.container.put(1)
+
+
+def _pipeline_run(steps, buffers, vmem_bytes=None):
+    system = System("tpu-v5e")
+    if vmem_bytes is not None:  # a small VMEM: the loader waits for space (back-pressure)
+        system.chip.vmem.capacity_bytes = vmem_bytes
+    run_steps(system, steps, buffers)
+    system.run()
+    pools = [(p.name, list(p.timeline)) for p in system.trace.pools]
+    return system.env.now, list(system.trace.spans), dict(system.trace.bytes_by_interface), pools, \
+        system.events_processed
+
+
+def _mixed_steps():
+    """Carried operands, outputs stored back, matmuls and FLOP counts, uneven sizes."""
+    steps = weight_input_steps("weight_major", 512, 1024, 2048, weight_blocks=4, input_groups=4)
+    steps += [Step(f"s{i}", (Operand(f"s{i}", "x", 1e5 * (1 + i % 3)),), flops=3e8 * (1 + i % 2),
+                   outputs=(Operand(f"o{i}", "y", 4e4),)) for i in range(7)]
+    return steps
+
+
+@pytest.mark.parametrize("buffers,vmem", [(1, None), (2, None), (3, None), (2, 2.5e6), (3, 4.5e6)])
+def test_pipeline_slots_do_what_simpys_container_does(monkeypatch, buffers, vmem):
+    fast = _pipeline_run(_mixed_steps(), buffers, vmem)
+    monkeypatch.setattr(pipeline, "_Slots", _ContainerSlots)
+    plain = _pipeline_run(_mixed_steps(), buffers, vmem)
+    assert fast == plain  # end time, every span in order, bytes, VMEM timelines, event count
+
+
+def _inline_vs_stepping(monkeypatch, build):
+    fast = build()
+    monkeypatch.setattr(System, "_run_loop", System._stepping_loop)
+    plain = build()
+    assert fast == plain
+
+
+def test_inlined_run_loop_equals_simpys_step_on_a_pipeline(monkeypatch):
+    _inline_vs_stepping(monkeypatch, lambda: _pipeline_run(_mixed_steps(), 2, 2.5e6))
+
+
+@pytest.mark.parametrize("algorithm", ["unidirectional", "bidirectional"])
+def test_inlined_run_loop_equals_simpys_step_on_a_collective(monkeypatch, algorithm):
+    def build():
+        system = System("tpu-v5e", topology="torus:4x2")
+        r = run_collective("all_reduce", system, 3e6, algorithm=algorithm, mode="full")
+        return r.time_s, list(system.trace.spans), system.network.link_bytes(), system.events_processed
+    _inline_vs_stepping(monkeypatch, build)
+
+
+def test_inlined_run_loop_raises_a_process_failure_like_simpy():
+    system = System("tpu-v5e")
+
+    def broken():
+        yield system.env.timeout(1.0)
+        raise ValueError("boom")
+
+    system.process(broken(), "broken")
+    with pytest.raises(ValueError, match="boom"):
+        system.run()
+    assert system.env.now == 1.0
+
+
+def test_uniform_steps_equal_the_dataclass_constructors():
+    fast = uniform_steps(5, 3e5, 7e8, label="blk")
+    plain = [Step(f"blk{i}", (Operand(f"blk{i}", "blk", 3e5),), flops=7e8) for i in range(5)]
+    assert fast == plain and [hash(s.operands[0]) for s in fast] == [hash(s.operands[0]) for s in plain]
+    with pytest.raises(Exception):  # still frozen
+        fast[0].flops = 1.0
+
+
+def _channel_spans(starts, sizes, force_general):
+    env = simpy.Environment()
+    trace = Trace()
+    ch = Channel(env, "hbm", 1e9, trace=trace)
+    if force_general:  # route every transfer through _admit/_schedule, as before the idle fast path
+        ch.transfer = lambda nbytes, label="", kind="transfer": _general_transfer(ch, nbytes, label, kind)
+    done = []
+
+    def start(t, n, i):
+        yield env.timeout(t)
+        done.append((i, (yield ch.transfer(n, f"t{i}", "load"))))
+
+    for i, (t, n) in enumerate(zip(starts, sizes, strict=True)):
+        env.process(start(t, n, i))
+    env.run()
+    return done, trace.spans, ch.bytes_carried
+
+
+def _general_transfer(ch, nbytes, label, kind):
+    from simulator.engine.channel import _Flow
+
+    event = ch.env.event()
+    if nbytes <= 0:
+        return event.succeed(ch.env.now)
+    ch._admit(_Flow(nbytes, event, label, kind))
+    return event
+
+
+@pytest.mark.parametrize("starts,sizes", [([0.0, 0.0, 0.5e-3], [1e6, 2e6, 5e5]), ([0.0, 2e-3, 2e-3], [1e6, 1e6, 3e6]),
+                                          ([0.0, 1e-3, 4e-3], [1e6, 1e6, 1e6])])
+def test_idle_channel_fast_path_equals_the_general_path(starts, sizes):
+    fast = _channel_spans(starts, sizes, force_general=False)
+    plain = _channel_spans(starts, sizes, force_general=True)
+    assert fast == plain
+    assert all(isinstance(s, Span) for s in fast[1])
+
+
+def test_span_is_an_immutable_record_with_keywords_and_defaults():
+    s = Span(0, "mxu", "mm", 1.0, 3.0, flops=5.0)
+    assert (s.kind, s.nbytes, s.flops, s.duration_s) == ("compute", 0.0, 5.0, 2.0)
+    with pytest.raises(AttributeError):
+        s.end = 4.0
