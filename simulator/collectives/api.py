@@ -15,6 +15,7 @@ import numpy as np
 
 from simulator import analytic
 from simulator.collectives import layout, payload
+from simulator.collectives import protocol as protocols
 from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, get_algorithm
 from simulator.collectives.bounds import topology_bound
 from simulator.collectives.groups import Group, collective_groups, nic_rings, root_position
@@ -59,6 +60,7 @@ class CollectiveResult:
     outputs: dict[Any, np.ndarray] | None = None
     note: str | None = None
     alternatives: list[dict[str, Any]] = field(default_factory=list)  #: every applicable algorithm's closed form
+    protocol: str | None = None  #: NCCL protocol (calibrated GPU systems; `simulator.collectives.protocol`)
 
     def to_json(self) -> dict[str, Any]:
         """The figures as a flat dict (without the numeric outputs; ``note`` only when there is one)."""
@@ -77,6 +79,7 @@ class Plan:
     reduced: bool
     schedule: Schedule | None  #: None for a one-device group (a no-op)
     alternatives: list[dict[str, Any]] = field(default_factory=list)  #: ``{"algorithm", "time_s"}``, fastest first
+    protocol: str | None = None  #: the NCCL protocol it runs with (None: ideal links, or none applies)
 
     @property
     def groups(self) -> list[Group]:
@@ -87,7 +90,7 @@ class Plan:
 def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
                     algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
                     data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
-                    rings: int | None = None, groups: Sequence[Group] | None = None) -> Plan:
+                    rings: int | None = None, groups: Sequence[Group] | None = None, protocol: str = "auto") -> Plan:
     """Validate the arguments of `run_collective` and compile its schedule.
 
     ``groups`` names the groups explicitly (`Group` objects of chips, all of one shape) in place of ``axes``
@@ -107,6 +110,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
             raise PodsimError(f"chunks={chunks} is more than the {MAX_CHUNKS:,} pieces podsim simulates per message")
     if algorithm != AUTO:
         get_algorithm(algorithm)  # a bad name is an error even where nothing would run
+    price = _protocol_price(system, protocols.check(protocol))
     explicit = groups is not None
     groups = _explicit_groups(net, groups, axes, mesh, rings) if explicit else collective_groups(net, axes, mesh)
     rings = 1 if explicit else rings  # explicit groups are the rings themselves
@@ -120,12 +124,24 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
         job = make_job(None)
         return Plan(kind, None, job, job.nbytes, _n_keys(job), False, None)
     reduced = _use_reduced(mode, kind, data, group, net, not explicit)
-    choice = tune(algorithm, kind, net, groups, make_job)
+    choice = tune(algorithm, kind, net, groups, make_job, price)
     job = choice.job
     job.reduced = reduced
     schedule = Schedule(job.key_bytes)
     choice.algorithm.build(job, schedule)
-    return Plan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule, choice.alternatives)
+    return Plan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule, choice.alternatives,
+                choice.protocol)
+
+
+def _protocol_price(system: Any, protocol: str) -> Any:
+    """The tuner's pricing on a calibrated GPU system (every NCCL protocol, or the one asked); None elsewhere."""
+    calibration = getattr(system, "calibration", None)
+    if protocols.applies(calibration):
+        return protocols.calibrated_price(calibration, protocol)
+    if protocol != protocols.AUTO:
+        raise PodsimError(f"protocol={protocol!r} needs a calibrated GPU system (System(chip, calibrated=True) on "
+                          f"a GPU chip): ideal links and TPU links have no NCCL protocol; leave protocol='auto'")
+    return None
 
 
 def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group], nbytes: float | None,
@@ -196,8 +212,12 @@ def start_collective(kind: str, system: Any, nbytes: float, **kwargs: Any) -> Co
     """
     plan = plan_collective(kind, system, nbytes, **kwargs)
     if plan.schedule is None:
-        return Completion(system.env).succeed(system.env.now)
-    return _execute_calibrated(system, plan, None, set_links=system.network.idle())
+        done = Completion(system.env)
+        done.algorithm = "none"
+        return done.succeed(system.env.now)
+    done = _execute_calibrated(system, plan, None, set_links=system.network.idle())
+    done.algorithm, done.protocol = plan.algorithm.name, plan.protocol
+    return done
 
 
 def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs: Any) -> CollectiveResult:
@@ -210,7 +230,9 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
     (parallel, sequential), ``chunks`` (pieces a broadcast's array is cut into; None, the default, lets
     the algorithm choose: one for rings, a pipelining count for spanning trees), ``root``, ``mode`` (auto,
     full, reduced), ``mesh``, ``rings``
-    (GPU nodes: how many NIC rings share the array; default one per GPU of a node) and ``data``. With
+    (GPU nodes: how many NIC rings share the array; default one per GPU of a node), ``protocol`` (``auto`` or
+    an NCCL protocol, LL, LL128 or Simple: calibrated GPU systems only, `simulator.collectives.protocol`) and
+    ``data``. With
     ``data`` (one row per chip) the arrays move for real and ``outputs`` holds each chip's result; V then
     comes from the data. With a `simulator.workloads.mesh.Mesh`, ``axes`` are logical axis names and the
     groups follow its placement.
@@ -239,14 +261,21 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
         total = _total_link_bytes(net, plan.groups, job.group, link_bytes)
         system.trace.count(next(iter(net.links.values())).kind, total - sum(link_bytes.values()))
     return CollectiveResult(
-        kind=kind, time_s=time_s, analytic_s=plan.algorithm.closed_form(job),
+        kind=kind, time_s=time_s, analytic_s=_analytic_s(plan),
         book_s=book_time(kind, job.group, net, job.parts, plan.nbytes),
         topology_bound_s=topology_bound(kind, net, plan.groups, plan.nbytes, job.root_pos),
         algorithm=plan.algorithm.name, nbytes=plan.nbytes, padded_bytes=_padded_bytes(plan),
         group_size=job.group.n, groups=len(plan.groups), algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw,
         max_link_bytes=max(link_bytes.values(), default=0.0), total_link_bytes=total,
         mode="reduced" if plan.reduced else "full", n_transfers=len(plan.schedule.transfers), link_bytes=link_bytes,
-        outputs=_outputs(plan, buffers), alternatives=plan.alternatives)
+        outputs=_outputs(plan, buffers), alternatives=plan.alternatives, protocol=plan.protocol)
+
+
+def _analytic_s(plan: Plan) -> float:
+    """The closed form of the algorithm run: with a protocol, as the tuner priced it (calibrated links)."""
+    if plan.protocol is None:
+        return plan.algorithm.closed_form(plan.job)
+    return next(a["time_s"] for a in plan.alternatives if a["algorithm"] == plan.algorithm.name)
 
 
 def _outputs(plan: Plan, buffers: dict[Any, dict[Any, np.ndarray]] | None) -> dict[Any, np.ndarray] | None:
@@ -261,12 +290,14 @@ def _outputs(plan: Plan, buffers: dict[Any, dict[Any, np.ndarray]] | None) -> di
 
 def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool = True) -> Completion:
     """`execute`, after the calibrated launch latency and (with ``set_links``) with links at their
-    calibrated efficiency for an array of this size; plain `execute` on an ideal system."""
+    calibrated efficiency for an array of this size (and the hop latency of the plan's protocol, if any);
+    plain `execute` on an ideal system."""
     net, cal = system.network, system.calibration
     if cal is None:
         return execute(net, plan.schedule.transfers, buffers, plan.kind)
+    fraction, latency, launch_s = protocols.link_settings(cal, plan.nbytes, plan.algorithm.name, plan.protocol)
     if set_links:
-        net.set_link_efficiency(lambda link_kind: cal.link_fraction(link_kind, plan.nbytes, plan.algorithm.name))
+        net.set_link_efficiency(fraction, latency)
     done = Completion(system.env)
 
     def launch(_e: Any) -> None:
@@ -274,7 +305,7 @@ def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool =
         done.pending = finished.pending
         finished.callbacks.append(lambda ev: done.succeed(ev.value))
 
-    system.env.timeout(cal.launch_s(plan.algorithm.name)).callbacks.append(launch)
+    system.env.timeout(launch_s).callbacks.append(launch)
     return done
 
 

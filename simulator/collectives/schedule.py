@@ -80,6 +80,8 @@ class Completion(simpy.Event):
     def __init__(self, env: simpy.Environment, pending: Any = None) -> None:
         super().__init__(env)
         self.pending = pending
+        self.algorithm: str | None = None  #: the algorithm `start_collective` chose ("none": one chip per group)
+        self.protocol: str | None = None  #: and its NCCL protocol (calibrated GPU systems)
 
     @property
     def podsim_waits_for(self) -> Any:

@@ -3,7 +3,9 @@
 `tune` prepares a job for each algorithm that can run the collective (`Algorithm.unfit` is None and its
 job can be made, e.g. numeric data splits into its pieces), prices it with `Algorithm.closed_form` and
 returns the job of the algorithm asked for -- or, for ``auto``, of the fastest (ties: the first by name)
--- beside every alternative's predicted time.
+-- beside every alternative's predicted time. On a calibrated GPU system ``price`` prices each algorithm
+with every NCCL protocol it can use instead (`simulator.collectives.protocol.calibrated_price`): the
+choice then names a protocol, and each alternative lists its fastest protocol and every protocol's time.
 """
 from __future__ import annotations
 
@@ -24,13 +26,16 @@ class Choice:
     algorithm: Algorithm
     job: Job
     alternatives: list[dict[str, Any]]  #: ``{"algorithm": name, "time_s": closed form}``, fastest first
+    protocol: str | None = None  #: the NCCL protocol priced fastest (None: ideal links, or no protocols here)
 
 
-def tune(name: str, kind: str, net: Network, groups: list[Group], make_job: Callable[[Algorithm], Job]) -> Choice:
+def tune(name: str, kind: str, net: Network, groups: list[Group], make_job: Callable[[Algorithm], Job],
+         price: Callable[[Algorithm, Job], tuple[float, str, dict[str, float]]] | None = None) -> Choice:
     """The job of algorithm ``name`` (``auto``: the fastest by closed form) and the alternatives.
 
     ``make_job`` builds and prepares a job for an algorithm, raising `PodsimError` where it cannot
-    (that algorithm is then no alternative; asked for by name, its error is raised).
+    (that algorithm is then no alternative; asked for by name, its error is raised). ``price`` (None: the
+    algorithm's ideal closed form) gives (seconds, protocol, seconds per protocol) for a job.
     """
     if name != AUTO:
         choose(name, kind, net, groups)  # an algorithm that does not apply: say which ones do
@@ -43,7 +48,22 @@ def tune(name: str, kind: str, net: Network, groups: list[Group], make_job: Call
             errors[fit] = err
     if name in errors or not jobs:
         raise errors.get(name) or next(iter(errors.values()), None) or PodsimError(f"no algorithm can run {kind} here")
-    times = {fit: get_algorithm(fit).closed_form(job) for fit, job in jobs.items()}
+    if price is None:
+        times = {fit: get_algorithm(fit).closed_form(job) for fit, job in jobs.items()}
+        extra: dict[str, dict[str, Any]] = {fit: {} for fit in jobs}
+    else:
+        priced = {}
+        for fit, job in list(jobs.items()):
+            try:
+                priced[fit] = price(get_algorithm(fit), job)
+            except PodsimError as err:  # e.g. a protocol asked for that this algorithm cannot use
+                errors[fit] = err
+                del jobs[fit]
+        if name in errors or not jobs:
+            raise errors.get(name) or next(iter(errors.values()))
+        times = {fit: t for fit, (t, _, _) in priced.items()}
+        extra = {fit: {"protocol": p, "protocols": each} for fit, (_, p, each) in priced.items()}
     chosen = name if name != AUTO else fastest(times)
-    alternatives = [{"algorithm": fit, "time_s": t} for fit, t in sorted(times.items(), key=lambda kv: (kv[1], kv[0]))]
-    return Choice(get_algorithm(chosen), jobs[chosen], alternatives)
+    alternatives = [{"algorithm": fit, "time_s": t, **extra[fit]}
+                    for fit, t in sorted(times.items(), key=lambda kv: (kv[1], kv[0]))]
+    return Choice(get_algorithm(chosen), jobs[chosen], alternatives, extra[chosen].get("protocol"))

@@ -54,6 +54,7 @@ class Network:
         _check_links(graph)
         self._links: dict[tuple[Any, Any], Channel] = {}
         self._efficiency: Any = None  # kind -> fraction of the link rate (calibrated collectives)
+        self._latency: Any = None  # (kind, nominal latency) -> seconds a hop (a calibrated protocol)
         self._link_cache: dict[tuple[Any, Any, bool], tuple[list[list[Channel]], list[tuple[str, int]]]] = {}
         self._routes: dict[tuple[Any, Any, bool], list[list[Any]]] = {}
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
@@ -81,6 +82,7 @@ class Network:
                 channel = self.make_channel(u, v, data)
             channel.kind = data.get("kind", "ici")
             channel.nominal_bandwidth_bytes_per_s = channel.bandwidth_bytes_per_s
+            channel.nominal_latency_s = channel.latency_s
             self._links[(u, v)] = channel
             if self.trace is not None:  # the report groups links by kind and axis
                 roles = {"src_role": self.graph.nodes[u].get("role"), "dst_role": self.graph.nodes[v].get("role")}
@@ -97,12 +99,14 @@ class Network:
         """Whether no link is carrying bytes now."""
         return not any(channel.busy for channel in self._links.values())
 
-    def set_link_efficiency(self, fraction: Any) -> None:
-        """Run every link at ``fraction(kind)`` of its rate (None: the full rate) from now on.
+    def set_link_efficiency(self, fraction: Any, latency: Any = None) -> None:
+        """Run every link at ``fraction(kind)`` of its rate (None: the full rate) from now on, and, with
+        ``latency``, at ``latency(kind, nominal_latency_s)`` seconds a hop (None: its own latency).
 
         Only between collectives: a channel with transfers in flight keeps its rate.
         """
         self._efficiency = fraction
+        self._latency = latency
         for channel in self._links.values():
             self._apply_efficiency(channel)
 
@@ -111,6 +115,8 @@ class Network:
             raise PodsimError(f"{channel.name} has transfers in flight; change link efficiency between collectives")
         factor = self._efficiency(channel.kind) if self._efficiency is not None else 1.0
         channel.bandwidth_bytes_per_s = channel.nominal_bandwidth_bytes_per_s * factor
+        nominal = channel.nominal_latency_s
+        channel.latency_s = nominal if self._latency is None else self._latency(channel.kind, nominal)
 
     def link_bytes(self) -> dict[str, float]:
         """Bytes carried per link direction that carried any (``"u->v"`` keys)."""

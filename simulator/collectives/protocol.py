@@ -1,0 +1,153 @@
+"""NCCL's protocols -- LL, LL128, Simple -- as a choice the tuner makes per algorithm (calibrated GPU systems).
+
+NCCL moves every collective with one of three protocols, a trade of per-step latency against bandwidth
+(NVIDIA/nccl ``src/graph/tuning.cc``; Hu et al., "Demystifying NCCL", arXiv:2507.04786, section 3):
+
+- **LL** (low latency): 8-byte stores of 4 bytes of data and a 4-byte flag, so the receiver polls the
+  flag instead of waiting for a memory fence: the lowest latency, half the wire carries flags
+  (``efficiency`` 4/8; NCCL's tuner credits LL rings with 1/4 to 1/3 of Simple's bus bandwidth, and
+  nccl-tests on 4 x H100 measure 0.43 x Simple at 256 MiB: waynehacking8/nccl-collectives-bench,
+  ``results/proto_sweep.txt``);
+- **LL128**: 128-byte lines of 120 bytes of data and an 8-byte flag (``efficiency`` 120/128; NCCL's
+  tuner uses 0.92, the same measurement 0.92 x Simple), a little more latency than LL;
+- **Simple**: large chunks behind memory fences: the full bandwidth, the highest per-step latency.
+
+Per-step latencies are NCCL's own tuning model (``hwLat``, ring, microseconds per step: NVLink LL 0.6,
+LL128 1.9, Simple 3.4; network LL 2.7, LL128 4.0, Simple 14.0) plus a base latency per call
+(``baseLat``, ring: LL 6.6, LL128 14.0, Simple 8.4). A ring step through a switch crosses two hops
+(GPU -> switch -> GPU), so each hop of an NVLink or InfiniBand link costs half a step here.
+
+Model (only the calibrated mode: an ideal link has no protocol, it runs at line rate with its wire
+latency, which is Simple's bandwidth without its fences -- nothing else can beat it, so ideal results
+carry ``protocol`` None): under protocol p a link of kind k runs at the calibrated fraction of its rate
+(`simulator.hardware.calibration`) times ``efficiency``, each hop costs p's hop latency in place of the
+topology's default wire latency for k (any latency a link has beyond that default -- a fault's, a slower
+cable -- stays on top), and the collective pays p's base latency once before its first byte moves. An
+algorithm's calibrated closed form is its own closed form priced on links set so (`priced_view`), plus
+that base latency; the simulation runs on channels set the same way (`link_settings`). The tuner prices
+every protocol an algorithm can use and keeps the fastest (`calibrated_price`). Algorithms the
+calibration fitted apart (NVLS, whose measurements already are NCCL's Simple protocol: NCCL runs NVLS
+with Simple only) keep their own fitted links, wire latency and launch, and report ``Simple``.
+Protocols apply where the calibration is a GPU's (it has an ``nvlink`` model); TPU links (ICI, DCN) have
+none, and their results carry ``protocol`` None.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from simulator.errors import PodsimError
+from topologies.multilevel import DEFAULT_IB_LATENCY_S
+from topologies.switch import DEFAULT_NVLINK_LATENCY_S
+
+AUTO = "auto"
+#: the wire latency a topology gives a healthy link of each kind a protocol re-prices
+WIRE_LATENCY_S = {"nvlink": DEFAULT_NVLINK_LATENCY_S, "ib": DEFAULT_IB_LATENCY_S}
+US = 1e-6
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One NCCL protocol: payload per wire byte, seconds a hop per link kind, seconds once per call."""
+
+    name: str
+    efficiency: float
+    hop_latency_s: Mapping[str, float]  #: half of NCCL's ring step latency (a step is GPU -> switch -> GPU)
+    launch_s: float  #: NCCL's base latency of a ring call
+
+    def latency(self, kind: str, nominal_s: float) -> float:
+        """Seconds a hop of a ``kind`` link whose own latency is ``nominal_s`` costs under this protocol."""
+        if kind not in self.hop_latency_s:
+            return nominal_s
+        return self.hop_latency_s[kind] + max(0.0, nominal_s - WIRE_LATENCY_S[kind])
+
+
+LL = Protocol("LL", 4 / 8, {"nvlink": 0.6 * US / 2, "ib": 2.7 * US / 2}, 6.6 * US)
+LL128 = Protocol("LL128", 120 / 128, {"nvlink": 1.9 * US / 2, "ib": 4.0 * US / 2}, 14.0 * US)
+SIMPLE = Protocol("Simple", 1.0, {"nvlink": 3.4 * US / 2, "ib": 14.0 * US / 2}, 8.4 * US)
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (LL, LL128, SIMPLE)}
+
+
+def names() -> list[str]:
+    """``auto`` and every protocol's name."""
+    return [AUTO, *PROTOCOLS]
+
+
+def check(name: str) -> str:
+    """``name`` if it is ``auto`` or a protocol; `PodsimError` listing the valid names otherwise."""
+    if name != AUTO and name not in PROTOCOLS:
+        raise PodsimError(f"protocol={name!r}; valid: {', '.join(names())}")
+    return name
+
+
+def applies(calibration: Any) -> bool:
+    """Whether protocols are a choice here: a calibrated system whose calibration is a GPU's."""
+    return calibration is not None and "nvlink" in calibration.links
+
+
+def fitted_apart(calibration: Any, algorithm: str) -> bool:
+    """Whether the calibration fitted ``algorithm`` on its own (its measurements fix its protocol)."""
+    return algorithm in calibration.algorithms
+
+
+def choices(calibration: Any, algorithm: str, asked: str = AUTO) -> list[str]:
+    """The protocols the tuner prices for ``algorithm`` (``asked``: one of them, or all of them)."""
+    own = [SIMPLE.name] if fitted_apart(calibration, algorithm) else list(PROTOCOLS)
+    if asked == AUTO:
+        return own
+    if asked not in own:
+        raise PodsimError(f"protocol {asked!r} cannot run algorithm {algorithm!r}: it was calibrated with "
+                          f"{', '.join(own)} only; use protocol='auto' or {', '.join(own)}")
+    return [asked]
+
+
+def link_settings(calibration: Any, nbytes: float, algorithm: str, protocol: str | None) -> tuple[
+        Callable[[str], float], Callable[[str, float], float] | None, float]:
+    """(fraction of a link's rate by kind, hop latency by (kind, own latency) or None, seconds of launch) for
+    ``algorithm`` moving an array of ``nbytes`` with ``protocol`` (None: no protocol, the calibration alone)."""
+    if protocol is None or fitted_apart(calibration, algorithm):
+        return (lambda kind: calibration.link_fraction(kind, nbytes, algorithm)), None, calibration.launch_s(algorithm)
+    p = PROTOCOLS[protocol]
+    return (lambda kind: calibration.link_fraction(kind, nbytes, algorithm) * p.efficiency), p.latency, p.launch_s
+
+
+def priced_view(net: Any, fraction: Callable[[str], float], latency: Callable[[str, float], float] | None) -> Any:
+    """A copy of ``net`` whose graph carries the links' rates and latencies under these settings, for closed
+    forms (which read links from the graph); it routes as ``net`` does and owns no channels."""
+    view = copy.copy(net)
+    graph = net.graph.copy()
+    for _, _, data in graph.edges(data=True):
+        kind = data.get("kind", "ici")
+        data["bandwidth_bytes_per_s"] *= fraction(kind)
+        if latency is not None:
+            data["latency_s"] = latency(kind, data["latency_s"])
+    view.graph = graph
+    view.routes = net.routes  # the same paths: a protocol changes what a hop costs, not which hops
+    return view
+
+
+def calibrated_price(calibration: Any, asked: str = AUTO) -> Callable[[Any, Any], tuple[float, str, dict[str, float]]]:
+    """A pricing function for `simulator.collectives.tuner.tune`: (algorithm, job) -> (seconds by the calibrated
+    closed form with the fastest protocol, that protocol, seconds with each protocol priced)."""
+    views: dict[tuple[str, str], Any] = {}
+
+    def price(algorithm: Any, job: Any) -> tuple[float, str, dict[str, float]]:
+        times = {}
+        for name in choices(calibration, algorithm.name, asked):
+            fraction, latency, launch = link_settings(calibration, job.nbytes, algorithm.name, name)
+            key = (name, algorithm.name if fitted_apart(calibration, algorithm.name) else "")
+            if key not in views:
+                views[key] = priced_view(job.net, fraction, latency)
+            times[name] = launch + algorithm.closed_form(_on(job, views[key]))
+        best = min(times, key=lambda n: (times[n], list(PROTOCOLS).index(n)))
+        return times[best], best, times
+
+    return price
+
+
+def _on(job: Any, view: Any) -> Any:
+    """``job`` on the network ``view``, with none of the closed-form pieces it kept for its own network."""
+    fresh = {"cache": {}} if "cache" in {f.name for f in fields(job)} else {}
+    return replace(job, net=view, **fresh)
