@@ -208,7 +208,7 @@ def test_json_prints_one_object(capsys):
     (["--grid", "blocks=a,b"], "blocks='a'"),
     (["--grid", "blocks"], "KEY=V1,V2"),
     ([], "at least one --grid"),
-    (["--grid", "blocks=1", "--workers", "0"], "--workers 0 must be a whole number >= 1"),
+    (["--grid", "blocks=1", "--workers", "0"], "--workers=0 must be an integer >= 1"),
     (["--grid", "blocks=1", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "not allowed with"),
     (["--grid", "blocks=1", "--scheduler", "tcp://127.0.0.1:1"], "Dask"),
     (["--grid", "blocks=1", "--out", "MISSING/rows.csv"], "cannot write --out"),
@@ -279,7 +279,7 @@ def test_api_frame_with_pandas():
 
 
 def test_api_rejects_bad_workers_and_both_backends():
-    with pytest.raises(SweepError, match="whole number"):
+    with pytest.raises(SweepError, match="--workers=0 must be an integer >= 1"):
         sweep("double_buffer", {"blocks": [1]}, workers=0)
     with pytest.raises(SweepError, match="not both"):
         sweep("double_buffer", {"blocks": [1]}, workers=2, scheduler="tcp://127.0.0.1:1")

@@ -41,6 +41,7 @@ from simulator.frontend.sweep_table import (
     write_csv,
 )
 from simulator.report.result import dumps_json
+from simulator.units import check_int
 
 __all__ = ["SweepError", "SweepInterrupted", "cell", "dask_client", "grid_values", "parse_cell", "sweep",
            "sweep_frame", "write_csv"]
@@ -102,9 +103,7 @@ def _check_workers(workers: int | None, scheduler: str | None) -> int:
         raise SweepError("give workers (local processes) or scheduler (a Dask cluster), not both")
     if workers is None:
         return os.cpu_count() or 1
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise SweepError(f"--workers {workers!r} must be a whole number >= 1 (1 runs in this process)")
-    return workers
+    return check_int(workers, name="--workers", error=SweepError, hint="1 runs in this process")
 
 
 def _check_out(out: str | Path | None, resume: bool) -> Path | None:
