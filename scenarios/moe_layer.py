@@ -61,6 +61,7 @@ def run(*, model: str = "mixtral-8x7b", chips: int = 8, tokens_per_chip: int = 4
         "combine_s": combine.time_s if combine else 0.0, "time_s": system.env.now,
         "analytic_s": 2 * t_a2a + t_expert, "balanced_expert_s": routed * flops_per_copy / spec.peak_flops_per_s(),
         "tokens_on_busiest_chip": max(loads), "imbalance_slowdown": max(loads) / routed,
+        "all_to_all_algorithm": dispatch.algorithm if dispatch else None,  # auto's choice (both AllToAlls alike)
     }
     return Result(
         scenario="moe_layer",

@@ -232,7 +232,9 @@ class Executor:
             where = self.placement.collective_kwargs(groups)
             row["over"] = f"mesh axes {','.join(where['axes'])}" if "axes" in where else "explicit groups"
             if nbytes > 0:
-                yield start_collective(kind, self.system, nbytes, **where)
+                done = start_collective(kind, self.system, nbytes, **where)
+                row["algorithm"] = done.algorithm  # auto's choice for these groups and bytes
+                yield done
         row["count"] += 1
         row["bytes"] = nbytes
         row["in_flight_s"] += self.env.now - start

@@ -68,7 +68,8 @@ class _Runner:
             if step.kind == "reduce_scatter" else moved[0]
         new_shape = (new0, moved[1]) if dim == 0 else (moved[1], new0)
         self.log.append({"step": str(step), "kind": step.kind, "start_s": start, "time_s": r.time_s,
-                         "analytic_s": r.analytic_s, "bytes": r.nbytes, "max_link_bytes": r.max_link_bytes})
+                         "analytic_s": r.analytic_s, "bytes": r.nbytes, "max_link_bytes": r.max_link_bytes,
+                         "algorithm": r.algorithm})
         if local is None:
             return None, new_shape
         blocks = {d: np.moveaxis(r.outputs[d].reshape(new0, moved[1]), 0, dim) for d in sorted(local)}
