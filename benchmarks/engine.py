@@ -5,11 +5,12 @@ process. The lean baseline is what a SimPy user would write by hand: one ``Conta
 one ``Store`` of ready blocks, and plain timeouts for the DMA and the MXU (each is used by one process
 only, so it never queues and needs no ``Resource``); it records nothing. podsim runs the pipeline through
 its System, Chip, MemoryPool and pipeline helper with tracing on. Prints both wall times (best of
-``--repeat``), checks that both reach the closed-form end time, and ends with ``ratio: X`` where
+``--repeat`` interleaved rounds), checks that both reach the closed-form end time, and ends with
+``ratio: X`` where
 X = podsim speed / lean speed = lean wall / podsim wall (1.0 would mean podsim costs nothing over the
 lean model; 0.25 means it is four times slower).
 
-    python benchmarks/engine.py [--blocks 10000] [--repeat 3]
+    python benchmarks/engine.py [--blocks 10000] [--repeat 5]
 """
 from __future__ import annotations
 
@@ -62,24 +63,27 @@ def podsim(blocks: int) -> float:
     return end
 
 
-def best_of(fn: Callable[[int], float], blocks: int, repeat: int) -> tuple[float, float]:
-    """Fastest wall time (s) of ``repeat`` runs and the simulated end time (s) of the last."""
-    times, result = [], 0.0
+def best_of(fns: list[Callable[[int], float]], blocks: int, repeat: int) -> list[tuple[float, float]]:
+    """For each of ``fns``: the fastest wall time (s) of ``repeat`` runs and the simulated end time (s) of the
+    last. The runs are interleaved (each round runs every model once), so load from other processes on the
+    machine falls on all of them alike."""
+    times: list[list[float]] = [[] for _ in fns]
+    results = [0.0] * len(fns)
     for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn(blocks)
-        times.append(time.perf_counter() - start)
-    return min(times), result
+        for k, fn in enumerate(fns):
+            start = time.perf_counter()
+            results[k] = fn(blocks)
+            times[k].append(time.perf_counter() - start)
+    return [(min(t), r) for t, r in zip(times, results, strict=True)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     expected = analytic.pipeline_time(args.blocks, LOAD_S, COMPUTE_S, BUFFERS)
-    lean_s, lean_end = best_of(lean, args.blocks, args.repeat)
-    pod_s, pod_end = best_of(podsim, args.blocks, args.repeat)
+    (lean_s, lean_end), (pod_s, pod_end) = best_of([lean, podsim], args.blocks, args.repeat)
     for name, end in (("lean", lean_end), ("podsim", pod_end)):
         if abs(end - expected) > 1e-9 * expected:
             raise SystemExit(f"{name} simulated {end} s, closed form {expected} s: the models disagree")

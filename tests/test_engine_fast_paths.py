@@ -5,11 +5,14 @@ so the same spans, times, byte counts and event counts. The references here are 
 themselves: SimPy's own `Environment.step` loop, SimPy's `Container` for a pipeline's buffer slots,
 the frozen dataclasses' constructors, the multi-flow branch of a `Channel`.
 """
-import simpy
+import dataclasses
+
 import pytest
+import simpy
 
 from simulator.collectives import run_collective
 from simulator.engine.channel import Channel
+from simulator.engine.faults import Jitter, LinkDegraded
 from simulator.engine.system import System
 from simulator.engine.trace import Span, Trace
 from simulator.workloads import pipeline
@@ -93,7 +96,7 @@ def test_uniform_steps_equal_the_dataclass_constructors():
     fast = uniform_steps(5, 3e5, 7e8, label="blk")
     plain = [Step(f"blk{i}", (Operand(f"blk{i}", "blk", 3e5),), flops=7e8) for i in range(5)]
     assert fast == plain and [hash(s.operands[0]) for s in fast] == [hash(s.operands[0]) for s in plain]
-    with pytest.raises(Exception):  # still frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):  # still frozen
         fast[0].flops = 1.0
 
 
@@ -139,3 +142,25 @@ def test_span_is_an_immutable_record_with_keywords_and_defaults():
     assert (s.kind, s.nbytes, s.flops, s.duration_s) == ("compute", 0.0, 5.0, 2.0)
     with pytest.raises(AttributeError):
         s.end = 4.0
+
+
+def _without_inline_completion(monkeypatch, build):
+    fast = build()
+    monkeypatch.setattr(Channel, "complete_inline", False)
+    plain = build()
+    assert fast[:-1] == plain[:-1]  # all but the event count
+    assert fast[-1] < plain[-1]  # one event fewer per lone transfer
+
+
+def test_inline_completion_of_a_lone_flow_changes_nothing_but_the_event_count(monkeypatch):
+    _without_inline_completion(monkeypatch, lambda: _pipeline_run(_mixed_steps(), 2, 2.5e6))
+
+
+@pytest.mark.parametrize("disturb", [{}, {"faults": [LinkDegraded(0, 1, 0.5)]},
+                                     {"jitter": Jitter("lognormal", 0.1), "seed": 7}])  # jitter: FaultChannels
+def test_inline_completion_on_links_and_fault_channels(monkeypatch, disturb):
+    def build():
+        system = System("tpu-v5e", topology="torus:4x2", **disturb)
+        r = run_collective("all_reduce", system, 3e6, algorithm="bidirectional", mode="full")
+        return r.time_s, list(system.trace.spans), system.network.link_bytes(), system.events_processed
+    _without_inline_completion(monkeypatch, build)

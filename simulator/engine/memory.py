@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import simpy
+from simpy.events import PENDING
 
 from simulator.errors import CapacityError, PodsimError
 from simulator.units import format_quantity, positive
@@ -31,7 +32,7 @@ class _Request(simpy.Event):
     """The event of one `MemoryPool.allocate`; says what it waits for (for deadlock messages) only when asked."""
 
     def __init__(self, env: simpy.Environment, allocation: Allocation) -> None:
-        super().__init__(env)
+        self.env, self.callbacks, self._value = env, [], PENDING  # simpy.Event.__init__, inlined
         self.allocation = allocation
 
     @property

@@ -130,7 +130,8 @@ class _Slots:
         event = simpy.Event(self.env)
         self.level += 1
         event.succeed()
-        event.callbacks.append(self._wake)
+        if self.waiting is not None:  # else a later get finds the slot free at once, as in the Container
+            event.callbacks.append(self._wake)
         return event
 
     def _wake(self, _event: simpy.Event) -> None:
@@ -202,7 +203,10 @@ class _Pipeline:
             held = self.held[i]
             for op in step.operands:
                 key = op.key
-                if not any(key == nxt.key for nxt in following):  # not carried into the next step
+                for nxt in following:
+                    if nxt.key == key:
+                        break  # carried into the next step
+                else:
                     self._free(held[key])
             yield slots.put()
         if self.stores:
