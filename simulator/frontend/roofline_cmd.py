@@ -26,7 +26,10 @@ from simulator.report.result import dumps_json
 from simulator.units import format_quantity, parse_int, parse_positive
 
 MEMORIES = ("hbm", "vmem", "ici", "dcn", "pcie", "nvlink", "ib")  #: the bandwidth roofs `--memory` takes
-NETWORKS = ("ici", "dcn", "nvlink", "ib")  #: roofs whose ridge is a data-parallel / FSDP critical batch
+#: Network roofs whose ridge C/W is the book's data-parallel / FSDP critical batch, and what it counts: tokens
+#: per chip inside an ICI or NVLink domain; tokens per slice (DCN) or node (IB) across domains, where every
+#: chip of the domain brings its own NIC (book, training: B/slice > C/W_dcn; gpus: B/GPU > C/W_node).
+NETWORKS = {"ici": "chip", "nvlink": "chip", "dcn": "slice", "ib": "node"}
 #: Largest matmul dimension `roofline --matmul` takes (2**40): three of them keep FLOPs and bytes finite.
 MAX_MATMUL_DIM = 2**40
 MAX_AXES = 64  #: largest --axes parsed (a chip's own torus axes bound it further)
@@ -131,8 +134,9 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
                      axes: int = 1) -> dict[str, Any]:
     """The ideal roofline of ``flops`` FLOPs and ``nbytes`` bytes on ``chip`` against the ``memory`` roof
     (``axes`` ICI axes at once), and with ``calibrated`` the fitted figures beside it (``calibrated_*``
-    keys, efficiencies, notes). Against a network roof, ``critical_batch_per_chip`` gives the book's
-    per-chip batch (tokens) above which data parallelism and FSDP over it are compute-bound: C / W."""
+    keys, efficiencies, notes). Against a network roof the ridge C / W is the book's batch (tokens) above
+    which data parallelism and FSDP over it are compute-bound: ``critical_batch_per_chip`` over ICI and
+    NVLink, ``critical_batch_per_slice`` over DCN and ``critical_batch_per_node`` over IB (`NETWORKS`)."""
     peak = peak_flops(chip, dtype)
     bandwidth, roof = roof_bandwidth(chip, memory, axes)
     out = {"chip": chip.name, "dtype": dtype, "memory": memory, "roof": roof, "flops": flops, "bytes": nbytes,
@@ -144,7 +148,7 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
         out.update(intensity_flops_per_byte=None, note="no bytes: pure compute, bound by the FLOPs alone")
     if memory in NETWORKS:
         ridge = out["peak_intensity_flops_per_byte"]
-        out["critical_batch_per_chip"] = {"data_parallel": ridge, "fsdp": ridge}
+        out[f"critical_batch_per_{NETWORKS[memory]}"] = {"data_parallel": ridge, "fsdp": ridge}
     if calibrated:
         out.update(_calibrated(chip, memory, flops, nbytes, shape, peak, bandwidth, dtype))
     return out
@@ -208,11 +212,14 @@ def render(out: dict[str, Any]) -> str:
              f"{q(out['bytes'], 'B')}",
              f"  intensity {'unbounded (no bytes)' if intensity is None else f'{intensity:.4g} FLOP/B'} (ridge "
              f"{out['peak_intensity_flops_per_byte']:.4g}) -> {out['bound']}-bound"]
-    if "critical_batch_per_chip" in out:
+    per = NETWORKS.get(out["memory"])
+    if per is not None:
         c = out["peak_intensity_flops_per_byte"]
-        line = f"  critical batch per chip C/W = {c:.4g} tokens (data parallelism, FSDP)"
-        if out["memory"] in ("ici", "nvlink"):  # tensor parallelism lives on the fast network
+        line = f"  critical batch C/W = {c:.4g} tokens per {per} (data parallelism, FSDP)"
+        if per == "chip":  # tensor parallelism lives on the fast network
             line += f"; tensor parallelism over Y chips needs F/Y > {c:.4g}; FSDP x TP needs B/chip > {c:.4g}^2/(2F)"
+        else:  # each chip of the slice or node has its own NIC
+            line += f"; per chip divide by the chips of a {per}"
         lines.append(line)
     if "calibrated_t_compute_s" not in out:
         return "\n".join(lines + [f"  T_math {q(out['t_compute_s'], 's')}, T_mem {q(out['t_memory_s'], 's')}; bounds "
