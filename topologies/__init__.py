@@ -15,6 +15,7 @@ Examples
 """
 
 from topologies.errors import TopologyError
+from topologies.fattree import fattree, superpod
 from topologies.hosts import with_hosts
 from topologies.multilevel import multislice, nodes
 from topologies.query import axis_ring, chips, coord_to_node, num_links
@@ -32,6 +33,7 @@ __all__ = [
     "axis_ring",
     "chips",
     "coord_to_node",
+    "fattree",
     "line",
     "mesh",
     "multislice",
@@ -40,6 +42,7 @@ __all__ = [
     "parse_spec",
     "ring",
     "slice_wrap",
+    "superpod",
     "switch",
     "torus",
     "tpu_slice",

@@ -3,9 +3,12 @@
 Grammar (whitespace around the whole spec is ignored; the kind is case-insensitive)::
 
     ring:N   line:N   torus:AxBxC   mesh:AxB   slice:AxB   switch:N   multislice:K:AxB   nodes:K:G
+    fattree:K:G   superpod:N
 
 ``torus`` wraps every axis, ``mesh`` none, ``slice`` follows the chip's wraparound rule. ``slice`` and
 ``multislice`` need a chip; with a chip, every spec takes its link numbers from it (see `parse_spec`).
+``fattree:K:G`` is K nodes of G GPUs under a rail-optimised leaf/spine fabric (32 nodes per unit), and
+``superpod:N`` N DGX scalable units of 32 x 8 GPUs (``superpod:4`` = 1,024 GPUs; `topologies.fattree`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from topologies.errors import TopologyError
+from topologies.fattree import fattree, superpod
 from topologies.multilevel import multislice, nodes
 from topologies.slices import tpu_slice
 from topologies.switch import switch
@@ -32,6 +36,8 @@ VALID_FORMS = (
     "switch:N",
     "multislice:K:AxB (needs a chip)",
     "nodes:K:G",
+    "fattree:K:G",
+    "superpod:N",
 )
 """Every form `parse_spec` accepts (N, K, G and the axis lengths A, B, C are integers >= 1)."""
 
@@ -180,4 +186,6 @@ _FORMS: dict[str, _Form] = {
     "switch": _Form(("count",), lambda n, c: switch(n, **_switch_link(c))),
     "multislice": _Form(("count", "shape"), lambda k, shape, c: multislice(k, shape, c), needs_chip=True),
     "nodes": _Form(("count", "count"), lambda k, g, c: nodes(k, g, **_nvlink(c))),
+    "fattree": _Form(("count", "count"), lambda k, g, c: fattree(k, g, **_nvlink(c))),
+    "superpod": _Form(("count",), lambda n, c: superpod(n, **_nvlink(c))),
 }
