@@ -100,10 +100,10 @@ def test_uniform_steps_equal_the_dataclass_constructors():
         fast[0].flops = 1.0
 
 
-def _channel_spans(starts, sizes, force_general):
+def _channel_spans(starts, sizes, force_general, latency):
     env = simpy.Environment()
     trace = Trace()
-    ch = Channel(env, "hbm", 1e9, trace=trace)
+    ch = Channel(env, "link 0->1", 1e9, latency, trace=trace)
     if force_general:  # route every transfer through _admit/_schedule, as before the idle fast path
         ch.transfer = lambda nbytes, label="", kind="transfer": _general_transfer(ch, nbytes, label, kind)
     done = []
@@ -124,15 +124,20 @@ def _general_transfer(ch, nbytes, label, kind):
     event = ch.env.event()
     if nbytes <= 0:
         return event.succeed(ch.env.now)
-    ch._admit(_Flow(nbytes, event, label, kind))
+    flow = _Flow(nbytes, event, label, kind)
+    if ch.latency_s > 0:
+        ch.env.timeout(ch.latency_s).callbacks.append(lambda _e: ch._admit(flow))
+    else:
+        ch._admit(flow)
     return event
 
 
 @pytest.mark.parametrize("starts,sizes", [([0.0, 0.0, 0.5e-3], [1e6, 2e6, 5e5]), ([0.0, 2e-3, 2e-3], [1e6, 1e6, 3e6]),
                                           ([0.0, 1e-3, 4e-3], [1e6, 1e6, 1e6])])
-def test_idle_channel_fast_path_equals_the_general_path(starts, sizes):
-    fast = _channel_spans(starts, sizes, force_general=False)
-    plain = _channel_spans(starts, sizes, force_general=True)
+@pytest.mark.parametrize("latency", [0.0, 3e-4])
+def test_idle_channel_fast_path_equals_the_general_path(starts, sizes, latency):
+    fast = _channel_spans(starts, sizes, False, latency)
+    plain = _channel_spans(starts, sizes, True, latency)
     assert fast == plain
     assert all(isinstance(s, Span) for s in fast[1])
 

@@ -87,17 +87,24 @@ class Channel:
             return event
         flow = _Flow(nbytes, event, label, kind)
         if self.latency_s > 0:
-            env.timeout(self.latency_s).callbacks.append(lambda _e: self._admit(flow))
-        elif self._flows:
-            self._admit(flow)
-        else:  # an idle channel, the common case: what _admit and _schedule do for a lone flow
-            flow.start = self._last_update = env.now
-            self._flows = [flow]
-            self._generation += 1
-            generation = self._generation
-            Timeout(env, nbytes / self.bandwidth_bytes_per_s).callbacks.append(
-                lambda _e: self._on_timer(generation, flow))
+            Timeout(env, self.latency_s).callbacks.append(lambda _e: self._join(flow))
+        else:
+            self._join(flow)
         return event
+
+    def _join(self, flow: _Flow) -> None:
+        """`_admit`, with a fast path for an idle channel (the common case). Only `Channel.transfer` calls it:
+        a subclass that overrides `_admit` or `_schedule` overrides `transfer` too (as `FaultChannel` does)."""
+        if self._flows:
+            self._admit(flow)
+            return
+        # what _advance, _admit and _schedule do for a lone flow
+        flow.start = self._last_update = self.env.now
+        self._flows = [flow]
+        self._generation += 1
+        generation = self._generation
+        Timeout(self.env, flow.nbytes / self.bandwidth_bytes_per_s).callbacks.append(
+            lambda _e: self._on_timer(generation, flow))
 
     def _advance(self) -> None:
         now = self.env.now
