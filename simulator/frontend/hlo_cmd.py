@@ -45,7 +45,7 @@ def cmd_hlo(args: argparse.Namespace) -> None:
     from simulator.frontend.cli import write_outputs
     from simulator.frontend.hlo import simulate_hlo
 
-    chip = load_chip_file(args.chip_file) if args.chip_file else get_chip(args.chip or "tpu-v5e")
+    chip = load_chip_file(args.chip_file) if args.chip_file else get_chip("tpu-v5e" if args.chip is None else args.chip)
     if args.topology is None and args.mesh is None:
         raise PodsimError("podsim hlo needs --topology SPEC (e.g. torus:4x2) or --mesh SPEC (e.g. X=4,Y=2)")
     result = simulate_hlo(args.file, chip=chip, topology=args.topology, mesh=args.mesh,

@@ -7,7 +7,7 @@ from typing import Any
 from simulator.errors import PodsimError
 from simulator.hardware.specs import PRESETS, get_chip, load_chip_file
 from simulator.report.result import dumps_json
-from simulator.units import format_quantity, parse_int
+from simulator.units import format_quantity, parse_int, parse_tokens
 
 MODES = ("train", "prefill", "decode")
 
@@ -45,7 +45,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
         check_picture_path(args.plot)
     out = search(cfg, chip, chips, args.mode, parse_int(args.batch, name="--batch"),
-                 parse_int(args.seq, name="--seq", maximum=2**24), parse_int(args.top, name="--top", minimum=0),
+                 parse_tokens(args.seq, name="--seq", maximum=2**24), parse_int(args.top, name="--top", minimum=0),
                  parse_int(args.workers, name="--workers", maximum=1024), args.topology)
     out["topology"] = args.topology
     if args.plot:
