@@ -12,7 +12,7 @@ from scenarios import collective_matmul, collective_sweep, double_buffer, matmul
 from simulator.collectives import run_collective
 from simulator.engine.system import System
 from simulator.hardware.specs import get_chip
-from simulator.report import plots, tails
+from simulator.report import algorithms, plots, tails
 
 DPI = 80
 
@@ -54,7 +54,22 @@ def make(out: Path) -> list[Path]:
                                            "jittered by 5% (lognormal), 200 draws per count"),
                               out / "straggler_tail.png", DPI))
     written.append(_fault_tail(out / "fault_tail.png"))
+    written.append(_algorithm_curves(out / "allreduce_algorithms.png"))
     return written
+
+
+def _algorithm_curves(path: Path) -> Path:
+    """AllReduce on H100: every applicable algorithm's closed form from 1 KiB to 8 GiB on one 8-GPU node and on
+    two nodes, ideal and calibrated, with auto's choice on top and its crossovers marked (`report.algorithms`)."""
+    sizes = [2.0**k for k in range(10, 34)]
+    panels = []
+    for calibrated in (False, True):
+        for topology, where in (("switch:8", "one 8-GPU node (switch:8)"), ("nodes:2:8", "two nodes (nodes:2:8)")):
+            system = System("h100", topology=topology, calibrated=calibrated, trace=False)
+            data = algorithms.curves("all_reduce", system, sizes)
+            mode = "calibrated: fastest NCCL protocol each" if calibrated else "ideal links"
+            panels.append((f"H100 AllReduce, {where}, {mode}", data, algorithms.crossovers("all_reduce", system, data)))
+    return plots.save(algorithms.figure(panels), path, DPI)
 
 
 def _fault_tail(path: Path) -> Path:
