@@ -134,3 +134,8 @@ def test_cli_collective_json_names_the_protocol(capsys):
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["protocol"] is None  # ideal links: no protocol
+    assert main(["collective", "all_reduce", "--chip", "a100", "--topology", "switch:8", "--bytes", "1KB",
+                 "--algorithm", "unidirectional", "--calibrated", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["calibrated_algorithm"], data["calibrated_protocol"]) == ("unidirectional", "LL")
+    assert data["calibrated_time_s"] == pytest.approx(_ring_by_hand(1000.0, 8, "LL"), rel=1e-9)

@@ -257,7 +257,8 @@ def cmd_collective(args: argparse.Namespace) -> None:
         cal = run_collective(args.kind, _system(args, calibrated=True), nbytes, axes=axes, algorithm=args.algorithm,
                              multi_axis=args.multi_axis, chunks=chunks, root=root, mode=args.mode)
         extra.update(calibrated_time_s=cal.time_s, calibrated_algbw_bytes_per_s=cal.algbw_bytes_per_s,
-                     calibrated_busbw_bytes_per_s=cal.busbw_bytes_per_s)
+                     calibrated_busbw_bytes_per_s=cal.busbw_bytes_per_s, calibrated_algorithm=cal.algorithm,
+                     calibrated_protocol=cal.protocol)
     result = Result("collective", params, system.metrics(), extra=extra, trace=system.trace,
                     headline=f"{args.kind} of {format_quantity(nbytes, 'B')} on {args.topology}")
     write_outputs(result, args)
@@ -277,7 +278,9 @@ def cmd_collective(args: argparse.Namespace) -> None:
           f", busiest link carried {format_quantity(r.max_link_bytes, 'B')}")
     if args.calibrated:
         print(f"  calibrated  {format_quantity(extra['calibrated_time_s'], 's')}, busbw "
-              f"{format_quantity(extra['calibrated_busbw_bytes_per_s'], 'B/s')} (fitted efficiencies)")
+              f"{format_quantity(extra['calibrated_busbw_bytes_per_s'], 'B/s')} (fitted efficiencies; algorithm "
+              f"{extra['calibrated_algorithm']}" + (f", NCCL protocol {extra['calibrated_protocol']})"
+                                                     if extra["calibrated_protocol"] else ")"))
 
 
 def cmd_algorithms(args: argparse.Namespace) -> None:
