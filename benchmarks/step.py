@@ -1,0 +1,57 @@
+"""Whole step: one llama-3-70b training step on 64 tpu-v5p chips (data=8, model=8) against the lean pipeline.
+
+Issue 16's whole-step target: the step's wall time at most 4x that of benchmarks/engine.py's lean plain-SimPy
+pipeline of 10,000 blocks, measured in the same run (process start-up excluded). Prints both wall times
+(best of ``--repeat``, interleaved so machine load falls on both), the step's simulated time and event
+count, and ends with ``ratio: X`` where X = step wall / lean wall (the target is X <= 4).
+
+    python benchmarks/step.py [--repeat 1] [--no-trace]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from engine import lean
+
+from scenarios import transformer_step
+from simulator.engine.system import System
+
+STEP = {"model": "llama-3-70b", "mode": "train", "chip": "tpu-v5p", "mesh": "data=8,model=8", "batch": 8,
+        "seq": 2048, "require_fit": False}  # 136 GiB a chip without FSDP: timed anyway, as in the issue
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--no-trace", action="store_true", help="run the step with tracing off")
+    args = parser.parse_args()
+    events = [0]
+    run = System.run
+
+    def counting(self: System, until: float | None = None) -> float:  # events of every System the step builds
+        end = run(self, until)
+        events[0] += self.events_processed
+        return end
+
+    System.run = counting  # type: ignore[method-assign]
+    lean_s = step_s = float("inf")
+    result = None
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        lean(10_000)
+        lean_s = min(lean_s, time.perf_counter() - start)
+        events[0] = 0
+        start = time.perf_counter()
+        result = transformer_step.run(**STEP, trace=not args.no_trace)
+        step_s = min(step_s, time.perf_counter() - start)
+    assert result is not None
+    print(f"step: {STEP['model']} train, {STEP['mesh']} on {STEP['chip']}, tracing {'off' if args.no_trace else 'on'}")
+    print(f"simulated step: {result.extra['step_time_s']!r} s  events: {events[0]:,}")
+    print(f"lean simpy pipeline (10,000 blocks) wall: {lean_s * 1e3:.1f} ms")
+    print(f"step wall: {step_s * 1e3:.1f} ms  ({events[0] / step_s:,.0f} events/s)")
+    print(f"ratio: {step_s / lean_s:.2f}")
+
+
+if __name__ == "__main__":
+    main()
