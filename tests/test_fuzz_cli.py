@@ -116,7 +116,7 @@ def command_lines(draw: st.DrawFn) -> list[str]:
     return argv
 
 
-@FUZZ
+@settings(FUZZ, max_examples=EXAMPLES or 15)  # these run whole scenarios: fewer fixed examples
 @given(argv=command_lines())
 def test_command_lines(argv):
     check(argv)
