@@ -17,9 +17,9 @@ from simulator import analytic
 from simulator.collectives import layout, payload
 from simulator.collectives import protocol as protocols
 from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, get_algorithm
+from simulator.collectives.book import book_estimate
 from simulator.collectives.bounds import topology_bound
 from simulator.collectives.groups import Group, collective_groups, nic_rings, root_position
-from simulator.collectives.multi_axis import book_time
 from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.schedule import Completion, Schedule, check_arrived, execute
 from simulator.collectives.tuner import tune
@@ -262,7 +262,7 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
         system.trace.count(next(iter(net.links.values())).kind, total - sum(link_bytes.values()))
     return CollectiveResult(
         kind=kind, time_s=time_s, analytic_s=_analytic_s(plan),
-        book_s=book_time(kind, job.group, net, job.parts, plan.nbytes),
+        book_s=book_estimate(kind, job.group, net, job.parts, plan.nbytes, job.root_pos),
         topology_bound_s=topology_bound(kind, net, plan.groups, plan.nbytes, job.root_pos),
         algorithm=plan.algorithm.name, nbytes=plan.nbytes, padded_bytes=_padded_bytes(plan),
         group_size=job.group.n, groups=len(plan.groups), algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw,
