@@ -6,6 +6,7 @@ themselves: SimPy's own `Environment.step` loop, SimPy's `Container` for a pipel
 the frozen dataclasses' constructors, the multi-flow branch of a `Channel`.
 """
 import dataclasses
+import random
 
 import pytest
 import simpy
@@ -14,7 +15,7 @@ from simulator.collectives import run_collective
 from simulator.engine.channel import Channel
 from simulator.engine.faults import Jitter, LinkDegraded
 from simulator.engine.system import System
-from simulator.engine.trace import Span, Trace
+from simulator.engine.trace import Span, Trace, merge_intervals
 from simulator.workloads import pipeline
 from simulator.workloads.pipeline import Operand, Step, run_steps, uniform_steps, weight_input_steps
 
@@ -169,3 +170,28 @@ def test_inline_completion_on_links_and_fault_channels(monkeypatch, disturb):
         r = run_collective("all_reduce", system, 3e6, algorithm="bidirectional", mode="full")
         return r.time_s, list(system.trace.spans), system.network.link_bytes(), system.events_processed
     _without_inline_completion(monkeypatch, build)
+
+
+def _merged_by_lists(intervals):
+    """The union as `merge_intervals` computed it before (mutable pairs)."""
+    merged = []
+    for start, end in sorted(intervals):
+        if end <= start:
+            continue
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def test_merge_intervals_equals_the_list_based_union():
+    rng = random.Random(16)
+    grid = [k / 4 for k in range(6)]  # shared endpoints: touching and nested intervals
+
+    def pick():
+        return rng.choice(grid) if rng.random() < 0.5 else rng.random()
+
+    for _ in range(500):
+        intervals = [(pick(), pick()) for _ in range(rng.randint(0, 10))]
+        assert merge_intervals(intervals) == _merged_by_lists(intervals)

@@ -93,15 +93,21 @@ class Trace:
 
 def merge_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """Union of half-open intervals as a sorted list of disjoint ``(start, end)`` pairs."""
-    merged: list[list[float]] = []
+    merged: list[tuple[float, float]] = []
+    started, lo, hi = False, 0.0, 0.0  # the interval being built
     for start, end in sorted(intervals):
         if end <= start:
             continue
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
+        if started and start <= hi:
+            if end > hi:
+                hi = end
         else:
-            merged.append([start, end])
-    return [(a, b) for a, b in merged]
+            if started:
+                merged.append((lo, hi))
+            started, lo, hi = True, start, end
+    if started:
+        merged.append((lo, hi))
+    return merged
 
 
 def total_length(intervals: list[tuple[float, float]]) -> float:
