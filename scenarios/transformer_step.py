@@ -20,7 +20,7 @@ from simulator.report.result import Result
 from simulator.workloads.budget import Parallelism, decode_budget
 from simulator.workloads.plans import POLICIES, TrainOptions, parse_plan_mesh, train_plan
 from simulator.workloads.simulate import simulate_decode
-from simulator.workloads.transformer import get_model
+from simulator.workloads.transformer import get_model, load_config_file, load_hf_config
 
 MODES = ("decode", "prefill", "train")
 
@@ -29,16 +29,20 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
         prompt: int = 512, seq: int = 2048, mesh: str = "model=4", recompute: bool = False,
         require_fit: bool = True, calibrated: bool = False, chip: str | ChipSpec = "tpu-v5e",
         microbatches: int = 1, schedule: str = "1f1b", checkpoints_per_layer: str = "", kv_sharding: str = "heads",
-        compute_dtype: str = "", topology: str = "", price_per_chip_hour: float = 0.0, trace: bool = True) -> Result:
+        compute_dtype: str = "", topology: str = "", price_per_chip_hour: float = 0.0, trace: bool = True,
+        config: str = "") -> Result:
     """One step of ``model``: decode (one new token per request after ``context`` cached ones),
     prefill (``prompt`` new tokens per request) or train (``seq`` tokens per sequence; any of the six mesh
     axes, ``microbatches`` through a ``schedule``, ``checkpoints_per_layer`` K or a policy; ``recompute``
     is the ``full`` policy). With ``calibrated`` the step also runs at the chip's fitted efficiencies.
     ``topology`` (a spec) chooses the hardware; by default the mesh lies on the chip's real slice of that
-    many chips, and the result says where (``topology``, ``placement``: each mesh axis's physical axes)."""
+    many chips, and the result says where (``topology``, ``placement``: each mesh axis's physical axes).
+    ``config`` (a path) replaces the preset ``model``: a TOML file of TransformerConfig fields, or a Hugging
+    Face ``config.json`` (by its ``.json`` suffix), as ``podsim model --config`` / ``--hf-config`` read."""
     if mode not in MODES:
         raise PodsimError(f"mode={mode!r}; valid modes: {', '.join(MODES)}")
-    spec, cfg = resolve_chip(chip), get_model(model)
+    spec, cfg = resolve_chip(chip), _model(model, config)
+    model = cfg.name
     if mode == "train":
         return _train(cfg, spec, batch, seq, mesh, recompute, require_fit, calibrated, microbatches, schedule,
                       checkpoints_per_layer, topology, price_per_chip_hour, trace)
@@ -69,12 +73,19 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
         extra["calibrated_step_time_s"] = simulate(True).env.now
     return Result(
         scenario="transformer_step",
-        params=dict(model=model, mode=mode, batch=batch, context=context, prompt=prompt, seq=seq, mesh=mesh,
-                    recompute=recompute, calibrated=calibrated, chip=spec.name, kv_sharding=kv_sharding,
+        params=dict(model=model, config=config, mode=mode, batch=batch, context=context, prompt=prompt, seq=seq,
+                    mesh=mesh, recompute=recompute, calibrated=calibrated, chip=spec.name, kv_sharding=kv_sharding,
                     compute_dtype=compute_dtype, topology=topology),
         metrics=sim.system.metrics(), extra=extra, trace=sim.system.trace,
         headline=_headline(mode, model, summary, budget),
     )
+
+
+def _model(model: str, config: str) -> Any:
+    """The preset ``model``, or the config file ``config`` (.json: Hugging Face; else TOML) when given."""
+    if not config:
+        return get_model(model)
+    return load_hf_config(config) if str(config).endswith(".json") else load_config_file(config)
 
 
 def _train(cfg: Any, spec: ChipSpec, batch: int, seq: int, mesh: str, recompute: bool, require_fit: bool,
