@@ -58,14 +58,29 @@ def test_scatter_on_a_line_from_an_end_sends_every_shard_down_one_link():
 
 @pytest.mark.parametrize("chunks", [1, 4, 16])
 def test_reduce_pipelines_pieces_along_the_longer_side(chunks):
-    r = _run("reduce", "torus:8", chunks=chunks)
+    r = _run("reduce", "torus:8", chunks=chunks, algorithm="root_chains")
     hops = 4
     assert r.time_s == pytest.approx((hops + chunks - 1) * (ALPHA + V / chunks / B), rel=1e-9)
     assert r.busbw_bytes_per_s == pytest.approx(V / r.time_s, rel=1e-9)
 
 
-def test_reduce_default_pieces_beat_one_piece_and_stay_within_the_pipeline_optimum():
+@pytest.mark.parametrize("chunks", [2, 8])
+def test_reduce_both_ways_round_halves_the_bytes_through_each_of_the_roots_links(chunks):
+    r = _run("reduce", "torus:8", chunks=chunks, algorithm="root_rings")
+    # half the pieces round each way: c/2 pieces of V/c along n - 1 = 7 hops, the halves on disjoint links
+    assert r.time_s == pytest.approx((7 + chunks // 2 - 1) * (ALPHA + V / chunks / B), rel=1e-9)
+    assert r.max_link_bytes == pytest.approx(V / 2, rel=1e-9)
+
+
+def test_auto_reduce_takes_the_rings_for_large_arrays_and_nears_the_roots_ingress_bound():
     r = _run("reduce", "torus:8", nbytes=64e6)
+    assert r.algorithm == "root_rings"
+    assert r.time_s <= 1.25 * r.topology_bound_s  # bound: V through the root's two links, V / (2 b)
+    assert r.topology_bound_s == pytest.approx(ALPHA + 64e6 / (2 * B), rel=1e-9)
+
+
+def test_reduce_default_pieces_beat_one_piece_and_stay_within_the_pipeline_optimum():
+    r = _run("reduce", "torus:8", nbytes=64e6, algorithm="root_chains")
     one = 4 * (ALPHA + 64e6 / B)
     best = min((4 + c - 1) * (ALPHA + 64e6 / c / B) for c in range(1, 2049))
     assert r.time_s < one and r.time_s <= best * 1.05
@@ -86,9 +101,12 @@ def test_numeric_results_equal_numpy(topology):
     n = System("tpu-v5e", topology=topology).network.chips
     data = rng.standard_normal((len(n), 8 * len(n)))
     root = n[-2]
-    reduced = run_collective("reduce", System("tpu-v5e", topology=topology), data=data, root=root, chunks=4)
-    assert list(reduced.outputs) == [root]
-    np.testing.assert_allclose(reduced.outputs[root], data.sum(axis=0), rtol=1e-12, atol=1e-12)
+    reduce_algorithms = ["auto", "root_rings"] if topology in ("torus:4x4", "ring:5") else ["auto"]
+    for algorithm in reduce_algorithms:
+        reduced = run_collective("reduce", System("tpu-v5e", topology=topology), data=data, root=root, chunks=4,
+                                 algorithm=algorithm)
+        assert list(reduced.outputs) == [root]
+        np.testing.assert_allclose(reduced.outputs[root], data.sum(axis=0), rtol=1e-12, atol=1e-12)
     gathered = run_collective("gather", System("tpu-v5e", topology=topology), data=data, root=root)
     np.testing.assert_array_equal(gathered.outputs[root], data.reshape(-1))  # row-major positions = chip order
     scattered = run_collective("scatter", System("tpu-v5e", topology=topology), data=data, root=root)

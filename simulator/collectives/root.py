@@ -22,6 +22,11 @@ sum of the n arrays, V). Two algorithms:
   path of H = sum_a m_a hops: ``sum(t_h) + (c - 1) max(t_h)``, t_h = alpha + V / (c b)
   (`simulator.collectives.timing.pipeline_time`), c chosen to minimise it.
 
+- ``root_rings`` (Reduce on rings and tori whose axes all wrap): pieces j < c/2 go all the way round one way,
+  the others the other way, each along n_a - 1 hops per axis, so each of the root's links carries V/2 and the
+  halves never share a link: ``pipeline_time`` of c/2 pieces of V/c along sum_a (n_a - 1) hops. Slower than
+  root_chains for small arrays (twice the hops), up to twice as fast for large ones; auto picks by size.
+
 - ``root_direct`` (switches, GPU nodes): every member sends its shard (Gather), or the root sends each
   member its shard (Scatter), or every member sends its whole array to be added (Reduce), straight through
   the switch, all at once: T = route latency + (bytes through the busiest link) / its bandwidth -- the root's
@@ -119,7 +124,14 @@ class RootChains(Algorithm):
 
     def build(self, job: Job, s: Schedule) -> None:
         for group in job.groups:
-            (_reduce if job.kind == "reduce" else _gather_scatter)(job, group, s)
+            if job.kind == "reduce":
+                _reduce(job, group, s, self.reduce_chains)
+            else:
+                _gather_scatter(job, group, s)
+
+    def reduce_chains(self, n: int, wrap: bool, r: int, j: int, pieces: int) -> list[tuple[int, int]]:
+        """(direction, members) of the chains piece ``j`` of ``pieces`` takes toward coordinate ``r``."""
+        return sides(n, wrap, r)
 
 
 def _keys(job: Job, positions: list[tuple[int, ...]]) -> tuple | int:
@@ -151,22 +163,67 @@ def _gather_scatter(job: Job, group: Group, s: Schedule) -> None:
                     arrived[group.members[at[0] if gather else at[origin]]].append(ready[0])
 
 
-def _reduce(job: Job, group: Group, s: Schedule) -> None:
-    """Pieces flow toward the root's coordinate axis by axis (last first), added into each member's own."""
+def _reduce(job: Job, group: Group, s: Schedule, chains: Any) -> None:
+    """Pieces flow toward the root's coordinate axis by axis (last first), added into each member's own,
+    along the chains ``chains(n, wrap, r, j, pieces)`` gives piece j."""
     root, k = job.root_pos, len(group.sizes)
     arrived: dict[tuple[Any, int], list[int]] = defaultdict(list)  # (device, piece) -> transfers added into it
     for a in reversed(range(k)):
         for base in _lines(group, a, root):
             n = group.sizes[a]
-            for d, m in sides(n, group.wraps[a], root[a]):
-                at = [group.members[_along(base, a, root[a] + d * i, n)] for i in range(m + 1)]
-                behind: dict[int, int] = {}
-                for j in range(job.chunks):
+            behind: dict[tuple[int, int], int] = {}  # (direction, hop) -> the last piece sent there
+            for j in range(job.chunks):
+                for d, m in chains(n, group.wraps[a], root[a], j, job.chunks):
+                    at = [group.members[_along(base, a, root[a] + d * i, n)] for i in range(m + 1)]
                     for i in range(m, 0, -1):  # from the far end in
-                        deps = list(arrived[(at[i], j)]) + ([behind[i]] if i in behind else [])
+                        deps = list(arrived[(at[i], j)]) + ([behind[d, i]] if (d, i) in behind else [])
                         keys = (("piece", j),) if job.numeric else 1
-                        behind[i] = s.add(at[i], at[i - 1], keys, "add", deps, ("reduce", id(group), a, j), at[i - 1])
-                        arrived[(at[i - 1], j)].append(behind[i])
+                        behind[d, i] = s.add(at[i], at[i - 1], keys, "add", deps, ("reduce", id(group), a, j),
+                                             at[i - 1])
+                        arrived[(at[i - 1], j)].append(behind[d, i])
+
+
+class RootRings(RootChains):
+    """Reduce on rings both ways round: half the pieces go all the way round each way (see the module docstring)."""
+
+    name = "root_rings"
+    summary = "Reduce on tori: half the pieces all the way round each way, so both of the root's links carry V/2"
+    kinds = ("reduce",)
+    topologies = ("ring", "torus")
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        why = super().unfit(kind, net, groups)
+        if why is None and not all(w and n > 2 for n, w in zip(groups[0].sizes, groups[0].wraps, strict=True)):
+            return "every axis must be a ring of more than two members"
+        return why
+
+    def reduce_chains(self, n: int, wrap: bool, r: int, j: int, pieces: int) -> list[tuple[int, int]]:
+        return [(1 if j < pieces // 2 else -1, n - 1)]
+
+    def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
+        if nbytes is None:
+            return NUMERIC_PIECES
+        hops = [self._ring_hop(net, groups[0], a) for a in range(len(groups[0].sizes))]
+        times = {c: self._time(groups[0], hops, nbytes / c, c) for c in (2**i for i in range(1, 12))}
+        return min(times, key=lambda c: (times[c], c))
+
+    def closed_form(self, job: Job) -> float:
+        """Each half: c/2 pieces pipelined along sum_a (n_a - 1) hops, on links the other half does not use."""
+        hops = [self._ring_hop(job.net, job.group, a) for a in range(len(job.group.sizes))]
+        return self._time(job.group, hops, job.key_bytes, job.chunks)
+
+    @staticmethod
+    def _time(group: Group, hops: list[tuple[float, float]], piece: float, c: int) -> float:
+        path = [lat + piece / bw for (lat, bw), n in zip(hops, group.sizes, strict=True) for _ in range(n - 1)]
+        return pipeline_time(path, math.ceil(c / 2))
+
+    @staticmethod
+    def _ring_hop(net: Network, group: Group, a: int) -> tuple[float, float]:
+        """(slowest latency, slowest bandwidth) of the neighbour hops round axis ``a``'s ring through position 0."""
+        n, base = group.sizes[a], (0,) * len(group.sizes)
+        hops = [_hop(net, group.members[_along(base, a, i, n)], group.members[_along(base, a, i + d, n)])
+                for i in range(n) for d in (1, -1)]
+        return max(h[0] for h in hops), min(h[1] for h in hops)
 
 
 class RootDirect(Algorithm):
@@ -215,3 +272,4 @@ class RootDirect(Algorithm):
 
 ROOT_CHAINS = register(RootChains())
 ROOT_DIRECT = register(RootDirect())
+ROOT_RINGS = register(RootRings())
