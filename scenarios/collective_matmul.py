@@ -141,8 +141,9 @@ def run(*, n: int = 4, B: int = 4096, D: int = 8192, F: int = 16384, topology: s
         params=dict(n=n, B=B, D=D, F=F, topology=topology, dtype=dtype, chip=spec.name),
         metrics=m_fast, extra=extra, trace=fast.trace,
         headline=(f"overlapping saves {(1 - fast.env.now / slow.env.now) * 100:.0f}%: {fast.env.now * 1e6:.4g} us "
-                  f"against {slow.env.now * 1e6:.4g} us; the MXU and links overlap for "
-                  f"{m_fast['overlap_s'] * 1e6:.4g} us"),
+                  f"against {slow.env.now * 1e6:.4g} us" + ("" if m_fast["overlap_s"] is None else  # tracing off
+                                                             f"; the MXU and links overlap for "
+                                                             f"{m_fast['overlap_s'] * 1e6:.4g} us")),
     )
 
 

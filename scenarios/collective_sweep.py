@@ -1,12 +1,12 @@
 """Where does a collective stop being latency-bound and start being bandwidth-bound?
 
-Sweeps the array size V of one collective (default: AllReduce over every axis of a 16x16 tpu-v5e
-slice) from bytes to gigabytes, simulating each point beside its closed form and the book's
-estimate. Small arrays pay the per-hop latency at every ring step; large ones are limited by link
-bandwidth, where bus bandwidth (nccl-tests convention) approaches its ceiling. The crossover is
-where the bandwidth term equals the latency term: found from the simulated times (the intercept of
-time against size -- the latency floor -- over its slope, both read off the two largest sizes) and
-in the same way from the closed form.
+Sweeps the array size V of one collective (default: AllReduce over every axis of a 16x16 tpu-v5e slice;
+on other chips their own unit, see `default_topology`) from bytes to gigabytes, simulating each point
+beside its closed form and the book's estimate. Small arrays pay the per-hop latency at every ring step;
+large ones are limited by link bandwidth, where bus bandwidth (nccl-tests convention) approaches its
+ceiling. The crossover is where the bandwidth term equals the latency term: found from the simulated
+times (the intercept of time against size -- the latency floor -- over its slope, both read off the two
+largest sizes) and in the same way from the closed form.
 """
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ from simulator.report.result import Result
 DEFAULT_SIZES = tuple(4**i for i in range(0, 17))  # 1 B .. 4 GiB
 
 
+def default_topology(spec: ChipSpec) -> str:
+    """The chip's own topology for the sweep: a 16x16 slice (a tpu-v5e / v6e pod), a 4x4x4 cube (tpu-v4,
+    v5p, tpu7x: the smallest slice whose three axes wrap), or an 8-GPU NVLink node."""
+    return {"length16": "slice:16x16", "multiple4": "slice:4x4x4"}.get(spec.wraparound, "switch:8")
+
+
 def _point(kind: str, spec: ChipSpec, topology: str, nbytes: float, axes: Any, trace: bool) -> tuple[System, Any]:
     system = System(spec, topology=topology, trace=trace)
     return system, run_collective(kind, system, nbytes, axes=axes)
@@ -28,11 +34,14 @@ def _point(kind: str, spec: ChipSpec, topology: str, nbytes: float, axes: Any, t
 
 def _affine(sizes: list[float], times: list[float]) -> tuple[float, float] | None:
     """(latency floor s, seconds per byte) of time = floor + slope x V, read off the two largest sizes
-    (large arrays are bandwidth-bound, where time is affine in V); None with fewer than two sizes."""
+    (large arrays are bandwidth-bound, where time is affine in V); None with fewer than two sizes. Where
+    the line meets zero above V = 0 (an algorithm that cuts large arrays into more pieces runs a little
+    slower per byte at the top), the smallest size's time stands in as the floor."""
     if len(sizes) < 2 or sizes[-1] == sizes[-2]:
         return None
     slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
-    return times[-1] - slope * sizes[-1], slope
+    floor = times[-1] - slope * sizes[-1]
+    return (floor if floor > 0 else times[0]), slope
 
 
 def _crossover(fit: tuple[float, float] | None) -> float | None:
@@ -40,10 +49,12 @@ def _crossover(fit: tuple[float, float] | None) -> float | None:
     return fit[0] / fit[1] if fit and fit[1] > 0 else None
 
 
-def run(*, kind: str = "all_reduce", topology: str = "slice:16x16", axes: tuple = (), sizes: tuple = DEFAULT_SIZES,
+def run(*, kind: str = "all_reduce", topology: str | None = None, axes: tuple = (), sizes: tuple = DEFAULT_SIZES,
         chip: str | ChipSpec = "tpu-v5e", trace: bool = True) -> Result:
-    """Simulate ``kind`` at every size in ``sizes`` (bytes) on ``topology``; ``axes`` empty = all axes."""
+    """Simulate ``kind`` at every size in ``sizes`` (bytes) on ``topology`` (None: `default_topology` of the
+    chip); ``axes`` empty = all axes."""
     spec = resolve_chip(chip)
+    topology = default_topology(spec) if topology is None else topology
     if kind not in KINDS:
         raise PodsimError(f"unknown collective {kind!r}; valid kinds: {', '.join(KINDS)}")
     if not sizes or any(v <= 0 for v in sizes):

@@ -16,6 +16,11 @@ to the MXU's 8 sublanes) is never below the simulated crossing (the same 241 on 
 defaults; 617 against 593 on tpu-v6e, whose higher ridge gives A a larger share of the bytes);
 `simulator.analytic.critical_batch` (``analytic_critical_batch_unpadded``) tends to the peak
 intensity, about 240 on tpu-v5e, as k and n grow.
+
+A lives in VMEM whole, so ``k`` defaults to the largest of 16384, 8192, ... for which A at the largest m
+and two B and C blocks (double buffering) fit the chip's VMEM: 16384 on tpu-v5e (128 MiB), 8192 on
+tpu-v4 and the GPUs' 33-38 MB of shared memory, 4096 on the A100's 17.7 MB. A ``k`` given explicitly
+is taken as given; ``buffers_effective`` says when VMEM then holds fewer blocks than the two buffers.
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ from simulator.errors import PodsimError
 from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype
 from simulator.report.result import Result
 from simulator.units import positive_int
-from simulator.workloads.pipeline import Operand, Step, run_steps
+from simulator.workloads.pipeline import Operand, Step, effective_buffers, run_steps
 
 
 def _steps(m: int, k: int, n: int, block_n: int, dtype: str) -> list[Step]:
@@ -90,17 +95,34 @@ def _critical(spec: ChipSpec, k: int, n: int, block_n: int, dtype: str, hi: int)
     return hi
 
 
-def run(*, k: int = 16384, n: int = 16384, m_values: tuple = (16, 32, 64, 128, 192, 256, 384, 512, 1024),
+DEFAULT_K = 16384  #: k when VMEM holds A at the largest m with room to double-buffer (halved until it does)
+MIN_K = 128  #: the smallest default k (one MXU width); below it the defaults give up and VMEM's error stands
+
+
+def default_k(spec: ChipSpec, m: int, n: int, block_n: int, dtype: str) -> int:
+    """The largest k in 16384, 8192, ... (at least `MIN_K`) whose steps at batch ``m`` keep two buffers
+    in ``spec``'s VMEM."""
+    k = DEFAULT_K
+    while k > MIN_K and effective_buffers(_steps(m, k, n, block_n, dtype), spec.vmem_capacity_bytes, 2) < 2:
+        k //= 2
+    return k
+
+
+def run(*, k: int | None = None, n: int = 16384, m_values: tuple = (16, 32, 64, 128, 192, 256, 384, 512, 1024),
         block_n: int = 256, dtype: str = "bf16", chip: str | ChipSpec = "tpu-v5e", trace: bool = True) -> Result:
-    """Sweep m; report each point and the critical batch, simulated beside the closed form."""
+    """Sweep m; report each point and the critical batch, simulated beside the closed form.
+
+    ``k=None`` picks the largest k up to 16384 that double-buffers in the chip's VMEM (`default_k`)."""
     spec = resolve_chip(chip)
     check_dtype(dtype)
-    for name, value in (("k", k), ("n", n), ("block_n", block_n)):
+    for name, value in (("n", n), ("block_n", block_n)):
         positive_int(value, name=name)
     if n % block_n:
         raise PodsimError(f"block_n={block_n} must divide n={n}")
     if not m_values or any(m < 1 for m in m_values):
         raise PodsimError(f"m_values={m_values!r} must be a non-empty list of integers >= 1")
+    k = default_k(spec, max(m_values), n, block_n, dtype) if k is None else positive_int(k, name="k")
+    effective = effective_buffers(_steps(max(m_values), k, n, block_n, dtype), spec.vmem_capacity_bytes, 2)
     points = [_point(spec, m, k, n, block_n, dtype) for m in sorted(m_values)]
     critical = _critical(spec, k, n, block_n, dtype, hi=max(m_values))
     peak, bw, elem = spec.peak_flops_per_s(dtype), spec.hbm_bandwidth_bytes_per_s, DTYPE_BYTES[dtype]
@@ -114,11 +136,15 @@ def run(*, k: int = 16384, n: int = 16384, m_values: tuple = (16, 32, 64, 128, 1
         extra={"points": points, "critical_batch": critical, "analytic_critical_batch": padded,
                "analytic_critical_batch_unpadded": closed if math.isfinite(closed) else None,  # None: never
                "peak_intensity_flops_per_byte": analytic.peak_intensity(spec.peak_flops_per_s(dtype),
-                                                                        spec.hbm_bandwidth_bytes_per_s)},
+                                                                        spec.hbm_bandwidth_bytes_per_s),
+               "buffers_effective": effective},
         trace=last.trace,
         headline=(f"compute-bound from m = {_m(critical, max(m_values))} (simulated end to end) vs {_m(padded)} "
                   f"(closed form with MXU padding; {_m(closed)} unpadded); "
                   f"peak intensity {spec.peak_flops_per_s(dtype) / spec.hbm_bandwidth_bytes_per_s:.1f} FLOP/byte"),
+        details=[] if effective == 2 else
+        [f"note: at m = {max(m_values)} VMEM holds A and only {effective} B/C block(s) at once, not the 2 double "
+         f"buffering needs (buffers_effective): loads wait for VMEM; use a smaller k or block_n"],
     )
 
 

@@ -29,6 +29,7 @@ from simulator.engine.faults import (
     LinkLatency,
     applying,
 )
+from simulator.engine.spmd import spmd
 from simulator.engine.system import System
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec, get_chip
@@ -47,5 +48,5 @@ __all__ = [
     "ChipFail", "ChipPause", "ChipSlow", "ChipSpec", "FaultPlan", "Jitter", "LinkDegraded", "LinkDown", "LinkLatency",
     "Mesh", "Operand", "Parallelism", "PodsimError", "Result", "Step", "System", "TransformerConfig", "analytic",
     "applying", "get_chip", "get_model", "plots", "run_collective", "run_steps", "sharded_matmul", "simulate_decode",
-    "simulate_train", "start_collective",
+    "simulate_train", "spmd", "start_collective",
 ]

@@ -33,3 +33,14 @@ def full_chip_file(tmp_path: Path) -> Path:
     path = tmp_path / "my_chip.toml"
     path.write_text(FULL_CHIP_TOML)
     return path
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``benchmark`` (slow scale runs) stay out of the default suite: ``pytest -m benchmark``
+    runs them."""
+    if "benchmark" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow scale run: select it with pytest -m benchmark")
+    for item in items:
+        if "benchmark" in item.keywords:
+            item.add_marker(skip)

@@ -11,8 +11,11 @@ from simulator.frontend.cli import main
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 
+PYTHON = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+
+
 def test_python_example_runs_as_a_scenario_file(tmp_path, capsys):
-    (block,) = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    (block,) = [b for b in PYTHON if "def run(" in b]
     path = tmp_path / "third_buffer.py"
     path.write_text(block)
     results = {}
@@ -20,6 +23,21 @@ def test_python_example_runs_as_a_scenario_file(tmp_path, capsys):
         assert main(["run", str(path), "--set", f"buffers={buffers}", "--json"]) == 0
         results[buffers] = json.loads(capsys.readouterr().out)["end_to_end_s"]
     assert results[3] < results[2]  # the question the example asks: yes, a third buffer helps
+
+
+def test_scripting_example_prints_matmul_then_allreduce(capsys):
+    """The spmd / start_collective example: every chip's K/16 matmul (2 M K/16 N FLOPs at the v5e peak),
+    then an AllReduce of the bf16 partial products, as long as the same AllReduce run on its own."""
+    from simulator import System, run_collective
+
+    (block,) = [b for b in PYTHON if "spmd(" in b]
+    exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out
+    m, k, n = 2048, 8192, 8192
+    matmul_s = 2 * m * (k // 16) * n / 197e12
+    allreduce_s = run_collective("all_reduce", System("tpu-v5e", topology="torus:4x4"), 2 * m * n).time_s
+    assert printed == f"step {(matmul_s + allreduce_s) * 1e3:.3f} ms\n"
+    assert f"{matmul_s * 1e6:.1f} us of matmul, then a {allreduce_s * 1e6:.1f} us AllReduce" in block
 
 
 TOUR = [line.split("#")[0].strip()[2:] for line in README.splitlines() if line.startswith("$ podsim")]

@@ -70,13 +70,15 @@ def _block_race_crossing(spec, k: int, n: int, block_n: int, elem: int = 2) -> i
                 if 2 * (-(-m // s) * s) * kp * bp / peak > elem * (k + m) * block_n / bw)
 
 
-@pytest.mark.parametrize("chip,largest_m", [("tpu-v5e", 1024), ("tpu-v5p", 1024), ("tpu-v6e", 1024),
-                                             ("h100", 512)])  # h100's 33 MB of SMEM holds A up to m = 512
-def test_matmul_roofline_critical_batch_from_end_to_end_time(chip, largest_m):
+@pytest.mark.parametrize("chip,largest_m,k", [("tpu-v5e", 1024, 16384), ("tpu-v5p", 1024, 16384),
+                                               ("tpu-v6e", 1024, 16384), ("h100", 1024, 8192)])
+def test_matmul_roofline_critical_batch_from_end_to_end_time(chip, largest_m, k):
+    """The default k fits the chip: h100's 33 MB of SMEM holds A at m = 1024 with two B/C blocks at k = 8192."""
     r = matmul_roofline.run(chip=chip, m_values=(16, 64, 256, largest_m))
     spec = PRESETS[chip]
-    assert r.extra["critical_batch"] == _block_race_crossing(spec, 16384, 16384, 256)
-    closed = analytic.padded_critical_batch(16384, 16384, spec.peak_flops_per_s(), spec.hbm_bandwidth_bytes_per_s,
+    assert r.params["k"] == k and r.extra["buffers_effective"] == 2
+    assert r.extra["critical_batch"] == _block_race_crossing(spec, k, 16384, 256)
+    closed = analytic.padded_critical_batch(k, 16384, spec.peak_flops_per_s(), spec.hbm_bandwidth_bytes_per_s,
                                             2, spec.mxu_dim, spec.sublanes)
     assert r.extra["analytic_critical_batch"] == closed
     # the closed form also counts A's bytes on the memory side, so it crosses no earlier

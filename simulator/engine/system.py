@@ -18,10 +18,12 @@ import simpy
 import topologies
 from simulator.engine.chip import Chip
 from simulator.engine.disturb import model_for
+from simulator.engine.environment import Environment, api_misuse
 from simulator.engine.faults import Fault, Jitter
 from simulator.engine.network import Network
 from simulator.engine.trace import Trace, compute_metrics
 from simulator.engine.watch import TICK, RunWatch, current_watch
+from simulator.engine.what_if import topology_notes
 from simulator.errors import DeadlockError, PodsimError, RunawayError, SimulationInterrupted
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.units import positive, positive_int
@@ -62,7 +64,7 @@ class System:
         self.events_processed = 0
         self.spec = resolve_chip(chip)
         self.calibration = _calibration(self.spec) if calibrated else None
-        self.env = simpy.Environment()
+        self.env = Environment()  # SimPy's, with a podsim error for env.process(chip.matmul(...))
         self.trace = Trace(enabled=trace)
         self.network: Network | None = None
         self.graph: nx.DiGraph | None = None
@@ -76,6 +78,7 @@ class System:
             ids: list[int] = self.network.chips
         else:
             ids = list(range(n_chips))
+        self.notes = topology_notes(self.spec, self.graph)  #: a topology that is not the chip's own, in words
         self.chips = [Chip(self.env, self.spec, i, self.trace, self.calibration) for i in ids]
         if self.faults is not None:
             self.faults.attach(self)
@@ -113,6 +116,11 @@ class System:
         watch = current_watch()
         try:
             self._run_loop(watch)
+        except RuntimeError as err:  # SimPy's "invalid yield value": say what a process must yield
+            misuse = api_misuse(err)
+            if misuse is None:
+                raise
+            raise misuse from None
         except KeyboardInterrupt:  # Ctrl-C: say how far the simulation got
             if watch is not None:
                 watch.now_s = self.env.now
@@ -194,8 +202,10 @@ class System:
                             f"blocked: {'; '.join(parts)}")
 
     def metrics(self) -> dict[str, Any]:
-        """Standard metrics of the finished run (see `simulator.engine.trace.compute_metrics`)."""
-        return compute_metrics(self.trace, self.env.now)
+        """Standard metrics of the finished run (see `simulator.engine.trace.compute_metrics`), and ``notes``
+        when the topology is not the chip's own (`simulator.engine.what_if`)."""
+        metrics = compute_metrics(self.trace, self.env.now)
+        return {**metrics, "notes": list(self.notes)} if self.notes else metrics
 
 
 def _calibration(spec: ChipSpec) -> Any:

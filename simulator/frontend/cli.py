@@ -7,23 +7,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from simulator import analytic
 from simulator.collectives import names as algorithm_names
 from simulator.errors import NonFiniteError, PodsimError, one_line
+from simulator.frontend.hlo_cmd import add_hlo_parser, cmd_hlo
 from simulator.frontend.model_cmd import add_model_parser, cmd_model
 from simulator.frontend.montecarlo import add_fault_args, dispatch
-from simulator.frontend.plan_cmd import add_plan_parser, cmd_plan
 from simulator.frontend.outputs import check_outputs, write_outputs
+from simulator.frontend.plan_cmd import add_plan_parser, cmd_plan
 from simulator.frontend.progress import command_watch
-from simulator.frontend.hlo_cmd import add_hlo_parser, cmd_hlo
-from simulator.frontend.shard_cmd import add_shard_parser, cmd_shard
+from simulator.frontend.roofline_cmd import add_roofline_parser, cmd_roofline
 from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, run_scenario, scenario_params
+from simulator.frontend.shard_cmd import add_shard_parser, cmd_shard
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
-from simulator.hardware.specs import DTYPE_BYTES, PRESETS, ChipSpec, get_chip, load_chip_file
+from simulator.hardware.specs import PRESETS, ChipSpec, get_chip, load_chip_file
 from simulator.report.result import Result, dumps_json
 from simulator.units import format_quantity, parse_int, parse_positive
 
@@ -32,7 +33,12 @@ MAX_INDEX = 10**6  #: largest chip index, coordinate or axis number a flag takes
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line and exit status 2."""
+    """argparse that reports usage errors as one line and exit status 2, and takes ``-5MB`` as a value
+    (a negative quantity reaches the quantity check instead of being read as an unknown flag)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?\d")  # argparse's own reads only -5 and -.5
 
     def error(self, message: str) -> NoReturn:
         raise PodsimError(message if self.prog == "podsim" else f"{self.prog}: {message}")
@@ -58,17 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", help="topology spec, e.g. ring:8, torus:4x4, slice:8x16")
     p.add_argument("--mesh", help="mesh spec, e.g. X=4,Y=2")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario parameter")
-    p.add_argument("--links", choices=("grouped", "all"), default="grouped", help="text summary: links by kind, or each")
+    p.add_argument("--links", choices=("grouped", "all"), default="grouped",
+                   help="text summary: links by kind, or each")
     _output_args(p)
     add_fault_args(p)
-    p = sub.add_parser("roofline", help="roofline bounds of a task or a matmul on a chip")
-    _chip_args(p)
-    p.add_argument("--flops", help="FLOPs of the task (e.g. 2e12)")
-    p.add_argument("--bytes", help="bytes moved by the task (e.g. 1GB)")
-    p.add_argument("--matmul", metavar="M,K,N", help="a [M,K] @ [K,N] matmul instead of --flops/--bytes")
-    p.add_argument("--dtype", default="bf16", help=f"one of {', '.join(DTYPE_BYTES)}")
-    p.add_argument("--memory", default="hbm", choices=("hbm", "vmem", "ici"), help="which bandwidth roof")
-    p.add_argument("--json", action="store_true")
+    add_roofline_parser(sub, _chip_args)
     add_shard_parser(sub, _chip_args)
     add_model_parser(sub)
     add_plan_parser(sub)
@@ -122,7 +122,7 @@ def _output_args(p: argparse.ArgumentParser) -> None:
 def _resolve_chip(args: argparse.Namespace, default: str | None = None) -> ChipSpec | None:
     if getattr(args, "chip_file", None):
         return load_chip_file(args.chip_file)
-    if getattr(args, "chip", None):
+    if getattr(args, "chip", None) is not None:  # "" is an unknown name, not "the default"
         return get_chip(args.chip)
     return get_chip(default) if default else None
 
@@ -172,49 +172,6 @@ def cmd_run(args: argparse.Namespace) -> None:
     result = run_scenario(module, _run_kwargs(args, module))
     write_outputs(result, args)
     print(result.dumps() if args.json else result.summary(links=args.links))
-
-
-#: Largest matmul dimension `roofline --matmul` takes (2**40): three of them keep FLOPs and bytes finite.
-MAX_MATMUL_DIM = 2**40
-
-
-def _matmul_shape(text: str) -> tuple[int, int, int]:
-    parts = text.split(",")
-    if len(parts) != 3:
-        raise PodsimError(f"--matmul {text!r} must be three positive integers M,K,N, e.g. 1024,1024,1024")
-    m, k, n = (parse_int(p, name=f"--matmul {d}", maximum=MAX_MATMUL_DIM) for p, d in zip(parts, "MKN", strict=True))
-    return m, k, n
-
-
-def cmd_roofline(args: argparse.Namespace) -> None:
-    chip = _resolve_chip(args)
-    if chip is None:
-        raise PodsimError("roofline needs --chip NAME or --chip-file F.toml")
-    peak = chip.peak_flops_per_s(args.dtype)
-    if args.matmul and (args.flops or args.bytes):
-        raise PodsimError("give either --matmul M,K,N or --flops F --bytes Q, not both")
-    if args.matmul:
-        m, k, n = _matmul_shape(args.matmul)
-        flops, nbytes = analytic.matmul_flops(m, k, n), analytic.matmul_bytes(m, k, n, DTYPE_BYTES[args.dtype])
-    elif args.flops and args.bytes:
-        flops = parse_positive(args.flops, "flops_count", name="--flops")
-        nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
-    else:
-        raise PodsimError("roofline needs --matmul M,K,N or both --flops F and --bytes Q")
-    bandwidth = {"hbm": chip.hbm_bandwidth_bytes_per_s, "vmem": chip.vmem_bandwidth_bytes_per_s,
-                 "ici": chip.ici_bandwidth_bytes_per_s}[args.memory]
-    out = {"chip": chip.name, "dtype": args.dtype, "memory": args.memory, "flops": flops, "bytes": nbytes,
-           "peak_flops_per_s": peak, "bandwidth_bytes_per_s": bandwidth,
-           **analytic.roofline(flops, nbytes, peak, bandwidth)}
-    if args.json:
-        print(dumps_json(out))
-        return
-    print(f"{chip.name} {args.dtype}, {args.memory} roof: {format_quantity(flops, 'FLOP')}, "
-          f"{format_quantity(nbytes, 'B')}")
-    print(f"  intensity {out['intensity_flops_per_byte']:.4g} FLOP/B (ridge {out['peak_intensity_flops_per_byte']:.4g})"
-          f" -> {out['bound']}-bound")
-    print(f"  T_math {format_quantity(out['t_compute_s'], 's')}, T_mem {format_quantity(out['t_memory_s'], 's')};"
-          f" bounds [{format_quantity(out['lower_bound_s'], 's')}, {format_quantity(out['upper_bound_s'], 's')}]")
 
 
 def _system(args: argparse.Namespace, calibrated: bool = False) -> Any:
@@ -271,6 +228,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
     print(f"  closed form {format_quantity(r.analytic_s, 's')}" +
           (f"   book estimate {format_quantity(r.book_s, 's')}" if r.book_s else ""))
     print(f"  topology bound {format_quantity(r.topology_bound_s, 's')} (no algorithm can be faster here)")
+    print("".join(f"  note: {note}\n" for note in system.notes), end="")  # not the chip's own topology
     if r.note:  # one chip: no bandwidth to report
         print(f"  {r.note}")
         return
@@ -313,11 +271,13 @@ def cmd_send(args: argparse.Namespace) -> None:
     out = send(system, src, dst, parse_positive(args.bytes, "bytes", name="--bytes"),
                chunks=_parse_count(args.chunks or "1", "--chunks"), multipath=not args.single_path)
     if args.json:
-        print(dumps_json({"src": args.src, "dst": args.dst, "topology": args.topology, **out}))
+        notes = {"notes": system.notes} if system.notes else {}
+        print(dumps_json({"src": args.src, "dst": args.dst, "topology": args.topology, **out, **notes}))
         return
     print(f"{args.src} -> {args.dst} on {args.topology}: {format_quantity(out['time_s'], 's')} "
           f"(closed form {format_quantity(out['analytic_s'], 's')}), first byte after "
           f"{format_quantity(out['first_byte_s'], 's')}, {out['hops']} hops over {out['links_used']} route(s)")
+    print("".join(f"  note: {note}\n" for note in system.notes), end="")  # not the chip's own topology
 
 
 COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,

@@ -21,9 +21,11 @@ from typing import Any
 from simulator.errors import NonFiniteError, PodsimError, ScenarioError, UserScenarioError
 from simulator.hardware.specs import ChipSpec
 from simulator.report.result import Result, jsonable
-from simulator.units import MAX_COUNT, check_bytes, parse_quantity, show
+from simulator.units import MAX_COUNT, check_bytes, parse_quantity, parse_tokens, show
 
 _SUFFIX_KIND = (("_per_s", "bandwidth"), ("_s", "time"), ("_bytes", "bytes"), ("_flops", "flops_count"))
+#: Integer parameters that count tokens: ``8Ki`` is 8192 and ``8k`` is refused as ambiguous (`parse_tokens`).
+TOKEN_PARAMS = frozenset({"context", "seq", "prompt", "tokens", "tokens_per_chip", "seq_len"})
 
 
 def list_scenarios() -> dict[str, str]:
@@ -133,6 +135,8 @@ def _coerce_scalar(name: str, text: str, base: type) -> Any:
     """A number typed for a scenario parameter: finite, in range for its kind; whole for ints."""
     if base not in (int, float):
         return text
+    if base is int and name in TOKEN_PARAMS:
+        return parse_tokens(text, name=name, minimum=-MAX_COUNT)  # the scenario checks its own range
     kind = _kind_for(name)
     value = parse_quantity(text, kind, name=name)
     if not math.isfinite(value):

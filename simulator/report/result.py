@@ -76,10 +76,14 @@ class Result:
             raise PodsimError(f"links={links!r}; valid: {', '.join(LINK_VIEWS)}")
         m = self.metrics
         lines = [f"{self.scenario}: {self.headline}" if self.headline else self.scenario]
-        lines.append(f"  end to end  {format_quantity(m['end_to_end_s'], 's')}")
+        if "end_to_end_s" in m:  # absent when nothing was simulated (closed forms only)
+            lines.append(f"  end to end  {format_quantity(m['end_to_end_s'], 's')}")
         if "analytic_s" in self.extra and self.extra["analytic_s"] is not None:
             lines.append(f"  closed form {format_quantity(self.extra['analytic_s'], 's')}")
         lines += [f"  {line}" for line in self.details]
+        lines += [f"  note: {note}" for note in m.get("notes", ())]  # a topology that is not the chip's own
+        if "end_to_end_s" not in m:
+            return "\n".join(lines + ["  (nothing simulated: closed forms only)"])
         if m["busy_s"] is None:
             return "\n".join(lines + ["  (tracing off: no busy times)"])
         lines.append(f"  overlap {format_quantity(m['overlap_s'], 's')}, exposed {format_quantity(m['exposed_s'], 's')}"

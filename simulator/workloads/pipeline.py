@@ -19,9 +19,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, fields
+from heapq import heappush
 from typing import Any
 
 import simpy
+from simpy.events import URGENT
 
 from simulator.engine.chip import Chip
 from simulator.engine.memory import Allocation
@@ -102,6 +104,13 @@ def _check_step(step: Step, previous: dict[str, float]) -> None:
         positive(flops, name=f"block {step.name!r} flops", allow_zero=True)
 
 
+def _succeed(event: simpy.Event) -> None:
+    """``event.succeed()`` for an event known to be untriggered: queued as SimPy queues it, one call fewer."""
+    env = event.env
+    event._ok, event._value = True, None
+    heappush(env._queue, (env._now, URGENT, next(env._eid), event))
+
+
 class _Slots:
     """The ``buffers`` free buffer slots of one pipeline: what ``simpy.Container(capacity=buffers)`` does for
     its one getter (the loader) and one putter (the computer), event for event, in a fraction of the code.
@@ -121,7 +130,7 @@ class _Slots:
         event = simpy.Event(self.env)
         if self.level >= 1:
             self.level -= 1
-            event.succeed()
+            _succeed(event)
         else:
             self.waiting = event
         return event
@@ -129,7 +138,7 @@ class _Slots:
     def put(self) -> simpy.Event:
         event = simpy.Event(self.env)
         self.level += 1
-        event.succeed()
+        _succeed(event)
         if self.waiting is not None:  # else a later get finds the slot free at once, as in the Container
             event.callbacks.append(self._wake)
         return event
@@ -174,7 +183,7 @@ class _Pipeline:
             self.out_allocs.append(outs)
             for out in step.outputs:
                 outs.append((yield allocate(out.nbytes, out.label)) if reserve else None)
-            ready[i].succeed()
+            _succeed(ready[i])
             carried = held
 
     def _free(self, alloc: Allocation | None) -> None:
@@ -231,6 +240,40 @@ def run_steps(system: System, steps: Sequence[Step], buffers: int = 2, chip: Chi
     pipe = _Pipeline(system, chip, steps, buffers, reserve_vmem)
     system.process(pipe.loader(), f"{name} loader (chip {chip.index})")
     return system.process(pipe.computer(), f"{name} compute (chip {chip.index})")
+
+
+def effective_buffers(steps: Sequence[Step], capacity_bytes: float, buffers: int) -> int:
+    """How many of ``buffers`` the steps really get when their blocks hold VMEM of ``capacity_bytes``.
+
+    Step i's VMEM is its new operands and its outputs (an operand carried from step i - 1 is counted
+    with the step that loaded it); b buffers overlap b consecutive steps, so they fit when every window
+    of b steps fits at once. Returns the largest such b up to ``buffers`` (at least 1: a step that does
+    not fit alone is refused by `validate_steps`). Fewer than ``buffers`` means the loader waits for
+    VMEM, not for a buffer, and the run overlaps less than the buffer count says.
+    """
+    check_int(buffers, name="buffers", hint="1 = serial, 2 = double buffering")
+    own, carried = [], []  # per step: VMEM it allocates, and bytes it holds from the step before
+    previous: set[str] = set()
+    for step in steps:
+        kept = sum(op.nbytes for op in step.operands if op.key in previous)
+        own.append(sum(op.nbytes for op in step.operands + step.outputs) - kept)
+        carried.append(kept)
+        previous = {op.key for op in step.operands}
+    prefix = [0.0]
+    for nbytes in own:
+        prefix.append(prefix[-1] + nbytes)
+
+    def fits(b: int) -> bool:
+        n = len(own)
+        return all(prefix[min(i + b, n)] - prefix[i] + carried[i] <= capacity_bytes for i in range(n))
+
+    lo, hi = 1, max(1, min(buffers, len(own)))  # more buffers than steps change nothing
+    if fits(hi):
+        return buffers
+    while hi - lo > 1:  # invariant: lo fits (or is 1), hi does not
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
 
 
 def uniform_steps(blocks: int, load_bytes: float, flops: float, label: str = "x") -> list[Step]:
