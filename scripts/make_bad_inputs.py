@@ -162,6 +162,13 @@ CASES: list[tuple[str, str]] = [
     ("model configs", "model gpt2 --mode train --mesh data=2 --batch 2 --tokens-total 1e9 --chips 8"),
     ("CLI", "collective reduce --chip tpu-v5e --topology torus:8 --bytes 1MB --algorithm root_direct"),
     ("CLI", "collective scatter --chip tpu-v5e --topology torus:8 --bytes 1MB --algorithm bidirectional"),
+    # the book, one command per question (issue 21): sharded arrays, communication roofs, fat trees
+    ("sharding specs", "shard fp32[1024,4096] A[I_Z,J] --mesh X=8,Y=2"),
+    ("sharding specs", "shard fp32[1000,4096] A[I_XY,J] --mesh X=8,Y=2"),
+    ("CLI", "roofline --chip tpu-v5e --flops 1e12 --bytes 1GB --memory ici --axes 3"),
+    ("CLI", "roofline --chip tpu-v5p --flops 1e12 --bytes 1GB --memory ib"),
+    ("CLI", "roofline --chip tpu-v5e --matmul 8,8,8 --dtype fp32"),
+    ("topology specs", "collective all_gather --chip h100 --topology fattree:4 --bytes 1MB"),
 ]
 
 

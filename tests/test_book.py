@@ -140,7 +140,7 @@ def test_sharded_array_bytes(capsys, array, spec, mesh, local, replication):
 
 @pytest.mark.parametrize(("spec", "mesh", "words"), [
     ("A[I_Z, J]", "X=8,Y=2", "axis 'Z' is not in mesh"),
-    ("A[I_XY, J]", "X=3,Y=2", "not divisible by XY = 6"),
+    ("A[I_XY, J]", "X=3,Y=2", "does not split over XY = 6 devices; give a multiple of 6 (e.g. 1020 or 1026)"),
     ("A[I_X, J_X]", "X=8,Y=2", "used twice"),
     ("A[I_X]", "X=8,Y=2", "names 1 dimension"),
 ])

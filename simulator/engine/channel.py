@@ -14,8 +14,10 @@ operation, so long pipelines stay cheap.
 """
 from __future__ import annotations
 
+from heapq import heappush
+
 import simpy
-from simpy.events import Event, Timeout
+from simpy.events import NORMAL, Event, Timeout
 
 from simulator.engine.trace import Span, Trace, new_span
 from simulator.units import positive
@@ -23,6 +25,8 @@ from simulator.units import positive
 #: A flow whose remaining bytes fall below this fraction of its size counts as finished
 #: (absorbs float rounding in the fluid model; never used to order events).
 _DONE_FRACTION = 1e-9
+
+_new = object.__new__
 
 
 def _remaining(flow: _Flow) -> float:
@@ -103,8 +107,8 @@ class Channel:
         self._flows = [flow]
         self._generation += 1
         generation = self._generation
-        Timeout(self.env, flow.nbytes / self.bandwidth_bytes_per_s).callbacks.append(
-            lambda _e: self._on_timer(generation, flow))
+        timer = _timeout(self.env, flow.nbytes / self.bandwidth_bytes_per_s)
+        timer.callbacks.append(lambda _e: self._on_timer(generation, flow))
 
     def _advance(self) -> None:
         now = self.env.now
@@ -196,4 +200,15 @@ class SerialUnit:
             trace.flops_total += flops
             if trace.enabled:
                 trace.spans.append(new_span(Span, (self.chip, self.name, label, start, end, kind, 0.0, flops)))
-        return Timeout(env, end - now)
+        return _timeout(env, end - now)
+
+
+def _timeout(env: simpy.Environment, delay: float) -> Timeout:
+    """``Timeout(env, delay)``: SimPy's own object, checked and queued the way its ``__init__`` and
+    ``Environment.schedule`` do it, in one call instead of three."""
+    if delay < 0:
+        raise ValueError(f"Negative delay {delay}")
+    timer = _new(Timeout)
+    timer.env, timer.callbacks, timer._value, timer._delay, timer._ok = env, [], None, delay, True
+    heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), timer))
+    return timer

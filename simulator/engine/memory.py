@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from heapq import heappush
 
 import simpy
-from simpy.events import PENDING
+from simpy.events import PENDING, URGENT
 
 from simulator.errors import CapacityError, PodsimError
 from simulator.units import format_quantity, positive
@@ -74,7 +75,16 @@ class MemoryPool:
         allocation = Allocation(self, label, nbytes)
         event = _Request(self.env, allocation)
         if not self._waiting and self.live_bytes + nbytes <= self.capacity_bytes:
-            self._take(event, allocation)  # nobody queued and it fits: what _grant does for it
+            # nobody queued and it fits: what _grant (_take, _change, event.succeed) does for it, inlined
+            env = self.env
+            now = allocation.start_s = env._now
+            self.live[id(allocation)] = allocation
+            live = self.live_bytes = self.live_bytes + nbytes
+            if live > self.peak_bytes:
+                self.peak_bytes, self.peak_time_s = live, now
+            self.timeline.append((now, live))
+            event._ok, event._value = True, allocation
+            heappush(env._queue, (now, URGENT, next(env._eid), event))
         else:
             self._waiting.append((event, allocation))
             self._grant()
@@ -86,7 +96,8 @@ class MemoryPool:
             raise PodsimError(f"allocation {allocation.label!r} freed twice or in the wrong pool ({self.name})")
         allocation.freed = True
         del self.live[id(allocation)]
-        self._change(-allocation.nbytes)
+        self.live_bytes -= allocation.nbytes  # what _change does for a decrease
+        self.timeline.append((self.env._now, self.live_bytes))
         if self._waiting:
             self._grant()
 

@@ -24,7 +24,7 @@ from simulator.errors import PodsimError
 from simulator.hardware.specs import DTYPE_BYTES, check_dtype
 from simulator.units import MAX_BYTES, parse_int, show
 from simulator.workloads.mesh import Mesh, MeshSpec, parse_mesh
-from simulator.workloads.sharding.notation import ArraySpec, _validate_array, parse_array
+from simulator.workloads.sharding.notation import ArraySpec, _validate_array, axes_text, parse_array
 
 _TYPED = re.compile(r"^\s*(?P<dtype>[A-Za-z][A-Za-z0-9]*)\s*\[(?P<dims>[^\]]*)\]\s*$")
 MAX_DIM = 2**60  #: largest dimension length taken (the bytes of the whole array are bounded separately)
@@ -88,12 +88,17 @@ def shard_array(array: str, spec: str | ArraySpec, mesh: str | MeshSpec) -> dict
     for axis in [a for d in arr.dims for a in d.axes] + list(arr.partial):
         if axis not in axes.names:
             raise PodsimError(f"{arr}: axis {axis!r} is not in mesh {axes.text}; mesh axes: {', '.join(axes.names)}")
-    _validate_array(arr, axes, dict(zip(names, shape, strict=True)))
+    splits = [math.prod(axes.size(a) for a in d.axes) for d in arr.dims]
+    _validate_array(arr, axes, dict(zip(names, splits, strict=True)))  # an axis used twice (sizes that divide)
+    for d, size, split in zip(arr.dims, shape, splits, strict=True):
+        if size % split:
+            near = sorted({max(split, size // split * split), (size // split + 1) * split})
+            raise PodsimError(f"{arr}: dimension {d.name}={size} does not split over {axes_text(d.axes)} = {split} "
+                              f"devices; give a multiple of {split} (e.g. {' or '.join(map(str, near))}) or fewer axes")
     itemsize = DTYPE_BYTES[dtype]
     whole = math.prod(shape) * itemsize
     if whole > MAX_BYTES:
         raise PodsimError(f"{array.strip()} holds {whole:.3g} bytes; at most {MAX_BYTES:.3g} are accepted")
-    splits = [math.prod(axes.size(a) for a in d.axes) for d in arr.dims]
     local = [n // s for n, s in zip(shape, splits, strict=True)]
     devices = math.prod(axes.sizes)
     per_device = math.prod(local) * itemsize
