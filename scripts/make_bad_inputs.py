@@ -169,6 +169,15 @@ CASES: list[tuple[str, str]] = [
     ("CLI", "roofline --chip tpu-v5p --flops 1e12 --bytes 1GB --memory ib"),
     ("CLI", "roofline --chip tpu-v5e --matmul 8,8,8 --dtype fp32"),
     ("topology specs", "collective all_gather --chip h100 --topology fattree:4 --bytes 1MB"),
+    # issue 17: inputs that were accepted silently or unclearly
+    ("CLI", "run double_buffer --chip ''"),
+    ("CLI", "model gpt2 --chip ''"),
+    ("mesh specs", "model gpt2 --mesh model=2,model=4"),
+    ("quantities", "collective all_gather --chip tpu-v5e --topology ring:8 --bytes -5MB"),
+    ("quantities", "model gpt2 --context 8k"),
+    ("quantities", "plan gpt2 --chip tpu-v5e --chips 8 --mode train --batch 8 --seq 2k"),
+    ("scenario parameters", "run transformer_step --set context=8k"),
+    ("model configs", "model gpt2 --calibrated --no-simulate"),
 ]
 
 
