@@ -1,6 +1,7 @@
 """Calibrated mode: the fitted constants reproduce, the simulator obeys them, ideal stays the default;
 validation meets its target where it claims to and reports every family that misses it."""
 import csv
+import functools
 import importlib.util
 import json
 import math
@@ -105,13 +106,20 @@ HELD_OUT_WHOLE = ("AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x 
 FIT_WHOLE = ("AllGather, TPU v5e ICI (the book's profiles)",)  # two measurements, two constants
 
 
+@functools.cache
+def _validated() -> dict:
+    """`validate()` once for the tests that read it (every case is a simulation: seconds)."""
+    return validate()
+
+
 def test_validation_targets_on_held_out_data_and_every_miss_reported():
     """The target, <= 10% geometric-mean error, holds on every fit set and on the held-out (never fitted) sets
-    of the matmul and nccl-tests families. The two PyTorch families miss it on their held-out sets; for them
-    the test asserts they are reported, not dropped: every measurement is a case, their summaries say they
+    of the matmul and nccl-tests families. The PyTorch families, NVLS below 1 MiB (where the 1 MiB target does
+    not apply) and LL's bandwidth miss it on their held-out sets; for them the test asserts they are reported,
+    not dropped: every measurement is a case, their summaries say they
     miss the target (the errors recomputed here with numpy), `podsim validate` prints the miss and a note
     says why."""
-    result = validate()
+    result = _validated()
     rows = {name: len(list(csv.DictReader((DATA / "calibration" / name).open())))
             for name in ("h100_matmul_square.csv", "a100_allreduce_busbw.csv", "a100_dgx_all_reduce_pow2.csv")}
     for name in ("h100_nvls_allreduce_busbw.csv", "h200_nvls_allreduce_busbw.csv", "tpu_v5e_book_allgather.csv"):
@@ -141,7 +149,7 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
 
 
 def test_readme_validation_table_matches_podsim_validate():
-    result = validate()
+    result = _validated()
     readme = (ROOT / "README.md").read_text()
     for family, sets in result["families"].items():
         for which, s in sets.items():
