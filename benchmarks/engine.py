@@ -63,17 +63,24 @@ def podsim(blocks: int) -> float:
     return end
 
 
+CPU_S: dict[str, float] = {}  #: fastest CPU time (s) of each model's runs, by function name (see best_of)
+
+
 def best_of(fns: list[Callable[[int], float]], blocks: int, repeat: int) -> list[tuple[float, float]]:
     """For each of ``fns``: the fastest wall time (s) of ``repeat`` runs and the simulated end time (s) of the
     last. The runs are interleaved (each round runs every model once), so load from other processes on the
-    machine falls on all of them alike."""
+    machine falls on all of them alike; the fastest CPU time of each goes to `CPU_S` (steadier than wall time
+    on a shared machine)."""
     times: list[list[float]] = [[] for _ in fns]
+    cpu: list[list[float]] = [[] for _ in fns]
     results = [0.0] * len(fns)
     for _ in range(repeat):
         for k, fn in enumerate(fns):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             results[k] = fn(blocks)
             times[k].append(time.perf_counter() - start)
+            cpu[k].append(time.process_time() - start_cpu)
+    CPU_S.update({fn.__name__: min(c) for fn, c in zip(fns, cpu, strict=True)})
     return [(min(t), r) for t, r in zip(times, results, strict=True)]
 
 
@@ -91,6 +98,8 @@ def main() -> None:
     print(f"lean simpy wall: {lean_s * 1e3:.1f} ms  ({args.blocks / lean_s:,.0f} blocks/s, nothing recorded)")
     print(f"podsim wall:     {pod_s * 1e3:.1f} ms  ({args.blocks / pod_s:,.0f} blocks/s, tracing on)")
     print(f"podsim costs {pod_s / lean_s:.1f}x the lean model")
+    print(f"cpu time: lean {CPU_S['lean'] * 1e3:.1f} ms, podsim {CPU_S['podsim'] * 1e3:.1f} ms, "
+          f"cpu ratio: {CPU_S['lean'] / CPU_S['podsim']:.2f}")
     print(f"ratio: {lean_s / pod_s:.2f}")
 
 
