@@ -17,8 +17,9 @@ from simulator.report import algorithms, plots, tails
 DPI = 80
 
 
-def make(out: Path) -> list[Path]:
-    """Write every README picture into ``out``; returns the paths."""
+def make(out: Path, quick: bool = False) -> list[Path]:
+    """Write every README picture into ``out``; returns the paths. ``quick`` (the tests) draws the same
+    pictures from fewer Monte Carlo draws and fewer array sizes."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     db = double_buffer.run(blocks=6)
@@ -49,19 +50,19 @@ def make(out: Path) -> list[Path]:
     written.append(plots.save(plots.link_heatmap(torus.graph, megabytes, label="MB",
                                                  title="AllGather of 64 MB over axes 0 and 1 of a 4x4x4 tpu-v5p torus"),
                               out / "link_heatmap_3d.png", DPI))
-    st = straggler_tail.run(chips=(1, 2, 4, 8, 16, 32, 64), samples=200)
+    st = straggler_tail.run(chips=(1, 4, 16) if quick else (1, 2, 4, 8, 16, 32, 64), samples=20 if quick else 200)
     written.append(plots.save(tails.growth(st.extra["points"], title="straggler_tail: each chip's compute "
                                            "jittered by 5% (lognormal), 200 draws per count"),
                               out / "straggler_tail.png", DPI))
-    written.append(_fault_tail(out / "fault_tail.png"))
-    written.append(_algorithm_curves(out / "allreduce_algorithms.png"))
+    written.append(_fault_tail(out / "fault_tail.png", samples=10 if quick else 100))
+    written.append(_algorithm_curves(out / "allreduce_algorithms.png", step=4 if quick else 1))
     return written
 
 
-def _algorithm_curves(path: Path) -> Path:
+def _algorithm_curves(path: Path, step: int = 1) -> Path:
     """AllReduce on H100: every applicable algorithm's closed form from 1 KiB to 8 GiB on one 8-GPU node and on
     two nodes, ideal and calibrated, with auto's choice on top and its crossovers marked (`report.algorithms`)."""
-    sizes = [2.0**k for k in range(10, 34)]
+    sizes = [2.0**k for k in range(10, 34, step)]
     panels = []
     for calibrated in (False, True):
         for topology, where in (("switch:8", "one 8-GPU node (switch:8)"), ("nodes:2:8", "two nodes (nodes:2:8)")):
@@ -72,12 +73,12 @@ def _algorithm_curves(path: Path) -> Path:
     return plots.save(algorithms.figure(panels), path, DPI)
 
 
-def _fault_tail(path: Path) -> Path:
+def _fault_tail(path: Path, samples: int = 100) -> Path:
     """`podsim collective` Monte Carlo: the distribution of 100 jittered draws above the worst draw's Gantt."""
     from simulator.frontend.cli import main
 
     main(["collective", "all_reduce", "--chip", "tpu-v5e", "--topology", "torus:4x4", "--bytes", "64MB", "--jitter",
-          "10%", "--fault", "link:5->6=0.5", "--samples", "100", "--gantt", str(path)])
+          "10%", "--fault", "link:5->6=0.5", "--samples", str(samples), "--gantt", str(path)])
     return path
 
 
