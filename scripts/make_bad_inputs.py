@@ -109,9 +109,11 @@ CASES: list[tuple[str, str]] = [
     ("output files", "run double_buffer --csv no/such/folder/spans.csv"),
     ("quantities", "model llama-2-7b --batch 2 --mesh model=²"),
     ("quantities", "run double_buffer --set blocks=٣"),
-    ("quantities", "roofline --chip tpu-v5e --matmul 999999999999999999999999999999999999999999999999999999999999,1,1"),
+    ("quantities", "roofline --chip tpu-v5e --matmul "
+                   "999999999999999999999999999999999999999999999999999999999999,1,1"),
     ("quantities", "collective broadcast --topology ring:8 --bytes 1MB --root ²"),
-    ("quantities", "send --topology torus:4x4 --src 0,999999999999999999999999999999999999999999999999999999999999 --dst 1,1 --bytes 1MB"),
+    ("quantities", "send --topology torus:4x4 --src "
+                   "0,999999999999999999999999999999999999999999999999999999999999 --dst 1,1 --bytes 1MB"),
     ("mesh specs", "run sharded_matmul --mesh X=16@0+0 --topology torus:4x4"),
     ("mesh specs", "run sharded_matmul --mesh X=999999999999999999999999999999999999999999999999999999999999"),
     ("model configs", "model --config tests/data/model_not_table.toml"),
@@ -132,8 +134,10 @@ CASES: list[tuple[str, str]] = [
     ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh data=3"),
     ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh data=2 --microbatches 3"),
     ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1000 --mesh sequence=3"),
-    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh pipeline=2 --schedule interleaved --microbatches 1"),
-    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh pipeline=4 --schedule interleaved --microbatches 4"),
+    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh pipeline=2 --schedule interleaved "
+                          "--microbatches 1"),
+    ("parallelism plans", "model gpt2 --mode train --batch 8 --seq 1024 --mesh pipeline=4 --schedule interleaved "
+                          "--microbatches 4"),
     ("parallelism plans", "model gpt2 --mode train --batch 4 --mesh data=2,model=2 --topology ring:8"),
     ("parallelism plans", "model gpt2 --mode train --mesh pipe=2"),
     ("parallelism plans", "model gpt2 --mode train --checkpoints-per-layer most"),

@@ -32,10 +32,20 @@ links; it gives the same time as the full simulation (tested at small sizes). It
 """
 from __future__ import annotations
 
-from simulator.collectives import bidirectional, line, unidirectional  # noqa: F401  (they register themselves)
-from simulator.collectives import dimension_order, spanning_trees  # noqa: F401  (issue 13's: they register themselves)
-from simulator.collectives import direct, hierarchical, nvls, recursive, tree  # noqa: F401, I001  (issue 14's algorithms register themselves)
-from simulator.collectives import root  # noqa: F401  (Gather, Scatter, Reduce; issue 21)
+# every algorithm module registers itself on import (issues 12-14 and 21); the registry is the API
+from simulator.collectives import (  # noqa: F401
+    bidirectional,
+    dimension_order,
+    direct,
+    hierarchical,
+    line,
+    nvls,
+    recursive,
+    root,
+    spanning_trees,
+    tree,
+    unidirectional,
+)
 from simulator.collectives.algorithm import (
     AUTO,
     AUTO_RULE,
