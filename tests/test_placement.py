@@ -69,3 +69,12 @@ def test_results_with_a_mesh_say_where_it_lies():
     assert line.extra["topology"] == "line:4" and line.extra["placement"]["model"] == [0]
     t = transformer_step.run(model="gpt2", mode="train", batch=8, seq=128, mesh="data=2,model=2", trace=False)
     assert t.extra["topology"] == "slice:2x2" and t.extra["placement"] == {"data": [0], "model": [1]}
+
+
+def test_one_chip_results_say_there_is_no_placement():
+    from scenarios import transformer_step
+
+    t = transformer_step.run(model="gpt2", mode="train", batch=4, seq=128, mesh="data=1", trace=False)
+    assert t.extra["topology"] is None and t.extra["placement"] == {}
+    d = transformer_step.run(model="gpt2", batch=2, context=64, mesh="model=1", trace=False)
+    assert d.extra["topology"] is None and d.extra["placement"] == {}

@@ -60,7 +60,7 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                             head_grad, cfg.weight_elem_bytes)
     out: dict[str, Any] = {"model": cfg.name, "chip": chip.name, "mode": "train", "batch": batch, "seq": seq,
                            "mesh": {a: plan.size(a) for a in plan.used}, "chips": plan.chips,
-                           **(mesh.describe() if mesh is not None else {"topology": None}),  # one chip: no mesh
+                           **(mesh.describe() if mesh is not None else {"topology": None, "placement": {}}),  # one chip
                            "microbatches": opts.microbatches, "schedule": opts.schedule, "zero": opts.zero,
                            "checkpoint": opts.checkpoint, "tp_overlap": opts.tp_overlap}
     out.update(train_memory(cfg, chip, plan, opts, batch, seq))
