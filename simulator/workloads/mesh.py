@@ -86,25 +86,11 @@ def _physical_axes(text: str | None, name: str, where: str) -> tuple[int, ...] |
     return axes
 
 
-class Mesh:
-    """Logical axes of ``spec`` placed on ``graph``; maps logical coordinates to chips and back."""
+class MeshAxes:
+    """A mesh's axis names and sizes, without a topology (what a sharding spec is checked against)."""
 
-    def __init__(self, spec: MeshSpec | str, graph: nx.DiGraph) -> None:
-        self.spec = parse_mesh(spec) if isinstance(spec, str) else spec
-        self.graph = graph
-        self.chips = sorted(v for v, role in graph.nodes(data="role") if role == "chip")
-        if self.spec.n_devices != len(self.chips):
-            raise PodsimError(f"mesh {self.text} has {self.spec.n_devices} devices but the topology has "
-                              f"{len(self.chips)} chips; the axis sizes must multiply to the chip count")
-        self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ())) if _is_grid(graph) else ()
-        self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ())) if self.shape else ()
-        if graph.graph.get("kind") == "multislice":  # axis 0 is the slices: a ring through the DCN switch
-            self.wrap = (True, *self.wrap[1:])
-        self.origin = tuple(graph.graph.get("origin", ())) if self.shape else ()  #: a dead cable's axis starts
-        # after the break (`simulator.engine.faults`), so the line laid on it never needs the cable
-        self.placement = self._place()
-        self._device = {coords: self._locate(coords) for coords in itertools.product(*map(range, self.sizes))}
-        self._coords = {dev: c for c, dev in self._device.items()}
+    def __init__(self, spec: MeshSpec) -> None:
+        self.spec = spec
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -126,6 +112,27 @@ class Mesh:
         if name not in self.names:
             raise PodsimError(f"axis {name!r} is not in mesh {self.text}; mesh axes: {', '.join(self.names)}")
         return self.names.index(name)
+
+
+class Mesh(MeshAxes):
+    """Logical axes of ``spec`` placed on ``graph``; maps logical coordinates to chips and back."""
+
+    def __init__(self, spec: MeshSpec | str, graph: nx.DiGraph) -> None:
+        self.spec = parse_mesh(spec) if isinstance(spec, str) else spec
+        self.graph = graph
+        self.chips = sorted(v for v, role in graph.nodes(data="role") if role == "chip")
+        if self.spec.n_devices != len(self.chips):
+            raise PodsimError(f"mesh {self.text} has {self.spec.n_devices} devices but the topology has "
+                              f"{len(self.chips)} chips; the axis sizes must multiply to the chip count")
+        self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ())) if _is_grid(graph) else ()
+        self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ())) if self.shape else ()
+        if graph.graph.get("kind") == "multislice":  # axis 0 is the slices: a ring through the DCN switch
+            self.wrap = (True, *self.wrap[1:])
+        self.origin = tuple(graph.graph.get("origin", ())) if self.shape else ()  #: a dead cable's axis starts
+        # after the break (`simulator.engine.faults`), so the line laid on it never needs the cable
+        self.placement = self._place()
+        self._device = {coords: self._locate(coords) for coords in itertools.product(*map(range, self.sizes))}
+        self._coords = {dev: c for c, dev in self._device.items()}
 
     def device(self, coords: tuple[int, ...]) -> Any:
         """The chip at logical ``coords``."""

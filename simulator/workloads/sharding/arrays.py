@@ -23,36 +23,11 @@ from typing import Any
 from simulator.errors import PodsimError
 from simulator.hardware.specs import DTYPE_BYTES, check_dtype
 from simulator.units import MAX_BYTES, parse_int, show
-from simulator.workloads.mesh import Mesh, MeshSpec, parse_mesh
+from simulator.workloads.mesh import MeshAxes, MeshSpec, parse_mesh
 from simulator.workloads.sharding.notation import ArraySpec, _validate_array, axes_text, parse_array
 
 _TYPED = re.compile(r"^\s*(?P<dtype>[A-Za-z][A-Za-z0-9]*)\s*\[(?P<dims>[^\]]*)\]\s*$")
 MAX_DIM = 2**60  #: largest dimension length taken (the bytes of the whole array are bounded separately)
-
-
-class MeshAxes:
-    """A mesh's axis names and sizes without a topology: what a sharding spec is checked against.
-
-    Borrows `Mesh.index` and `Mesh.size`, so a bad axis reads as it does everywhere else.
-    """
-
-    index = Mesh.index
-    size = Mesh.size
-
-    def __init__(self, spec: MeshSpec) -> None:
-        self.spec = spec
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return self.spec.names
-
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        return self.spec.sizes
-
-    @property
-    def text(self) -> str:
-        return ",".join(f"{n}={s}" for n, s in zip(self.names, self.sizes, strict=True))
 
 
 def parse_typed_shape(text: str) -> tuple[str, tuple[int, ...]]:
