@@ -243,7 +243,14 @@ def check_bytes(value: float, *, name: str, allow_zero: bool = True) -> float:
 def parse_positive(text: str | float | int, kind: str, *, name: str, allow_zero: bool = False) -> float:
     """`parse_quantity` followed by `positive` (and `check_bytes` for sizes): the usual path for
     sizes, times and rates."""
-    value = positive(parse_quantity(text, kind, name=name), name=name, allow_zero=allow_zero)
+    parsed = parse_quantity(text, kind, name=name)
+    try:
+        value = positive(parsed, name=name, allow_zero=allow_zero)
+    except QuantityError:
+        if not isinstance(text, str):
+            raise
+        bound = ">= 0" if allow_zero else "> 0"  # name the value as typed (-5MB), not as converted (-5000000.0)
+        raise QuantityError(f"{name}={show(text.strip())} must be a finite number {bound}") from None
     return check_bytes(value, name=name, allow_zero=allow_zero) if kind == "bytes" else value
 
 

@@ -251,7 +251,8 @@ def test_token_counts_take_binary_prefixes_and_refuse_the_ambiguous_k(capsys):
 ])
 def test_a_negative_quantity_reaches_the_quantity_check(capsys, argv):
     err = fails(capsys, *argv)
-    assert "--bytes=-5" in err and "must be a finite number" in err and "expected one argument" not in err
+    # the value as typed, not as converted (-5000000.0)
+    assert "--bytes='-5MB'" in err and "must be a finite number" in err and "expected one argument" not in err
 
 
 @pytest.mark.parametrize("chip,topology,words", [
