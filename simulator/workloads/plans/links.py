@@ -15,7 +15,6 @@ TPU slices runs at the per-chip InfiniBand / DCN bandwidth.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ from simulator import analytic
 from simulator.engine.system import System
 from simulator.errors import PodsimError, one_line
 from simulator.hardware.specs import ChipSpec
-from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for
+from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for, place_in_order
 from simulator.workloads.plans.layout import MeshPlan
 from topologies import TopologyError
 
@@ -79,16 +78,11 @@ def place(spec: MeshSpec, graph: nx.DiGraph) -> Mesh:
 
 
 def _consume(sizes: tuple[int, ...], lengths: list[int], order: tuple[int, ...]) -> tuple[tuple[int, ...], ...] | None:
-    out, i = [], 0
-    for size in sizes:
-        taken: list[int] = []
-        while math.prod(lengths[j] for j in taken) < size and i < len(lengths):
-            taken.append(i)
-            i += 1
-        if math.prod(lengths[j] for j in taken) != size:
-            return None
-        out.append(tuple(order[j] for j in taken))
-    return tuple(out) if i == len(lengths) else None
+    """`place_in_order` on physical axes taken in ``order``, every one of them used; None if it does not fit."""
+    placement = place_in_order(sizes, tuple(lengths))
+    if placement is None or sum(map(len, placement)) != len(lengths):
+        return None
+    return tuple(tuple(order[j] for j in taken) for taken in placement)
 
 
 @dataclass(frozen=True)
