@@ -24,7 +24,7 @@ from simulator.workloads.transformer import ModelError, TransformerConfig
 
 AXES = ("data", "pipeline", "fsdp", "expert", "sequence", "model")  #: outermost (slowest links) first
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-POLICIES = ("none", "selective", "full")  #: named activation-checkpoint policies
+POLICIES = ("none", "minimal", "selective", "full")  #: named activation-checkpoint policies
 KV_SHARDINGS = ("heads", "batch", "sequence", "auto")
 SEQUENCE_ATTENTION = ("ring", "allgather")
 MODES = ("train", "prefill", "decode")

@@ -6,7 +6,9 @@ mixed-precision training), an fp32 master copy of the weights (4 B). Activations
 layer saves for its backward pass, per token, by checkpoint policy -- ``none`` keeps everything the
 layer computes (`saved_activation_elements`), ``full`` keeps only the layer input (one [tokens,
 d_model] tensor; the backward recomputes the forward), ``selective`` drops the MLP's wide hidden
-tensors (recomputing the up-projections), and a number K keeps K [tokens, d_model] tensors.
+tensors (recomputing the up-projections), ``minimal`` keeps every weight matmul's output (the
+layer input, QKV, O, gate and up, down; only element-wise work is recomputed), and a number K
+keeps K [tokens, d_model] tensors.
 
 Per chip: tensor parallelism divides weights and saved activations by ``model`` (norm inputs are
 sequence-parallel, Megatron-style); pipeline stages hold their layers (the first also the embedding,
@@ -49,13 +51,17 @@ def saved_elements(cfg: TransformerConfig, checkpoint: str | int) -> float:
         return cfg.d_model
     if checkpoint == "selective":
         return full - (3 if cfg.gated_mlp else 2) * cfg.d_ff * max(1, cfg.experts_per_token)
+    if checkpoint == "minimal":  # the layer input and every weight matmul's output: QKV, O, gate/up, down
+        mats = 3 if cfg.gated_mlp else 2
+        return min(full, 3 * cfg.d_model + cfg.q_width + 2 * cfg.kv_width
+                   + (mats - 1) * cfg.d_ff * max(1, cfg.experts_per_token))
     return min(full, int(checkpoint) * cfg.d_model)
 
 
 def recompute_fraction(cfg: TransformerConfig, checkpoint: str | int) -> float:
     """Share of each layer's forward the backward pass recomputes: 0 (none) to 1 (full); selective
     recomputes the MLP's up-projections; K tensors interpolate linearly between 1 (K = 1) and 0 (all kept)."""
-    if checkpoint == "none":
+    if checkpoint in ("none", "minimal"):  # minimal keeps every matmul output: only element-wise work is redone
         return 0.0
     if checkpoint == "full":
         return 1.0

@@ -1,0 +1,71 @@
+"""The calibrated whole-training-step model's constants, per TPU generation, with their sources.
+
+``simulator/hardware/data/train_calibration.json`` is written by ``scripts/fit_train_calibration.py``
+from ``data/calibration/tpu_training_mfu.csv`` (published MFU of real TPU runs). It holds the few
+constants the step model (`simulator.workloads.plans.calibrated`) fits -- MXU efficiency and its
+shape dependence, flash attention's share of the MXU peak, DCN efficiency and per-ring-step cost,
+a fixed per-step overhead -- plus the fit errors, and the chips the model is calibrated for. HBM and
+ICI efficiencies come from the chip's `Calibration` (``calibration.json``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any
+
+from simulator.errors import PodsimError
+from simulator.hardware.calibration import DATA
+
+TRAIN_JSON = DATA / "train_calibration.json"  #: the fitted constants and fit errors
+
+
+@dataclass(frozen=True)
+class StepConstants:
+    """Efficiencies of one whole training step (1 = ideal; seconds are added costs)."""
+
+    mxu_fraction: float = 1.0  #: share of the MXU peak a large, aligned matmul reaches
+    mxu_half_dim: float = 0.0  #: the smaller matmul width (k or n) at which a matmul reaches half its peak share
+    flash_fraction: float = 1.0  #: share of the MXU peak flash attention's block matmuls reach
+    hbm_fraction: float = 1.0  #: share of HBM bandwidth streaming work reaches (from calibration.json)
+    ici_fraction: float = 1.0  #: share of ICI link rate collectives reach (from calibration.json)
+    dcn_fraction: float = 1.0  #: share of the per-chip DCN rate the cross-slice gradient AllReduce reaches
+    dcn_step_s: float = 0.0  #: fixed seconds per step of the cross-slice ring (synchronisation across slices)
+    step_overhead_s: float = 0.0  #: fixed seconds per training step (host dispatch, metrics)
+
+
+IDEAL = StepConstants()  #: every efficiency 1, no fixed costs
+
+
+@cache
+def _table() -> dict[str, Any]:
+    return json.loads(TRAIN_JSON.read_text()) if TRAIN_JSON.exists() else {"chips": [], "constants": {}}
+
+
+def train_calibrated_chips() -> list[str]:
+    """Chip presets the calibrated training step covers."""
+    return list(_table()["chips"])
+
+
+def step_constants(chip: str) -> StepConstants:
+    """The fitted constants for preset ``chip``, with HBM and ICI efficiencies from its `Calibration`;
+    `PodsimError` naming the covered chips otherwise."""
+    from simulator.hardware.calibration import get_calibration
+
+    table = _table()
+    if chip not in table["chips"]:
+        raise PodsimError(f"no calibrated training-step model for chip {chip!r} (no published training runs to fit); "
+                          f"calibrated chips: {', '.join(table['chips']) or 'none'} -- or drop --calibrated for the "
+                          "ideal step")
+    cal = get_calibration(chip)
+    known = {f.name for f in fields(StepConstants)}
+    values = {k: float(v) for k, v in table["constants"].items() if k in known}
+    ici = cal.links.get("ici")
+    return StepConstants(**{**values, "hbm_fraction": cal.hbm_fraction,
+                            "ici_fraction": ici.peak_fraction if ici else 1.0})
+
+
+def train_fit_report() -> dict[str, Any]:
+    """Sources and fit errors recorded by ``scripts/fit_train_calibration.py``."""
+    table = _table()
+    return {"sources": table.get("sources", {}), "fit": table.get("fit", {})}

@@ -1,0 +1,283 @@
+"""A calibrated whole training step on TPU slices: the MFU a real run gets, factor by factor.
+
+Closed form, per chip, for a mesh of ``data`` (slices, over DCN) x ``fsdp`` x ``model`` (both over
+ICI inside a slice), MaxText-style. Every factor is a named number of seconds in the breakdown:
+
+- ``matmul_s``: the layers' and the output head's matmuls, forward and backward (2x), each at the
+  MXU's calibrated share of peak ``mxu_fraction x w / (w + mxu_half_dim)`` (w: the smaller of its
+  per-chip widths k, n -- fixed per-tile costs weigh on narrow matmuls, e.g. under tensor
+  parallelism), on padded FLOPs (k, n to the MXU side, rows to sublanes), or HBM-bound when the
+  operands stream slower (roofline at ``hbm_fraction`` of HBM);
+- ``attention_s``: flash attention, causal blocks of ``FLASH_BLOCK`` (the diagonal blocks computed
+  whole), forward 4 h d FLOPs per computed pair, backward 2.5x (it recomputes the scores), at
+  ``flash_fraction`` of the MXU peak, or its softmax on the VPU when slower (they run concurrently);
+- ``vector_s``: element-wise and normalisation traffic XLA does not fuse into the matmuls -- per
+  token and layer ``ELEMENTWISE_D`` [d]-wide, ``ELEMENTWISE_F`` [d_ff]-wide and 2 [q + kv]-wide tensors
+  through HBM forward, twice that backward (HBM-bound: the VPU's FLOPs are far cheaper);
+- ``recompute_s``: what the checkpoint policy recomputes in the backward pass: ``full`` the whole
+  forward, ``selective`` the MLP up-projections (and their element-wise work), ``minimal`` (weight
+  matmul outputs kept) the element-wise work and flash attention (a kernel, not a weight matmul),
+  ``none`` nothing, K saved tensors a share of the forward;
+- ``exposed_ici_s``: FSDP AllGathers (forward, and again backward) and gradient ReduceScatters, and
+  tensor-parallel AllReduces of [tokens, d] (2 forward, 2 backward, 2 more when the forward is
+  recomputed). FSDP collectives overlap compute as XLA's async collective fusion does: a layer takes
+  max(compute, fsdp collectives of the next layer), and the first gather and the last reduce-scatter
+  are exposed. Tensor-parallel AllReduces wait on the layer's own outputs, so they add to it, unless
+  ``tp_overlap`` (collective matmuls) puts them beside the compute too (fsdp and model use different
+  torus axes);
+- ``optimizer_s``: AdamW over the local shard, HBM-bound (`adamw_bytes_per_param`);
+- ``dcn_s``: the gradient shard AllReduced across slices, a ring over DCN at ``dcn_fraction`` of the
+  chip's DCN rate plus ``dcn_step_s`` per ring step, after the backward pass (not hidden);
+- ``overhead_s``: ``step_overhead_s`` per step.
+
+ICI bandwidth per mesh axis comes from the slice's torus: ``model`` takes the innermost dimensions,
+``fsdp`` the rest; a dimension that wraps gives a ring (two links), one that does not, or that an
+axis only partly spans, a line (one). The ideal step (every efficiency 1, no fixed costs) is
+reported beside the calibrated one. The constants come from `simulator.hardware.train_calibration`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+from simulator import analytic
+from simulator.errors import PodsimError
+from simulator.hardware.specs import ChipSpec
+from simulator.hardware.train_calibration import IDEAL, StepConstants, step_constants
+from simulator.workloads.budget import kv_heads_per_chip
+from simulator.workloads.plans.layout import MeshPlan, PlanError, TrainOptions, check_train_plan
+from simulator.workloads.plans.memory import recompute_fraction, train_memory
+from simulator.workloads.plans.train import model_flops
+from simulator.workloads.transformer import TransformerConfig
+
+FLASH_BLOCK = 512  #: flash attention's query and key block (MaxText's default block sizes)
+FLASH_BACKWARD = 2.5  #: flash backward FLOPs over forward: five block matmuls against two
+SOFTMAX_VPU_OPS = 5  #: VPU operations per score: max, subtract, exp, sum, scale
+ELEMENTWISE_D = 10  #: [d]-wide tensors through HBM per token and layer forward: 2 norms, 2 residual adds
+ELEMENTWISE_F = 3  #: [d_ff]-wide: the gated activation reads gate and up, writes their product
+ADAM_VPU_FLOPS = 12  #: per parameter: moments, bias correction, decay, update
+AXES_MODELLED = ("data", "fsdp", "model")
+GiB = 2.0**30
+
+
+def adamw_bytes_per_param(weight_bytes: float, master_copy: bool) -> float:
+    """HBM bytes AdamW moves per parameter: reads the two fp32 moments, the master copy (or the weights) and
+    the gradient; writes the moments, the master copy and the weights' own copy (or the weights)."""
+    read = 8 + (4 if master_copy else weight_bytes) + weight_bytes
+    write = 8 + (4 + weight_bytes if master_copy else weight_bytes)
+    return read + write
+
+
+def _dim_bandwidth(length: int, used: int, wraps: bool, link: float) -> float:
+    """One-way-equivalent bandwidth an axis gets from one torus dimension it spans ``used`` of ``length``."""
+    return (2 if wraps and used == length else 1) * link
+
+
+def axis_bandwidths(chip: ChipSpec, shape: tuple[int, ...], model: int, fsdp: int) -> dict[str, tuple[float, int]]:
+    """(bytes/s, ring hops) of the ``model`` and ``fsdp`` axes on a slice of ``shape``: model takes the
+    innermost (last) dimensions, fsdp the rest; an axis that needs part of a dimension runs a line on it."""
+    link = chip.ici_bandwidth_bytes_per_s
+    dims = list(shape)
+    out: dict[str, tuple[float, int]] = {}
+    for axis, need in (("model", model), ("fsdp", fsdp)):
+        bw, hops = 0.0, 0
+        while need > 1 and dims:
+            length = dims.pop()
+            used = math.gcd(length, need) if need % length else length
+            if used == 1:  # no common factor: the axis strides over this dimension as a line
+                used = min(length, need)
+            wraps = chip.wraparound == "length16" and length == 16 or chip.wraparound == "multiple4" and \
+                length % 4 == 0
+            bw += _dim_bandwidth(length, used, wraps, link)
+            hops += used - 1
+            if used < length:
+                dims.append(length // used)  # the rest of the dimension is left to the next axis
+            need = max(1, need // used)
+        out[axis] = (bw, hops)
+    return out
+
+
+def default_slice_shape(chip: ChipSpec, chips: int) -> tuple[int, ...]:
+    """The most cube-like real slice of ``chips`` chips, or a line where none exists."""
+    from topologies.shapes import slice_shapes
+
+    try:
+        shapes = slice_shapes(chips, chip.wraparound)
+    except Exception:  # noqa: BLE001 - switch-connected chips have no torus shapes
+        shapes = []
+    return tuple(shapes[0]) if shapes else (chips,)
+
+
+def _mxu_eff(k: float, n: float, c: StepConstants) -> float:
+    width = min(k, n)
+    return c.mxu_fraction * width / (width + c.mxu_half_dim)
+
+
+def matmul_time_s(chip: ChipSpec, rows: float, k: float, n: float, c: StepConstants, elem: float = 2) -> float:
+    """One [rows, k] @ [k, n] matmul: padded FLOPs at the shape's MXU efficiency, or its HBM stream if slower."""
+    r, kk, nn = (max(1, round(x)) for x in (rows, k, n))
+    flops = analytic.padded_matmul_flops(r, kk, nn, chip.mxu_dim, chip.sublanes)
+    compute = flops / (chip.peak_flops_per_s() * _mxu_eff(kk, nn, c))
+    stream = analytic.matmul_bytes(r, kk, nn, elem) / (chip.hbm_bandwidth_bytes_per_s * c.hbm_fraction)
+    return max(compute, stream)
+
+
+def flash_pairs(seq: int, block: int = FLASH_BLOCK) -> float:
+    """(query, key) pairs flash attention computes for one causal sequence: whole blocks on and below the diagonal."""
+    b = min(block, seq)
+    nb = math.ceil(seq / b)
+    return b * b * nb * (nb + 1) / 2
+
+
+def ring_time_s(kind: str, nbytes: float, n: int, bandwidth: float, hops: int, hop_s: float) -> float:
+    """A ring collective over ``n`` chips of a V = ``nbytes`` array at ``bandwidth``: AllGather and
+    ReduceScatter move (n-1)/n V, AllReduce twice that; each ring step pays a hop."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    factor = 2 if kind == "all_reduce" else 1
+    return factor * ((n - 1) / n * nbytes / bandwidth + hops * hop_s)
+
+
+def overlapped_layers_s(n_layers: int, compute: float, fsdp_comm: float, tp_comm: float,
+                        tp_overlapped: bool = False) -> tuple[float, float]:
+    """(total, exposed) seconds of ``n_layers`` alike layers whose fsdp collectives (for the next layer)
+    run beside ``compute``; the fsdp collectives of the first layer are not hidden (the first gather, or
+    the last reduce-scatter). Tensor-parallel collectives wait on the layer's own results: exposed, or
+    beside the compute as well when ``tp_overlapped`` (collective matmuls)."""
+    per = max(compute, fsdp_comm, tp_comm) if tp_overlapped else max(compute, fsdp_comm) + tp_comm
+    total = n_layers * per + fsdp_comm
+    return total, total - n_layers * compute
+
+
+def _check(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
+           check_memory: bool) -> dict[str, Any]:
+    others = [a for a in plan.used if a not in AXES_MODELLED]
+    if others:
+        raise PlanError(f"the calibrated training step models the data (slices over DCN), fsdp and model axes; "
+                        f"{others[0]}={plan.size(others[0])} is not calibrated (drop --calibrated for the ideal step)")
+    if cfg.n_experts:
+        raise PlanError(f"the calibrated training step models dense decoders; {cfg.name} has {cfg.n_experts} experts "
+                        "(drop --calibrated for the ideal step)")
+    check_train_plan(cfg, plan, opts, batch, seq)
+    mem = train_memory(cfg, chip, plan, opts, batch, seq)
+    if check_memory and not mem["fits"]:
+        per = mem["memory_per_chip"]
+        parts = ", ".join(f"{k.removesuffix('_bytes')} {per[k] / GiB:.1f}" for k in
+                          ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "temporary_bytes"))
+        raise PlanError(f"{cfg.name} on {plan.chips} {chip.name} chips ({plan.text}, batch {batch} x {seq}, checkpoint "
+                        f"{opts.checkpoint}) needs {mem['memory_per_chip_bytes'] / GiB:.1f} GiB per chip ({parts} GiB) "
+                        f"but a chip holds {mem['hbm_capacity_bytes'] / GiB:.1f} GiB; what would fit: more fsdp chips "
+                        f"(the state alone needs {mem['min_chips']} chips), a smaller batch, or "
+                        "--checkpoints-per-layer full")
+    return mem
+
+
+def step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
+                 c: StepConstants, shape: tuple[int, ...]) -> dict[str, Any]:
+    """Seconds of each factor of one step under constants ``c`` on slices of ``shape`` (see the module docstring)."""
+    n, f, m, mb = plan.size("data"), plan.size("fsdp"), plan.size("model"), opts.microbatches
+    seqs = batch / (n * f * mb)  # sequences one chip (one model group) processes per microbatch
+    t = seqs * seq
+    d, e_w, e_a = cfg.d_model, cfg.weight_elem_bytes, cfg.act_elem_bytes
+    q, kv = cfg.q_width / m, kv_heads_per_chip(cfg, m) * cfg.head_dim
+    ff = cfg.d_ff / m
+    mats = 3 if cfg.gated_mlp else 2
+    mm = (matmul_time_s(chip, t, d, q + 2 * kv, c) + matmul_time_s(chip, t, q, d, c)
+          + (mats - 1) * matmul_time_s(chip, t, d, ff, c) + matmul_time_s(chip, t, ff, d, c))
+    heads = cfg.n_heads / m
+    pairs = seqs * flash_pairs(seq)
+    attn_mxu = 4 * heads * cfg.head_dim * pairs / (chip.peak_flops_per_s() * c.flash_fraction)
+    attn_vpu = SOFTMAX_VPU_OPS * heads * pairs / chip.vpu_flops_per_s
+    attn = max(attn_mxu, attn_vpu)
+    hbm = chip.hbm_bandwidth_bytes_per_s * c.hbm_fraction
+    vec = e_a * t * (ELEMENTWISE_D * d / m + ELEMENTWISE_F * ff + 2 * (q + kv)) / hbm
+    policy = opts.checkpoint
+    if policy == "full":
+        redo = mm + attn + vec
+    elif policy == "minimal":  # matmul outputs kept; flash attention's output is not a matmul's, so it is redone
+        redo = vec + attn
+    elif policy == "none":
+        redo = 0.0
+    else:  # selective, or K saved tensors: the recomputed share of the forward's matmuls, with their element-wise work
+        redo = recompute_fraction(cfg, policy) * (mm + vec) + (attn if policy != "selective" and
+                                                                recompute_fraction(cfg, policy) >= 1 else 0.0)
+    fwd = mm + attn + vec
+    bwd = 2 * mm + FLASH_BACKWARD * attn + 2 * vec + redo
+    head = 3 * matmul_time_s(chip, t, d, cfg.vocab_size / m, c)
+    bws = axis_bandwidths(chip, shape, m, f)
+    hop = chip.hop_latency_s
+
+    def ici(kind: str, axis: str, nbytes: float, size: int) -> float:
+        bw, hops = bws[axis]
+        return ring_time_s(kind, nbytes, size, bw * c.ici_fraction, hops, hop) if bw else 0.0
+
+    layer_w = cfg.layer_params() / m * e_w
+    zero3 = opts.zero >= 3 and f > 1
+    ag = ici("all_gather", "fsdp", layer_w, f) if zero3 else 0.0
+    rs = ici("reduce_scatter", "fsdp", layer_w, f) if f > 1 and opts.zero >= 2 else 0.0
+    tp_one = ici("all_reduce", "model", t * d * e_a, m)
+    recomputes_tp = policy == "full"
+    total_f, exp_f = overlapped_layers_s(cfg.n_layers, fwd, ag, 2 * tp_one, opts.tp_overlap)
+    total_b, exp_b = overlapped_layers_s(cfg.n_layers, bwd, ag + rs, (4 if recomputes_tp else 2) * tp_one,
+                                         opts.tp_overlap)
+    per_micro = total_f + total_b + head
+    shard = cfg.params() / (m * (f if opts.zero >= 1 else 1))
+    once = 0.0  # ZeRO-1/2: reduce-scatter (1) once and re-gather the updated weights once, exposed
+    if f > 1 and opts.zero in (1, 2):
+        once = ici("all_gather", "fsdp", cfg.params() / m * e_w, f) + \
+            (ici("reduce_scatter", "fsdp", cfg.params() / m * e_w, f) if opts.zero == 1 else 0.0)
+    optimizer = max(shard * adamw_bytes_per_param(e_w, opts.master_copy) / hbm,
+                    ADAM_VPU_FLOPS * shard / chip.vpu_flops_per_s)
+    grads = shard * e_w
+    dcn_bw = chip.dcn_bandwidth_bytes_per_s * c.dcn_fraction
+    dcn = (2 * (n - 1) / n * grads / dcn_bw + 2 * (n - 1) * c.dcn_step_s) if n > 1 else 0.0
+    step = mb * per_micro + once + optimizer + dcn + c.step_overhead_s
+    layers = cfg.n_layers * mb
+    factors = {"matmul_s": layers * 3 * mm + mb * head, "attention_s": layers * (1 + FLASH_BACKWARD) * attn,
+               "vector_s": layers * 3 * vec, "recompute_s": layers * redo,
+               "exposed_ici_s": mb * (exp_f + exp_b) + once, "optimizer_s": optimizer, "dcn_s": dcn,
+               "overhead_s": c.step_overhead_s}
+    flops = model_flops(cfg, batch, seq)
+    return {"step_time_s": step, "mfu": flops / (plan.chips * chip.peak_flops_per_s() * step), "factors": factors,
+            "tokens_per_s": batch * seq / step,
+            "per_layer_s": {"forward_compute": fwd, "backward_compute": bwd, "fsdp_all_gather": ag,
+                            "fsdp_reduce_scatter": rs, "tp_all_reduce": tp_one},
+            "attention_bound": "vpu" if attn_vpu > attn_mxu else "mxu",
+            "axis_bandwidth_bytes_per_s": {a: b for a, (b, _) in bws.items() if b}}
+
+
+def calibrated_train_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions | None = None,
+                          batch: int = 1, seq: int = 2048, slice_shape: tuple[int, ...] | None = None,
+                          constants: StepConstants | None = None, check_memory: bool = True) -> dict[str, Any]:
+    """The calibrated step of ``cfg`` on ``plan`` (data = slices over DCN) beside the ideal one.
+
+    Returns ``step_time_s``, ``mfu`` (model FLOPs without recomputation / chips x peak x step),
+    ``factors`` (seconds per named factor), ``ideal`` (the same at every efficiency 1), the constants
+    used and their source, and the memory check. Raises `PlanError` when the state does not fit (with
+    its numbers) and `PodsimError` for a chip with no calibrated training model.
+    """
+    opts = opts or TrainOptions()
+    c = constants or step_constants(chip.name)
+    mem = _check(cfg, chip, plan, opts, batch, seq, check_memory)
+    per_slice = plan.size("fsdp") * plan.size("model")
+    shape = tuple(slice_shape) if slice_shape else default_slice_shape(chip, per_slice)
+    if math.prod(shape) != per_slice:
+        raise PlanError(f"slice shape {'x'.join(map(str, shape))} holds {math.prod(shape)} chips but fsdp x model = "
+                        f"{per_slice}; give a slice of {per_slice} chips (e.g. "
+                        f"{'x'.join(map(str, default_slice_shape(chip, per_slice)))})")
+    cal = step_factors(cfg, chip, plan, opts, batch, seq, c, shape)
+    ideal = step_factors(cfg, chip, plan, opts, batch, seq, IDEAL, shape)
+    return {**cal, "ideal": {k: ideal[k] for k in ("step_time_s", "mfu", "factors")},
+            "slices": plan.size("data"), "slice_shape": list(shape), "chips": plan.chips,
+            "checkpoint": opts.checkpoint, "constants": asdict(c),
+            "memory_per_chip_bytes": mem["memory_per_chip_bytes"], "fits": mem["fits"]}
+
+
+def check_calibrated_chip(chip: ChipSpec) -> None:
+    """`PodsimError` (one line, naming the covered chips) unless ``chip`` has a calibrated training model."""
+    step_constants(chip.name)
+
+
+__all__ = ["PodsimError", "adamw_bytes_per_param", "axis_bandwidths", "calibrated_train_step", "flash_pairs",
+           "overlapped_layers_s", "ring_time_s", "step_factors"]
