@@ -1,0 +1,152 @@
+"""Calibrated serving on one accelerator: decode and prefill steps, and whole requests, as measured systems run them.
+
+The ideal step (`simulator.workloads.simulate.simulate_decode`) streams every byte at the spec HBM
+bandwidth and runs every FLOP at peak. A served model does not: its decode kernels reach a fraction of
+HBM bandwidth (less as a step's skinny matmuls gain rows), each layer pays kernel launches and
+synchronisation, and prefill's matmuls reach a fraction of peak. `served_step` prices the simulator's own
+per-layer ops (`simulator.workloads.simulate.layer_ops`: weights, KV cache, FLOPs per layer) with the
+chip's fitted factors (`simulator.hardware.decode_calibration`), per op::
+
+    memory   = weights / (B * eta) * (1 + beta * log2(rows)) + KV read / (B * eta * alpha) + KV write / (B * eta)
+    compute  = FLOPs / (peak * epsilon[dtype])
+    op       = max(memory, compute)                   (streaming overlaps compute, as double buffering does)
+    step     = sum of ops + layers * tau_layer
+
+and reports every factor's seconds beside its ideal (spec bandwidth and peak, no overhead). One chip
+only: the published measurements are single-accelerator runs (tensor parallelism adds collectives
+the fit never saw). `served_request` adds up a whole request: the prefill of ``input_len`` tokens per
+request (the first token), then ``output_len - 1`` decode steps as the context grows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.hardware.decode_calibration import DecodeCalibration, get_decode_calibration
+from simulator.hardware.specs import ChipSpec, get_chip
+from simulator.units import check_int, positive_int
+from simulator.workloads.budget import MAX_REQUESTS, Parallelism, with_dtypes
+from simulator.workloads.simulate import LayerOp, head_op, layer_ops, simulate_decode
+from simulator.workloads.transformer import TransformerConfig
+
+MAX_OUTPUT_TOKENS = 1_000_000  #: decode steps one request may add up (each is priced on its own)
+FACTORS = ("weights", "kv_cache", "matmul", "overlap", "launch_sync")
+
+
+@dataclass
+class _Sums:
+    """Seconds per factor over a step's ops."""
+
+    weights: float = 0.0
+    kv_cache: float = 0.0
+    matmul: float = 0.0
+    overlap: float = 0.0  # <= 0: time hidden because streaming and compute run at once
+    launch_sync: float = 0.0
+
+    def add(self, weights: float, kv: float, matmul: float, times: float = 1.0) -> None:
+        self.weights += weights * times
+        self.kv_cache += kv * times
+        self.matmul += matmul * times
+        self.overlap += (max(weights + kv, matmul) - (weights + kv + matmul)) * times
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.matmul + self.overlap + self.launch_sync
+
+
+def _chip(chip: str | ChipSpec) -> ChipSpec:
+    return chip if isinstance(chip, ChipSpec) else get_chip(chip)
+
+
+def _compute_dtype(cfg: TransformerConfig) -> str:
+    return "int8" if cfg.weight_elem_bytes == 1 else "bf16"
+
+
+def _step_sums(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibration, batch: int, context: int,
+               new_tokens: int) -> tuple[_Sums, _Sums]:
+    """(ideal, calibrated) seconds per factor of one step: ``batch`` requests at ``context`` each adding
+    ``new_tokens`` (1: decode; the prompt length: prefill)."""
+    contexts = [context] * batch
+    ops: list[LayerOp] = layer_ops(cfg, spec, Parallelism(), contexts, new_tokens)
+    head = head_op(cfg, spec, Parallelism(), batch * new_tokens)
+    dtype = _compute_dtype(cfg)
+    bw, peak = spec.hbm_bandwidth_bytes_per_s, spec.peak_flops_per_s(dtype)
+    eta, alpha, eps = cal.hbm_fraction, cal.attention_fraction, cal.matmul(dtype)
+    slow = cal.weight_slowdown(batch * new_tokens)
+    ideal, real = _Sums(), _Sums()
+    for op, times in [(u, cfg.n_layers) for u in ops] + [(head, 1)]:
+        kv = op.kv_read_bytes + op.kv_write_bytes
+        useful = op.flops if op.useful_flops is None else op.useful_flops
+        ideal.add(op.weight_bytes / bw, kv / bw, op.flops / peak, times)
+        real.add(op.weight_bytes / (bw * eta) * slow,
+                 op.kv_read_bytes / (bw * eta * alpha) + op.kv_write_bytes / (bw * eta), useful / (peak * eps), times)
+    real.launch_sync = cfg.n_layers * cal.layer_overhead_s
+    return ideal, real
+
+
+def _breakdown(ideal: _Sums, real: _Sums) -> dict[str, dict[str, float]]:
+    return {f: {"ideal_s": getattr(ideal, f), "calibrated_s": getattr(real, f)} for f in FACTORS}
+
+
+def served_step(cfg: TransformerConfig, chip: str | ChipSpec, batch: int = 1, context: int = 0, new_tokens: int = 1,
+                weight_dtype: str | None = None, kv_dtype: str | None = None,
+                calibration: DecodeCalibration | None = None, simulate: bool = True,
+                engine: str | None = None) -> dict[str, Any]:
+    """One decode step (``new_tokens=1``) or prefill (``new_tokens`` = prompt length) on one chip, calibrated.
+
+    Returns ``step_time_s`` (calibrated, seconds), ``ideal_step_time_s`` (the simulated ideal step when
+    ``simulate``, else the closed-form sum), ``closed_form_ideal_s`` and ``breakdown``: per factor
+    (weights, kv_cache, matmul, overlap, launch_sync) its ``ideal_s`` and ``calibrated_s``. ``calibration``
+    defaults to the chip's fitted one as serving ``engine`` reaches it (`simulator.hardware.decode_calibration`;
+    `PodsimError` naming the chips, or engines, that have one).
+    """
+    spec = _chip(chip)
+    cal = calibration or get_decode_calibration(spec.name, engine)
+    cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
+    check_int(batch, name="batch", maximum=MAX_REQUESTS)
+    check_int(context, name="context", minimum=0)
+    positive_int(new_tokens, name="new_tokens")
+    ideal, real = _step_sums(cfg, spec, cal, batch, context, new_tokens)
+    simulated = (simulate_decode(cfg, spec, batch, context, new_tokens=new_tokens, trace=False).env.now
+                 if simulate else ideal.total)
+    return {"chip": spec.name, "engine": cal.engine, "batch": batch, "context": context, "new_tokens": new_tokens,
+            "step_time_s": real.total, "ideal_step_time_s": simulated, "closed_form_ideal_s": ideal.total,
+            "tokens_per_s": batch * new_tokens / real.total, "breakdown": _breakdown(ideal, real)}
+
+
+def served_request(cfg: TransformerConfig, chip: str | ChipSpec, batch: int, input_len: int, output_len: int,
+                   weight_dtype: str | None = None, kv_dtype: str | None = None,
+                   calibration: DecodeCalibration | None = None, engine: str | None = None) -> dict[str, Any]:
+    """A static batch of ``batch`` requests, each ``input_len`` prompt tokens and ``output_len`` generated ones.
+
+    ``ttft_s``: the prefill (it yields the first token); ``tpot_s``: the mean of the ``output_len - 1`` decode
+    steps (context ``input_len + t`` at step t); ``request_s``: both; ``output_tokens_per_s``: batch x
+    output_len / request_s. Each has its ideal beside it (``ideal_*``, closed form); ``breakdown`` sums
+    the factors over the whole request.
+    """
+    spec = _chip(chip)
+    cal = calibration or get_decode_calibration(spec.name, engine)
+    cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
+    check_int(batch, name="batch", maximum=MAX_REQUESTS)
+    positive_int(input_len, name="input_len")
+    check_int(output_len, name="output_len", maximum=MAX_OUTPUT_TOKENS)
+    first_ideal, first = _step_sums(cfg, spec, cal, batch, 0, input_len)
+    ideal, real = _Sums(), _Sums()
+    for t in range(1, output_len):
+        i, r = _step_sums(cfg, spec, cal, batch, input_len + t, 1)
+        for f in FACTORS:
+            setattr(ideal, f, getattr(ideal, f) + getattr(i, f))
+            setattr(real, f, getattr(real, f) + getattr(r, f))
+    steps = max(output_len - 1, 1)
+    out: dict[str, Any] = {"chip": spec.name, "engine": cal.engine, "batch": batch, "input_len": input_len,
+                           "output_len": output_len, "ttft_s": first.total, "tpot_s": real.total / steps,
+                           "request_s": first.total + real.total,
+                           "ideal_ttft_s": first_ideal.total, "ideal_tpot_s": ideal.total / steps,
+                           "ideal_request_s": first_ideal.total + ideal.total}
+    out["output_tokens_per_s"] = batch * output_len / out["request_s"]
+    out["ideal_output_tokens_per_s"] = batch * output_len / out["ideal_request_s"]
+    for f in FACTORS:
+        setattr(real, f, getattr(real, f) + getattr(first, f))
+        setattr(ideal, f, getattr(ideal, f) + getattr(first_ideal, f))
+    out["breakdown"] = _breakdown(ideal, real)
+    return out
