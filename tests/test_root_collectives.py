@@ -73,8 +73,10 @@ def test_reduce_both_ways_round_halves_the_bytes_through_each_of_the_roots_links
 
 
 def test_auto_reduce_takes_the_rings_for_large_arrays_and_nears_the_roots_ingress_bound():
+    """On a ring the two spanning trees are root_rings' two ways round (half the pieces each way, n - 1 hops):
+    auto takes one of them, whichever pipelining count prices faster."""
     r = _run("reduce", "torus:8", nbytes=64e6)
-    assert r.algorithm == "root_rings"
+    assert r.algorithm in ("root_rings", "spanning_trees")
     assert r.time_s <= 1.25 * r.topology_bound_s  # bound: V through the root's two links, V / (2 b)
     assert r.topology_bound_s == pytest.approx(ALPHA + 64e6 / (2 * B), rel=1e-9)
 

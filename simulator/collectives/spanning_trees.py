@@ -1,4 +1,4 @@
-"""Broadcast down arc-disjoint spanning trees from the root, one per outgoing link, pipelined in pieces.
+"""Broadcast (and Reduce) over arc-disjoint spanning trees from the root, one per link, pipelined in pieces.
 
 The root's array is cut into ``chunks`` pieces, dealt round the trees (piece j to tree j mod d); every
 tree reaches every device, no two trees share a link direction, so each link carries one tree's pieces
@@ -21,26 +21,39 @@ root has d arcs holds d arc-disjoint spanning trees; on a torus d = 2n). A tree 
 
 On a group with an axis that does not wrap (a line, a size-2 axis) only the n trees of one way are
 built: on such an axis a tree steps away from the root, and a jump comes from x's neighbour on that
-axis. That matches a mesh, where a corner has n incoming links and so at best receives V / (n W); on
-a torus with a size-2 axis the root has more links than trees (the size-2 axis adds one link, no
-second way round), so it stays above the bound there.
+axis.
+
+These "ways" trees are deep (a tree goes round every ring one way) and too few where an axis does not
+wrap (a corner of ``slice:8x16`` has 3 links, a root of ``torus:2x4x4`` 5). `greedy_forest` grows
+`tree_count` trees -- the most any forest can have: one per link out of the root, unless some other
+position has fewer links in -- breadth first, all at once, and is used where it has more trees, or as
+many and shallower: depth 5 / 11 / 23 on 4x4 / 8x8 / 16x16 tori (ways: 7 / 15 / 31), 15 on 8x8x8 (22),
+22 with 3 trees on ``slice:8x16`` (2 trees before), 6 with 5 trees on ``torus:2x4x4`` (3 trees before).
+
+Reduce runs the same trees backwards (`SpanningTrees._reduce_group`): each position adds what its
+children sent of a piece into its own and sends the sum to its parent, pieces in order on each link; the
+root's d incoming links each carry V / d. Every dependency of the broadcast reversed, so the same time.
 
 Closed form (`closed_form`): a tree is a set of chains from the root; along a chain whose hops cost
 ``t_h = latency + piece / b`` (no other tree shares them) ``c`` pieces arrive after
 ``sum(t_h) + (c - 1) max(t_h)`` (`simulator.collectives.timing.pipeline_time`). The broadcast ends with
 the slowest tree's deepest device: ``(depth + c - 1)(alpha + V / (P b))`` on uniform links, against the
-bound ``V / (d W)`` a factor of about ``1 + (depth - 1)/c``. Exact on grids, where every hop is one link;
-on a logical axis laid over several physical axes a hop may cross links other hops use, which the
-closed form does not count.
+bound ``V / (d W)`` a factor of about ``(1 + (depth - 1)/c)(1 + c alpha d W / V)``. Exact on grids, where
+every hop is one link; on a logical axis laid over several physical axes a hop may cross links other hops
+use, which the closed form does not count.
 
 Default pieces (`SpanningTrees.default_chunks`): the count that minimises that time, about
-``sqrt((depth - 1) V / (d b alpha))`` per tree, capped so that the schedule stays below
-`TRANSFER_BUDGET` transfers (each piece crosses every device once): on 16x16 and 8x8x8 tori that stops
-short of the depth's wish (1.6x and 2.3x the bound at 1 GB; ``chunks`` up to 10,000 pieces goes further).
+``sqrt((depth - 1) V / (d b alpha))`` per tree, within `TRANSFER_BUDGET` transfers (each piece crosses
+every device once); where that budget leaves fewer than `FILL` x (depth - 1) per tree (the fill then a
+quarter of the bandwidth term, 1.25x), that many, within `MAX_TRANSFERS`. At 1 GB on tpu-v5e: 16x16
+1.27x the bound (88 pieces per tree, 90,000 transfers), 8x8x8 1.27x (56 per tree, 172,000 transfers,
+several seconds to simulate); ``chunks`` up to 10,000 pieces goes further.
 """
 from __future__ import annotations
 
+import itertools
 import math
+from collections import defaultdict
 from functools import lru_cache
 from typing import Any
 
@@ -51,7 +64,9 @@ from simulator.collectives.timing import pipeline_time, route_latency
 from simulator.engine.network import Network
 
 Pos = tuple[int, ...]
-TRANSFER_BUDGET = 50_000  #: default pieces stop where the schedule would pass this many transfers (about 1 s)
+TRANSFER_BUDGET = 50_000  #: default pieces stop where the schedule would pass this many transfers (about 1 s)...
+FILL = 4  #: ...unless that leaves fewer than FILL x (depth - 1) per tree (fill over a quarter of the bandwidth term)
+MAX_TRANSFERS = 200_000  #: ...which may take the schedule up to this many transfers (several seconds)
 MAX_PIECES = 10_000  #: as `simulator.collectives.api.MAX_CHUNKS`
 
 
@@ -105,31 +120,100 @@ def depths(parents: dict[Pos, Pos], root: Pos) -> dict[Pos, int]:
     return out
 
 
+def _neighbours(sizes: tuple[int, ...], wraps: tuple[bool, ...], x: Pos) -> list[Pos]:
+    """Positions one step from ``x`` along an axis (a wrapped axis of 2 gives one neighbour, not two)."""
+    out: list[Pos] = []
+    for a, (k, w) in enumerate(zip(sizes, wraps, strict=True)):
+        for s in (1, -1):
+            y = (x[a] + s) % k if w else x[a] + s
+            z = x[:a] + (y,) + x[a + 1:]
+            if 0 <= y < k and z != x and z not in out:
+                out.append(z)
+    return out
+
+
+def tree_count(sizes: tuple[int, ...], wraps: tuple[bool, ...], root: Pos) -> int:
+    """Most arc-disjoint spanning trees from ``root`` any grid of this shape can hold: every tree needs its
+    own link out of the root and its own link into every other position (Edmonds: on these grids the
+    fewest links into any set of positions without the root is a single position's)."""
+    positions = itertools.product(*(range(k) for k in sizes))
+    return min([len(_neighbours(sizes, wraps, root))] +
+               [len(_neighbours(sizes, wraps, x)) for x in positions if x != root])
+
+
+def greedy_forest(sizes: tuple[int, ...], wraps: tuple[bool, ...], root: Pos) -> list[dict[Pos, Pos]] | None:
+    """`tree_count` arc-disjoint spanning trees grown breadth first all at once (None: one got stuck).
+
+    Tree t starts on the root's t-th link. In each round every tree offers, from the positions it reached
+    in the last round (all of them, if it reached none), each free link to a position it lacks; the links
+    go out scarcest first (a position the tree can reach by fewest offered links), then those that lead
+    away from the root (one hop farther), each link to one tree, each position once per tree. Shallower
+    than the ways trees on tori (depth about 1.5 x the diameter rather than the sum of the sides), and
+    it finds a tree for every link of the root where a mesh's edge or a size-2 axis leaves the ways short.
+    """
+    positions = list(itertools.product(*(range(k) for k in sizes)))
+    near = {x: _neighbours(sizes, wraps, x) for x in positions}
+    d = tree_count(sizes, wraps, root)
+    far = {x: sum(min(abs(p - q), k - abs(p - q)) if w else abs(p - q)
+                  for p, q, k, w in zip(x, root, sizes, wraps, strict=True)) for x in positions}
+    free = {(u, v) for u in positions if u != root for v in near[u] if v != root}
+    parents: list[dict[Pos, Pos]] = [{s: root} for s in near[root][:d]]
+    reached = [{root, s} for s in near[root][:d]]
+    frontier = [[s] for s in near[root][:d]]
+    for _ in range(4 * len(positions)):
+        if all(len(r) == len(positions) for r in reached):
+            return parents
+        offers = [(t, u, v) for t in range(d) for u in frontier[t] for v in near[u]
+                  if v not in reached[t] and (u, v) in free]
+        ways: dict[tuple[int, Pos], int] = defaultdict(int)
+        for t, _, v in offers:
+            ways[(t, v)] += 1
+        offers.sort(key=lambda o: (ways[(o[0], o[2])], far[o[1]] - far[o[2]]))
+        grown: list[list[Pos]] = [[] for _ in range(d)]
+        for t, u, v in offers:
+            if v not in reached[t] and (u, v) in free:
+                free.discard((u, v))
+                parents[t][v] = u
+                reached[t].add(v)
+                grown[t].append(v)
+        if not any(grown):
+            return None
+        frontier = [g or list(r) for g, r in zip(grown, reached, strict=True)]
+    return None
+
+
 @lru_cache(maxsize=64)
 def _shape_trees(sizes: tuple[int, ...], wraps: tuple[bool, ...],
                  root: Pos) -> tuple[tuple[dict[Pos, Pos], dict[Pos, int]], ...]:
     group = Group(sizes, wraps, {})
     group.members = {p: p for p in group.positions()}
-    out = []
-    for tree in trees(group):
-        parents = tree_parents(group, root, tree)
-        out.append((parents, depths(parents, root)))
+    ways = [tree_parents(group, root, tree) for tree in trees(group)]
+    greedy = greedy_forest(sizes, wraps, root)
+    out = [(parents, depths(parents, root)) for parents in ways]
+    if greedy is not None:
+        mine = [(parents, depths(parents, root)) for parents in greedy]
+        deepest = (max(max(ds.values()) for _, ds in forest) for forest in (mine, out))
+        if len(mine) > len(out) or (len(mine) == len(out) and next(deepest) < next(deepest)):
+            out = mine
     return tuple(out)
 
 
 def shape_trees(group: Group, root: Pos) -> tuple[tuple[dict[Pos, Pos], dict[Pos, int]], ...]:
-    """(parents, depths) of each tree of ``group`` rooted at position ``root`` (cached per shape)."""
+    """(parents, depths) of each tree of ``group`` rooted at position ``root`` (cached per shape): the
+    `greedy_forest` where it has more trees than `ways_forest`, or as many and shallower; else the ways."""
     return _shape_trees(group.sizes, group.wraps, root)
 
 
 class SpanningTrees(Algorithm):
-    """Broadcast: the array dealt over arc-disjoint spanning trees, each pipelined in pieces."""
+    """Broadcast (and Reduce, the trees reversed): the array dealt over arc-disjoint spanning trees,
+    each pipelined in pieces."""
 
     name = "spanning_trees"
-    summary = ("Broadcast: pieces dealt over arc-disjoint spanning trees from the root (2 per axis on a torus), "
-               "pipelined; near the root's egress bound V/(d W)")
-    kinds = ("broadcast",)
+    summary = ("Broadcast, Reduce: pieces dealt over arc-disjoint spanning trees from the root (one per link of "
+               "the root), pipelined (Reduce adds on the way in); near the root's bound V/(d W)")
+    kinds = ("broadcast", "reduce")
     topologies = ("ring", "line", "torus", "mesh")
+    nic_rings = False
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
         why = super().unfit(kind, net, groups)
@@ -138,23 +222,29 @@ class SpanningTrees(Algorithm):
         return why
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
-        """Pieces that minimise the closed form, within `TRANSFER_BUDGET` (numeric mode: one per tree)."""
+        """Pieces per tree that minimise the closed form within `TRANSFER_BUDGET` transfers, or where that
+        budget leaves fewer than `FILL` x (depth - 1), that many (1.25x the bandwidth term) within
+        `MAX_TRANSFERS`; numeric mode: one per tree."""
         group = groups[0]
-        d = len(trees(group))
+        root = tuple(0 for _ in group.sizes)
+        forest = shape_trees(group, root)
+        d = len(forest)
         if nbytes is None or group.n <= 1:
             return d
         edges = [net.graph.edges[e] for e in net.graph.edges]
         alpha = max(e["latency_s"] for e in edges)
         bandwidth = min(e["bandwidth_bytes_per_s"] for e in edges)
-        root = tuple(0 for _ in group.sizes)
-        depth = max(max(ds.values()) for _, ds in shape_trees(group, root))
+        depth = max(max(ds.values()) for _, ds in forest)
         best = math.sqrt((depth - 1) * nbytes / (d * bandwidth * alpha)) if alpha > 0 else float("inf")
-        cap = max(1, min(MAX_PIECES // d, TRANSFER_BUDGET // (d * (group.n - 1) * len(groups))))
-        return d * max(1, min(cap, round(best)))
+        per_piece = d * (group.n - 1) * len(groups)  # transfers of one piece per tree
+        cap = max(TRANSFER_BUDGET // per_piece, min(FILL * (depth - 1), MAX_TRANSFERS // per_piece))
+        return d * max(1, min(cap, MAX_PIECES // d, round(best)))
 
     def build(self, job: Job, schedule: Schedule) -> None:
-        for groups in job.rings:
-            for group in groups:
+        for group in job.groups:
+            if job.kind == "reduce":
+                self._reduce_group(job, group, schedule)
+            else:
                 self._build_group(job, group, schedule)
 
     def _build_group(self, job: Job, group: Group, s: Schedule) -> None:
@@ -172,7 +262,26 @@ class SpanningTrees(Algorithm):
                     got[(x, j)] = s.add(src, dst, keys, "copy", deps, ("tree", id(group), t), dst)
                     behind = [got[(x, j)]]
 
+    def _reduce_group(self, job: Job, group: Group, s: Schedule) -> None:
+        """The broadcast run backwards: each position adds what its children sent of piece j into its own,
+        then sends the sum to its parent, pieces in order on each link."""
+        forest = shape_trees(group, job.root_pos)
+        d = len(forest)
+        for t, (parents, depth) in enumerate(forest):
+            pieces = range(t, job.chunks, d)
+            into: dict[tuple[Pos, int], list[int]] = defaultdict(list)  # (position, piece) -> its children's sums
+            for x in sorted(parents, key=lambda y: -depth[y]):
+                p, src, dst = parents[x], group.members[x], group.members[parents[x]]
+                behind: list[int] = []
+                for j in pieces:
+                    keys = (("piece", j),) if job.numeric else 1
+                    tid = s.add(src, dst, keys, "add", into[(x, j)] + behind, ("tree", id(group), t), dst)
+                    into[(p, j)].append(tid)
+                    behind = [tid]
+
     def closed_form(self, job: Job) -> float:
+        """The slowest tree's deepest chain (`pipeline_time` of its pieces); Reduce is the same chains run
+        backwards (each link again carries one tree's pieces in order), so the same time."""
         group, net = job.group, job.net
         forest = shape_trees(group, job.root_pos)
         d, worst = len(forest), 0.0
@@ -182,7 +291,9 @@ class SpanningTrees(Algorithm):
                 continue
             cost: dict[Pos, list[float]] = {job.root_pos: []}
             for x in sorted(parents, key=depth.__getitem__):
-                cost[x] = cost[parents[x]] + [_hop(net, group.members[parents[x]], group.members[x], job.key_bytes)]
+                ends = (group.members[x], group.members[parents[x]])
+                hop = _hop(net, *(ends if job.kind == "reduce" else ends[::-1]), job.key_bytes)
+                cost[x] = cost[parents[x]] + [hop]
                 worst = max(worst, pipeline_time(cost[x], c))
         return worst
 
