@@ -33,6 +33,7 @@ from simulator.workloads.plans.links import build_system
 from simulator.workloads.plans.memory import LOGIT_BYTES, per_chip_memory, saved_elements, stage_params
 from simulator.workloads.plans.ops import Comm, Op, Work, head_work, layer_work
 from simulator.workloads.plans.schedules import stage_layers, tasks, virtual_stage
+from simulator.workloads.plans.symmetry import Symmetry
 from simulator.workloads.transformer import TransformerConfig
 
 
@@ -40,7 +41,8 @@ class TrainStep:
     """One simulated training step; `run` returns the measured figures."""
 
     def __init__(self, cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
-                 seq: int, topology: str | None = None, trace: bool = True, calibrated: bool = False) -> None:
+                 seq: int, topology: str | None = None, trace: bool = True, calibrated: bool = False,
+                 fast: bool = True) -> None:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
         self.system, self.mesh = build_system(chip, plan, topology, trace, calibrated)
@@ -53,6 +55,8 @@ class TrainStep:
             cfg.d_model * cfg.act_elem_bytes
         self.stage_of = {c.index: self._stage(c.index) for c in self.system.chips}
         self.stage_size = len(self.system.chips) // self.p
+        moe = plan.size("expert") > 1 and bool(cfg.n_experts)  # AllToAll: no ring to stand for the others
+        self.sym = Symmetry(self.system, self.mesh, self.stage_of, fast, not moe, self._axis_sets())
         self._pending: dict[Any, list[Any]] = {}
         self._mail: dict[Any, list[Any]] = {}
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
@@ -67,6 +71,16 @@ class TrainStep:
         self.logits = tokens / plan.size("model") * cfg.vocab_size * LOGIT_BYTES
         self.pipe_end: dict[Any, float] = {}
 
+    def _axis_sets(self) -> list[tuple[str, ...]]:
+        """The mesh axes (of more than one chip) of every collective the step runs."""
+        comms = [c for op in (*self.layer.forward, *self.layer.backward, self.head_f, self.head_b)
+                 for c in (*op.before, *op.overlapped, *op.after)]
+        for last in (False, True):
+            comms += grad_comms(self.plan, self.opts, *self.layer.grad_bytes, last=last)
+        comms += grad_comms(self.plan, self.opts, self.head_grad, 0.0, last=True)
+        sets = {tuple(a for a in c.axes if self.plan.size(a) > 1) for c in comms} | {("fsdp",)}
+        return [s for s in sets if s and all(self.plan.size(a) > 1 for a in s)]
+
     def _stage(self, chip: Any) -> int:
         if self.mesh is None or "pipeline" not in self.mesh.names:
             return 0
@@ -79,7 +93,7 @@ class TrainStep:
         k = (key, comm.kind, comm.axes, stage)
         entry = self._pending.setdefault(k, [0, self.env.event()])
         entry[0] += 1
-        if entry[0] == self.stage_size:
+        if entry[0] == self.sym.arrivals:
             del self._pending[k]
             done = self._start(comm, stage)
             done.callbacks.append(lambda _e, ev=entry[1]: ev.succeed())
@@ -88,12 +102,16 @@ class TrainStep:
     def _start(self, comm: Comm, stage: int) -> simpy.Event:
         axes = [a for a in comm.axes if self.plan.size(a) > 1]
         if self.p == 1:
-            return start_collective(comm.kind, self.system, comm.nbytes, axes=axes, mesh=self.mesh)
-        groups = self._groups.setdefault(tuple(axes), {})
-        if not groups:
-            for g in collective_groups(self.system.network, axes, self.mesh):
-                groups.setdefault(self.stage_of[next(iter(g.members.values()))], []).append(g)
-        return start_collective(comm.kind, self.system, comm.nbytes, groups=groups[stage])
+            exact: dict[str, Any] = {"axes": axes, "mesh": self.mesh, "mode": "full"}
+        else:
+            groups = self._groups.setdefault(tuple(axes), {})
+            if not groups:
+                for g in collective_groups(self.system.network, axes, self.mesh):
+                    groups.setdefault(self.stage_of[next(iter(g.members.values()))], []).append(g)
+            exact = {"groups": groups[stage], "mode": "full"}
+        if self.sym.active:
+            return self.sym.start(comm.kind, comm.nbytes, axes, stage, exact)
+        return start_collective(comm.kind, self.system, comm.nbytes, **exact)
 
     def _box(self, key: tuple) -> list[Any]:
         return self._mail.setdefault(key, [self.env.event(), None])
@@ -105,8 +123,18 @@ class TrainStep:
         dst = self.mesh.device(tuple(coords))
         box = self._box((dst, *key))
         box[1] = self.env.now
-        self.system.network.message(chip, dst, self.act_bytes, label=f"{key[0]} mb{key[1]}").callbacks.append(
+        label = f"{key[0]} mb{key[1]}"
+        if self.sym.active:  # every chip of the stage sends; the representative's message is awaited
+            self.sym.send(chip, self.act_bytes, label, lambda c: self._counterpart(c, stage),
+                          lambda _e: box[0].succeed())
+            return
+        self.system.network.message(chip, dst, self.act_bytes, label=label).callbacks.append(
             lambda _e: box[0].succeed())
+
+    def _counterpart(self, chip: Any, stage: int) -> Any:
+        coords = list(self.mesh.coords(chip))
+        coords[self.mesh.index("pipeline")] = stage
+        return self.mesh.device(tuple(coords))
 
     def receive(self, chip: Any, key: tuple) -> Generator[Any, Any, None]:
         box = self._box((chip, *key))
@@ -217,22 +245,44 @@ class TrainStep:
             yield from self.wait(self.collective(regather, chip, ("regather",)), "fsdp")
 
     def run(self) -> dict[str, Any]:
-        """Simulate the step; the step time, busy fractions, bubble and exposed communication per axis."""
+        """Simulate the step; the step time, busy fractions, bubble and exposed communication per axis.
+
+        A symmetric step (``fast``, `simulator.workloads.plans.symmetry`) runs one chip per pipeline stage
+        and reports the whole system's figures; `Symmetry.broken` then says whether it must rerun in full.
+        """
         self._index = {c.index: i for i, c in enumerate(self.system.chips)}
-        for c in self.system.chips:
-            state = per_chip_memory(self.cfg, self.plan, self.opts, self.batch, self.seq, self.stage_of[c.index])
-            self.hbm.add(c.index, state["params_bytes"] + state["grads_bytes"] + state["optimizer_bytes"])
-            self.system.process(self.program(c.index), f"chip {c.index} training step")
+        for chip in self.sym.chips():
+            state = per_chip_memory(self.cfg, self.plan, self.opts, self.batch, self.seq, self.stage_of[chip])
+            self.hbm.add(chip, state["params_bytes"] + state["grads_bytes"] + state["optimizer_bytes"])
+            self.system.process(self.program(chip), f"chip {chip} training step")
         self.system.run()
+        self.sym.finish(self.system.trace)
+        k = self.sym.per_stage if self.sym.active else 1  # chips each simulated one stands for
         step, n = self.env.now, len(self.system.chips)
         pipelined = max(self.pipe_end.values())
-        idle = self.bubble_s + sum(pipelined - t for t in self.pipe_end.values())
+        idle = (self.bubble_s + sum(pipelined - t for t in self.pipe_end.values())) * k
         metrics = self.system.metrics()
         busy = metrics["busy_s"] or {}
         links = [v for u, v in busy.items() if u.startswith("link")]
+        memory = self.hbm.summary()
+        if self.sym.active and self.hbm.peak:
+            memory["memory_timeline_chip"] = self.sym.timeline_chip(self.hbm.peak, self.stage_of)
         return {"step_time_s": step, "pipelined_s": pipelined,
                 "bubble_fraction": idle / n / pipelined if pipelined and self.p > 1 else 0.0,
-                "exposed_comm_s": {a: t / n for a, t in sorted(self.exposed.items())},
+                "exposed_comm_s": {a: t * k / n for a, t in sorted(self.exposed.items())},
                 "busy_fraction": {u: v / step for u, v in busy.items() if not u.startswith("link")} if step else {},
                 "busiest_link_fraction": max(links) / step if links and step else 0.0,
-                "simulated_bytes": metrics["bytes"], "overlap_s": metrics["overlap_s"], **self.hbm.summary()}
+                "simulated_bytes": metrics["bytes"], "overlap_s": metrics["overlap_s"], **memory}
+
+
+def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
+                  topology: str | None = None, trace: bool = True, calibrated: bool = False,
+                  fast: bool = True) -> tuple[TrainStep, dict[str, Any]]:
+    """A simulated step and its figures: by symmetry where ``fast`` and the step is symmetric, else (or when
+    the symmetric run finds its chips unlike) every chip."""
+    sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast)
+    measured = sim.run()
+    if sim.sym.broken:
+        sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast=False)
+        measured = sim.run()
+    return sim, measured

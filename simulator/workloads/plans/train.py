@@ -44,9 +44,11 @@ def critical_batches(chip: ChipSpec, links: dict[str, AxisLink], d_ff: int) -> d
 def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan,
                opts: TrainOptions | None = None, topology: str | None = None, simulate: bool = True,
                trace: bool = True, calibrated: bool = False,
-               price_per_chip_hour: float | None = None) -> dict[str, Any]:
-    """Every number of one training step (see the module docstring); ``simulate=False`` skips the run."""
-    from simulator.workloads.plans.step import TrainStep
+               price_per_chip_hour: float | None = None, fast: bool = True) -> dict[str, Any]:
+    """Every number of one training step (see the module docstring); ``simulate=False`` skips the run.
+    ``fast`` simulates a symmetric step through one chip per pipeline stage (the same figures; False:
+    every chip, `simulator.workloads.plans.symmetry`)."""
+    from simulator.workloads.plans.step import simulate_step
 
     opts = opts or TrainOptions()
     check_train_plan(cfg, plan, opts, batch, seq)
@@ -69,8 +71,7 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                simulated=False, critical_batch_per_chip=critical_batches(chip, links, cfg.d_ff),
                tokens_per_chip=batch * seq / plan.chips)
     if simulate:
-        sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated)
-        measured = sim.run()
+        sim, measured = simulate_step(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast)
         out.update(measured, simulated=True)
         out["_system"] = sim.system
     flops = model_flops(cfg, batch, seq)

@@ -1,0 +1,219 @@
+"""A symmetric training step simulated through one representative chip per pipeline stage, exactly.
+
+Every chip of a pipeline stage runs the same SPMD program. On a uniform network (no faults, jitter or
+slow chips) the chips of a stage are then alike: same work at the same instants, collectives in
+groups that are translates of each other, pipeline transfers to counterparts at the same offsets. A
+`Symmetry` simulates one representative per stage (its coordinates 0 on every axis but ``pipeline``):
+
+- only the representatives run their programs (HBM, MXU, VPU work, the memory ledger);
+- on a grid, a collective runs in the representative's group only (each logical axis owns whole
+  physical axes, so the groups of one collective use disjoint links, and those are the links no other
+  traffic crosses), and in that group over one representative ring per axis (`mode="reduced"`) where
+  the group wraps; each distinct collective (kind, bytes, axes, stage) is planned once;
+- elsewhere (a switch, GPU nodes) every group runs, as in the full simulation;
+- pipeline transfers run for every chip of the stage (they cross only the pipeline axis's links), and
+  each one's arrival is checked against the representative's: any difference means the stage is not
+  symmetric after all, and the caller reruns the step in full (`broken`).
+
+Counters are scaled back to the whole system (`finish`): HBM and VMEM bytes, bytes per tensor and FLOPs
+times the chips per stage; link bytes plus what the unsimulated groups and rings would have carried
+(from each plan's transfers and routes). Busy times, the step time, the overlap and the memory ledger
+need no scaling: the figures reported are maxima or unions over chips, which the representatives
+attain. The trace holds the representatives' spans and links only.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import simpy
+
+from simulator.collectives import collective_groups, plan_collective, start_collective
+from simulator.collectives.schedule import execute
+
+RING_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+TIME_TOLERANCE = 1e-12  #: relative: arrivals of a symmetric stage's transfers agree to float rounding
+
+
+def why_not_symmetric(system: Any, mesh: Any) -> str | None:
+    """Why a step on ``system`` cannot be simulated by representatives (None: it can)."""
+    if mesh is None or system.network is None:
+        return "one chip"
+    if system.faults is not None:
+        return "faults, jitter or slow chips break the symmetry"
+    if not system.network.uniform:
+        return "links are not uniform"
+    return None
+
+
+def _wraps(net: Any, mesh: Any) -> bool:
+    """Whether every physical axis under a mesh axis wraps or has two chips (every ring of an axis alike)."""
+    axes = [p for name in mesh.names for p in mesh.physical_axes(name)]
+    return bool(net.shape) and all(net.wrap[p] or net.shape[p] <= 2 for p in axes)
+
+
+class Symmetry:
+    """Which chips a step simulates and how their traffic stands for the whole system's.
+
+    ``stage_of`` maps every chip to its pipeline stage; ``fast`` False (or a system that is not
+    symmetric: `why_not_symmetric`) simulates every chip (``active`` False, ``why`` says why). ``rings``:
+    the step's collectives are all AllGather, ReduceScatter or AllReduce (no AllToAll), so that where every
+    axis wraps (or has two chips) each can run one ring per axis and still meet on its links the same
+    traffic as in full. ``axis_sets`` lists the mesh axes of every collective the step runs.
+    """
+
+    def __init__(self, system: Any, mesh: Any, stage_of: dict[Any, int], fast: bool, rings: bool = False,
+                 axis_sets: list[tuple[str, ...]] | None = None) -> None:
+        self.system, self.mesh = system, mesh
+        self.why = "fast=False" if not fast else why_not_symmetric(system, mesh)
+        self.active = self.why is None
+        self.members: dict[int, list[Any]] = defaultdict(list)
+        for c in system.chips:
+            self.members[stage_of[c.index]].append(c.index)
+        self.stage_set = {s: set(m) for s, m in self.members.items()}
+        self.axis_sets = list(axis_sets or [])
+        self.per_stage = len(self.members[0])  #: chips each representative stands for
+        self.reps: dict[int, Any] = {}
+        if self.active:
+            pipe = mesh.index("pipeline") if "pipeline" in mesh.names else None
+            for stage in self.members:
+                coords = [0] * len(mesh.sizes)
+                if pipe is not None:
+                    coords[pipe] = stage
+                self.reps[stage] = mesh.device(tuple(coords))
+        self.stage_of_rep = {rep: stage for stage, rep in self.reps.items()}
+        net = system.network
+        self.group_reduce = self.active and net.grid
+        self.rings_reduce = self.group_reduce and rings and len(self.members) == 1 and _wraps(net, mesh)
+        self.link_kinds = {data.get("kind", "ici") for _, _, data in system.graph.edges(data=True)} \
+            if system.graph is not None else set()
+        self.extra_link_bytes: dict[str, float] = defaultdict(float)  #: bytes the unsimulated traffic carries
+        self._plans: dict[tuple, tuple[Any, dict[str, Any], dict[str, float]]] = {}
+        self._arrivals: list[list[float]] = []
+        self.broken = False  #: a stage's chips turned out unlike: rerun in full
+
+    @property
+    def arrivals(self) -> int:
+        """Chips of a stage that must reach a collective before it starts."""
+        return 1 if self.active else self.per_stage
+
+    def chips(self) -> list[Any]:
+        """The chips whose programs run: the representatives, in chip order (all chips when inactive)."""
+        everyone = [c.index for c in self.system.chips]
+        if not self.active:
+            return everyone
+        reps = set(self.reps.values())
+        return [c for c in everyone if c in reps]
+
+    # -- collectives -----------------------------------------------------------------------------------
+    def start(self, kind: str, nbytes: float, axes: list[str], stage: int, exact: dict[str, Any]) -> simpy.Event:
+        """Start, now, the representative's share of a collective of the whole stage (``exact``: the keywords
+        of `start_collective` that run it in full); returns its completion event."""
+        key = (kind, nbytes, tuple(axes), stage)
+        entry = self._plans.get(key)
+        if entry is None:
+            entry = self._plans[key] = self._plan(kind, nbytes, axes, stage, exact)
+        plan, kwargs, extra = entry
+        for link_kind, b in extra.items():
+            self.extra_link_bytes[link_kind] += b
+        system = self.system
+        if plan.schedule is None:
+            return system.env.event().succeed(system.env.now)
+        if system.calibration is not None:  # launch latency and link efficiency: the API's own path
+            return start_collective(kind, system, nbytes, **kwargs)
+        return execute(system.network, plan.schedule.transfers, None, kind)
+
+    def _plan(self, kind: str, nbytes: float, axes: list[str], stage: int,
+              exact: dict[str, Any]) -> tuple[Any, dict[str, Any], dict]:
+        """The plan that runs (cached by the caller), its keywords, and the link bytes it leaves out."""
+        system = self.system
+        if not self.group_reduce:  # every group runs, as in full
+            return plan_collective(kind, system, nbytes, **exact), exact, {}
+        stage_groups = [g for g in collective_groups(system.network, axes, self.mesh)
+                        if next(iter(g.members.values())) in self.stage_set[stage]]
+        mine = self._neighbourhood(stage_groups, axes, stage)
+        if self.rings_reduce and kind in RING_KINDS and mine[0].n > 1:  # one ring per axis, through the origin
+            kwargs: dict[str, Any] = {"axes": axes, "mesh": self.mesh, "mode": "reduced"}
+        else:
+            kwargs = {"groups": mine, "mode": "full"}
+        plan = plan_collective(kind, system, nbytes, **kwargs)
+        return plan, kwargs, self._unsimulated(plan, len(stage_groups) / len(plan.groups) if
+                                               kwargs["mode"] == "full" else len(stage_groups))
+
+    def _neighbourhood(self, groups: list[Any], axes: list[str], stage: int) -> list[Any]:
+        """The groups of a collective over ``axes`` that run: those inside the representative's group over every
+        axis a collective of the step shares with ``axes`` (directly or through others), so that each link the
+        run uses carries all the traffic it carries in full."""
+        close = set(axes)
+        grown = True
+        while grown:
+            grown = False
+            for other in self.axis_sets:
+                if close & set(other) and not set(other) <= close:
+                    close |= set(other)
+                    grown = True
+        mesh, rep = self.mesh, self.reps[stage]
+        fixed = [i for i, name in enumerate(mesh.names) if name not in close]
+        origin = mesh.coords(rep)
+        return [g for g in groups
+                if all(mesh.coords(c)[i] == origin[i] for c in g.members.values() for i in fixed)]
+
+    def _unsimulated(self, plan: Any, n_groups: float) -> dict[str, float]:
+        """Link bytes, by link kind, of the groups (and rings) of the full collective that do not run: the
+        groups that run stand for ``n_groups`` times as many, and a reduced run's rings for all of theirs."""
+        extra: dict[str, float] = defaultdict(float)
+        if plan.schedule is None:
+            return extra
+        net, graph = self.system.network, self.system.graph
+        group = plan.job.group
+        for t in plan.schedule.transfers:
+            if t.src is None or t.src == t.dst or not t.nbytes:
+                continue
+            for path in net.routes(t.src, t.dst):
+                for u, v in zip(path, path[1:], strict=False):
+                    edge = graph.edges[u, v]
+                    rings = group.n / net.shape[edge["axis"]] if plan.reduced else 1.0
+                    extra[edge.get("kind", "ici")] += t.nbytes * (n_groups * rings - 1)
+        return extra
+
+    # -- pipeline transfers ----------------------------------------------------------------------------
+    def send(self, chip: Any, nbytes: float, label: str, counterpart: Callable[[Any], Any],
+             arrived: Callable[[Any], None]) -> None:
+        """Every chip of ``chip``'s stage sends ``nbytes`` to its counterpart on ``stage``; ``arrived`` is called
+        when the representative's message arrives, and every arrival is checked against it."""
+        net = self.system.network
+        times: list[float] = []
+        self._arrivals.append(times)
+        for member in self.members[self.stage_of_rep[chip]]:
+            event = net.message(member, counterpart(member), nbytes, label=label)
+            event.callbacks.append(lambda e: times.append(self.system.env.now))
+            if member == chip:
+                event.callbacks.append(arrived)
+
+    # -- the whole system's figures --------------------------------------------------------------------
+    def finish(self, trace: Any) -> None:
+        """Scale ``trace``'s counters from the representatives to every chip; check the transfers' arrivals."""
+        if not self.active:
+            return
+        for times in self._arrivals:
+            if times and max(times) - min(times) > TIME_TOLERANCE * max(abs(max(times)), 1e-30):
+                self.broken = True
+        k = self.per_stage
+        counters = trace.bytes_by_interface
+        for name in list(counters):
+            if name not in self.link_kinds:
+                counters[name] *= k
+        for link_kind, b in self.extra_link_bytes.items():
+            counters[link_kind] += b
+        for record in trace.bytes_by_tensor.values():
+            record["read"] *= k
+            record["written"] *= k
+        trace.flops_total *= k
+        trace.padded_flops_total *= k
+
+    def timeline_chip(self, peak: dict[Any, float], stage_of: dict[Any, int]) -> Any:
+        """The chip a full simulation reports the memory timeline of: the first, in chip order, whose peak (its
+        representative's) is the highest."""
+        top = max(peak.values())
+        return next(c.index for c in self.system.chips if peak.get(self.reps[stage_of[c.index]]) == top)
