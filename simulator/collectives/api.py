@@ -21,7 +21,7 @@ from simulator.collectives.book import book_estimate
 from simulator.collectives.bounds import topology_bound
 from simulator.collectives.groups import Group, collective_groups, nic_rings, root_position
 from simulator.collectives.ring import RingAlgorithm
-from simulator.collectives.schedule import Completion, Schedule, check_arrived, execute
+from simulator.collectives.schedule import Completion, Schedule, check_arrived, execute, gc_paused
 from simulator.collectives.tuner import tune
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
@@ -210,12 +210,18 @@ def start_collective(kind: str, system: Any, nbytes: float, **kwargs: Any) -> Co
     the launch latency, and sets the links' calibrated efficiency when no other transfer is in flight
     (collectives that overlap keep the rate the first one set).
     """
+    aggregate = _aggregate(kwargs)
+    with gc_paused(aggregate):
+        return _start(kind, system, nbytes, aggregate, kwargs)
+
+
+def _start(kind: str, system: Any, nbytes: float, aggregate: bool, kwargs: dict[str, Any]) -> Completion:
     plan = plan_collective(kind, system, nbytes, **kwargs)
     if plan.schedule is None:
         done = Completion(system.env)
         done.algorithm = "none"
         return done.succeed(system.env.now)
-    done = _execute_calibrated(system, plan, None, set_links=system.network.idle())
+    done = _execute_calibrated(system, plan, None, set_links=system.network.idle(), aggregate=aggregate)
     done.algorithm, done.protocol = plan.algorithm.name, plan.protocol
     return done
 
@@ -235,8 +241,16 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
     ``data``. With
     ``data`` (one row per chip) the arrays move for real and ``outputs`` holds each chip's result; V then
     comes from the data. With a `simulator.workloads.mesh.Mesh`, ``axes`` are logical axis names and the
-    groups follow its placement.
+    groups follow its placement. ``aggregate`` (default True; in every mode, ``full`` included) runs the
+    transfers with flow-level aggregation (`simulator.collectives.schedule.execute`), with Python's cyclic
+    garbage collector paused while it plans and runs (`gc_paused`); False: the plain path.
     """
+    aggregate = _aggregate(kwargs)
+    with gc_paused(aggregate):
+        return _run(kind, system, nbytes, aggregate, kwargs)
+
+
+def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: dict[str, Any]) -> CollectiveResult:
     plan = plan_collective(kind, system, nbytes, **kwargs)
     data = kwargs.get("data")
     job, net = plan.job, system.network
@@ -249,7 +263,7 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
         if job.layout is not None else payload.initial_buffers(kind, plan.groups, data, job.parts, job.chunks,
                                                                job.root_pos)
     start, before = system.env.now, net.link_bytes()
-    done = _execute_calibrated(system, plan, buffers)
+    done = _execute_calibrated(system, plan, buffers, aggregate=aggregate)
     system.run()
     net.set_link_efficiency(None)
     check_arrived(done, system.env.now)
@@ -288,20 +302,29 @@ def _outputs(plan: Plan, buffers: dict[Any, dict[Any, np.ndarray]] | None) -> di
     return payload.outputs(plan.kind, plan.groups, buffers, job.parts, job.chunks, job.root_pos)
 
 
-def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool = True) -> Completion:
+def _aggregate(kwargs: dict[str, Any]) -> bool:
+    """Take ``aggregate`` out of a collective's keywords (True or False; default True)."""
+    aggregate = kwargs.pop("aggregate", True)
+    if not isinstance(aggregate, bool):
+        raise PodsimError(f"aggregate={aggregate!r}; valid: True (flow-level aggregation) or False (plain path)")
+    return aggregate
+
+
+def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool = True,
+                        aggregate: bool = True) -> Completion:
     """`execute`, after the calibrated launch latency and (with ``set_links``) with links at their
     calibrated efficiency for an array of this size (and the hop latency of the plan's protocol, if any);
     plain `execute` on an ideal system."""
     net, cal = system.network, system.calibration
     if cal is None:
-        return execute(net, plan.schedule.transfers, buffers, plan.kind)
+        return execute(net, plan.schedule.transfers, buffers, plan.kind, aggregate)
     fraction, latency, launch_s = protocols.link_settings(cal, plan.nbytes, plan.algorithm.name, plan.protocol)
     if set_links:
         net.set_link_efficiency(fraction, latency)
     done = Completion(system.env)
 
     def launch(_e: Any) -> None:
-        finished = execute(net, plan.schedule.transfers, buffers, plan.kind)
+        finished = execute(net, plan.schedule.transfers, buffers, plan.kind, aggregate)
         done.pending = finished.pending
         finished.callbacks.append(lambda ev: done.succeed(ev.value))
 

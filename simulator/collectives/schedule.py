@@ -6,22 +6,27 @@ no global barrier is assumed; a barrier is an explicit zero-byte transfer that w
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
 
+from simulator.engine.channel import Channel
+from simulator.engine.delivery import deliver, deliver_hop
 from simulator.engine.network import Network
 from simulator.engine.watch import TICK, expect_events
 from simulator.errors import DeadlockError
 
 
-@dataclass(frozen=True, slots=True)
-class Transfer:
-    """Send ``keys`` from ``src`` to ``dst`` (op ``copy`` or ``add``) after ``deps`` have arrived."""
+class Transfer(NamedTuple):
+    """Send ``keys`` from ``src`` to ``dst`` (op ``copy`` or ``add``) after ``deps`` have arrived.
+
+    An immutable record (a named tuple: `Schedule.add` builds tens of thousands, a fifth of a frozen
+    dataclass's cost each)."""
 
     id: int
     src: Any
@@ -30,6 +35,9 @@ class Transfer:
     op: str
     deps: tuple[int, ...]
     nbytes: float
+
+
+_new_transfer = tuple.__new__  #: ``_new_transfer(Transfer, (id, src, dst, keys, op, deps, nbytes))``
 
 
 EVENTS_PER_TRANSFER = 3  #: simulated events of one transfer over one hop (start, link, arrival)
@@ -53,9 +61,15 @@ class Schedule:
         """Append a transfer of ``keys`` (or, timing only, of that many keys) and record where it arrives;
         ``nbytes`` (keys of unequal sizes) replaces the key count times ``key_bytes``."""
         tid = len(self.transfers)
-        count = keys if isinstance(keys, int) else len(keys)
-        self.transfers.append(Transfer(tid, src, dst, keys if not isinstance(keys, int) else (), op,
-                                       tuple(sorted(set(deps))), count * self.key_bytes if nbytes is None else nbytes))
+        if isinstance(keys, int):
+            count, keys = keys, ()
+        else:
+            count = len(keys)
+        if type(deps) is not tuple and type(deps) is not list:
+            deps = list(deps)
+        deps = tuple(deps) if len(deps) < 2 else tuple(sorted(set(deps)))
+        self.transfers.append(_new_transfer(Transfer, (tid, src, dst, keys, op, deps,
+                                                       count * self.key_bytes if nbytes is None else nbytes)))
         self.arrivals[(tag, slot)].append(tid)
         self.by_tag[tag].append(tid)
         if tid & (TICK - 1) == TICK - 1:  # a huge schedule shows up (and can be refused) while it is planned
@@ -66,7 +80,7 @@ class Schedule:
         """A zero-byte transfer that arrives once every transfer with one of ``tags`` has arrived."""
         tid = len(self.transfers)
         deps = tuple(t for tag in (tags if isinstance(tags, list) else [tags]) for t in self.by_tag[tag])
-        self.transfers.append(Transfer(tid, None, None, (), "copy", deps, 0.0))
+        self.transfers.append(_new_transfer(Transfer, (tid, None, None, (), "copy", deps, 0.0)))
         return tid
 
 
@@ -90,13 +104,21 @@ class Completion(simpy.Event):
 
 
 def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any, np.ndarray]] | None = None,
-            label: str = "") -> Completion:
+            label: str = "", aggregate: bool = True) -> Completion:
     """Start every transfer as soon as its dependencies have arrived; returns an event that fires when
     the last one has arrived (run the environment to get there).
 
     With ``buffers`` (device -> key -> array), each transfer snapshots its keys at the sender when it
     starts and copies or adds them into the receiver when it arrives.
+
+    ``aggregate`` (flow-level aggregation, `simulator.engine.delivery`): transfers call back on arrival
+    instead of firing events, and those that start at one instant with one delay share one timer event:
+    the same times (to float rounding), bytes and spans, far fewer events; only the order of events
+    within one instant can differ (so the order of spans in the trace). False: one event per transfer
+    and hop (the plain path).
     """
+    if aggregate:
+        return _execute_aggregated(net, transfers, buffers, label)
     done = Completion(net.env)
     expect_events(EVENTS_PER_TRANSFER * (len(transfers) % TICK), LONG_RUN_HINT)  # the rest `Schedule.add` did not
     remaining = [len(transfers)]
@@ -135,6 +157,73 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
     return done
 
 
+def _execute_aggregated(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any, np.ndarray]] | None,
+                        label: str) -> Completion:
+    """`execute` with flow-level aggregation: `deliver` in place of `Network.message` (see `execute`)."""
+    done = Completion(net.env)
+    expect_events(EVENTS_PER_TRANSFER * (len(transfers) % TICK), LONG_RUN_HINT)  # the rest `Schedule.add` did not
+    remaining = [len(transfers)]
+    if not transfers:
+        return done.succeed(net.env.now)
+    waiting = [len(t.deps) for t in transfers]
+    chips = set(net.chips)
+    done.pending = _Pending(transfers, waiting, remaining, label)
+    dependents: list[list[int]] = [[] for _ in transfers]
+    for t in transfers:
+        for d in t.deps:
+            dependents[d].append(t.id)
+    payloads: dict[int, dict[Any, np.ndarray]] = {}
+    single: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> its route's one plain link, or False
+    count = net.trace.count if net.trace is not None else None
+
+    def start(t: Transfer) -> None:
+        if buffers is not None:
+            payloads[t.id] = {k: buffers[t.src][k].copy() for k in t.keys}
+        src, dst = t.src, t.dst
+        link = single.get((src, dst))
+        if link is None:
+            link = single[(src, dst)] = _single_link(net, src, dst, chips)
+        if link and t.nbytes > 0:  # what `deliver` does on a route of one plain link
+            if count is not None:
+                count(link.kind, t.nbytes)
+            link.send(t.nbytes, label, "send", arrive, t.id)
+        elif src == dst or (src in chips and dst in chips):
+            deliver(net, src, dst, t.nbytes, label, arrive, t.id)
+        else:  # a chip and its switch (in-switch reduction, NVLS)
+            deliver_hop(net, src, dst, t.nbytes, label, arrive, t.id)
+
+    def arrive(tid: int) -> None:
+        if buffers is not None:
+            t = transfers[tid]
+            store = buffers[t.dst]
+            for k, value in payloads.pop(tid).items():
+                store[k] = store[k] + value if t.op == "add" and k in store else value  # a switch starts empty
+        for d in dependents[tid]:
+            waiting[d] -= 1
+            if waiting[d] == 0:
+                start(transfers[d])
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            done.succeed(net.env.now)
+
+    for t in transfers:
+        if not t.deps:
+            start(t)
+    return done
+
+
+def _single_link(net: Network, src: Any, dst: Any, chips: set[Any]) -> Any:
+    """The one plain `Channel` a transfer from ``src`` to ``dst`` crosses, or False (none, several, or faulty)."""
+    if src == dst:
+        return False
+    if src in chips and dst in chips:
+        hops, _ = net._route_links(src, dst, False)
+        link = hops[0][0] if len(hops) == 1 and len(hops[0]) == 1 else None
+    else:
+        link = net.link(src, dst)
+    return link if type(link) is Channel else False
+
+
 class _Pending:
     """Describes, when printed, the transfers of a collective that have not arrived (for deadlock errors)."""
 
@@ -149,6 +238,22 @@ class _Pending:
             example = f"; e.g. transfer {t.id} ({t.src} -> {t.dst}) waits for transfers {list(t.deps)[:4]}"
         return (f"{self.remaining[0]} of {len(self.transfers)} transfers of {self.label or 'a collective'} "
                 f"({len(blocked)} never sent{example})")
+
+
+@contextlib.contextmanager
+def gc_paused(pause: bool = True) -> Iterator[None]:
+    """Pause Python's cyclic garbage collector inside (``pause``), as it was after. A collective's schedule
+    and its flows are tens of thousands of small tracked objects, nearly all freed by reference counting;
+    the collector's full passes over them (and everything else alive) cost more than the simulation
+    itself. Cycles made inside are collected after. No effect on results."""
+    enabled = gc.isenabled()
+    if pause and enabled:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if pause and enabled:
+            gc.enable()
 
 
 def check_arrived(done: Completion, now: float) -> None:

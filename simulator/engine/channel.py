@@ -10,11 +10,16 @@ fine grain; a lone transfer takes exactly ``latency + bytes / bandwidth``.
 A `SerialUnit` (MXU, VPU) runs one operation at a time, first come first served.
 
 Both return plain SimPy events and schedule one timeout per state change, with no process per
-operation, so long pipelines stay cheap.
+operation, so long pipelines stay cheap. `Channel.send` is `Channel.transfer` without an event: it calls
+a function on arrival, and the timers of the flows that start at one instant with one delay share one
+SimPy event (`call_after`): flow-level aggregation for the many equal messages of a collective's step.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from heapq import heappush
+from typing import Any
 
 import simpy
 from simpy.events import NORMAL, Event, Timeout
@@ -34,12 +39,12 @@ def _remaining(flow: _Flow) -> float:
 
 
 class _Flow:
-    __slots__ = ("nbytes", "remaining", "event", "start", "label", "kind")
+    __slots__ = ("nbytes", "remaining", "event", "start", "label", "kind", "then", "arg", "generation")
 
-    def __init__(self, nbytes: float, event: simpy.Event, label: str, kind: str) -> None:
+    def __init__(self, nbytes: float, event: simpy.Event | None, label: str, kind: str) -> None:
         self.nbytes = nbytes
         self.remaining = nbytes
-        self.event = event
+        self.event = event  #: None: a `Channel.send` flow, which calls ``then(arg)`` on arrival instead
         self.start = 0.0
         self.label = label
         self.kind = kind
@@ -96,6 +101,46 @@ class Channel:
             self._join(flow)
         return event
 
+    def send(self, nbytes: float, label: str, kind: str, then: Callable[[Any], Any], arg: Any) -> None:
+        """`transfer` without an event: call ``then(arg)`` when the last byte has arrived. The flow shares the
+        channel exactly as a transfer does; its latency timer and, on an idle channel, its completion timer
+        are shared with every other `call_after` of the same instant and delay (one SimPy event for a whole
+        step of equal messages on idle links). Plain `Channel` only: a subclass keeps to `transfer`."""
+        flow = _new(_Flow)
+        flow.nbytes = flow.remaining = nbytes
+        flow.event, flow.start, flow.label, flow.kind, flow.then, flow.arg = None, 0.0, label, kind, then, arg
+        if nbytes <= 0:
+            call_after(self.env, 0.0, then, arg)
+        elif self.latency_s > 0:
+            call_after(self.env, self.latency_s, self._enter, flow)
+        else:
+            self._enter(flow)
+
+    def _enter(self, flow: _Flow) -> None:
+        """`_join` for a `send` flow: on an idle channel its completion timer is a shared `call_after`."""
+        if self._flows:
+            self._admit(flow)
+            return
+        flow.start = self._last_update = self.env._now
+        self._flows = [flow]
+        self._generation += 1
+        flow.generation = self._generation
+        call_after(self.env, flow.nbytes / self.bandwidth_bytes_per_s, self._lone_done, flow)
+
+    def _lone_done(self, flow: _Flow) -> None:
+        """`_on_timer` and `_finish` for the lone `send` flow ``flow`` (unless flows joined it since)."""
+        if flow.generation != self._generation:
+            return  # the set of flows changed since this timer was set: `_schedule` timed them anew
+        now = self._last_update = self.env._now
+        self._flows = []
+        self._generation += 1
+        self.bytes_carried += flow.nbytes
+        trace = self.trace
+        if trace is not None and trace.enabled:
+            trace.spans.append(new_span(Span, (self.chip, self.name, flow.label, flow.start, now,
+                                               flow.kind, flow.nbytes, 0.0)))
+        flow.then(flow.arg)
+
     def _join(self, flow: _Flow) -> None:
         """`_admit`, with a fast path for an idle channel (the common case). Only `Channel.transfer` calls it:
         a subclass that overrides `_admit` or `_schedule` overrides `transfer` too (as `FaultChannel` does)."""
@@ -147,9 +192,9 @@ class Channel:
         first.remaining = 0.0
         done = [f for f in self._flows if f.remaining <= _DONE_FRACTION * f.nbytes]
         self._flows = [f for f in self._flows if f.remaining > _DONE_FRACTION * f.nbytes]
+        self._schedule()  # before the finishes: a `send` flow's ``then`` may start a flow here at once
         for flow in done:
             self._finish(flow)
-        self._schedule()
 
     def _finish(self, flow: _Flow, inline: bool = False) -> None:
         now = self.env.now
@@ -159,6 +204,9 @@ class Channel:
             trace.spans.append(new_span(Span, (self.chip, self.name, flow.label, flow.start, now,
                                                flow.kind, flow.nbytes, 0.0)))
         event = flow.event
+        if event is None:  # a `send` flow: its arrival, now
+            flow.then(flow.arg)
+            return
         if not inline:
             event.succeed(now)
             return
@@ -201,6 +249,35 @@ class SerialUnit:
             if trace.enabled:
                 trace.spans.append(new_span(Span, (self.chip, self.name, label, start, end, kind, 0.0, flops)))
         return _timeout(env, end - now)
+
+
+def call_after(env: simpy.Environment, delay: float, fn: Callable[[Any], Any], arg: Any) -> None:
+    """Call ``fn(arg)`` ``delay`` seconds from now. The calls set at one instant with one delay share one
+    timer (one SimPy event, queued where the first was): they run in the order they were set, all before
+    the events queued after the first of them for that same time. Times are exactly those of separate
+    timeouts (``now + delay``); only the order of events within one instant can differ."""
+    try:
+        stamp, pending = env._podsim_calls
+        if stamp == env._now:
+            pending[delay].append((fn, arg))  # the common case: a timer of this instant and delay is set
+            return
+        pending = {}
+        env._podsim_calls = (env._now, pending)
+    except AttributeError:  # the environment's first call
+        pending = {}
+        env._podsim_calls = (env._now, pending)
+    except KeyError:  # the first call of this instant with this delay
+        pass
+    calls = pending[delay] = [(fn, arg)]
+    _timeout(env, delay).callbacks.append(partial(_run_calls, pending, delay, calls))
+
+
+def _run_calls(pending: dict[float, list[tuple[Any, Any]]], delay: float, calls: list[tuple[Any, Any]],
+               _event: Any) -> None:
+    if pending.get(delay) is calls:  # a zero delay: calls set from now on need a timer of their own
+        del pending[delay]
+    for fn, arg in calls:
+        fn(arg)
 
 
 def _timeout(env: simpy.Environment, delay: float) -> Timeout:

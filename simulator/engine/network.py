@@ -57,6 +57,7 @@ class Network:
         self._latency: Any = None  # (kind, nominal latency) -> seconds a hop (a calibrated protocol)
         self._link_cache: dict[tuple[Any, Any, bool], tuple[list[list[Channel]], list[tuple[str, int]]]] = {}
         self._routes: dict[tuple[Any, Any, bool], list[list[Any]]] = {}
+        self._plain_routes: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> plain channels or None (`delivery`)
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
         self.grid = graph.graph.get("kind") in _GRID_KINDS and len(self.shape) > 0

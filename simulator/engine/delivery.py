@@ -1,0 +1,93 @@
+"""Messages that call a function on arrival instead of firing an event: flow-level aggregation.
+
+`deliver` and `deliver_hop` do what `Network.message` and `Network.hop` do -- the same routes, the same
+channels shared fairly, the same cut-through timing, the same spans and byte counts -- but on plain
+`Channel` links they send with `Channel.send`, so the timers of the messages that start at one instant
+with one delay (a whole step of a collective on idle links) share one SimPy event (`call_after`), and no
+event or process is built per message. Times are those of `Network.message` (the same float
+operations); only the order of events within one instant can differ. Links of another class (faults,
+jitter: `simulator.engine.disturb.FaultChannel`) and store-and-forward routes take `Network.message`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from simulator.engine.channel import Channel, call_after
+from simulator.engine.network import Network
+from simulator.units import MAX_BYTES, check_bytes
+
+Then = Callable[[Any], Any]
+
+
+def deliver(net: Network, src: Any, dst: Any, nbytes: float, label: str, then: Then, arg: Any) -> None:
+    """Send ``nbytes`` from chip ``src`` to chip ``dst`` (one route, one piece) and call ``then(arg)`` on arrival
+    (`Network.message`, without its event)."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not 0 <= nbytes <= MAX_BYTES:
+        check_bytes(nbytes, name="message nbytes")  # raises, as `Network.message` does
+    if src == dst or nbytes == 0:
+        call_after(net.env, 0.0, then, arg)
+        return
+    route = net._plain_routes.get((src, dst))
+    if route is None:
+        hops, kinds = net._route_links(src, dst, False)
+        plain = len(hops) == 1 and all(type(c) is Channel for c in hops[0]) and \
+            (len(hops[0]) == 1 or net.switching == "cut_through")
+        route = net._plain_routes[(src, dst)] = (hops[0] if plain else None, kinds)
+    links, kinds = route
+    if links is None:
+        net.message(src, dst, nbytes, label).callbacks.append(lambda _e: then(arg))
+        return
+    if net.trace is not None:
+        share = nbytes / 1  # what `Network.message` counts: a share per route, times its hops of each kind
+        for kind, count in kinds:
+            net.trace.count(kind, share * count)
+    if len(links) == 1:
+        links[0].send(nbytes, label, "send", then, arg)
+    else:
+        _CutThrough(net, links, nbytes, label, then, arg).start_hop(0)
+
+
+def deliver_hop(net: Network, u: Any, v: Any, nbytes: float, label: str, then: Then, arg: Any) -> None:
+    """Send ``nbytes`` over the one link ``u -> v`` (either end may be a switch) and call ``then(arg)`` when the
+    last byte has arrived (`Network.hop`, without its event)."""
+    channel = net.link(u, v)
+    if type(channel) is not Channel:
+        net.hop(u, v, nbytes, label).callbacks.append(lambda _e: then(arg))
+        return
+    if net.trace is not None:
+        net.trace.count(channel.kind, nbytes)
+    channel.send(nbytes, label, "send", then, arg)
+
+
+class _CutThrough:
+    """One multi-hop cut-through message (`Network._cut_through`, step by step): hop k starts its transfer
+    when the head has crossed the hops before it (their latencies, one timer each); the message arrives when
+    every hop has finished and, hop by hop, no sooner than the previous hop's end plus this hop's latency."""
+
+    __slots__ = ("net", "links", "nbytes", "label", "then", "arg", "ends", "left")
+
+    def __init__(self, net: Network, links: list[Channel], nbytes: float, label: str, then: Then, arg: Any) -> None:
+        self.net, self.links, self.nbytes, self.label, self.then, self.arg = net, links, nbytes, label, then, arg
+        self.ends = [0.0] * len(links)
+        self.left = len(links)
+
+    def start_hop(self, k: int) -> None:
+        link = self.links[k]
+        link.send(self.nbytes, self.label, "send", self.hop_done, k)
+        if k + 1 < len(self.links):
+            call_after(self.net.env, link.latency_s, self.start_hop, k + 1)
+
+    def hop_done(self, k: int) -> None:
+        env = self.net.env
+        self.ends[k] = env.now
+        self.left -= 1
+        if self.left:
+            return
+        done = 0.0
+        for link, end in zip(self.links, self.ends, strict=True):
+            done = max(end, done + link.latency_s)
+        if done > env.now:
+            call_after(env, done - env.now, self.then, self.arg)
+        else:
+            self.then(self.arg)
