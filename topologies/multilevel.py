@@ -106,6 +106,78 @@ def multislice(
     return G
 
 
+DEFAULT_POD_OVERSUBSCRIPTION = 4.0
+"""How much less a pod's link to the core carries than its chips' DCN links together (an assumption: data-centre
+spines above a pod are commonly oversubscribed 2:1 to 4:1; no TPU figure is published)."""
+
+
+def multipod(
+    n_pods: int,
+    slices_per_pod: int,
+    slice_shape: Sequence[int],
+    chip_or_rule: object,
+    *,
+    dcn_bandwidth_bytes_per_s: float | None = None,
+    pod_bandwidth_bytes_per_s: float | None = None,
+    dcn_latency_s: float = DEFAULT_DCN_LATENCY_S,
+    pod_latency_s: float = DEFAULT_DCN_LATENCY_S,
+) -> nx.DiGraph:
+    """Build ``n_pods`` pods of ``slices_per_pod`` slices each: a third, slower tier above `multislice`.
+
+    Every chip links (kind ``"dcn"``) to its pod's DCN switch ``"dcn<p>"``, as in `multislice`; every pod
+    switch links (kind ``"dcn"``) to one core switch ``"core"`` by a link that carries ``pod_bandwidth`` per
+    chip of the pod, each way. A chip-to-chip crossing inside a pod costs ``2 dcn_latency_s``, between pods
+    ``2 (dcn_latency_s + pod_latency_s)``.
+
+    Parameters
+    ----------
+    n_pods, slices_per_pod : int
+        Pods, and slices in each, each >= 1. Slice ``s`` (chip attribute ``group``) is in pod
+        ``s // slices_per_pod`` (chip attribute ``pod``).
+    slice_shape, chip_or_rule : as for `multislice`.
+    dcn_bandwidth_bytes_per_s : float or None
+        Per-chip DCN egress each way (bytes/s); None: the chip's own figure, else 6.25e9 (v5p).
+    pod_bandwidth_bytes_per_s : float or None
+        Each chip's share of its pod's core link, each way (bytes/s); None: the DCN figure over
+        `DEFAULT_POD_OVERSUBSCRIPTION`.
+    dcn_latency_s, pod_latency_s : float
+        Latency of one chip-to-pod-switch and one pod-switch-to-core traversal (seconds).
+
+    Returns
+    -------
+    networkx.DiGraph
+        A `multislice` graph of ``n_pods * slices_per_pod`` slices (``graph["kind"] == "multislice"``),
+        plus ``graph["pods"]``, ``graph["slices_per_pod"]`` and ``graph["pod_bandwidth_bytes_per_s"]``.
+
+    Examples
+    --------
+    >>> G = multipod(2, 2, (2, 2), "length16", dcn_bandwidth_bytes_per_s=4e9)
+    >>> G.graph["shape"], G.graph["pods"], G.nodes[9]["pod"], G.edges["dcn1", "core"]["bandwidth_bytes_per_s"]
+    ((4, 2, 2), 2, 1, 8000000000.0)
+    """
+    pods = check_count(n_pods, "multipod pod count")
+    per_pod = check_count(slices_per_pod, "multipod slices per pod")
+    G = multislice(pods * per_pod, slice_shape, chip_or_rule, dcn_bandwidth_bytes_per_s=dcn_bandwidth_bytes_per_s,
+                   dcn_latency_s=dcn_latency_s)
+    dcn_bw = G.edges[0, "dcn0"]["bandwidth_bytes_per_s"]
+    share = dcn_bw / DEFAULT_POD_OVERSUBSCRIPTION if pod_bandwidth_bytes_per_s is None else pod_bandwidth_bytes_per_s
+    chips_per_pod = per_pod * math.prod(G.graph["slice_shape"])
+    dcn = Link(bandwidth_bytes_per_s=dcn_bw, latency_s=dcn_latency_s, kind="dcn")
+    core = Link(bandwidth_bytes_per_s=chips_per_pod * share, latency_s=pod_latency_s, kind="dcn")
+    G.remove_node("dcn0")
+    G.graph.update(pods=pods, slices_per_pod=per_pod, pod_bandwidth_bytes_per_s=share)
+    chips = sorted(v for v, role in G.nodes(data="role") if role == "chip")
+    for p in range(pods):
+        G.add_node(f"dcn{p}", role="switch", pod=p)
+    for v in chips:  # chips' own links first: the first "dcn" edge is a chip's
+        G.nodes[v]["pod"] = G.nodes[v]["group"] // per_pod
+        add_link(G, v, f"dcn{G.nodes[v]['pod']}", dcn)
+    G.add_node("core", role="switch")
+    for p in range(pods):
+        add_link(G, f"dcn{p}", "core", core)
+    return G
+
+
 def nodes(
     n_nodes: int,
     gpus_per_node: int,

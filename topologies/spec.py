@@ -3,12 +3,13 @@
 Grammar (whitespace around the whole spec is ignored; the kind is case-insensitive)::
 
     ring:N   line:N   torus:AxBxC   mesh:AxB   slice:AxB   switch:N   multislice:K:AxB   nodes:K:G
-    fattree:K:G   superpod:N
+    fattree:K:G   superpod:N   multipod:P:K:AxB
 
 ``torus`` wraps every axis, ``mesh`` none, ``slice`` follows the chip's wraparound rule. ``slice`` and
 ``multislice`` need a chip; with a chip, every spec takes its link numbers from it (see `parse_spec`).
 ``fattree:K:G`` is K nodes of G GPUs under a rail-optimised leaf/spine fabric (32 nodes per unit), and
-``superpod:N`` N DGX scalable units of 32 x 8 GPUs (``superpod:4`` = 1,024 GPUs; `topologies.fattree`).
+``superpod:N`` N DGX scalable units of 32 x 8 GPUs (``superpod:4`` = 1,024 GPUs; `topologies.fattree`);
+``multipod:P:K:AxB`` P pods of K slices each, a slower core between pods (`topologies.multilevel.multipod`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import networkx as nx
 
 from topologies.errors import TopologyError
 from topologies.fattree import fattree, superpod
-from topologies.multilevel import multislice, nodes
+from topologies.multilevel import multipod, multislice, nodes
 from topologies.slices import tpu_slice
 from topologies.switch import switch
 from topologies.torus import line, mesh, ring, torus
@@ -38,6 +39,7 @@ VALID_FORMS = (
     "nodes:K:G",
     "fattree:K:G",
     "superpod:N",
+    "multipod:P:K:AxB (needs a chip)",
 )
 """Every form `parse_spec` accepts (N, K, G and the axis lengths A, B, C are integers >= 1)."""
 
@@ -188,4 +190,5 @@ _FORMS: dict[str, _Form] = {
     "nodes": _Form(("count", "count"), lambda k, g, c: nodes(k, g, **_nvlink(c))),
     "fattree": _Form(("count", "count"), lambda k, g, c: fattree(k, g, **_nvlink(c))),
     "superpod": _Form(("count",), lambda n, c: superpod(n, **_nvlink(c))),
+    "multipod": _Form(("count", "count", "shape"), lambda p, k, shape, c: multipod(p, k, shape, c), needs_chip=True),
 }

@@ -1,4 +1,9 @@
-"""Hierarchical AllReduce, AllGather and ReduceScatter over two levels (slices over DCN, nodes over InfiniBand).
+"""Hierarchical AllReduce, AllGather and ReduceScatter over two or three levels.
+
+Two levels: slices over DCN, nodes over InfiniBand. Three (``hierarchical3*``,
+`simulator.collectives.levels.three_levels`): GPU nodes under a leaf per rail, units under the spine
+(``fattree:K:G``, ``superpod:N``); TPU slices under a pod's DCN switch, pods under a slower core
+(``multipod:P:K:AxB``).
 
 AllReduce: reduce-scatter inside every domain on its fast links (ring phases along each ICI axis, or a
 ring through the node's NVLink switch), so chip (k, b) holds domain k's partial sum of the 1/m of the
@@ -9,7 +14,13 @@ gathers over the rails first, so the slow level moves the least data. Inner phas
 of `simulator.collectives.multi_axis`: the array is cut into parts, each part running the inner axes
 in its own rotated order, so every axis's links stay busy.
 
-Two variants:
+Three levels split the rail step in two: the Q chips at one inner position inside a unit / pod reduce-
+scatter their 1/m (each chip on its own NIC / DCN port, through its leaf / pod switch), then the P chips
+that share an inner position and a place in their unit / pod all-reduce the 1/(mQ) they own (through the
+spine / core), then the all-gathers run back out to in. Each tier's rings are priced together, so the
+spine or core link they share is counted (`_tier_rings`).
+
+Two variants (each for two and three levels):
 
 - ``hierarchical``: the levels run one after another (a barrier between phases), as XLA runs a
   multislice AllReduce (ICI reduce-scatter, DCN all-reduce, ICI all-gather) and Horovod's hierarchical
@@ -20,37 +31,44 @@ Two variants:
   CollNet levels. Closed form: ``sum_x t_x + (c-1) max(max_x t_x, sum of inner w_x, sum of outer w_x)``
   for per-chunk phase times t_x and their bandwidth parts w_x -- the first chunk crosses every phase, the
   others follow one period apart: the slowest phase, or the busiest level's link work (the inner phases
-  share the fast links, the outer ones the uplinks): about the MAX of the level terms for many chunks,
-  where the sequential variant pays their SUM. The simulation shares the fast links fairly between the
+  share the fast links; the outer ones' bytes are summed per physical link -- a chip's NIC or DCN port
+  carries every tier's rails, a spine or core link only its tier's): about the MAX of the level terms for
+  many chunks, where the sequential variant pays their SUM. Two levels use 4 chunks, three use 8 (their
+  fill, the sum of the phases of one chunk, is longer). The simulation shares the fast links fairly between the
   reduce-scatter of one chunk and the all-gather of another, which packs them tighter than the closed
-  form's period: it runs up to about 15% faster (tests/test_hierarchical.py).
+  form's period: it runs up to about 15% faster on two levels, within -6% / +8% of it on three
+  (tests/test_issue14.py, tests/test_three_levels.py). The sequential variant equals its closed form exactly
+  on two levels with one switch above the domains and on three levels; where two-level rails cross a shared
+  core or spine link, within 4%.
 """
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 from simulator.collectives.algorithm import Algorithm, Job, get_algorithm, register
 from simulator.collectives.chains import gather_phase, reduce_phase
 from simulator.collectives.groups import Group, keys_where
-from simulator.collectives.levels import TWO_LEVEL_KINDS, Levels, two_levels
+from simulator.collectives.levels import TWO_LEVEL_KINDS, Levels, three_levels, two_levels
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import chain_phase_time
+from simulator.collectives.timing import chain_phase_time, ring_links, step_edges
 from simulator.engine.network import Network
 
 PARTS = 6  #: inner parts per chunk: an equal share for each rotation over 1, 2 or 3 inner axes
 Stage = tuple[str, str, int]  #: ("rs" or "ag", "in" or "out", index into the part's inner axis order)
 
 
-def stages(kind: str, n_axes: int) -> list[Stage]:
-    """The phases of ``kind``, in time order."""
-    rs_in = [("rs", "in", j) for j in range(n_axes)]
-    ag_in = [("ag", "in", j) for j in range(n_axes)]
+def stages(kind: str, n_axes: int, n_tiers: int = 1) -> list[Stage]:
+    """The phases of ``kind``, in time order: reductions inside first, then tier by tier outwards (fastest
+    first); gathers from the slowest tier inwards."""
+    rs = [("rs", "in", j) for j in range(n_axes)] + [("rs", "out", t) for t in range(n_tiers)]
+    ag = [("ag", "out", t) for t in reversed(range(n_tiers))] + [("ag", "in", j) for j in range(n_axes)]
     if kind == "all_gather":
-        return [("ag", "out", 0), *ag_in]
+        return ag
     if kind == "reduce_scatter":
-        return [*rs_in, ("rs", "out", 0)]
-    return [*rs_in, ("rs", "out", 0), ("ag", "out", 0), *ag_in]
+        return rs
+    return rs + ag
 
 
 class Hierarchical(Algorithm):
@@ -62,12 +80,17 @@ class Hierarchical(Algorithm):
     topologies = TWO_LEVEL_KINDS
     nic_rings = False
     pipeline = 1  #: chunks flowing through the levels
+    three = False  #: split the domains into units / pods as well (`simulator.collectives.levels.three_levels`)
+
+    def levels(self, net: Network, group: Group) -> Levels | str:
+        """The group's levels (two, or three for `three`), or why it has none."""
+        return three_levels(net, group) if self.three else two_levels(net, group)
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
         why = super().unfit(kind, net, groups)
         if why is not None:
             return why
-        levels = two_levels(net, groups[0])
+        levels = self.levels(net, groups[0])
         return levels if isinstance(levels, str) else None
 
     def parts(self, kind: str, group: Group, multi_axis: str) -> int:
@@ -76,12 +99,12 @@ class Hierarchical(Algorithm):
     # -- schedule --------------------------------------------------------------------------------------
     def build(self, job: Job, schedule: Schedule) -> None:
         for group in job.groups:
-            levels = two_levels(job.net, group)
+            levels = self.levels(job.net, group)
             assert isinstance(levels, Levels)
             done: dict[int, int] = {}  # stage -> barrier of the previous chunk (the pipeline keeps order)
             for chunk in range(self.pipeline):
                 before: list[int] = []
-                for x, stage in enumerate(stages(job.kind, len(levels.sizes))):
+                for x, stage in enumerate(stages(job.kind, len(levels.sizes), len(levels.tiers))):
                     deps = before + ([done[x]] if x in done else [])
                     tags = self._stage(job, levels, schedule, stage, chunk, deps, (id(group), chunk, x))
                     done[x] = schedule.barrier(tags)
@@ -99,9 +122,11 @@ class Hierarchical(Algorithm):
             start = lambda i, d=deps: d  # noqa: E731  (every chain waits for the phase before)
             if level == "out":
                 for b in keys_where(lv.sizes, {}):
-                    ring = lv.rail(b)
-                    bundles = [_keys(job, parts, [lv.position[(k, b)]]) for k in range(lv.outer)]
-                    run(s, ring, bundles, get_algorithm("unidirectional"), start, rtag)
+                    for k in (k for k in range(lv.outer) if lv.digits(k)[j] == 0):
+                        ring = lv.tier_ring(j, k, b)
+                        bundles = [_keys(job, parts, [lv.position[(kk, b)] for kk in _tier_bundle(lv, j, k, i)])
+                                   for i in range(lv.tiers[j])]
+                        run(s, ring, bundles, get_algorithm("unidirectional"), start, rtag)
                 continue
             order = _phase_order(job.kind, what, r, n_axes)
             a = order[j]
@@ -119,16 +144,17 @@ class Hierarchical(Algorithm):
     def stage_times(self, job: Job, scale: float = 1.0) -> list[tuple[str, float]]:
         """(level, seconds) of each phase of one chunk (bytes x ``scale``): the slowest rotation inside, all
         rotations together on the rails."""
-        lv = two_levels(job.net, job.group)
+        lv = self.levels(job.net, job.group)
         assert isinstance(lv, Levels)
         n_axes, out, key = len(lv.sizes), [], job.key_bytes * scale
         per_rotation = [len([q for q in range(PARTS) if q % n_axes == r]) for r in range(n_axes)]
-        for what, level, j in stages(job.kind, n_axes):
+        for what, level, j in stages(job.kind, n_axes, len(lv.tiers)):
             if level == "out":
                 algorithm = get_algorithm("unidirectional")
                 units = algorithm.reduce_units if what == "rs" else algorithm.gather_units
-                t = chain_phase_time(job.net, [lv.rail(tuple(0 for _ in lv.sizes))], True,
-                                     algorithm.steps(lv.outer), units, key * PARTS)
+                free = math.prod(lv.tiers[j + 1:])  # positions of the slower tiers a bundle still holds
+                t = chain_phase_time(job.net, _tier_rings(job.net, lv, j), True, algorithm.steps(lv.tiers[j]), units,
+                                     key * PARTS * free)
                 out.append(("out", t))
                 continue
             times = []
@@ -150,10 +176,36 @@ class Hierarchical(Algorithm):
         total = sum(t for _, t in times)
         if self.pipeline == 1:
             return total
-        # bandwidth-only part of each phase (a phase's time grows linearly in its bytes): what occupies links
-        work = [(level, t2 - t) for (level, t), (_, t2) in zip(times, self.stage_times(job, 2.0), strict=True)]
-        busiest = max(sum(w for level, w in work if level == name) for name in ("in", "out"))
+        # bandwidth-only part of each inner phase (a phase's time grows linearly in its bytes): what occupies
+        # the fast links; the outer phases' bytes over each uplink, core or spine link they cross
+        # phases that share links advance their chains side by side, so the links idle for one chain's
+        # latency (a phase's time at no bytes: 2 t(S) - t(2S)) beside the work of them all
+        split = [(level, t2 - t, 2 * t - t2) for (level, t), (_, t2) in zip(times, self.stage_times(job, 2.0),
+                                                                           strict=True)]
+        inner = sum(w for level, w, _ in split if level == "in")
+        outer = max(self._outer_work(job).values(), default=0.0)
+        busiest = max(inner + max((a for level, _, a in split if level == "in"), default=0.0),
+                      outer + max((a for level, _, a in split if level == "out"), default=0.0))
         return total + (self.pipeline - 1) * max(busiest, max(t for _, t in times))
+
+    def _outer_work(self, job: Job) -> Counter:
+        """Seconds each physical link spends on one chunk's outer phases: every ring hop's units over all
+        steps, times a unit's bytes, over the bandwidth of each link on its route."""
+        lv = self.levels(job.net, job.group)
+        assert isinstance(lv, Levels)
+        algorithm, g, work = get_algorithm("unidirectional"), job.net.graph, Counter()
+        for what, level, j in stages(job.kind, len(lv.sizes), len(lv.tiers)):
+            if level != "out":
+                continue
+            units = algorithm.reduce_units if what == "rs" else algorithm.gather_units
+            unit = job.key_bytes * PARTS * math.prod(lv.tiers[j + 1:])
+            n = lv.tiers[j]
+            for ring in _tier_rings(job.net, lv, j):
+                for i, d in ring_links(n, True):
+                    carried = sum(units(n, i, d, h) for h in range(1, algorithm.steps(n) + 1)) * unit
+                    for e in step_edges(job.net, ring, i, d) if carried else ():
+                        work[e] += carried / g.edges[e]["bandwidth_bytes_per_s"]
+        return work
 
 
 class HierarchicalPipelined(Hierarchical):
@@ -162,6 +214,24 @@ class HierarchicalPipelined(Hierarchical):
     name = "hierarchical_pipelined"
     summary = "two levels pipelined: the array in 4 chunks flows inside, across and inside again"
     pipeline = 4
+
+
+def _tier_bundle(lv: Levels, tier: int, k: int, i: int) -> list[int]:
+    """Domains whose keys bundle ``i`` of ``tier``'s ring through domain ``k`` carries: digit ``tier`` is i,
+    the faster tiers' digits are k's (reduced already, or not gathered yet), the slower tiers' any."""
+    own = lv.digits(k)
+    return [kk for kk in range(lv.outer) if lv.digits(kk)[tier] == i and lv.digits(kk)[:tier] == own[:tier]]
+
+
+def _tier_rings(net: Network, lv: Levels, tier: int) -> list:
+    """Every ring of ``tier`` (they share the links above the domains: a leaf's uplink, a pod's core link);
+    where the rails share no link (one DCN or InfiniBand switch), one of them stands for all."""
+    zero = tuple(0 for _ in lv.sizes)
+    shared = net.graph.graph.get("pods", 0) > 1 or net.graph.graph.get("units", 0) > 1
+    if len(lv.tiers) == 1 and not shared:
+        return [lv.tier_ring(0, 0, zero)]
+    return [lv.tier_ring(tier, k, b) for b in keys_where(lv.sizes, {}) for k in range(lv.outer)
+            if lv.digits(k)[tier] == 0]
 
 
 def _phase_order(kind: str, what: str, rotation: int, n_axes: int) -> list[int]:
@@ -186,5 +256,23 @@ def _keys(job: Job, parts: list[int], positions: list[tuple[int, ...]]) -> tuple
     return len(parts) * len(positions)
 
 
+class Hierarchical3(Hierarchical):
+    """`Hierarchical` over three levels: inside each domain, across the domains of a unit or pod, across those."""
+
+    name = "hierarchical3"
+    summary = "three levels in turn: inside each node/slice, across the nodes of a leaf / slices of a pod, across those"
+    three = True
+
+
+class Hierarchical3Pipelined(Hierarchical3):
+    """`Hierarchical3` with the array cut into chunks that flow through the levels in order."""
+
+    name = "hierarchical3_pipelined"
+    summary = "three levels pipelined: the array in 8 chunks flows inside, across leaves/pods and back"
+    pipeline = 8  #: three levels fill longer than two: 8 chunks keep the fill under an eighth of the sum
+
+
 HIERARCHICAL = register(Hierarchical())
 HIERARCHICAL_PIPELINED = register(HierarchicalPipelined())
+HIERARCHICAL3 = register(Hierarchical3())
+HIERARCHICAL3_PIPELINED = register(Hierarchical3Pipelined())

@@ -6,6 +6,13 @@ local positions: the inner level runs inside a domain on its fast links (the sli
 the node's NVLink switch); the outer level joins the K chips that share a local position -- a rail --
 each over its own uplink (its DCN port, its InfiniBand NIC: per-rail, as NCCL runs one ring per NIC) to
 the one data-centre switch. Hierarchical algorithms (`simulator.collectives.hierarchical`) build on it.
+
+`three_levels` splits the domains once more, where the topology has a tier above them: the GPU nodes of
+one scalable unit of a fat tree (``fattree:K:G``, ``superpod:N``: one leaf per rail inside a unit, the
+spine between units) or the slices of one pod (``multipod:P:K:AxB``: a DCN switch per pod, a slower
+core between pods). Its `Levels` carries ``tiers`` (Q domains per unit or pod, P units or pods): outer
+index k = q + Q p, and a rail of one tier is the chips at one inner position that differ in that tier's
+digit only.
 """
 from __future__ import annotations
 
@@ -33,6 +40,36 @@ class Levels:
     wraps: tuple[bool, ...]  #: whether each inner axis closes into a ring (always, through a node's switch)
     device: dict[tuple[int, tuple[int, ...]], Any]  #: (domain, inner position) -> chip
     position: dict[tuple[int, tuple[int, ...]], tuple[int, ...]]  #: (domain, inner position) -> group position
+    tiers: tuple[int, ...] = ()  #: outer tiers, fastest first, their product ``outer`` (empty: one tier)
+
+    def __post_init__(self) -> None:
+        if not self.tiers:
+            self.tiers = (self.outer,)
+
+    def digits(self, k: int) -> tuple[int, ...]:
+        """Domain ``k`` as one digit per tier (the fastest tier's digit first)."""
+        out = []
+        for size in self.tiers:
+            k, d = divmod(k, size)
+            out.append(d)
+        return tuple(out)
+
+    def index(self, digits: tuple[int, ...]) -> int:
+        """The domain whose tier digits are ``digits``."""
+        k = 0
+        for d, size in zip(reversed(digits), reversed(self.tiers), strict=True):
+            k = k * size + d
+        return k
+
+    def tier_ring(self, tier: int, k: int, b: tuple[int, ...]) -> Ring:
+        """The chips at inner position ``b`` of the domains that differ from ``k`` in ``tier``'s digit only,
+        in that digit's order, closed into a ring through the switches above them."""
+        base = list(self.digits(k))
+        devices = []
+        for i in range(self.tiers[tier]):
+            base[tier] = i
+            devices.append(self.device[(self.index(tuple(base)), b)])
+        return Ring(devices, True, devices)
 
     @property
     def inner(self) -> int:
@@ -89,6 +126,35 @@ def two_levels(net: Network, group: Group) -> Levels | str:
             b = tuple(vals.index(coord[a]) for a, vals in zip(varying, values, strict=True))
             device[(k, b)], position[(k, b)] = dev, pos
     return Levels(kind, len(domains), sizes, wraps, device, position)
+
+
+def three_levels(net: Network, group: Group) -> Levels | str:
+    """`two_levels` with the domains split into P units (fat tree) or pods (multipod) of Q each (see the
+    module docstring), or why the group has no third level (a string)."""
+    levels = two_levels(net, group)
+    if isinstance(levels, str):
+        return levels
+    graph = net.graph.graph
+    if graph.get("fabric") == "fattree":
+        word, per = "scalable unit", graph["nodes_per_unit"]
+        tier = lambda node: node // per  # noqa: E731  (nodes are numbered unit by unit)
+    elif graph.get("pods"):
+        word, per = "pod", graph["slices_per_pod"]
+        tier = lambda s: s // per  # noqa: E731
+    else:
+        return f"it needs a third level (fattree:K:G, superpod:N or multipod:P:K:AxB), not {graph.get('kind')}"
+    domains = sorted({net.graph.nodes[dev]["group"] for dev in group.members.values()})
+    by_tier: dict[int, list[int]] = defaultdict(list)
+    for d in domains:
+        by_tier[tier(d)].append(d)
+    sizes = {len(v) for v in by_tier.values()}
+    if len(by_tier) < 2:
+        return f"the group lies inside one {word}: there is no third level"
+    if len(sizes) != 1 or min(sizes) < 2:
+        return f"the {word}s hold {', '.join(str(len(v)) for v in by_tier.values())} domains of the group: " \
+               "a third level needs two or more in each, the same in each"
+    levels.tiers = (sizes.pop(), len(by_tier))  # domains are sorted tier by tier: k = q + Q p
+    return levels
 
 
 def _inner_wraps(net: Network, kind: str, varying: list[int], values: list[list[int]]) -> tuple[bool, ...]:

@@ -85,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="auto", help="auto, full or reduced (one representative ring per axis)")
     p.add_argument("--calibrated", action="store_true",
                    help="also run the chip's calibrated model (fitted efficiencies) beside the ideal one")
+    p.add_argument("--protocol", default="auto", help="the calibrated run's NCCL protocol: LL, LL128, Simple or auto "
+                   "(the fastest by closed form; GPU chips with --calibrated only)")
     _output_args(p)
     add_fault_args(p)
     p = sub.add_parser("algorithms", help="list the collective algorithms, the kinds and topologies each serves")
@@ -199,6 +201,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
     from simulator.collectives import run_collective
 
     check_outputs(args)
+    protocol = _protocol(args)
     system = _system(args)
     nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
     axes = _int_list(args.axes, "--axes") if args.axes else None
@@ -208,11 +211,11 @@ def cmd_collective(args: argparse.Namespace) -> None:
                        chunks=chunks, root=root, mode=args.mode)
     params = {"kind": args.kind, "chip": system.spec.name, "topology": args.topology, "bytes": nbytes,
               "axes": axes, "algorithm": args.algorithm, "multi_axis": args.multi_axis, "chunks": chunks,
-              "switching": args.switching, "mode": args.mode}
+              "switching": args.switching, "mode": args.mode, "protocol": protocol}
     extra = r.to_json()
     if args.calibrated:
         cal = run_collective(args.kind, _system(args, calibrated=True), nbytes, axes=axes, algorithm=args.algorithm,
-                             multi_axis=args.multi_axis, chunks=chunks, root=root, mode=args.mode)
+                             multi_axis=args.multi_axis, chunks=chunks, root=root, mode=args.mode, protocol=protocol)
         extra.update(calibrated_time_s=cal.time_s, calibrated_algbw_bytes_per_s=cal.algbw_bytes_per_s,
                      calibrated_busbw_bytes_per_s=cal.busbw_bytes_per_s, calibrated_algorithm=cal.algorithm,
                      calibrated_protocol=cal.protocol)
@@ -239,6 +242,17 @@ def cmd_collective(args: argparse.Namespace) -> None:
               f"{format_quantity(extra['calibrated_busbw_bytes_per_s'], 'B/s')} (fitted efficiencies; algorithm "
               f"{extra['calibrated_algorithm']}" + (f", NCCL protocol {extra['calibrated_protocol']})"
                                                      if extra["calibrated_protocol"] else ")"))
+
+
+def _protocol(args: argparse.Namespace) -> str:
+    """--protocol, checked: a known name, and only with --calibrated (ideal links run no NCCL protocol)."""
+    from simulator.collectives import protocol as protocols
+
+    name = protocols.check(args.protocol)
+    if name != protocols.AUTO and not args.calibrated:
+        raise PodsimError(f"--protocol {name} prices the calibrated run: add --calibrated (ideal links have no "
+                          f"NCCL protocol), or leave --protocol auto")
+    return name
 
 
 def cmd_algorithms(args: argparse.Namespace) -> None:
