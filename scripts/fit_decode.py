@@ -3,13 +3,13 @@
     python scripts/fit_decode.py
 
 Reads simulator/hardware/data/calibration/decode_latency.csv (each row marked ``fit`` or ``held_out``),
-fits seven constants to the fit rows (geometric-mean error of predicted / measured), and writes
+fits nine constants to the fit rows (geometric-mean error of predicted / measured), and writes
 simulator/hardware/data/decode_calibration.json with per-chip factors, sources and fit errors:
 
-- per serving engine (``vllm``; ``tensorrt-llm``: NeMo's and TensorRT-LLM v0.5's 2023 stack), one HBM
-  fraction for GPU decode kernels and the per-layer launch and synchronisation seconds (A100 and H100
-  share them: two chips with one model size each cannot separate a per-chip fraction from the
-  per-layer overhead);
+- per serving engine (``vllm``; ``tensorrt-llm``: NeMo's and TensorRT-LLM v0.5's 2023 stack; ``gpt-fast``:
+  compiled PyTorch), one HBM fraction for GPU decode kernels and the per-layer launch and
+  synchronisation seconds, shared by A100 and H100 (two chips with one model size each cannot separate
+  a per-chip fraction from the per-layer overhead; gpt-fast's 7B and 70B separate them by size);
 - the weight-streaming slowdown per doubling of a step's matmul rows (batch 1 against 8);
 - prefill's matmul fraction of peak: A100 bf16 and H100 8-bit (the two 2048-token first-token latencies).
 
@@ -19,52 +19,27 @@ predictor is `simulator.workloads.served` itself, so the recorded errors are the
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 from pathlib import Path
 
 from simulator.frontend.validate import geomean_error
+from simulator.frontend.validate_decode import decode_rows, predict
 from simulator.hardware.calibration import get_calibration
 from simulator.hardware.decode_calibration import DecodeCalibration
-from simulator.hardware.specs import get_chip
-from simulator.workloads.served import served_request
-from simulator.workloads.transformer import get_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "simulator" / "hardware" / "data"
-CSV = DATA / "calibration" / "decode_latency.csv"
 
 
 def rows() -> list[dict[str, str]]:
-    with CSV.open() as f:
-        return list(csv.DictReader(f))
-
-
-def spec_of(row: dict[str, str]):
-    spec = get_chip(row["chip"])
-    return spec.replace(hbm_bandwidth_bytes_per_s=float(row["hbm_bytes_per_s"])) if row["hbm_bytes_per_s"] else spec
-
-
-def engine_of(row: dict[str, str]) -> str:
-    return "vllm" if "vllm" in row["engine"].lower() else "tensorrt-llm"
-
-
-def predict(row: dict[str, str], cal: DecodeCalibration) -> float:
-    """The row's metric as `served_request` predicts it (ms, or tokens/s for ``throughput``)."""
-    batch, n_in, n_out = int(row["batch"]), int(row["input_len"]), int(row["output_len"])
-    r = served_request(get_model(row["model"]), spec_of(row), batch, n_in, n_out, row["weight_dtype"],
-                       row["kv_dtype"], calibration=cal.for_engine(engine_of(row)))
-    metric = row["metric"]
-    if metric == "throughput":
-        return r["output_tokens_per_s"]
-    return 1e3 * {"request": r["request_s"], "ttft": r["ttft_s"], "tpot": r["tpot_s"]}[metric]
+    return decode_rows()
 
 
 H100_BF16_MATMUL = get_calibration("h100").matmul.peak_fraction
 
 
-ENGINES = ("vllm", "tensorrt-llm")
+ENGINES = ("vllm", "tensorrt-llm", "gpt-fast")
 
 
 def calibrations(q: dict[str, float]) -> dict[str, DecodeCalibration]:
@@ -93,7 +68,8 @@ def search(loss, start: dict[str, float], rounds: int = 12) -> dict[str, float]:
 SOURCES = {
     "hbm_fraction": "per engine, fitted to decode_latency.csv: tensorrt-llm to NeMo + TensorRT-LLM Llama-2-7B at "
                     "batch 1 and 8 on A100 and H100; vllm to Llama-3.1-8B at one request on H100 and A100 40GB; "
-                    "one fraction for both GPUs",
+                    "gpt-fast to Llama-2-7B bf16 and Llama-2-70B int8 at batch 1 on one A100; one fraction for both "
+                    "GPUs",
     "layer_overhead_s": "fitted with hbm_fraction (kernel launches and synchronisation per layer per step)",
     "batch_slowdown": "fitted to the batch-1 against batch-8 rows (skinny-GEMM weight streaming)",
     "attention_fraction": "not fitted: every measurement has a short context, so KV streaming is too small a part "
@@ -112,7 +88,8 @@ def build() -> dict:
         return errors(q, fit)
 
     q = search(loss, {"eta_vllm": 0.75, "tau_vllm": 2e-5, "eta_tensorrt-llm": 0.65, "tau_tensorrt-llm": 5e-5,
-                      "beta": 0.05, "eps_a100": 0.65, "eps_h100_8bit": 0.4})
+                      "eta_gpt-fast": 0.7, "tau_gpt-fast": 2e-5, "beta": 0.05, "eps_a100": 0.65,
+                      "eps_h100_8bit": 0.4})
     cals = calibrations(q)
     chips = {}
     for name, cal in cals.items():

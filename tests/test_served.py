@@ -82,7 +82,7 @@ def test_chip_or_engine_without_decode_data_is_one_line_naming_what_has_it():
     with pytest.raises(PodsimError) as err:
         served_step(get_model("llama-2-7b"), "tpu-v6e")
     assert "tpu-v6e" in str(err.value) and "h100" in str(err.value)
-    with pytest.raises(PodsimError, match="engines: tensorrt-llm, vllm"):
+    with pytest.raises(PodsimError, match="engines: gpt-fast, tensorrt-llm, vllm"):
         get_decode_calibration("h100", "sglang")
     assert decode_calibrated_chips() == ["a100", "h100", "h200"]
 
