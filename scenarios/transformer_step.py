@@ -18,7 +18,8 @@ from simulator.errors import CapacityError, PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.report.result import Result
 from simulator.workloads.budget import Parallelism, decode_budget
-from simulator.workloads.plans import POLICIES, TrainOptions, parse_plan_mesh, train_plan
+from simulator.workloads.plans import POLICIES, TrainOptions, check_train_plan, parse_plan_mesh, train_plan
+from simulator.workloads.plans.memory import train_memory
 from simulator.workloads.simulate import simulate_decode
 from simulator.workloads.transformer import get_model, load_config_file, load_hf_config
 
@@ -30,7 +31,7 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
         require_fit: bool = True, calibrated: bool = False, chip: str | ChipSpec = "tpu-v5e",
         microbatches: int = 1, schedule: str = "1f1b", checkpoints_per_layer: str = "", kv_sharding: str = "heads",
         compute_dtype: str = "", topology: str = "", price_per_chip_hour: float = 0.0, trace: bool = True,
-        config: str = "") -> Result:
+        config: str = "", exact: bool = False) -> Result:
     """One step of ``model``: decode (one new token per request after ``context`` cached ones),
     prefill (``prompt`` new tokens per request) or train (``seq`` tokens per sequence; any of the six mesh
     axes, ``microbatches`` through a ``schedule``, ``checkpoints_per_layer`` K or a policy; ``recompute``
@@ -38,14 +39,17 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
     ``topology`` (a spec) chooses the hardware; by default the mesh lies on the chip's real slice of that
     many chips, and the result says where (``topology``, ``placement``: each mesh axis's physical axes).
     ``config`` (a path) replaces the preset ``model``: a TOML file of TransformerConfig fields, or a Hugging
-    Face ``config.json`` (by its ``.json`` suffix), as ``podsim model --config`` / ``--hf-config`` read."""
+    Face ``config.json`` (by its ``.json`` suffix), as ``podsim model --config`` / ``--hf-config`` read.
+    A symmetric training step is simulated through one chip per pipeline stage (the same figures, far
+    faster; `simulator.workloads.plans.symmetry`); ``exact`` simulates every chip (its trace then holds
+    every chip's spans)."""
     if mode not in MODES:
         raise PodsimError(f"mode={mode!r}; valid modes: {', '.join(MODES)}")
     spec, cfg = resolve_chip(chip), _model(model, config)
     model = cfg.name
     if mode == "train":
         return _train(cfg, spec, batch, seq, mesh, recompute, require_fit, calibrated, microbatches, schedule,
-                      checkpoints_per_layer, topology, price_per_chip_hour, trace)
+                      checkpoints_per_layer, topology, price_per_chip_hour, trace, exact)
     plan = parse_plan_mesh(mesh)
     others = [a for a in plan.used if a not in ("data", "model")]
     if others:
@@ -90,14 +94,15 @@ def _model(model: str, config: str) -> Any:
 
 def _train(cfg: Any, spec: ChipSpec, batch: int, seq: int, mesh: str, recompute: bool, require_fit: bool,
            calibrated: bool, microbatches: int, schedule: str, checkpoints: str, topology: str, price: float,
-           trace: bool) -> Result:
+           trace: bool, exact: bool = False) -> Result:
     """A training step on any plan (`simulator.workloads.plans`)."""
     checkpoint: str | int = checkpoints or ("full" if recompute else "none")
     if checkpoint not in POLICIES:
         checkpoint = int(checkpoint) if str(checkpoint).isdigit() else checkpoint
     opts = TrainOptions(microbatches=microbatches, schedule=schedule, checkpoint=checkpoint)
     plan = parse_plan_mesh(mesh)
-    closed = train_plan(cfg, spec, batch, seq, plan, opts, topology or None, simulate=False)
+    check_train_plan(cfg, plan, opts, batch, seq)
+    closed = train_memory(cfg, spec, plan, opts, batch, seq)  # the fit, before building anything
     need = closed["memory_per_chip_bytes"]
     if require_fit and not closed["fits"]:
         gib = 2**30
@@ -106,8 +111,9 @@ def _train(cfg: Any, spec: ChipSpec, batch: int, seq: int, mesh: str, recompute:
                             f"GiB over); shard with fsdp, add chips, or checkpoint (set checkpoints_per_layer=full), "
                             "or set require_fit=false to time it anyway")
     out = train_plan(cfg, spec, batch, seq, plan, opts, topology or None, trace=trace, calibrated=calibrated,
-                     price_per_chip_hour=price or None)
+                     price_per_chip_hour=price or None, fast=not exact)
     system = out.pop("_system")
+    metrics = getattr(system, "step_metrics", None) or system.metrics()  # computed once, by the step
     lower = out["model_flops_per_step"] / (plan.chips * spec.peak_flops_per_s())  # every chip at peak, no waste
     budget = {**{k: v for k, v in out.items() if k not in ("step_time_s",)}, "lower_bound_s": lower,
               "memory_per_chip_bytes": need}
@@ -123,8 +129,8 @@ def _train(cfg: Any, spec: ChipSpec, batch: int, seq: int, mesh: str, recompute:
         scenario="transformer_step",
         params=dict(model=cfg.name, mode="train", batch=batch, seq=seq, mesh=mesh, recompute=recompute,
                     calibrated=calibrated, chip=spec.name, microbatches=microbatches, schedule=schedule,
-                    checkpoints_per_layer=str(checkpoint), topology=topology),
-        metrics=system.metrics(), extra=extra, trace=system.trace,
+                    checkpoints_per_layer=str(checkpoint), topology=topology, exact=exact),
+        metrics=metrics, extra=extra, trace=system.trace,
         headline=_headline("train", cfg.name, summary, budget),
     )
 

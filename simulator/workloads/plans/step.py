@@ -42,10 +42,10 @@ class TrainStep:
 
     def __init__(self, cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
                  seq: int, topology: str | None = None, trace: bool = True, calibrated: bool = False,
-                 fast: bool = True) -> None:
+                 fast: bool = True, built: tuple[Any, Any] | None = None) -> None:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
-        self.system, self.mesh = build_system(chip, plan, topology, trace, calibrated)
+        self.system, self.mesh = built or build_system(chip, plan, topology, trace, calibrated)
         self.env = self.system.env
         self.p = plan.size("pipeline")
         self.v = opts.virtual_stages if opts.schedule == "interleaved" and self.p > 1 else 1
@@ -261,7 +261,7 @@ class TrainStep:
         step, n = self.env.now, len(self.system.chips)
         pipelined = max(self.pipe_end.values())
         idle = (self.bubble_s + sum(pipelined - t for t in self.pipe_end.values())) * k
-        metrics = self.system.metrics()
+        metrics = self.metrics = self.system.metrics()  # the finished run's (callers reuse it: no second pass)
         busy = metrics["busy_s"] or {}
         links = [v for u, v in busy.items() if u.startswith("link")]
         memory = self.hbm.summary()
@@ -277,10 +277,11 @@ class TrainStep:
 
 def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
                   topology: str | None = None, trace: bool = True, calibrated: bool = False,
-                  fast: bool = True) -> tuple[TrainStep, dict[str, Any]]:
+                  fast: bool = True, built: tuple[Any, Any] | None = None) -> tuple[TrainStep, dict[str, Any]]:
     """A simulated step and its figures: by symmetry where ``fast`` and the step is symmetric, else (or when
-    the symmetric run finds its chips unlike) every chip."""
-    sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast)
+    the symmetric run finds its chips unlike) every chip. ``built``: a fresh (system, mesh) of `build_system`
+    for the plan, with the same trace and calibrated settings, to run on instead of building one."""
+    sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, built)
     measured = sim.run()
     if sim.sym.broken:
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.engine.faults import current_plan
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.plans.estimate import train_estimate
 from simulator.workloads.plans.layout import MeshPlan, TrainOptions, check_train_plan
@@ -52,7 +53,8 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
 
     opts = opts or TrainOptions()
     check_train_plan(cfg, plan, opts, batch, seq)
-    system, mesh = build_system(chip, plan, topology, trace=False)
+    reuse = simulate and current_plan() is None  # (under a fault plan each system draws its own seed)
+    system, mesh = build_system(chip, plan, topology, trace=trace if reuse else False, calibrated=reuse and calibrated)
     links = axis_links(mesh, system.graph, chip)
     layer = layer_work(cfg, chip, plan, opts, batch, seq)
     head_f, head_b, head_grad = head_work(cfg, chip, plan, opts, batch, seq)
@@ -71,9 +73,11 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                simulated=False, critical_batch_per_chip=critical_batches(chip, links, cfg.d_ff),
                tokens_per_chip=batch * seq / plan.chips)
     if simulate:
-        sim, measured = simulate_step(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast)
+        sim, measured = simulate_step(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast,
+                                      (system, mesh) if reuse else None)
         out.update(measured, simulated=True)
         out["_system"] = sim.system
+        sim.system.step_metrics = sim.metrics  # the finished run's metrics, for callers that report them
     flops = model_flops(cfg, batch, seq)
     step = out["step_time_s"]
     out.update(model_flops_per_step=flops, mfu=flops / (plan.chips * chip.peak_flops_per_s() * step),
