@@ -1,6 +1,7 @@
 """Calibrated serving (issue 20, decode / prefill): the served model against hand-computed bytes, FLOPs and
 overheads; the fitted factors against the published measurements; chips without data refused in one line."""
 import csv
+import json
 import math
 
 import numpy as np
@@ -97,3 +98,20 @@ def test_measurement_file_names_its_sources_and_the_fit_reproduces_its_rows():
     ratios = np.array([predict(r) / float(r["measured_ms"]) for r in fit])
     assert math.exp(np.mean(np.abs(np.log(ratios)))) - 1 <= 0.05  # the fitted rows, within 5% on average
     assert np.all(np.abs(np.log(ratios)) <= math.log(1.10))
+
+
+def test_podsim_model_calibrated_adds_the_served_step_and_refuses_chips_without_data(capsys):
+    from simulator.frontend.cli import main
+
+    assert main(["model", "llama-2-7b", "--chip", "h100", "--calibrated", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    streamed = (LLAMA2_7B_PARAMS - VOCAB * D) * 2
+    assert out["served"]["engine"] == "vllm"
+    assert out["served"]["breakdown"]["weights"]["ideal_s"] == pytest.approx(streamed / H100_HBM, rel=1e-3)
+    assert out["served_step_time_s"] > out["step_time_s"]  # the fitted step is slower than the ideal simulated one
+    assert main(["model", "llama-2-7b", "--chip", "tpu-v5e", "--weight-dtype", "int8", "--calibrated",
+                 "--engine", "vllm"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'tpu-v5e'" in err and "a100, h100, h200" in err
+    assert main(["model", "llama-2-7b", "--chip", "tpu-v5e", "--weight-dtype", "int8", "--calibrated"]) == 0
+    assert "served" not in capsys.readouterr().out  # no --engine: the TPU step keeps its calibrated mode alone

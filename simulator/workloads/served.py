@@ -19,13 +19,14 @@ request (the first token), then ``output_len - 1`` decode steps as the context g
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from simulator.hardware.decode_calibration import DecodeCalibration, get_decode_calibration
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.units import check_int, positive_int
-from simulator.workloads.budget import MAX_REQUESTS, Parallelism, with_dtypes
+from simulator.workloads.budget import MAX_REQUESTS, Parallelism, request_contexts, with_dtypes
 from simulator.workloads.simulate import LayerOp, head_op, layer_ops, simulate_decode
 from simulator.workloads.transformer import TransformerConfig
 
@@ -62,11 +63,11 @@ def _compute_dtype(cfg: TransformerConfig) -> str:
     return "int8" if cfg.weight_elem_bytes == 1 else "bf16"
 
 
-def _step_sums(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibration, batch: int, context: int,
-               new_tokens: int) -> tuple[_Sums, _Sums]:
-    """(ideal, calibrated) seconds per factor of one step: ``batch`` requests at ``context`` each adding
-    ``new_tokens`` (1: decode; the prompt length: prefill)."""
-    contexts = [context] * batch
+def _step_sums(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibration, batch: int,
+               context: int | Sequence[int], new_tokens: int) -> tuple[_Sums, _Sums]:
+    """(ideal, calibrated) seconds per factor of one step: ``batch`` requests at ``context`` (one for all, or one
+    per request) each adding ``new_tokens`` (1: decode; the prompt length: prefill)."""
+    contexts = request_contexts(batch, context)
     ops: list[LayerOp] = layer_ops(cfg, spec, Parallelism(), contexts, new_tokens)
     head = head_op(cfg, spec, Parallelism(), batch * new_tokens)
     dtype = _compute_dtype(cfg)
@@ -88,11 +89,13 @@ def _breakdown(ideal: _Sums, real: _Sums) -> dict[str, dict[str, float]]:
     return {f: {"ideal_s": getattr(ideal, f), "calibrated_s": getattr(real, f)} for f in FACTORS}
 
 
-def served_step(cfg: TransformerConfig, chip: str | ChipSpec, batch: int = 1, context: int = 0, new_tokens: int = 1,
+def served_step(cfg: TransformerConfig, chip: str | ChipSpec, batch: int = 1, context: int | Sequence[int] = 0,
+                new_tokens: int = 1,
                 weight_dtype: str | None = None, kv_dtype: str | None = None,
                 calibration: DecodeCalibration | None = None, simulate: bool = True,
                 engine: str | None = None) -> dict[str, Any]:
-    """One decode step (``new_tokens=1``) or prefill (``new_tokens`` = prompt length) on one chip, calibrated.
+    """One decode step (``new_tokens=1``) or prefill (``new_tokens`` = prompt length) on one chip, calibrated;
+    ``context``: cached positions, one number for every request or one per request.
 
     Returns ``step_time_s`` (calibrated, seconds), ``ideal_step_time_s`` (the simulated ideal step when
     ``simulate``, else the closed-form sum), ``closed_form_ideal_s`` and ``breakdown``: per factor
@@ -103,11 +106,10 @@ def served_step(cfg: TransformerConfig, chip: str | ChipSpec, batch: int = 1, co
     spec = _chip(chip)
     cal = calibration or get_decode_calibration(spec.name, engine)
     cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
-    check_int(batch, name="batch", maximum=MAX_REQUESTS)
-    check_int(context, name="context", minimum=0)
+    contexts = request_contexts(batch, context)  # checks the batch and every context
     positive_int(new_tokens, name="new_tokens")
-    ideal, real = _step_sums(cfg, spec, cal, batch, context, new_tokens)
-    simulated = (simulate_decode(cfg, spec, batch, context, new_tokens=new_tokens, trace=False).env.now
+    ideal, real = _step_sums(cfg, spec, cal, batch, contexts, new_tokens)
+    simulated = (simulate_decode(cfg, spec, batch, contexts, new_tokens=new_tokens, trace=False).env.now
                  if simulate else ideal.total)
     return {"chip": spec.name, "engine": cal.engine, "batch": batch, "context": context, "new_tokens": new_tokens,
             "step_time_s": real.total, "ideal_step_time_s": simulated, "closed_form_ideal_s": ideal.total,
