@@ -26,8 +26,9 @@ def _run(kind, topology, nbytes=V, **kw):
 def test_one_axis_matches_the_ring_formula(n, kind, wrap):
     """A bidirectional ring of n >= 3 takes ceil((n-1)/2) steps and puts (n-1)/2 shards on every link direction
     (an even ring sends half the antipode's shard each way); a line, or a ring of 2 (one link), n - 1 steps
-    of a whole shard each. AllReduce is twice that."""
-    r = _run(kind, f"{'ring' if wrap else 'line'}:{n}")
+    of a whole shard each. AllReduce is twice that (on a line auto runs `line_pipelined` instead:
+    tests/test_line_pipelined.py)."""
+    r = _run(kind, f"{'ring' if wrap else 'line'}:{n}", **({} if wrap else {"algorithm": "line"}))
     ring = wrap and n > 2
     steps, per_link = (math.ceil((n - 1) / 2), (n - 1) / 2) if ring else (n - 1, n - 1)
     shard = math.ceil(V / n)  # whole bytes per shard (V / n is whole and even for the even n here)
