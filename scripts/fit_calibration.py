@@ -213,6 +213,8 @@ FACTS = {
 
 NVLS_SOURCE = ("fitted to h100_nvls_allreduce_busbw.csv from 1 MiB up (nccl-tests, NVLS, Azure ND H100 v5), "
                "four sizes held out")
+NVLS_TREE_SOURCE = ("NVLS's NVLink fit inside each node, InfiniBand at line rate (no H100 measurement); checked, never "
+                    "fitted, against h100x16_nvlstree_allreduce_busbw.csv (NVIDIA/nccl#1221, 2 nodes: 430 GB/s)")
 
 
 def build() -> dict:
@@ -222,7 +224,10 @@ def build() -> dict:
     ib, ib_report = fit_ib(nvlink, framework)
     nvls, nvls_launch, nvls_report = fit_nvls()
     ici, ici_launch, ici_report = fit_ici()
-    nvls_algorithm = {"nvls": {"links": {"nvlink": nvls}, "collective_launch_s": round(nvls_launch, 9)}}
+    nvls_algorithm = {"nvls": {"links": {"nvlink": nvls}, "collective_launch_s": round(nvls_launch, 9)},
+                      # NVLS inside each node, trees across: the same switch work, so the same fit (InfiniBand has
+                      # no H100 measurement here: line rate); checked against a two-node figure, never fitted
+                      "nvls_tree": {"links": {"nvlink": nvls}, "collective_launch_s": round(nvls_launch, 9)}}
     # 370 of 450 GB/s is the plateau NCCL's rings reach (8 GiB): the curve's peak sits above it by the curve there
     h100_links = {"nvlink": {**nvlink, "peak_fraction": round(370 / 450 / eta(PLATEAU_BYTES, 1.0, nvlink[
         "half_size_bytes"], nvlink["exponent"]), 4)}}
@@ -231,11 +236,13 @@ def build() -> dict:
                    "protocols": FACTS["protocols"]}
     chips = {
         "h100": {"matmul": matmul, "hbm_fraction": 0.91, "links": h100_links,
-                 "algorithms": nvls_algorithm, "sources": {**gpu_sources, "nvls": NVLS_SOURCE}},
+                 "algorithms": nvls_algorithm,
+                 "sources": {**gpu_sources, "nvls": NVLS_SOURCE, "nvls_tree": NVLS_TREE_SOURCE}},
         "h200": {"matmul": matmul, "hbm_fraction": 0.91, "links": h100_links,
                  "algorithms": nvls_algorithm,
                  "sources": {**gpu_sources, "matmul": gpu_sources["matmul"] + "; H200 has the same SMs and clocks",
-                             "nvls": NVLS_SOURCE + "; H200 has the same NVLink 4 switch (its own file held out)"}},
+                             "nvls": NVLS_SOURCE + "; H200 has the same NVLink 4 switch (its own file held out)",
+                             "nvls_tree": NVLS_TREE_SOURCE}},
         "a100": {"hbm_fraction": 0.91, "links": {"nvlink": nvlink, "ib": ib},
                  "framework_launch_s": round(framework, 9),
                  "sources": {"nvlink": "fitted to a100_allreduce_busbw.csv", "ib": "fitted to the two-node, one-GPU "

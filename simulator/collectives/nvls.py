@@ -44,8 +44,9 @@ CHUNKS = 8  #: pipeline chunks
 
 
 def reduces_in_switch(net: Network) -> bool:
-    """Whether the topology's switch adds data itself: one NVLink switch of NVLS-capable chips."""
-    return net.graph.graph.get("kind") == "switch" and getattr(net.chip, "name", None) in NVLS_CHIPS
+    """Whether the topology's switches add data themselves: an NVLink switch, or GPU nodes (`nvls_tree`), of
+    NVLS-capable chips."""
+    return net.graph.graph.get("kind") in ("switch", "nodes") and getattr(net.chip, "name", None) in NVLS_CHIPS
 
 
 def _switch(net: Network, chip: Any) -> Any:

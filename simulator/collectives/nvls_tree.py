@@ -1,0 +1,204 @@
+"""NVLS tree: AllReduce across NVSwitch nodes -- NVLS inside each node, a double binary tree of rails across.
+
+NCCL's ``NVLSTree`` algorithm (NCCL 2.18+, H100/H200 nodes on InfiniBand): inside a node the NVSwitch
+reduces and multicasts (NVLS, `simulator.collectives.nvls`); between nodes each GPU's shard crosses on
+that GPU's own NIC, up and down a tree of the nodes. The maintainers' own account (sjeaugey,
+NVIDIA/nccl#1649): "NVLSTree can achieve peak bandwidth much quicker than e.g. rings at scale (because
+intra-node is constant and inter-node is logarithmic)"; NVIDIA's GTC 2024 figure quoted there puts
+multi-node NVLS+Tree AllReduce at a bus bandwidth of about 370-380 GB/s on H100 nodes, and NVIDIA/nccl#1221
+measures 2 H100 nodes (8 x 400 Gb/s NICs each) going from 330 to 430 GB/s when NVLS is enabled. On two
+nodes a tree sends each byte across the network once each way, "up to ~2x the network speed" in bus
+bandwidth (sjeaugey, NVIDIA/nccl#946).
+
+Rules (per GPU port, each way, for an array of V bytes on K nodes of m GPUs):
+
+- NVLink up: V (its contribution, added in the switch) + V/m (its shard's sum, stored through the switch
+  for multicast); NVLink down: V/m (its shard's node sum, fetched) + (m - 1) V/m (the other shards,
+  multicast) -- the NVLS figures, independent of K;
+- NIC: GPU b of every node holds shard b's node sum; the K GPUs of rail b all-reduce it over two mirrored
+  binary trees of the nodes (NCCL's double binary tree, `simulator.collectives.tree`), each carrying half:
+  an interior rank sends its half up once and down to each child, so a NIC carries at most about
+  2 V/m each way -- and only V/m on two nodes;
+- latency: 2 NVLink hops into the tree, 2 log2(K) network crossings (up and down), 2 NVLink hops out.
+
+Model: the array is cut into ``CHUNKS`` chunks, each of two halves (one per tree). Per chunk: every GPU
+adds its chunk into its node's switch; GPU b fetches shard b's node sum; each half goes up its tree (a
+rank adds once its children's partial sums and its own fetch have arrived) and back down; then each GPU
+stores its final half through the switch, which multicasts it to the node's other GPUs. Each link carries
+the chunks in order, so they pipeline. Closed form: the first chunk's path -- contribute, fetch, the
+deeper tree up and down (hop by hop, `simulator.collectives.switched.pair_time`), store, multicast --
+then one period per further chunk: the busiest of the NVLink port up ``a + (S + S/m) / b``, the NVLink
+port down ``a + S / b``, and each network link's chunk streams (tree edges in both directions, both trees)
+``latency + streams x S/(2m) / b_link``, for chunk S. Tested against the simulation
+(tests/test_nvls_tree.py).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from simulator.collectives.algorithm import Algorithm, Job, register
+from simulator.collectives.groups import Group, keys_where
+from simulator.collectives.levels import Levels, two_levels
+from simulator.collectives.nvls import NVLS_CHIPS
+from simulator.collectives.schedule import Schedule
+from simulator.collectives.switched import edges, keys
+from simulator.collectives.timing import route_latency
+from simulator.collectives.tree import trees
+from simulator.engine.network import Network
+
+CHUNKS = 8  #: pipeline chunks (each cut in two halves, one per tree)
+
+
+def _switch(net: Network, chip: Any) -> Any:
+    """The NVLink switch of ``chip``'s node."""
+    return next(v for v in net.graph.succ[chip] if net.graph.edges[chip, v].get("kind") == "nvlink")
+
+
+def _levels(net: Network, group: Group) -> Levels:
+    lv = two_levels(net, group)
+    assert isinstance(lv, Levels)
+    return lv
+
+
+class NvlsTree(Algorithm):
+    """NVLS inside each node, a double binary tree of each rail across nodes (see the module docstring)."""
+
+    name = "nvls_tree"
+    summary = "NCCL's NVLSTree: NVLink SHARP inside each node, a double binary tree per rail across (H100/H200/B200)"
+    kinds = ("all_reduce",)
+    topologies = ("nodes",)
+    nic_rings = False
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        why = super().unfit(kind, net, groups)
+        if why is not None:
+            return why
+        chip = getattr(net.chip, "name", None)
+        if chip not in NVLS_CHIPS:
+            return f"chip {chip!r} has no NVLink SHARP switch (NVLS chips: {', '.join(NVLS_CHIPS)})"
+        levels = two_levels(net, groups[0])
+        return levels if isinstance(levels, str) else None
+
+    def parts(self, kind: str, group: Group, multi_axis: str) -> int:
+        return 2 * CHUNKS
+
+    def build(self, job: Job, s: Schedule) -> None:
+        for group in job.groups:
+            lv = _levels(job.net, group)
+            rails = list(keys_where(lv.sizes, {}))
+            every = [lv.position[(k, b)] for k in range(lv.outer) for b in rails]
+            shard = {b: [lv.position[(k, b)] for k in range(lv.outer)] for b in rails}
+            sw = {k: _switch(job.net, lv.device[(k, rails[0])]) for k in range(lv.outer)}
+            order: dict[Any, int] = {}  # a link's previous chunk (link order: chunks cross it one after another)
+            for c in range(CHUNKS):
+                tag = (id(group), c)
+                fetched = self._node_reduce(job, s, lv, rails, every, shard, sw, c, order, tag)
+                for t, parent in enumerate(trees(lv.outer, True)):
+                    for b in rails:
+                        what = keys(job, shard[b], [2 * c + t])
+                        done = self._tree(s, lv, b, parent, what, fetched, order, (*tag, t, b))
+                        for k in range(lv.outer):
+                            self._multicast(s, lv, rails, k, b, sw[k], what, done[k], (*tag, t))
+
+    @staticmethod
+    def _node_reduce(job: Job, s: Schedule, lv: Levels, rails: list, every: list, shard: dict, sw: dict, c: int,
+                     order: dict, tag: tuple) -> dict:
+        """Every GPU's chunk added into its node's switch; GPU b fetches shard b's node sum. (k, b) -> fetch."""
+        fetched = {}
+        for k in range(lv.outer):
+            into = []
+            for b in rails:
+                chip = lv.device[(k, b)]
+                deps = [order[("up", chip)]] if ("up", chip) in order else []
+                order[("up", chip)] = s.add(chip, sw[k], keys(job, every, [2 * c, 2 * c + 1]), "add", deps,
+                                            ("contribute", *tag), sw[k])
+                into.append(order[("up", chip)])
+            for b in rails:
+                chip = lv.device[(k, b)]
+                fetched[(k, b)] = s.add(sw[k], chip, keys(job, shard[b], [2 * c, 2 * c + 1]), "copy", into,
+                                        ("fetch", *tag), chip)
+        return fetched
+
+    @staticmethod
+    def _tree(s: Schedule, lv: Levels, b: tuple, parent: dict[int, int], what: Any, fetched: dict, order: dict,
+              tag: tuple) -> dict[int, list[int]]:
+        """One half up the tree of rail ``b``'s nodes (added) and back down; node -> what its final sum waits for."""
+        children: dict[int, list[int]] = {k: [] for k in range(lv.outer)}
+        for r, p in parent.items():
+            children[p].append(r)
+        dev = {k: lv.device[(k, b)] for k in range(lv.outer)}
+        sent: dict[int, int] = {}
+        tb = tag[-2:]  # (tree, rail): a tree edge of one rail is its own pair of links
+        depth = {k: _depth(parent, k) for k in range(lv.outer)}
+        for r in sorted(parent, key=lambda k: -depth[k]):
+            p = parent[r]
+            deps = [fetched[(r, b)], fetched[(p, b)], *(sent[x] for x in children[r])]
+            deps += [order[(r, p, *tb)]] if (r, p, *tb) in order else []
+            sent[r] = order[(r, p, *tb)] = s.add(dev[r], dev[p], what, "add", deps, ("tree up", *tag), dev[p])
+        root = next(k for k in range(lv.outer) if k not in parent)
+        done = {root: [fetched[(root, b)], *(sent[x] for x in children[root])]}
+        for r in sorted(parent, key=lambda k: depth[k]):
+            p = parent[r]
+            deps = done[p] + ([order[(p, r, *tb)]] if (p, r, *tb) in order else [])
+            down = order[(p, r, *tb)] = s.add(dev[p], dev[r], what, "copy", deps, ("tree down", *tag), dev[r])
+            done[r] = [down]
+        return done
+
+    @staticmethod
+    def _multicast(s: Schedule, lv: Levels, rails: list, k: int, b: tuple, sw: Any, what: Any, deps: list[int],
+                   tag: tuple) -> None:
+        """GPU (k, b) stores its final half through the switch, which copies it to the node's other GPUs."""
+        chip = lv.device[(k, b)]
+        stored = s.add(chip, sw, what, "copy", deps, ("store", *tag), sw)
+        for other in rails:
+            if other != b:
+                s.add(sw, lv.device[(k, other)], what, "copy", [stored], ("multicast", *tag), lv.device[(k, other)])
+
+    def closed_form(self, job: Job) -> float:
+        net, g = job.net, job.net.graph
+        lv = _levels(net, job.group)
+        m, rail = lv.inner, next(iter(keys_where(lv.sizes, {})))
+        chip = lv.device[(0, rail)]
+        sw = _switch(net, chip)
+        a, b = g.edges[chip, sw]["latency_s"], g.edges[chip, sw]["bandwidth_bytes_per_s"]
+        chunk = job.key_bytes * 2 * m * lv.outer  # one chunk of the whole array
+        shard, half = chunk / m, chunk / (2 * m)
+        dev = {k: lv.device[(k, rail)] for k in range(lv.outer)}
+        up: Counter = Counter()  # network link -> halves crossing it up the trees per chunk (both trees)
+        down: Counter = Counter()  # ... and down
+        routes = []
+        for parent in trees(lv.outer, True):
+            for r, p in parent.items():
+                routes += [edges(net, dev[r], dev[p]), edges(net, dev[p], dev[r])]
+                up.update(routes[-2])
+                down.update(routes[-1])
+        streams = up + down
+        hop = lambda x, y, load: route_latency(net, edges(net, x, y)) + max(  # noqa: E731
+            load[e] * half / g.edges[e]["bandwidth_bytes_per_s"] for e in edges(net, x, y))
+        deepest = max(_path(dev, parent, k, lambda x, y: hop(x, y, up) + hop(y, x, down))
+                      for parent in trees(lv.outer, True) for k in range(lv.outer))
+        first = (a + chunk / b) + (a + shard / b) + deepest + (a + shard / b) + (a + (m - 1) * shard / b)
+        network = max(route_latency(net, route) + max(streams[e] * half / g.edges[e]["bandwidth_bytes_per_s"]
+                                                       for e in route) for route in routes)
+        period = max(a + (chunk + shard) / b, a + chunk / b, network)
+        return first + (CHUNKS - 1) * period
+
+
+def _depth(parent: dict[int, int], k: int) -> int:
+    d = 0
+    while k in parent:
+        k, d = parent[k], d + 1
+    return d
+
+
+def _path(dev: dict[int, Any], parent: dict[int, int], k: int, cost: Any) -> float:
+    """Seconds of the hops from node ``k`` up to its tree's root and back, ``cost(chip, parent chip)`` each."""
+    total = 0.0
+    while k in parent:
+        total += cost(dev[k], dev[parent[k]])
+        k = parent[k]
+    return total
+
+
+NVLS_TREE = register(NvlsTree())
