@@ -115,3 +115,16 @@ def test_podsim_model_calibrated_adds_the_served_step_and_refuses_chips_without_
     assert err.count("\n") == 1 and "'tpu-v5e'" in err and "a100, h100, h200" in err
     assert main(["model", "llama-2-7b", "--chip", "tpu-v5e", "--weight-dtype", "int8", "--calibrated"]) == 0
     assert "served" not in capsys.readouterr().out  # no --engine: the TPU step keeps its calibrated mode alone
+
+
+@pytest.mark.benchmark
+def test_fit_script_reproduces_the_committed_serving_constants():
+    """``scripts/fit_decode.py`` rebuilds decode_calibration.json exactly (about 40 s: pytest -m benchmark)."""
+    import importlib.util
+
+    from simulator.hardware.calibration import DATA as data
+
+    spec = importlib.util.spec_from_file_location("fit_decode", data.parents[2] / "scripts" / "fit_decode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert json.loads(json.dumps(module.build())) == json.loads((data / "decode_calibration.json").read_text())
