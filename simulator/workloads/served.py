@@ -8,7 +8,7 @@ per-layer ops (`simulator.workloads.simulate.layer_ops`: weights, KV cache, FLOP
 chip's fitted factors (`simulator.hardware.decode_calibration`), per op::
 
     memory   = weights / (B * eta) * (1 + beta * log2(rows)) + KV read / (B * eta * alpha) + KV write / (B * eta)
-    compute  = FLOPs / (peak * epsilon[dtype])
+    compute  = useful FLOPs / (peak * epsilon[dtype])   (the fitted epsilon absorbs tile padding)
     op       = max(memory, compute)                   (streaming overlaps compute, as double buffering does)
     step     = sum of ops + layers * tau_layer
 
