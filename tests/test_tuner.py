@@ -51,11 +51,15 @@ def test_every_result_lists_each_applicable_algorithm_and_auto_runs_the_fastest(
     assert listed["line"] > 1.5 * listed["bidirectional"]
 
 
-def test_an_algorithm_asked_for_runs_and_the_alternatives_stay(capsys):
+def test_an_algorithm_asked_for_runs_priced_alone(capsys):
+    """A forced algorithm is the only one prepared and priced (auto lists every applicable one)."""
     data = _json(capsys, "collective", "all_gather", "--chip", "tpu-v5e", "--topology", "ring:8", "--bytes", "8MB",
                  "--algorithm", "line")
     assert data["algorithm"] == "line"
-    listed = {a["algorithm"]: a["time_s"] for a in data["alternatives"]}
+    assert [a["algorithm"] for a in data["alternatives"]] == ["line"]
+    assert data["alternatives"][0]["time_s"] == pytest.approx(7 * (A + 1e6 / B), rel=1e-12)
+    auto = _json(capsys, "collective", "all_gather", "--chip", "tpu-v5e", "--topology", "ring:8", "--bytes", "8MB")
+    listed = {a["algorithm"]: a["time_s"] for a in auto["alternatives"]}
     assert listed["line"] == pytest.approx(7 * (A + 1e6 / B), rel=1e-12)
     assert listed["bidirectional"] == pytest.approx(4 * A + 3.5 * 1e6 / B, rel=1e-12)
 

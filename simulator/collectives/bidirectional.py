@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from simulator.collectives.algorithm import register
 from simulator.collectives.ring import RingAlgorithm
 
@@ -66,6 +68,18 @@ class Bidirectional(RingAlgorithm):
         if not self.splits(n):
             return self.reduce_units(n, i, d, h)
         return (split if d == 1 else 1.0 - split) if h == 1 else 1.0 if h <= n // 2 else 0.0
+
+    def units_table(self, what: str, n: int, d: int, split: float = 0.5) -> np.ndarray:
+        """The same units at every position: `split_gather_units` / `split_reduce_units` of each step."""
+        steps = self.steps(n)
+        h = np.arange(1, steps + 1)
+        if not self.splits(n):
+            row = (h <= self.longest_chain(n)[d]).astype(float)
+        else:
+            half = split if d == 1 else 1.0 - split
+            whole, last = (h < n // 2, h == n // 2) if what == "ag" else ((h > 1) & (h <= n // 2), h == 1)
+            row = np.where(whole, 1.0, np.where(last, half, 0.0))
+        return np.broadcast_to(row, (n, steps))
 
 
 BIDIRECTIONAL = register(Bidirectional())

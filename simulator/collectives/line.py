@@ -10,6 +10,8 @@ serves the chains in a fixed order (farthest owner first), which keeps it at n -
 """
 from __future__ import annotations
 
+import numpy as np
+
 from simulator.collectives.algorithm import TOPOLOGY_KINDS, register
 from simulator.collectives.ring import RingAlgorithm
 
@@ -41,6 +43,16 @@ class Line(RingAlgorithm):
     def reduce_units(self, n: int, i: int, d: int, h: int) -> float:
         # each link serves the owners ahead of it farthest first, so it is busy in a phase's last steps
         return 1.0 if self.steps(n) - self.reduce_load(n, i, d) < h <= self.steps(n) else 0.0
+
+    def units_table(self, what: str, n: int, d: int, split: float = 0.5) -> np.ndarray:
+        """AllGather: link i -> i + d busy in the first `gather_load` steps; ReduceScatter: in the last
+        `reduce_load` (rows past a line's end are whatever the formula gives: no link runs there)."""
+        steps, i = self.steps(n), np.arange(n)[:, None]
+        h = np.arange(1, steps + 1)[None, :]
+        if what == "ag":
+            return (h <= (i + 1 if d == 1 else n - i)).astype(float)
+        load = n - 1 - i if d == 1 else i
+        return ((steps - load < h) & (h <= steps)).astype(float)
 
     def all_to_all_units(self, n: int, i: int, d: int, h: int) -> float:
         ahead = n - 1 - i if d == 1 else i  # targets beyond the link; a chain from each source behind it

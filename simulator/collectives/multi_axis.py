@@ -115,10 +115,18 @@ class _Pricer:
         if key not in self.profiles:
             rings = [groups[0].ring(tuple(0 for _ in job.group.sizes), a) for groups in job.rings]
             per_step = algorithm.split_gather_units if what == "ag" else algorithm.split_reduce_units
+            table = _table(algorithm, what, split)
             self.profiles[key] = chain_phase_profile(job.net, rings, algorithm.closed,
                                                      algorithm.steps(job.group.sizes[a]),
-                                                     lambda n, i, d, h: per_step(n, i, d, h, split))
+                                                     lambda n, i, d, h: per_step(n, i, d, h, split), table)
         return self.profiles[key].time(sum(units) * unit_bytes)
+
+
+def _table(algorithm: Any, what: str, split: float) -> Any:
+    """The algorithm's whole-phase units table for `chain_phase_profile` (None: it has none)."""
+    if algorithm.units_table(what, 2, 1, split) is None:
+        return None
+    return lambda n, d: algorithm.units_table(what, n, d, split)
 
 
 # -- schedule ------------------------------------------------------------------------------------------

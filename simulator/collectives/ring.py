@@ -10,6 +10,8 @@ algorithm (``fallback``) there.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from simulator.collectives import all_to_all, broadcast, multi_axis
 from simulator.collectives.algorithm import KINDS, Algorithm, Job, get_algorithm
 from simulator.collectives.groups import Group
@@ -93,6 +95,12 @@ class RingAlgorithm(Algorithm):
     def split_reduce_units(self, n: int, i: int, d: int, h: int, split: float = 0.5) -> float:
         """`reduce_units` of the chains of `reduce_chains`, a bundle's first half being ``split`` of it."""
         return self.reduce_units(n, i, d, h)
+
+    def units_table(self, what: str, n: int, d: int, split: float = 0.5) -> np.ndarray | None:
+        """`split_gather_units` (``what="ag"``) or `split_reduce_units` (``"rs"``) of every position (rows)
+        at every step h = 1..`steps` (columns) at once, or None where the algorithm has no such formula
+        (each entry is then evaluated alone)."""
+        return None
 
     def phase_load(self, n: int) -> float:
         """Bundles the busiest ring link carries over a whole AllGather phase of `gather_chains` on ``n``

@@ -19,11 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from simulator.collectives.groups import Ring
 from simulator.engine.network import Network
 
 Units = Callable[[int, int, int, int], float]
 """(ring size n, position i, direction d, step h) -> units ring link i -> i+d carries at step h (0: idle)."""
+Table = Callable[[int, int], "np.ndarray"]
+"""(ring size n, direction d) -> `Units` of every position (rows) at every step h = 1.. (columns) at once."""
 
 
 def step_edges(net: Network, ring: Ring, i: int, d: int) -> list[tuple[Any, Any]]:
@@ -72,43 +76,115 @@ class PhaseProfile:
         return max(slowest, unit_bytes * self.busiest)
 
 
-def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: int, units: Units) -> PhaseProfile:
-    """The `PhaseProfile` of chains run along ``rings`` at once (see `chain_phase_time`)."""
-    step_units: dict[tuple[int, Any], float] = defaultdict(float)  # (step, physical link) -> units
-    laid = []
+def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: int, units: Units,
+                        table: Table | None = None) -> PhaseProfile:
+    """The `PhaseProfile` of chains run along ``rings`` at once (see `chain_phase_time`).
+
+    ``table(n, d)`` (optional) gives ``units(n, i, d, h)`` for every position i and step h = 1..steps as
+    an (n, steps) array at once; without it each entry is evaluated through ``units``. Ring links whose
+    steps carry the same units share a row and physical links carrying the same rows share a load, so
+    the work in Python grows with the ring's positions, and only numpy's with positions times steps.
+    """
+    if steps <= 0 or not rings:
+        return PhaseProfile((), 0.0)
+    tables: dict[tuple[int, int], np.ndarray] = {}
+    rows: list[np.ndarray] = []  # distinct per-step unit rows of ring links
+    row_of: dict[bytes, int] = {}
+    laid = []  # per ring and direction: (n, d, row id, route) of each position (row -1: no such link)
     for ring in rings:
         n = len(ring.devices)
-        links = ring_links(n, closed)
-        route = {(i, d): step_edges(net, ring, i, d) for i, d in links}
-        carried = {(i, d, h): units(n, i, d, h) for i, d in links for h in range(1, steps + 1)}
-        for (i, d, h), c in carried.items():
-            for e in route[(i, d)]:
-                step_units[(h, e)] += c
-        latency = {key: route_latency(net, edges) for key, edges in route.items()}
-        laid.append((n, route, latency, carried))
-    bw = {e: net.graph.edges[e]["bandwidth_bytes_per_s"] for _, e in step_units}
-    per_byte = {(h, e): u / bw[e] for (h, e), u in step_units.items()}  # seconds per unit byte, per step
-    work: dict[Any, float] = defaultdict(float)
-    for (_, e), t in per_byte.items():
-        work[e] += t
-    chains = {c for n, route, latency, carried in laid for c in _chains(n, route, latency, carried, steps, per_byte)}
-    return PhaseProfile(tuple(sorted(chains)), max(work.values(), default=0.0))
+        for d in (1, -1):
+            if (n, d) not in tables:
+                tables[(n, d)] = _table(units, table, n, d, steps)
+            ids, routes = [], []
+            for i in range(n):
+                if not (closed or 0 <= i + d < n):
+                    ids.append(-1)
+                    routes.append([])
+                    continue
+                row = tables[(n, d)][i]
+                ids.append(row_of.setdefault(row.tobytes(), len(row_of)))
+                if ids[-1] == len(rows):
+                    rows.append(row)
+                routes.append(step_edges(net, ring, i, d))
+            laid.append((n, d, ids, routes))
+    users: dict[Any, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # physical link -> row -> count
+    for _, _, ids, routes in laid:
+        for r, edges in zip(ids, routes, strict=True):
+            for e in edges:
+                users[e][r] += 1
+    loads: list[np.ndarray] = []  # units a physical link carries at each step, one per distinct mix of rows
+    load_of: dict[tuple[tuple[int, int], ...], int] = {}
+    per_byte_of: dict[Any, tuple[int, float]] = {}  # physical link -> (its load, its bandwidth)
+    work = 0.0
+    for e, counts in users.items():
+        key = tuple(sorted(counts.items()))
+        if key not in load_of:
+            load_of[key] = len(loads)
+            loads.append(sum(c * rows[r] for r, c in key))
+        bw = net.graph.edges[e]["bandwidth_bytes_per_s"]
+        per_byte_of[e] = (load_of[key], bw)
+        work = max(work, float(loads[load_of[key]].sum()) / bw)
+    chains: set[tuple[float, float]] = set()
+    steady = all(np.all(row == row[0]) for row in rows) and steps <= min(len(r.devices) for r in rings)  # alike steps
+    for n, d, ids, routes in laid:
+        if all(r < 0 or not np.any(rows[r] > 0) for r in ids):
+            chains.add((0.0, 0.0))  # nothing goes this way
+            continue
+        hop = _hop_rows(routes, per_byte_of, loads, 1 if steady else steps)
+        latency = np.array([route_latency(net, edges) for edges in routes])
+        active = np.array([rows[r][:hop.shape[1]] > 0 if r >= 0 else np.zeros(hop.shape[1], bool) for r in ids])
+        walk = _steady_chains if steady else _chains
+        chains.update(zip(*walk(n, d, steps, active, hop, latency), strict=True))
+    return PhaseProfile(tuple(sorted(chains)), work)
 
 
-def _chains(n: int, route: dict[tuple[int, int], list[Any]], latency: dict[tuple[int, int], float],
-            carried: dict[tuple[int, int, int], float], steps: int,
-            per_byte: dict[tuple[int, Any], float]) -> list[tuple[float, float]]:
-    """(latency, seconds per unit byte) of every chain of one ring (see `chain_phase_time`)."""
+def _chains(n: int, d: int, steps: int, active: np.ndarray, hop: np.ndarray,
+            latency: np.ndarray) -> tuple[list[float], list[float]]:
+    """(latency, seconds per unit byte) of the chain from every origin: it goes on while its next link is
+    busy at the next step (``active``, ``hop``: position x step)."""
+    cols = np.arange(steps)[None, :]
+    pos = (np.arange(n)[:, None] + d * cols) % n  # (chain origin, step) -> position
+    alive = np.cumprod(active[pos, cols], axis=1)
+    return (alive * latency[pos]).sum(axis=1).tolist(), (alive * hop[pos, cols]).sum(axis=1).tolist()
+
+
+def _steady_chains(n: int, d: int, steps: int, active: np.ndarray, hop: np.ndarray,
+                   latency: np.ndarray) -> tuple[list[float], list[float]]:
+    """`_chains` where every step is alike (one column): a chain from o crosses the positions o, o + d, ...
+    up to its first idle link or ``steps`` of them, summed from prefix sums of the ring walked twice."""
+    order = np.arange(n) if d == 1 else np.arange(n)[::-1]  # walking index j -> position
+    busy = active[order, 0]
+    idle_at = np.append(np.flatnonzero(~np.concatenate([busy, busy])), 2 * n)  # 2n: never idle
+    start = np.arange(n)
+    length = np.minimum(steps, idle_at[np.searchsorted(idle_at, start)] - start)  # up to the first idle link
     out = []
-    for origin, d in ((o, d) for o in range(n) for d in (1, -1)):
-        total, slope, i = 0.0, 0.0, origin
-        for h in range(1, steps + 1):
-            if carried.get((i, d, h), 0.0) <= 0:
-                break
-            total += latency[(i, d)]
-            slope += max(per_byte[(h, e)] for e in route[(i, d)])
-            i = (i + d) % n
-        out.append((total, slope))
+    for values in (latency[order], hop[order, 0]):
+        prefix = np.concatenate([[0.0], np.cumsum(np.concatenate([values, values]))])
+        out.append((prefix[start + length] - prefix[start]).tolist())
+    back = np.empty(n, int)
+    back[order] = start  # position -> walking index of the chain starting there
+    return [out[0][j] for j in back], [out[1][j] for j in back]
+
+
+def _table(units: Units, table: Table | None, n: int, d: int, steps: int) -> np.ndarray:
+    """``units(n, i, d, h)`` for i = 0..n-1 (rows) and h = 1..steps (columns)."""
+    if table is not None:
+        return np.broadcast_to(np.asarray(table(n, d), dtype=float), (n, steps))
+    return np.array([[units(n, i, d, h) for h in range(1, steps + 1)] for i in range(n)], dtype=float)
+
+
+def _hop_rows(routes: list[list[Any]], per_byte_of: dict[Any, tuple[int, float]], loads: list[np.ndarray],
+              steps: int) -> np.ndarray:
+    """Seconds per unit byte of each position's hop at each step: its route's busiest link then."""
+    made: dict[tuple[tuple[int, float], ...], np.ndarray] = {}
+    out = np.zeros((len(routes), steps))
+    for i, edges in enumerate(routes):
+        key = tuple(sorted({per_byte_of[e] for e in edges}))
+        if key and key not in made:
+            made[key] = np.max([loads[load] / bw for load, bw in key], axis=0)
+        if key:
+            out[i] = made[key][:steps]
     return out
 
 

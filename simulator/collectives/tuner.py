@@ -1,9 +1,11 @@
 """Choosing an algorithm: every applicable one priced by its own closed form, the fastest run (as NCCL's tuner).
 
-`tune` prepares a job for each algorithm that can run the collective (`Algorithm.unfit` is None and its
-job can be made, e.g. numeric data splits into its pieces), prices it with `Algorithm.closed_form` and
-returns the job of the algorithm asked for -- or, for ``auto``, of the fastest (ties: the first by name)
--- beside every alternative's predicted time. On a calibrated GPU system ``price`` prices each algorithm
+For ``auto``, `tune` prepares a job for each algorithm that can run the collective (`Algorithm.unfit` is
+None and its job can be made, e.g. numeric data splits into its pieces), prices it with
+`Algorithm.closed_form` and returns the job of the fastest (ties: the first by name) beside every
+alternative's predicted time. An algorithm asked for by name is the only one prepared and priced (its
+alternatives then list it alone): on a thousand GPUs pricing every other algorithm costs seconds that
+a forced choice does not need (``auto`` shows them all). On a calibrated GPU system ``price`` prices each algorithm
 with every NCCL protocol it can use instead (`simulator.collectives.protocol.calibrated_price`): the
 choice then names a protocol, and each alternative lists its fastest protocol and every protocol's time.
 """
@@ -25,13 +27,14 @@ class Choice:
 
     algorithm: Algorithm
     job: Job
-    alternatives: list[dict[str, Any]]  #: ``{"algorithm": name, "time_s": closed form}``, fastest first
+    alternatives: list[dict[str, Any]]  #: ``{"algorithm": name, "time_s": closed form}``, fastest first (auto)
     protocol: str | None = None  #: the NCCL protocol priced fastest (None: ideal links, or no protocols here)
 
 
 def tune(name: str, kind: str, net: Network, groups: list[Group], make_job: Callable[[Algorithm], Job],
          price: Callable[[Algorithm, Job], tuple[float, str, dict[str, float]]] | None = None) -> Choice:
-    """The job of algorithm ``name`` (``auto``: the fastest by closed form) and the alternatives.
+    """The job of algorithm ``name`` (``auto``: the fastest by closed form) and the alternatives priced
+    (``auto``: every applicable algorithm; a name: that one).
 
     ``make_job`` builds and prepares a job for an algorithm, raising `PodsimError` where it cannot
     (that algorithm is then no alternative; asked for by name, its error is raised). ``price`` (None: the
@@ -41,7 +44,7 @@ def tune(name: str, kind: str, net: Network, groups: list[Group], make_job: Call
         choose(name, kind, net, groups)  # an algorithm that does not apply: say which ones do
     jobs: dict[str, Job] = {}
     errors: dict[str, PodsimError] = {}
-    for fit in applicable(kind, net, groups):
+    for fit in applicable(kind, net, groups) if name == AUTO else [name]:
         try:
             jobs[fit] = make_job(get_algorithm(fit))
         except PodsimError as err:

@@ -7,6 +7,8 @@ nodes), where a chip has one port and both directions of a bidirectional ring wo
 """
 from __future__ import annotations
 
+import numpy as np
+
 from simulator.collectives.algorithm import register
 from simulator.collectives.ring import RingAlgorithm
 
@@ -26,6 +28,10 @@ class Unidirectional(RingAlgorithm):
 
     def gather_load(self, n: int, i: int, d: int) -> int:
         return n - 1 if d == 1 else 0
+
+    def units_table(self, what: str, n: int, d: int, split: float = 0.5) -> np.ndarray:
+        """Every link one way carries a shard at each of the n - 1 steps; the other way none."""
+        return np.full((n, self.steps(n)), 1.0 if d == 1 else 0.0)
 
 
 UNIDIRECTIONAL = register(Unidirectional())

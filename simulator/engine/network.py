@@ -29,6 +29,7 @@ import simpy
 
 from simulator import analytic
 from simulator.engine.channel import Channel
+from simulator.engine.routing import QuickestPaths
 from simulator.engine.trace import Trace
 from simulator.errors import PodsimError
 from simulator.units import MAX_BYTES, check_bytes, positive, positive_int
@@ -57,6 +58,7 @@ class Network:
         self._latency: Any = None  # (kind, nominal latency) -> seconds a hop (a calibrated protocol)
         self._link_cache: dict[tuple[Any, Any, bool], tuple[list[list[Channel]], list[tuple[str, int]]]] = {}
         self._routes: dict[tuple[Any, Any, bool], list[list[Any]]] = {}
+        self._quickest = QuickestPaths(graph, _route_cost)  # many routes from one source: one search
         self._plain_routes: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> plain channels or None (`delivery`)
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
@@ -135,7 +137,7 @@ class Network:
                 self._routes[key] = self._fault_routes(src, dst, multipath)
             else:
                 self._routes[key] = self._grid_routes(src, dst, multipath) if self.grid else \
-                    [nx.shortest_path(self.graph, src, dst, weight=_route_cost)]
+                    [self._quickest.path(src, dst) or nx.shortest_path(self.graph, src, dst, weight=_route_cost)]
         return self._routes[key]
 
     def _fault_routes(self, src: Any, dst: Any, multipath: bool) -> list[list[Any]]:
