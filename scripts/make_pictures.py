@@ -8,7 +8,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from scenarios import collective_matmul, collective_sweep, double_buffer, matmul_roofline, straggler_tail, weight_reuse
+from scenarios import (
+    collective_matmul,
+    collective_sweep,
+    double_buffer,
+    matmul_roofline,
+    mfu_vs_slices,
+    straggler_tail,
+    weight_reuse,
+)
 from simulator.collectives import run_collective
 from simulator.engine.system import System
 from simulator.hardware.specs import get_chip
@@ -56,6 +64,7 @@ def make(out: Path, quick: bool = False) -> list[Path]:
                               out / "straggler_tail.png", DPI))
     written.append(_fault_tail(out / "fault_tail.png", samples=10 if quick else 100))
     written.append(_algorithm_curves(out / "allreduce_algorithms.png", step=4 if quick else 1))
+    written.append(mfu_vs_slices.draw(mfu_vs_slices.run(), out / "mfu_vs_slices.png", DPI))
     return written
 
 

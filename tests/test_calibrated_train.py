@@ -49,6 +49,8 @@ def test_overlap_rule_by_hand():
     # tensor-parallel collectives wait on the layer: added, unless overlapped (collective matmul)
     assert overlapped_layers_s(3, 1.0, 0.5, 0.3) == pytest.approx((3 * 1.3 + 0.5, 3 * 0.3 + 0.5))
     assert overlapped_layers_s(3, 1.0, 0.5, 0.3, tp_overlapped=True) == pytest.approx((3.5, 0.5))
+    # overlapping is not free: each layer pays interference x the shorter side (0.2 x 0.5 s)
+    assert overlapped_layers_s(3, 1.0, 0.5, 0.0, interference=0.2) == pytest.approx((3 * 1.1 + 0.5, 3 * 0.1 + 0.5))
 
 
 def test_ring_times_by_hand():
@@ -148,3 +150,34 @@ def test_state_that_does_not_fit_gives_its_numbers():
     gib = big.params() * 16 / 16 / 2**30  # weights, grads, moments and master: 16 B per parameter over 16 chips
     assert "16.0 GiB" in text and "fsdp" in text and "\n" not in text
     assert math.floor(gib) <= float(text.split(" needs ")[1].split(" GiB")[0])
+
+
+def test_mfu_vs_slices_scenario(tmp_path):
+    from scenarios import mfu_vs_slices
+
+    r = mfu_vs_slices.run(models=("maxtext-16b", "maxtext-128b"), slices=(1, 4, 32), plot=str(tmp_path / "m.png"))
+    for points in r.extra["curves"].values():
+        mfus = [p["mfu_published_convention"] for p in points]
+        assert mfus[0] > mfus[1] > mfus[2] and points[0]["dcn_s"] == 0 < points[1]["dcn_s"] < points[2]["dcn_s"]
+    published = r.extra["published"]
+    assert len(published) == 12 and {p["set"] for p in published} == {"fit", "held out"}
+    assert (tmp_path / "m.png").stat().st_size > 1000 and r.extra["calibrated"]
+    ideal = mfu_vs_slices.run(chip="h100", models=("maxtext-16b",), slices=(1, 2))
+    assert not ideal.extra["calibrated"] and "IDEAL" in ideal.headline and ideal.extra["published"] == []
+    with pytest.raises(PodsimError, match="maxtext-16b"):
+        mfu_vs_slices.run(models=("gpt-5",))
+
+
+
+def test_fitting_script_reproduces_the_committed_constants():
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from simulator.hardware.train_calibration import TRAIN_JSON
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "fit_train_calibration.py"
+    spec = importlib.util.spec_from_file_location("fit_train_calibration", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert json.loads(json.dumps(module.build())) == json.loads(TRAIN_JSON.read_text())

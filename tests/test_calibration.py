@@ -98,11 +98,15 @@ def test_nccl_style_rings_spread_a_two_node_ring_over_every_nic():
 
 TARGET = 0.10  # issue 9: <= 10% geometric-mean error on collectives from 1 MiB up and on large matmuls
 MEETS = ("matmul, H100 bf16 square", "AllReduce, 8 x A100 NVLink (nccl-tests)",
-         "AllReduce, 8 x H100 NVLS (nccl-tests)")
+         "AllReduce, 8 x H100 NVLS (nccl-tests)", "Serving decode, one GPU (tensorrt-llm)",
+         "Training step MFU, TPU (published runs)")
 MISSES = ("AllReduce, A100 one node (PyTorch)", "AllReduce, A100 two nodes (PyTorch)",
-          "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)")
+          "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
+          "Serving decode, batch 32-64, one GPU (tensorrt-llm)", "Serving decode, one GPU (vllm)",  # test_served
+          "Serving prefill (first token), one GPU (tensorrt-llm)", "Serving decode, one GPU (gpt-fast)")
 HELD_OUT_WHOLE = ("AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)",
-                  "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)")
+                  "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
+                  "Serving decode, batch 32-64, one GPU (tensorrt-llm)")
 FIT_WHOLE = ("AllGather, TPU v5e ICI (the book's profiles)",)  # two measurements, two constants
 
 
@@ -125,6 +129,8 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
     for name in ("h100_nvls_allreduce_busbw.csv", "h200_nvls_allreduce_busbw.csv", "tpu_v5e_book_allgather.csv"):
         rows[name] = len(list(csv.DictReader((DATA / "calibration" / name).open())))  # NVLS: both sides of 1 MiB
     rows["h100x4_ring_allreduce_busbw.csv"] = 6 - 1  # the Simple row is the protocols' denominator, not a case
+    rows["decode_latency.csv"] = len(list(csv.DictReader((DATA / "calibration" / "decode_latency.csv").open())))
+    rows["tpu_training_mfu.csv"] = len(list(csv.DictReader((DATA / "calibration" / "tpu_training_mfu.csv").open())))
     assert len(result["cases"]) == sum(rows.values())  # no measurement dropped
     families = result["families"]
     assert sorted(families) == sorted(set((*MEETS, *MISSES, *HELD_OUT_WHOLE, *FIT_WHOLE)))

@@ -225,11 +225,18 @@ NOTES = {
 
 def validate() -> dict[str, Any]:
     """Run every case; return the cases and the per-family summary (JSON-ready)."""
+    from simulator.frontend.validate_train import FAMILY, NOTE, training_cases
+
     cases = (matmul_cases() + nccl_cases() + nvls_cases() + nvls_small_cases() + h100_ring_cases() + tpu_cases()
-             + pytorch_cases())
+             + pytorch_cases() + training_cases())
+    NOTES.setdefault(FAMILY, NOTE)
+    from simulator.frontend import validate_decode  # serving: published single-GPU decode / prefill
+
+    cases += validate_decode.decode_cases(Case)
     return {"cases": [{"family": c.family, "case": c.name, "measured": c.measured, "predicted": c.predicted,
                        "unit": c.unit, "error": c.error, "set": "held out" if c.held_out else "fit"} for c in cases],
-            "families": summarize(cases), "target_error": TARGET_ERROR, "notes": NOTES}
+            "families": summarize(cases), "target_error": TARGET_ERROR,
+            "notes": {**NOTES, **validate_decode.NOTES}}
 
 
 def render(result: dict[str, Any]) -> str:

@@ -12,12 +12,12 @@ from simulator.workloads.plans.published import published_runs
 
 FAMILY = "Training step MFU, TPU (published runs)"
 
-NOTE = ("whole training steps (`podsim model --mode train --calibrated`): five constants fitted to 9 published runs "
-        "(MXU share and its shape dependence, flash attention's share, DCN efficiency and per-ring-step cost), 22 held "
-        "out. Worst held out: v5p 512B with full remat (MaxText prints 64% MFU, i.e. 85% of peak counting the "
-        "recomputed forward; podsim's full remat plus exposed tensor-parallel AllReduces gives 53%) and v5e 128B on "
-        "4-16 slices (tensor-parallel 16 with host-offloaded remat: the published MFU barely falls from 1 to 2 slices, "
-        "where podsim's unhidden DCN AllReduce of a 2 GB gradient shard costs 14%)")
+NOTE = ("whole training steps (`podsim model --mode train --calibrated`): six constants fitted to 9 published "
+        "runs (MXU share and its shape dependence, flash attention's share, what overlapped FSDP collectives still "
+        "cost, DCN efficiency and per-ring-step cost), 22 held out. Worst held out: v5p 512B with full remat "
+        "(MaxText prints 64% MFU, i.e. 85% of peak counting the recomputed forward; podsim's full remat plus exposed "
+        "tensor-parallel AllReduces gives 53%) and v5e 32B (7-8% slow on every slice count: MaxText prints 6-7 points "
+        "more MFU for 32B than for 16B or 64B, which podsim's per-matmul and per-layer costs do not reproduce)")
 
 
 def training_cases() -> list[Case]:

@@ -3,9 +3,10 @@
 ``simulator/hardware/data/train_calibration.json`` is written by ``scripts/fit_train_calibration.py``
 from ``data/calibration/tpu_training_mfu.csv`` (published MFU of real TPU runs). It holds the few
 constants the step model (`simulator.workloads.plans.calibrated`) fits -- MXU efficiency and its
-shape dependence, flash attention's share of the MXU peak, DCN efficiency and per-ring-step cost,
-a fixed per-step overhead -- plus the fit errors, and the chips the model is calibrated for. HBM and
-ICI efficiencies come from the chip's `Calibration` (``calibration.json``).
+shape dependence, flash attention's share of the MXU peak, what overlapped collectives still cost,
+DCN efficiency and per-ring-step cost, a fixed per-step overhead -- plus the fit errors, and the
+chips the model is calibrated for. HBM and ICI efficiencies come from the chip's `Calibration`
+(``calibration.json``).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class StepConstants:
     flash_fraction: float = 1.0  #: share of the MXU peak flash attention's block matmuls reach
     hbm_fraction: float = 1.0  #: share of HBM bandwidth streaming work reaches (from calibration.json)
     ici_fraction: float = 1.0  #: share of ICI link rate collectives reach (from calibration.json)
+    overlap_interference: float = 0.0  #: share of an overlapped collective's time compute still pays (HBM contention)
     dcn_fraction: float = 1.0  #: share of the per-chip DCN rate the cross-slice gradient AllReduce reaches
     dcn_step_s: float = 0.0  #: fixed seconds per step of the cross-slice ring (synchronisation across slices)
     step_overhead_s: float = 0.0  #: fixed seconds per training step (host dispatch, metrics)

@@ -21,10 +21,11 @@ ICI inside a slice), MaxText-style. Every factor is a named number of seconds in
 - ``exposed_ici_s``: FSDP AllGathers (forward, and again backward) and gradient ReduceScatters, and
   tensor-parallel AllReduces of [tokens, d] (2 forward, 2 backward, 2 more when the forward is
   recomputed). FSDP collectives overlap compute as XLA's async collective fusion does: a layer takes
-  max(compute, fsdp collectives of the next layer), and the first gather and the last reduce-scatter
-  are exposed. Tensor-parallel AllReduces wait on the layer's own outputs, so they add to it, unless
-  ``tp_overlap`` (collective matmuls) puts them beside the compute too (fsdp and model use different
-  torus axes);
+  max(compute, fsdp collectives of the next layer) plus ``overlap_interference`` x the smaller of the
+  two (an overlapped collective still slows the compute: they share HBM), and the first gather and
+  the last reduce-scatter are exposed. Tensor-parallel AllReduces wait on the layer's own outputs,
+  so they add to it, unless ``tp_overlap`` (collective matmuls) puts them beside the compute too
+  (fsdp and model use different torus axes);
 - ``optimizer_s``: AdamW over the local shard, HBM-bound (`adamw_bytes_per_param`);
 - ``dcn_s``: the gradient shard AllReduced across slices, a ring over DCN at ``dcn_fraction`` of the
   chip's DCN rate plus ``dcn_step_s`` per ring step, after the backward pass (not hidden);
@@ -42,7 +43,6 @@ from dataclasses import asdict
 from typing import Any
 
 from simulator import analytic
-from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.hardware.train_calibration import IDEAL, StepConstants, step_constants
 from simulator.workloads.budget import kv_heads_per_chip
@@ -140,12 +140,14 @@ def ring_time_s(kind: str, nbytes: float, n: int, bandwidth: float, hops: int, h
 
 
 def overlapped_layers_s(n_layers: int, compute: float, fsdp_comm: float, tp_comm: float,
-                        tp_overlapped: bool = False) -> tuple[float, float]:
+                        tp_overlapped: bool = False, interference: float = 0.0) -> tuple[float, float]:
     """(total, exposed) seconds of ``n_layers`` alike layers whose fsdp collectives (for the next layer)
     run beside ``compute``; the fsdp collectives of the first layer are not hidden (the first gather, or
-    the last reduce-scatter). Tensor-parallel collectives wait on the layer's own results: exposed, or
-    beside the compute as well when ``tp_overlapped`` (collective matmuls)."""
-    per = max(compute, fsdp_comm, tp_comm) if tp_overlapped else max(compute, fsdp_comm) + tp_comm
+    the last reduce-scatter); overlapping costs ``interference`` x the shorter of compute and collectives.
+    Tensor-parallel collectives wait on the layer's own results: exposed, or beside the compute as well
+    when ``tp_overlapped`` (collective matmuls)."""
+    hidden = [fsdp_comm, tp_comm] if tp_overlapped else [fsdp_comm]
+    per = max(compute, *hidden) + interference * min(compute, max(hidden)) + (0.0 if tp_overlapped else tp_comm)
     total = n_layers * per + fsdp_comm
     return total, total - n_layers * compute
 
@@ -165,11 +167,12 @@ def _check(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOp
         per = mem["memory_per_chip"]
         parts = ", ".join(f"{k.removesuffix('_bytes')} {per[k] / GiB:.1f}" for k in
                           ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "temporary_bytes"))
-        raise PlanError(f"{cfg.name} on {plan.chips} {chip.name} chips ({plan.text}, batch {batch} x {seq}, checkpoint "
+        chips = f"{plan.chips} {chip.name} chip{'s' if plan.chips > 1 else ''}"
+        raise PlanError(f"{cfg.name} on {chips} ({plan.text}, batch {batch} x {seq}, checkpoint "
                         f"{opts.checkpoint}) needs {mem['memory_per_chip_bytes'] / GiB:.1f} GiB per chip ({parts} GiB) "
                         f"but a chip holds {mem['hbm_capacity_bytes'] / GiB:.1f} GiB; what would fit: more fsdp chips "
-                        f"(the state alone needs {mem['min_chips']} chips), a smaller batch, or "
-                        "--checkpoints-per-layer full")
+                        f"(the whole state needs the HBM of at least {mem['min_chips']}), a smaller batch"
+                        + (", or --checkpoints-per-layer full" if opts.checkpoint != "full" else ""))
     return mem
 
 
@@ -218,9 +221,10 @@ def step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: T
     rs = ici("reduce_scatter", "fsdp", layer_w, f) if f > 1 and opts.zero >= 2 else 0.0
     tp_one = ici("all_reduce", "model", t * d * e_a, m)
     recomputes_tp = policy == "full"
-    total_f, exp_f = overlapped_layers_s(cfg.n_layers, fwd, ag, 2 * tp_one, opts.tp_overlap)
+    total_f, exp_f = overlapped_layers_s(cfg.n_layers, fwd, ag, 2 * tp_one, opts.tp_overlap,
+                                         c.overlap_interference)
     total_b, exp_b = overlapped_layers_s(cfg.n_layers, bwd, ag + rs, (4 if recomputes_tp else 2) * tp_one,
-                                         opts.tp_overlap)
+                                         opts.tp_overlap, c.overlap_interference)
     per_micro = total_f + total_b + head
     shard = cfg.params() / (m * (f if opts.zero >= 1 else 1))
     once = 0.0  # ZeRO-1/2: reduce-scatter (1) once and re-gather the updated weights once, exposed
@@ -274,10 +278,31 @@ def calibrated_train_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan
             "memory_per_chip_bytes": mem["memory_per_chip_bytes"], "fits": mem["fits"]}
 
 
-def check_calibrated_chip(chip: ChipSpec) -> None:
-    """`PodsimError` (one line, naming the covered chips) unless ``chip`` has a calibrated training model."""
-    step_constants(chip.name)
+def slice_shape_for(topology: str | None, plan: MeshPlan) -> tuple[int, ...] | None:
+    """The slice shape ``--topology`` names (``multislice:K:AxB`` with K = data, ``slice:AxB``), or None."""
+    if not topology:
+        return None
+    parts = topology.split(":")
+    if parts[0] == "multislice" and len(parts) == 3 and parts[1].isdigit() and int(parts[1]) != plan.size("data"):
+        raise PlanError(f"--topology {topology} has {parts[1]} slices but the mesh has data={plan.size('data')}; the "
+                        f"calibrated step puts the data axis across slices: use multislice:{plan.size('data')}:"
+                        f"{parts[-1]}")
+    try:
+        return tuple(int(x) for x in parts[-1].split("x"))
+    except ValueError:
+        return None
 
 
-__all__ = ["PodsimError", "adamw_bytes_per_param", "axis_bandwidths", "calibrated_train_step", "flash_pairs",
-           "overlapped_layers_s", "ring_time_s", "step_factors"]
+def breakdown_lines(cal: dict[str, Any]) -> list[str]:
+    """The calibrated step as text: step, MFU, each factor beside its ideal seconds."""
+    ideal = cal["ideal"]
+    lines = [f"calibrated whole step (published TPU runs): {cal['step_time_s']:.4g} s, MFU {cal['mfu']:.1%} "
+             f"(ideal {ideal['step_time_s']:.4g} s, MFU {ideal['mfu']:.1%}); {cal['slices']} slice(s) of "
+             f"{'x'.join(map(str, cal['slice_shape']))}"]
+    lines += [f"  {name.removesuffix('_s'):<12} {sec:>10.4g} s   ideal {ideal['factors'][name]:>10.4g} s"
+              for name, sec in cal["factors"].items()]
+    return lines
+
+
+__all__ = ["adamw_bytes_per_param", "axis_bandwidths", "breakdown_lines", "calibrated_train_step", "flash_pairs",
+           "overlapped_layers_s", "ring_time_s", "slice_shape_for", "step_factors"]
