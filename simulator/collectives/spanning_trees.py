@@ -57,6 +57,7 @@ from collections import defaultdict
 from functools import lru_cache
 from typing import Any
 
+from simulator.collectives import tree_gather
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
@@ -209,9 +210,10 @@ class SpanningTrees(Algorithm):
     each pipelined in pieces."""
 
     name = "spanning_trees"
-    summary = ("Broadcast, Reduce: pieces dealt over arc-disjoint spanning trees from the root (one per link of "
-               "the root), pipelined (Reduce adds on the way in); near the root's bound V/(d W)")
-    kinds = ("broadcast", "reduce")
+    summary = ("Broadcast, Reduce, Gather, Scatter over arc-disjoint spanning trees from the root (one per link of "
+               "the root): pieces pipelined (Reduce adding on the way in), shards in parts, one per tree; near the "
+               "root's bound")
+    kinds = ("broadcast", "reduce", "gather", "scatter")
     topologies = ("ring", "line", "torus", "mesh")
     nic_rings = False
 
@@ -224,8 +226,10 @@ class SpanningTrees(Algorithm):
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
         """Pieces per tree that minimise the closed form within `TRANSFER_BUDGET` transfers, or where that
         budget leaves fewer than `FILL` x (depth - 1), that many (1.25x the bandwidth term) within
-        `MAX_TRANSFERS`; numeric mode: one per tree."""
+        `MAX_TRANSFERS`; numeric mode: one per tree. Gather and Scatter move shards (one part per tree): 1."""
         group = groups[0]
+        if kind in ("gather", "scatter"):
+            return 1
         root = tuple(0 for _ in group.sizes)
         forest = shape_trees(group, root)
         d = len(forest)
@@ -242,7 +246,9 @@ class SpanningTrees(Algorithm):
 
     def build(self, job: Job, schedule: Schedule) -> None:
         for group in job.groups:
-            if job.kind == "reduce":
+            if job.kind in ("gather", "scatter"):
+                tree_gather.build(job, group, schedule, shape_trees(group, job.root_pos))
+            elif job.kind == "reduce":
                 self._reduce_group(job, group, schedule)
             else:
                 self._build_group(job, group, schedule)
@@ -284,6 +290,8 @@ class SpanningTrees(Algorithm):
         backwards (each link again carries one tree's pieces in order), so the same time."""
         group, net = job.group, job.net
         forest = shape_trees(group, job.root_pos)
+        if job.kind in ("gather", "scatter"):
+            return tree_gather.gather_time(job, forest, lambda u, v, b: _hop(net, u, v, b))
         d, worst = len(forest), 0.0
         for t, (parents, depth) in enumerate(forest):
             c = len(range(t, job.chunks, d))

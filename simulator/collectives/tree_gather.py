@@ -1,0 +1,99 @@
+"""Gather and Scatter over the arc-disjoint spanning trees of `simulator.collectives.spanning_trees`.
+
+Gather: every member's shard (V / n) is cut into d parts, part t travelling up tree t to the root hop by
+hop, so each of the root's d incoming links carries the n - 1 parts of one tree, (n - 1) V / (n d): the
+root-ingress bound. Scatter is the same run backwards (the root's parts go down, each tree carrying one
+part of every member's shard).
+
+Order on a link. Link x -> parent(x) carries the parts of x's subtree in `send_order`: x's own first, then
+its children's link orders merged round-robin (every child's first, then every child's second, ...).
+
+Closed form (`gather_time`), uniform hops of t = alpha + V / (n d b) each: every link x -> parent(x) is busy
+without a gap from 0 to |subtree(x)| t. By induction up the tree: a child's link delivers its j-th part at
+j t, so by time k t the merged order's first k + 1 parts are at x (the j-th part of a child sits at place
+j or later, counting x's own); the root's link in each tree carries all n - 1 others, so
+
+    T = (n - 1)(alpha + V / (n d b)),
+
+against the bound (n - 1) V / (n d b) + alpha a factor of about 1 + alpha n d b / V. Scatter: every
+dependency reversed (each link's parts in the reverse order), the same time. On links that differ
+(a logical axis over several physical axes) the slowest hop of a tree prices all of its hops.
+
+Numeric mode moves whole shards (keys of `simulator.collectives.payload`): member y's shard goes up
+(or down) the tree of its place in row-major order modulo d; the data is checked against numpy, the time
+is that of the schedule's unequal split.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.collectives.algorithm import Job
+from simulator.collectives.groups import Group
+from simulator.collectives.schedule import Schedule
+
+Pos = tuple[int, ...]
+Tree = tuple[dict[Pos, Pos], dict[Pos, int]]  #: (parents, depths)
+
+
+def children(parents: dict[Pos, Pos]) -> dict[Pos, list[Pos]]:
+    """Each position's children in the tree (in row-major order)."""
+    out: dict[Pos, list[Pos]] = {}
+    for x in sorted(parents):
+        out.setdefault(parents[x], []).append(x)
+    return out
+
+
+def send_order(parents: dict[Pos, Pos], depth: dict[Pos, int], dealt: set[Pos] | None) -> dict[Pos, list[Pos]]:
+    """Per position x, the origins whose parts link x -> parent(x) carries, in order: x's own (if dealt to this
+    tree), then the children's orders merged round-robin. ``dealt``: the origins this tree carries (None: all)."""
+    kids = children(parents)
+    order: dict[Pos, list[Pos]] = {}
+    for x in sorted(parents, key=lambda y: -depth[y]):
+        lists = [order[c] for c in kids.get(x, [])]
+        merged = [y for j in range(max(map(len, lists), default=0)) for lst in lists if j < len(lst) for y in [lst[j]]]
+        order[x] = ([x] if dealt is None or x in dealt else []) + merged
+    return order
+
+
+def _dealt(job: Job, group: Group, t: int, d: int) -> set[Pos] | None:
+    """Numeric mode: the members whose whole shard tree t carries (row-major place modulo d); timing: all."""
+    if not job.numeric:
+        return None
+    return {p for i, p in enumerate(group.positions()) if i % d == t and p != job.root_pos}
+
+
+def build(job: Job, group: Group, s: Schedule, forest: tuple[Tree, ...]) -> None:
+    """Gather (up the trees) or Scatter (down them, every order reversed) of ``job`` in ``group``."""
+    d = len(forest)
+    part = job.key_bytes / d  # a shard is a key of whole bytes (`simulator.collectives.payload`)
+    gather = job.kind == "gather"
+    for t, (parents, depth) in enumerate(forest):
+        order = send_order(parents, depth, _dealt(job, group, t, d))
+        here: dict[tuple[Pos, Pos], int] = {}  # (position, origin) -> the transfer that brought origin's part
+        for x in sorted(parents, key=lambda y: -depth[y] if gather else depth[y]):
+            p = parents[x]
+            src, dst = (group.members[x], group.members[p]) if gather else (group.members[p], group.members[x])
+            behind: list[int] = []
+            for y in (order[x] if gather else reversed(order[x])):
+                keys: tuple | int = ((0, y),) if job.numeric else 1
+                came = here.get((x, y) if gather else (p, y))
+                deps = ([came] if came is not None else []) + behind
+                tid = s.add(src, dst, keys, "copy", deps, ("tree_gather", id(group), t), dst,
+                            nbytes=None if job.numeric else part)
+                here[(p, y) if gather else (x, y)] = tid
+                behind = [tid]
+
+
+def gather_time(job: Job, forest: tuple[Tree, ...], hop: Any) -> float:
+    """The closed form of the module docstring: per tree, the parts over the root's link times the tree's
+    slowest hop (``hop(src, dst, bytes)`` seconds); the slowest tree."""
+    group, d = job.group, len(forest)
+    part = job.key_bytes / d if not job.numeric else job.key_bytes
+    worst = 0.0
+    for t, (parents, depth) in enumerate(forest):
+        order = send_order(parents, depth, _dealt(job, group, t, d))
+        ends = [(group.members[x], group.members[p]) for x, p in parents.items()]
+        slowest = max(hop(*(e if job.kind == "gather" else e[::-1]), part) for e in ends)
+        top = max((len(order[x]) for x, p in parents.items() if p == job.root_pos), default=0)
+        worst = max(worst, top * slowest)
+    return worst
