@@ -54,7 +54,8 @@ def abstract_model(args: argparse.Namespace, chip: Any, price: float | None) -> 
         return out
     par = parse_parallelism(args.mesh)
     if args.topology:
-        raise PodsimError("--topology is for --mode train; decode and prefill run on the chip's slice of the mesh")
+        raise PodsimError("--topology needs a model the simulator can run; an abstract --params model has closed "
+                          "forms only (drop --topology, or give a PRESET or --config)")
     batch = parse_int(args.batch, name="--batch", maximum=1_000_000)
     contexts = [parse_tokens(c, name="--context", minimum=0) for c in args.context.split(",")]
     if len(contexts) == 1:

@@ -1,23 +1,38 @@
-"""Plan search (`podsim plan`): every legal layout of a model on N chips, priced, ranked, the best simulated.
+"""Plan search (`podsim plan`): every legal layout of a model on N chips and every way to run it, priced,
+ranked, the best simulated.
 
-Training candidates are the ways to write N as data x pipeline x fsdp x expert x sequence x model whose
-sizes divide the model (heads, MLP width, layers, experts), the batch and the sequence; each runs the
-1F1B schedule with 4 microbatches per stage where the batch allows it, ZeRO-3 on fsdp, and no activation
-checkpointing -- or full checkpointing when that is what it takes to fit. Decode and prefill candidates
-are data x model with the KV cache sharded automatically (`budget.kv_share_per_chip`). Every candidate is
-priced by closed form; those that fit are ranked by step time, and the best K are simulated (on
-``workers`` processes with joblib; one runs them in turn).
+Training: a layout is a way to write N as data x pipeline x fsdp x expert x sequence x model whose
+sizes divide the model (heads, MLP width, layers, experts), the batch and the sequence. Each layout is
+tried under every option set that changes something on it -- the pipeline schedule (GPipe, 1F1B, and
+interleaved with v virtual stages, v > 1 dividing the stage's layers, up to `MAX_VIRTUAL_STAGES`),
+microbatches (every divisor of the sequences a data-parallel group holds; a multiple of the stages
+when interleaved), the ZeRO stage on fsdp (1, 2, 3), tensor-parallel overlap (collective matmul) on a
+model axis -- and, for each, the lightest checkpoint policy that fits (none, then selective, then full:
+more checkpointing only saves memory and adds recomputation). Options that cannot matter are not
+varied (a schedule without a pipeline axis, ZeRO without fsdp, overlap without a model axis). Every
+option set is priced by closed form (`price.Pricer`: the mesh laid out once); a layout's row is its
+fastest fitting option set (or, when none fits, the one needing least memory). Decode and prefill
+candidates are data x model, each as the 1-D layout with the KV cache sharded automatically
+(`budget.kv_share_per_chip`) and as every 2-D weight-stationary grid of the model axis (`layout2d`).
+
+The layouts are ranked by closed-form step time (fitting ones first) and the best K simulated (on
+``workers`` processes with joblib; one runs them in turn). What is kept off the critical path: one
+graph per topology spec, one placement per mesh, and each row's closed form; the simulations are the
+cost (seconds each at pod scale), so only the K best run.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
-from simulator.workloads.plans.layout import AXES, MeshPlan, PlanError, TrainOptions, check_train_plan, divisors
+from simulator.workloads.plans.layout import AXES, MeshPlan, PlanError, TrainOptions, check_model_axes, divisors
 from topologies import TopologyError
 
 MAX_CANDIDATES = 5000  #: layouts priced per search; more is a chip count no topology podsim builds has
+MAX_VIRTUAL_STAGES = 8  #: interleaved schedules tried with 2..8 layer chunks per device
+CHECKPOINTS = ("none", "selective", "full")  #: lightest first: each saves memory and costs recomputation
 
 
 def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
@@ -27,45 +42,78 @@ def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
     return [(d, *rest) for d in divisors(n) for rest in factorizations(n // d, k - 1)]
 
 
-def train_candidates(cfg: Any, chips: int, batch: int, seq: int) -> list[tuple[MeshPlan, TrainOptions]]:
-    """Legal training layouts of ``chips`` chips, with their default options."""
+def train_meshes(cfg: Any, chips: int, batch: int, seq: int) -> list[MeshPlan]:
+    """Training layouts of ``chips`` chips that divide the model, the batch and the sequence."""
     out = []
     for sizes in factorizations(chips, len(AXES)):
         plan = MeshPlan({a: s for a, s in zip(AXES, sizes, strict=True) if s > 1})
-        opts = _options(plan, batch)
         try:
-            check_train_plan(cfg, plan, opts, batch, seq)
+            check_model_axes(cfg, plan)
         except PlanError:
             continue
-        out.append((plan, opts))
+        if batch % plan.batch_ways or seq % plan.size("sequence"):
+            continue
+        out.append(plan)
         if len(out) > MAX_CANDIDATES:
             raise PodsimError(f"more than {MAX_CANDIDATES} layouts of {chips} chips; use fewer chips")
     return out
 
 
-def _options(plan: MeshPlan, batch: int) -> TrainOptions:
-    p = plan.size("pipeline")
-    per_group = max(1, batch // plan.batch_ways)
-    m = max((d for d in divisors(per_group) if d <= 4 * p), default=1) if p > 1 else 1
-    return TrainOptions(microbatches=m, schedule="1f1b")
+def option_sets(cfg: Any, plan: MeshPlan, batch: int) -> list[TrainOptions]:
+    """Every option set that changes something on ``plan`` (checkpoint policy left at none)."""
+    p, per_group = plan.size("pipeline"), batch // plan.batch_ways
+    schedules = [("1f1b", 2)]
+    if p > 1:
+        schedules = [("gpipe", 2), ("1f1b", 2)] + [("interleaved", v) for v in divisors(cfg.n_layers // p)
+                                                   if 1 < v <= MAX_VIRTUAL_STAGES]
+    zeros = (1, 2, 3) if plan.size("fsdp") > 1 else (3,)
+    overlaps = (False, True) if plan.size("model") > 1 else (False,)
+    out = []
+    for schedule, v in schedules:
+        for m in divisors(per_group):
+            if schedule == "interleaved" and m % p:
+                continue
+            out += [TrainOptions(microbatches=m, schedule=schedule, virtual_stages=v, zero=z, tp_overlap=o)
+                    for z in zeros for o in overlaps]
+    return out
 
 
-def price_train(cfg: Any, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan, opts: TrainOptions,
-                topology: str | None) -> tuple[dict[str, Any], TrainOptions] | None:
-    """Closed-form row of one layout and its options (full checkpointing if that is what fits); None if the
-    mesh cannot be laid on the topology."""
-    from dataclasses import replace
-
-    from simulator.workloads.plans.train import train_plan
-
-    try:
-        out = train_plan(cfg, chip, batch, seq, plan, opts, topology, simulate=False, trace=False)
-        if not out["fits"]:
-            opts = replace(opts, checkpoint="full")
-            out = train_plan(cfg, chip, batch, seq, plan, opts, topology, simulate=False, trace=False)
-    except (PodsimError, TopologyError):  # the mesh cannot be laid on the topology's axes
+def best_options(pricer: Any, plan: MeshPlan) -> tuple[dict[str, Any], TrainOptions, int] | None:
+    """(closed-form row, options, option sets priced) of the layout's fastest fitting option set -- or the
+    one needing least memory when none fits; None when the mesh cannot be laid on the topology."""
+    layout = pricer.layout(plan)
+    if layout is None:
         return None
-    return _row(out, plan, opts, simulated=False), opts
+    best: tuple[tuple, dict[str, Any], TrainOptions] | None = None
+    priced = 0
+    for opts in option_sets(pricer.cfg, plan, pricer.batch):
+        for checkpoint in CHECKPOINTS:
+            trial = replace(opts, checkpoint=checkpoint)
+            try:
+                row = pricer.price(plan, trial, layout)
+            except PlanError:
+                break
+            priced += 1
+            if row["fits"]:
+                break
+        else:
+            pass
+        key = (0, row["step_time_s"], row["memory_per_chip_bytes"]) if row["fits"] else \
+            (1, row["memory_per_chip_bytes"], row["step_time_s"])
+        if best is None or key < best[0]:
+            best = (key, row, trial)
+    if best is None:
+        return None
+    return best[1], best[2], priced
+
+
+def options_of(opts: TrainOptions) -> dict[str, Any]:
+    """The options a plan row reports."""
+    out = {"microbatches": opts.microbatches, "schedule": opts.schedule, "zero": opts.zero,
+           "checkpoint": opts.checkpoint, "tp_overlap": opts.tp_overlap}
+    if opts.schedule == "interleaved":
+        out["virtual_stages"] = opts.virtual_stages
+    return out
 
 
 def _row(out: dict[str, Any], plan: MeshPlan, opts: Any, simulated: bool) -> dict[str, Any]:
@@ -73,57 +121,104 @@ def _row(out: dict[str, Any], plan: MeshPlan, opts: Any, simulated: bool) -> dic
            "closed_form_s": out.get("closed_form_s", out["step_time_s"]), "mfu": out["mfu"],
            "memory_per_chip_bytes": out["memory_per_chip_bytes"], "fits": out["fits"], "simulated": simulated,
            "exposed_comm_s": out.get("exposed_comm_s", {}), "tokens_per_s": out["tokens_per_s"]}
-    if isinstance(opts, TrainOptions):
-        row["options"] = {"microbatches": opts.microbatches, "schedule": opts.schedule, "zero": opts.zero,
-                          "checkpoint": opts.checkpoint}
-    else:
-        row["options"] = {"kv_sharding": opts}
+    row["options"] = options_of(opts) if isinstance(opts, TrainOptions) else dict(opts)
     return row
 
 
-def serve_candidates(cfg: Any, chips: int, batch: int) -> list[MeshPlan]:
-    """data x model layouts for decode and prefill (model dividing the heads, data the batch)."""
-    from simulator.workloads.plans.layout import check_model_axes
+def serve_candidates(cfg: Any, chips: int, batch: int) -> list[tuple[MeshPlan, str]]:
+    """data x model layouts for decode and prefill: the 1-D layout (model dividing the heads, data the batch)
+    and every 2-D weight-stationary grid of the model axis (`layout2d.valid_grids`; X = 1 is Pope's 1-D
+    weight-stationary layout)."""
+    from simulator.workloads.layout2d import valid_grids
 
     out = []
     for data, model in factorizations(chips, 2):
+        if batch % data:
+            continue
         plan = MeshPlan({a: s for a, s in (("data", data), ("model", model)) if s > 1})
         try:
             check_model_axes(cfg, plan)
+            out.append((plan, "1d"))
         except PlanError:
-            continue
-        if batch % data == 0:
-            out.append(plan)
+            pass
+        if model > 1 and not cfg.n_experts:
+            out += [(plan, f"2d:{x}x{y}") for x, y in valid_grids(cfg, model, batch // data)]
     return out
 
 
 def price_serve(cfg: Any, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan, mode: str,
-                simulate: bool) -> dict[str, Any]:
-    """One decode (``seq`` cached positions) or prefill (``seq`` new tokens) layout, KV sharded automatically."""
+                simulate: bool, topology: str | None = None, layout: str = "1d") -> dict[str, Any] | None:
+    """One decode (``seq`` cached positions) or prefill (``seq`` new tokens) layout: 1-D with the KV cache
+    sharded automatically, or a 2-D grid. The closed form is compute-or-memory plus the collectives (which
+    the simulated step runs between ops); None when a 2-D grid cannot be laid on the topology."""
     from simulator.workloads.budget import Parallelism, decode_budget
-    from simulator.workloads.simulate import simulate_decode
 
     par = Parallelism(plan.size("data"), plan.size("model"))
     context, new = (seq, 1) if mode == "decode" else (0, seq)
+    if layout != "1d":
+        return _price_2d(cfg, chip, batch, context, new, plan, par, simulate, topology, layout)
+    from simulator.workloads.layout2d import comm_1d_s
+    from simulator.workloads.simulate import simulate_decode
+
     b = decode_budget(cfg, chip, batch, context, par, new_tokens=new, kv_sharding="auto")
-    step = b["lower_bound_s"]
+    try:
+        comm = comm_1d_s(cfg, chip, par.data, par.model, batch // par.data * new, topology)[0]
+    except (PodsimError, TopologyError):
+        return None
+    closed = b["lower_bound_s"] + comm
+    step = closed
     if simulate:
-        step = simulate_decode(cfg, chip, batch, context, par, new_tokens=new, trace=False, kv_sharding="auto").env.now
-    out = {"step_time_s": step, "closed_form_s": b["lower_bound_s"], "memory_per_chip_bytes":
-           b["hbm_needed_per_chip_bytes"], "fits": b["fits"], "tokens_per_s": batch * new / step,
+        step = simulate_decode(cfg, chip, batch, context, par, new_tokens=new, trace=False, kv_sharding="auto",
+                               topology=topology).env.now
+    out = {"step_time_s": step, "closed_form_s": closed, "memory_per_chip_bytes": b["hbm_needed_per_chip_bytes"],
+           "fits": b["fits"], "tokens_per_s": batch * new / step, "exposed_comm_s": {"model": comm} if comm else {},
            "mfu": b["flops_per_step"] / (par.chips * chip.peak_flops_per_s(b["compute_dtype"]) * step)}
-    return _row(out, plan, b["kv_sharding"], simulated=simulate)
+    return _row(out, plan, {"layout": "1d", "kv_sharding": b["kv_sharding"]}, simulated=simulate)
+
+
+def _price_2d(cfg: Any, chip: ChipSpec, batch: int, context: int, new: int, plan: MeshPlan, par: Any,
+              simulate: bool, topology: str | None, layout: str) -> dict[str, Any] | None:
+    from simulator.workloads.layout2d import budget_2d
+    from simulator.workloads.simulate2d import simulate_2d
+    from simulator.workloads.transformer import ModelError
+
+    try:
+        b = budget_2d(cfg, chip, batch, context, par, layout, new, topology=topology)
+    except (ModelError, TopologyError):
+        return None
+    step = b["upper_bound_s"]
+    if simulate:
+        step = simulate_2d(cfg, chip, batch, context, par, layout, new_tokens=new, trace=False,
+                           topology=topology).env.now
+    out = {"step_time_s": step, "closed_form_s": b["upper_bound_s"], "memory_per_chip_bytes":
+           b["hbm_needed_per_chip_bytes"], "fits": b["fits"], "tokens_per_s": batch * new / step,
+           "exposed_comm_s": {"x+y": b["t_comm_s"]},
+           "mfu": b["flops_per_step"] / (par.chips * chip.peak_flops_per_s(b["compute_dtype"]) * step)}
+    return _row(out, plan, {"layout": b["layout"], "kv_sharding": b["kv_sharding"]}, simulated=simulate)
 
 
 def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int, top: int = 3,
            workers: int = 1, topology: str | None = None) -> dict[str, Any]:
-    """Every candidate priced; the fitting ones ranked by step time, the best ``top`` simulated."""
+    """Every layout and option set priced; the layouts ranked by step time (fitting first), the best ``top``
+    simulated. ``candidates`` counts the (layout, options) pairs priced, ``layouts`` the rows."""
+    priced = 0
     if mode == "train":
-        rows = [(r, p, o) for p, opts in train_candidates(cfg, chips, batch, seq)
-                for r, o in [price_train(cfg, chip, batch, seq, p, opts, topology) or (None, None)] if r is not None]
+        from simulator.workloads.plans.price import Pricer
+
+        pricer = Pricer(cfg, chip, batch, seq, topology)
+        rows = []
+        for plan in train_meshes(cfg, chips, batch, seq):
+            found = best_options(pricer, plan)
+            if found is not None:
+                out, opts, n = found
+                priced += n
+                rows.append((_row(out, plan, opts, simulated=False), plan, opts))
+                rows[-1][0]["options_priced"] = n
     else:
-        rows = [(price_serve(cfg, chip, batch, seq, p, mode, False), p, None)
-                for p in serve_candidates(cfg, chips, batch)]
+        priced_rows = [(price_serve(cfg, chip, batch, seq, p, mode, False, topology, lay), p, lay)
+                       for p, lay in serve_candidates(cfg, chips, batch)]
+        rows = [t for t in priced_rows if t[0] is not None]
+        priced = len(priced_rows)
     if not rows:
         raise PodsimError(f"no layout of {chips} chips divides {cfg.name}, batch {batch} and seq {seq}; try a batch "
                           "that is a multiple of the chip count")
@@ -133,7 +228,7 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
     plans = simulated + [r for r, _, _ in rows[len(simulated):]]
     plans[:len(simulated)] = sorted(plans[:len(simulated)], key=lambda r: r["step_time_s"])
     return {"model": cfg.name, "chip": chip.name, "chips": chips, "mode": mode, "batch": batch, "seq": seq,
-            "candidates": len(plans), "fitting": sum(r["fits"] for r in plans), "plans": plans}
+            "candidates": priced, "layouts": len(plans), "fitting": sum(r["fits"] for r in plans), "plans": plans}
 
 
 def _simulate(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, best: list, workers: int,
@@ -143,17 +238,16 @@ def _simulate(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, best: l
         return [simulate_one(*job) for job in jobs]
     from joblib import Parallel, delayed
 
-    return Parallel(n_jobs=workers)(delayed(simulate_one)(*job) for job in jobs)
+    return Parallel(n_jobs=min(workers, len(jobs)))(delayed(simulate_one)(*job) for job in jobs)
 
 
 def simulate_one(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, plan: MeshPlan, opts: Any,
                  topology: str | None) -> dict[str, Any]:
     """The simulated row of one layout (run in a worker process when there are several)."""
     if mode != "train":
-        return price_serve(cfg, chip, batch, seq, plan, mode, True)
+        return price_serve(cfg, chip, batch, seq, plan, mode, True, topology, opts)
     from simulator.workloads.plans.train import train_plan
 
     out = train_plan(cfg, chip, batch, seq, plan, opts, topology, simulate=True, trace=False)
     out.pop("_system", None)
     return _row(out, plan, opts, simulated=True)
-

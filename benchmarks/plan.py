@@ -1,0 +1,68 @@
+"""Plan search: llama-3-70b training on 256 tpu-v5p chips, every layout and option set priced, the best 10
+simulated on 2 worker processes, against benchmarks/engine.py's lean pipeline in the same run.
+
+Issue 16's plan-search target: 100 candidate plans for a 70B model on 256 chips (closed form for all,
+simulation for the best 10) in at most 60 s with 2 workers. Prints the lean model's wall time (10,000
+blocks, best of three), the search's wall time split into its closed-form part (every (layout, options)
+pair, counted) and its simulation part (the best ``--top`` layouts on ``--workers`` processes), the
+parent's CPU time (the workers' is not in it), the simulated layouts, and ends with
+``ratio: X`` where X = search wall / lean wall, and ``target: 60 s`` beside the wall time.
+
+    python benchmarks/plan.py [--model llama-3-70b] [--chip tpu-v5p] [--chips 256] [--batch 256]
+                              [--seq 4096] [--top 10] [--workers 2]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from engine import lean
+
+from simulator.hardware.specs import get_chip
+from simulator.workloads.plans import search as plan_search
+from simulator.workloads.transformer import get_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="llama-3-70b")
+    parser.add_argument("--chip", default="tpu-v5p")
+    parser.add_argument("--chips", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    lean_s = min(_timed(lean, 10_000)[0] for _ in range(3))
+    cfg, chip = get_model(args.model), get_chip(args.chip)
+    start, cpu = time.perf_counter(), time.process_time()
+    closed = plan_search.search(cfg, chip, args.chips, "train", args.batch, args.seq, top=0)
+    closed_s = time.perf_counter() - start
+    start2 = time.perf_counter()
+    out = plan_search.search(cfg, chip, args.chips, "train", args.batch, args.seq, top=args.top,
+                             workers=args.workers)
+    search_s = time.perf_counter() - start2
+    cpu = time.process_time() - cpu
+    print(f"lean simpy pipeline (10,000 blocks): {lean_s * 1e3:.1f} ms")
+    print(f"{args.model} train on {args.chips} x {args.chip}, batch {args.batch} x seq {args.seq}: "
+          f"{out['candidates']:,} (layout, options) candidates priced over {out['layouts']} layouts "
+          f"({out['fitting']} fit)")
+    print(f"closed form alone: {closed_s:.2f} s ({closed_s / max(1, closed['candidates']) * 1e6:.0f} us a candidate)")
+    print(f"search with the best {args.top} simulated on {args.workers} workers: {search_s:.2f} s wall "
+          "(target: 60 s)")
+    print(f"parent cpu over both searches: {cpu:.2f} s")
+    for row in out["plans"][:args.top]:
+        mesh = ",".join(f"{k}={v}" for k, v in row["mesh"].items())
+        print(f"  {mesh:<32} simulated {row['step_time_s']:.4f} s, closed form {row['closed_form_s']:.4f} s, "
+              f"{row['options']}")
+    print(f"ratio: {search_s / lean_s:.1f}")
+
+
+def _timed(fn, *args):
+    start = time.perf_counter()
+    result = fn(*args)
+    return time.perf_counter() - start, result
+
+
+if __name__ == "__main__":
+    main()
