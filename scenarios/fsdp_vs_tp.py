@@ -38,7 +38,8 @@ def run(*, model: str = "llama-2-7b", layers: int = 4, chip: str | ChipSpec = "t
                f"{r['closed_form_s'] * 1e3:>9.3f} ms cf "
                f"MFU {r['mfu']:>6.1%}  {r['memory_per_chip_bytes'] / 2**30:6.2f} GiB/chip  exposed "
                + (", ".join(f"{a} {t * 1e3:.3g} ms" for a, t in r["exposed_comm_s"].items()) or "none")
-               + "  compute-bound from " + (", ".join(f"{k} {v:.0f}" for k, v in r["critical_batch_per_chip"].items())
+               + "  compute-bound from " + (", ".join(f"{k} {'any' if v == 0 else 'none' if v is None else f'{v:.0f}'}"
+                                                      for k, v in r["critical_batch_per_chip"].items())
                                             or "-") + " tokens/chip" for r in rows]
     return Result(
         scenario="fsdp_vs_tp",

@@ -5,7 +5,8 @@
 ``fits``, ``min_chips``), the step time (simulated when asked, else the closed form) with the closed
 form beside it, ``mfu`` (model FLOPs without recomputation or padding / chips x peak x step),
 ``tokens_per_s``, ``bubble_fraction``, ``exposed_comm_s`` per mesh axis, the book's critical per-chip
-batches for this mesh (``critical_batch_per_chip``), and the cost when a price per chip-hour is given.
+batches for this mesh (``critical_batch_per_chip``: 0.0 / None where the batch cancels, with
+``critical_batch_notes``), and the cost when a price per chip-hour is given.
 A simulated step adds the busiest chip's HBM peak and timeline (``simulated_memory_peak_bytes``,
 ``memory_timeline``: [seconds, bytes]) beside the closed-form ``memory_per_chip_bytes``.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 from simulator.engine.faults import current_plan
 from simulator.hardware.specs import ChipSpec
+from simulator.workloads import critical
 from simulator.workloads.plans.estimate import train_estimate
 from simulator.workloads.plans.layout import MeshPlan, TrainOptions, check_train_plan
 from simulator.workloads.plans.links import AxisLink, axis_links, build_system, p2p_s
@@ -30,16 +32,26 @@ def model_flops(cfg: TransformerConfig, batch: int, seq: int) -> float:
     return 3 * forward
 
 
-def critical_batches(chip: ChipSpec, links: dict[str, AxisLink], d_ff: int) -> dict[str, float]:
-    """The book's per-chip batch (tokens) above which each strategy on this mesh is compute-bound:
-    data parallelism and FSDP at C / W (W: what a chip moves per second along the axis, both ways, over
-    every physical axis under it), FSDP + tensor parallelism at (C / W_fsdp)(C / W_model) / F, which is
-    alpha^2 / (M_X M_Y F) with alpha = C / W_ici per physical axis."""
+def critical_batches(chip: ChipSpec, links: dict[str, AxisLink], d_ff: int, d_model: int = 0,
+                     model_ways: int = 1) -> tuple[dict[str, float | None], dict[str, str]]:
+    """The book's per-chip batch (tokens) above which each strategy on this mesh is compute-bound, and notes
+    (`simulator.workloads.critical`): data parallelism and FSDP at C / W (W: what a chip moves per second
+    along the axis, both ways, over every physical axis under it), tensor parallelism at any batch or none
+    (F / Y against C / W), FSDP + tensor parallelism at 4 (C / W_fsdp)(C / W_model) / F (the book's
+    4 alpha^2 / (F M_X M_Y)), and 2-D weight-stationary inference over the model axis at any batch or none."""
     c = chip.peak_flops_per_s()
-    out = {axis: c / links[axis].bandwidth_bytes_per_s for axis in ("data", "fsdp") if axis in links}
-    if "fsdp" in links and "model" in links:
-        out["fsdp+model"] = out["fsdp"] * c / links["model"].bandwidth_bytes_per_s / d_ff
-    return out
+    out: dict[str, float | None] = {axis: critical.weight_traffic(c, links[axis].bandwidth_bytes_per_s)
+                                    for axis in ("data", "fsdp") if axis in links}
+    notes: dict[str, str] = {}
+    if "model" in links:
+        w_model = links["model"].bandwidth_bytes_per_s
+        out["model"], notes["model"] = critical.tensor(c, w_model, d_ff, model_ways)
+        if "fsdp" in links:
+            out["fsdp+model"] = critical.fsdp_tensor(c, links["fsdp"].bandwidth_bytes_per_s, w_model, d_ff)
+        if d_model:
+            out["2d_weight_stationary"], notes["2d_weight_stationary"], _ = critical.weight_stationary_2d(
+                c, w_model, d_model, d_ff, model_ways)
+    return out, notes
 
 
 def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan,
@@ -70,8 +82,10 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
     out.update(train_memory(cfg, chip, plan, opts, batch, seq))
     out.update(closed_form_s=closed["step_time_s"], closed_form=closed, step_time_s=closed["step_time_s"],
                bubble_fraction=closed["bubble_fraction"], exposed_comm_s=closed["exposed_comm_s"],
-               simulated=False, critical_batch_per_chip=critical_batches(chip, links, cfg.d_ff),
-               tokens_per_chip=batch * seq / plan.chips)
+               simulated=False, tokens_per_chip=batch * seq / plan.chips)
+    out["critical_batch_per_chip"], notes = critical_batches(chip, links, cfg.d_ff, cfg.d_model, plan.size("model"))
+    if notes:
+        out["critical_batch_notes"] = notes
     if simulate:
         sim, measured = simulate_step(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast,
                                       (system, mesh) if reuse else None)

@@ -1,0 +1,61 @@
+"""The book's communication critical batches: the per-chip batch (tokens) above which a strategy's
+inter-chip traffic hides under its FLOPs (How To Scale Your Model, training and inference chapters).
+
+C is the chip's peak FLOP/s; W an axis's bandwidth in the book's sense (what a chip moves per second
+along the mesh axis, both ways, over every physical axis under it: M axes of W_ici give M W_ici), so
+the book's alpha / M is C / W here. D is d_model, F d_ff. Per layer and per token of a chip:
+
+- data parallelism and FSDP: the weights' traffic is fixed per step while the FLOPs grow with the batch,
+  so they turn compute-bound at ``C / W`` tokens per chip;
+- tensor (Megatron) parallelism over Y chips moves activations, which grow with the batch as the FLOPs
+  do: T_math / T_comms = (F / Y) / (C / W_model), whatever the batch. It is compute-bound at any batch
+  when F / Y >= C / W_model (the book: comms-bound once Y > M_Y F / alpha) and at none otherwise;
+- mixed FSDP (W_X) and tensor parallelism (W_Y): at the best split the traffic is 8 D sqrt(B F / (N M_X
+  M_Y)) / W, compute-bound once the per-chip batch exceeds ``4 (C / W_X)(C / W_Y) / F`` -- the book's
+  4 alpha^2 / (F M_X M_Y), 2 alpha^2 / F with FSDP over two axes and the model over one;
+- 2-D weight-stationary inference over N = X x YZ chips (D split over X, F over YZ; the book's
+  inference chapter, question 7): T_math = 4 B D F / (N C) against T_comms = 2 B D / (X W) + 4 B F /
+  (YZ W); both grow with the batch, so again any batch or none, at the split with the least traffic.
+
+Strategies whose ratio does not depend on the batch report 0.0 (compute-bound at any batch) or None
+(at none), with a note giving the book's condition in numbers.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def weight_traffic(c_flops_per_s: float, w_bytes_per_s: float) -> float:
+    """Data parallelism or FSDP: ``C / W`` tokens per chip."""
+    return c_flops_per_s / w_bytes_per_s
+
+
+def fsdp_tensor(c_flops_per_s: float, w_fsdp: float, w_model: float, d_ff: int) -> float:
+    """Mixed FSDP + tensor parallelism: ``4 (C / W_fsdp)(C / W_model) / F`` tokens per chip."""
+    return 4 * (c_flops_per_s / w_fsdp) * (c_flops_per_s / w_model) / d_ff
+
+
+def tensor(c_flops_per_s: float, w_model: float, d_ff: int, ways: int) -> tuple[float | None, str]:
+    """Tensor parallelism over ``ways`` chips: 0.0 or None, and the book's condition in numbers."""
+    need = c_flops_per_s / w_model
+    have = d_ff / ways
+    verdict = "compute-bound at any batch" if have >= need else "communication-bound at every batch"
+    note = (f"tensor parallelism moves activations, which grow with the batch as the FLOPs do: {verdict}, since "
+            f"F / Y = {have:,.0f} {'>=' if have >= need else '<'} C / W = {need:,.0f} (at most "
+            f"{int(d_ff // need) if need > 0 else 0} ways stay compute-bound)")
+    return (0.0 if have >= need else None), note
+
+
+def weight_stationary_2d(c_flops_per_s: float, w_bytes_per_s: float, d_model: int, d_ff: int,
+                         chips: int) -> tuple[float | None, str, dict[str, Any]]:
+    """2-D weight-stationary inference over ``chips`` chips of one axis (bandwidth W): 0.0 or None, the
+    note, and the split ``{"x": X, "yz": YZ}`` with the least traffic (X divides the chips)."""
+    x, yz = min(((x, chips // x) for x in range(1, chips + 1) if chips % x == 0),
+                key=lambda s: 2 * d_model / s[0] + 4 * d_ff / s[1])
+    comms = (2 * d_model / x + 4 * d_ff / yz) / w_bytes_per_s  # seconds per token of the batch
+    math_s = 4 * d_model * d_ff / (chips * c_flops_per_s)
+    bound = math_s >= comms
+    note = (f"2-D weight-stationary over {chips} chips (D over X = {x}, F over YZ = {yz}): per token 4DF/(NC) = "
+            f"{math_s:.3g} s {'>=' if bound else '<'} 2D/(XW) + 4F/(YZ W) = {comms:.3g} s, so "
+            f"{'compute-bound at any batch' if bound else 'communication-bound at every batch'}")
+    return (0.0 if bound else None), note, {"x": x, "yz": yz}
