@@ -162,54 +162,70 @@ def _execute_aggregated(net: Network, transfers: list[Transfer], buffers: dict[A
     """`execute` with flow-level aggregation: `deliver` in place of `Network.message` (see `execute`)."""
     done = Completion(net.env)
     expect_events(EVENTS_PER_TRANSFER * (len(transfers) % TICK), LONG_RUN_HINT)  # the rest `Schedule.add` did not
-    remaining = [len(transfers)]
     if not transfers:
         return done.succeed(net.env.now)
-    waiting = [len(t.deps) for t in transfers]
-    chips = set(net.chips)
-    done.pending = _Pending(transfers, waiting, remaining, label)
-    dependents: list[list[int]] = [[] for _ in transfers]
-    for t in transfers:
-        for d in t.deps:
-            dependents[d].append(t.id)
-    payloads: dict[int, dict[Any, np.ndarray]] = {}
-    single: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> its route's one plain link, or False
-    count = net.trace.count if net.trace is not None else None
-
-    def start(t: Transfer) -> None:
-        if buffers is not None:
-            payloads[t.id] = {k: buffers[t.src][k].copy() for k in t.keys}
-        src, dst = t.src, t.dst
-        link = single.get((src, dst))
-        if link is None:
-            link = single[(src, dst)] = _single_link(net, src, dst, chips)
-        if link and t.nbytes > 0:  # what `deliver` does on a route of one plain link
-            if count is not None:
-                count(link.kind, t.nbytes)
-            link.send(t.nbytes, label, "send", arrive, t.id)
-        elif src == dst or (src in chips and dst in chips):
-            deliver(net, src, dst, t.nbytes, label, arrive, t.id)
-        else:  # a chip and its switch (in-switch reduction, NVLS)
-            deliver_hop(net, src, dst, t.nbytes, label, arrive, t.id)
-
-    def arrive(tid: int) -> None:
-        if buffers is not None:
-            t = transfers[tid]
-            store = buffers[t.dst]
-            for k, value in payloads.pop(tid).items():
-                store[k] = store[k] + value if t.op == "add" and k in store else value  # a switch starts empty
-        for d in dependents[tid]:
-            waiting[d] -= 1
-            if waiting[d] == 0:
-                start(transfers[d])
-        remaining[0] -= 1
-        if remaining[0] == 0:
-            done.succeed(net.env.now)
-
+    run = _Aggregated(net, transfers, buffers, label, done)
     for t in transfers:
         if not t.deps:
-            start(t)
+            run.start(t)
     return done
+
+
+class _Aggregated:
+    """One aggregated `execute` under way. An object, not closures that call each other: those would make a
+    reference cycle holding the whole schedule until the garbage collector's next full pass."""
+
+    __slots__ = ("net", "transfers", "buffers", "label", "done", "waiting", "remaining", "dependents", "payloads",
+                 "single", "count", "chips")
+
+    def __init__(self, net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any, np.ndarray]] | None,
+                 label: str, done: Completion) -> None:
+        self.net, self.transfers, self.buffers, self.label, self.done = net, transfers, buffers, label, done
+        self.waiting = [len(t.deps) for t in transfers]
+        self.remaining = [len(transfers)]
+        done.pending = _Pending(transfers, self.waiting, self.remaining, label)
+        dependents: list[list[int]] = [[] for _ in transfers]
+        for t in transfers:
+            for d in t.deps:
+                dependents[d].append(t.id)
+        self.dependents = dependents
+        self.payloads: dict[int, dict[Any, np.ndarray]] = {}
+        self.single: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> its route's one plain link, or False
+        self.count = net.trace.count if net.trace is not None else None
+        self.chips = set(net.chips)
+
+    def start(self, t: Transfer) -> None:
+        if self.buffers is not None:
+            self.payloads[t.id] = {k: self.buffers[t.src][k].copy() for k in t.keys}
+        src, dst, chips = t.src, t.dst, self.chips
+        link = self.single.get((src, dst))
+        if link is None:
+            link = self.single[(src, dst)] = _single_link(self.net, src, dst, chips)
+        if link and t.nbytes > 0:  # what `deliver` does on a route of one plain link
+            if self.count is not None:
+                self.count(link.kind, t.nbytes)
+            link.send(t.nbytes, self.label, "send", self.arrive, t.id)
+        elif src == dst or (src in chips and dst in chips):
+            deliver(self.net, src, dst, t.nbytes, self.label, self.arrive, t.id)
+        else:  # a chip and its switch (in-switch reduction, NVLS)
+            deliver_hop(self.net, src, dst, t.nbytes, self.label, self.arrive, t.id)
+
+    def arrive(self, tid: int) -> None:
+        transfers = self.transfers
+        if self.buffers is not None:
+            t = transfers[tid]
+            store = self.buffers[t.dst]
+            for k, value in self.payloads.pop(tid).items():
+                store[k] = store[k] + value if t.op == "add" and k in store else value  # a switch starts empty
+        waiting = self.waiting
+        for d in self.dependents[tid]:
+            waiting[d] -= 1
+            if waiting[d] == 0:
+                self.start(transfers[d])
+        remaining = self.remaining
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            self.done.succeed(self.net.env.now)
 
 
 def _single_link(net: Network, src: Any, dst: Any, chips: set[Any]) -> Any:

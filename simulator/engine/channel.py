@@ -177,7 +177,13 @@ class Channel:
         flows = self._flows
         first = flows[0] if len(flows) == 1 else min(flows, key=_remaining)
         delay = max(0.0, first.remaining) * len(flows) / self.bandwidth_bytes_per_s
+        if first.event is None:  # a `send` flow ends first: share the timer (`call_after`)
+            call_after(self.env, delay, self._timer_call, (generation, first))
+            return
         self.env.timeout(delay).callbacks.append(lambda _e: self._on_timer(generation, first))
+
+    def _timer_call(self, arg: tuple[int, _Flow]) -> None:
+        self._on_timer(*arg)
 
     def _on_timer(self, generation: int, first: _Flow) -> None:
         if generation != self._generation:
