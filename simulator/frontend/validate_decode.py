@@ -27,8 +27,10 @@ def decode_rows() -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-#: measured models that are not presets: a preset's shapes, changed (Llama-2-70B: Llama-3-70B's, 32,000 words)
-VARIANTS = {"llama-2-70b": ("llama-3-70b", {"vocab_size": 32000})}
+#: measured models that are not presets: a preset's shapes, changed (Llama-2-70B: Llama-3-70B's with 32,000
+#: words; Mistral-7B v0.3: 32,768 words)
+VARIANTS = {"llama-2-70b": ("llama-3-70b", {"vocab_size": 32000}),
+            "mistral-7b-v0.3": ("mistral-7b", {"vocab_size": 32768})}
 
 
 def engine_of(row: dict[str, str]) -> str:
