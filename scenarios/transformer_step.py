@@ -16,9 +16,11 @@ from typing import Any
 from simulator.engine.system import resolve_chip
 from simulator.errors import CapacityError, PodsimError
 from simulator.hardware.specs import ChipSpec
+from simulator.hardware.train_calibration import train_calibrated_chips
 from simulator.report.result import Result
 from simulator.workloads.budget import Parallelism, decode_budget
 from simulator.workloads.plans import POLICIES, TrainOptions, check_train_plan, parse_plan_mesh, train_plan
+from simulator.workloads.plans.calibrated import calibrated_train_step, slice_shape_for
 from simulator.workloads.plans.memory import train_memory
 from simulator.workloads.simulate import simulate_decode
 from simulator.workloads.transformer import get_model, load_config_file, load_hf_config
@@ -35,7 +37,9 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
     """One step of ``model``: decode (one new token per request after ``context`` cached ones),
     prefill (``prompt`` new tokens per request) or train (``seq`` tokens per sequence; any of the six mesh
     axes, ``microbatches`` through a ``schedule``, ``checkpoints_per_layer`` K or a policy; ``recompute``
-    is the ``full`` policy). With ``calibrated`` the step also runs at the chip's fitted efficiencies.
+    is the ``full`` policy). With ``calibrated`` the step also runs at the chip's fitted efficiencies, and
+    a training step on a TPU adds ``calibrated_step``: the whole step fitted to published runs, factor by
+    factor (`simulator.workloads.plans.calibrated`).
     ``topology`` (a spec) chooses the hardware; by default the mesh lies on the chip's real slice of that
     many chips, and the result says where (``topology``, ``placement``: each mesh axis's physical axes).
     ``config`` (a path) replaces the preset ``model``: a TOML file of TransformerConfig fields, or a Hugging
@@ -125,6 +129,9 @@ def _train(cfg: Any, spec: ChipSpec, batch: int, seq: int, mesh: str, recompute:
     for key in ("cost_per_step_usd", "cost_per_million_tokens_usd"):
         if key in out:
             extra[key] = out[key]
+    if calibrated and spec.name in train_calibrated_chips():  # issue 20: the whole step fitted to published TPU runs
+        extra["calibrated_step"] = calibrated_train_step(cfg, spec, plan, opts, batch, seq,
+                                                         slice_shape_for(topology or None, plan), check_memory=False)
     return Result(
         scenario="transformer_step",
         params=dict(model=cfg.name, mode="train", batch=batch, seq=seq, mesh=mesh, recompute=recompute,

@@ -181,3 +181,13 @@ def test_fitting_script_reproduces_the_committed_constants():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert json.loads(json.dumps(module.build())) == json.loads(TRAIN_JSON.read_text())
+
+
+def test_transformer_step_scenario_carries_the_calibrated_breakdown():
+    from scenarios import transformer_step
+
+    r = transformer_step.run(model="gpt2", mode="train", mesh="fsdp=4", batch=8, seq=512, calibrated=True, trace=False)
+    cal = r.extra["calibrated_step"]
+    assert cal["step_time_s"] > cal["ideal"]["step_time_s"] and cal["slice_shape"] == [2, 2]
+    plain = transformer_step.run(model="gpt2", mode="train", mesh="fsdp=4", batch=8, seq=512, trace=False)
+    assert "calibrated_step" not in plain.extra
