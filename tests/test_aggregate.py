@@ -13,9 +13,9 @@ import simpy
 from simulator.collectives import plan_collective, run_collective, start_collective
 from simulator.collectives.schedule import gc_paused
 from simulator.engine.channel import Channel, call_after
-from simulator.engine.faults import ChipPause, Jitter, LinkDegraded, LinkDown, LinkLatency
+from simulator.engine.faults import ChipFail, ChipPause, Jitter, LinkDegraded, LinkDown, LinkLatency
 from simulator.engine.system import System
-from simulator.errors import PodsimError
+from simulator.errors import IncompleteRunError, PodsimError
 
 REL = 1e-9
 
@@ -86,6 +86,16 @@ def test_a_symmetric_torus_step_shares_its_timers():
 ], ids=lambda c: "-".join(str(v) for v in c.values())[:60])
 def test_aggregated_equals_plain_on_asymmetric_cases(case):
     _compare(**case)
+
+
+def test_a_chip_failing_mid_run_stops_both_paths_alike():
+    messages = []
+    for aggregate in (True, False):
+        system = System("tpu-v5e", topology="torus:8", faults=[ChipFail(5, at_s=2e-5)], trace=False)
+        with pytest.raises(IncompleteRunError, match="failed chip 5 at t=2e-05 s") as err:
+            run_collective("all_gather", system, 16e6, mode="full", aggregate=aggregate)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]  # the same transfers lost, the same stopping time
 
 
 def test_numeric_mode_equals_numpy_on_both_paths():

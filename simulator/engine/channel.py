@@ -258,30 +258,25 @@ class SerialUnit:
 
 
 def call_after(env: simpy.Environment, delay: float, fn: Callable[[Any], Any], arg: Any) -> None:
-    """Call ``fn(arg)`` ``delay`` seconds from now. The calls set at one instant with one delay share one
-    timer (one SimPy event, queued where the first was): they run in the order they were set, all before
-    the events queued after the first of them for that same time. Times are exactly those of separate
-    timeouts (``now + delay``); only the order of events within one instant can differ."""
+    """Call ``fn(arg)`` ``delay`` seconds from now. The calls due at one time (``now + delay``, the float a
+    timeout's would be) share one timer -- one SimPy event, queued where the first was: they run in the
+    order they were set, all before the events queued after the first of them for that same time. Times
+    are exactly those of separate timeouts; only the order of events within one instant can differ."""
+    at = env._now + delay
     try:
-        stamp, pending = env._podsim_calls
-        if stamp == env._now:
-            pending[delay].append((fn, arg))  # the common case: a timer of this instant and delay is set
-            return
-        pending = {}
-        env._podsim_calls = (env._now, pending)
+        env._podsim_calls[at].append((fn, arg))  # the common case: a timer for that time is set
+        return
+    except KeyError:
+        pending = env._podsim_calls
     except AttributeError:  # the environment's first call
-        pending = {}
-        env._podsim_calls = (env._now, pending)
-    except KeyError:  # the first call of this instant with this delay
-        pass
-    calls = pending[delay] = [(fn, arg)]
-    _timeout(env, delay).callbacks.append(partial(_run_calls, pending, delay, calls))
+        pending = env._podsim_calls = {}
+    calls = pending[at] = [(fn, arg)]
+    _timeout(env, delay).callbacks.append(partial(_run_calls, pending, at, calls))
 
 
-def _run_calls(pending: dict[float, list[tuple[Any, Any]]], delay: float, calls: list[tuple[Any, Any]],
+def _run_calls(pending: dict[float, list[tuple[Any, Any]]], at: float, calls: list[tuple[Any, Any]],
                _event: Any) -> None:
-    if pending.get(delay) is calls:  # a zero delay: calls set from now on need a timer of their own
-        del pending[delay]
+    del pending[at]  # calls set from now on for this time (a zero delay) need a timer of their own
     for fn, arg in calls:
         fn(arg)
 
