@@ -191,3 +191,22 @@ def test_transformer_step_scenario_carries_the_calibrated_breakdown():
     assert cal["step_time_s"] > cal["ideal"]["step_time_s"] and cal["slice_shape"] == [2, 2]
     plain = transformer_step.run(model="gpt2", mode="train", mesh="fsdp=4", batch=8, seq=512, trace=False)
     assert "calibrated_step" not in plain.extra
+
+
+def test_zero_stages_by_hand():
+    """fsdp=4 on a 2x2 v5e slice (lines of one link each way, two dimensions): ZeRO-0 AllReduces the whole bf16
+    gradient once (2 x 3/4 V / W, plus a hop per ring step), ZeRO-1 reduce-scatters and re-gathers it (the same),
+    ZeRO-2 re-gathers once and reduce-scatters per layer behind the backward pass."""
+    chip = get_chip("tpu-v5e")
+    c = StepConstants(ici_fraction=0.5)
+    w = 2 * chip.ici_bandwidth_bytes_per_s * 0.5  # two line dimensions
+    whole = TINY.params() * 2
+    ring = 2 * (3 / 4 * whole / w + 2 * chip.hop_latency_s)
+
+    def exposed(zero: int) -> float:
+        return calibrated_train_step(TINY, chip, MeshPlan({"fsdp": 4}), TrainOptions(zero=zero), 8, 512, constants=c,
+                                     slice_shape=(2, 2))["factors"]["exposed_ici_s"]
+
+    assert exposed(0) == pytest.approx(ring)
+    assert exposed(1) == pytest.approx(ring)
+    assert ring / 2 < exposed(2) < ring / 2 * 1.2  # the one re-gather, and the last layer's reduce-scatter

@@ -227,10 +227,13 @@ def step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: T
                                          opts.tp_overlap, c.overlap_interference)
     per_micro = total_f + total_b + head
     shard = cfg.params() / (m * (f if opts.zero >= 1 else 1))
-    once = 0.0  # ZeRO-1/2: reduce-scatter (1) once and re-gather the updated weights once, exposed
+    once = 0.0  # ZeRO-1/2: reduce-scatter (1) once and re-gather the updated weights once; 0: AllReduce; exposed
+    whole = cfg.params() / m * e_w
     if f > 1 and opts.zero in (1, 2):
-        once = ici("all_gather", "fsdp", cfg.params() / m * e_w, f) + \
-            (ici("reduce_scatter", "fsdp", cfg.params() / m * e_w, f) if opts.zero == 1 else 0.0)
+        once = ici("all_gather", "fsdp", whole, f) + (ici("reduce_scatter", "fsdp", whole, f) if opts.zero == 1
+                                                      else 0.0)
+    elif f > 1 and opts.zero == 0:
+        once = ici("all_reduce", "fsdp", whole, f)
     optimizer = max(shard * adamw_bytes_per_param(e_w, opts.master_copy) / hbm,
                     ADAM_VPU_FLOPS * shard / chip.vpu_flops_per_s)
     grads = shard * e_w
