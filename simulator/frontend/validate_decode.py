@@ -84,11 +84,13 @@ NOTES = {
         "serving stack; TensorRT-LLM v0.5's own benchmark at batch 32-64 with FP8 weights and KV cache is 16-20% "
         "faster than predicted: its per-layer cost is smaller and its FP8 kernels stream a larger share of HBM than "
         "the fp16 runs the fit saw",
-    "Serving decode, one GPU (vllm)": "misses the 10% target on held-out rows: fitted to one request on H100 and "
-        "A100 40GB (Llama-3.1-8B, bf16); the batch slowdown was fitted on NeMo's batch-1 against batch-8 runs and "
-        "vLLM's kernels slow less (4 requests on H100: 12% slow); the H200 batch of 8 (vLLM CI) is 14% fast: vLLM "
-        "pays a per-step CPU cost that does not shrink with faster HBM, which one per-layer constant fitted on "
-        "slower chips underestimates; the concurrency-16 point is 24% fast because continuous batching runs other "
+    "Serving decode, one GPU (vllm)":
+        "misses the 10% target on held-out rows: fitted to one request on H100 and A100 40GB (Llama-3.1-8B, "
+        "bf16); the batch slowdown was fitted on NeMo's batch-1 against batch-8 runs and vLLM's kernels slow "
+        "less (4 requests of Llama-3.1-8B on H100: 12% slow; of Qwen2.5-7B, 28 layers: 9% slow; of "
+        "Mistral-7B: within 1%); the H200 batch of 8 (vLLM CI) is 14% fast: vLLM pays a per-step CPU cost "
+        "that does not shrink with faster HBM, which one per-layer constant fitted on slower chips "
+        "underestimates; the concurrency-16 point is 24% fast because continuous batching runs other "
         "requests' prefills inside the measured decode steps",
     "Serving decode, one GPU (gpt-fast)": "misses the 10% target on its one held-out row: gpt-fast's factors are "
         "fitted to Llama-2-7B bf16 and Llama-2-70B int8 at batch 1 (its README: 1397 and 1323 GB/s reached); its int8 "
