@@ -13,7 +13,8 @@ ICI inside a slice), MaxText-style. Every factor is a named number of seconds in
   ``flash_fraction`` of the MXU peak, or its softmax on the VPU when slower (they run concurrently);
 - ``vector_s``: element-wise and normalisation traffic XLA does not fuse into the matmuls -- per
   token and layer ``ELEMENTWISE_D`` [d]-wide, ``ELEMENTWISE_F`` [d_ff]-wide and 2 [q + kv]-wide tensors
-  through HBM forward, twice that backward (HBM-bound: the VPU's FLOPs are far cheaper);
+  through HBM forward, twice that backward, or the VPU's ``VECTOR_OPS_PER_ELEMENT`` per [d]- and
+  [d_ff]-wide element when slower (on these chips HBM binds);
 - ``recompute_s``: what the checkpoint policy recomputes in the backward pass: ``full`` the whole
   forward, ``selective`` the MLP up-projections (and their element-wise work), ``minimal`` (weight
   matmul outputs kept) the element-wise work and flash attention (a kernel, not a weight matmul),
@@ -48,6 +49,7 @@ from simulator.hardware.train_calibration import IDEAL, StepConstants, step_cons
 from simulator.workloads.budget import kv_heads_per_chip
 from simulator.workloads.plans.layout import MeshPlan, PlanError, TrainOptions, check_train_plan
 from simulator.workloads.plans.memory import recompute_fraction, train_memory
+from simulator.workloads.plans.ops import VECTOR_OPS_PER_ELEMENT
 from simulator.workloads.plans.train import model_flops
 from simulator.workloads.transformer import TransformerConfig
 
@@ -194,7 +196,8 @@ def step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: T
     attn_vpu = SOFTMAX_VPU_OPS * heads * pairs / chip.vpu_flops_per_s
     attn = max(attn_mxu, attn_vpu)
     hbm = chip.hbm_bandwidth_bytes_per_s * c.hbm_fraction
-    vec = e_a * t * (ELEMENTWISE_D * d / m + ELEMENTWISE_F * ff + 2 * (q + kv)) / hbm
+    vec = max(e_a * t * (ELEMENTWISE_D * d / m + ELEMENTWISE_F * ff + 2 * (q + kv)) / hbm,
+              VECTOR_OPS_PER_ELEMENT * t * (d / m + ff) / chip.vpu_flops_per_s)
     policy = opts.checkpoint
     if policy == "full":
         redo = mm + attn + vec
