@@ -22,11 +22,13 @@ layout moves about V_2D = 4 T D/X + T (2q + 2kv)/Y + mats T F/Y (mats = 3 gated,
 V_1D = 4 T D for the 1-D (Megatron) layout's two AllReduces of [T, D] over all M chips. With F' the
 per-chip-width sum (2q + 2kv + mats F) the volume is smallest at X* = sqrt(4 D M / F') and there
 V_2D = 2 T sqrt(4 D F' / M): it falls as 1/sqrt(M), while V_1D stays constant. 2-D moves less than
-1-D once sqrt(M) > sqrt(F' / D), i.e. M > F'/D (for PaLM's MLP, F = 4D and mats = 2: the paper's
-M > 4F/E... 2-D wins beyond about 16 chips; llama-style gated MLPs and attention push it to ~20).
+1-D once 2 sqrt(4 D F' / M) < 4 D, i.e. M > F'/D (llama-3-70b: F' = 12.75 D). On a torus the 1-D
+collectives of a model axis that spans k physical axes use all their links at once, while each 2-D
+collective uses only X's or Y's: with X and Y on one torus axis each, 2-D is faster only once V_2D <
+V_1D / 2, i.e. M > 4 F'/D (tests/test_layout2d.py holds simulated steps either side of it).
 Compute per chip is 2 x params x T / M FLOPs in both layouts, so the comm-to-compute ratio grows as M
 for 1-D and as sqrt(M) for 2-D: 1-D turns communication-bound at M_1D = (FLOPs per token per layer)
-W / (C x 4 D bytes), 2-D at M_2D = M_1D^2 x D / F' (the ``comm_bound_chips`` keys; W is the
+W / (C x 4 D x bytes per element), 2-D at M_2D = M_1D^2 x D / F' (the ``comm_bound_chips`` keys; W is the
 per-chip ICI bandwidth along the axis, C the peak FLOP/s, both from the chip spec).
 
 Times. Each collective is priced by its closed form on the axis's real links (`plans.links.AxisLink`:
@@ -131,6 +133,10 @@ def layout_2d(cfg: TransformerConfig, par: Parallelism, batch: int, text: str = 
         raise ModelError(f"mesh data={par.data} does not divide batch={batch}; use a multiple of {par.data}")
     per_group = batch // par.data
     grids = valid_grids(cfg, par.model, per_group)
+    if text != "2d" and chip is not None:  # a valid grid needs no look at the others
+        g = _parse_grid(text)
+        if g in grids and _placeable(Layout2D(par.data, *g, "heads"), chip, topology):
+            return _grid(cfg, par, g, per_group)
     if chip is not None and grids:
         laid = [g for g in grids if _placeable(Layout2D(par.data, *g, "heads"), chip, topology)]
         if not laid:

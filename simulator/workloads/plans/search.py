@@ -243,11 +243,18 @@ def _simulate(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, best: l
 
 def simulate_one(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, plan: MeshPlan, opts: Any,
                  topology: str | None) -> dict[str, Any]:
-    """The simulated row of one layout (run in a worker process when there are several)."""
-    if mode != "train":
-        return price_serve(cfg, chip, batch, seq, plan, mode, True, topology, opts)
-    from simulator.workloads.plans.train import train_plan
+    """The simulated row of one layout (run in a worker process when there are several); ``simulation_cpu_s``
+    is the CPU time the simulation took in its process."""
+    import time
 
-    out = train_plan(cfg, chip, batch, seq, plan, opts, topology, simulate=True, trace=False)
-    out.pop("_system", None)
-    return _row(out, plan, opts, simulated=True)
+    start = time.process_time()
+    if mode != "train":
+        row = price_serve(cfg, chip, batch, seq, plan, mode, True, topology, opts)
+    else:
+        from simulator.workloads.plans.train import train_plan
+
+        out = train_plan(cfg, chip, batch, seq, plan, opts, topology, simulate=True, trace=False)
+        out.pop("_system", None)
+        row = _row(out, plan, opts, simulated=True)
+    row["simulation_cpu_s"] = time.process_time() - start
+    return row
