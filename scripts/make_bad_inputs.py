@@ -182,6 +182,11 @@ CASES: list[tuple[str, str]] = [
     ("quantities", "plan gpt2 --chip tpu-v5e --chips 8 --mode train --batch 8 --seq 2k"),
     ("scenario parameters", "run transformer_step --set context=8k"),
     ("model configs", "model gpt2 --calibrated --no-simulate"),
+    ("calibrated training", "model gpt2 --mode train --chip tpu-v5e --batch 64 --seq 2048 --calibrated"),
+    ("calibrated training", "model gpt2 --mode train --checkpoints-per-layer sometimes --calibrated"),
+    ("calibrated training", "model gpt2 --mode train --chip b200 --batch 8 --seq 512 --calibrated"),
+    ("host memory", "run host_offload --set topology=torus:4x4"),
+    ("topology specs", "collective all_gather --topology torus:4x4+host:4 --bytes 1MB"),
 ]
 
 

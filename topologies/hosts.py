@@ -8,6 +8,8 @@ B/s per TPU, 3.2e10 on v6e); the host's own memory is not modelled as a bottlene
 
 from __future__ import annotations
 
+import copy
+
 import networkx as nx
 
 from topologies.errors import TopologyError
@@ -28,6 +30,8 @@ def with_hosts(
     *,
     pcie_bandwidth_bytes_per_s: float = DEFAULT_PCIE_BANDWIDTH_BYTES_PER_S,
     latency_s: float = DEFAULT_PCIE_LATENCY_S,
+    memory_bytes: float | None = None,
+    memory_bandwidth_bytes_per_s: float | None = None,
 ) -> nx.DiGraph:
     """Return a copy of ``G`` with host nodes ``"host0"``, ``"host1"``, ... linked to their chips.
 
@@ -41,6 +45,9 @@ def with_hosts(
         PCIe bandwidth each way of each host-chip link (bytes/s).
     latency_s : float
         Latency of one host-chip traversal (seconds).
+    memory_bytes, memory_bandwidth_bytes_per_s : float, optional
+        Each host's DRAM capacity (bytes) and bandwidth (bytes/s), set on the host nodes when given
+        (the simulator assumes its defaults otherwise, `simulator.engine.host`).
 
     Returns
     -------
@@ -60,13 +67,24 @@ def with_hosts(
     members = chips(G)
     groups = [tuple(members[i : i + per_host]) for i in range(0, len(members), per_host)]
     _check_free(G, len(groups))
-    H = G.copy()
+    H = copy.deepcopy(G)  # (G.copy() reorders each node's predecessors, which decides ties between routes)
     H.graph["chips_per_host"] = per_host
     for k, owned in enumerate(groups):
         H.add_node(f"host{k}", role="host", chips=owned)
+        memory = {"memory_bytes": memory_bytes, "memory_bandwidth_bytes_per_s": memory_bandwidth_bytes_per_s}
+        for key, value in memory.items():
+            if value is not None:
+                H.nodes[f"host{k}"][key] = _positive(value, key)
         for chip in owned:
             add_link(H, f"host{k}", chip, pcie)
     return H
+
+
+def _positive(value: float, name: str) -> float:
+    """``value`` if it is a finite number > 0, else a `TopologyError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise TopologyError(f"{name}={value!r} must be a finite number > 0")
+    return float(value)
 
 
 def _check_free(G: nx.DiGraph, n_hosts: int) -> None:

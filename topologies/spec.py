@@ -10,6 +10,8 @@ Grammar (whitespace around the whole spec is ignored; the kind is case-insensiti
 ``fattree:K:G`` is K nodes of G GPUs under a rail-optimised leaf/spine fabric (32 nodes per unit), and
 ``superpod:N`` N DGX scalable units of 32 x 8 GPUs (``superpod:4`` = 1,024 GPUs; `topologies.fattree`);
 ``multipod:P:K:AxB`` P pods of K slices each, a slower core between pods (`topologies.multilevel.multipod`).
+Any form takes ``+hosts:H``: a host CPU per H chips, each chip on its own PCIe link to it
+(``torus:4x4+hosts:4``; `topologies.hosts.with_hosts`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import networkx as nx
 
 from topologies.errors import TopologyError
 from topologies.fattree import fattree, superpod
+from topologies.hosts import with_hosts
 from topologies.multilevel import multipod, multislice, nodes
 from topologies.slices import tpu_slice
 from topologies.switch import switch
@@ -40,6 +43,7 @@ VALID_FORMS = (
     "fattree:K:G",
     "superpod:N",
     "multipod:P:K:AxB (needs a chip)",
+    "any of these +hosts:H (a host per H chips, over PCIe)",
 )
 """Every form `parse_spec` accepts (N, K, G and the axis lengths A, B, C are integers >= 1)."""
 
@@ -73,6 +77,8 @@ def parse_spec(spec: str, chip: object = None) -> nx.DiGraph:
     >>> parse_spec("slice:8x16", chip="length16").graph["wrap"]
     (False, True)
     """
+    if isinstance(spec, str) and "+" in spec:
+        return _with_hosts(spec, chip)
     kind, fields = _split(spec)
     form = _FORMS[kind]
     values = _parse_fields(spec, kind, fields, form.fields)
@@ -87,6 +93,26 @@ def parse_spec(spec: str, chip: object = None) -> nx.DiGraph:
         raise TopologyError(f"topology spec {spec!r}: {err}") from None
     G.graph["spec"] = spec
     return G
+
+
+def _with_hosts(spec: str, chip: object) -> nx.DiGraph:
+    """``BASE+hosts:H``: the base topology with a host per H chips, each chip on its own PCIe link (the
+    chip's ``pcie_bandwidth_bytes_per_s`` where a chip is given; `topologies.hosts.with_hosts`)."""
+    base, _, suffix = spec.partition("+")
+    name, _, count = suffix.strip().partition(":")
+    if name.strip().lower() != "hosts" or not count:
+        raise TopologyError(f"topology spec {spec!r}: after '+' only 'hosts:H' (H chips per host) is valid, "
+                            f"e.g. 'torus:4x4+hosts:4'")
+    per_host = _count(spec, count.strip())
+    G = parse_spec(base, chip)
+    pcie = {} if chip is None or isinstance(chip, str) else \
+        {"pcie_bandwidth_bytes_per_s": chip_attr(chip, "pcie_bandwidth_bytes_per_s")}
+    try:
+        H = with_hosts(G, per_host, **pcie)
+    except TopologyError as err:
+        raise TopologyError(f"topology spec {spec!r}: {err}") from None
+    H.graph["spec"] = spec
+    return H
 
 
 def _split(spec: object) -> tuple[str, list[str]]:

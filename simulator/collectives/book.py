@@ -100,7 +100,8 @@ def _domains(net: Network, group: Group) -> dict[Any, list[Any]]:
 def _egress(net: Network, chip: Any, outer: bool) -> float:
     """A chip's one-way bandwidth out: its slow uplink (IB, DCN) with ``outer``, else its fast one."""
     slow = ("ib", "dcn")
-    edges = [d for _, _, d in net.graph.out_edges(chip, data=True) if (d.get("kind") in slow) == outer]
+    edges = [d for _, _, d in net.graph.out_edges(chip, data=True)
+             if (d.get("kind") in slow) == outer and d.get("kind") != "pcie"]  # a host link carries no collective
     return sum(d["bandwidth_bytes_per_s"] for d in edges) if not outer else max(
         d["bandwidth_bytes_per_s"] for d in edges)
 

@@ -46,7 +46,7 @@ def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, 
     n = groups[0].n
     if n <= 1:
         return 0.0
-    g = net.graph
+    g = _fabric(net)
     first_in = _Quickest(g.pred)  # a node's quickest incoming link: data from elsewhere arrives no sooner
     first_out = _Quickest(g.succ)
     bound = _latency_bound(kind, net, groups[0], root_pos)
@@ -126,7 +126,7 @@ def fill(links: Iterable[Link], nbytes: float) -> float:
 def _latency_bound(kind: str, net: Network, group: Group, root_pos: tuple[int, ...]) -> float:
     """Latency of the quickest route from one member (the root, for Broadcast) to the farthest other member."""
     source = group.members[root_pos if kind in ROOTED else tuple(0 for _ in group.sizes)]
-    dist = nx.single_source_dijkstra_path_length(net.graph, source, weight="latency_s")
+    dist = nx.single_source_dijkstra_path_length(_fabric(net), source, weight="latency_s")
     return max(dist[c] for c in group.members.values())
 
 
@@ -138,15 +138,20 @@ def _link_load_bound(net: Network, groups: list[Group], chunk_bytes: float) -> f
         for x in members:
             reach = _hop_counts(net, x, members)
             hops += sum(reach[y] for y in members)
-    g = net.graph
-    links = [(data["latency_s"], data["bandwidth_bytes_per_s"]) for _, _, data in g.edges(data=True)]
+    links = [(data["latency_s"], data["bandwidth_bytes_per_s"]) for _, _, data in _fabric(net).edges(data=True)]
     return fill(links, hops * chunk_bytes)
+
+
+def _fabric(net: Network) -> nx.DiGraph:
+    """The graph without its hosts (their PCIe links carry no collective)."""
+    g = net.graph
+    return nx.subgraph_view(g, filter_node=lambda v: g.nodes[v].get("role") != "host")
 
 
 def _hop_counts(net: Network, x: Any, members: list[Any]) -> dict[Any, int]:
     """Fewest links from ``x`` to each member: by coordinates on a grid, by breadth-first search elsewhere."""
     if not net.grid:
-        return nx.single_source_shortest_path_length(net.graph, x)
+        return nx.single_source_shortest_path_length(_fabric(net), x)
     a = net.graph.nodes[x]["coord"]
     out = {}
     for y in members:

@@ -58,7 +58,9 @@ class Network:
         self._latency: Any = None  # (kind, nominal latency) -> seconds a hop (a calibrated protocol)
         self._link_cache: dict[tuple[Any, Any, bool], tuple[list[list[Channel]], list[tuple[str, int]]]] = {}
         self._routes: dict[tuple[Any, Any, bool], list[list[Any]]] = {}
-        self._quickest = QuickestPaths(graph, _route_cost)  # many routes from one source: one search
+        hosts = [v for v, role in graph.nodes(data="role") if role == "host"]
+        self._fabric = nx.restricted_view(graph, hosts, []) if hosts else graph  # chips never route via a host
+        self._quickest = QuickestPaths(self._fabric, _route_cost)  # many routes from one source: one search
         self._plain_routes: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> plain channels or None (`delivery`)
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
@@ -137,7 +139,7 @@ class Network:
                 self._routes[key] = self._fault_routes(src, dst, multipath)
             else:
                 self._routes[key] = self._grid_routes(src, dst, multipath) if self.grid else \
-                    [self._quickest.path(src, dst) or nx.shortest_path(self.graph, src, dst, weight=_route_cost)]
+                    [self._quickest.path(src, dst) or nx.shortest_path(self._fabric, src, dst, weight=_route_cost)]
         return self._routes[key]
 
     def _fault_routes(self, src: Any, dst: Any, multipath: bool) -> list[list[Any]]:

@@ -85,6 +85,7 @@ class System:
         if plan is not None:
             plan.systems.append(self)
         self._processes: list[tuple[str, simpy.Process]] = []
+        self._host_memory: Any = None
 
     @property
     def chip(self) -> Chip:
@@ -200,6 +201,24 @@ class System:
             return
         raise DeadlockError(f"simulation stopped at t={self.env.now:.6g} s with {len(parts)} process(es) "
                             f"blocked: {'; '.join(parts)}")
+
+    def offload(self, chip: Any, nbytes: float, label: str = "offload") -> simpy.Event:
+        """Copy ``nbytes`` from ``chip``'s HBM to its host's memory over PCIe; the event fires (value: the time)
+        when they have landed (`simulator.engine.host`; the topology needs hosts, e.g. ``torus:4x4+hosts:4``)."""
+        return self.host_memory.offload(chip, nbytes, label)
+
+    def reload(self, chip: Any, nbytes: float, label: str = "reload") -> simpy.Event:
+        """Copy ``nbytes`` that ``chip`` offloaded back from its host over PCIe; the event fires on arrival."""
+        return self.host_memory.reload(chip, nbytes, label)
+
+    @property
+    def host_memory(self) -> Any:
+        """The hosts' memory (`simulator.engine.host.HostMemory`), built on first use."""
+        if self._host_memory is None:
+            from simulator.engine.host import HostMemory
+
+            self._host_memory = HostMemory(self)
+        return self._host_memory
 
     def metrics(self) -> dict[str, Any]:
         """Standard metrics of the finished run (see `simulator.engine.trace.compute_metrics`), and ``notes``
