@@ -10,6 +10,7 @@ from typing import Any
 
 from simulator.errors import PodsimError
 from simulator.frontend.fault_args import add_fault_args
+from simulator.frontend.served_cmd import add_engine_arg, print_served, served_extras
 from simulator.hardware.specs import DTYPE_BYTES, PRESETS, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import format_quantity, parse_int, parse_positive, parse_tokens
@@ -50,6 +51,8 @@ def add_model_parser(sub: Any) -> None:
                                                               "with the matmuls")
     p.add_argument("--sequence-attention", default="ring", help="train: ring or allgather (sequence axis)")
     p.add_argument("--kv-sharding", default="heads", help=f"decode/prefill: one of {', '.join(KV_SHARDINGS)}")
+    p.add_argument("--layout", default="1d", help="decode/prefill: 1d (model axis, Megatron), 2d (weight-stationary "
+                                                "over an X x Y grid of the model axis, the best grid) or 2d:XxY")
     p.add_argument("--weight-dtype", help=f"one of {', '.join(DTYPE_BYTES)}")
     p.add_argument("--kv-dtype", help=f"one of {', '.join(DTYPE_BYTES)}")
     p.add_argument("--compute-dtype", help="MXU rate: bf16 (weight-only quantization) or int8/fp8 (default: "
@@ -64,8 +67,11 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--chips", metavar="N", help="train: chips the run is projected on (default: the mesh's)")
     p.add_argument("--price-per-chip-hour", metavar="USD", help="price of one chip-hour, for the cost of a step")
     p.add_argument("--no-simulate", action="store_true", help="closed forms only (skip the simulated step)")
+    p.add_argument("--exact", action="store_true", help="train: simulate every chip, not one per pipeline stage by "
+                                                         "symmetry (the same figures, slower)")
     p.add_argument("--calibrated", action="store_true", help="also simulate at the chip's fitted efficiencies, "
                                                               "beside the ideal step (calibrated_* keys)")
+    add_engine_arg(p)  # decode/prefill on one GPU: the served step (simulator.frontend.served_cmd)
     p.add_argument("--json", action="store_true")
     add_fault_args(p)
 
@@ -144,16 +150,24 @@ def train_options(args: argparse.Namespace) -> Any:
 
 
 def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
+    from simulator.hardware.train_calibration import train_calibrated_chips
     from simulator.workloads.plans import parse_plan_mesh, train_plan
+    from simulator.workloads.plans.calibrated import calibrated_train_step, slice_shape_for
 
     batch = parse_int(args.batch, name="--batch")
     seq = parse_tokens(args.seq or "1024", name="--seq", maximum=2**24)
     out = train_plan(cfg, chip, batch, seq, parse_plan_mesh(args.mesh), train_options(args), args.topology,
-                     simulate=not args.no_simulate, trace=False, price_per_chip_hour=_price(args))
+                     simulate=not args.no_simulate, trace=False, price_per_chip_hour=_price(args), fast=not args.exact)
     out.pop("_system", None)
-    if _calibrated(args):  # the same step at the chip's fitted efficiencies, beside the ideal one
+    if _calibrated(args) and chip.name in train_calibrated_chips():  # issue 20: the whole step fitted to TPU runs
+        plan = parse_plan_mesh(args.mesh)
+        cal = calibrated_train_step(cfg, chip, plan, train_options(args), batch, seq,
+                                    slice_shape_for(args.topology, plan))
+        out.update(calibrated_step_time_s=cal["step_time_s"], calibrated_mfu=cal["mfu"],
+                   calibrated_tokens_per_s=cal["tokens_per_s"], calibrated_step=cal)
+    elif _calibrated(args):  # the same step at the chip's fitted efficiencies, beside the ideal one
         cal = train_plan(cfg, chip, batch, seq, parse_plan_mesh(args.mesh), train_options(args), args.topology,
-                         trace=False, calibrated=True)
+                         trace=False, calibrated=True, fast=not args.exact)
         out.update(calibrated_step_time_s=cal["step_time_s"], calibrated_mfu=cal["mfu"],
                    calibrated_tokens_per_s=cal["tokens_per_s"])
     return _with_notes(out, chip, out.get("topology"))
@@ -168,14 +182,17 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     if others:
         raise PodsimError(f"--mesh axis {others[0]}={plan.size(others[0])} is for training; decode and prefill run "
                           "on data and model axes (shard the KV cache with --kv-sharding batch or sequence)")
-    if args.topology:
-        raise PodsimError("--topology is for --mode train; decode and prefill run on the chip's slice of the mesh")
     par = Parallelism(plan.size("data"), plan.size("model"))
     calibrated = _calibrated(args)
     batch = parse_int(args.batch, name="--batch")
     contexts = [parse_tokens(c, name="--context", minimum=0) for c in args.context.split(",")]
     context = contexts[0] if len(contexts) == 1 else contexts
     new = 1 if args.mode == "decode" else parse_tokens(args.seq or "1024", name="--seq", maximum=2**24)
+    if args.layout != "1d":  # 2-D weight-stationary (`simulator.frontend.serve_layout`)
+        from simulator.frontend.serve_layout import serve_2d
+
+        out = serve_2d(args, cfg, chip, par, batch, context, new, _price(args))
+        return _with_notes(out, chip, out["topology"])
     out = decode_budget(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, args.kv_sharding,
                         args.compute_dtype)
     out.update(mode=args.mode, step_time_s=None)
@@ -183,19 +200,20 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
         from simulator.workloads.simulate import simulate_decode
 
         sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new,
-                              kv_sharding=args.kv_sharding)
+                              kv_sharding=args.kv_sharding, topology=args.topology)
         out.update(sim.summary())
         if calibrated:  # the same step at the chip's fitted efficiencies, beside the ideal one
             cal = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, trace=False,
-                                  calibrated=True, kv_sharding=args.kv_sharding)
+                                  calibrated=True, kv_sharding=args.kv_sharding, topology=args.topology)
             out.update(calibrated_step_time_s=cal.env.now, calibrated_tokens_per_s=batch * new / cal.env.now)
+    out.update(served_extras(args, cfg, chip, par.chips, batch, context, new))
     step = out["step_time_s"] or out["lower_bound_s"]
     out["tokens_per_s"] = batch * new / step
     price = _price(args)
     if price is not None:
         cost = price * par.chips * step / 3600
         out.update(cost_per_step_usd=cost, cost_per_million_tokens_usd=cost / (batch * new) * 1e6)
-    return _with_notes(out, chip, _serve_topology(par, chip))
+    return _with_notes(out, chip, args.topology or _serve_topology(par, chip))
 
 
 def _calibrated(args: argparse.Namespace) -> bool:
@@ -246,6 +264,7 @@ def _print_model(out: dict[str, Any]) -> None:
           + (f" (calibrated {format_quantity(out['calibrated_step_time_s'], 's')})"
              if "calibrated_step_time_s" in out else ""))
     print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
+    print_served(out)
     _print_notes(out)
 
 
@@ -272,6 +291,10 @@ def _print_train(out: dict[str, Any]) -> None:
     if "calibrated_step_time_s" in out:
         print(f"  calibrated (fitted efficiencies): {format_quantity(out['calibrated_step_time_s'], 's')}, MFU "
               f"{out['calibrated_mfu']:.1%}, {out['calibrated_tokens_per_s']:,.0f} tokens/s")
+    if "calibrated_step" in out:
+        from simulator.workloads.plans.calibrated import breakdown_lines
+
+        print("\n".join("  " + line for line in breakdown_lines(out["calibrated_step"])))
     _print_notes(out)
     if "cost_per_step_usd" in out:
         print(f"  cost ${out['cost_per_step_usd']:.4g} per step, ${out['cost_per_million_tokens_usd']:.4g} per "
