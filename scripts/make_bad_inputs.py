@@ -187,6 +187,9 @@ CASES: list[tuple[str, str]] = [
     ("calibrated training", "model gpt2 --mode train --chip b200 --batch 8 --seq 512 --calibrated"),
     ("host memory", "run host_offload --set topology=torus:4x4"),
     ("topology specs", "collective all_gather --topology torus:4x4+host:4 --bytes 1MB"),
+    ("calibrated serving", "model llama-3-8b --chip tpu-v5e --weight-dtype int8 --calibrated --engine vllm"),
+    ("calibrated serving", "model llama-3-8b --chip h100 --calibrated --engine sglang"),
+    ("calibrated serving", "model llama-3-8b --chip h100 --mesh model=2 --calibrated --engine vllm"),
 ]
 
 
