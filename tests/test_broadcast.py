@@ -195,3 +195,21 @@ def test_numeric_mode_equals_numpy(kind, sides, axes_mask, per_row, chunks, seed
             np.testing.assert_array_equal(r.outputs[dev], data[source])
         np.testing.assert_allclose(summed.outputs[source], data[list(g.members.values())].sum(axis=0), rtol=1e-12,
                                    atol=1e-12)
+
+
+@pytest.mark.parametrize("root", [0, 17, 53, 119])
+def test_a_root_inside_the_axis_that_does_not_wrap_gets_a_tree_per_link_its_farthest_chips_allow(root):
+    """slice:8x16 on tpu-v5e: the 8-axis does not wrap. A root inside it has 4 links out, but chips at the axis's
+    ends have 3 links in: 3 trees, spanning, sharing no link direction; the root's 4th link is free to any tree."""
+    net = _system("slice:8x16").network
+    (group,) = collective_groups(net, None)
+    pos = next(p for p, c in group.members.items() if c == root)
+    forest = shape_trees(group, pos)
+    assert len(forest) == _most_trees(net, list(group.members.values()), root) == 3
+    used = set()
+    for parents, _ in forest:
+        assert _forest_depth([(parents, None)], pos) >= 1 and len(parents) == group.n - 1
+        for child, parent in parents.items():
+            link = (group.members[parent], group.members[child])
+            assert net.graph.has_edge(*link) and link not in used
+            used.add(link)

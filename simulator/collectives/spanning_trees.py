@@ -69,6 +69,7 @@ TRANSFER_BUDGET = 50_000  #: default pieces stop where the schedule would pass t
 FILL = 4  #: ...unless that leaves fewer than FILL x (depth - 1) per tree (fill over a quarter of the bandwidth term)
 MAX_TRANSFERS = 200_000  #: ...which may take the schedule up to this many transfers (several seconds)
 MAX_PIECES = 10_000  #: as `simulator.collectives.api.MAX_CHUNKS`
+START_TRIES = 6  #: choices of the trees' first links `greedy_forest` tries
 
 
 def rings(group: Group) -> tuple[bool, ...]:
@@ -143,24 +144,40 @@ def tree_count(sizes: tuple[int, ...], wraps: tuple[bool, ...], root: Pos) -> in
 
 
 def greedy_forest(sizes: tuple[int, ...], wraps: tuple[bool, ...], root: Pos) -> list[dict[Pos, Pos]] | None:
-    """`tree_count` arc-disjoint spanning trees grown breadth first all at once (None: one got stuck).
+    """`tree_count` arc-disjoint spanning trees grown breadth first all at once (None: every try got stuck).
 
-    Tree t starts on the root's t-th link. In each round every tree offers, from the positions it reached
-    in the last round (all of them, if it reached none), each free link to a position it lacks; the links
-    go out scarcest first (a position the tree can reach by fewest offered links), then those that lead
-    away from the root (one hop farther), each link to one tree, each position once per tree. Shallower
-    than the ways trees on tori (depth about 1.5 x the diameter rather than the sum of the sides), and
-    it finds a tree for every link of the root where a mesh's edge or a size-2 axis leaves the ways short.
+    Each tree starts on one of the root's links (where the root has more links than trees, the rest are
+    free to any tree; the first `START_TRIES` choices of starting links are tried in turn). In each round
+    every tree offers, from the positions it reached in the last round (all of them, if it reached none),
+    each free link to a position it lacks; the links go out scarcest first (a position the tree can reach
+    by fewest offered links), then those that lead away from the root (one hop farther), each link to one
+    tree, each position once per tree. Shallower than the ways trees on tori (depth about 1.5 x the
+    diameter rather than the sum of the sides), and it finds a tree for every link of the root where a
+    mesh's edge or a size-2 axis leaves the ways short. It can get stuck where the root sits inside an
+    axis that does not wrap on a grid of two or three axes (1,050 of 8,764 cases of sides 1-7, each
+    wraparound and roots at the first, middle and last positions; never with the root at position 0 or
+    on a torus); `shape_trees` then keeps the ways trees.
     """
+    d = tree_count(sizes, wraps, root)
+    starts = itertools.combinations(_neighbours(sizes, wraps, root), d)
+    for first in itertools.islice(starts, START_TRIES):
+        forest = _grow(sizes, wraps, root, list(first))
+        if forest is not None:
+            return forest
+    return None
+
+
+def _grow(sizes: tuple[int, ...], wraps: tuple[bool, ...], root: Pos, first: list[Pos]) -> list[dict[Pos, Pos]] | None:
+    """The rounds of `greedy_forest`, tree t starting on the link from the root to ``first[t]``."""
     positions = list(itertools.product(*(range(k) for k in sizes)))
     near = {x: _neighbours(sizes, wraps, x) for x in positions}
-    d = tree_count(sizes, wraps, root)
+    d = len(first)
     far = {x: sum(min(abs(p - q), k - abs(p - q)) if w else abs(p - q)
                   for p, q, k, w in zip(x, root, sizes, wraps, strict=True)) for x in positions}
-    free = {(u, v) for u in positions if u != root for v in near[u] if v != root}
-    parents: list[dict[Pos, Pos]] = [{s: root} for s in near[root][:d]]
-    reached = [{root, s} for s in near[root][:d]]
-    frontier = [[s] for s in near[root][:d]]
+    free = {(u, v) for u in positions for v in near[u] if v != root and (u != root or v not in first)}
+    parents: list[dict[Pos, Pos]] = [{s: root} for s in first]
+    reached = [{root, s} for s in first]
+    frontier = [[s, root] for s in first]
     for _ in range(4 * len(positions)):
         if all(len(r) == len(positions) for r in reached):
             return parents
