@@ -5,7 +5,8 @@ bandwidth and runs every FLOP at peak. A served model does not: its decode kerne
 HBM bandwidth (less as a step's skinny matmuls gain rows), each layer pays kernel launches and
 synchronisation, and prefill's matmuls reach a fraction of peak. `served_step` prices the simulator's own
 per-layer ops (`simulator.workloads.simulate.layer_ops`: weights, KV cache, FLOPs per layer) with the
-chip's fitted factors (`simulator.hardware.decode_calibration`), per op::
+chip's fitted factors as a serving engine reaches them (`simulator.hardware.decode_calibration`: vLLM,
+TensorRT-LLM, gpt-fast), per op::
 
     memory   = weights / (B * eta) * (1 + beta * log2(rows)) + KV read / (B * eta * alpha) + KV write / (B * eta)
     compute  = useful FLOPs / (peak * epsilon[dtype])   (the fitted epsilon absorbs tile padding)
@@ -30,7 +31,7 @@ from simulator.workloads.budget import MAX_REQUESTS, Parallelism, request_contex
 from simulator.workloads.simulate import LayerOp, head_op, layer_ops, simulate_decode
 from simulator.workloads.transformer import TransformerConfig
 
-MAX_OUTPUT_TOKENS = 1_000_000  #: decode steps one request may add up (each is priced on its own)
+MAX_OUTPUT_TOKENS = 262_144  #: decode steps one request may add up (each priced on its own, ~0.1 ms of CPU)
 FACTORS = ("weights", "kv_cache", "matmul", "overlap", "launch_sync")
 
 
