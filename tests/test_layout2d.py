@@ -142,3 +142,13 @@ def test_model_decode_takes_a_topology(capsys):
     assert main(["model", "llama-2-7b", "--mesh", "model=8", "--topology", "ring:4"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "8" in err
+
+
+def test_gqa_attention_splits_requests_when_that_shards_the_kv_cache_further():
+    """llama-3-70b has 8 KV heads. On a 4 x 8 grid, splitting heads over all 32 chips replicates each KV head on
+    4 chips (1/8 of the cache a chip); splitting requests over X = 4 and heads over Y = 8 leaves 1/32."""
+    cfg = get_model("llama-3-70b")
+    out = budget_2d(cfg, V5E, 8, 4096, Parallelism(1, 32), "2d:4x8", topology="torus:4x8")
+    assert out["attention_split"] == "requests"
+    whole = 2 * 80 * 8 * 128 * 2 * 8 * 4096  # K and V, layers, KV heads, head_dim, bytes, requests, positions
+    assert out["kv_cache_bytes"] == whole and out["per_chip"]["kv_cache_bytes"] == pytest.approx(whole / 32)

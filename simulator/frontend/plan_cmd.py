@@ -70,14 +70,14 @@ def render(out: dict[str, Any], limit: int = 15) -> str:
     """The ranked table: mesh, step time (simulated or closed form), MFU, memory per chip, exposed comm."""
     lines = [f"{out['model']} {out['mode']} on {out['chips']} x {out['chip']}, batch {out['batch']}, seq {out['seq']}: "
              f"{out['fitting']} of {out['layouts']} layouts fit ({out['candidates']:,} candidates priced)"]
-    lines.append(f"  {'#':>2}  {'mesh and options':<44}{'step':>11}  {'':<4}{'MFU':>6}{'GiB/chip':>10}  "
+    lines.append(f"  {'#':>2}  {'mesh and options':<50}{'step':>11}  {'':<4}{'MFU':>6}{'GiB/chip':>10}  "
                  "exposed communication")
     for i, r in enumerate(out["plans"][:limit], 1):
         mesh = ",".join(f"{k}={v}" for k, v in r["mesh"].items()) + _options_text(r.get("options", {}))
         kind = "sim" if r["simulated"] else "cf"
         exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in r["exposed_comm_s"].items() if t) or "-"
         fit = "" if r["fits"] else " (does not fit)"
-        lines.append(f"  {i:>2}  {mesh:<44}{format_quantity(r['step_time_s'], 's'):>11}  {kind:<4}{r['mfu']:>6.1%}"
+        lines.append(f"  {i:>2}  {mesh:<50}{format_quantity(r['step_time_s'], 's'):>11}  {kind:<4}{r['mfu']:>6.1%}"
                      f"{r['memory_per_chip_bytes'] / 2**30:>10.2f}  {exposed}{fit}")
     if len(out["plans"]) > limit:
         lines.append(f"  ... {len(out['plans']) - limit} more (--json lists them all)")

@@ -96,10 +96,16 @@ def _y_ok(cfg: TransformerConfig, y: int) -> bool:
 
 
 def _attention(cfg: TransformerConfig, x: int, y: int, per_group: int) -> str | None:
+    """How attention splits over the grid: "heads" over all X Y chips when they divide, "requests" over X
+    (heads over Y) when the group's requests divide -- whichever leaves each chip less of the KV cache (KV
+    heads are replicated when fewer than the chips they split over), heads on a tie; None if neither."""
     n = x * y
+    shares = []
     if cfg.n_heads % n == 0 and (cfg.n_kv_heads % n == 0 or n % cfg.n_kv_heads == 0):
-        return "heads"
-    return "requests" if per_group % x == 0 else None
+        shares.append((kv_heads_per_chip(cfg, n), 0, "heads"))
+    if per_group % x == 0:
+        shares.append((kv_heads_per_chip(cfg, y) / x, 1, "requests"))
+    return min(shares)[2] if shares else None
 
 
 def valid_grids(cfg: TransformerConfig, model: int, per_group: int) -> list[tuple[int, int]]:
