@@ -99,3 +99,13 @@ def test_numeric_mode_equals_numpy(shape, axis, chunks, per_chip, seed):
         members = list(g.members.values())
         for dev in members:
             np.testing.assert_allclose(r.outputs[dev], data[members].sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
+def test_reduced_mode_counts_every_line_once():
+    """torus:2x4 over the size-2 axis: four lines of two, alike (mode auto simulates one): 10 pieces along H = 2
+    hops, and the link bytes are every line's, 2 link directions x V each, in either mode."""
+    for mode in ("auto", "full"):
+        r = run_collective("all_reduce", System("tpu-v5e", topology="torus:2x4", trace=False), 1e6, axes=[0],
+                           mode=mode, chunks=10, **ALG)
+        assert r.total_link_bytes == pytest.approx(4 * 2 * 1e6, rel=1e-9)
+        assert r.time_s == pytest.approx((2 + 10 - 1) * (A + 1e5 / B), rel=1e-9)

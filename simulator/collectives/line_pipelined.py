@@ -105,7 +105,7 @@ class LinePipelined(Algorithm):
     def build(self, job: Job, s: Schedule) -> None:
         pieces = self._pieces(job)
         piece_bytes = None if job.numeric else job.nbytes / job.chunks
-        for group in job.groups:
+        for group in job.groups[:1] if job.reduced else job.groups:  # reduced: one line stands for all
             n, dev = group.n, [group.members[p] for p in group.positions()]
             m = middle(n)
             added: dict[tuple[int, int], list[int]] = {}  # (position, piece) -> sums that reached it
