@@ -86,6 +86,7 @@ def test_plan_cli_reports_options_and_simulates_the_best(capsys):
     out = json.loads(capsys.readouterr().out)
     top = out["plans"][:2]
     assert all(r["simulated"] for r in top) and not out["plans"][2]["simulated"]
+    assert out["candidates"] == sum(r["options_priced"] for r in out["plans"])
     for row in out["plans"]:
         assert {"mesh", "step_time_s", "mfu", "memory_per_chip_bytes", "fits", "simulated", "options"} <= set(row)
         assert {"microbatches", "schedule", "zero", "checkpoint", "tp_overlap"} <= set(row["options"])

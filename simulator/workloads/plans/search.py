@@ -225,6 +225,9 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
     rows.sort(key=lambda t: (not t[0]["fits"], t[0]["step_time_s"]))
     best = [t for t in rows[:top] if t[0]["fits"]]
     simulated = _simulate(cfg, chip, mode, batch, seq, best, workers, topology)
+    for row, (closed, _, _) in zip(simulated, best, strict=True):
+        if "options_priced" in closed:
+            row["options_priced"] = closed["options_priced"]
     plans = simulated + [r for r, _, _ in rows[len(simulated):]]
     plans[:len(simulated)] = sorted(plans[:len(simulated)], key=lambda r: r["step_time_s"])
     return {"model": cfg.name, "chip": chip.name, "chips": chips, "mode": mode, "batch": batch, "seq": seq,
