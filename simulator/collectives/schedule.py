@@ -42,6 +42,8 @@ _new_transfer = tuple.__new__  #: ``_new_transfer(Transfer, (id, src, dst, keys,
 
 EVENTS_PER_TRANSFER = 3  #: simulated events of one transfer over one hop (start, link, arrival)
 LONG_RUN_HINT = "use --mode reduced, fewer chips or a smaller topology"
+_TICK_MASK = TICK - 1
+_BARRIER = object()  #: the tag `Schedule` files a barrier under: none (a barrier arrives nowhere)
 
 
 class Schedule:
@@ -53,34 +55,61 @@ class Schedule:
     def __init__(self, key_bytes: float) -> None:
         self.key_bytes = key_bytes
         self.transfers: list[Transfer] = []
-        self.arrivals: dict[tuple[Any, Any], list[int]] = defaultdict(list)
-        self.by_tag: dict[Any, list[int]] = defaultdict(list)
+        self._where: list[tuple[Any, Any]] = []  # (tag, slot) of each transfer; `_index` files them on demand
+        self._arrivals: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+        self._by_tag: dict[Any, list[int]] = defaultdict(list)
+        self._indexed = 0
+
+    @property
+    def arrivals(self) -> dict[tuple[Any, Any], list[int]]:
+        """The transfers that arrive at each (tag, slot), in the order they were added."""
+        self._index()
+        return self._arrivals
+
+    @property
+    def by_tag(self) -> dict[Any, list[int]]:
+        """The transfers of each tag, in the order they were added."""
+        self._index()
+        return self._by_tag
+
+    def _index(self) -> None:
+        where, arrivals, by_tag = self._where, self._arrivals, self._by_tag
+        for tid in range(self._indexed, len(where)):
+            tag, slot = where[tid]
+            if tag is not _BARRIER:
+                arrivals[(tag, slot)].append(tid)
+                by_tag[tag].append(tid)
+        self._indexed = len(where)
 
     def add(self, src: Any, dst: Any, keys: tuple | int, op: str, deps: Sequence[int], tag: Any, slot: Any,
             nbytes: float | None = None) -> int:
         """Append a transfer of ``keys`` (or, timing only, of that many keys) and record where it arrives;
         ``nbytes`` (keys of unequal sizes) replaces the key count times ``key_bytes``."""
-        tid = len(self.transfers)
+        transfers = self.transfers
+        tid = len(transfers)
         if isinstance(keys, int):
-            count, keys = keys, ()
-        else:
-            count = len(keys)
-        if type(deps) is not tuple and type(deps) is not list:
-            deps = list(deps)
-        deps = tuple(deps) if len(deps) < 2 else tuple(sorted(set(deps)))
-        self.transfers.append(_new_transfer(Transfer, (tid, src, dst, keys, op, deps,
-                                                       count * self.key_bytes if nbytes is None else nbytes)))
-        self.arrivals[(tag, slot)].append(tid)
-        self.by_tag[tag].append(tid)
-        if tid & (TICK - 1) == TICK - 1:  # a huge schedule shows up (and can be refused) while it is planned
+            if nbytes is None:
+                nbytes = keys * self.key_bytes
+            keys = ()
+        elif nbytes is None:
+            nbytes = len(keys) * self.key_bytes
+        try:
+            deps = tuple(deps) if len(deps) < 2 else tuple(sorted(set(deps)))
+        except TypeError:  # an iterator
+            deps = tuple(sorted(set(deps)))
+        transfers.append(_new_transfer(Transfer, (tid, src, dst, keys, op, deps, nbytes)))
+        self._where.append((tag, slot))
+        if tid & _TICK_MASK == _TICK_MASK:  # a huge schedule shows up (and can be refused) while it is planned
             expect_events(EVENTS_PER_TRANSFER * TICK, LONG_RUN_HINT)
         return tid
 
     def barrier(self, tags: Any) -> int:
         """A zero-byte transfer that arrives once every transfer with one of ``tags`` has arrived."""
         tid = len(self.transfers)
-        deps = tuple(t for tag in (tags if isinstance(tags, list) else [tags]) for t in self.by_tag[tag])
+        by_tag = self.by_tag
+        deps = tuple(t for tag in (tags if isinstance(tags, list) else [tags]) for t in by_tag[tag])
         self.transfers.append(_new_transfer(Transfer, (tid, None, None, (), "copy", deps, 0.0)))
+        self._where.append((_BARRIER, None))
         return tid
 
 
@@ -176,7 +205,7 @@ class _Aggregated:
     reference cycle holding the whole schedule until the garbage collector's next full pass."""
 
     __slots__ = ("net", "transfers", "buffers", "label", "done", "waiting", "remaining", "dependents", "payloads",
-                 "single", "count", "chips")
+                 "single", "by_interface", "chips")
 
     def __init__(self, net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any, np.ndarray]] | None,
                  label: str, done: Completion) -> None:
@@ -191,7 +220,7 @@ class _Aggregated:
         self.dependents = dependents
         self.payloads: dict[int, dict[Any, np.ndarray]] = {}
         self.single: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> its route's one plain link, or False
-        self.count = net.trace.count if net.trace is not None else None
+        self.by_interface = net.trace.bytes_by_interface if net.trace is not None else None  # what Trace.count adds to
         self.chips = set(net.chips)
 
     def start(self, t: Transfer) -> None:
@@ -201,10 +230,11 @@ class _Aggregated:
         link = self.single.get((src, dst))
         if link is None:
             link = self.single[(src, dst)] = _single_link(self.net, src, dst, chips)
-        if link and t.nbytes > 0:  # what `deliver` does on a route of one plain link
-            if self.count is not None:
-                self.count(link.kind, t.nbytes)
-            link.send(t.nbytes, self.label, "send", self.arrive, t.id)
+        nbytes = t.nbytes
+        if link and nbytes > 0:  # what `deliver` does on a route of one plain link
+            if self.by_interface is not None:
+                self.by_interface[link.kind] += nbytes
+            link.send(nbytes, self.label, "send", self.arrive, t.id)
         elif src == dst or (src in chips and dst in chips):
             deliver(self.net, src, dst, t.nbytes, self.label, self.arrive, t.id)
         else:  # a chip and its switch (in-switch reduction, NVLS)
