@@ -13,6 +13,7 @@ import simpy
 from simulator.collectives import plan_collective, run_collective, start_collective
 from simulator.collectives.schedule import gc_paused
 from simulator.engine.channel import Channel, call_after
+from simulator.engine.disturb import FaultChannel
 from simulator.engine.faults import ChipFail, ChipPause, Jitter, LinkDegraded, LinkDown, LinkLatency
 from simulator.engine.system import System
 from simulator.errors import IncompleteRunError, PodsimError
@@ -152,6 +153,16 @@ def test_send_shares_a_channel_fairly_with_transfers():
     assert ends["sent"] == pytest.approx(1e-6 + 2e6 / 1e9, rel=1e-12)
     assert ends["transferred"] == pytest.approx(1e-6 + 2e6 / 1e9, rel=1e-12)
     assert ch.bytes_carried == 2e6
+
+
+def test_send_on_a_fault_channel_keeps_to_its_pauses():
+    """A paused link stops the flow: 1 MB at 1 GB/s paused for 1 ms in the middle ends at 2 ms."""
+    env = simpy.Environment()
+    ch = FaultChannel(env, "link 0->1", 1e9, 0.0, pauses=[(0.5e-3, 1.5e-3)])
+    ends = []
+    ch.send(1e6, "a", "send", ends.append, "sent")
+    env.run()
+    assert ends == ["sent"] and env.now == pytest.approx(2e-3, rel=1e-12)
 
 
 def test_calls_of_one_instant_and_delay_share_one_event():

@@ -105,7 +105,10 @@ class Channel:
         """`transfer` without an event: call ``then(arg)`` when the last byte has arrived. The flow shares the
         channel exactly as a transfer does; its latency timer and, on an idle channel, its completion timer
         are shared with every other `call_after` of the same instant and delay (one SimPy event for a whole
-        step of equal messages on idle links). Plain `Channel` only: a subclass keeps to `transfer`."""
+        step of equal messages on idle links). A subclass (`FaultChannel`) sends by its own `transfer`."""
+        if type(self) is not Channel:
+            self.transfer(nbytes, label, kind).callbacks.append(lambda _e: then(arg))
+            return
         flow = _new(_Flow)
         flow.nbytes = flow.remaining = nbytes
         flow.event, flow.start, flow.label, flow.kind, flow.then, flow.arg = None, 0.0, label, kind, then, arg
