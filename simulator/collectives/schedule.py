@@ -3,6 +3,12 @@
 A transfer says "send these keys from ``src`` to ``dst``, copying or adding them, once these earlier
 transfers have arrived". `execute` starts each transfer the moment its dependencies have arrived, so
 no global barrier is assumed; a barrier is an explicit zero-byte transfer that waits for a set.
+
+By default `execute` aggregates (issue 16): each transfer is sent with `Channel.send` through
+`simulator.engine.delivery`, calling back on arrival, and the timers of flows due at one time share one
+SimPy event -- a ring step of equal messages on idle links costs two events, not two per message -- with
+the plain path's times, bytes and spans (``aggregate=False`` keeps the plain path; tests/test_aggregate.py
+compares them). `run_collective` also pauses the garbage collector while it plans and runs (`gc_paused`).
 """
 from __future__ import annotations
 
