@@ -28,21 +28,24 @@ Two variants (each for two and three levels):
   `simulator.collectives.timing.chain_phase_time` (the slowest chain or the busiest link);
 - ``hierarchical_pipelined``: the array is cut into ``PIPELINE`` chunks that flow through the levels
   in order (chunk c enters a phase once chunk c-1 has left it), as NCCL pipelines its NVLS-tree and
-  CollNet levels. Closed form: ``sum_x t_x + (c-1) max(max_x t_x, sum of inner w_x, sum of outer w_x)``
-  for per-chunk phase times t_x and their bandwidth parts w_x -- the first chunk crosses every phase, the
-  others follow one period apart: the slowest phase, or the busiest level's link work (the inner phases
-  share the fast links; the outer ones' bytes are summed per physical link -- a chip's NIC or DCN port
-  carries every tier's rails, a spine or core link only its tier's): about the MAX of the level terms for
-  many chunks, where the sequential variant pays their SUM. Two levels use 4 chunks, three use 8 (their
-  fill, the sum of the phases of one chunk, is longer). The simulation shares the fast links fairly between the
-  reduce-scatter of one chunk and the all-gather of another, which packs them tighter than the closed
-  form's period: it runs up to about 15% faster on two levels, within -6% / +8% of it on three
+  CollNet levels. Closed form: ``sum_x t_x + (c-1) max(max_x t_x, W_in + A_in, W_out + A_out)`` for
+  per-chunk phase times t_x -- the first chunk crosses every phase, the others follow one period apart:
+  the slowest phase, or a level's link work W plus one of its phases' chain latency A (phases sharing
+  links advance side by side, so the links idle for one chain's latency). W_in sums the inner phases'
+  bandwidth parts (they share the fast links); W_out is the busiest physical link's bytes over all outer
+  phases over its bandwidth (a chip's NIC or DCN port carries every tier's rails, a spine or core link only
+  its tier's). About the MAX of the level terms for many chunks, where the sequential variant pays their
+  SUM. Two levels use 4 chunks, three use 8 (their fill, the sum of one chunk's phases, is longer). The
+  simulation shares the fast links fairly between the reduce-scatter of one chunk and the all-gather of
+  another, which packs them tighter than the closed form's period: it runs up to about 15% faster on two
+  levels, within -7% / +8% of it on three
   (tests/test_issue14.py, tests/test_three_levels.py). The sequential variant equals its closed form exactly
   on two levels with one switch above the domains and on three levels; where two-level rails cross a shared
   core or spine link, within 4%.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from typing import Any
@@ -52,7 +55,7 @@ from simulator.collectives.chains import gather_phase, reduce_phase
 from simulator.collectives.groups import Group, keys_where
 from simulator.collectives.levels import TWO_LEVEL_KINDS, Levels, three_levels, two_levels
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import chain_phase_time, ring_links, step_edges
+from simulator.collectives.timing import PhaseProfile, chain_phase_profile, ring_links, step_edges
 from simulator.engine.network import Network
 
 PARTS = 6  #: inner parts per chunk: an equal share for each rotation over 1, 2 or 3 inner axes
@@ -124,20 +127,25 @@ class Hierarchical(Algorithm):
                 for b in keys_where(lv.sizes, {}):
                     for k in (k for k in range(lv.outer) if lv.digits(k)[j] == 0):
                         ring = lv.tier_ring(j, k, b)
-                        bundles = [_keys(job, parts, [lv.position[(kk, b)] for kk in _tier_bundle(lv, j, k, i)])
-                                   for i in range(lv.tiers[j])]
+                        if job.numeric:
+                            bundles = [_keys(job, parts, [lv.position[(kk, b)] for kk in _tier_bundle(lv, j, k, i)])
+                                       for i in range(lv.tiers[j])]
+                        else:  # a bundle's count: the parts of each slower tier's domains
+                            bundles = [len(parts) * math.prod(lv.tiers[j + 1:])] * lv.tiers[j]
                         run(s, ring, bundles, get_algorithm("unidirectional"), start, rtag)
                 continue
             order = _phase_order(job.kind, what, r, n_axes)
             a = order[j]
             for base in keys_where(tuple(1 if x == a else n for x, n in enumerate(lv.sizes)), {}):
+                fixed = _fixed(what, order, j, base)
+                if job.numeric:  # the same for every domain's ring: keys of every domain's chips
+                    bundles = [_keys(job, parts, [lv.position[(kk, bb)] for bb in keys_where(lv.sizes, fixed | {a: i})
+                                                  for kk in range(lv.outer)]) for i in range(lv.sizes[a])]
+                else:
+                    free = math.prod(n for x, n in enumerate(lv.sizes) if x != a and x not in fixed)
+                    bundles = [len(parts) * lv.outer * free] * lv.sizes[a]
                 for k in range(lv.outer):
-                    ring = lv.inner_ring(k, base, a)
-                    fixed = _fixed(what, order, j, base)
-                    bundles = [_keys(job, parts, [lv.position[(kk, bb)] for kk in range(lv.outer)
-                                                  for bb in keys_where(lv.sizes, fixed | {a: i})])
-                               for i in range(lv.sizes[a])]
-                    run(s, ring, bundles, lv.inner_algorithm(a), start, rtag)
+                    run(s, lv.inner_ring(k, base, a), bundles, lv.inner_algorithm(a), start, rtag)
         return tags
 
     # -- closed form -----------------------------------------------------------------------------------
@@ -153,9 +161,10 @@ class Hierarchical(Algorithm):
                 algorithm = get_algorithm("unidirectional")
                 units = algorithm.reduce_units if what == "rs" else algorithm.gather_units
                 free = math.prod(lv.tiers[j + 1:])  # positions of the slower tiers a bundle still holds
-                t = chain_phase_time(job.net, _tier_rings(job.net, lv, j), True, algorithm.steps(lv.tiers[j]), units,
-                                     key * PARTS * free)
-                out.append(("out", t))
+                steps = algorithm.steps(lv.tiers[j])
+                profile = _profile(job, ("out", what, j), lambda j=j, units=units, steps=steps: chain_phase_profile(
+                    job.net, _tier_rings(job.net, lv, j), True, steps, units))
+                out.append(("out", profile.time(key * PARTS * free)))
                 continue
             times = []
             for r in range(n_axes):
@@ -166,8 +175,10 @@ class Hierarchical(Algorithm):
                 algorithm = lv.inner_algorithm(a)
                 units = algorithm.reduce_units if what == "rs" else algorithm.gather_units
                 ring = lv.inner_ring(0, tuple(0 for _ in lv.sizes), a)
-                times.append(chain_phase_time(job.net, [ring], algorithm.closed, algorithm.steps(lv.sizes[a]),
-                                              units, unit))
+                profile = _profile(job, ("in", what, j, r), lambda ring=ring, algorithm=algorithm, units=units, a=a:
+                                   chain_phase_profile(job.net, [ring], algorithm.closed, algorithm.steps(lv.sizes[a]),
+                                                       units))
+                times.append(profile.time(unit))
             out.append(("in", max(times)))
         return out
 
@@ -197,12 +208,12 @@ class Hierarchical(Algorithm):
         for what, level, j in stages(job.kind, len(lv.sizes), len(lv.tiers)):
             if level != "out":
                 continue
-            units = algorithm.reduce_units if what == "rs" else algorithm.gather_units
+            load = algorithm.reduce_load if what == "rs" else algorithm.gather_load  # units a ring link carries
             unit = job.key_bytes * PARTS * math.prod(lv.tiers[j + 1:])
             n = lv.tiers[j]
             for ring in _tier_rings(job.net, lv, j):
                 for i, d in ring_links(n, True):
-                    carried = sum(units(n, i, d, h) for h in range(1, algorithm.steps(n) + 1)) * unit
+                    carried = load(n, i, d) * unit
                     for e in step_edges(job.net, ring, i, d) if carried else ():
                         work[e] += carried / g.edges[e]["bandwidth_bytes_per_s"]
         return work
@@ -216,11 +227,19 @@ class HierarchicalPipelined(Hierarchical):
     pipeline = 4
 
 
+def _profile(job: Job, key: tuple, make: Any) -> PhaseProfile:
+    """A phase's `PhaseProfile` (its time at any unit size), kept in the job between the closed form's calls."""
+    key = ("hierarchical", *key)
+    if key not in job.cache:
+        job.cache[key] = make()
+    return job.cache[key]
+
+
 def _tier_bundle(lv: Levels, tier: int, k: int, i: int) -> list[int]:
     """Domains whose keys bundle ``i`` of ``tier``'s ring through domain ``k`` carries: digit ``tier`` is i,
     the faster tiers' digits are k's (reduced already, or not gathered yet), the slower tiers' any."""
-    own = lv.digits(k)
-    return [kk for kk in range(lv.outer) if lv.digits(kk)[tier] == i and lv.digits(kk)[:tier] == own[:tier]]
+    own = lv.digits(k)[:tier]
+    return sorted(lv.index((*own, i, *rest)) for rest in itertools.product(*map(range, lv.tiers[tier + 1:])))
 
 
 def _tier_rings(net: Network, lv: Levels, tier: int) -> list:
