@@ -127,12 +127,20 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
         work = max(work, float(loads[load_of[key]].sum()) / bw)
     chains: set[tuple[float, float]] = set()
     steady = all(np.all(row == row[0]) for row in rows) and steps <= min(len(r.devices) for r in rings)  # alike steps
+    made: dict[tuple[tuple[int, float], ...], np.ndarray] = {}  # a route's links -> its hop's row
+    seen: set[Any] = set()
     for n, d, ids, routes in laid:
         if all(r < 0 or not np.any(rows[r] > 0) for r in ids):
             chains.add((0.0, 0.0))  # nothing goes this way
             continue
-        hop = _hop_rows(routes, per_byte_of, loads, 1 if steady else steps)
-        latency = np.array([route_latency(net, edges) for edges in routes])
+        keys = [tuple(sorted({per_byte_of[e] for e in edges})) for edges in routes]
+        lat = [route_latency(net, edges) for edges in routes]
+        signature = (d, tuple(ids), tuple(keys), tuple(lat))
+        if signature in seen:  # every position like a ring already walked (NIC rings by symmetry): same chains
+            continue
+        seen.add(signature)
+        hop = _hop_rows(keys, loads, 1 if steady else steps, made)
+        latency = np.array(lat)
         active = np.array([rows[r][:hop.shape[1]] > 0 if r >= 0 else np.zeros(hop.shape[1], bool) for r in ids])
         walk = _steady_chains if steady else _chains
         chains.update(zip(*walk(n, d, steps, active, hop, latency), strict=True))
@@ -174,13 +182,12 @@ def _table(units: Units, table: Table | None, n: int, d: int, steps: int) -> np.
     return np.array([[units(n, i, d, h) for h in range(1, steps + 1)] for i in range(n)], dtype=float)
 
 
-def _hop_rows(routes: list[list[Any]], per_byte_of: dict[Any, tuple[int, float]], loads: list[np.ndarray],
-              steps: int) -> np.ndarray:
-    """Seconds per unit byte of each position's hop at each step: its route's busiest link then."""
-    made: dict[tuple[tuple[int, float], ...], np.ndarray] = {}
-    out = np.zeros((len(routes), steps))
-    for i, edges in enumerate(routes):
-        key = tuple(sorted({per_byte_of[e] for e in edges}))
+def _hop_rows(keys: list[tuple[tuple[int, float], ...]], loads: list[np.ndarray], steps: int,
+              made: dict[tuple[tuple[int, float], ...], np.ndarray]) -> np.ndarray:
+    """Seconds per unit byte of each position's hop at each step: the busiest of its route's links (``keys``:
+    their (load, bandwidth)) then."""
+    out = np.zeros((len(keys), steps))
+    for i, key in enumerate(keys):
         if key and key not in made:
             made[key] = np.max([loads[load] / bw for load, bw in key], axis=0)
         if key:
