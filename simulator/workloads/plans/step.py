@@ -24,6 +24,7 @@ from typing import Any
 import simpy
 
 from simulator.collectives import collective_groups, start_collective
+from simulator.collectives.schedule import gc_paused
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.budget import saved_activation_elements
 from simulator.workloads.plans.estimate import grad_comms, optimizer_work
@@ -42,7 +43,8 @@ class TrainStep:
 
     def __init__(self, cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
                  seq: int, topology: str | None = None, trace: bool = True, calibrated: bool = False,
-                 fast: bool = True, built: tuple[Any, Any] | None = None) -> None:
+                 fast: bool = True, built: tuple[Any, Any] | None = None, replay: bool = True,
+                 avoid: frozenset = frozenset()) -> None:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
         self.system, self.mesh = built or build_system(chip, plan, topology, trace, calibrated)
@@ -56,7 +58,7 @@ class TrainStep:
         self.stage_of = {c.index: self._stage(c.index) for c in self.system.chips}
         self.stage_size = len(self.system.chips) // self.p
         moe = plan.size("expert") > 1 and bool(cfg.n_experts)  # AllToAll: no ring to stand for the others
-        self.sym = Symmetry(self.system, self.mesh, self.stage_of, fast, not moe, self._axis_sets())
+        self.sym = Symmetry(self.system, self.mesh, self.stage_of, fast, not moe, self._axis_sets(), replay, avoid)
         self._pending: dict[Any, list[Any]] = {}
         self._mail: dict[Any, list[Any]] = {}
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
@@ -255,13 +257,15 @@ class TrainStep:
             state = per_chip_memory(self.cfg, self.plan, self.opts, self.batch, self.seq, self.stage_of[chip])
             self.hbm.add(chip, state["params_bytes"] + state["grads_bytes"] + state["optimizer_bytes"])
             self.system.process(self.program(chip), f"chip {chip} training step")
-        self.system.run()
+        with gc_paused():  # the trace's spans: a full pass of the collector over them costs more than the run
+            self.system.run()
         self.sym.finish(self.system.trace)
         k = self.sym.per_stage if self.sym.active else 1  # chips each simulated one stands for
         step, n = self.env.now, len(self.system.chips)
         pipelined = max(self.pipe_end.values())
         idle = (self.bubble_s + sum(pipelined - t for t in self.pipe_end.values())) * k
-        metrics = self.metrics = self.system.metrics()  # the finished run's (callers reuse it: no second pass)
+        with gc_paused():  # the finished run's (callers reuse it: no second pass); the replays' spans added after
+            metrics = self.metrics = self.sym.replays.metrics()
         busy = metrics["busy_s"] or {}
         links = [v for u, v in busy.items() if u.startswith("link")]
         memory = self.hbm.summary()
@@ -277,12 +281,24 @@ class TrainStep:
 
 def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
                   topology: str | None = None, trace: bool = True, calibrated: bool = False,
-                  fast: bool = True, built: tuple[Any, Any] | None = None) -> tuple[TrainStep, dict[str, Any]]:
+                  fast: bool = True, built: tuple[Any, Any] | None = None,
+                  replay: bool = True) -> tuple[TrainStep, dict[str, Any]]:
     """A simulated step and its figures: by symmetry where ``fast`` and the step is symmetric, else (or when
-    the symmetric run finds its chips unlike) every chip. ``built``: a fresh (system, mesh) of `build_system`
-    for the plan, with the same trace and calibrated settings, to run on instead of building one."""
-    sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, built)
+    the symmetric run finds its chips unlike) every chip; ``replay`` False: no collective replayed
+    (`simulator.workloads.plans.replay`). ``built``: a fresh (system, mesh) of `build_system`
+    for the plan, with the same trace and calibrated settings, to run on instead of building one. A symmetric
+    run whose replayed collectives turned out not alone on their links (`Replays.conflict`) reruns without
+    replaying those (twice at most), then without replays."""
+    sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, built, replay)
     measured = sim.run()
+    avoid: frozenset = frozenset()
+    for replay in (True, True, False):
+        if not sim.sym.replays.conflict or sim.sym.broken:
+            break
+        avoid |= sim.sym.replays.disturbed
+        sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
+                        avoid=avoid)
+        measured = sim.run()
     if sim.sym.broken:
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast=False)
         measured = sim.run()

@@ -11,6 +11,8 @@ groups that are translates of each other, pipeline transfers to counterparts at 
   traffic crosses), and in that group over one representative ring per axis (`mode="reduced"`) where
   the group wraps; each distinct collective (kind, bytes, axes, stage) is planned once;
 - elsewhere (a switch, GPU nodes) every group runs, as in the full simulation;
+- a collective that repeats one that ran alone on its links is replayed from that run
+  (`simulator.workloads.plans.replay`; ``replay=False`` runs every one);
 - pipeline transfers run for every chip of the stage (they cross only the pipeline axis's links), and
   each one's arrival is checked against the representative's: any difference means the stage is not
   symmetric after all, and the caller reruns the step in full (`broken`).
@@ -31,6 +33,7 @@ import simpy
 
 from simulator.collectives import collective_groups, plan_collective, start_collective
 from simulator.collectives.schedule import execute
+from simulator.workloads.plans.replay import Replays
 
 RING_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 TIME_TOLERANCE = 1e-12  #: relative: arrivals of a symmetric stage's transfers agree to float rounding
@@ -64,7 +67,8 @@ class Symmetry:
     """
 
     def __init__(self, system: Any, mesh: Any, stage_of: dict[Any, int], fast: bool, rings: bool = False,
-                 axis_sets: list[tuple[str, ...]] | None = None) -> None:
+                 axis_sets: list[tuple[str, ...]] | None = None, replay: bool = True,
+                 avoid: frozenset = frozenset()) -> None:
         self.system, self.mesh = system, mesh
         self.why = "fast=False" if not fast else why_not_symmetric(system, mesh)
         self.active = self.why is None
@@ -89,7 +93,8 @@ class Symmetry:
         self.link_kinds = {data.get("kind", "ici") for _, _, data in system.graph.edges(data=True)} \
             if system.graph is not None else set()
         self.extra_link_bytes: dict[str, float] = defaultdict(float)  #: bytes the unsimulated traffic carries
-        self._plans: dict[tuple, tuple[Any, dict[str, Any], dict[str, float]]] = {}
+        self._plans: dict[tuple, tuple[Any, dict[str, Any], dict[str, float], Any]] = {}
+        self.replays = Replays(system, replay and self.active, avoid)  #: lone repeated collectives replayed
         self._arrivals: list[list[float]] = []
         self.broken = False  #: a stage's chips turned out unlike: rerun in full
 
@@ -114,7 +119,7 @@ class Symmetry:
         entry = self._plans.get(key)
         if entry is None:
             entry = self._plans[key] = self._plan(kind, nbytes, axes, stage, exact)
-        plan, kwargs, extra = entry
+        plan, kwargs, extra, links = entry
         for link_kind, b in extra.items():
             self.extra_link_bytes[link_kind] += b
         system = self.system
@@ -122,14 +127,18 @@ class Symmetry:
             return system.env.event().succeed(system.env.now)
         if system.calibration is not None:  # launch latency and link efficiency: the API's own path
             return start_collective(kind, system, nbytes, **kwargs)
-        return execute(system.network, plan.schedule.transfers, None, kind)
+        if links is None:
+            return execute(system.network, plan.schedule.transfers, None, kind)
+        return self.replays.start(key, links, lambda: execute(system.network, plan.schedule.transfers, None, kind),
+                                  kind)
 
     def _plan(self, kind: str, nbytes: float, axes: list[str], stage: int,
-              exact: dict[str, Any]) -> tuple[Any, dict[str, Any], dict]:
+              exact: dict[str, Any]) -> tuple[Any, dict[str, Any], dict, Any]:
         """The plan that runs (cached by the caller), its keywords, and the link bytes it leaves out."""
         system = self.system
         if not self.group_reduce:  # every group runs, as in full
-            return plan_collective(kind, system, nbytes, **exact), exact, {}
+            plan = plan_collective(kind, system, nbytes, **exact)
+            return plan, exact, {}, self._links(plan)
         stage_groups = [g for g in collective_groups(system.network, axes, self.mesh)
                         if next(iter(g.members.values())) in self.stage_set[stage]]
         mine = self._neighbourhood(stage_groups, axes, stage)
@@ -139,7 +148,13 @@ class Symmetry:
             kwargs = {"groups": mine, "mode": "full"}
         plan = plan_collective(kind, system, nbytes, **kwargs)
         return plan, kwargs, self._unsimulated(plan, len(stage_groups) / len(plan.groups) if
-                                               kwargs["mode"] == "full" else len(stage_groups))
+                                               kwargs["mode"] == "full" else len(stage_groups)), self._links(plan)
+
+    def _links(self, plan: Any) -> Any:
+        """The links ``plan``'s transfers cross, where its runs may be replayed (`Replays`); else None."""
+        if not self.replays.enabled or plan.schedule is None:
+            return None
+        return self.replays.links_of(plan.schedule.transfers)
 
     def _neighbourhood(self, groups: list[Any], axes: list[str], stage: int) -> list[Any]:
         """The groups of a collective over ``axes`` that run: those inside the representative's group over every
@@ -182,12 +197,17 @@ class Symmetry:
              arrived: Callable[[Any], None]) -> None:
         """Every chip of ``chip``'s stage sends ``nbytes`` to its counterpart on ``stage``; ``arrived`` is called
         when the representative's message arrives, and every arrival is checked against it."""
-        net = self.system.network
+        net, replays = self.system.network, self.replays
         times: list[float] = []
         self._arrivals.append(times)
         for member in self.members[self.stage_of_rep[chip]]:
-            event = net.message(member, counterpart(member), nbytes, label=label)
+            dst = counterpart(member)
+            event = net.message(member, dst, nbytes, label=label)
             event.callbacks.append(lambda e: times.append(self.system.env.now))
+            if replays.enabled and member != dst:  # its links are claimed while it is on its way
+                links = [c for route in net._route_links(member, dst, False)[0] for c in route]
+                replays.claim(links)
+                event.callbacks.append(lambda e, links=links: replays.release(links))
             if member == chip:
                 event.callbacks.append(arrived)
 

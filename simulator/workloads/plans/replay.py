@@ -1,0 +1,243 @@
+"""Repeated collectives replayed from their first run when they are provably alone on their links, exactly.
+
+A training step runs the same collective (kind, bytes, group) again and again: every layer's tensor-parallel
+AllReduce, every layer's FSDP AllGather. A collective whose links carry nothing else while it runs takes the
+same time from its start, loads each link with the same bytes and keeps each link busy over the same
+intervals, whatever the instant it starts at: its transfers meet only one another. `Replays` records such a
+lone run once (a `Template`: its duration, and for each link its bytes and its busy intervals, offsets from
+the start) and replays the later ones: one timer for the completion, the links' byte counters, the trace's
+interface counters and one span per busy interval, instead of thousands of transfers.
+
+Being alone is checked, not assumed. Every piece of network traffic of the step claims its links when it
+starts (a collective's: the links its transfers' routes cross; a pipeline message's: its route's) until it
+ends (`claim`, `release`); a replayed collective claims each link until the end of its last busy interval
+there. A run is recorded only if its links were idle when it started and no other traffic claimed one of them
+before it ended; a replay starts only on idle links; and any traffic that claims a link inside a replay's
+window sets ``conflict`` and names the replay in ``disturbed`` -- the step must then be rerun without
+replaying those (`simulate_step` does so). Only the float rounding of start + offset and the order of events
+that fall at one instant can differ from running it: times agree to about 1e-15 relative; a replay's completion
+is delivered after the events already due at its instant (a zero-delay timer), as a run's last arrival nearly
+always is. The trace's spans of a replay are the union of its transfers' spans on each link
+(the busy-time and overlap metrics are functions of those unions), labelled as the collective.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import partial
+from itertools import repeat
+from typing import Any
+
+import simpy
+
+from simulator.engine.channel import Channel
+from simulator.engine.trace import COMPUTE_KINDS, Span, busy_by_chip, intersection_length, merge_intervals, new_span
+
+_WINDOW = (float("-inf"), None)
+_span = partial(new_span, Span)  #: ``_span(fields)``: a `Span` from its eight fields
+
+
+@dataclass(frozen=True)
+class Template:
+    """A lone run of a collective: ``duration_s`` from start to completion; ``links``: per link (a `Channel`),
+    its bytes, the last end of its busy intervals and those intervals ``(start, end, bytes)``, offsets from the
+    start in seconds; ``kinds``: bytes per link kind (the trace's interface counters)."""
+
+    duration_s: float
+    links: tuple[tuple[Channel, float, float, tuple[tuple[float, float, float], ...]], ...]
+    kinds: tuple[tuple[str, float], ...]
+
+    def __post_init__(self) -> None:  # the intervals of every link as columns, and the metrics' stand-ins
+        rows = [(c.chip, c.name, a, b, nb) for c, _, _, intervals in self.links for a, b, nb in intervals]
+        object.__setattr__(self, "columns", tuple(zip(*rows, strict=True)) if rows else ((),) * 5)
+        union = merge_intervals((a, b) for _, _, _, intervals in self.links for a, b, _ in intervals)
+        object.__setattr__(self, "union", tuple(zip(*union, strict=True)) if union else ((), ()))
+        object.__setattr__(self, "busy", tuple((c.chip, c.name, sum(b - a for a, b, _ in intervals))
+                                               for c, _, _, intervals in self.links))
+        object.__setattr__(self, "window_s", max((last for _, _, last, _ in self.links), default=self.duration_s))
+
+
+class _Run:
+    """A collective under way that may become a template: ``alone`` until other traffic claims one of its links."""
+
+    __slots__ = ("key", "links", "start", "span_index", "carried", "alone")
+
+    def __init__(self, key: Any, links: tuple[Channel, ...], start: float, span_index: int, alone: bool) -> None:
+        self.key, self.links, self.start, self.span_index, self.alone = key, links, start, span_index, alone
+        self.carried = [c.bytes_carried for c in links]
+
+
+class Replays:
+    """Templates of the lone collectives of one run, the links' claims, and whether a replay was disturbed."""
+
+    def __init__(self, system: Any, enabled: bool, avoid: frozenset = frozenset()) -> None:
+        self.system, self.env, self.net, self.trace = system, system.env, system.network, system.trace
+        self.enabled = enabled and self.net is not None and system.calibration is None
+        self._active: dict[Channel, int] = {}  #: claims under way on the link (collectives and messages running)
+        self._replay_until: dict[Channel, tuple[float, Any]] = {}  #: end of the last replay's window, its key
+        self.avoid = avoid  #: keys never replayed (they were disturbed in an earlier run of the step)
+        self.disturbed: set[Any] = set()  #: keys of the replays that other traffic disturbed
+        self._owner: dict[Channel, _Run] = {}  #: the recordable run under way on the link
+        self.templates: dict[Any, Template | None] = {}  #: None: a key whose links are not all plain channels
+        self.conflict = False  #: traffic claimed a link inside a replay's window: rerun without replays
+        self.replayed = 0  #: collectives replayed
+        self.recorded = 0  #: templates recorded
+        self._pending: list[tuple[Template, float, str]] = []  #: replays whose spans are not in the trace yet
+
+    def metrics(self) -> dict[str, Any]:
+        """`System.metrics` of the finished run (`compute_metrics`' figures), then the replays' spans added to the
+        trace. The replays' share is added, not recomputed from their spans: each link's busy time adds (a replay's
+        links carry nothing else in its window: each link's union is its own plus the rest's) and the data
+        movement's union takes each replay's union of busy intervals (a few dozen per replay, not thousands)."""
+        system, trace = self.system, self.trace
+        pending, self._pending = self._pending, []
+        if not pending:
+            return system.metrics()
+        metrics = system.metrics()  # the spans that ran, then the replays' share
+        spans, e2e = trace.spans, metrics["end_to_end_s"]
+        per_chip: dict[Any, dict[str, float]] = busy_by_chip(spans)
+        moving = [(s.start, s.end) for s in spans if s.kind not in COMPUTE_KINDS]
+        for template, now, _ in pending:
+            for chip, unit, seconds in template.busy:  # type: ignore[attr-defined]
+                units = per_chip.setdefault(chip, {})
+                units[unit] = units.get(unit, 0.0) + seconds
+            starts, ends = template.union  # type: ignore[attr-defined]
+            moving.extend(zip(map(now.__add__, starts), map(now.__add__, ends), strict=True))
+        per_chip = {chip: dict(sorted(per_chip[chip].items())) for chip in sorted(per_chip, key=str)}
+        busy: dict[str, float] = {}
+        for units in per_chip.values():
+            for unit, seconds in units.items():
+                busy[unit] = max(busy.get(unit, 0.0), seconds)
+        compute = merge_intervals((s.start, s.end) for s in spans if s.kind in COMPUTE_KINDS)
+        metrics.update(busy_s=busy, overlap_s=intersection_length(compute, merge_intervals(moving)),
+                       lower_bound_s=max((v for u in per_chip.values() for v in u.values()), default=0.0),
+                       upper_bound_s=max((sum(u.values()) for u in per_chip.values()), default=0.0),
+                       utilization={unit: (v / e2e if e2e > 0 else 0.0) for unit, v in busy.items()})
+        for template, now, label in pending:  # one span per busy interval, built in C (map, zip)
+            chips, units_, starts, ends, nbytes = template.columns  # type: ignore[attr-defined]
+            shift = now.__add__
+            spans.extend(map(_span, zip(chips, units_, repeat(label), map(shift, starts), map(shift, ends),
+                                        repeat("send"), nbytes, repeat(0.0))))
+        return metrics
+
+    # -- claims ---------------------------------------------------------------------------------------------
+    def claim(self, links: Iterable[Channel]) -> bool:
+        """Claim ``links`` from now until `release`; whether they were all idle (no claim under way on any)."""
+        now, idle = self.env._now, True
+        active, replay_until, owner = self._active, self._replay_until, self._owner
+        for link in links:
+            until, key = replay_until.get(link, _WINDOW)
+            if until > now:
+                self.conflict = True
+                self.disturbed.add(key)
+            if active.get(link, 0):
+                idle = False
+                run = owner.get(link)
+                if run is not None:
+                    run.alone = False
+            active[link] = active.get(link, 0) + 1
+        return idle and not self.conflict
+
+    def release(self, links: Iterable[Channel]) -> None:
+        """End, now, the claims of traffic that has arrived."""
+        active = self._active
+        for link in links:
+            active[link] -= 1
+
+    # -- collectives ---------------------------------------------------------------------------------------
+    def links_of(self, transfers: Iterable[Any]) -> tuple[Channel, ...] | None:
+        """The links a schedule's transfers cross (None: one is not a plain `Channel`, e.g. a faulty link)."""
+        net, chips, seen = self.net, set(self.net.chips), {}
+        for t in transfers:
+            if t.src is None or t.src == t.dst or not t.nbytes:
+                continue
+            if t.src in chips and t.dst in chips:
+                hops = [c for route in net._route_links(t.src, t.dst, False)[0] for c in route]
+            else:
+                hops = [net.link(t.src, t.dst)]
+            for c in hops:
+                seen[c] = None
+        links = tuple(seen)
+        return links if all(type(c) is Channel for c in links) else None
+
+    def start(self, key: Any, links: tuple[Channel, ...], run: Any, label: str) -> simpy.Event:
+        """Start the collective ``key`` over ``links`` now: replayed from its template if it has one and its links
+        are idle, else ``run()`` (its completion event), recorded as the template if it turns out alone."""
+        template = self.templates.get(key)
+        idle = self.claim(links)
+        if template is not None and idle and key not in self.avoid:
+            self.release(links)  # the replay's window stands for its claim
+            return self._replay(key, template, label)
+        record = key not in self.templates and idle
+        done = run()
+        if record:
+            entry = _Run(key, links, self.env._now, len(self.trace.spans) if self.trace is not None else 0, True)
+            for link in links:
+                self._owner[link] = entry
+            done.callbacks.append(lambda _e: self._finish(entry))
+        else:
+            done.callbacks.append(lambda _e: self.release(links))
+        return done
+
+    def _finish(self, run: _Run) -> None:
+        self.release(run.links)
+        for link in run.links:
+            if self._owner.get(link) is run:
+                del self._owner[link]
+        if not run.alone or run.key in self.templates:
+            return
+        now, trace = self.env._now, self.trace
+        by_unit: dict[tuple[Any, str], list[tuple[float, float, float]]] = {}
+        units = {(c.chip, c.name) for c in run.links}
+        if trace is not None and trace.enabled:
+            for s in trace.spans[run.span_index:]:
+                if (s.chip, s.unit) in units:
+                    by_unit.setdefault((s.chip, s.unit), []).append((s.start, s.end, s.nbytes))
+        links, kinds = [], {}
+        for c, before in zip(run.links, run.carried, strict=True):
+            nbytes = c.bytes_carried - before
+            kinds[c.kind] = kinds.get(c.kind, 0.0) + nbytes
+            intervals = _union(by_unit.get((c.chip, c.name), []), run.start)
+            last = intervals[-1][1] if intervals else now - run.start
+            links.append((c, nbytes, last, intervals))
+        self.templates[run.key] = Template(now - run.start, tuple(links), tuple(kinds.items()))
+        self.recorded += 1
+
+    def _replay(self, key: Any, template: Template, label: str) -> simpy.Event:
+        env, now = self.env, self.env._now
+        replay_until, until = self._replay_until, now + template.window_s  # type: ignore[attr-defined]
+        trace = self.trace
+        for link, nbytes, _, _ in template.links:
+            link.bytes_carried += nbytes
+            replay_until[link] = (until, key)  # the whole window on every link: the metrics' stand-ins lie inside it
+        if trace is not None:
+            for kind, nbytes in template.kinds:
+                trace.count(kind, nbytes)
+            if trace.enabled:
+                self._pending.append((template, now, label))
+        self.replayed += 1
+        done = env.event()
+        env.timeout(template.duration_s).callbacks.append(lambda _e: env.timeout(0.0).callbacks.append(
+            lambda _e: done.succeed(env._now)))
+        return done
+
+
+def _union(spans: list[tuple[float, float, float]], origin: float) -> tuple[tuple[float, float, float], ...]:
+    """The union of ``(start, end, bytes)`` spans as disjoint ``(start, end, bytes)`` intervals, offsets from
+    ``origin``, each with the bytes of the spans it covers (`merge_intervals`, carrying bytes)."""
+    out: list[tuple[float, float, float]] = []
+    lo = hi = total = 0.0
+    started = False
+    for start, end, nbytes in sorted(spans):
+        if end <= start:
+            continue
+        if started and start <= hi:
+            hi, total = max(hi, end), total + nbytes
+            continue
+        if started:
+            out.append((lo - origin, hi - origin, total))
+        started, lo, hi, total = True, start, end, nbytes
+    if started:
+        out.append((lo - origin, hi - origin, total))
+    return tuple(out)
+

@@ -1,0 +1,144 @@
+"""Repeated collectives replayed from their first lone run (`simulator.workloads.plans.replay`).
+
+Oracles: first principles on one link (a transfer of V bytes over a link of bandwidth W and latency a takes
+a + V/W and carries V bytes, wherever it starts), and the plain simulation of the same step without replays
+and of every chip (``fast=False``): the same figures to 1e-9 relative and the same bytes on every link.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from simulator.collectives.schedule import Transfer
+from simulator.engine.system import System
+from simulator.engine.trace import compute_metrics
+from simulator.hardware.specs import get_chip
+from simulator.workloads.plans import TrainOptions, parse_plan_mesh
+from simulator.workloads.plans.replay import Replays
+from simulator.workloads.plans.step import simulate_step
+from simulator.workloads.transformer import get_model
+
+V = 4e6
+
+
+def _one_link():
+    system = System("tpu-v5p", topology="torus:4")
+    net = system.network
+    link = net.link(0, 1)
+    replays = Replays(system, True)
+    transfers = [Transfer(0, 0, 1, (), "copy", (), V)]
+    links = replays.links_of(transfers)
+
+    def run():
+        return net.message(0, 1, V, label="x")
+    return system, link, replays, links, run
+
+
+def test_a_lone_transfer_is_recorded_then_replayed_at_its_closed_form():
+    system, link, replays, links, run = _one_link()
+    env, alone = system.env, link.latency_s + V / link.bandwidth_bytes_per_s
+    ends = []
+
+    def program():
+        for start in (0.0, 1e-3, 5e-3):
+            yield env.timeout(start - env.now)
+            yield replays.start("k", links, run, "x")
+            ends.append(env.now - start)
+    env.process(program())
+    system.run()
+    assert links == (link,)
+    assert replays.recorded == 1 and replays.replayed == 2 and not replays.conflict
+    assert ends == pytest.approx([alone] * 3, rel=1e-12)
+    assert link.bytes_carried == pytest.approx(3 * V, rel=1e-12)
+    metrics = replays.metrics()
+    assert metrics["busy_s"][link.name] == pytest.approx(3 * V / link.bandwidth_bytes_per_s, rel=1e-12)
+    assert len([s for s in system.trace.spans if s.unit == link.name]) == 3  # the replays' spans, added after
+    assert metrics["busy_s"] == pytest.approx(compute_metrics(system.trace, env.now)["busy_s"], rel=1e-12)
+
+
+def test_traffic_inside_a_replay_is_a_conflict_and_overlapping_runs_are_not_recorded():
+    system, link, replays, links, run = _one_link()
+    env = system.env
+
+    def program():
+        first = replays.start("k", links, run, "x")  # runs, not alone: a second one joins its link
+        replays.claim(links)
+        yield first
+        replays.release(links)
+        assert "k" not in replays.templates
+        yield replays.start("k", links, run, "x")  # alone: recorded
+        replays.start("k", links, run, "x")  # replayed ...
+        replays.claim(links)  # ... and other traffic claims its link inside its window
+    env.process(program())
+    system.run()
+    assert replays.recorded == 1 and replays.replayed == 1 and replays.conflict
+
+
+CASES = [  # model, mesh, batch, topology, options: steps whose collectives repeat, alone or overlapping
+    ("llama-2-7b", "data=4,model=4", 8, "torus:4x4", {}),
+    ("llama-2-7b", "data=2,model=4", 8, None, {}),
+    ("llama-2-7b", "fsdp=4,model=4", 8, "torus:4x4", {"zero": 3}),
+    ("llama-2-7b", "sequence=4,model=4", 8, "torus:4x4", {"sequence_attention": "allgather"}),
+    ("llama-2-7b", "pipeline=2,data=2,model=2", 8, None, {"microbatches": 4}),
+    ("llama-2-7b", "data=2,model=8", 8, "nodes:2:8", {}),
+]
+
+
+def _close(a, b, path=""):
+    if isinstance(a, dict):
+        assert set(a) == set(b), (path, set(a) ^ set(b))
+        for key in a:
+            _close(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), (path, len(a), len(b))
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-18), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[1]}-{c[3]}" for c in CASES])
+def test_replayed_step_matches_plain_and_full_simulation(case):
+    model, mesh, batch, topology, options = case
+    cfg, spec, plan = dataclasses.replace(get_model(model), n_layers=4), get_chip("tpu-v5p"), parse_plan_mesh(mesh)
+    if topology and topology.startswith("nodes"):
+        spec = get_chip("h100")
+    runs = {}
+    for name, kw in (("replay", {}), ("plain", {"replay": False}), ("full", {"fast": False})):
+        runs[name] = simulate_step(cfg, spec, plan, TrainOptions(**options), batch, 128, topology, **kw)
+    (fast, quick), (plain, slow), (_, exact) = runs["replay"], runs["plain"], runs["full"]
+    assert fast.sym.replays.replayed > 0 and not fast.sym.replays.conflict
+    assert plain.sym.active and plain.sym.replays.replayed == 0
+    _close(slow, quick)
+    _close(exact, quick)
+    assert fast.system.network.link_bytes().keys() == plain.system.network.link_bytes().keys()
+    for link, nbytes in plain.system.network.link_bytes().items():
+        assert math.isclose(fast.system.network.link_bytes()[link], nbytes, rel_tol=1e-9), link
+    _close(compute_metrics(fast.system.trace, fast.env.now), fast.metrics)  # the added spans, metrics unchanged
+    spans = {name: [s for s in sim.system.trace.spans if s.unit.startswith("link")]
+             for name, (sim, _) in runs.items() if name != "full"}
+    assert len(spans["replay"]) <= len(spans["plain"])  # a replay's spans: each link's busy intervals
+    link_bytes = {name: sum(s.nbytes for s in sim.system.trace.spans if s.unit.startswith("link"))
+                  for name, (sim, _) in runs.items() if name != "full"}
+    assert link_bytes["replay"] == pytest.approx(link_bytes["plain"], rel=1e-9)
+
+
+def test_a_conflict_reruns_without_replays(monkeypatch):
+    real = Replays._replay
+
+    def disturbed(self, key, template, label):
+        self.conflict = True
+        self.disturbed.add(key)
+        return real(self, key, template, label)
+
+    monkeypatch.setattr(Replays, "_replay", disturbed)
+    cfg, spec, plan = dataclasses.replace(get_model("llama-2-7b"), n_layers=4), get_chip("tpu-v5p"), \
+        parse_plan_mesh("data=4,model=4")
+    sim, measured = simulate_step(cfg, spec, plan, TrainOptions(), 8, 128, "torus:4x4")
+    assert sim.sym.active and sim.sym.replays.replayed == 0  # every key disturbed: avoided, then no replays
+    _, exact = simulate_step(cfg, spec, plan, TrainOptions(), 8, 128, "torus:4x4", fast=False)
+    _close(exact, measured)
