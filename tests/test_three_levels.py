@@ -62,6 +62,17 @@ def test_three_level_allreduce_on_a_fat_tree_by_hand():
     assert r.time_s >= r.topology_bound_s
 
 
+def test_a_tier_of_three_runs_both_ways_round_in_one_step_by_hand():
+    """6 nodes of 2 H100s, 3 per unit: the unit's tier is a ring of 3 run both ways, so each GPU sends its two
+    bundles of V/6 in one step, both through its one NIC (V/3 at its rate); then 2 units over the spine (V/12)."""
+    v = 7.2e7
+    r = run_collective("all_reduce", System("h100", topology=fattree(6, 2, nodes_per_unit=3, spines=2), trace=False),
+                       v, algorithm="hierarchical3")
+    node, unit, spine = 2 * NV_A + v / 2 / NV_B, 2 * IB_A + v / 3 / IB_B, 4 * IB_A + v / 12 / IB_B
+    assert r.time_s == pytest.approx(2 * (node + unit + spine), rel=1e-9)
+    assert r.analytic_s == pytest.approx(r.time_s, rel=1e-9)
+
+
 def test_three_level_allreduce_across_pods_by_hand():
     """multipod:2:2:1x2 of v5e: a line of 2 chips per slice over ICI, a ring of 2 slices through the pod's DCN
     switch, a ring of 2 pods through the core, whose link carries a quarter of the pod's DCN egress (4 flows

@@ -18,7 +18,9 @@ Three levels split the rail step in two: the Q chips at one inner position insid
 scatter their 1/m (each chip on its own NIC / DCN port, through its leaf / pod switch), then the P chips
 that share an inner position and a place in their unit / pod all-reduce the 1/(mQ) they own (through the
 spine / core), then the all-gathers run back out to in. Each tier's rings are priced together, so the
-spine or core link they share is counted (`_tier_rings`).
+spine or core link they share is counted (`_tier_rings`), and run both ways round (a bidirectional ring
+through the switches: both directions leave a chip by its one NIC or DCN port, so the bytes per port are
+a one-way ring's, in half the steps -- 16 where a unit of 32 nodes would take 31).
 
 Two variants (each for two and three levels):
 
@@ -38,7 +40,7 @@ Two variants (each for two and three levels):
   SUM. Two levels use 4 chunks, three use 8 (their fill, the sum of one chunk's phases, is longer). The
   simulation shares the fast links fairly between the reduce-scatter of one chunk and the all-gather of
   another, which packs them tighter than the closed form's period: it runs up to about 15% faster on two
-  levels, within -7% / +8% of it on three
+  levels, within -12% / +13% of it on three (fat trees and pods, every kind, 1 KB to 1 GB)
   (tests/test_issue14.py, tests/test_three_levels.py). The sequential variant equals its closed form exactly
   on two levels with one switch above the domains and on three levels; where two-level rails cross a shared
   core or spine link, within 4%.
@@ -54,6 +56,7 @@ from simulator.collectives.algorithm import Algorithm, Job, get_algorithm, regis
 from simulator.collectives.chains import gather_phase, reduce_phase
 from simulator.collectives.groups import Group, keys_where
 from simulator.collectives.levels import TWO_LEVEL_KINDS, Levels, three_levels, two_levels
+from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.timing import PhaseProfile, chain_phase_profile, ring_links, step_edges
 from simulator.engine.network import Network
@@ -84,6 +87,7 @@ class Hierarchical(Algorithm):
     nic_rings = False
     pipeline = 1  #: chunks flowing through the levels
     three = False  #: split the domains into units / pods as well (`simulator.collectives.levels.three_levels`)
+    tier_ring = "unidirectional"  #: the ring each outer tier runs
 
     def levels(self, net: Network, group: Group) -> Levels | str:
         """The group's levels (two, or three for `three`), or why it has none."""
@@ -132,7 +136,7 @@ class Hierarchical(Algorithm):
                                        for i in range(lv.tiers[j])]
                         else:  # a bundle's count: the parts of each slower tier's domains
                             bundles = [len(parts) * math.prod(lv.tiers[j + 1:])] * lv.tiers[j]
-                        run(s, ring, bundles, get_algorithm("unidirectional"), start, rtag)
+                        run(s, ring, bundles, get_algorithm(self.tier_ring), start, rtag)
                 continue
             order = _phase_order(job.kind, what, r, n_axes)
             a = order[j]
@@ -158,7 +162,7 @@ class Hierarchical(Algorithm):
         per_rotation = [len([q for q in range(PARTS) if q % n_axes == r]) for r in range(n_axes)]
         for what, level, j in stages(job.kind, n_axes, len(lv.tiers)):
             if level == "out":
-                algorithm = get_algorithm("unidirectional")
+                algorithm = get_algorithm(self.tier_ring)
                 units = algorithm.reduce_units if what == "rs" else algorithm.gather_units
                 free = math.prod(lv.tiers[j + 1:])  # positions of the slower tiers a bundle still holds
                 steps = algorithm.steps(lv.tiers[j])
@@ -190,9 +194,14 @@ class Hierarchical(Algorithm):
         # bandwidth-only part of each inner phase (a phase's time grows linearly in its bytes): what occupies
         # the fast links; the outer phases' bytes over each uplink, core or spine link they cross
         # phases that share links advance their chains side by side, so the links idle for one chain's
-        # latency (a phase's time at no bytes: 2 t(S) - t(2S)) beside the work of them all
-        split = [(level, t2 - t, 2 * t - t2) for (level, t), (_, t2) in zip(times, self.stage_times(job, 2.0),
-                                                                           strict=True)]
+        # latency (a phase's time at no bytes: 2 t(S) - t(2S)) beside the work of them all -- on a tier ring
+        # run both ways, for half of it: its port idles only while the chains of both directions wait
+        lv = self.levels(job.net, job.group)
+        assert isinstance(lv, Levels)
+        ways = [1 if level == "in" else _directions(self.tier_ring, lv.tiers[j])
+                for _, level, j in stages(job.kind, len(lv.sizes), len(lv.tiers))]
+        split = [(level, t2 - t, (2 * t - t2) / w) for (level, t), (_, t2), w in zip(
+            times, self.stage_times(job, 2.0), ways, strict=True)]
         inner = sum(w for level, w, _ in split if level == "in")
         outer = max(self._outer_work(job).values(), default=0.0)
         busiest = max(inner + max((a for level, _, a in split if level == "in"), default=0.0),
@@ -204,7 +213,7 @@ class Hierarchical(Algorithm):
         steps, times a unit's bytes, over the bandwidth of each link on its route."""
         lv = self.levels(job.net, job.group)
         assert isinstance(lv, Levels)
-        algorithm, g, work = get_algorithm("unidirectional"), job.net.graph, Counter()
+        algorithm, g, work = get_algorithm(self.tier_ring), job.net.graph, Counter()
         for what, level, j in stages(job.kind, len(lv.sizes), len(lv.tiers)):
             if level != "out":
                 continue
@@ -225,6 +234,13 @@ class HierarchicalPipelined(Hierarchical):
     name = "hierarchical_pipelined"
     summary = "two levels pipelined: the array in 4 chunks flows inside, across and inside again"
     pipeline = 4
+
+
+def _directions(name: str, n: int) -> int:
+    """How many ways round a ring of ``n`` the ring algorithm ``name`` sends (chains of at least one hop)."""
+    algorithm = get_algorithm(name)
+    assert isinstance(algorithm, RingAlgorithm)
+    return max(1, sum(1 for hops in algorithm.longest_chain(n).values() if hops > 0))
 
 
 def _profile(job: Job, key: tuple, make: Any) -> PhaseProfile:
@@ -281,6 +297,7 @@ class Hierarchical3(Hierarchical):
     name = "hierarchical3"
     summary = "three levels in turn: inside each node/slice, across the nodes of a leaf / slices of a pod, across those"
     three = True
+    tier_ring = "bidirectional"  #: both ways round each tier: half the steps, the same bytes through the one port
 
 
 class Hierarchical3Pipelined(Hierarchical3):
