@@ -36,11 +36,13 @@ def _reference(kind, data, n):
     return {d: np.split(data.sum(0), n)[d] for d in range(n)}
 
 
-@pytest.mark.parametrize("chip,topology", [("h100", None), ("tpu-v5e", "multipod:2:2:2x2"),
+@pytest.mark.parametrize("chip,topology", [("h100", None), ("h100", "3 per unit"), ("tpu-v5e", "multipod:2:2:2x2"),
                                            ("tpu-v5e", "multipod:3:2:1x2")])
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter"])
 @pytest.mark.parametrize("name", THREE)
 def test_numeric_mode_equals_numpy(chip, topology, kind, name):
+    if topology == "3 per unit":  # a tier ring of 3, both ways round
+        topology = fattree(6, 2, nodes_per_unit=3, spines=2)
     system = System(chip, topology=topology or _small_fattree())
     n = len(system.network.chips)
     rng = np.random.default_rng(n + len(kind))
