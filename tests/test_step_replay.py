@@ -63,26 +63,66 @@ def test_traffic_inside_a_replay_is_a_conflict_and_overlapping_runs_are_not_reco
     env = system.env
 
     def program():
-        first = replays.start("k", links, run, "x")  # runs, not alone: a second one joins its link
+        first = replays.start("k", links, run, "x")  # runs, not alone: other traffic joins its link
+        yield env.timeout(1e-7)
         replays.claim(links)
         yield first
         replays.release(links)
-        assert "k" not in replays.templates
+        assert ("k",) not in replays.templates
         yield replays.start("k", links, run, "x")  # alone: recorded
         replays.start("k", links, run, "x")  # replayed ...
+        yield env.timeout(1e-7)
         replays.claim(links)  # ... and other traffic claims its link inside its window
     env.process(program())
     system.run()
     assert replays.recorded == 1 and replays.replayed == 1 and replays.conflict
+    assert replays.disturbed == {("k",)}
 
 
-CASES = [  # model, mesh, batch, topology, options: steps whose collectives repeat, alone or overlapping
-    ("llama-2-7b", "data=4,model=4", 8, "torus:4x4", {}),
-    ("llama-2-7b", "data=2,model=4", 8, None, {}),
-    ("llama-2-7b", "fsdp=4,model=4", 8, "torus:4x4", {"zero": 3}),
-    ("llama-2-7b", "sequence=4,model=4", 8, "torus:4x4", {"sequence_attention": "allgather"}),
-    ("llama-2-7b", "pipeline=2,data=2,model=2", 8, None, {"microbatches": 4}),
-    ("llama-2-7b", "data=2,model=8", 8, "nodes:2:8", {}),
+def test_a_replay_that_ends_with_another_event_is_a_conflict():
+    """Events due at the instant a replay completes could come before or after it in the full run."""
+    system, link, replays, links, run = _one_link()
+    env, alone = system.env, link.latency_s + V / link.bandwidth_bytes_per_s
+
+    def program():
+        yield replays.start("k", links, run, "x")
+        yield env.timeout(1e-3 - env.now)
+        env.timeout(alone)  # something else, due as the replay completes
+        yield replays.start("k", links, run, "x")
+    env.process(program())
+    system.run()
+    assert replays.replayed == 1 and replays.conflict and replays.disturbed == {("k",)}
+
+
+def test_collectives_that_start_together_on_one_link_replay_as_a_group():
+    """Two transfers of V started together share the link fairly: each arrives after a + 2V/W (and a third,
+    later, alone: a + V/W), whether run or replayed."""
+    system, link, replays, links, run = _one_link()
+    env, w, a = system.env, link.bandwidth_bytes_per_s, link.latency_s
+    ends = []
+
+    def program():
+        for start in (0.0, 1e-3):
+            yield env.timeout(start - env.now)
+            both = [replays.start(k, links, run, k) for k in ("a", "b")]
+            yield both[0] & both[1]
+            ends.append(env.now - start)
+    env.process(program())
+    system.run()
+    assert set(replays.templates) == {("a", "b")} and replays.recorded == 1 and replays.replayed == 2
+    assert ends == pytest.approx([a + 2 * V / w] * 2, rel=1e-12)
+    assert link.bytes_carried == pytest.approx(4 * V, rel=1e-12) and not replays.conflict
+
+
+CASES = [  # model, mesh, batch, topology, options, replays expected: collectives that repeat, alone or not
+    ("llama-2-7b", "data=4,model=4", 8, "torus:4x4", {}, True),
+    ("llama-2-7b", "data=2,model=4", 8, None, {}, True),
+    ("llama-2-7b", "fsdp=4,model=4", 8, "torus:4x4", {"zero": 3}, False),  # ties: rerun, and rerun again
+    ("llama-2-7b", "sequence=4,model=4", 8, "torus:4x4", {"sequence_attention": "allgather"}, True),
+    ("llama-2-7b", "pipeline=2,data=2,model=2", 8, None, {"microbatches": 4}, False),
+    ("llama-2-7b", "data=2,model=8", 8, "nodes:2:8", {}, True),
+    ("llama-2-7b", "fsdp=8", 8, "torus:8", {}, False),
+    ("llama-2-7b", "fsdp=2,model=4", 8, None, {"zero": 1}, True),
 ]
 
 
@@ -103,7 +143,7 @@ def _close(a, b, path=""):
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[1]}-{c[3]}" for c in CASES])
 def test_replayed_step_matches_plain_and_full_simulation(case):
-    model, mesh, batch, topology, options = case
+    model, mesh, batch, topology, options, replayed = case
     cfg, spec, plan = dataclasses.replace(get_model(model), n_layers=4), get_chip("tpu-v5p"), parse_plan_mesh(mesh)
     if topology and topology.startswith("nodes"):
         spec = get_chip("h100")
@@ -111,7 +151,7 @@ def test_replayed_step_matches_plain_and_full_simulation(case):
     for name, kw in (("replay", {}), ("plain", {"replay": False}), ("full", {"fast": False})):
         runs[name] = simulate_step(cfg, spec, plan, TrainOptions(**options), batch, 128, topology, **kw)
     (fast, quick), (plain, slow), (_, exact) = runs["replay"], runs["plain"], runs["full"]
-    assert fast.sym.replays.replayed > 0 and not fast.sym.replays.conflict
+    assert (fast.sym.replays.replayed > 0) == replayed and not fast.sym.replays.conflict
     assert plain.sym.active and plain.sym.replays.replayed == 0
     _close(slow, quick)
     _close(exact, quick)
@@ -130,10 +170,10 @@ def test_replayed_step_matches_plain_and_full_simulation(case):
 def test_a_conflict_reruns_without_replays(monkeypatch):
     real = Replays._replay
 
-    def disturbed(self, key, template, label):
+    def disturbed(self, group, template):
         self.conflict = True
-        self.disturbed.add(key)
-        return real(self, key, template, label)
+        self.disturbed.add(tuple(group.keys))
+        return real(self, group, template)
 
     monkeypatch.setattr(Replays, "_replay", disturbed)
     cfg, spec, plan = dataclasses.replace(get_model("llama-2-7b"), n_layers=4), get_chip("tpu-v5p"), \

@@ -34,18 +34,21 @@ from simulator.engine.channel import Channel
 from simulator.engine.trace import COMPUTE_KINDS, Span, busy_by_chip, intersection_length, merge_intervals, new_span
 
 _WINDOW = (float("-inf"), None)
+TIE = 1e-12  #: relative: events this close to a replayed completion might come before or after it in the full run
 _span = partial(new_span, Span)  #: ``_span(fields)``: a `Span` from its eight fields
 
 
 @dataclass(frozen=True)
 class Template:
-    """A lone run of a collective: ``duration_s`` from start to completion; ``links``: per link (a `Channel`),
+    """A lone run of a group of collectives that started at one instant on overlapping links: ``durations_s``,
+    each one's from the start to its completion; ``links``: per link (a `Channel`),
     its bytes, the last end of its busy intervals and those intervals ``(start, end, bytes)``, offsets from the
     start in seconds; ``kinds``: bytes per link kind (the trace's interface counters)."""
 
-    duration_s: float
+    durations_s: tuple[float, ...]
     links: tuple[tuple[Channel, float, float, tuple[tuple[float, float, float], ...]], ...]
     kinds: tuple[tuple[str, float], ...]
+    order: tuple[int, ...]  #: the members in the order they completed
 
     def __post_init__(self) -> None:  # the intervals of every link as columns, and the metrics' stand-ins
         rows = [(c.chip, c.name, a, b, nb) for c, _, _, intervals in self.links for a, b, nb in intervals]
@@ -54,17 +57,44 @@ class Template:
         object.__setattr__(self, "union", tuple(zip(*union, strict=True)) if union else ((), ()))
         object.__setattr__(self, "busy", tuple((c.chip, c.name, sum(b - a for a, b, _ in intervals))
                                                for c, _, _, intervals in self.links))
-        object.__setattr__(self, "window_s", max((last for _, _, last, _ in self.links), default=self.duration_s))
+        object.__setattr__(self, "window_s", max((last for _, _, last, _ in self.links), default=max(self.durations_s)))
 
 
 class _Run:
-    """A collective under way that may become a template: ``alone`` until other traffic claims one of its links."""
+    """A group of collectives that started at one instant on overlapping links, under way: run (``alone``: it may
+    become a template, until other traffic claims one of its links) or replayed (``template``)."""
 
-    __slots__ = ("key", "links", "start", "span_index", "carried", "alone")
+    __slots__ = ("keys", "links", "start", "span_index", "carried", "alone", "left", "ends", "runs", "dones",
+                 "labels", "template", "cancelled", "applied", "saved", "held", "order", "timers", "expect")
 
-    def __init__(self, key: Any, links: tuple[Channel, ...], start: float, span_index: int, alone: bool) -> None:
-        self.key, self.links, self.start, self.span_index, self.alone = key, links, start, span_index, alone
-        self.carried = [c.bytes_carried for c in links]
+    def __init__(self, start: float, span_index: int) -> None:
+        self.start, self.span_index = start, span_index
+        self.keys: list[Any] = []
+        self.links: dict[Channel, None] = {}
+        self.runs: list[Any] = []
+        self.dones: list[simpy.Event] = []
+        self.labels: list[str] = []
+        self.carried: dict[Channel, float] = {}
+        self.alone, self.left, self.ends = False, 0, []
+        self.template: Template | None = None
+        self.cancelled = self.applied = False
+        self.saved: dict[Channel, tuple[float, Any]] = {}  #: replay windows this replay replaced
+        self.held: dict[Channel, int] = {}  #: the group's claims on each link (released when it is done)
+        self.order: list[int] = []  #: members in the order they completed
+        self.timers: set[Any] = set()  #: a replay's own timers
+        self.expect: list[Any] = []  #: members a replayed group awaits at its instant
+
+    def hold(self, links: Any) -> None:
+        for link in links:
+            self.held[link] = self.held.get(link, 0) + 1
+
+    def add(self, key: Any, links: tuple[Channel, ...], run: Any, label: str, done: simpy.Event) -> None:
+        self.keys.append(key)
+        self.runs.append(run)
+        self.labels.append(label)
+        self.dones.append(done)
+        for link in links:
+            self.links[link] = None
 
 
 class Replays:
@@ -83,6 +113,9 @@ class Replays:
         self.replayed = 0  #: collectives replayed
         self.recorded = 0  #: templates recorded
         self._pending: list[tuple[Template, float, str]] = []  #: replays whose spans are not in the trace yet
+        self._fresh: dict[Channel, _Run] = {}  #: the groups started at this instant that others may join
+        self._fresh_at = -1.0
+        self._first: dict[Any, tuple] = {}  #: the group a collective started last, by its first member
 
     def metrics(self) -> dict[str, Any]:
         """`System.metrics` of the finished run (`compute_metrics`' figures), then the replays' spans added to the
@@ -161,30 +194,115 @@ class Replays:
         return links if all(type(c) is Channel for c in links) else None
 
     def start(self, key: Any, links: tuple[Channel, ...], run: Any, label: str) -> simpy.Event:
-        """Start the collective ``key`` over ``links`` now: replayed from its template if it has one and its links
-        are idle, else ``run()`` (its completion event), recorded as the template if it turns out alone."""
-        template = self.templates.get(key)
+        """Start the collective ``key`` over ``links`` now; its completion event. Collectives that start at one
+        instant on overlapping links (and on links nothing else claims) form a group, the template's key: the
+        group is replayed from its template if it has one and its links are idle, else run (``run()``: the
+        completion event of one collective) and recorded as the group's template if it turns out alone."""
+        env, now = self.env, self.env._now
+        if self._fresh_at != now:
+            self._fresh, self._fresh_at = {}, now
+        done = env.event()
+        group = self._joinable(links)
+        if group is not None:
+            self._join(group, key, links, run, label, done)
+            return done
         idle = self.claim(links)
-        if template is not None and idle and key not in self.avoid:
+        group = _Run(now, len(self.trace.spans) if self.trace is not None else 0)
+        group.add(key, links, run, label, done)
+        group.hold(links)
+        template = self.templates.get((key,))
+        if template is None or (key,) in self.avoid:  # a group this one started before: the others should follow
+            gkey = self._first.get(key)
+            template = self.templates.get(gkey) if gkey is not None and gkey not in self.avoid else None
+            group.expect = list(gkey[1:]) if template is not None else []
+        if template is not None and idle:
             self.release(links)  # the replay's window stands for its claim
-            return self._replay(key, template, label)
-        record = key not in self.templates and idle
-        done = run()
-        if record:
-            entry = _Run(key, links, self.env._now, len(self.trace.spans) if self.trace is not None else 0, True)
-            for link in links:
-                self._owner[link] = entry
-            done.callbacks.append(lambda _e: self._finish(entry))
+            group.held = {}
+            self._replay(group, template)
         else:
-            done.callbacks.append(lambda _e: self.release(links))
+            self._run(group, idle and (key,) not in self.templates)
         return done
 
+    def _joinable(self, links: tuple[Channel, ...]) -> _Run | None:
+        """The group started at this instant that a collective over ``links`` joins: the one whose links it shares,
+        where every other claim on its links is none."""
+        groups = {id(g): g for g in (self._fresh.get(link) for link in links) if g is not None}
+        if len(groups) != 1:
+            return None
+        group = next(iter(groups.values()))
+        now, active = self.env._now, self._active
+        for link in links:
+            mine = link in group.links
+            if active.get(link, 0) != group.held.get(link, 0):
+                return None
+            if not mine and self._replay_until.get(link, _WINDOW)[0] > now:
+                return None
+        return group
+
+    def _join(self, group: _Run, key: Any, links: tuple[Channel, ...], run: Any, label: str,
+              done: simpy.Event) -> None:
+        if group.expect and group.expect[0] == key:  # the member a replayed group expected
+            group.expect.pop(0)
+            group.add(key, links, run, label, done)
+            return
+        if group.template is None:  # running, alone: one more member
+            for link in links:
+                self._active[link] = self._active.get(link, 0) + 1
+                if link not in group.links:
+                    group.carried[link] = link.bytes_carried
+                    self._owner[link] = self._fresh[link] = group
+            group.add(key, links, run, label, done)
+            group.hold(links)
+            self._start_member(group, len(group.keys) - 1)
+            return
+        group.cancelled = True  # a replay of fewer (or of others): replay the larger group, or run it
+        self._replay_until.update(group.saved)
+        bigger = _Run(group.start, group.span_index)
+        for k, r, lab, d in zip(group.keys, group.runs, group.labels, group.dones, strict=True):
+            bigger.add(k, (), r, lab, d)
+        bigger.links = dict(group.links)
+        bigger.add(key, links, run, label, done)
+        gkey = tuple(bigger.keys)
+        template = self.templates.get(gkey)
+        if template is not None and gkey not in self.avoid:
+            self._replay(bigger, template)
+            return
+        self.claim(bigger.links)
+        bigger.hold(bigger.links)
+        self._run(bigger, gkey not in self.templates)
+
+    def _run(self, group: _Run, record: bool) -> None:
+        group.alone = record
+        if record:
+            for link in group.links:
+                group.carried[link] = link.bytes_carried
+                self._owner[link] = self._fresh[link] = group
+        for i in range(len(group.keys)):
+            self._start_member(group, i)
+
+    def _start_member(self, group: _Run, i: int) -> None:
+        group.left += 1
+        group.ends.append(0.0)
+        group.runs[i]().callbacks.append(partial(self._arrived, group, i))
+
+    def _arrived(self, group: _Run, i: int, _event: Any) -> None:
+        group.ends[i] = self.env._now - group.start
+        group.order.append(i)
+        group.left -= 1
+        if not group.left:
+            self._finish(group)
+        group.dones[i].succeed(self.env._now)
+
     def _finish(self, run: _Run) -> None:
-        self.release(run.links)
+        for link, n in run.held.items():
+            self._active[link] -= n
         for link in run.links:
             if self._owner.get(link) is run:
                 del self._owner[link]
-        if not run.alone or run.key in self.templates:
+        if not run.alone:
+            return
+        key = tuple(run.keys)
+        if key in self.templates:
             return
         now, trace = self.env._now, self.trace
         by_unit: dict[tuple[Any, str], list[tuple[float, float, float]]] = {}
@@ -194,32 +312,71 @@ class Replays:
                 if (s.chip, s.unit) in units:
                     by_unit.setdefault((s.chip, s.unit), []).append((s.start, s.end, s.nbytes))
         links, kinds = [], {}
-        for c, before in zip(run.links, run.carried, strict=True):
-            nbytes = c.bytes_carried - before
+        for c in run.links:
+            nbytes = c.bytes_carried - run.carried[c]
             kinds[c.kind] = kinds.get(c.kind, 0.0) + nbytes
             intervals = _union(by_unit.get((c.chip, c.name), []), run.start)
             last = intervals[-1][1] if intervals else now - run.start
             links.append((c, nbytes, last, intervals))
-        self.templates[run.key] = Template(now - run.start, tuple(links), tuple(kinds.items()))
+        if len(key) > 1:
+            self._first[key[0]] = key
+        self.templates[key] = Template(tuple(run.ends), tuple(links), tuple(kinds.items()), tuple(run.order))
         self.recorded += 1
 
-    def _replay(self, key: Any, template: Template, label: str) -> simpy.Event:
-        env, now = self.env, self.env._now
+    def _replay(self, group: _Run, template: Template) -> None:
+        env, now, key = self.env, self.env._now, tuple(group.keys)
+        group.template = template
         replay_until, until = self._replay_until, now + template.window_s  # type: ignore[attr-defined]
-        trace = self.trace
-        for link, nbytes, _, _ in template.links:
-            link.bytes_carried += nbytes
+        for link, _, _, _ in template.links:
+            group.links[link] = None
+            group.saved[link] = replay_until.get(link, _WINDOW)
             replay_until[link] = (until, key)  # the whole window on every link: the metrics' stand-ins lie inside it
-        if trace is not None:
-            for kind, nbytes in template.kinds:
-                trace.count(kind, nbytes)
-            if trace.enabled:
-                self._pending.append((template, now, label))
-        self.replayed += 1
-        done = env.event()
-        env.timeout(template.duration_s).callbacks.append(lambda _e: env.timeout(0.0).callbacks.append(
-            lambda _e: done.succeed(env._now)))
-        return done
+            self._fresh[link] = group
+        for end in sorted(set(template.durations_s)):  # the members done at one time, in the order they were
+            members = [i for i in template.order if template.durations_s[i] == end]
+            at = now + end
+            early = env.timeout(max(0.0, end - TIE * at))
+            group.timers.add(early)
+            early.callbacks.append(partial(self._ahead, group, at, members))
+
+    def _ahead(self, group: _Run, at: float, members: list[int], _event: Any) -> None:
+        """Just before members of a replayed group complete (at ``at``): any other event due within `TIE` of then
+        could come before or after them in the full run -- an order a replay cannot promise: the step is rerun
+        without replaying this group (a conflict). Then the completion, at ``at`` exactly."""
+        if group.cancelled:
+            return
+        if group.expect:  # members it expected never came: it stood for a group that did not form
+            self._missed(group)
+        env, hi = self.env, at + TIE * at
+        if any(t <= hi and event not in group.timers for t, _, _, event in env._queue):
+            self.conflict = True
+            self.disturbed.add(tuple(group.keys))
+        done = env.timeout(at - env._now)  # now + (at - now) == at: the two are within a factor 2 (Sterbenz)
+        group.timers.add(done)
+        done.callbacks.append(partial(self._replayed, group, members))
+
+    def _missed(self, group: _Run) -> None:
+        self.conflict = True
+        self.disturbed.add(tuple(group.keys) + tuple(group.expect))
+
+    def _replayed(self, group: _Run, members: list[int], _event: Any) -> None:
+        """Members ``members`` of a replayed group complete now."""
+        if group.cancelled:
+            return
+        if not group.applied:  # the group's bytes and spans, once (not at its start: a join could cancel it)
+            group.applied = True
+            template, trace = group.template, self.trace
+            for link, nbytes, _, _ in template.links:  # type: ignore[union-attr]
+                link.bytes_carried += nbytes
+            if trace is not None:
+                for kind, nbytes in template.kinds:  # type: ignore[union-attr]
+                    trace.count(kind, nbytes)
+                if trace.enabled:
+                    self._pending.append((template, group.start, "+".join(group.labels)))
+            self.replayed += len(group.keys)
+        for i in members:
+            if i < len(group.dones):
+                group.dones[i].succeed(self.env._now)
 
 
 def _union(spans: list[tuple[float, float, float]], origin: float) -> tuple[tuple[float, float, float], ...]:
