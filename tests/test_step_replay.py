@@ -182,3 +182,28 @@ def test_a_conflict_reruns_without_replays(monkeypatch):
     assert sim.sym.active and sim.sym.replays.replayed == 0  # every key disturbed: avoided, then no replays
     _, exact = simulate_step(cfg, spec, plan, TrainOptions(), 8, 128, "torus:4x4", fast=False)
     _close(exact, measured)
+
+
+def test_a_group_guessed_at_a_start_that_others_do_not_join_is_rerun_without_that_guess():
+    """'a' started a group with 'b' before: at its next start the group is replayed, 'b' expected; when 'b' does
+    not come that start is named (with its number), and a rerun avoiding it runs 'a' alone: a + V/W."""
+    ends: dict[frozenset, list[float]] = {}
+    for avoid in (frozenset(), frozenset({(("a", "b"), 2)})):
+        system, link, replays, links, run = _one_link()
+        replays.avoid = avoid
+        env, w, a = system.env, link.bandwidth_bytes_per_s, link.latency_s
+        ends[avoid] = []
+
+        def program(env=env, replays=replays, links=links, run=run, out=ends[avoid]):
+            both = [replays.start(k, links, run, k) for k in ("a", "b")]
+            yield both[0] & both[1]
+            yield env.timeout(1e-3 - env.now)
+            yield replays.start("a", links, run, "a")
+            out.append(env.now - 1e-3)
+        env.process(program())
+        system.run()
+        if not avoid:
+            assert replays.conflict and replays.disturbed == {(("a", "b"), 2)}
+        else:
+            assert not replays.conflict and replays.replayed == 0
+    assert ends[frozenset({(("a", "b"), 2)})] == pytest.approx([a + V / w], rel=1e-12)

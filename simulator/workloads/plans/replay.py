@@ -5,20 +5,24 @@ AllReduce, every layer's FSDP AllGather. A collective whose links carry nothing 
 same time from its start, loads each link with the same bytes and keeps each link busy over the same
 intervals, whatever the instant it starts at: its transfers meet only one another. `Replays` records such a
 lone run once (a `Template`: its duration, and for each link its bytes and its busy intervals, offsets from
-the start) and replays the later ones: one timer for the completion, the links' byte counters, the trace's
-interface counters and one span per busy interval, instead of thousands of transfers.
+the start) and replays the later ones: a timer for the completion, the links' byte counters, the trace's
+interface counters and one span per busy interval, instead of thousands of transfers. Collectives that start
+at one instant on overlapping links (a layer's FSDP ReduceScatter and the next layer's AllGather) form a
+group, recorded and replayed together; a group is replayed at its first member's start when that collective
+started it before, the others expected at the same instant.
 
 Being alone is checked, not assumed. Every piece of network traffic of the step claims its links when it
 starts (a collective's: the links its transfers' routes cross; a pipeline message's: its route's) until it
-ends (`claim`, `release`); a replayed collective claims each link until the end of its last busy interval
-there. A run is recorded only if its links were idle when it started and no other traffic claimed one of them
-before it ended; a replay starts only on idle links; and any traffic that claims a link inside a replay's
-window sets ``conflict`` and names the replay in ``disturbed`` -- the step must then be rerun without
-replaying those (`simulate_step` does so). Only the float rounding of start + offset and the order of events
-that fall at one instant can differ from running it: times agree to about 1e-15 relative; a replay's completion
-is delivered after the events already due at its instant (a zero-delay timer), as a run's last arrival nearly
-always is. The trace's spans of a replay are the union of its transfers' spans on each link
-(the busy-time and overlap metrics are functions of those unions), labelled as the collective.
+ends (`claim`, `release`); a replay holds its links until the end of its last busy interval. A run is recorded
+only if its links were idle when it started and no other traffic claimed one of them before it ended; a replay
+starts only on idle links. Three things make a replay unsafe, and each sets ``conflict`` and names the replay
+in ``disturbed`` so that the step is rerun without it (`simulate_step` does so): other traffic claiming a link
+inside its window; a member its group expected that did not come (named with the start it was guessed at);
+any other event due within `TIE` of a replayed completion -- in the full run it could come before or after
+the completion, an order (e.g. of the HBM ledger's points at one instant) a replay cannot promise. What
+remains is the float rounding of start + offset: times agree to about 1e-15 relative. The trace's spans of
+a replay are each link's busy intervals (the union of its transfers' spans), labelled as the collectives, and
+are added after the metrics, which take each link's busy time and the data movement's union from the template.
 """
 from __future__ import annotations
 
@@ -65,7 +69,7 @@ class _Run:
     become a template, until other traffic claims one of its links) or replayed (``template``)."""
 
     __slots__ = ("keys", "links", "start", "span_index", "carried", "alone", "left", "ends", "runs", "dones",
-                 "labels", "template", "cancelled", "applied", "saved", "held", "order", "timers", "expect")
+                 "labels", "template", "cancelled", "applied", "saved", "held", "order", "timers", "expect", "nth")
 
     def __init__(self, start: float, span_index: int) -> None:
         self.start, self.span_index = start, span_index
@@ -83,6 +87,7 @@ class _Run:
         self.order: list[int] = []  #: members in the order they completed
         self.timers: set[Any] = set()  #: a replay's own timers
         self.expect: list[Any] = []  #: members a replayed group awaits at its instant
+        self.nth = 0  #: the first member's n-th start
 
     def hold(self, links: Any) -> None:
         for link in links:
@@ -105,7 +110,7 @@ class Replays:
         self.enabled = enabled and self.net is not None and system.calibration is None
         self._active: dict[Channel, int] = {}  #: claims under way on the link (collectives and messages running)
         self._replay_until: dict[Channel, tuple[float, Any]] = {}  #: end of the last replay's window, its key
-        self.avoid = avoid  #: keys never replayed (they were disturbed in an earlier run of the step)
+        self.avoid = avoid  #: group keys never replayed, (group key, n): not guessed at its first member's n-th start
         self.disturbed: set[Any] = set()  #: keys of the replays that other traffic disturbed
         self._owner: dict[Channel, _Run] = {}  #: the recordable run under way on the link
         self.templates: dict[Any, Template | None] = {}  #: None: a key whose links are not all plain channels
@@ -116,6 +121,7 @@ class Replays:
         self._fresh: dict[Channel, _Run] = {}  #: the groups started at this instant that others may join
         self._fresh_at = -1.0
         self._first: dict[Any, tuple] = {}  #: the group a collective started last, by its first member
+        self._seen: dict[Any, int] = {}  #: starts of each collective so far
 
     def metrics(self) -> dict[str, Any]:
         """`System.metrics` of the finished run (`compute_metrics`' figures), then the replays' spans added to the
@@ -202,6 +208,7 @@ class Replays:
         if self._fresh_at != now:
             self._fresh, self._fresh_at = {}, now
         done = env.event()
+        nth = self._seen[key] = self._seen.get(key, 0) + 1  # this collective's n-th start (the same in a rerun)
         group = self._joinable(links)
         if group is not None:
             self._join(group, key, links, run, label, done)
@@ -210,10 +217,12 @@ class Replays:
         group = _Run(now, len(self.trace.spans) if self.trace is not None else 0)
         group.add(key, links, run, label, done)
         group.hold(links)
+        group.nth = nth
         template = self.templates.get((key,))
         if template is None or (key,) in self.avoid:  # a group this one started before: the others should follow
             gkey = self._first.get(key)
-            template = self.templates.get(gkey) if gkey is not None and gkey not in self.avoid else None
+            guess = gkey is not None and gkey not in self.avoid and (gkey, nth) not in self.avoid
+            template = self.templates.get(gkey) if guess else None
             group.expect = list(gkey[1:]) if template is not None else []
         if template is not None and idle:
             self.release(links)  # the replay's window stands for its claim
@@ -356,8 +365,9 @@ class Replays:
         done.callbacks.append(partial(self._replayed, group, members))
 
     def _missed(self, group: _Run) -> None:
+        """A group replayed on its first member's start lacked others: rerun without guessing at that start."""
         self.conflict = True
-        self.disturbed.add(tuple(group.keys) + tuple(group.expect))
+        self.disturbed.add((tuple(group.keys) + tuple(group.expect), group.nth))
 
     def _replayed(self, group: _Run, members: list[int], _event: Any) -> None:
         """Members ``members`` of a replayed group complete now."""
