@@ -9,7 +9,8 @@ wrapped tori, exact by translation symmetry); a mid-size case runs both modes to
 what the reduction saves.
 
 Full fidelity where no symmetry reduction applies (issue 16): AllReduce of 1 GB in ``--mode full`` on a torus with
-one dead link, a mesh, GPU nodes, multislice, the symmetric torus in full mode and a jittered torus, each run
+one dead link, a mesh, GPU nodes, multislice, the symmetric torus in full mode and a jittered torus, and AllToAll
+and Broadcast on the 8x8x8 torus, each run
 three ways in the same process, interleaved, best of ``ROUNDS``: the plain path (``aggregate=False``), the plain
 path with the garbage collector paused (what the pause alone buys), and flow-level aggregation (the default).
 It prints events processed (`System.events_processed`), wall and CPU seconds (planning included), plain events
@@ -37,12 +38,16 @@ FULL = [(kind, algorithm, topology, "tpu-v5p") for kind, algorithm in (("all_to_
                                                                        ("broadcast", "spanning_trees"))
         for topology in ("torus:16x16", "torus:8x8x8")]
 NBYTES = 1e9
-ASYMMETRIC = [("torus 8x8x8, link 0-1 down", "torus:8x8x8", "tpu-v5p", {"faults": [LinkDown(0, 1)]}),
-              ("mesh 8x8", "mesh:8x8", "tpu-v5p", {}),
-              ("nodes 4x8 H100", "nodes:4:8", "h100", {}),
-              ("multislice 2 x 8x8", "multislice:2:8x8", "tpu-v5p", {}),
-              ("torus 8x8x8 symmetric", "torus:8x8x8", "tpu-v5p", {}),
-              ("torus 8x8 jitter 0.1", "torus:8x8", "tpu-v5p", {"jitter": Jitter("lognormal", 0.1), "seed": 1})]
+ALLREDUCE = ("all_reduce", "auto")
+ASYMMETRIC = [("torus 8x8x8, link 0-1 down", "torus:8x8x8", "tpu-v5p", {"faults": [LinkDown(0, 1)]}, ALLREDUCE),
+              ("mesh 8x8", "mesh:8x8", "tpu-v5p", {}, ALLREDUCE),
+              ("nodes 4x8 H100", "nodes:4:8", "h100", {}, ALLREDUCE),
+              ("multislice 2 x 8x8", "multislice:2:8x8", "tpu-v5p", {}, ALLREDUCE),
+              ("torus 8x8x8 symmetric", "torus:8x8x8", "tpu-v5p", {}, ALLREDUCE),
+              ("torus 8x8 jitter 0.1", "torus:8x8", "tpu-v5p", {"jitter": Jitter("lognormal", 0.1), "seed": 1},
+               ALLREDUCE),
+              ("torus 8x8x8 AllToAll", "torus:8x8x8", "tpu-v5p", {}, ("all_to_all", "dimension_order")),
+              ("torus 8x8x8 Broadcast", "torus:8x8x8", "tpu-v5p", {}, ("broadcast", "spanning_trees"))]
 VARIANTS = (("plain", False, False), ("plain, GC paused", False, True), ("aggregated", True, False))
 ROUNDS = 2
 
@@ -67,39 +72,40 @@ def show(m: dict[str, Any]) -> None:
           f"{m['time_s'] / m['bound_s']:.3f}x)")
 
 
-def full_run(topology: str, chip: str, system_kw: dict[str, Any], aggregate: bool, pause: bool) -> dict[str, Any]:
-    """One AllReduce of NBYTES in full mode: wall and CPU seconds from building the system to the result."""
+def full_run(topology: str, chip: str, system_kw: dict[str, Any], what: tuple[str, str], aggregate: bool,
+             pause: bool) -> dict[str, Any]:
+    """One collective of NBYTES in full mode: wall and CPU seconds from building the system to the result."""
     wall, cpu = time.perf_counter(), time.process_time()
     system = System(chip, topology=topology, trace=False, **system_kw)
     with gc_paused(pause):
-        r = run_collective("all_reduce", system, NBYTES, mode="full", aggregate=aggregate)
+        r = run_collective(what[0], system, NBYTES, mode="full", algorithm=what[1], aggregate=aggregate)
     return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "events": system.events_processed,
             "time_s": r.time_s, "link_bytes": r.link_bytes, "algorithm": r.algorithm, "transfers": r.n_transfers}
 
 
-def plan_seconds(topology: str, chip: str, system_kw: dict[str, Any]) -> float:
+def plan_seconds(topology: str, chip: str, system_kw: dict[str, Any], what: tuple[str, str]) -> float:
     """Wall seconds of planning alone (tuner and schedule, GC paused as the aggregated run has it)."""
     system = System(chip, topology=topology, trace=False, **system_kw)
     start = time.perf_counter()
     with gc_paused():
-        plan_collective("all_reduce", system, NBYTES, mode="full")
+        plan_collective(what[0], system, NBYTES, mode="full", algorithm=what[1])
     return time.perf_counter() - start
 
 
 def full_fidelity() -> None:
-    print(f"Full fidelity (mode full), AllReduce of {NBYTES / 1e9:g} GB: plain path vs flow-level aggregation, "
-          f"best of {ROUNDS} interleaved rounds")
-    for name, topology, chip, system_kw in ASYMMETRIC:
+    print(f"Full fidelity (mode full), {NBYTES / 1e9:g} GB (AllReduce unless named): plain path vs flow-level "
+          f"aggregation, best of {ROUNDS} interleaved rounds")
+    for name, topology, chip, system_kw, what in ASYMMETRIC:
         best: dict[str, dict[str, Any]] = {}
         for _ in range(ROUNDS):
             for variant, aggregate, pause in VARIANTS:
-                m = full_run(topology, chip, system_kw, aggregate, pause)
+                m = full_run(topology, chip, system_kw, what, aggregate, pause)
                 if variant not in best or m["wall_s"] < best[variant]["wall_s"]:
                     best[variant] = m
         plain, paused, agg = best["plain"], best["plain, GC paused"], best["aggregated"]
         worst = max(abs(agg["link_bytes"].get(k, 0.0) / v - 1) for k, v in plain["link_bytes"].items())
         print(f"{name:>28} ({plain['algorithm']}, {plain['transfers']:,} transfers; planning alone "
-              f"{plan_seconds(topology, chip, system_kw):.2f} s)")
+              f"{plan_seconds(topology, chip, system_kw, what):.2f} s)")
         for variant, m in best.items():
             print(f"{variant:>44}: wall {m['wall_s']:6.2f} s  cpu {m['cpu_s']:6.2f} s  {m['events']:>8,} events  "
                   f"{m['events'] / m['wall_s']:>9,.0f} events/s")
