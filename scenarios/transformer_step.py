@@ -19,6 +19,7 @@ from simulator.hardware.specs import ChipSpec
 from simulator.hardware.train_calibration import train_calibrated_chips
 from simulator.report.result import Result
 from simulator.workloads.budget import Parallelism, decode_budget
+from simulator.workloads.layout2d import parse_layout
 from simulator.workloads.plans import POLICIES, TrainOptions, check_train_plan, parse_plan_mesh, train_plan
 from simulator.workloads.plans.calibrated import calibrated_train_step, slice_shape_for
 from simulator.workloads.plans.memory import train_memory
@@ -33,7 +34,7 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
         require_fit: bool = True, calibrated: bool = False, chip: str | ChipSpec = "tpu-v5e",
         microbatches: int = 1, schedule: str = "1f1b", checkpoints_per_layer: str = "", kv_sharding: str = "heads",
         compute_dtype: str = "", topology: str = "", price_per_chip_hour: float = 0.0, trace: bool = True,
-        config: str = "", exact: bool = False) -> Result:
+        config: str = "", exact: bool = False, layout: str = "1d") -> Result:
     """One step of ``model``: decode (one new token per request after ``context`` cached ones),
     prefill (``prompt`` new tokens per request) or train (``seq`` tokens per sequence; any of the six mesh
     axes, ``microbatches`` through a ``schedule``, ``checkpoints_per_layer`` K or a policy; ``recompute``
@@ -46,11 +47,17 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
     Face ``config.json`` (by its ``.json`` suffix), as ``podsim model --config`` / ``--hf-config`` read.
     A symmetric training step is simulated through one chip per pipeline stage (the same figures, far
     faster; `simulator.workloads.plans.symmetry`); ``exact`` simulates every chip (its trace then holds
-    every chip's spans)."""
+    every chip's spans). ``layout`` (decode/prefill) is ``podsim model --layout``: 1d (the model axis splits heads
+    and d_ff), 2d (the weight-stationary X x Y grid with the fewest collective seconds) or 2d:XxY
+    (`simulator.frontend.serve_layout`)."""
     if mode not in MODES:
         raise PodsimError(f"mode={mode!r}; valid modes: {', '.join(MODES)}")
     spec, cfg = resolve_chip(chip), _model(model, config)
     model = cfg.name
+    layout = parse_layout(layout)
+    if mode == "train" and layout != "1d":
+        raise PodsimError(f"layout={layout} is for decode and prefill; a training step lays its plan with mesh= "
+                          "(drop layout)")
     if mode == "train":
         return _train(cfg, spec, batch, seq, mesh, recompute, require_fit, calibrated, microbatches, schedule,
                       checkpoints_per_layer, topology, price_per_chip_hour, trace, exact)
@@ -61,6 +68,11 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
                           "(shard the KV cache with kv_sharding=batch or sequence)")
     par = Parallelism(plan.size("data"), plan.size("model"))
     new = 1 if mode == "decode" else prompt
+    if layout != "1d":
+        return _run_2d(cfg, spec, par, batch, context, new, layout, kv_sharding, compute_dtype, topology, require_fit,
+                       calibrated, price_per_chip_hour, trace, dict(model=model, config=config, mode=mode, batch=batch,
+                       context=context, prompt=prompt, mesh=mesh, calibrated=calibrated, chip=spec.name,
+                       compute_dtype=compute_dtype, topology=topology, layout=layout))
 
     def simulate(cal: bool) -> Any:
         return simulate_decode(cfg, spec, batch, context, par, new_tokens=new, trace=trace, calibrated=cal,
@@ -87,6 +99,37 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
         metrics=sim.system.metrics(), extra=extra, trace=sim.system.trace,
         headline=_headline(mode, model, summary, budget),
     )
+
+
+def _run_2d(cfg: Any, spec: ChipSpec, par: Parallelism, batch: int, context: int, new: int, layout: str,
+            kv_sharding: str, compute_dtype: str, topology: str, require_fit: bool, calibrated: bool, price: float,
+            trace: bool, params: dict[str, Any]) -> Result:
+    """A decode or prefill step under a 2-D weight-stationary ``layout`` (`simulator.frontend.serve_layout`)."""
+    from simulator.frontend.serve_layout import check_2d_flags
+    from simulator.workloads.layout2d import budget_2d
+    from simulator.workloads.simulate2d import simulate_2d
+
+    check_2d_flags(layout, kv_sharding, cli=False)
+    budget = budget_2d(cfg, spec, batch, context, par, layout, new, compute_dtype=compute_dtype or None,
+                       topology=topology or None)
+    need = budget["hbm_needed_per_chip_bytes"]
+    if require_fit and need > spec.hbm_capacity_bytes:
+        raise CapacityError(_fit_message(budget, need, spec))
+
+    def simulate(cal: bool) -> Any:
+        return simulate_2d(cfg, spec, batch, context, par, budget["layout"], new_tokens=new, trace=trace and not cal,
+                           calibrated=cal, topology=topology or None)
+
+    sim = simulate(False)
+    summary = sim.summary()
+    extra: dict[str, Any] = {"budget": budget, **summary, "vs_lower_bound": summary["step_time_s"] /
+                             budget["lower_bound_s"], "t_comm_1d_s": budget["t_comm_1d_s"]}
+    if price:
+        extra["cost_per_step_usd"] = price * par.chips * summary["step_time_s"] / 3600
+    if calibrated:
+        extra["calibrated_step_time_s"] = simulate(True).env.now
+    return Result(scenario="transformer_step", params=params, metrics=sim.system.metrics(), extra=extra,
+                  trace=sim.system.trace, headline=_headline(params["mode"], cfg.name, summary, budget))
 
 
 def _model(model: str, config: str) -> Any:
