@@ -190,6 +190,18 @@ CASES: list[tuple[str, str]] = [
     ("calibrated serving", "model llama-3-8b --chip tpu-v5e --weight-dtype int8 --calibrated --engine vllm"),
     ("calibrated serving", "model llama-3-8b --chip h100 --calibrated --engine sglang"),
     ("calibrated serving", "model llama-3-8b --chip h100 --mesh model=2 --calibrated --engine vllm"),
+    # 2-D weight-stationary layouts (issue 15): grids that do not divide or cannot be laid, flags they cannot honour
+    ("2-D layouts", "model llama-3-70b --mesh model=64 --layout 2d:3x8 --topology torus:8x8 --no-simulate"),
+    ("2-D layouts", "model gpt2 --mesh model=10 --layout 2d:5x2 --topology torus:5x2 --no-simulate"),
+    ("2-D layouts", "model llama-3-70b --batch 3 --context 128 --mesh model=128 --layout 2d:8x16 "
+                    "--topology torus:8x16 --no-simulate"),
+    ("2-D layouts", "model llama-3-70b --mesh model=64 --layout 2d:8x8 --topology torus:4x16 --no-simulate"),
+    ("2-D layouts", "model llama-2-7b --mesh model=8 --layout 3d --no-simulate"),
+    ("2-D layouts", "model mixtral-8x7b --mesh model=8 --layout 2d --no-simulate"),
+    ("2-D layouts", "model llama-2-7b --mesh model=8 --layout 2d --kv-sharding batch --no-simulate"),
+    ("2-D layouts", "model llama-3-8b --chip h100 --mesh model=8 --layout 2d --calibrated --engine vllm"),
+    ("2-D layouts", "model gpt2 --mode train --batch 8 --seq 512 --mesh model=4 --layout 2d"),
+    ("2-D layouts", "run transformer_step --set mesh=model=8 --set layout=2d --set kv_sharding=batch"),
 ]
 
 

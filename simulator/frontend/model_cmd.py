@@ -154,6 +154,9 @@ def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     from simulator.workloads.plans import parse_plan_mesh, train_plan
     from simulator.workloads.plans.calibrated import calibrated_train_step, slice_shape_for
 
+    if args.layout != "1d":
+        raise PodsimError(f"--layout {args.layout} is for decode and prefill; a training step lays its plan with "
+                          "--mesh (drop --layout)")
     batch = parse_int(args.batch, name="--batch")
     seq = parse_tokens(args.seq or "1024", name="--seq", maximum=2**24)
     out = train_plan(cfg, chip, batch, seq, parse_plan_mesh(args.mesh), train_options(args), args.topology,
