@@ -51,10 +51,11 @@ def test_search_picks_each_layouts_fastest_fitting_options():
     for row in out["plans"][:6]:
         plan = MeshPlan(row["mesh"])
         options = {k: v for k, v in row["options"].items()}
-        chosen = TrainOptions(**options)
+        assert (options["zero"] is None) == ("fsdp" not in row["mesh"])  # ZeRO shards over fsdp: n/a without it
+        chosen = TrainOptions(**{k: v for k, v in options.items() if v is not None})
         assert pricer.price(plan, chosen)["step_time_s"] == row["step_time_s"]
         for opts in option_sets(GPT2, plan, 16):  # no option set that fits is faster
-            for checkpoint in ("none", "selective", "full"):
+            for checkpoint in ("none", "minimal", "selective", "full"):
                 other = pricer.price(plan, replace(opts, checkpoint=checkpoint))
                 assert not other["fits"] or other["step_time_s"] >= row["step_time_s"]
     times = [r["step_time_s"] for r in out["plans"] if r["fits"]]
@@ -103,3 +104,48 @@ def test_plan_serve_search_includes_2d_layouts(capsys):
     assert {lay for mesh, lay in layouts if mesh == (("model", 8),)} >= {"1d", "2d:1x8", "2d:2x4", "2d:4x2"}
     assert out["candidates"] >= out["layouts"] == len(out["plans"])
     assert out["plans"][0]["simulated"]
+
+
+def _sizes_fit(sizes: list[int], sides: list[int]) -> bool:
+    """Can the mesh's axes each take whole physical sides (every side used once) with lengths multiplying to the
+    axis size? Brute force over assignments of sides to axes."""
+    import itertools
+
+    for owner in itertools.product(range(len(sizes)), repeat=len(sides)):
+        got = [1] * len(sizes)
+        for side, axis in zip(sides, owner, strict=True):
+            got[axis] *= side
+        if got == sizes:
+            return True
+    return False
+
+
+def test_search_ranks_layouts_on_real_slices_before_the_fallback_shape_and_zero_is_na_without_fsdp():
+    """32 v5p chips are a 2x4x4 slice: a mesh whose axes cannot each take whole sides of it (data=2, fsdp=8,
+    model=2: two axes of 2 but one side of 2) only fits the fallback slice of its own shape, which no v5p slice
+    has; such rows rank after every fitting row on the real slice."""
+    out = search(GPT2, V5P, 32, "train", 64, 1024, top=0)
+    fitting = [r for r in out["plans"] if r["fits"]]
+    flags = [r["real_slice"] for r in fitting]
+    assert True in flags and False in flags and flags == sorted(flags, reverse=True)
+    for row in out["plans"]:
+        assert row["real_slice"] == _sizes_fit(list(row["mesh"].values()), [2, 4, 4]), row["mesh"]
+        assert (row["options"]["zero"] is None) == ("fsdp" not in row["mesh"])
+    for real in (True, False):
+        times = [r["step_time_s"] for r in fitting if r["real_slice"] == real]
+        assert times == sorted(times)
+
+
+def test_search_tries_the_minimal_checkpoint_policy():
+    """minimal keeps every matmul output (no matmul recomputed): where the search picks it, keeping everything
+    (none) does not fit, and selective -- which recomputes the MLP's up-projections -- is no faster."""
+    cfg = get_model("llama-3-70b")
+    out = search(cfg, V5P, 16, "train", 32, 4096, top=0)
+    pricer = Pricer(cfg, V5P, 32, 4096)
+    chosen = [r for r in out["plans"] if r["fits"] and r["options"]["checkpoint"] == "minimal"]
+    assert chosen
+    for row in chosen:
+        opts = TrainOptions(**{k: v for k, v in row["options"].items() if v is not None})
+        plan = MeshPlan(row["mesh"])
+        assert not pricer.price(plan, replace(opts, checkpoint="none"))["fits"]
+        assert pricer.price(plan, replace(opts, checkpoint="selective"))["step_time_s"] >= row["step_time_s"]

@@ -86,13 +86,13 @@ def render(out: dict[str, Any], limit: int = 15) -> str:
 
 def _options_text(options: dict[str, Any]) -> str:
     """The options a row was priced with, briefly: the layout (decode, prefill), or the pipeline schedule,
-    microbatches, ZeRO stage, checkpoint policy and TP overlap (train)."""
+    microbatches, ZeRO stage (none shown without an fsdp axis), checkpoint policy and TP overlap (train)."""
     if "layout" in options:
         return "" if options["layout"] == "1d" else f" {options['layout']}"
     if not options:
         return ""
     schedule = options["schedule"] + (f"x{options['virtual_stages']}" if "virtual_stages" in options else "")
-    parts = [f"m{options['microbatches']}", schedule, f"z{options['zero']}"]
+    parts = [f"m{options['microbatches']}", schedule] + ([f"z{options['zero']}"] if options["zero"] else [])
     if options["checkpoint"] != "none":
         parts.append(f"ckpt {options['checkpoint']}")
     if options["tp_overlap"]:

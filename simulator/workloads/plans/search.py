@@ -7,15 +7,19 @@ tried under every option set that changes something on it -- the pipeline schedu
 interleaved with v virtual stages, v > 1 dividing the stage's layers, up to `MAX_VIRTUAL_STAGES`),
 microbatches (every divisor of the sequences a data-parallel group holds; a multiple of the stages
 when interleaved), the ZeRO stage on fsdp (1, 2, 3), tensor-parallel overlap (collective matmul) on a
-model axis -- and, for each, the lightest checkpoint policy that fits (none, then selective, then full:
-more checkpointing only saves memory and adds recomputation). Options that cannot matter are not
-varied (a schedule without a pipeline axis, ZeRO without fsdp, overlap without a model axis). Every
+model axis -- and, for each, the fastest checkpoint policy that fits (none, then minimal, which keeps every
+matmul output and recomputes only element-wise work, then selective, then full: each recomputes at least as
+much as the one before; when none fits the row is full's). Options that cannot matter are not varied (a
+schedule without a pipeline axis, ZeRO without fsdp, overlap without a model axis), and a row reports
+``zero: null`` where the plan has no fsdp axis (the stage shards nothing there). Every
 option set is priced by closed form (`price.Pricer`: the mesh laid out once); a layout's row is its
 fastest fitting option set (or, when none fits, the one needing least memory). Decode and prefill
 candidates are data x model, each as the 1-D layout with the KV cache sharded automatically
 (`budget.kv_share_per_chip`) and as every 2-D weight-stationary grid of the model axis (`layout2d`).
 
-The layouts are ranked by closed-form step time (fitting ones first) and the best K simulated (on
+The layouts are ranked by closed-form step time (fitting ones first; among those, layouts laid on a real
+slice shape of the chip before those only the mesh's own shape holds, ``real_slice``: no such slice is
+built, and simulating one, e.g. slice:128x2 on 256 v5p, is the slowest) and the best K simulated (on
 ``workers`` processes with joblib; one runs them in turn). What is kept off the critical path: one
 graph per topology spec, one placement per mesh, and each row's closed form; the simulations are the
 cost (seconds each at pod scale), so only the K best run.
@@ -32,7 +36,7 @@ from topologies import TopologyError
 
 MAX_CANDIDATES = 5000  #: layouts priced per search; more is a chip count no topology podsim builds has
 MAX_VIRTUAL_STAGES = 8  #: interleaved schedules tried with 2..8 layer chunks per device
-CHECKPOINTS = ("none", "selective", "full")  #: lightest first: each saves memory and costs recomputation
+CHECKPOINTS = ("none", "minimal", "selective", "full")  #: by recomputation, least first; full saves the most
 
 
 def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
@@ -107,9 +111,10 @@ def best_options(pricer: Any, plan: MeshPlan) -> tuple[dict[str, Any], TrainOpti
     return best[1], best[2], priced
 
 
-def options_of(opts: TrainOptions) -> dict[str, Any]:
-    """The options a plan row reports."""
-    out = {"microbatches": opts.microbatches, "schedule": opts.schedule, "zero": opts.zero,
+def options_of(opts: TrainOptions, plan: MeshPlan | None = None) -> dict[str, Any]:
+    """The options a plan row reports; ``zero`` is None (not applicable) when ``plan`` has no fsdp axis."""
+    zero = opts.zero if plan is None or plan.size("fsdp") > 1 else None
+    out = {"microbatches": opts.microbatches, "schedule": opts.schedule, "zero": zero,
            "checkpoint": opts.checkpoint, "tp_overlap": opts.tp_overlap}
     if opts.schedule == "interleaved":
         out["virtual_stages"] = opts.virtual_stages
@@ -121,8 +126,25 @@ def _row(out: dict[str, Any], plan: MeshPlan, opts: Any, simulated: bool) -> dic
            "closed_form_s": out.get("closed_form_s", out["step_time_s"]), "mfu": out["mfu"],
            "memory_per_chip_bytes": out["memory_per_chip_bytes"], "fits": out["fits"], "simulated": simulated,
            "exposed_comm_s": out.get("exposed_comm_s", {}), "tokens_per_s": out["tokens_per_s"]}
-    row["options"] = options_of(opts) if isinstance(opts, TrainOptions) else dict(opts)
+    row["options"] = options_of(opts, plan) if isinstance(opts, TrainOptions) else dict(opts)
+    if "topology" in out:
+        row["topology"] = out["topology"]
     return row
+
+
+def real_slice(topology: str | None, chip: ChipSpec) -> bool:
+    """False only for a TPU ``slice:AxB..`` that is no real slice shape of the chip (`topologies.shapes`): the
+    fallback a mesh gets when no real slice holds its axes. Anything else (a given spec, a GPU's switch) is True."""
+    from topologies.shapes import slice_shapes
+
+    if not topology or not topology.startswith("slice:") or chip.wraparound not in ("length16", "multiple4"):
+        return True
+    sides = [int(v) for v in topology.removeprefix("slice:").split("x") if v.isdigit()]
+    n = 1
+    for v in sides:
+        n *= v
+    shapes = {tuple(sorted(v for v in s if v > 1)) for s in slice_shapes(n, chip.wraparound)}
+    return tuple(sorted(v for v in sides if v > 1)) in shapes or n == 1
 
 
 def serve_candidates(cfg: Any, chips: int, batch: int) -> list[tuple[MeshPlan, str]]:
@@ -214,6 +236,8 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
                 priced += n
                 rows.append((_row(out, plan, opts, simulated=False), plan, opts))
                 rows[-1][0]["options_priced"] = n
+                if topology is None:
+                    rows[-1][0]["real_slice"] = real_slice(out.get("topology"), chip)
     else:
         priced_rows = [(price_serve(cfg, chip, batch, seq, p, mode, False, topology, lay), p, lay)
                        for p, lay in serve_candidates(cfg, chips, batch)]
@@ -222,12 +246,13 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
     if not rows:
         raise PodsimError(f"no layout of {chips} chips divides {cfg.name}, batch {batch} and seq {seq}; try a batch "
                           "that is a multiple of the chip count")
-    rows.sort(key=lambda t: (not t[0]["fits"], t[0]["step_time_s"]))
+    rows.sort(key=lambda t: (not t[0]["fits"], not t[0].get("real_slice", True), t[0]["step_time_s"]))
     best = [t for t in rows[:top] if t[0]["fits"]]
     simulated = _simulate(cfg, chip, mode, batch, seq, best, workers, topology)
     for row, (closed, _, _) in zip(simulated, best, strict=True):
-        if "options_priced" in closed:
-            row["options_priced"] = closed["options_priced"]
+        for key in ("options_priced", "real_slice"):
+            if key in closed:
+                row[key] = closed[key]
     plans = simulated + [r for r, _, _ in rows[len(simulated):]]
     plans[:len(simulated)] = sorted(plans[:len(simulated)], key=lambda r: r["step_time_s"])
     return {"model": cfg.name, "chip": chip.name, "chips": chips, "mode": mode, "batch": batch, "seq": seq,
