@@ -37,6 +37,7 @@ from simulator.collectives import (  # noqa: F401
     bidirectional,
     dimension_order,
     direct,
+    grid_pipelined,
     hierarchical,
     line,
     line_pipelined,

@@ -1,0 +1,244 @@
+"""AllReduce on a 2-D grid without wraparound: row and column shares, pipelined in lock step.
+
+The bound (`simulator.collectives.bounds`): the N chips of a k0 x k1 grid together receive 2(N - 1) V over
+the 2E link directions of its E = k0 (k1 - 1) + k1 (k0 - 1) links, so T >= (N - 1) V / (E W): 0.625 V/W on
+4x4, where ReduceScatter then AllGather over both axes takes 1.5x that and `line_pipelined` on one axis
+after the other V/W.
+
+The shares (a fluid argument that the bound is reachable in bandwidth). Cut V into E units. Share A_r,
+one per row r (the chips at axis-0 coordinate r), holds k1 - 1 units: it is summed along every column to
+row r (a line reduction: link i -> i + 1 of a column carries it if r > i, i + 1 -> i if r <= i), AllReduced
+along row r as `line_pipelined` does (summed toward the middle chip and copied back: one unit of it each
+way over every link of row r), and copied back out along every column from row r. Share B_c, one per
+column, holds k0 - 1 units, the same with the axes swapped. A column link direction then carries every A
+share once (k0 (k1 - 1) units: summed in toward r on one side of it, copied back out on the other) and
+its own column's B share (k0 - 1): N - 1 units; a row link direction likewise k1 (k0 - 1) + k1 - 1 = N - 1.
+Every link direction carries (N - 1) / E of V: exactly the bound.
+
+The schedule. The array is cut into c pieces, each piece holding one unit's worth (V / (c E) bytes) of
+each of the E units. A share's hop that, on its own, happens ``o`` steps after the share starts
+(its *offset*: a column reduction's hop from coordinate i toward r at offset i or k0 - 1 - i, the row
+AllReduce from offset R = max(r, k0 - 1 - r) on, chip x1 of row r holding the total at
+R + M1 + |x1 - m1| with m1 the row's middle chip and M1 = ceil((k1 - 1) / 2), the copies down its column
+one step per hop after that) is run for piece j at step j + o. A step is one bundle per link direction
+(the units of every share crossing it then; the ``add`` and ``copy`` keys as two transfers started
+together) and ends at a barrier: every step starts when the previous one has ended everywhere.
+
+Closed form (`GridPipelined.closed_form`): step t lasts max over link directions of
+``alpha + units(t) x V / (c E) / W``, with units(t) the units a link direction carries at step t (the
+shares whose hop on it has an offset o with 0 <= t - o < c); the steps add, over c + D - 1 steps for the
+deepest share's depth D = 2 (k0 - 1) + 2 M1 (or the same with the axes swapped). Once every offset is
+under way (D - 1 <= t <= c - 1) every link direction carries N - 1 units a step, so
+
+    T = (c - D + 1)(alpha + (N - 1) V / (c E W)) + (the 2 (D - 1) steps of fill and drain, as above),
+
+about (1 + ~(D - 1) / c)(N - 1) V / (E W) + (c + D - 1) alpha: the bound times the pipeline's fill. An axis
+that wraps is used as a line (its wrap links idle), so on `slice:8x16` (16 wraps on v5e) the bandwidth term
+is 240 / 232 of the bound. Numeric mode: c = N pieces, each unit of a piece one key.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from simulator.collectives.algorithm import Algorithm, Job, register
+from simulator.collectives.groups import Group
+from simulator.collectives.line_pipelined import MAX_PIECES, middle
+from simulator.collectives.schedule import Schedule
+from simulator.engine.network import Network
+
+TRANSFER_BUDGET = 200_000  #: default pieces stop where the schedule would pass this many transfers
+Hop = tuple[tuple[int, int], tuple[int, int], int, str]  #: (from position, to position, offset, op)
+
+
+def edges(k0: int, k1: int) -> int:
+    """Links (undirected) of a k0 x k1 grid without wraparound: E."""
+    return k0 * (k1 - 1) + k1 * (k0 - 1)
+
+
+def _reduce(n: int, target: int, start: int) -> list[tuple[int, int, int]]:
+    """(from, to, offset) of a line reduction to ``target`` from both ends, starting at ``start``."""
+    return [(i, i + 1, start + i) for i in range(target)] + \
+        [(i, i - 1, start + n - 1 - i) for i in range(n - 1, target, -1)]
+
+
+def _spread(n: int, source: int, start: int) -> list[tuple[int, int, int]]:
+    """(from, to, offset) of a copy out from ``source`` to both ends, the first hops at ``start``."""
+    return [(i, i - 1, start + source - i) for i in range(source, 0, -1)] + \
+        [(i, i + 1, start + i - source) for i in range(source, n - 1)]
+
+
+def share_hops(sizes: tuple[int, int], axis: int, line: int) -> list[Hop]:
+    """Every hop of the share AllReduced along ``axis`` on the line at coordinate ``line`` of the other axis
+    (``axis`` 1: share A_line, summed down the columns to row ``line``; 0: B_line), with its offset."""
+    other = 1 - axis
+    k_other, k = sizes[other], sizes[axis]
+
+    def at(x_axis: int, x_other: int) -> tuple[int, int]:
+        return (x_other, x_axis) if axis == 1 else (x_axis, x_other)
+
+    hops: list[Hop] = []
+    for x in range(k):  # sum every line across to ``line``
+        hops += [(at(x, i), at(x, j), o, "add") for i, j, o in _reduce(k_other, line, 0)]
+    start = max(line, k_other - 1 - line)
+    m = middle(k)
+    half = max(m, k - 1 - m)
+    hops += [(at(i, line), at(j, line), o, "add") for i, j, o in _reduce(k, m, start)]
+    hops += [(at(i, line), at(j, line), o, "copy") for i, j, o in _spread(k, m, start + half)]
+    for x in range(k):  # copy the total back out across
+        hops += [(at(x, i), at(x, j), o, "copy") for i, j, o in _spread(k_other, line, start + half + abs(x - m))]
+    return hops
+
+
+def shares(sizes: tuple[int, int]) -> list[tuple[int, list[Hop]]]:
+    """(units, hops) of every share: A_r (k1 - 1 units) for each row r, then B_c (k0 - 1) for each column c."""
+    k0, k1 = sizes
+    return [(k1 - 1, share_hops(sizes, 1, r)) for r in range(k0)] + \
+        [(k0 - 1, share_hops(sizes, 0, c)) for c in range(k1)]
+
+
+def depth(sizes: tuple[int, int]) -> int:
+    """D: the most offsets one share spans (its last hop's offset + 1)."""
+    return max(max(o for _, _, o, _ in hops) + 1 for _, hops in shares(sizes))
+
+
+class GridPipelined(Algorithm):
+    """AllReduce on a 2-D grid: row and column shares, summed across, AllReduced along, copied back (module)."""
+
+    name = "grid_pipelined"
+    summary = ("AllReduce on a 2-D grid without wraparound: one share per row and column, summed across to "
+               "its line, AllReduced along it and copied back, pipelined in lock step: (N-1)V/(E W), the bound")
+    kinds = ("all_reduce",)
+    topologies = ("mesh", "torus")
+    nic_rings = False
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        why = super().unfit(kind, net, groups)
+        group = groups[0]
+        if why is None and not net.grid:
+            return "it needs a grid topology (a 2-D mesh or slice)"
+        if why is None and (len(group.sizes) != 2 or min(group.sizes) < 2):
+            return f"it runs on a 2-D group (two axes of 2 or more chips), not {'x'.join(map(str, group.sizes))}"
+        if why is None and all(w and k > 2 for w, k in zip(group.wraps, group.sizes, strict=True)):
+            return "every axis wraps: the ring algorithms reach the bound there"
+        return why
+
+    def parts(self, kind: str, group: Group, multi_axis: str) -> int:
+        """E parts (numeric keys: one per unit of each of the N pieces)."""
+        return edges(*group.sizes) if len(group.sizes) == 2 else 1
+
+    def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
+        """Pieces that minimise the closed form (within `TRANSFER_BUDGET`); numeric mode: N."""
+        group = groups[0]
+        if nbytes is None:
+            return group.n
+        k0, k1 = group.sizes
+        d = depth(group.sizes)
+        per_step = 2 * edges(k0, k1) * len(groups) + 1
+        cap = max(1, min(MAX_PIECES, TRANSFER_BUDGET // per_step - d + 1))
+        profile = _Profile(net, group)
+        best = min(_candidates(cap), key=lambda c: profile.time(nbytes, c))
+        return best
+
+    def build(self, job: Job, s: Schedule) -> None:
+        sizes = job.group.sizes
+        c = job.chunks if not job.numeric else job.group.n
+        steps: dict[int, dict[tuple[Any, Any, str], Any]] = defaultdict(dict)
+        job.reduced = False  # every group in full: reduced mode's one ring per axis does not describe the shares
+        for group in job.groups:
+            if job.numeric:
+                _numeric_steps(group, c, steps)
+            else:
+                _timing_steps(group, c, job.nbytes / (c * edges(*sizes)), steps)
+        barrier = None
+        for t in sorted(steps):
+            deps = () if barrier is None else (barrier,)
+            for (src, dst, op), keys in steps[t].items():
+                if job.numeric:
+                    s.add(src, dst, tuple(keys), op, deps, ("grid", t), dst)
+                else:
+                    s.add(src, dst, 1, op, deps, ("grid", t), dst, nbytes=keys)
+            barrier = s.barrier(("grid", t))
+
+    def closed_form(self, job: Job) -> float:
+        """Steps in lock step: each the slowest link direction's latency plus its units' bytes (module)."""
+        c = job.chunks if not job.numeric else job.group.n
+        return _Profile(job.net, job.group).time(job.nbytes, c)
+
+
+class _Profile:
+    """Per link direction: the units its shares put on it at each offset, its latency and bandwidth."""
+
+    def __init__(self, net: Network, group: Group) -> None:
+        sizes = group.sizes
+        self.e = edges(*sizes)
+        self.d = depth(sizes)
+        rows: dict[tuple[Any, Any], np.ndarray] = {}
+        for units, hops in shares(sizes):
+            for a, b, o, _ in hops:
+                row = rows.setdefault((a, b), np.zeros(self.d))
+                row[o] += units
+        self.hist = np.array(list(rows.values()))  # links x offsets
+        self.cum = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(self.hist, axis=1)], axis=1)
+        data = [_link(net, group.members[a], group.members[b]) for a, b in rows]
+        self.alpha = np.array([x[0] for x in data])
+        self.bandwidth = np.array([x[1] for x in data])
+
+    def time(self, nbytes: float, c: int) -> float:
+        """Seconds of c pieces: the steps' slowest link directions, added."""
+        unit = nbytes / (c * self.e)
+        t = np.arange(c + self.d - 1)
+        hi = np.minimum(t, self.d - 1) + 1  # offsets o <= t ...
+        lo = np.maximum(t - c + 1, 0)  # ... and o > t - c
+        units = self.cum[:, hi] - self.cum[:, lo]  # links x steps
+        step = self.alpha[:, None] + units * unit / self.bandwidth[:, None]
+        step = np.where(units > 0, step, 0.0)
+        return float(step.max(axis=0).sum())
+
+
+def _numeric_steps(group: Group, c: int, steps: dict[int, dict[tuple[Any, Any, str], Any]]) -> None:
+    """File each hop's keys under its step: piece j's unit u of a share is key (share's first unit + u, the
+    j-th position)."""
+    positions, first = group.positions(), 0
+    for units, hops in shares(group.sizes):
+        for a, b, o, op in hops:
+            link = (group.members[a], group.members[b], op)
+            for j in range(c):
+                steps[j + o].setdefault(link, []).extend((first + u, positions[j]) for u in range(units))
+        first += units
+
+
+def _timing_steps(group: Group, c: int, unit: float, steps: dict[int, dict[tuple[Any, Any, str], Any]]) -> None:
+    """File each link direction's bytes (per op) under each step: its offsets' units in the window of c."""
+    hist: dict[tuple[Any, Any, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for units, hops in shares(group.sizes):
+        for a, b, o, _ in hops:
+            hist[(group.members[a], group.members[b], "add")][o] += units  # timing: one bundle a step
+    for link, by_offset in hist.items():
+        for o, units in by_offset.items():
+            for t in range(o, o + c):
+                row = steps[t]
+                row[link] = row.get(link, 0.0) + units * unit
+
+
+def _link(net: Network, src: Any, dst: Any) -> tuple[float, float]:
+    """(route latency, slowest bandwidth) from ``src`` to ``dst``."""
+    path = net.routes(src, dst)[0]
+    hops = list(zip(path, path[1:], strict=False))
+    return (sum(net.graph.edges[h]["latency_s"] for h in hops),
+            min(net.graph.edges[h]["bandwidth_bytes_per_s"] for h in hops))
+
+
+def _candidates(cap: int) -> list[int]:
+    """Piece counts to price: 1 .. cap, geometrically (about 60 values)."""
+    out = {1, cap}
+    x = 1.0
+    while x < cap:
+        out.add(min(cap, round(x)))
+        x *= 1.12
+    return sorted(out)
+
+
+GRID_PIPELINED = register(GridPipelined())

@@ -1,0 +1,129 @@
+"""AllReduce on a 2-D grid without wraparound (`grid_pipelined`): row and column shares, in lock step.
+
+Oracles from first principles. A k0 x k1 grid has E = k0 (k1 - 1) + k1 (k0 - 1) links; its N chips together
+receive 2 (N - 1) V, so some link direction carries at least (N - 1) V / (2E) ... and every one of them exactly
+(N - 1) V / E when each share of V (one per row, k1 - 1 units of V / E; one per column, k0 - 1 units) is summed
+across to its line, AllReduced along it and copied back: a column link direction carries every row share once
+(summed in on one side of the link, copied out on the other) and its own column's share. A share's hops run
+one step apart along its longest chain: down to its line (R = max(r, k0 - 1 - r) hops), to the line's middle
+and back out (2 ceil((k1 - 1) / 2)), and back across (R): D = 2 (k0 - 1) + 2 ceil((k1 - 1) / 2) steps for a row
+share at an edge row, the same with the axes swapped for a column share. Piece j crosses a hop of offset o at
+step j + o, a step ends at a barrier, and it costs the latency plus the busiest link direction's bytes: once
+every offset is under way, one more piece (of a fixed size) adds one step of N - 1 units on every link.
+numpy gives the sums.
+"""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.collectives import collective_groups, run_collective
+from simulator.engine.system import System
+from simulator.errors import PodsimError
+
+B, A = 4.5e10, 1e-6  # tpu-v5e ICI: one-way bytes/s per link, hop latency
+ALG = dict(algorithm="grid_pipelined")
+
+
+def _run(topology, nbytes, **kw):
+    return run_collective("all_reduce", System("tpu-v5e", topology=topology, trace=False), nbytes, **kw)
+
+
+def _edges(k0, k1):
+    return k0 * (k1 - 1) + k1 * (k0 - 1)
+
+
+def _depth(k0, k1):
+    half = lambda k: math.ceil((k - 1) / 2)  # noqa: E731
+    return max(2 * (k0 - 1) + 2 * half(k1), 2 * (k1 - 1) + 2 * half(k0))
+
+
+shapes = st.tuples(st.integers(2, 6), st.integers(2, 6))
+
+
+@settings(max_examples=20, deadline=None)
+@given(shape=shapes, c=st.integers(1, 12), nbytes=st.sampled_from([1e3, 1e6, 1e9]))
+def test_every_link_direction_carries_its_share_of_the_chips_intake(shape, c, nbytes):
+    """(N - 1) V / E on each of the 2E link directions: 2 (N - 1) V in all, the chips' intake; the simulation
+    equals the closed form and lies between the lock step's bounds: c + D - 1 steps, each at least a latency,
+    together at least every link's bytes, and none above a latency plus N - 1 units."""
+    k0, k1 = shape
+    n, e = k0 * k1, _edges(k0, k1)
+    r = _run(f"mesh:{k0}x{k1}", nbytes, chunks=c, **ALG)
+    assert r.algorithm == "grid_pipelined"
+    assert r.max_link_bytes == pytest.approx((n - 1) * nbytes / e, rel=1e-9)
+    assert r.total_link_bytes == pytest.approx(2 * (n - 1) * nbytes, rel=1e-9)
+    assert r.time_s == pytest.approx(r.analytic_s, rel=1e-9)
+    steps, unit = c + _depth(k0, k1) - 1, nbytes / (c * e)
+    assert steps * A + c * (n - 1) * unit / B * (1 - 1e-9) <= r.time_s
+    assert r.time_s <= steps * (A + (n - 1) * unit / B) * (1 + 1e-9)
+    assert r.time_s >= r.topology_bound_s * (1 - 1e-12)
+
+
+@settings(max_examples=15, deadline=None)
+@given(shape=shapes, extra=st.integers(0, 5))
+def test_one_more_piece_adds_one_full_step(shape, extra):
+    """Pieces of one size (E units of 1 kB): with c >= D pieces, piece c + 1 adds latency + (N - 1) units / b."""
+    k0, k1 = shape
+    n, e, unit = k0 * k1, _edges(k0, k1), 1e3
+    c = _depth(k0, k1) + extra
+    t = [_run(f"mesh:{k0}x{k1}", k * e * unit, chunks=k, **ALG).time_s for k in (c, c + 1)]
+    assert t[1] - t[0] == pytest.approx(A + (n - 1) * unit / B, rel=1e-9)
+
+
+def test_two_by_two_one_piece_by_hand():
+    """mesh:2x2, one piece: four shares of one unit (V / 4), D = 4 steps. Step 0: each chip sends its unit of
+    the two shares of the lines it is not on across; 1: each line's two chips sum toward its middle (chip 0);
+    2: the totals go back along the lines and chip (0, 0) copies row 0's total down column 0 while column 0's
+    AllReduce sends its total the same way (2 units on that link direction); 3: the last copies across.
+    4 latencies + 5 units."""
+    r = _run("mesh:2x2", 4e6, chunks=1, **ALG)
+    assert r.time_s == pytest.approx(4 * A + 5 * 1e6 / B, rel=1e-12)
+
+
+@pytest.mark.parametrize("topology,before,within", [("mesh:4x4", 1.5, 1.1), ("slice:4x4", 1.5, 1.1),
+                                                    ("mesh:4x8", 1.632, 1.1), ("slice:8x16", 1.256, 1.15)])
+def test_auto_runs_it_near_the_bound_at_1_gb(topology, before, within):
+    """1 GB on tpu-v5e: auto picks the shares, within 1.1x the topology bound (the ring algorithms: 1.26-1.63x);
+    on slice:8x16 the 16-axis's wrap links stay idle (232 of the 240 links: 240 / 232 of the bound at best) and
+    the fill is longer (D = 38 steps)."""
+    r = _run(topology, 1e9)
+    assert r.algorithm == "grid_pipelined"
+    assert r.time_s == pytest.approx(r.analytic_s, rel=1e-9)
+    assert r.topology_bound_s <= r.time_s <= within * r.topology_bound_s
+    alternatives = {a["algorithm"]: a["time_s"] for a in r.alternatives}
+    others = min(t for name, t in alternatives.items() if name != "grid_pipelined")
+    assert others == pytest.approx(before * r.topology_bound_s, rel=2e-3)
+
+
+@pytest.mark.parametrize("topology,axes", [("torus:4x4", None), ("line:8", None), ("mesh:4x4", [0]),
+                                           ("mesh:2x2x2", None)])
+def test_refused_where_the_group_is_not_a_2d_grid(topology, axes):
+    """Every axis wrapping, a line, one axis of a mesh, a 3-D group: an error naming the algorithms that apply."""
+    with pytest.raises(PodsimError, match="'grid_pipelined' cannot run all_reduce here: .*; algorithms that apply: "):
+        _run(topology, 1e6, axes=axes, **ALG)
+
+
+def test_only_all_reduce():
+    with pytest.raises(PodsimError, match="it serves all_reduce, not all_gather"):
+        run_collective("all_gather", System("tpu-v5e", topology="mesh:4x4", trace=False), 1e6, **ALG)
+
+
+@settings(max_examples=12, deadline=None)
+@given(shape=st.sampled_from(["mesh:2x2", "mesh:2x5", "mesh:3x4", "mesh:4x3", "slice:4x4", "mesh:2x3x4"]),
+       per_key=st.integers(1, 2), seed=st.integers(0, 2**16))
+def test_numeric_mode_equals_numpy(shape, per_key, seed):
+    """Real arrays (rows of N E keys): every chip of every group ends with the sum of its group's rows; on
+    mesh:2x3x4 over axes 0 and 2, three groups of 2 x 4 side by side."""
+    system = System("tpu-v5e", topology=shape)
+    axes = [0, 2] if shape == "mesh:2x3x4" else None
+    groups = collective_groups(system.network, axes)
+    k0, k1 = groups[0].sizes
+    data = np.random.default_rng(seed).standard_normal((len(system.network.chips), k0 * k1 * _edges(k0, k1) * per_key))
+    r = run_collective("all_reduce", system, data=data, axes=axes, **ALG)
+    for g in groups:
+        members = list(g.members.values())
+        for dev in members:
+            np.testing.assert_allclose(r.outputs[dev], data[members].sum(axis=0), rtol=1e-12, atol=1e-12)
