@@ -4,8 +4,9 @@ Issue 16's whole-step target: the step's wall time at most 4x that of benchmarks
 pipeline of 10,000 blocks, measured in the same run (process start-up excluded). Prints both wall times
 (best of ``--repeat``, interleaved so machine load falls on both), the step's simulated time and event
 count, and ends with ``ratio: X`` where X = step wall / lean wall (the target is X <= 4). The step runs by
-symmetry (one chip per pipeline stage, `simulator.workloads.plans.symmetry`); ``--exact`` also times the
-full simulation of every chip once, checks that both report the same step, and prints its ratio too.
+symmetry (one chip per pipeline stage, `simulator.workloads.plans.symmetry`), its repeated collectives
+replayed where they are alone on their links (`simulator.workloads.plans.replay`); ``--exact`` also times
+the full simulation of every chip once, checks that both report the same step, and prints its ratio too.
 
     python benchmarks/step.py [--repeat 1] [--no-trace] [--exact]
 """
