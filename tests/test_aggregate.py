@@ -75,6 +75,7 @@ def test_a_symmetric_torus_step_shares_its_timers():
     {"topology": "torus:4x2", "system_kw": {"jitter": Jitter("lognormal", 0.2), "seed": 3}, "fewer": False},
     {"topology": "torus:4x2", "system_kw": {"faults": [ChipPause(1, 1e-5, 2e-5)]}},  # a straggler's links
     {"topology": "mesh:4x3"},
+    {"topology": "mesh:4x4", "algorithm": "grid_pipelined", "chip": "tpu-v5e"},  # a zero-byte barrier per step
     {"topology": "line:5", "kind": "all_gather"},
     {"topology": "ring:5", "kind": "reduce_scatter", "algorithm": "unidirectional"},
     {"topology": "nodes:2:4", "chip": "h100"},  # switches
