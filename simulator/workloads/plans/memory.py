@@ -15,8 +15,24 @@ sequence-parallel, Megatron-style); pipeline stages hold their layers (the first
 the last the output projection); the fsdp axis shards optimizer state (ZeRO-1), gradients (ZeRO-2)
 and weights (ZeRO-3); the expert axis splits the routed experts. Activations are held for the
 microbatches a stage has in flight (the pipeline stash: GPipe M, 1F1B min(M, p), interleaved
-Megatron's warm-up count); temporaries are the gathered weights of two layers (FSDP prefetch), one
-layer's unreduced gradients, one layer's full activations during recomputation, and fp32 logits.
+Megatron's warm-up count); temporaries are the gathered weights of two layers (FSDP prefetch) and one
+layer's unreduced gradients, the tensors a checkpointed layer rebuilds for its backward beyond those its
+policy kept, and fp32 logits.
+
+Assumptions, held against MaxText's published runs (tests/test_train_memory_published.py):
+- Gathered weights and per-layer gradients are in the compute dtype, min(weight, activation) bytes: with
+  fp32 weights (MaxText's ``weight_dtype: float32``) the layer casts each weight to bf16, an element-wise
+  op XLA's sharding propagation applies to the shard, so the FSDP all-gather and the unreduced gradient
+  matmuls move bf16 (MaxText PR #1350 cast the one path that did not, pipeline ``fsdp_ag_once``, whose fp32
+  copy of the gathered weights and gradients had run llama-405B out of memory).
+  Counting them at 4 B made v5e 32B and 64B (full remat, fsdp=256) "not fit" by 3.8 and 4.0 GiB though they ran.
+- Fp32 weights are their own master copy (``published.py`` sets ``master_copy=False``): 4 + 4 + 8 B of
+  state per parameter; bf16 weights keep a 4 B master copy unless ``master_copy`` is off.
+- A policy's saved tensors are MaxText's: ``minimal`` is ``checkpoint_dots_with_no_batch_dims`` (every
+  weight matmul's output, the layer input as the scan carry), ``full`` keeps the layer input. The policy is
+  a bound XLA can beat: its rematerialization pass recomputes past the policy when HBM is short, so a
+  published run may fit where this count says it does not (v5p 32B, ``minimal`` at 7 sequences a chip:
+  the kept matmul outputs alone are 91 GiB of the chip's 96).
 """
 from __future__ import annotations
 
@@ -133,10 +149,10 @@ def per_chip_memory(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions, 
     acts = saved_elements(cfg, opts.checkpoint) * per_layer_act * in_flight_layers(cfg, plan, opts)
     one_mb = saved_elements(cfg, opts.checkpoint) * per_layer_act * cfg.n_layers / plan.size("pipeline")
     temp = 0.0
-    if z >= 3 and f > 1:
-        temp += 2 * layer * e_w + layer * e_w  # two gathered layers (prefetch) and one layer's gradients
-    if opts.checkpoint != "none":
-        temp += saved_activation_elements(cfg) * per_layer_act  # one layer rebuilt for its backward
+    if z >= 3 and f > 1:  # two gathered layers (prefetch) and one layer's unreduced gradients, in the compute dtype
+        temp += 3 * layer * min(e_w, e_a)
+    if opts.checkpoint != "none":  # one layer rebuilt for its backward: what the policy did not keep
+        temp += (saved_activation_elements(cfg) - saved_elements(cfg, opts.checkpoint)) * per_layer_act
     if stage == plan.size("pipeline") - 1:
         temp += tokens * cfg.vocab_size / mdl * LOGIT_BYTES
     opt_per_param = ADAM_BYTES + (MASTER_BYTES if opts.master_copy else 0)
