@@ -79,6 +79,7 @@ def test_a_symmetric_torus_step_shares_its_timers():
     {"topology": "line:5", "kind": "all_gather"},
     {"topology": "ring:5", "kind": "reduce_scatter", "algorithm": "unidirectional"},
     {"topology": "nodes:2:4", "chip": "h100"},  # switches
+    {"topology": "switch:8", "chip": "h100", "algorithm": "nvls"},  # chip <-> switch hops
     {"topology": "nodes:2:4", "chip": "h100", "system_kw": {"calibrated": True}},  # launch latency, protocols
     {"topology": "multislice:2:2x2"},  # DCN between slices
     {"topology": "torus:4x4", "kind": "all_to_all", "algorithm": "dimension_order"},  # multi-hop routes
@@ -112,6 +113,10 @@ def test_numeric_mode_equals_numpy_on_both_paths():
     r = run_collective("all_gather", system, data=data[:6], mode="full")
     for chip in range(6):
         assert np.array_equal(r.outputs[chip], data[:6].reshape(-1))
+    system = System("h100", topology="switch:8")  # in-switch reduction: the switch's buffers add (deliver_hop)
+    r = run_collective("all_reduce", system, data=data, mode="full", algorithm="nvls")
+    for chip in range(8):
+        assert np.array_equal(r.outputs[chip], data.sum(axis=0))
 
 
 def _overlapping(aggregate):
