@@ -22,6 +22,7 @@ import simpy
 
 from simulator import analytic
 from simulator.collectives import start_collective
+from simulator.collectives.schedule import gc_paused
 from simulator.engine.system import System
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
@@ -37,6 +38,7 @@ from simulator.workloads.budget import (
 )
 from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for
 from simulator.workloads.pipeline import MAX_STEPS, Operand, Step, run_steps
+from simulator.workloads.plans.symmetry import Symmetry
 from simulator.workloads.transformer import TransformerConfig
 
 VECTOR_OPS_PER_ELEMENT = 10  #: norms, residual adds, softmax, activation: a rough element-wise budget
@@ -131,11 +133,19 @@ def _blocks(op: LayerOp, layer: int, vmem: float) -> list[Step]:
 
 
 class StepSimulation:
-    """One simulated step: the system, its per-chip step lists and the collectives between them."""
+    """One simulated step: the system, its per-chip step lists and the collectives between them.
+
+    ``fast``: where every data group runs the same ops (and no fault, jitter or slow chip breaks the symmetry),
+    one chip stands for all (`simulator.workloads.plans.symmetry`: its collectives over its own groups, one
+    ring per axis where the axes wrap, repeated ones replayed, counters scaled back); ``sym`` is that
+    `Symmetry` (None: every chip ran). False: every chip, as before.
+    """
+
+    sym: Any = None
 
     def __init__(self, cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, trace: bool,
-                 calibrated: bool = False, topology: str | None = None) -> None:
-        self.cfg, self.spec, self.par = cfg, spec, par
+                 calibrated: bool = False, topology: str | None = None, fast: bool = True) -> None:
+        self.cfg, self.spec, self.par, self.fast = cfg, spec, par, fast
         if par.chips == 1 and topology is None:
             self.system, self.mesh = System(spec, trace=trace, calibrated=calibrated), None
         else:
@@ -156,15 +166,31 @@ class StepSimulation:
                               f"{MAX_STEPS:,} podsim simulates; use a shorter context, a smaller batch, more chips, "
                               "or --no-simulate for the closed forms alone")
         syncs = [i for i, u in enumerate(ops) if u.sync_bytes or u.grad_bytes]
-        done = {i: {c.index: self.env.event() for c in self.system.chips} for i in syncs}
+        if self.fast and self.mesh is not None and all(g == ops for g in ops_per_group):
+            axes = [(a,) for a in ("model", "data") if self.mesh.size(a) > 1]
+            sym = Symmetry(self.system, self.mesh, {c.index: 0 for c in self.system.chips}, True, True, axes)
+            self.sym = sym if sym.active else None
+        running = set(self.sym.chips()) if self.sym is not None else {c.index for c in self.system.chips}
+        chips = [c for c in self.system.chips if c.index in running]
+        done = {i: {c.index: self.env.event() for c in chips} for i in syncs}
         gate = {i: self.env.event() for i in syncs if ops[i].sync_bytes}
-        for chip in self.system.chips:
+        for chip in chips:
             group = self.mesh.coords(chip.index)[0] if self.mesh else 0
             steps = self._chip_steps(ops_per_group[group], layer_of, chip.index, done, gate)
             run_steps(self.system, steps, buffers=2, chip=chip, name=f"chip {chip.index} step")
         if syncs:
             self.system.process(self._coordinator(syncs, ops_per_group[0], done, gate), "model-axis AllReduces")
-        self.system.run()
+        with gc_paused():
+            self.system.run()
+        if self.sym is not None:
+            self.sym.finish(self.system.trace)
+
+    def _all_reduce(self, nbytes: float, axis: str) -> simpy.Event:
+        """The AllReduce over ``axis`` of every group (by symmetry: the representative's, `Symmetry.start`)."""
+        exact = {"axes": [axis], "mesh": self.mesh, "mode": "full"}
+        if self.sym is not None:
+            return self.sym.start("all_reduce", nbytes, [axis], 0, exact)
+        return start_collective("all_reduce", self.system, nbytes, **exact)
 
     def _chip_steps(self, ops: list[LayerOp], layer_of: list[int], chip: Any, done: dict, gate: dict) -> list[Step]:
         steps: list[Step] = []
@@ -184,18 +210,17 @@ class StepSimulation:
         for i in syncs:
             yield simpy.AllOf(self.env, list(done[i].values()))
             if ops[i].grad_bytes and self.par.data > 1:
-                background.append(start_collective("all_reduce", self.system, ops[i].grad_bytes, axes=["data"],
-                                                   mesh=self.mesh))
+                background.append(self._all_reduce(ops[i].grad_bytes, "data"))
             if ops[i].sync_bytes:
-                yield start_collective("all_reduce", self.system, ops[i].sync_bytes, axes=["model"],
-                                       mesh=self.mesh)
+                yield self._all_reduce(ops[i].sync_bytes, "model")
                 gate[i].succeed()
         if background:
             yield simpy.AllOf(self.env, background)
 
     def summary(self) -> dict[str, Any]:
         """Step time, busy fraction per unit and the busiest link's fraction."""
-        metrics = self.system.metrics()
+        with gc_paused():
+            metrics = self.sym.replays.metrics() if self.sym is not None else self.system.metrics()
         step = self.env.now
         busy = metrics["busy_s"] or {}  # empty when tracing was off
         units = {u: v / step for u, v in busy.items() if not u.startswith("link")} if step else {}
@@ -220,7 +245,7 @@ def _split_contexts(contexts: list[int], data: int) -> list[list[int]]:
 def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, context: int | Sequence[int] = 0,
                     par: Parallelism | None = None, weight_dtype: str | None = None, kv_dtype: str | None = None,
                     new_tokens: int = 1, trace: bool = True, calibrated: bool = False,
-                    kv_sharding: str = "heads", topology: str | None = None) -> StepSimulation:
+                    kv_sharding: str = "heads", topology: str | None = None, fast: bool = True) -> StepSimulation:
     """Simulate one decode step (``new_tokens=1``) or a prefill of ``new_tokens`` per request.
 
     ``kv_sharding`` (`simulator.workloads.budget.kv_share_per_chip`) sets how much of the KV cache each
@@ -230,14 +255,15 @@ def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, cont
     ``calibrated`` runs matmuls, HBM and collectives at the chip's fitted efficiencies
     (`simulator.hardware.calibration`; see `simulator.collectives.start_collective` for overlapping collectives).
     ``topology`` (a spec) chooses the hardware; by default the mesh lies on the chip's real slice of that many
-    chips (`simulator.workloads.mesh.default_topology_for`).
+    chips (`simulator.workloads.mesh.default_topology_for`). ``fast`` False simulates every chip even where one
+    stands for all (`StepSimulation`).
     """
     par = par or Parallelism()
     cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
     check_layout(cfg, par, batch)
     contexts = request_contexts(batch, context)
     positive_int(new_tokens, name="new_tokens")
-    sim = StepSimulation(cfg, spec, par, trace, calibrated, topology)
+    sim = StepSimulation(cfg, spec, par, trace, calibrated, topology, fast)
     kv_heads = kv_share_per_chip(cfg, par, batch, kv_sharding)[0] * cfg.n_kv_heads * par.data
     groups = []
     for ctx in _split_contexts(contexts, par.data):
@@ -253,20 +279,21 @@ def simulate_decode(cfg: TransformerConfig, spec: ChipSpec, batch: int = 1, cont
 
 
 def simulate_train(cfg: TransformerConfig, spec: ChipSpec, batch: int, seq: int, par: Parallelism | None = None,
-                   recompute: bool = False, trace: bool = True, calibrated: bool = False) -> StepSimulation:
+                   recompute: bool = False, trace: bool = True, calibrated: bool = False,
+                   fast: bool = True) -> StepSimulation:
     """Simulate one training step: forward, then backward layer by layer in reverse.
 
     Forward ops save their activations to HBM (only the layer input with ``recompute``); backward
     ops re-read the layer's weights and saved activations, recompute the forward first when asked
     (one more forward's FLOPs), spend twice the forward's matmul FLOPs, write the gradients, and start the
-    layer's gradient AllReduce over the data axis in the background.
+    layer's gradient AllReduce over the data axis in the background. ``fast``: as `simulate_decode`'s.
     """
     from simulator.workloads.budget import saved_activation_elements
 
     par = par or Parallelism()
     check_layout(cfg, par, batch)
     positive_int(seq, name="seq")
-    sim = StepSimulation(cfg, spec, par, trace, calibrated)
+    sim = StepSimulation(cfg, spec, par, trace, calibrated, fast=fast)
     tokens = batch // par.data * seq
     saved = saved_activation_elements(cfg, recompute) * cfg.act_elem_bytes * tokens / par.model
     forward = [layer_ops(cfg, spec, par, [0] * (batch // par.data), seq) for _ in range(cfg.n_layers)]

@@ -1,0 +1,64 @@
+"""Decode, prefill and the simple training step through one chip standing for all (``fast``), against every chip.
+
+The oracle is the plain simulation of every chip (``fast=False``): the same step time, busy fractions, bytes
+by interface and overlap (to 1e-9 relative), and the same bytes on every link the fast run simulates. A step
+whose data groups run different work (uneven contexts) or that carries a fault is not symmetric: every chip runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from simulator.engine.faults import ChipSlow, FaultPlan, applying
+from simulator.hardware.specs import get_chip
+from simulator.workloads.budget import Parallelism
+from simulator.workloads.simulate import simulate_decode, simulate_train
+from simulator.workloads.transformer import get_model
+
+CFG = dataclasses.replace(get_model("llama-2-7b"), n_layers=4)
+SPEC = get_chip("tpu-v5p")
+CASES = {
+    "decode": lambda fast: simulate_decode(CFG, SPEC, 8, 512, Parallelism(2, 4), fast=fast),
+    "prefill": lambda fast: simulate_decode(CFG, SPEC, 4, 0, Parallelism(2, 4), new_tokens=128, fast=fast),
+    "decode-torus": lambda fast: simulate_decode(CFG, SPEC, 8, 512, Parallelism(4, 4), topology="torus:4x4",
+                                                 fast=fast),
+    "decode-calibrated": lambda fast: simulate_decode(CFG, SPEC, 8, 512, Parallelism(2, 4), calibrated=True,
+                                                      fast=fast),
+    "train": lambda fast: simulate_train(CFG, SPEC, 8, 128, Parallelism(2, 4), fast=fast),
+}
+
+
+def _close(a, b, path=""):
+    if isinstance(a, dict):
+        assert set(a) == set(b), (path, set(a) ^ set(b))
+        for key in a:
+            _close(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, float):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-18), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_one_chip_stands_for_all(name):
+    full, fast = CASES[name](False), CASES[name](True)
+    assert full.sym is None and fast.sym is not None and fast.sym.chips() == [fast.mesh.device((0, 0))]
+    _close(full.summary(), fast.summary())
+    exact_links = full.system.network.link_bytes()
+    for link, nbytes in fast.system.network.link_bytes().items():
+        assert math.isclose(nbytes, exact_links[link], rel_tol=1e-9), link
+    hbm = [sum(s.nbytes for s in full.system.trace.spans if s.chip == c.index and s.unit == "hbm")
+           for c in full.system.chips]
+    assert max(hbm) == pytest.approx(min(hbm), rel=1e-12)  # the symmetry itself: every chip streams alike
+
+
+def test_unlike_groups_and_faults_run_every_chip():
+    uneven = simulate_decode(CFG, SPEC, 4, [100, 200, 300, 400], Parallelism(2, 2))
+    assert uneven.sym is None
+    with applying(FaultPlan(faults=(ChipSlow(1, 0.5),))):
+        slow = simulate_decode(CFG, SPEC, 8, 512, Parallelism(2, 4))
+    assert slow.sym is None
+    assert slow.summary()["step_time_s"] > simulate_decode(CFG, SPEC, 8, 512, Parallelism(2, 4)).summary()[
+        "step_time_s"]
