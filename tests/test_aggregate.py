@@ -114,9 +114,10 @@ def test_numeric_mode_equals_numpy_on_both_paths():
     for chip in range(6):
         assert np.array_equal(r.outputs[chip], data[:6].reshape(-1))
     system = System("h100", topology="switch:8")  # in-switch reduction: the switch's buffers add (deliver_hop)
-    r = run_collective("all_reduce", system, data=data, mode="full", algorithm="nvls")
+    wide = np.tile(data, (1, 4))[:, :64]  # NVLS cuts each of the 8 shards into 8 pieces
+    r = run_collective("all_reduce", system, data=wide, mode="full", algorithm="nvls")
     for chip in range(8):
-        assert np.array_equal(r.outputs[chip], data.sum(axis=0))
+        assert np.array_equal(r.outputs[chip], wide.sum(axis=0))
 
 
 def _overlapping(aggregate):
