@@ -7,7 +7,9 @@ VPU work) and their collectives; sends its output on. A collective starts once e
 pipeline stage has reached it (they run the same program, so they reach it together), over the
 stage's groups of its mesh axes (`simulator.collectives.start_collective`). FSDP gathers the next
 layer's weights while the current layer computes; gradient reductions run in the background and the
-step ends when they, the optimizer update and (ZeRO-1/2) the weights' AllGather are done.
+step ends when they, the optimizer update and (ZeRO-1/2) the weights' AllGather are done. The data axis's
+AllReduce (across slices, over DCN) thus starts per layer and hides under the later layers' backward: the
+ideal bound; the calibrated step (`plans.calibrated`) leaves it exposed, as MaxText's multislice runs show.
 
 Measured per chip: the time it waits on each axis's collectives (``exposed_comm_s``), and on its
 pipeline neighbours -- split into the bubble (the neighbour had not sent yet) and the transfer (the
