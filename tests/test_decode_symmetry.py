@@ -7,6 +7,7 @@ whose data groups run different work (uneven contexts) or that carries a fault i
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -62,3 +63,16 @@ def test_unlike_groups_and_faults_run_every_chip():
     assert slow.sym is None
     assert slow.summary()["step_time_s"] > simulate_decode(CFG, SPEC, 8, 512, Parallelism(2, 4)).summary()[
         "step_time_s"]
+
+
+def test_cli_exact_runs_every_chip_with_the_same_figures(capsys):
+    from simulator.frontend.cli import main
+
+    out = {}
+    for extra in ([], ["--exact"]):
+        assert main(["model", "llama-2-7b", "--mode", "prefill", "--chip", "tpu-v5p", "--mesh", "data=2,model=4",
+                     "--batch", "4", "--seq", "64", "--json", *extra]) == 0
+        out[bool(extra)] = json.loads(capsys.readouterr().out)
+    for key in ("step_time_s", "overlap_s", "busiest_link_fraction"):
+        assert math.isclose(out[True][key], out[False][key], rel_tol=1e-9), key
+    _close(out[True]["simulated_bytes"], out[False]["simulated_bytes"])

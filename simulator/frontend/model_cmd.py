@@ -67,8 +67,9 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--chips", metavar="N", help="train: chips the run is projected on (default: the mesh's)")
     p.add_argument("--price-per-chip-hour", metavar="USD", help="price of one chip-hour, for the cost of a step")
     p.add_argument("--no-simulate", action="store_true", help="closed forms only (skip the simulated step)")
-    p.add_argument("--exact", action="store_true", help="train: simulate every chip, not one per pipeline stage by "
-                                                         "symmetry (the same figures, slower)")
+    p.add_argument("--exact", action="store_true", help="simulate every chip, not one per pipeline stage (train) or "
+                                                         "one for all (decode, prefill) by symmetry (the same figures, "
+                                                         "slower)")
     p.add_argument("--calibrated", action="store_true", help="also simulate at the chip's fitted efficiencies, "
                                                               "beside the ideal step (calibrated_* keys)")
     add_engine_arg(p)  # decode/prefill on one GPU: the served step (simulator.frontend.served_cmd)
@@ -203,11 +204,12 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
         from simulator.workloads.simulate import simulate_decode
 
         sim = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new,
-                              kv_sharding=args.kv_sharding, topology=args.topology)
+                              kv_sharding=args.kv_sharding, topology=args.topology, fast=not args.exact)
         out.update(sim.summary())
         if calibrated:  # the same step at the chip's fitted efficiencies, beside the ideal one
             cal = simulate_decode(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, trace=False,
-                                  calibrated=True, kv_sharding=args.kv_sharding, topology=args.topology)
+                                  calibrated=True, kv_sharding=args.kv_sharding, topology=args.topology,
+                                  fast=not args.exact)
             out.update(calibrated_step_time_s=cal.env.now, calibrated_tokens_per_s=batch * new / cal.env.now)
     out.update(served_extras(args, cfg, chip, par.chips, batch, context, new))
     step = out["step_time_s"] or out["lower_bound_s"]
