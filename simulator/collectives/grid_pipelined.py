@@ -1,4 +1,4 @@
-"""AllReduce on a 2-D grid without wraparound: row and column shares, pipelined in lock step.
+"""AllReduce on a 2-D grid without wraparound (or with one): row and column shares, pipelined in lock step.
 
 The bound (`simulator.collectives.bounds`): the N chips of a k0 x k1 grid together receive 2(N - 1) V over
 the 2E link directions of its E = k0 (k1 - 1) + k1 (k0 - 1) links, so T >= (N - 1) V / (E W): 0.625 V/W on
@@ -32,13 +32,25 @@ under way (D - 1 <= t <= c - 1) every link direction carries N - 1 units a step,
 
     T = (c - D + 1)(alpha + (N - 1) V / (c E W)) + (the 2 (D - 1) steps of fill and drain, as above),
 
-about (1 + ~(D - 1) / c)(N - 1) V / (E W) + (c + D - 1) alpha: the bound times the pipeline's fill. An axis
-that wraps is used as a line (its wrap links idle), so on `slice:8x16` (16 wraps on v5e) the bandwidth term
-is 240 / 232 of the bound. Numeric mode: c = N pieces, each unit of a piece one key.
+about (1 + ~(D - 1) / c)(N - 1) V / (E W) + (c + D - 1) alpha: the bound times the pipeline's fill (in
+practice the fill costs about 0.6 D full steps: the links next to the lines' ends are full from the first
+steps, the last copies drain for D). Timing mode sends one bundle per link direction a step (its ``add`` and
+``copy`` bytes together: the same step time).
+
+One axis a ring (more than two chips, wrapped: `slice:8x16` on v5e wraps its 16): a share is summed across a
+ring from both sides (the antipode of an even ring on the low side), copied back the same way, and AllReduced
+along a ring in k parts, part p summed at chip p (each way round then carries (k - 1) / k of the share). With
+f = (k - 1) / k on a ring and 1 on a line, a column link direction carries f0 (k0 a + b) and a row link
+direction f1 (k1 b + a) for shares a = |A_r|, b = |B_c|: equal when a : b = (f1 k1 - f0) : (f0 k0 - f1)
+(`share_units`), and then again every link direction, wrap links too, carries (N - 1) / E of V. A piece is as
+many units as all the shares' parts together (E on a grid without wraparound). Both axes rings: refused (the
+ring algorithms reach the bound on tori). Numeric mode: c = N pieces, each unit of a piece one key.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -49,8 +61,9 @@ from simulator.collectives.line_pipelined import MAX_PIECES, middle
 from simulator.collectives.schedule import Schedule
 from simulator.engine.network import Network
 
-TRANSFER_BUDGET = 200_000  #: default pieces stop where the schedule would pass this many transfers
+TRANSFER_BUDGET = 120_000  #: default pieces stop where the schedule would pass this many transfers
 Hop = tuple[tuple[int, int], tuple[int, int], int, str]  #: (from position, to position, offset, op)
+Shape = tuple[tuple[int, ...], tuple[bool, ...]]  #: (sizes, wraps) of a 2-D group
 
 
 def edges(k0: int, k1: int) -> int:
@@ -58,50 +71,94 @@ def edges(k0: int, k1: int) -> int:
     return k0 * (k1 - 1) + k1 * (k0 - 1)
 
 
-def _reduce(n: int, target: int, start: int) -> list[tuple[int, int, int]]:
-    """(from, to, offset) of a line reduction to ``target`` from both ends, starting at ``start``."""
-    return [(i, i + 1, start + i) for i in range(target)] + \
-        [(i, i - 1, start + n - 1 - i) for i in range(n - 1, target, -1)]
+def _sides(n: int, target: int, wrap: bool) -> tuple[int, int]:
+    """Chips on the low and the high side of ``target``: a line's ends; a ring's halves (an even ring's
+    antipode on the low side, so it sends up)."""
+    return (n // 2, (n - 1) // 2) if wrap else (target, n - 1 - target)
 
 
-def _spread(n: int, source: int, start: int) -> list[tuple[int, int, int]]:
-    """(from, to, offset) of a copy out from ``source`` to both ends, the first hops at ``start``."""
-    return [(i, i - 1, start + source - i) for i in range(source, 0, -1)] + \
-        [(i, i + 1, start + i - source) for i in range(source, n - 1)]
+def _reduce(n: int, target: int, start: int, wrap: bool) -> list[tuple[int, int, int]]:
+    """(from, to, offset) of a reduction to ``target`` from both sides, the farthest chips first at ``start``."""
+    low, high = _sides(n, target, wrap)
+    return [((target - d) % n, (target - d + 1) % n, start + low - d) for d in range(low, 0, -1)] + \
+        [((target + d) % n, (target + d - 1) % n, start + high - d) for d in range(high, 0, -1)]
 
 
-def share_hops(sizes: tuple[int, int], axis: int, line: int) -> list[Hop]:
-    """Every hop of the share AllReduced along ``axis`` on the line at coordinate ``line`` of the other axis
-    (``axis`` 1: share A_line, summed down the columns to row ``line``; 0: B_line), with its offset."""
-    other = 1 - axis
-    k_other, k = sizes[other], sizes[axis]
+def _spread(n: int, source: int, start: int, wrap: bool) -> list[tuple[int, int, int]]:
+    """(from, to, offset) of a copy out from ``source`` to both sides, the first hops at ``start`` (on an even
+    ring the antipode down the low side, which it summed up: each way round then carries n - 1 hops of the two)."""
+    low, high = _sides(n, source, wrap)
+    return [((source - d + 1) % n, (source - d) % n, start + d - 1) for d in range(1, low + 1)] + \
+        [((source + d - 1) % n, (source + d) % n, start + d - 1) for d in range(1, high + 1)]
+
+
+def _ready(n: int, source: int, start: int, wrap: bool) -> list[int]:
+    """The offset at which each chip holds what `_spread` copies out from ``source``."""
+    ready = [start] * n
+    for _, j, o in _spread(n, source, start, wrap):
+        ready[j] = o + 1
+    return ready
+
+
+def share_hops(shape: Shape, axis: int, line: int, part: int) -> list[Hop]:
+    """Every hop, with its offset, of the share AllReduced along ``axis`` on the line at coordinate ``line`` of
+    the other axis (``axis`` 1: A_line, summed across the columns to row ``line``; 0: B_line), its AllReduce
+    summed at chip ``part`` of the line (a line's middle; each chip of a ring for a part of the share)."""
+    (sizes, wraps), other = shape, 1 - axis
+    k_other, k, w_other, w = sizes[other], sizes[axis], wraps[other], wraps[axis]
 
     def at(x_axis: int, x_other: int) -> tuple[int, int]:
         return (x_other, x_axis) if axis == 1 else (x_axis, x_other)
 
     hops: list[Hop] = []
     for x in range(k):  # sum every line across to ``line``
-        hops += [(at(x, i), at(x, j), o, "add") for i, j, o in _reduce(k_other, line, 0)]
-    start = max(line, k_other - 1 - line)
-    m = middle(k)
-    half = max(m, k - 1 - m)
-    hops += [(at(i, line), at(j, line), o, "add") for i, j, o in _reduce(k, m, start)]
-    hops += [(at(i, line), at(j, line), o, "copy") for i, j, o in _spread(k, m, start + half)]
-    for x in range(k):  # copy the total back out across
-        hops += [(at(x, i), at(x, j), o, "copy") for i, j, o in _spread(k_other, line, start + half + abs(x - m))]
+        hops += [(at(x, i), at(x, j), o, "add") for i, j, o in _reduce(k_other, line, 0, w_other)]
+    start = max(_sides(k_other, line, w_other))
+    half = max(_sides(k, part, w))
+    hops += [(at(i, line), at(j, line), o, "add") for i, j, o in _reduce(k, part, start, w)]
+    hops += [(at(i, line), at(j, line), o, "copy") for i, j, o in _spread(k, part, start + half, w)]
+    for x, ready in enumerate(_ready(k, part, start + half, w)):  # copy the total back out across
+        hops += [(at(x, i), at(x, j), o, "copy") for i, j, o in _spread(k_other, line, ready, w_other)]
     return hops
 
 
-def shares(sizes: tuple[int, int]) -> list[tuple[int, list[Hop]]]:
-    """(units, hops) of every share: A_r (k1 - 1 units) for each row r, then B_c (k0 - 1) for each column c."""
-    k0, k1 = sizes
-    return [(k1 - 1, share_hops(sizes, 1, r)) for r in range(k0)] + \
-        [(k0 - 1, share_hops(sizes, 0, c)) for c in range(k1)]
+def _wraps(shape: Shape) -> tuple[bool, bool]:
+    """Which axes run as rings (wrapped, more than two chips)."""
+    return tuple(w and k > 2 for k, w in zip(*shape, strict=True))  # type: ignore[return-value]
 
 
-def depth(sizes: tuple[int, int]) -> int:
+def share_units(shape: Shape) -> tuple[int, int]:
+    """Units of one part of an A share and of a B share (each share is one part on a line, k parts on a ring of
+    k) that load every link direction alike: with f = (k - 1) / k on a ring, 1 on a line, a column link carries
+    f0 (k0 a + b) of the shares a = |A_r| and b = |B_c|, a row link f1 (k1 b + a); equal when
+    a : b = (f1 k1 - f0) : (f0 k0 - f1) -- on a grid without wraparound k1 - 1 : k0 - 1."""
+    (k0, k1), (w0, w1) = shape[0], _wraps(shape)
+    f0, f1 = (Fraction(k0 - 1, k0) if w0 else 1), (Fraction(k1 - 1, k1) if w1 else 1)
+    a = Fraction(f1 * k1 - f0) / (k1 if w1 else 1)
+    b = Fraction(f0 * k0 - f1) / (k0 if w0 else 1)
+    scale = math.lcm(a.denominator, b.denominator)
+    a, b = a * scale, b * scale
+    g = math.gcd(int(a), int(b))
+    return int(a) // g, int(b) // g
+
+
+def shares(shape: Shape) -> list[tuple[int, list[Hop]]]:
+    """(units, hops) of every share (or share part): A_r for each row r, then B_c for each column c."""
+    sizes, wraps = shape[0], _wraps(shape)
+    ua, ub = share_units(shape)
+    parts = [list(range(k)) if w else [middle(k)] for k, w in zip(sizes, wraps, strict=True)]
+    return [(ua, share_hops((sizes, wraps), 1, r, p)) for r in range(sizes[0]) for p in parts[1]] + \
+        [(ub, share_hops((sizes, wraps), 0, c, p)) for c in range(sizes[1]) for p in parts[0]]
+
+
+def units(shape: Shape) -> int:
+    """Units of one piece (all shares): E on a grid without wraparound."""
+    return sum(u for u, _ in shares(shape))
+
+
+def depth(shape: Shape) -> int:
     """D: the most offsets one share spans (its last hop's offset + 1)."""
-    return max(max(o for _, _, o, _ in hops) + 1 for _, hops in shares(sizes))
+    return max(max(o for _, _, o, _ in hops) + 1 for _, hops in shares(shape))
 
 
 class GridPipelined(Algorithm):
@@ -127,23 +184,20 @@ class GridPipelined(Algorithm):
 
     def parts(self, kind: str, group: Group, multi_axis: str) -> int:
         """E parts (numeric keys: one per unit of each of the N pieces)."""
-        return edges(*group.sizes) if len(group.sizes) == 2 else 1
+        return units(_shape(group)) if len(group.sizes) == 2 else 1
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
         """Pieces that minimise the closed form (within `TRANSFER_BUDGET`); numeric mode: N."""
         group = groups[0]
         if nbytes is None:
             return group.n
-        k0, k1 = group.sizes
-        d = depth(group.sizes)
-        per_step = 2 * edges(k0, k1) * len(groups) + 1
-        cap = max(1, min(MAX_PIECES, TRANSFER_BUDGET // per_step - d + 1))
         profile = _Profile(net, group)
+        per_step = len(profile.hist) * len(groups) + 1  # a bundle per link direction, a barrier
+        cap = max(1, min(MAX_PIECES, TRANSFER_BUDGET // per_step - profile.d + 1))
         best = min(_candidates(cap), key=lambda c: profile.time(nbytes, c))
         return best
 
     def build(self, job: Job, s: Schedule) -> None:
-        sizes = job.group.sizes
         c = job.chunks if not job.numeric else job.group.n
         steps: dict[int, dict[tuple[Any, Any, str], Any]] = defaultdict(dict)
         job.reduced = False  # every group in full: reduced mode's one ring per axis does not describe the shares
@@ -151,7 +205,7 @@ class GridPipelined(Algorithm):
             if job.numeric:
                 _numeric_steps(group, c, steps)
             else:
-                _timing_steps(group, c, job.nbytes / (c * edges(*sizes)), steps)
+                _timing_steps(group, c, job.nbytes / (c * units(_shape(group))), steps)
         barrier = None
         for t in sorted(steps):
             deps = () if barrier is None else (barrier,)
@@ -172,14 +226,14 @@ class _Profile:
     """Per link direction: the units its shares put on it at each offset, its latency and bandwidth."""
 
     def __init__(self, net: Network, group: Group) -> None:
-        sizes = group.sizes
-        self.e = edges(*sizes)
-        self.d = depth(sizes)
+        shape = _shape(group)
+        self.e = units(shape)
+        self.d = depth(shape)
         rows: dict[tuple[Any, Any], np.ndarray] = {}
-        for units, hops in shares(sizes):
+        for count, hops in shares(shape):
             for a, b, o, _ in hops:
                 row = rows.setdefault((a, b), np.zeros(self.d))
-                row[o] += units
+                row[o] += count
         self.hist = np.array(list(rows.values()))  # links x offsets
         self.cum = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(self.hist, axis=1)], axis=1)
         data = [_link(net, group.members[a], group.members[b]) for a, b in rows]
@@ -202,25 +256,30 @@ def _numeric_steps(group: Group, c: int, steps: dict[int, dict[tuple[Any, Any, s
     """File each hop's keys under its step: piece j's unit u of a share is key (share's first unit + u, the
     j-th position)."""
     positions, first = group.positions(), 0
-    for units, hops in shares(group.sizes):
+    for count, hops in shares(_shape(group)):
         for a, b, o, op in hops:
             link = (group.members[a], group.members[b], op)
             for j in range(c):
-                steps[j + o].setdefault(link, []).extend((first + u, positions[j]) for u in range(units))
-        first += units
+                steps[j + o].setdefault(link, []).extend((first + u, positions[j]) for u in range(count))
+        first += count
 
 
 def _timing_steps(group: Group, c: int, unit: float, steps: dict[int, dict[tuple[Any, Any, str], Any]]) -> None:
     """File each link direction's bytes (per op) under each step: its offsets' units in the window of c."""
     hist: dict[tuple[Any, Any, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    for units, hops in shares(group.sizes):
+    for count, hops in shares(_shape(group)):
         for a, b, o, _ in hops:
-            hist[(group.members[a], group.members[b], "add")][o] += units  # timing: one bundle a step
+            hist[(group.members[a], group.members[b], "add")][o] += count  # timing: one bundle a step
     for link, by_offset in hist.items():
-        for o, units in by_offset.items():
+        for o, count in by_offset.items():
             for t in range(o, o + c):
                 row = steps[t]
-                row[link] = row.get(link, 0.0) + units * unit
+                row[link] = row.get(link, 0.0) + count * unit
+
+
+def _shape(group: Group) -> Shape:
+    """(sizes, wraps) of a 2-D group."""
+    return group.sizes, group.wraps
 
 
 def _link(net: Network, src: Any, dst: Any) -> tuple[float, float]:
