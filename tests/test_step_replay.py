@@ -207,3 +207,28 @@ def test_a_group_guessed_at_a_start_that_others_do_not_join_is_rerun_without_tha
         else:
             assert not replays.conflict and replays.replayed == 0
     assert ends[frozenset({(("a", "b"), 2)})] == pytest.approx([a + V / w], rel=1e-12)
+
+
+def test_a_collective_joining_a_replay_without_a_template_for_both_is_a_conflict():
+    """'a' ran alone before, so its next start is replayed; 'b' joining it at that instant has no template with
+    it: that start is named, and the rerun runs both, sharing the link fairly (a + 2V/W each)."""
+    ends: dict[frozenset, list[float]] = {}
+    for avoid in (frozenset(), frozenset({(("a",), 2)})):
+        system, link, replays, links, run = _one_link()
+        replays.avoid = avoid
+        env, w, a = system.env, link.bandwidth_bytes_per_s, link.latency_s
+        ends[avoid] = []
+
+        def program(env=env, replays=replays, links=links, run=run, out=ends[avoid]):
+            yield replays.start("a", links, run, "a")
+            yield env.timeout(1e-3 - env.now)
+            both = [replays.start(k, links, run, k) for k in ("a", "b")]
+            yield both[0] & both[1]
+            out.append(env.now - 1e-3)
+        env.process(program())
+        system.run()
+        if not avoid:
+            assert replays.conflict and replays.disturbed == {(("a",), 2)}
+        else:
+            assert not replays.conflict and ("a", "b") in replays.templates
+    assert ends[frozenset({(("a",), 2)})] == pytest.approx([a + 2 * V / w], rel=1e-12)

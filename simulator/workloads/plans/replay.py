@@ -219,7 +219,7 @@ class Replays:
         group.hold(links)
         group.nth = nth
         template = self.templates.get((key,))
-        if template is None or (key,) in self.avoid:  # a group this one started before: the others should follow
+        if template is None or (key,) in self.avoid or ((key,), nth) in self.avoid:  # a group it started before?
             gkey = self._first.get(key)
             guess = gkey is not None and gkey not in self.avoid and (gkey, nth) not in self.avoid
             template = self.templates.get(gkey) if guess else None
@@ -229,7 +229,7 @@ class Replays:
             group.held = {}
             self._replay(group, template)
         else:
-            self._run(group, idle and (key,) not in self.templates)
+            self._run(group, idle)  # alone so far: others may join it; recorded if its group is new
         return done
 
     def _joinable(self, links: tuple[Channel, ...]) -> _Run | None:
@@ -264,7 +264,7 @@ class Replays:
             group.hold(links)
             self._start_member(group, len(group.keys) - 1)
             return
-        group.cancelled = True  # a replay of fewer (or of others): replay the larger group, or run it
+        group.cancelled = True  # a replay of fewer (or of others): replay the larger group
         self._replay_until.update(group.saved)
         bigger = _Run(group.start, group.span_index)
         for k, r, lab, d in zip(group.keys, group.runs, group.labels, group.dones, strict=True):
@@ -276,9 +276,13 @@ class Replays:
         if template is not None and gkey not in self.avoid:
             self._replay(bigger, template)
             return
+        # Run now, later in this instant than its first member's start, its completions could come in another
+        # order than the full run's: finish this run, not recorded, and rerun without the replay at that start.
+        self.conflict = True
+        self.disturbed.add((tuple(group.keys) + tuple(group.expect), group.nth))
         self.claim(bigger.links)
         bigger.hold(bigger.links)
-        self._run(bigger, gkey not in self.templates)
+        self._run(bigger, False)
 
     def _run(self, group: _Run, record: bool) -> None:
         group.alone = record
