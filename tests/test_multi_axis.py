@@ -85,9 +85,12 @@ def test_alike_axes_take_equal_parts_in_k_stages(topology, k, n_axis, kind):
 def test_stages_match_the_formula_and_reach_the_ingress_bound(topology, kind):
     system = System("tpu-v5e", topology=topology, trace=False)
     plan = plan_collective(kind, system, V)
+    if plan.algorithm.name == "grid_pipelined":  # AllReduce on a grid with a line axis: the ring plan is the next
+        ring = min((a for a in plan.alternatives if a["algorithm"] != "grid_pipelined"), key=lambda a: a["time_s"])
+        plan = plan_collective(kind, system, V, algorithm=ring["algorithm"])
     group = plan.groups[0]
     expected = staged(plan.job.layout, group.sizes, group.wraps, kind)
-    r = run_collective(kind, system, V)
+    r = run_collective(kind, system, V, algorithm=plan.algorithm.name)
     assert r.analytic_s == pytest.approx(expected, rel=1e-9)
     assert r.time_s == pytest.approx(expected, rel=1e-9)
     if all(group.wraps[a] or n == 2 for a, n in enumerate(group.sizes)):
