@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from simulator.collectives.groups import Group
 from simulator.collectives.nvls import reduces_in_switch
@@ -132,33 +133,42 @@ def _latency_bound(kind: str, net: Network, group: Group, root_pos: tuple[int, .
 
 def _link_load_bound(net: Network, groups: list[Group], chunk_bytes: float) -> float:
     """Every chunk crosses at least its fewest-hop distance; all links together carry the byte-hops."""
-    hops = 0
-    for group in groups:
-        members = list(group.members.values())
-        for x in members:
-            reach = _hop_counts(net, x, members)
-            hops += sum(reach[y] for y in members)
-    links = [(data["latency_s"], data["bandwidth_bytes_per_s"]) for _, _, data in _fabric(net).edges(data=True)]
+    fabric = _fabric(net)
+    hops = sum(_grid_hops(net, list(group.members.values())) if net.grid
+               else _graph_hops(fabric, list(group.members.values())) for group in groups)
+    links = [(data["latency_s"], data["bandwidth_bytes_per_s"]) for _, _, data in fabric.edges(data=True)]
     return fill(links, hops * chunk_bytes)
 
 
 def _fabric(net: Network) -> nx.DiGraph:
     """The graph without its hosts (their PCIe links carry no collective)."""
     g = net.graph
+    if all(role != "host" for _, role in g.nodes(data="role")):
+        return g  # the graph itself: a filtered view costs a filter call per node visited
     return nx.subgraph_view(g, filter_node=lambda v: g.nodes[v].get("role") != "host")
 
 
-def _hop_counts(net: Network, x: Any, members: list[Any]) -> dict[Any, int]:
-    """Fewest links from ``x`` to each member: by coordinates on a grid, by breadth-first search elsewhere."""
-    if not net.grid:
-        return nx.single_source_shortest_path_length(_fabric(net), x)
-    a = net.graph.nodes[x]["coord"]
-    out = {}
-    for y in members:
-        b = net.graph.nodes[y]["coord"]
-        out[y] = sum(min(abs(p - q), n - abs(p - q)) if w else abs(p - q)
-                     for p, q, n, w in zip(a, b, net.shape, net.wrap, strict=True))
-    return out
+def _grid_hops(net: Network, members: list[Any]) -> int:
+    """Fewest links summed over every ordered pair of ``members`` of a grid, by coordinates: per axis, the
+    distance between two positions (the shorter way round on a ring) times the members at each."""
+    coords = np.array([net.graph.nodes[c]["coord"] for c in members], dtype=np.int64).reshape(len(members), -1)
+    total = 0
+    for axis, (k, wrap) in enumerate(zip(net.shape, net.wrap, strict=True)):
+        at, count = np.unique(coords[:, axis], return_counts=True)
+        d = np.abs(at[:, None] - at[None, :])
+        if wrap:
+            d = np.minimum(d, k - d)
+        total += int(count @ d @ count)
+    return total
+
+
+def _graph_hops(fabric: nx.DiGraph, members: list[Any]) -> int:
+    """Fewest links summed over every ordered pair of ``members``, by breadth-first search from each."""
+    total = 0
+    for x in members:
+        reach = nx.single_source_shortest_path_length(fabric, x)
+        total += sum(reach[y] for y in members)
+    return total
 
 
 def _cut_bound(net: Network, groups: list[Group], chunk_bytes: float) -> float:
