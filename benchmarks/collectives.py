@@ -15,8 +15,8 @@ three ways in the same process, interleaved, best of ``ROUNDS``: the plain path 
 path with the garbage collector paused (what the pause alone buys), and flow-level aggregation (the default).
 It prints events processed (`System.events_processed`), wall and CPU seconds (planning included), plain events
 per second, and the aggregated run's "equivalent" rate -- the plain run's events over the aggregated wall (and
-CPU) time: the same wall time reached with fewer events -- beside the planning time alone, the simulated
-times' ratio and the largest relative difference in bytes per link.
+CPU) time: the same wall time reached with fewer events -- beside the planning time and the topology bound's
+(every run computes it) alone, the simulated times' ratio and the largest relative difference in bytes per link.
 
     python benchmarks/collectives.py            # everything
     python benchmarks/collectives.py full       # the full-fidelity comparison only
@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from simulator.collectives import plan_collective, run_collective
+from simulator.collectives import plan_collective, run_collective, topology_bound
 from simulator.collectives.schedule import gc_paused
 from simulator.engine.faults import Jitter, LinkDown
 from simulator.engine.system import System
@@ -83,13 +83,16 @@ def full_run(topology: str, chip: str, system_kw: dict[str, Any], what: tuple[st
             "time_s": r.time_s, "link_bytes": r.link_bytes, "algorithm": r.algorithm, "transfers": r.n_transfers}
 
 
-def plan_seconds(topology: str, chip: str, system_kw: dict[str, Any], what: tuple[str, str]) -> float:
-    """Wall seconds of planning alone (tuner and schedule, GC paused as the aggregated run has it)."""
+def plan_seconds(topology: str, chip: str, system_kw: dict[str, Any], what: tuple[str, str]) -> tuple[float, float]:
+    """Wall seconds of planning alone (tuner and schedule, GC paused as the aggregated run has it), and of the
+    topology's lower bound alone (`simulator.collectives.bounds`: every run computes it for its result)."""
     system = System(chip, topology=topology, trace=False, **system_kw)
     start = time.perf_counter()
     with gc_paused():
-        plan_collective(what[0], system, NBYTES, mode="full", algorithm=what[1])
-    return time.perf_counter() - start
+        plan = plan_collective(what[0], system, NBYTES, mode="full", algorithm=what[1])
+    planned = time.perf_counter()
+    topology_bound(what[0], system.network, plan.groups, plan.nbytes, plan.job.root_pos)
+    return planned - start, time.perf_counter() - planned
 
 
 def full_fidelity() -> None:
@@ -104,8 +107,9 @@ def full_fidelity() -> None:
                     best[variant] = m
         plain, paused, agg = best["plain"], best["plain, GC paused"], best["aggregated"]
         worst = max(abs(agg["link_bytes"].get(k, 0.0) / v - 1) for k, v in plain["link_bytes"].items())
+        planning, bound = plan_seconds(topology, chip, system_kw, what)
         print(f"{name:>28} ({plain['algorithm']}, {plain['transfers']:,} transfers; planning alone "
-              f"{plan_seconds(topology, chip, system_kw, what):.2f} s)")
+              f"{planning:.2f} s, topology bound alone {bound:.3f} s)")
         for variant, m in best.items():
             print(f"{variant:>44}: wall {m['wall_s']:6.2f} s  cpu {m['cpu_s']:6.2f} s  {m['events']:>8,} events  "
                   f"{m['events'] / m['wall_s']:>9,.0f} events/s")
