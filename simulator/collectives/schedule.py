@@ -46,9 +46,15 @@ class Transfer(NamedTuple):
 _new_transfer = tuple.__new__  #: ``_new_transfer(Transfer, (id, src, dst, keys, op, deps, nbytes))``
 
 
-EVENTS_PER_TRANSFER = 3  #: simulated events of one transfer over one hop (start, link, arrival)
+EVENTS_PER_TRANSFER = 3  #: simulated events of one transfer over one hop on the plain path (start, link, arrival)
+#: Work units of one transfer in an aggregated run (`execute`): its timers share SimPy events with a whole
+#: step's, so it is counted as a send and an arrival, reported to the System every `PULSE` arrivals (about
+#: `simulator.engine.watch.EVENTS_PER_S` units per second of real time; benchmarks/thousand_gpus.py measures)
+AGGREGATED_EVENTS_PER_TRANSFER = 2
+PULSE = 0x1000  #: arrivals between two reports of an aggregated run (progress, wall-clock limit: `System.pulse`)
 LONG_RUN_HINT = "use --mode reduced, fewer chips or a smaller topology"
 _TICK_MASK = TICK - 1
+_PULSE_MASK = PULSE - 1
 _BARRIER = object()  #: the tag `Schedule` files a barrier under: none (a barrier arrives nowhere)
 
 
@@ -106,7 +112,7 @@ class Schedule:
         transfers.append(_new_transfer(Transfer, (tid, src, dst, keys, op, deps, nbytes)))
         self._where.append((tag, slot))
         if tid & _TICK_MASK == _TICK_MASK:  # a huge schedule shows up (and can be refused) while it is planned
-            expect_events(EVENTS_PER_TRANSFER * TICK, LONG_RUN_HINT)
+            expect_events(AGGREGATED_EVENTS_PER_TRANSFER * TICK, LONG_RUN_HINT)  # `execute` adds the plain rest
         return tid
 
     def barrier(self, tags: Any) -> int:
@@ -155,7 +161,9 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
     if aggregate:
         return _execute_aggregated(net, transfers, buffers, label)
     done = Completion(net.env)
-    expect_events(EVENTS_PER_TRANSFER * (len(transfers) % TICK), LONG_RUN_HINT)  # the rest `Schedule.add` did not
+    rest = len(transfers) % TICK  # what `Schedule.add` did not report; it counted the others as aggregated
+    expect_events(EVENTS_PER_TRANSFER * rest + (EVENTS_PER_TRANSFER - AGGREGATED_EVENTS_PER_TRANSFER) *
+                  (len(transfers) - rest), LONG_RUN_HINT)
     remaining = [len(transfers)]
     if not transfers:
         return done.succeed(net.env.now)
@@ -196,7 +204,7 @@ def _execute_aggregated(net: Network, transfers: list[Transfer], buffers: dict[A
                         label: str) -> Completion:
     """`execute` with flow-level aggregation: `deliver` in place of `Network.message` (see `execute`)."""
     done = Completion(net.env)
-    expect_events(EVENTS_PER_TRANSFER * (len(transfers) % TICK), LONG_RUN_HINT)  # the rest `Schedule.add` did not
+    expect_events(AGGREGATED_EVENTS_PER_TRANSFER * (len(transfers) % TICK), LONG_RUN_HINT)  # the rest `add` did not
     if not transfers:
         return done.succeed(net.env.now)
     run = _Aggregated(net, transfers, buffers, label, done)
@@ -211,7 +219,7 @@ class _Aggregated:
     reference cycle holding the whole schedule until the garbage collector's next full pass."""
 
     __slots__ = ("net", "transfers", "buffers", "label", "done", "waiting", "remaining", "dependents", "payloads",
-                 "single", "by_interface", "chips")
+                 "single", "by_interface", "chips", "pulse")
 
     def __init__(self, net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any, np.ndarray]] | None,
                  label: str, done: Completion) -> None:
@@ -228,6 +236,7 @@ class _Aggregated:
         self.single: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> its route's one plain link, or False
         self.by_interface = net.trace.bytes_by_interface if net.trace is not None else None  # what Trace.count adds to
         self.chips = set(net.chips)
+        self.pulse = getattr(net.env, "podsim_pulse", None)  # `System.pulse`: progress and the wall-clock limit
 
     def start(self, t: Transfer) -> None:
         if self.buffers is not None:
@@ -259,8 +268,11 @@ class _Aggregated:
             if waiting[d] == 0:
                 self.start(transfers[d])
         remaining = self.remaining
-        remaining[0] -= 1
-        if remaining[0] == 0:
+        left = remaining[0] = remaining[0] - 1
+        if left & _PULSE_MASK == 0 and self.pulse is not None:  # every `PULSE` arrivals (counted down from the end)
+            first = len(transfers) & _PULSE_MASK if left + PULSE > len(transfers) else 0  # the first report's
+            self.pulse(AGGREGATED_EVENTS_PER_TRANSFER * (first or PULSE))
+        if left == 0:
             self.done.succeed(self.net.env.now)
 
 

@@ -65,6 +65,8 @@ class System:
         self.spec = resolve_chip(chip)
         self.calibration = _calibration(self.spec) if calibrated else None
         self.env = Environment()  # SimPy's, with a podsim error for env.process(chip.matmul(...))
+        self.env.podsim_pulse = self.pulse  # work done inside few events reports here (`pulse`)
+        self._run_started: float | None = None  # perf_counter at the start of the current `run`
         self.trace = Trace(enabled=trace)
         self.network: Network | None = None
         self.graph: nx.DiGraph | None = None
@@ -128,6 +130,8 @@ class System:
             metrics = compute_metrics(self.trace, self.env.now) if self.trace.enabled else None
             progress = watch.so_far(metrics) if watch is not None else f"t={self.env.now:.6g} s of simulated time"
             raise SimulationInterrupted(f"interrupted; simulated so far: {progress}") from None
+        finally:
+            self._run_started = None  # `pulse` outside a guarded run checks no wall clock
 
     def _run_loop(self, watch: RunWatch | None) -> None:
         env = self.env
@@ -137,6 +141,7 @@ class System:
         # the clock, run its callbacks, raise its exception if it failed and nobody handled it.
         queue, pop, count, start = env._queue, heapq.heappop, 0, time.perf_counter()
         limit, wall = self.max_events, self.wall_clock_limit_s
+        self._run_started = start
         try:
             while True:
                 try:
@@ -164,6 +169,7 @@ class System:
     def _stepping_loop(self, watch: RunWatch | None) -> None:
         step, count, start = self.env.step, 0, time.perf_counter()
         limit, wall = self.max_events, self.wall_clock_limit_s
+        self._run_started = start
         while True:
             try:
                 step()
@@ -191,6 +197,19 @@ class System:
         if time.perf_counter() - start > wall:
             raise RunawayError(f"simulation ran past wall_clock_limit_s={wall:g} s of real time at "
                                f"t={self.env.now:.6g} s; use a smaller problem or raise the limit")
+
+    def pulse(self, units: int) -> None:
+        """Work done inside events rather than as events (an aggregated collective runs thousands of transfers
+        in one timer event: `simulator.collectives.schedule.execute`) reports ``units`` of it here every so
+        often: counted by the command's watch (progress bar, estimate, budget), and the wall-clock limit
+        enforced, which `_tick` checks only every `TICK` events."""
+        watch = current_watch()
+        if watch is not None:
+            watch.tick(self.env.now, units)
+        started = self._run_started
+        if started is not None and time.perf_counter() - started > self.wall_clock_limit_s:
+            raise RunawayError(f"simulation ran past wall_clock_limit_s={self.wall_clock_limit_s:g} s of real time "
+                               f"at t={self.env.now:.6g} s; use a smaller problem or raise the limit")
 
     def _stuck(self) -> list[str]:
         return [f"{name} waits for {_describe(proc.target)}" for name, proc in self._processes if proc.is_alive]

@@ -1,0 +1,77 @@
+"""Aggregated collectives under a command's watch (issues 16 and 21): the run-length estimate counts what the
+aggregated executor reports, and the wall-clock limit and progress reach a run of few SimPy events.
+
+An aggregated run handles a whole ring step of transfers inside one timer event, so the System's check every
+`TICK` events may never fire; the executor reports its arrivals to `System.pulse` instead.
+"""
+from __future__ import annotations
+
+import pytest
+
+from simulator.collectives import plan_collective, run_collective
+from simulator.engine.system import System
+from simulator.engine.watch import TICK, RunWatch, watching
+from simulator.errors import RunawayError
+
+CASES = [("nodes:8:8", "h100", "hierarchical_pipelined"), ("torus:8x8", "tpu-v5p", "bidirectional")]
+
+
+def _transfers(topology: str, chip: str, algorithm: str) -> int:
+    plan = plan_collective("all_reduce", System(chip, topology=topology, trace=False), 1e6, algorithm=algorithm)
+    return len(plan.schedule.transfers)
+
+
+@pytest.mark.parametrize(("topology", "chip", "algorithm"), CASES)
+def test_estimate_of_an_aggregated_run_matches_what_it_reports(topology: str, chip: str, algorithm: str) -> None:
+    # what the watch counted: the System's own SimPy events plus the executor's reports (two units per
+    # transfer, one report per 4,096 arrivals and one at the end): the estimate is within a factor of two
+    watch = RunWatch()
+    system = System(chip, topology=topology, trace=False)
+    with watching(watch):
+        run_collective("all_reduce", system, 1e6, algorithm=algorithm)
+    n = _transfers(topology, chip, algorithm)
+    assert watch.events - system.events_processed == 2 * n  # every arrival reported, once
+    assert watch.estimate == 2 * n
+    assert watch.estimate / 2 <= watch.events <= 2 * watch.estimate
+
+
+def test_estimate_of_a_plain_run_is_the_right_order_of_magnitude() -> None:
+    # the plain path: about three events per transfer and hop; GPU routes cross two or three hops
+    watch = RunWatch()
+    system = System("h100", topology="nodes:8:8", trace=False)
+    with watching(watch):
+        run_collective("all_reduce", system, 1e6, algorithm="hierarchical_pipelined", aggregate=False)
+    assert watch.estimate == 3 * _transfers("nodes:8:8", "h100", "hierarchical_pipelined")
+    assert watch.estimate / 10 <= watch.events <= 10 * watch.estimate
+
+
+def test_wall_clock_limit_stops_an_aggregated_run_of_few_events() -> None:
+    topology, chip, algorithm = CASES[0]
+    free = System(chip, topology=topology, trace=False)
+    run_collective("all_reduce", free, 1e6, algorithm=algorithm)
+    assert free.events_processed < TICK  # the check every TICK events would never have run
+    assert _transfers(topology, chip, algorithm) > 4096  # but the executor reports at least once before the end
+    limited = System(chip, topology=topology, trace=False, wall_clock_limit_s=1e-9)
+    with pytest.raises(RunawayError, match="wall_clock_limit_s=1e-09"):
+        run_collective("all_reduce", limited, 1e6, algorithm=algorithm)
+
+
+def test_progress_reaches_the_watch_during_an_aggregated_run() -> None:
+    # the progress callback runs several times although the System ticks (every TICK events) never fire
+    seen: list[int] = []
+    watch = RunWatch(on_progress=lambda w: seen.append(w.events))
+    topology, chip, algorithm = CASES[0]
+    with watching(watch):
+        run_collective("all_reduce", System(chip, topology=topology, trace=False), 1e6, algorithm=algorithm)
+    n = _transfers(topology, chip, algorithm)
+    assert len(seen) >= n // 4096
+    assert seen == sorted(seen) and seen[-1] == watch.events
+
+
+def test_pulse_outside_a_run_checks_no_wall_clock() -> None:
+    # a System's pulse between runs (no run under way) counts progress but cannot trip the limit
+    system = System("h100", topology="nodes:2:8", trace=False, wall_clock_limit_s=1e-9)
+    watch = RunWatch()
+    with watching(watch):
+        system.pulse(10)
+    assert watch.events == 10
