@@ -75,3 +75,29 @@ def test_pulse_outside_a_run_checks_no_wall_clock() -> None:
     with watching(watch):
         system.pulse(10)
     assert watch.events == 10
+
+
+def test_long_run_warning_names_the_whole_schedule() -> None:
+    # the warning comes once the schedule is built, with its whole estimate (two units per transfer), not the
+    # part built when the estimate first passed the threshold; a threshold far below the size forces it
+    from simulator.engine import watch as watch_module
+
+    warnings: list[int] = []
+    watch = RunWatch(on_long_run=lambda w, hint: warnings.append(w.estimate))
+    topology, chip, algorithm = CASES[0]
+    n = _transfers(topology, chip, algorithm)
+    threshold = watch_module.LONG_RUN_EVENTS
+    watch_module.LONG_RUN_EVENTS = 1_000
+    try:
+        with watching(watch):
+            run_collective("all_reduce", System(chip, topology=topology, trace=False), 1e6, algorithm=algorithm)
+    finally:
+        watch_module.LONG_RUN_EVENTS = threshold
+    assert warnings == [2 * n]
+
+
+def test_budget_still_refuses_a_schedule_while_it_is_built() -> None:
+    # more than TICK transfers (22,544 on 16 nodes): the first report, two units each, passes the budget
+    system = System("h100", topology="nodes:16:8", trace=False)
+    with watching(RunWatch(max_events=10_000)), pytest.raises(RunawayError, match="budget of 10,000"):
+        plan_collective("all_reduce", system, 1e6, algorithm="hierarchical_pipelined")

@@ -24,7 +24,7 @@ import simpy
 from simulator.engine.channel import Channel
 from simulator.engine.delivery import deliver, deliver_hop
 from simulator.engine.network import Network
-from simulator.engine.watch import TICK, expect_events
+from simulator.engine.watch import TICK, current_watch, expect_events
 from simulator.errors import DeadlockError
 
 
@@ -112,7 +112,7 @@ class Schedule:
         transfers.append(_new_transfer(Transfer, (tid, src, dst, keys, op, deps, nbytes)))
         self._where.append((tag, slot))
         if tid & _TICK_MASK == _TICK_MASK:  # a huge schedule shows up (and can be refused) while it is planned
-            expect_events(AGGREGATED_EVENTS_PER_TRANSFER * TICK, LONG_RUN_HINT)  # `execute` adds the plain rest
+            _expect_quietly(AGGREGATED_EVENTS_PER_TRANSFER * TICK)  # `execute` adds the plain rest
         return tid
 
     def barrier(self, tags: Any) -> int:
@@ -123,6 +123,20 @@ class Schedule:
         self.transfers.append(_new_transfer(Transfer, (tid, None, None, (), "copy", deps, 0.0)))
         self._where.append((_BARRIER, None))
         return tid
+
+
+def _expect_quietly(events: int) -> None:
+    """Add ``events`` to the command's estimate and enforce its budget, without the long-run warning: a
+    schedule under construction does not know its size yet, so `execute` warns once it does (the whole
+    estimate, not the part built when it first passed `simulator.engine.watch.LONG_RUN_EVENTS`)."""
+    watch = current_watch()
+    if watch is None:
+        return
+    warned, watch.warned = watch.warned, True
+    try:
+        watch.expect(events, LONG_RUN_HINT)
+    finally:
+        watch.warned = warned
 
 
 class Completion(simpy.Event):
