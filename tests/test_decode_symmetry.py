@@ -11,6 +11,7 @@ import json
 import math
 
 import pytest
+from same_results import assert_same
 
 from simulator.engine.faults import ChipSlow, FaultPlan, applying
 from simulator.hardware.specs import get_chip
@@ -31,22 +32,11 @@ CASES = {
 }
 
 
-def _close(a, b, path=""):
-    if isinstance(a, dict):
-        assert set(a) == set(b), (path, set(a) ^ set(b))
-        for key in a:
-            _close(a[key], b[key], f"{path}.{key}")
-    elif isinstance(a, float):
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-18), (path, a, b)
-    else:
-        assert a == b, (path, a, b)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_one_chip_stands_for_all(name):
     full, fast = CASES[name](False), CASES[name](True)
     assert full.sym is None and fast.sym is not None and fast.sym.chips() == [fast.mesh.device((0, 0))]
-    _close(full.summary(), fast.summary())
+    assert_same(full.summary(), fast.summary())
     exact_links = full.system.network.link_bytes()
     for link, nbytes in fast.system.network.link_bytes().items():
         assert math.isclose(nbytes, exact_links[link], rel_tol=1e-9), link
@@ -75,4 +65,4 @@ def test_cli_exact_runs_every_chip_with_the_same_figures(capsys):
         out[bool(extra)] = json.loads(capsys.readouterr().out)
     for key in ("step_time_s", "overlap_s", "busiest_link_fraction"):
         assert math.isclose(out[True][key], out[False][key], rel_tol=1e-9), key
-    _close(out[True]["simulated_bytes"], out[False]["simulated_bytes"])
+    assert_same(out[True]["simulated_bytes"], out[False]["simulated_bytes"])

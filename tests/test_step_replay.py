@@ -10,6 +10,7 @@ import dataclasses
 import math
 
 import pytest
+from same_results import assert_same
 
 from simulator.collectives.schedule import Transfer
 from simulator.engine.system import System
@@ -126,21 +127,6 @@ CASES = [  # model, mesh, batch, topology, options, replays expected: collective
 ]
 
 
-def _close(a, b, path=""):
-    if isinstance(a, dict):
-        assert set(a) == set(b), (path, set(a) ^ set(b))
-        for key in a:
-            _close(a[key], b[key], f"{path}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), (path, len(a), len(b))
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _close(x, y, f"{path}[{i}]")
-    elif isinstance(a, float):
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-18), (path, a, b)
-    else:
-        assert a == b, (path, a, b)
-
-
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[1]}-{c[3]}" for c in CASES])
 def test_replayed_step_matches_plain_and_full_simulation(case):
     model, mesh, batch, topology, options, replayed = case
@@ -153,12 +139,12 @@ def test_replayed_step_matches_plain_and_full_simulation(case):
     (fast, quick), (plain, slow), (_, exact) = runs["replay"], runs["plain"], runs["full"]
     assert (fast.sym.replays.replayed > 0) == replayed and not fast.sym.replays.conflict
     assert plain.sym.active and plain.sym.replays.replayed == 0
-    _close(slow, quick)
-    _close(exact, quick)
+    assert_same(slow, quick)
+    assert_same(exact, quick)
     assert fast.system.network.link_bytes().keys() == plain.system.network.link_bytes().keys()
     for link, nbytes in plain.system.network.link_bytes().items():
         assert math.isclose(fast.system.network.link_bytes()[link], nbytes, rel_tol=1e-9), link
-    _close(compute_metrics(fast.system.trace, fast.env.now), fast.metrics)  # the added spans, metrics unchanged
+    assert_same(compute_metrics(fast.system.trace, fast.env.now), fast.metrics)  # the added spans, metrics unchanged
     spans = {name: [s for s in sim.system.trace.spans if s.unit.startswith("link")]
              for name, (sim, _) in runs.items() if name != "full"}
     assert len(spans["replay"]) <= len(spans["plain"])  # a replay's spans: each link's busy intervals
@@ -181,7 +167,7 @@ def test_a_conflict_reruns_without_replays(monkeypatch):
     sim, measured = simulate_step(cfg, spec, plan, TrainOptions(), 8, 128, "torus:4x4")
     assert sim.sym.active and sim.sym.replays.replayed == 0  # every key disturbed: avoided, then no replays
     _, exact = simulate_step(cfg, spec, plan, TrainOptions(), 8, 128, "torus:4x4", fast=False)
-    _close(exact, measured)
+    assert_same(exact, measured)
 
 
 def test_a_group_guessed_at_a_start_that_others_do_not_join_is_rerun_without_that_guess():

@@ -12,6 +12,7 @@ import dataclasses
 import math
 
 import pytest
+from same_results import assert_same
 
 from simulator.engine.faults import ChipSlow, FaultPlan, LinkDegraded, applying
 from simulator.hardware.specs import get_chip
@@ -43,21 +44,6 @@ def _config(model: str):
     return dataclasses.replace(get_model(model), n_layers=LAYERS)
 
 
-def _assert_same(a, b, path=""):
-    if isinstance(a, dict):
-        assert set(a) == set(b), (path, set(a) ^ set(b))
-        for key in a:
-            _assert_same(a[key], b[key], f"{path}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), (path, len(a), len(b))
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{path}[{i}]")
-    elif isinstance(a, float):
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-18), (path, a, b)
-    else:
-        assert a == b, (path, a, b)
-
-
 def _both(model, chip, mesh, batch, topology, options):
     cfg, spec, plan = _config(model), get_chip(chip), parse_plan_mesh(mesh)
     out = {}
@@ -73,7 +59,7 @@ def test_fast_step_matches_full_simulation(case):
     (full, exact), (fast, quick) = out[False], out[True]
     assert not full.sym.active and fast.sym.active, fast.sym.why
     assert len(fast.sym.chips()) == fast.p  # one chip per pipeline stage ran its program
-    _assert_same(exact, quick)
+    assert_same(exact, quick)
     exact_links, fast_links = full.system.network.link_bytes(), fast.system.network.link_bytes()
     for link, nbytes in fast_links.items():  # every link the fast run simulated carried what it carries in full
         assert math.isclose(nbytes, exact_links[link], rel_tol=1e-9), link
@@ -124,4 +110,4 @@ def test_unlike_arrivals_rerun_in_full(monkeypatch):
     assert not sim.sym.active and len(sim.sym.chips()) == 4
     monkeypatch.setattr(Symmetry, "finish", real)
     _, exact = simulate_step(cfg, spec, plan, TrainOptions(microbatches=2), 8, SEQ, fast=False)
-    _assert_same(exact, measured)
+    assert_same(exact, measured)
