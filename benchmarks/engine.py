@@ -66,6 +66,21 @@ def podsim(blocks: int) -> float:
 CPU_S: dict[str, float] = {}  #: fastest CPU time (s) of each model's runs, by function name (see best_of)
 
 
+def count_events() -> list[int]:
+    """Make every `System.run` add its processed events to the returned one-item list (the whole-step
+    benchmarks build several Systems per step); reset it with ``counter[0] = 0``."""
+    counter = [0]
+    run = System.run
+
+    def counting(self: System, until: float | None = None) -> float:
+        end = run(self, until)
+        counter[0] += self.events_processed
+        return end
+
+    System.run = counting  # type: ignore[method-assign]
+    return counter
+
+
 def best_of(fns: list[Callable[[int], float]], blocks: int, repeat: int) -> list[tuple[float, float]]:
     """For each of ``fns``: the fastest wall time (s) of ``repeat`` runs and the simulated end time (s) of the
     last. The runs are interleaved (each round runs every model once), so load from other processes on the
