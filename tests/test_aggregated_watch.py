@@ -12,6 +12,7 @@ from simulator.collectives import plan_collective, run_collective
 from simulator.engine.system import System
 from simulator.engine.watch import TICK, RunWatch, watching
 from simulator.errors import RunawayError
+from topologies.fattree import fattree
 
 CASES = [("nodes:8:8", "h100", "hierarchical_pipelined"), ("torus:8x8", "tpu-v5p", "bidirectional")]
 
@@ -101,3 +102,31 @@ def test_budget_still_refuses_a_schedule_while_it_is_built() -> None:
     system = System("h100", topology="nodes:16:8", trace=False)
     with watching(RunWatch(max_events=10_000)), pytest.raises(RunawayError, match="budget of 10,000"):
         plan_collective("all_reduce", system, 1e6, algorithm="hierarchical_pipelined")
+
+
+@pytest.mark.parametrize(("make", "algorithm"), [
+    (lambda: fattree(6, 2, nodes_per_unit=3, spines=2), "hierarchical3_pipelined"),  # NIC routes via leaf and spine
+    (lambda: "nodes:3:4", "hierarchical_pipelined"),
+], ids=["fattree-6-2", "nodes-3-4"])
+def test_cut_through_routes_aggregated_equal_the_plain_path(make, algorithm) -> None:
+    # multi-hop cut-through routes taken straight from the route cache (`plain_route`, `cut_through`): the
+    # same time, bytes per link and per interface, and spans as the plain path, which sends Network.message
+    runs = []
+    for aggregate in (True, False):
+        system = System("h100", topology=make())
+        result = run_collective("all_reduce", system, 3e6, algorithm=algorithm, aggregate=aggregate)
+        runs.append((system, result))
+    (fs, fr), (ps, pr) = runs
+    assert fr.time_s == pytest.approx(pr.time_s, rel=1e-9)
+    assert fr.link_bytes.keys() == pr.link_bytes.keys()
+    assert all(fr.link_bytes[k] == pytest.approx(v, rel=1e-12) for k, v in pr.link_bytes.items())
+    assert dict(fs.trace.bytes_by_interface) == pytest.approx(dict(ps.trace.bytes_by_interface), rel=1e-12)
+    key = lambda s: (str(s.chip), s.unit, s.label, round(s.start, 15), round(s.end, 15))  # noqa: E731
+    assert len(fs.trace.spans) == len(ps.trace.spans)
+    for a, b in zip(sorted(fs.trace.spans, key=key), sorted(ps.trace.spans, key=key), strict=True):
+        assert (str(a.chip), a.unit, a.nbytes) == (str(b.chip), b.unit, b.nbytes)
+        assert a.start == pytest.approx(b.start, rel=1e-9, abs=1e-15)
+        assert a.end == pytest.approx(b.end, rel=1e-9, abs=1e-15)
+    # the oracle for the bytes: an AllReduce moves 2 (n-1)/n of V out of every chip at least
+    n = len(fs.network.chips)
+    assert fr.total_link_bytes >= 2 * (n - 1) / n * 3e6 * n * (1 - 1e-12)

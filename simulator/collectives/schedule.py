@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 
 from simulator.engine.channel import Channel
-from simulator.engine.delivery import deliver, deliver_hop
+from simulator.engine.delivery import cut_through, deliver, deliver_hop, plain_route
 from simulator.engine.network import Network
 from simulator.engine.watch import TICK, current_watch, expect_events
 from simulator.errors import DeadlockError
@@ -260,7 +260,14 @@ class _Aggregated:
         if link is None:
             link = self.single[(src, dst)] = _single_link(self.net, src, dst, chips)
         nbytes = t.nbytes
-        if link and nbytes > 0:  # what `deliver` does on a route of one plain link
+        if link and nbytes > 0:  # what `deliver` does on a route of plain links
+            if type(link) is tuple:  # several, cut-through
+                links, kinds = link
+                if self.by_interface is not None:
+                    for kind, count in kinds:
+                        self.by_interface[kind] += nbytes * count
+                cut_through(self.net, links, nbytes, self.label, self.arrive, t.id)
+                return
             if self.by_interface is not None:
                 self.by_interface[link.kind] += nbytes
             link.send(nbytes, self.label, "send", self.arrive, t.id)
@@ -291,12 +298,16 @@ class _Aggregated:
 
 
 def _single_link(net: Network, src: Any, dst: Any, chips: set[Any]) -> Any:
-    """The one plain `Channel` a transfer from ``src`` to ``dst`` crosses, or False (none, several, or faulty)."""
+    """The one plain `Channel` a transfer from ``src`` to ``dst`` crosses, or (the plain channels of its one
+    cut-through route, the interfaces they cross: `simulator.engine.delivery.plain_route`), or False (none, or
+    not plain: `deliver` decides)."""
     if src == dst:
         return False
     if src in chips and dst in chips:
-        hops, _ = net._route_links(src, dst, False)
-        link = hops[0][0] if len(hops) == 1 and len(hops[0]) == 1 else None
+        links, kinds = plain_route(net, src, dst)
+        if links is not None and len(links) > 1:
+            return links, kinds
+        link = links[0] if links is not None else None
     else:
         link = net.link(src, dst)
     return link if type(link) is Channel else False

@@ -28,13 +28,7 @@ def deliver(net: Network, src: Any, dst: Any, nbytes: float, label: str, then: T
     if src == dst or nbytes == 0:
         call_after(net.env, 0.0, then, arg)
         return
-    route = net._plain_routes.get((src, dst))
-    if route is None:
-        hops, kinds = net._route_links(src, dst, False)
-        plain = len(hops) == 1 and all(type(c) is Channel for c in hops[0]) and \
-            (len(hops[0]) == 1 or net.switching == "cut_through")
-        route = net._plain_routes[(src, dst)] = (hops[0] if plain else None, kinds)
-    links, kinds = route
+    links, kinds = plain_route(net, src, dst)
     if links is None:
         net.message(src, dst, nbytes, label).callbacks.append(lambda _e: then(arg))
         return
@@ -46,6 +40,24 @@ def deliver(net: Network, src: Any, dst: Any, nbytes: float, label: str, then: T
         links[0].send(nbytes, label, "send", then, arg)
     else:
         _CutThrough(net, links, nbytes, label, then, arg).start_hop(0)
+
+
+def plain_route(net: Network, src: Any, dst: Any) -> tuple[list[Channel] | None, list[tuple[str, int]]]:
+    """(the plain `Channel` links of the one route from chip ``src`` to chip ``dst``, or None where `deliver`
+    takes `Network.message`; the interfaces it crosses, with their hop counts), cached per pair."""
+    route = net._plain_routes.get((src, dst))
+    if route is None:
+        hops, kinds = net._route_links(src, dst, False)
+        plain = len(hops) == 1 and all(type(c) is Channel for c in hops[0]) and \
+            (len(hops[0]) == 1 or net.switching == "cut_through")
+        route = net._plain_routes[(src, dst)] = (hops[0] if plain else None, kinds)
+    return route
+
+
+def cut_through(net: Network, links: list[Channel], nbytes: float, label: str, then: Then, arg: Any) -> None:
+    """Send ``nbytes`` (more than zero) cut-through over the plain ``links`` of a route (what `deliver` does past
+    its checks and byte counts) and call ``then(arg)`` on arrival."""
+    _CutThrough(net, links, nbytes, label, then, arg).start_hop(0)
 
 
 def deliver_hop(net: Network, u: Any, v: Any, nbytes: float, label: str, then: Then, arg: Any) -> None:
@@ -65,29 +77,31 @@ class _CutThrough:
     when the head has crossed the hops before it (their latencies, one timer each); the message arrives when
     every hop has finished and, hop by hop, no sooner than the previous hop's end plus this hop's latency."""
 
-    __slots__ = ("net", "links", "nbytes", "label", "then", "arg", "ends", "left")
+    __slots__ = ("env", "links", "nbytes", "label", "then", "arg", "ends", "left")
 
     def __init__(self, net: Network, links: list[Channel], nbytes: float, label: str, then: Then, arg: Any) -> None:
-        self.net, self.links, self.nbytes, self.label, self.then, self.arg = net, links, nbytes, label, then, arg
+        self.env, self.links, self.nbytes, self.label, self.then, self.arg = net.env, links, nbytes, label, then, arg
         self.ends = [0.0] * len(links)
         self.left = len(links)
 
     def start_hop(self, k: int) -> None:
-        link = self.links[k]
+        links = self.links
+        link = links[k]
         link.send(self.nbytes, self.label, "send", self.hop_done, k)
-        if k + 1 < len(self.links):
-            call_after(self.net.env, link.latency_s, self.start_hop, k + 1)
+        if k + 1 < len(links):
+            call_after(self.env, link.latency_s, self.start_hop, k + 1)
 
     def hop_done(self, k: int) -> None:
-        env = self.net.env
-        self.ends[k] = env.now
+        env = self.env
+        now = self.ends[k] = env._now
         self.left -= 1
         if self.left:
             return
         done = 0.0
-        for link, end in zip(self.links, self.ends, strict=True):
-            done = max(end, done + link.latency_s)
-        if done > env.now:
+        for link, end in zip(self.links, self.ends):  # noqa: B905  (one end per link, by construction)
+            late = done + link.latency_s
+            done = end if end > late else late  # max(end, late): the same float
+        if done > now:
             call_after(env, done - env.now, self.then, self.arg)
         else:
             self.then(self.arg)
