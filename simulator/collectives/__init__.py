@@ -46,6 +46,7 @@ from simulator.collectives import (  # noqa: F401
     recursive,
     root,
     spanning_trees,
+    switch_relay,
     tree,
     unidirectional,
 )
