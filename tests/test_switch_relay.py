@@ -54,9 +54,9 @@ def test_auto_picks_it_within_1_3x_of_the_roots_port_bound(topology, nbytes):
 @pytest.mark.parametrize("n", [2, 3, 5])
 def test_numeric_equals_numpy(n):
     rng = np.random.default_rng(3)
-    data = rng.standard_normal((n, 6 * (n - 1)))
+    data = rng.standard_normal((n, 6 * (n - 1) * (2 * n - 1)))
     root = n - 1
-    for chunks in (n - 1, 3 * (n - 1)):
+    for chunks in (n - 1, 3 * (n - 1), 2 * (n - 1) + 1):
         b = run_collective("broadcast", System("h100", topology=f"switch:{n}"), data=data, root=root,
                            algorithm="switch_relay", chunks=chunks)
         for chip in range(n):
@@ -66,9 +66,23 @@ def test_numeric_equals_numpy(n):
         np.testing.assert_allclose(r.outputs[root], data.sum(axis=0), rtol=1e-12, atol=1e-12)
 
 
-def test_pieces_that_are_not_whole_rounds_name_the_multiple():
-    with pytest.raises(PodsimError, match="multiple of 7"):
-        run_collective("broadcast", System("h100", topology="switch:8"), V, algorithm="switch_relay", chunks=10)
+@pytest.mark.parametrize("kind,loads", [("broadcast", 3 + 3 + 2), ("reduce", 2 + 3 + 1)])
+def test_a_partial_last_round(kind, loads):
+    """switch:4, 4 pieces: rounds of 3 pieces and of 1 (to the first relay). Broadcast: the root's 3; then the
+    first relay's port in its own piece and 2 forwards (3); then its forwards of the last piece (2). Reduce:
+    each relay takes 2 pieces in, each member sends 2 out; then the root takes the 3 sums; then the last one."""
+    system = System("h100", topology="switch:4")
+    alpha, w = _port(system)
+    r = run_collective(kind, system, V, algorithm="switch_relay", chunks=4)
+    assert r.time_s == pytest.approx(3 * alpha + loads * (V / 4) / w, rel=1e-6)
+    assert r.analytic_s == pytest.approx(r.time_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("n,chunks", [(5, 1), (5, 6), (8, 10), (8, 23)])
+def test_any_piece_count_agrees_with_the_closed_form(n, chunks):
+    for kind in ("broadcast", "reduce"):
+        r = run_collective(kind, System("h100", topology=f"switch:{n}"), V, algorithm="switch_relay", chunks=chunks)
+        assert r.time_s == pytest.approx(r.analytic_s, rel=1e-6)
 
 
 def test_it_serves_switches_only():

@@ -33,9 +33,11 @@ relay, which adds them into its own and, once its round-k pieces have arrived, s
 (who adds its own). The periods are the broadcast's in reverse order (period 1: n - 2 pieces out of each
 member; then n - 1; the last, the relays' sums: n - 1 into the root), so the same T.
 
-Transfers: R (n - 1)^2 -- the rounds are capped at `MAX_TRANSFERS` (a switch of more than about 450 members is
-left to the chain algorithms). Every member's one port is both ways busy, the root's outgoing (Broadcast)
-or incoming (Reduce) port nearly all the time.
+Any count of pieces runs: a last round of q < n - 1 pieces goes to the first q relays, and `periods` counts
+each port's pieces period by period (Broadcast: the partial round still waits for the full round's
+forwards; Reduce: its last period carries q sums). Transfers: R (n - 1)^2 -- the rounds are capped at
+`MAX_TRANSFERS` (a switch of more than about 450 members is left to the chain algorithms). Every member's
+one port is both ways busy, the root's outgoing (Broadcast) or incoming (Reduce) port nearly all the time.
 """
 from __future__ import annotations
 
@@ -46,30 +48,42 @@ from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
 from simulator.engine.network import Network
-from simulator.errors import PodsimError
 
 MAX_TRANSFERS = 200_000  #: rounds stop where the schedule would pass this many transfers (R (n - 1)^2 each)
 MAX_PIECES = 10_000  #: as `simulator.collectives.api.MAX_CHUNKS`
 
 
-def periods(n: int, rounds: int) -> list[int]:
-    """Pieces on the busiest link in each period of a Broadcast of ``rounds`` rounds over ``n`` members
-    (periods without a piece left out); Reduce runs them in reverse order."""
+def periods(kind: str, n: int, pieces: int) -> list[int]:
+    """Pieces on the busiest port in each period of ``kind`` over ``n`` members in ``pieces`` pieces (periods
+    without a piece left out). Round k takes the next n - 1 pieces (the last round may hold fewer, q: its
+    relays are the first q); in a period every port's pieces start together (module docstring).
+
+    Broadcast, period k: the root's port out carries round k's pieces; a member's port in its own piece of
+    round k and the forwards of round k - 1 from the other relays of that round; a relay's port out its
+    forwards of round k - 1 (n - 2). Reduce, period k: a relay's port in the n - 2 pieces the others send
+    it in round k; a member's port out its pieces of round k to the round's other relays and its sum of
+    round k - 1 to the root; the root's port in the sums of round k - 1."""
+    relays = n - 1
+    rounds = [list(range(min(relays, pieces - k * relays))) for k in range(-(-pieces // relays))] + [[]]
     out = []
-    for k in range(1, rounds + 2):
-        root = n - 1 if k <= rounds else 0  # the root's port: one piece per relay
-        into = (1 if k <= rounds else 0) + (n - 2 if k >= 2 else 0)  # a member's port in: its own + forwarded
-        forwards = n - 2 if k >= 2 else 0  # a relay's port out
-        busiest = max(root, into, forwards)
+    for k, now in enumerate(rounds):
+        before = rounds[k - 1] if k else []
+        if kind == "broadcast":
+            ports = [len(now)] + [(r in now) + len(before) - (r in before) for r in range(relays)]
+            ports += [n - 2 for r in before]
+        else:
+            ports = [len(before)] + [n - 2 for r in now]
+            ports += [len(now) - (r in now) + (r in before) for r in range(relays)]
+        busiest = max(ports)
         if busiest:
             out.append(busiest)
     return out
 
 
-def relay_time(n: int, rounds: int, piece: float, alpha: float, bandwidth: float) -> float:
-    """Seconds of ``rounds`` rounds of ``piece`` bytes (module docstring): each period alpha plus its busiest
-    link's pieces over ``bandwidth``."""
-    return sum(alpha + k * piece / bandwidth for k in periods(n, rounds))
+def relay_time(kind: str, n: int, pieces: int, piece: float, alpha: float, bandwidth: float) -> float:
+    """Seconds of ``pieces`` pieces of ``piece`` bytes (module docstring): each period alpha plus its busiest
+    port's pieces over ``bandwidth``."""
+    return sum(alpha + k * piece / bandwidth for k in periods(kind, n, pieces))
 
 
 class SwitchRelay(Algorithm):
@@ -102,21 +116,16 @@ class SwitchRelay(Algorithm):
         most = max(1, min(MAX_TRANSFERS // (n - 1) ** 2, MAX_PIECES // (n - 1)))
         guess = math.sqrt(max(n - 2, 1) * nbytes / ((n - 1) * bandwidth * alpha)) if alpha > 0 else most
         tries = {min(most, max(1, r)) for r in (math.floor(guess), math.ceil(guess), 1)}
-        best = min(tries, key=lambda r: (relay_time(n, r, math.ceil(nbytes / (r * (n - 1))), alpha, bandwidth), r))
+        best = min(tries, key=lambda r: (relay_time(kind, n, r * (n - 1), math.ceil(nbytes / (r * (n - 1))),
+                                                    alpha, bandwidth), r))
         return best * (n - 1)
-
-    def prepare(self, job: Job) -> None:
-        n = job.group.n
-        if n > 1 and job.chunks % (n - 1):
-            raise PodsimError(f"switch_relay cuts the array into whole rounds of {n - 1} pieces (one per member "
-                              f"but the root); chunks={job.chunks} is not a multiple of {n - 1}")
 
     def closed_form(self, job: Job) -> float:
         n = job.group.n
         if n <= 1:
             return 0.0
         alpha, bandwidth = _links(job.net, job.group)
-        return relay_time(n, job.chunks // (n - 1), job.key_bytes, alpha, bandwidth)
+        return relay_time(job.kind, n, job.chunks, job.key_bytes, alpha, bandwidth)
 
     def build(self, job: Job, s: Schedule) -> None:
         for group in job.groups:
@@ -124,20 +133,19 @@ class SwitchRelay(Algorithm):
             relays = [group.members[p] for p in group.positions() if p != job.root_pos]
             if not relays:
                 continue
-            rounds, tag = job.chunks // len(relays), ("switch_relay", id(group))
+            tag = ("switch_relay", id(group))
             last: dict[Any, int] = {}  # (stream) -> its previous transfer, so a stream's pieces go in order
-            for k in range(rounds):
-                for i, r in enumerate(relays):
-                    j = k * len(relays) + i
-                    keys = (("piece", j),) if job.numeric else 1
-                    if job.kind == "broadcast":
-                        got = _add(s, last, (root, r), root, r, keys, [], tag)
-                        for m in relays:
-                            if m != r:
-                                _add(s, last, (r, m), r, m, keys, [got], tag)
-                    else:
-                        sums = [_add(s, last, (m, r), m, r, keys, [], tag, "add") for m in relays if m != r]
-                        _add(s, last, (r, root), r, root, keys, sums, tag, "add")
+            for j in range(job.chunks):
+                r = relays[j % len(relays)]  # round j // (n - 1)
+                keys = (("piece", j),) if job.numeric else 1
+                if job.kind == "broadcast":
+                    got = _add(s, last, (root, r), root, r, keys, [], tag)
+                    for m in relays:
+                        if m != r:
+                            _add(s, last, (r, m), r, m, keys, [got], tag)
+                else:
+                    sums = [_add(s, last, (m, r), m, r, keys, [], tag, "add") for m in relays if m != r]
+                    _add(s, last, (r, root), r, root, keys, sums, tag, "add")
 
 
 def _add(s: Schedule, last: dict[Any, int], stream: tuple[Any, Any], src: Any, dst: Any, keys: Any,
