@@ -40,6 +40,24 @@ def test_broadcast_bound_on_a_line_is_the_farthest_chip_or_the_bandwidth():
     assert large.topology_bound_s == pytest.approx(2 * A + V / B)
 
 
+IB, IB_A = 5e10, 2.5e-6  # nodes: H100's one NIC per GPU each way, one GPU-to-IB-switch traversal
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_across_gpu_nodes_a_nodes_nics_carry_what_it_must_exchange(k):
+    """nodes:k:8: a node's 8 GPUs reach the others only through their 8 NICs (8 x IB bytes/s each way, the
+    first byte after IB_A). AllToAll: each of the node's 8 GPUs sends 1/n^2 of V to each of the n - 8
+    GPUs outside (the book's (n - 8) V / (n^2 IB) per NIC); Broadcast: every other node receives all of V
+    (the root's own port, NVLink + NIC, is wider); Reduce: the root's node receives V."""
+    n = 8 * k
+    v = 64e6
+    assert _run("all_to_all", f"nodes:{k}:8", v, "h100").topology_bound_s == pytest.approx(
+        IB_A + 8 * (n - 8) * v / n**2 / (8 * IB))
+    for kind in ("broadcast", "reduce"):
+        assert _run(kind, f"nodes:{k}:8", v, "h100").topology_bound_s == pytest.approx(
+            IB_A + v / (8 * IB))
+
+
 @pytest.mark.parametrize("n", [4, 8, 16, 5, 9])
 def test_bidirectional_ring_reaches_the_bound_but_for_its_hops(n):
     """Bandwidth-bound, a bidirectional ring puts (n-1)/2 shards on every link direction (an even ring sends

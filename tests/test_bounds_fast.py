@@ -24,12 +24,12 @@ def _old_fabric(net):
 
 
 def _old_link_load_bound(net, groups, chunk_bytes):
-    """The generic computation: every ordered pair's fewest hops, by coordinates on a grid, else by BFS."""
+    """The generic computation: every ordered pair's fewest hops, by coordinates on a fault-free grid, else by BFS."""
     fabric, hops = _old_fabric(net), 0
     for group in groups:
         members = list(group.members.values())
         for x in members:
-            if net.grid:
+            if net.grid and not net.faulted:  # a dead link: coordinates' distances are not the graph's hops
                 a = net.graph.nodes[x]["coord"]
                 for y in members:
                     b = net.graph.nodes[y]["coord"]
@@ -63,3 +63,20 @@ def test_grid_hops_are_breadth_first_fewest_hops(topology):
     members = [v for v in net.graph if net.graph.nodes[v].get("role") not in ("host", "switch")]
     bfs = sum(sum(nx.single_source_shortest_path_length(net.graph, x)[y] for y in members) for x in members)
     assert bounds._grid_hops(net, members) == bfs
+
+
+@pytest.mark.parametrize("topology, faults", [("ring:8", [LinkDown(2, 1)]), ("torus:4x4", [LinkDown(0, 1)]),
+                                              ("torus:4x6", [LinkDown(5, 0), LinkDown(7, 13)])])
+def test_under_link_faults_the_link_load_bound_counts_the_faulted_graphs_hops(topology, faults):
+    """A dead cable unwraps its axis for collectives and renumbers its positions from the break, but the
+    other rings of that axis keep their wraparound: every chunk's fewest hops are breadth-first search's on
+    the graph the run uses (the dead links removed), over every subset of members a group may hold."""
+    net = System("tpu-v5e", topology=topology, trace=False, faults=faults).network
+    chips = net.chips
+    fabric = net.graph
+    links = [(d["latency_s"], d["bandwidth_bytes_per_s"]) for _, _, d in fabric.edges(data=True)]
+    for members in (chips, chips[::2], chips[1:5], [chips[0], chips[-1]]):
+        hops = sum(nx.single_source_shortest_path_length(fabric, x)[y] for x in members for y in members)
+        group = collective_groups(net, None)[0]
+        group.members = dict(zip([(i,) for i in range(len(members))], members, strict=True))
+        assert bounds._link_load_bound(net, [group], 1e6) == pytest.approx(bounds.fill(links, hops * 1e6), rel=1e-12)

@@ -65,6 +65,7 @@ def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, 
             into_group += into
             bound = max(bound, fill(into, receive), fill(_out_links(g, c, members, first_out), send))
         bound = max(bound, fill(into_group, together))  # holders are the members for these kinds
+    bound = max(bound, _region_bound(kind, net, groups, nbytes, root_pos))
     if kind == "all_to_all":
         bound = max(bound, _link_load_bound(net, groups, nbytes / n**2))
         if net.grid:
@@ -134,8 +135,8 @@ def _latency_bound(kind: str, net: Network, group: Group, root_pos: tuple[int, .
 def _link_load_bound(net: Network, groups: list[Group], chunk_bytes: float) -> float:
     """Every chunk crosses at least its fewest-hop distance; all links together carry the byte-hops."""
     fabric = _fabric(net)
-    hops = sum(_grid_hops(net, list(group.members.values())) if net.grid
-               else _graph_hops(fabric, list(group.members.values())) for group in groups)
+    hops = sum(_grid_hops(net, list(group.members.values())) if net.grid and not net.faulted
+               else _graph_hops(fabric, list(group.members.values())) for group in groups)  # faults: the graph run
     links = [(data["latency_s"], data["bandwidth_bytes_per_s"]) for _, _, data in fabric.edges(data=True)]
     return fill(links, hops * chunk_bytes)
 
@@ -189,3 +190,55 @@ def _cut_bound(net: Network, groups: list[Group], chunk_bytes: float) -> float:
             links = [link for (a, b), ls in steps.items() if a < m <= b for link in ls]  # from inside to outside
             bound = max(bound, fill(links, crossing))
     return bound
+
+
+def _region_bytes(kind: str, n: int, m: int, nbytes: float, has_root: bool) -> tuple[float, float]:
+    """(bytes that must enter, bytes that must leave) a region holding ``m`` of a group's ``n`` members (and the
+    root, for rooted kinds) when the other n - m are outside it; data crosses once and may be combined inside."""
+    if m == 0 or m == n:
+        return 0.0, 0.0
+    if kind == "broadcast":
+        return (0.0, nbytes) if has_root else (nbytes, 0.0)
+    if kind == "scatter":
+        return (0.0, (n - m) * nbytes / n) if has_root else (m * nbytes / n, 0.0)
+    if kind == "gather":
+        return ((n - m) * nbytes / n, 0.0) if has_root else (0.0, m * nbytes / n)
+    if kind == "reduce":
+        return (nbytes, 0.0) if has_root else (0.0, nbytes)
+    return {"all_gather": ((n - m) * nbytes / n, m * nbytes / n),
+            "reduce_scatter": (m * nbytes / n, (n - m) * nbytes / n),
+            "all_reduce": (nbytes, nbytes),
+            "all_to_all": (m * (n - m) * nbytes / n**2, m * (n - m) * nbytes / n**2)}[kind]
+
+
+def _region_bound(kind: str, net: Network, groups: list[Group], nbytes: float, root_pos: tuple[int, ...]) -> float:
+    """The cut around each node of a multi-level system (chips and switches sharing a ``group`` attribute:
+    ``nodes:``, ``fattree:``, multislice): what its members must receive from / send to members outside it
+    crosses the links into / out of it (each able to move bytes once its own latency has passed)."""
+    g = _fabric(net)
+    region = {v: k for v, k in g.nodes(data="group") if k is not None}
+    if len(set(region.values())) < 2:
+        return 0.0
+    need: dict[Any, list[float]] = {k: [0.0, 0.0] for k in set(region.values())}
+    for group in groups:
+        root = group.members[root_pos] if kind in ROOTED else None
+        inside: dict[Any, int] = {}
+        for c in group.members.values():
+            inside[region.get(c)] = inside.get(region.get(c), 0) + 1
+        for k, m in inside.items():
+            if k is None:
+                continue
+            receive, send = _region_bytes(kind, group.n, m, nbytes, root is not None and region.get(root) == k)
+            need[k][0] += receive
+            need[k][1] += send
+    into: dict[Any, list[Link]] = {k: [] for k in need}
+    out: dict[Any, list[Link]] = {k: [] for k in need}
+    for u, v, data in g.edges(data=True):
+        a, b = region.get(u), region.get(v)
+        if a != b:
+            link = (data["latency_s"], data["bandwidth_bytes_per_s"])
+            if b is not None:
+                into[b].append(link)
+            if a is not None:
+                out[a].append(link)
+    return max(max(fill(into[k], receive), fill(out[k], send)) for k, (receive, send) in need.items())
