@@ -3,14 +3,15 @@
     python scripts/fit_decode.py
 
 Reads simulator/hardware/data/calibration/decode_latency.csv (each row marked ``fit`` or ``held_out``),
-fits nine constants to the fit rows (geometric-mean error of predicted / measured), and writes
+fits ten constants to the fit rows (geometric-mean error of predicted / measured), and writes
 simulator/hardware/data/decode_calibration.json with per-chip factors, sources and fit errors:
 
 - per serving engine (``vllm``; ``tensorrt-llm``: NeMo's and TensorRT-LLM v0.5's 2023 stack; ``gpt-fast``:
   compiled PyTorch), one HBM fraction for GPU decode kernels and the per-layer launch and
   synchronisation seconds, shared by A100 and H100 (two chips with one model size each cannot separate
   a per-chip fraction from the per-layer overhead; gpt-fast's 7B and 70B separate them by size);
-- the weight-streaming slowdown per doubling of a step's matmul rows (batch 1 against 8);
+- the weight-streaming slowdown per doubling of a step's matmul rows: NeMo's batch 1 against 8, and vLLM's
+  own from its 8-client throughput gain (continuous batching, `simulator.workloads.served.served_concurrent`);
 - prefill's matmul fraction of peak: A100 bf16 and H100 8-bit (the two 2048-token first-token latencies).
 
 H100 bf16 prefill uses the fitted H100 matmul efficiency of the calibrated mode (calibration.json);
@@ -44,6 +45,8 @@ ENGINES = ("vllm", "tensorrt-llm", "gpt-fast")
 
 def calibrations(q: dict[str, float]) -> dict[str, DecodeCalibration]:
     engines = {e: {"hbm_fraction": q[f"eta_{e}"], "layer_overhead_s": q[f"tau_{e}"]} for e in ENGINES}
+    for e in ENGINES:  # vLLM's own; gpt-fast (batch-1 rows only) takes NeMo's
+        engines[e]["batch_slowdown"] = q["beta_vllm"] if e == "vllm" else q["beta"]
     common = {"hbm_fraction": q["eta_vllm"], "layer_overhead_s": q["tau_vllm"], "batch_slowdown": q["beta"],
               "engines": engines}
     a100 = DecodeCalibration("a100", matmul_fraction={"bf16": q["eps_a100"], "int8": q["eps_a100"]}, **common)
@@ -71,7 +74,10 @@ SOURCES = {
                     "gpt-fast to Llama-2-7B bf16 and Llama-2-70B int8 at batch 1 on one A100; one fraction for both "
                     "GPUs",
     "layer_overhead_s": "fitted with hbm_fraction (kernel launches and synchronisation per layer per step)",
-    "batch_slowdown": "fitted to the batch-1 against batch-8 rows (skinny-GEMM weight streaming)",
+    "batch_slowdown": "fitted to NeMo's batch-1 against batch-8 rows (skinny-GEMM weight streaming); vLLM's own "
+                      "(engines.vllm) to its 8-client against 1-client throughput gain on A100 40GB "
+                      "(musgrave-a100-40gb-c8, priced as closed-loop continuous batching); gpt-fast, with batch-1 "
+                      "rows only, takes NeMo's",
     "attention_fraction": "not fitted: every measurement has a short context, so KV streaming is too small a part "
                           "to identify; taken as fast as weight streaming",
     "matmul_fraction": "prefill: fitted to TensorRT-LLM v0.5's 2048-token first-token latencies (A100 fp16, H100 "
@@ -89,7 +95,7 @@ def build() -> dict:
 
     q = search(loss, {"eta_vllm": 0.75, "tau_vllm": 2e-5, "eta_tensorrt-llm": 0.65, "tau_tensorrt-llm": 5e-5,
                       "eta_gpt-fast": 0.7, "tau_gpt-fast": 2e-5, "beta": 0.05, "eps_a100": 0.65,
-                      "eps_h100_8bit": 0.4})
+                      "eps_h100_8bit": 0.4, "beta_vllm": 0.05})
     cals = calibrations(q)
     chips = {}
     for name, cal in cals.items():

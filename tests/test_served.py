@@ -11,12 +11,12 @@ from simulator.errors import PodsimError
 from simulator.frontend.validate_decode import decode_rows, predict
 from simulator.hardware.calibration import DATA
 from simulator.hardware.decode_calibration import DecodeCalibration, decode_calibrated_chips, get_decode_calibration
-from simulator.workloads.served import served_request, served_step
+from simulator.workloads.served import served_concurrent, served_request, served_step
 from simulator.workloads.transformer import get_model
 
 LLAMA2_7B_PARAMS = 6_738_415_616  # published count (Hugging Face meta-llama/Llama-2-7b-hf)
 D, F, LAYERS, VOCAB, HEADS, HEAD_DIM = 4096, 11008, 32, 32000, 32, 128
-H100_HBM, A100_PEAK = 3.35e12, 3.12e14  # bytes/s, bf16 FLOP/s (datasheets)
+H100_HBM, A100_PEAK, H100_PEAK = 3.35e12, 3.12e14, 989.4e12  # bytes/s, bf16 FLOP/s (datasheets)
 
 
 def _unit(**kw) -> DecodeCalibration:
@@ -73,6 +73,39 @@ def test_request_is_prefill_then_decode_steps_and_the_fitted_step_is_slower_than
     weights_by_hand = (8_030_261_248 - 128_256 * 4096) * 2 / H100_HBM  # published Llama-3-8B parameter count
     assert step["ideal_step_time_s"] >= weights_by_hand * 0.999  # the simulated ideal step
     assert step["step_time_s"] > step["ideal_step_time_s"]  # fitted kernels reach less than the spec bandwidth
+
+
+def test_closed_loop_clients_fold_the_other_prompts_into_the_decode_steps_by_hand():
+    # ideal factors: a decode step streams the weights and each request's KV cache at full bandwidth; a 512-token
+    # prompt is compute-bound (512 rows > peak / bandwidth = 295), so it costs its FLOPs at peak
+    c, prompt, out = 4, 512, 9
+    weights = (LLAMA2_7B_PARAMS - VOCAB * D) * 2
+    kv = 2 * D * 2 * LAYERS  # bytes per cached position (K and V, bf16, every layer)
+    steps = [(weights + c * kv * (prompt + t + 1)) / H100_HBM for t in range(1, out)]  # read + write one position
+    step = sum(steps) / len(steps)
+    per_layer = 2 * prompt * (4 * D * D + 3 * D * F) + 4 * HEADS * HEAD_DIM * prompt * (prompt + 1) / 2
+    prefill = (LAYERS * per_layer + 2 * prompt * D * VOCAB) / H100_PEAK
+    extra = prefill - (weights + kv * (prompt + 1)) / H100_HBM  # what the prompt adds to a running step
+    got = served_concurrent(get_model("llama-2-7b"), "h100", c, prompt, out, calibration=_unit())
+    assert got["decode_step_s"] == pytest.approx(step, rel=1e-3)
+    assert got["extra_s"] == pytest.approx(extra, rel=1e-2)
+    assert got["tpot_s"] == pytest.approx(step + (c - 1) * extra / (out - 1), rel=1e-2)
+    assert got["output_tokens_per_s"] == pytest.approx(c * out / (out * step + c * extra), rel=1e-2)
+    alone = served_concurrent(get_model("llama-2-7b"), "h100", 1, prompt, out, calibration=_unit())
+    assert alone["tpot_s"] == pytest.approx(alone["decode_step_s"], rel=1e-12)  # one client: nothing folded in
+    with pytest.raises(PodsimError, match="output_len"):
+        served_concurrent(get_model("llama-2-7b"), "h100", 2, prompt, 1)  # no decode step to fold into
+
+
+def test_engine_batch_slowdown_is_its_own_or_the_chips_whichever_engine_came_before():
+    table = json.loads((DATA / "decode_calibration.json").read_text())["chips"]["h100"]
+    assert get_decode_calibration("h100", "vllm").batch_slowdown == table["engines"]["vllm"]["batch_slowdown"]
+    for engine in ("tensorrt-llm", "gpt-fast"):
+        own = table["engines"][engine].get("batch_slowdown", table["batch_slowdown"])
+        assert get_decode_calibration("h100").for_engine(engine).batch_slowdown == own  # not vLLM's, carried over
+    rows = decode_rows()
+    assert {r["arrival"] for r in rows} == {"static", "closed_loop"}
+    assert all("vllm" in r["engine"].lower() for r in rows if r["arrival"] == "closed_loop")
 
 
 def test_chip_or_engine_without_decode_data_is_one_line_naming_what_has_it():

@@ -3,8 +3,12 @@
 
 Each row of ``decode_latency.csv`` names its chip, model, dtypes, batch, prompt and output lengths and
 what was measured: ``tpot`` (mean time per output token), ``request`` (a static batch's end-to-end
-latency: prefill, then output - 1 decode steps), ``ttft`` (the prefill alone) or ``throughput`` (output
-tokens per second of a static batch). Rows the fit used and rows kept apart are marked in the file.
+latency: prefill, then output - 1 decode steps), ``ttft`` (the prefill alone), ``throughput`` (output
+tokens per second) or ``throughput_gain`` (throughput over the same setup's with one client). ``arrival``
+says how requests reached the server: ``static`` (one batch, all at once: `served_request`) or
+``closed_loop`` (``batch`` clients each sending a new request when their last ends, continuous batching:
+`served_concurrent`, which folds the other clients' prefills into the decode steps). Rows the fit used and
+rows kept apart are marked in the file.
 """
 from __future__ import annotations
 
@@ -14,11 +18,12 @@ from typing import Any
 from simulator.hardware.calibration import DATA
 from simulator.hardware.decode_calibration import DecodeCalibration, get_decode_calibration
 from simulator.hardware.specs import get_chip
-from simulator.workloads.served import served_request
+from simulator.workloads.served import served_concurrent, served_request
 from simulator.workloads.transformer import TransformerConfig, get_model
 
 FILE = "decode_latency.csv"
-UNITS = {"tpot": "ms/token", "request": "ms", "ttft": "ms", "throughput": "tokens/s"}
+UNITS = {"tpot": "ms/token", "request": "ms", "ttft": "ms", "throughput": "tokens/s",
+         "throughput_gain": "x one client's"}
 
 
 def decode_rows() -> list[dict[str, str]]:
@@ -53,6 +58,14 @@ def predict(row: dict[str, str], calibration: DecodeCalibration | None = None) -
     if row["hbm_bytes_per_s"]:  # a variant of the preset (A100 40GB)
         spec = spec.replace(hbm_bandwidth_bytes_per_s=float(row["hbm_bytes_per_s"]))
     cal = (calibration or get_decode_calibration(row["chip"])).for_engine(engine_of(row))
+    if row["arrival"] == "closed_loop":  # continuous batching under ``batch`` closed-loop clients
+        args = (model_of(row), spec, int(row["batch"]), int(row["input_len"]), int(row["output_len"]),
+                row["weight_dtype"], row["kv_dtype"])
+        c = served_concurrent(*args, calibration=cal)
+        if row["metric"] == "throughput_gain":  # over the same setup with one client
+            return c["output_tokens_per_s"] / served_concurrent(args[0], spec, 1, *args[3:], calibration=cal)[
+                "output_tokens_per_s"]
+        return c["output_tokens_per_s"] if row["metric"] == "throughput" else 1e3 * c[f"{row['metric']}_s"]
     r = served_request(model_of(row), spec, int(row["batch"]), int(row["input_len"]),
                        int(row["output_len"]), row["weight_dtype"], row["kv_dtype"], calibration=cal)
     if row["metric"] == "throughput":
@@ -85,13 +98,20 @@ NOTES = {
         "faster than predicted: its per-layer cost is smaller and its FP8 kernels stream a larger share of HBM than "
         "the fp16 runs the fit saw",
     "Serving decode, one GPU (vllm)":
-        "misses the 10% target on held-out rows: fitted to one request on H100 and A100 40GB (Llama-3.1-8B, "
-        "bf16); the batch slowdown was fitted on NeMo's batch-1 against batch-8 runs and vLLM's kernels slow "
-        "less (4 requests of Llama-3.1-8B on H100: 12% slow; of Qwen2.5-7B, 28 layers: 9% slow; of "
-        "Mistral-7B: within 1%); the H200 batch of 8 (vLLM CI) is 14% fast: vLLM pays a per-step CPU cost "
-        "that does not shrink with faster HBM, which one per-layer constant fitted on slower chips "
-        "underestimates; the concurrency-16 point is 24% fast because continuous batching runs other "
-        "requests' prefills inside the measured decode steps",
+        "misses the 10% target on held-out rows. Fitted to one request on H100 and A100 40GB (Llama-3.1-8B, bf16) "
+        "and to the 8-client throughput gain on A100 40GB, priced as closed-loop continuous batching (the other "
+        "clients' prefills folded into the decode steps): that row gives vLLM its own batch slowdown, which "
+        "falls to about zero (0.7% per doubling against NeMo's 7%; even zero leaves the published 6.6x gain 8% "
+        "above the model, so some per-request cost of the one-client run overlaps at 8 clients). With it the "
+        "three 4-client rows (Llama-3.1-8B, Qwen2.5-7B, Mistral-7B on H100) land within 0.1%, 2% and 11%. "
+        "Two rows miss by far: the H200 batch of 8 (vLLM CI's offline latency test) is 25% fast -- its 6.5 ms "
+        "per step equals H100's one-request step although H200 streams 43% faster, so that path has a per-step "
+        "host cost (scheduling, sampling, detokenizing 8 sequences) that the GPU does not hide, and no fit row "
+        "identifies it (every fitted vLLM step is bandwidth-bound); the 16-client point is 38% fast: its 48-token "
+        "prompts add under 1% to the steps, so the jump from 6.6 ms at 4 clients to 10.9 ms at 16 is not the "
+        "GPU's work (its closed-loop Python client and the server's per-stream output handling are the likely "
+        "cost; neither is modelled). Before vLLM had its own slowdown, NeMo's 7% per doubling offset part of "
+        "these two misses and overpredicted the 4-client rows by 9-12%",
     "Serving decode, one GPU (gpt-fast)": "misses the 10% target on its one held-out row: gpt-fast's factors are "
         "fitted to Llama-2-7B bf16 and Llama-2-70B int8 at batch 1 (its README: 1397 and 1323 GB/s reached); its int8 "
         "weight-only kernels on the 7B shapes reach only 1069 GB/s (dequantizing small matrices costs more than "

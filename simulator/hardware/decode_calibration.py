@@ -14,7 +14,9 @@ matmul peak its large GEMMs reach. `DecodeCalibration` holds those factors for o
 
 The serving software sets the first and the fourth as much as the chip does (vLLM's decode reaches a
 larger fraction of HBM than 2023's NeMo + TensorRT-LLM stack, whose per-layer cost is larger too), so
-``engines`` holds each fitted engine's own ``hbm_fraction`` and ``layer_overhead_s``; ``DEFAULT_ENGINE``
+``engines`` holds each fitted engine's own ``hbm_fraction`` and ``layer_overhead_s`` (and ``batch_slowdown``
+where its own measurements identify it: vLLM's continuous batching slows far less with batch than NeMo's
+static batches; the others take the chip's); ``DEFAULT_ENGINE``
 is the one used when none is named.
 
 The constants live in ``simulator/hardware/data/decode_calibration.json``, written by
@@ -48,7 +50,7 @@ class DecodeCalibration:
     matmul_fraction: dict[str, float] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     engine: str = DEFAULT_ENGINE
-    #: per serving engine: its own ``hbm_fraction`` and ``layer_overhead_s``
+    #: per serving engine: its own ``hbm_fraction``, ``layer_overhead_s`` and ``batch_slowdown``
     engines: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def for_engine(self, engine: str | None) -> DecodeCalibration:
@@ -87,7 +89,8 @@ def get_decode_calibration(chip: str, engine: str | None = None) -> DecodeCalibr
     if data is None:
         raise PodsimError(f"no calibrated decode/prefill model for chip {chip!r} (no published single-accelerator "
                           f"measurements); chips with one: {', '.join(decode_calibrated_chips())}")
-    engines = {k: dict(v) for k, v in data.get("engines", {}).items()}
+    # an engine without its own batch slowdown takes the chip's, whichever engine was picked before
+    engines = {k: {"batch_slowdown": data.get("batch_slowdown", 0.0), **v} for k, v in data.get("engines", {}).items()}
     base = engines.get(DEFAULT_ENGINE, {})
     return DecodeCalibration(chip, base.get("hbm_fraction", data.get("hbm_fraction", 1.0)),
                              base.get("layer_overhead_s", data.get("layer_overhead_s", 0.0)),

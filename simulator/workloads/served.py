@@ -153,3 +153,44 @@ def served_request(cfg: TransformerConfig, chip: str | ChipSpec, batch: int, inp
         setattr(ideal, f, getattr(ideal, f) + getattr(first_ideal, f))
     out["breakdown"] = _breakdown(ideal, real)
     return out
+
+
+def served_concurrent(cfg: TransformerConfig, chip: str | ChipSpec, concurrency: int, input_len: int,
+                      output_len: int, weight_dtype: str | None = None, kv_dtype: str | None = None,
+                      calibration: DecodeCalibration | None = None, engine: str | None = None) -> dict[str, Any]:
+    """Closed-loop continuous batching: ``concurrency`` clients, each sending its next request (``input_len`` prompt
+    tokens, ``output_len`` generated) as soon as its last one ends, as serving benchmarks drive a server
+    (``vllm bench serve --max-concurrency``, InferenceBench's closed-loop driver).
+
+    The server runs ``concurrency`` requests' decode steps together and folds each new request's prefill into
+    the running steps (vLLM's scheduler mixes prefill chunks into decode steps). Per request lifetime the
+    other ``concurrency - 1`` clients start one request each, so a request's decode steps carry their
+    prefills too::
+
+        step   = mean decode step of ``concurrency`` requests (`served_request`'s tpot at that batch)
+        extra  = prefill of one prompt - one decode step of one request (what a mixed step adds: the prompt's
+                 matmuls and KV writes; the weights it streams and its launches the decode step pays already)
+        tpot   = step + (concurrency - 1) * extra / (output_len - 1)
+        ttft   = step + extra
+        cycle  = ttft + (output_len - 1) * tpot = output_len * step + concurrency * extra
+        output_tokens_per_s = concurrency * output_len / cycle
+
+    The cycle holds whether the clients run out of step (the prefills land in other requests' tpot) or in
+    waves (they land in each wave's ttft), so throughput does not depend on the arrival order; tpot assumes
+    out of step. No fitted constant of its own: every term is `served_request` / `served_step`'s. Seconds and
+    tokens per second; ``extra_s`` and ``decode_step_s`` beside them.
+    """
+    spec = _chip(chip)
+    cal = calibration or get_decode_calibration(spec.name, engine)
+    check_int(concurrency, name="concurrency", maximum=MAX_REQUESTS)
+    check_int(output_len, name="output_len", minimum=2, maximum=MAX_OUTPUT_TOKENS)
+    steady = served_request(cfg, spec, concurrency, input_len, output_len, weight_dtype, kv_dtype, calibration=cal)
+    cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
+    prefill = _step_sums(cfg, spec, cal, 1, 0, input_len)[1].total
+    one = _step_sums(cfg, spec, cal, 1, input_len, 1)[1].total
+    step, extra = steady["tpot_s"], max(prefill - one, 0.0)
+    cycle = output_len * step + concurrency * extra
+    return {"chip": spec.name, "engine": cal.engine, "concurrency": concurrency, "input_len": input_len,
+            "output_len": output_len, "decode_step_s": step, "extra_s": extra, "ttft_s": step + extra,
+            "tpot_s": step + (concurrency - 1) * extra / (output_len - 1), "cycle_s": cycle,
+            "output_tokens_per_s": concurrency * output_len / cycle}
