@@ -96,7 +96,8 @@ NOTES = {
         "factors come from NeMo's served Llama-2-7B runs (batch 1-8, fp16), whose per-step costs include NeMo's "
         "serving stack; TensorRT-LLM v0.5's own benchmark at batch 32-64 with FP8 weights and KV cache is 16-20% "
         "faster than predicted: its per-layer cost is smaller and its FP8 kernels stream a larger share of HBM than "
-        "the fp16 runs the fit saw",
+        "the fp16 runs the fit saw. No fit row comes from TensorRT-LLM's own C++ benchmark at decode (its only fit "
+        "rows are 2048-token prefills), so its own factors cannot be fitted apart from NeMo's",
     "Serving decode, one GPU (vllm)":
         "misses the 10% target on held-out rows. Fitted to one request on H100 and A100 40GB (Llama-3.1-8B, bf16) "
         "and to the 8-client throughput gain on A100 40GB, priced as closed-loop continuous batching (the other "
@@ -115,9 +116,11 @@ NOTES = {
     "Serving decode, one GPU (gpt-fast)": "misses the 10% target on its one held-out row: gpt-fast's factors are "
         "fitted to Llama-2-7B bf16 and Llama-2-70B int8 at batch 1 (its README: 1397 and 1323 GB/s reached); its int8 "
         "weight-only kernels on the 7B shapes reach only 1069 GB/s (dequantizing small matrices costs more than "
-        "streaming them), so the 7B int8 row is 21% fast; the A100 there is power-limited to 330 W",
+        "streaming them), so the 7B int8 row is 21% fast; the A100 there is power-limited to 330 W. "
+        "An int8 efficiency by shape needs a second int8 fit row (there is one: 70B), so it is not modelled",
     "Serving prefill (first token), one GPU (tensorrt-llm)": "misses the 10% target on held-out rows: the "
         "2048-token first tokens fit the matmul fractions; the 128-token H100 FP8 first token is 17% fast: at 128 "
         "tokens the step is mostly fixed costs (launches, one pass over the weights) that the per-layer decode "
-        "overhead only partly covers",
+        "overhead only partly covers; the two 128-token rows are the only short prefills and both are held out, so "
+        "no prefill fixed cost is fitted",
 }
