@@ -43,6 +43,7 @@ from simulator.collectives import (  # noqa: F401
     line_pipelined,
     nvls,
     nvls_tree,
+    rail_chains,
     rail_gather,
     recursive,
     root,

@@ -1,0 +1,172 @@
+"""Broadcast and Reduce across GPU nodes in rounds along the rails (``rail_chains``).
+
+On ``nodes:K:G`` every GPU has one NVLink port to its node's switch and one NIC to the InfiniBand switch.
+Every node other than the root's must receive (Broadcast) or send (Reduce) V through its G NICs; the
+chain or direct algorithms push it all through one or two NICs. Here the array goes in R rounds, each of
+G - 1 pieces of p = V / (R (G - 1)) bytes, piece h of a round on rail h (the GPUs (k, h) of every node k;
+the root (a, b) keeps rail b's NICs idle, so its own port carries each piece once):
+
+Broadcast, round q:
+- the root sends piece h to its node's GPU (a, h) over NVLink (its port: G - 1 pieces), which forwards it
+  to the G - 2 other GPUs of the node when the next round's pieces leave the root -- as in `switch_relay`,
+  a period ``t_nv = alpha_nv + (G - 1) p / W_nv`` a round (alpha: a route's latency, two links); so
+  round q is at the rail GPUs of the root's node at ``n_q = q t_nv``;
+- along each rail a chain over InfiniBand through the other nodes k_1 .. k_(K-1) in order, one piece at a
+  time on each NIC: ``b1_q = max(n_q, b1_(q-1)) + t_ib``, ``bi_q = max(b(i-1)_q, bi_(q-1)) + t_ib``,
+  ``t_ib = alpha_ib + p / W_ib``;
+- at node k_i every rail GPU forwards its piece to the node's G - 1 others over NVLink (each port out G - 1
+  pieces, in at most G - 1): ``gi_q = max(bi_q, gi_(q-1)) + t_nv``.
+
+``T = max(g_R over the nodes, n_R + alpha_nv + (G - 2) p / W_nv)`` (the root's node's last forwards).
+
+Reduce runs the rounds backwards, adding: at node k_i every GPU sends piece h of round q to the rail GPU
+(k_i, h) (``u_q = q t_nv``); the rails' chains run from the farthest node in (``c(K-1)_q = max(u_q,
+c(K-1)_(q-1)) + t_ib``, ``ci_q = max(u_q, c(i+1)_q, ci_(q-1)) + t_ib``); in the root's node the GPUs send
+their pieces of round q + 1 to the rail GPUs while those send round q's sums to the root, both once round
+q's chain and pieces have arrived (lock step as in `switch_relay`): ``s_1 = max(alpha_nv + (G - 2) p / W_nv,
+c1_1)``, ``s_q = max(s_(q-1) + t_nv, c1_q)``, ``T = s_R + t_nv``.
+
+Equal messages that start together on a link end together (a link direction shares its bandwidth
+fairly), every rail alike, so the recurrences are exact. The InfiniBand steps pay their route latency each
+round: R minimises the closed form (about sqrt of the fill over the latency). Timing mode rounds ``chunks``
+up to whole rounds of G - 1 pieces; numeric data must split into them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.collectives.algorithm import Job, register
+from simulator.collectives.groups import Group
+from simulator.collectives.rail_gather import RailGather
+from simulator.collectives.schedule import Schedule
+from simulator.engine.network import Network
+from simulator.errors import PodsimError
+
+MAX_TRANSFERS = 50_000  #: default rounds stop where the schedule would pass this many transfers
+MAX_ROUNDS = 256  #: rounds the default tries
+
+
+def rail_time(kind: str, nodes: int, gpus: int, rounds: int, piece: float, links: tuple[float, ...]) -> float:
+    """The recurrences of the module docstring: ``nodes`` x ``gpus``, ``rounds`` of ``piece`` bytes per rail,
+    ``links`` = (alpha_nv, W_nv, alpha_ib, W_ib)."""
+    alpha_nv, w_nv, alpha_ib, w_ib = links
+    t_nv = alpha_nv + (gpus - 1) * piece / w_nv
+    t_ib = alpha_ib + piece / w_ib
+    last_local = alpha_nv + (gpus - 2) * piece / w_nv
+    chain = [0.0] * (nodes - 1)  # per node of the chain, its last step's end
+    out = [0.0] * (nodes - 1)  # Broadcast: its forwards' end
+    start = 0.0  # Reduce: when the root's node's period of round q starts
+    for q in range(1, rounds + 1):
+        if kind == "broadcast":
+            ready = q * t_nv
+            for i in range(nodes - 1):
+                chain[i] = max(ready, chain[i]) + t_ib
+                ready = chain[i]
+                out[i] = max(chain[i], out[i]) + t_nv
+        else:
+            ready = q * t_nv
+            for i in reversed(range(nodes - 1)):
+                chain[i] = max(ready, chain[i]) + t_ib
+                ready = max(q * t_nv, chain[i])
+            arrived = chain[0] if nodes > 1 else 0.0
+            start = max(last_local if q == 1 else start + t_nv, arrived)
+    if kind == "broadcast":
+        return max([*out, rounds * t_nv + last_local])
+    return start + t_nv
+
+
+class RailChains(RailGather):
+    """Broadcast / Reduce across GPU nodes: rounds of one piece per rail, chained over InfiniBand along each rail."""
+
+    name = "rail_chains"
+    summary = ("Broadcast, Reduce across GPU nodes: rounds of a piece per rail, relayed over NVLink in the root's "
+               "node, chained over InfiniBand along each rail, spread over NVLink in every node (Reduce: adding)")
+    kinds = ("broadcast", "reduce")
+    topologies = ("nodes",)
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        why = super().unfit(kind, net, groups)
+        shape = net.graph.graph.get("shape", (1, 1))
+        if why is None and (shape[0] < 2 or shape[1] < 2):
+            return "it needs two nodes or more of two GPUs or more"
+        return why
+
+    def _rounds(self, job: Job) -> int:
+        g = job.net.graph.graph["shape"][1]
+        return -(-job.chunks // (g - 1))
+
+    def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
+        """R (G - 1) pieces, R the rounds (up to `MAX_ROUNDS`, within `MAX_TRANSFERS`) of the fastest closed form."""
+        k, g = net.graph.graph["shape"]
+        if nbytes is None:
+            return g - 1
+        probe = Job(kind, net, groups, [groups], 1, g - 1, (0,), 1.0)
+        links = self._links(probe)
+        most = max(1, min(MAX_ROUNDS, MAX_TRANSFERS // (k * g * g)))
+        best = min(range(1, most + 1), key=lambda r: (rail_time(kind, k, g, r, nbytes / (r * (g - 1)), links), r))
+        return best * (g - 1)
+
+    def prepare(self, job: Job) -> None:
+        g = job.net.graph.graph["shape"][1]
+        if job.numeric and job.chunks % (g - 1):
+            raise PodsimError(f"rail_chains sends rounds of {g - 1} pieces (one per rail but the root's); numeric "
+                              f"chunks={job.chunks} must be a multiple of {g - 1}")
+
+    def _piece(self, job: Job) -> float:
+        g = job.net.graph.graph["shape"][1]
+        return job.key_bytes if job.numeric else job.nbytes / (self._rounds(job) * (g - 1))
+
+    def closed_form(self, job: Job) -> float:
+        k, g = job.net.graph.graph["shape"]
+        return rail_time(job.kind, k, g, self._rounds(job), self._piece(job), self._links(job))
+
+    def build(self, job: Job, s: Schedule) -> None:
+        root, at, a, b = self._plan(job)
+        nodes = [k for k in sorted(at) if k != a]
+        rails = [h for h in sorted(at[a]) if h != b]
+        tag, piece = ("rail_chains", id(job.group)), None if job.numeric else self._piece(job)
+        last: dict[tuple[Any, Any], int] = {}
+
+        def add(src: Any, dst: Any, j: int, deps: list[int], op: str) -> int:
+            keys = (("piece", j),) if job.numeric else 1
+            before = last.get((src, dst))
+            last[(src, dst)] = s.add(src, dst, keys, op, deps + ([before] if before is not None else []), tag, dst,
+                                     nbytes=piece)
+            return last[(src, dst)]
+
+        if job.kind == "broadcast":
+            self._broadcast(job, at, root, a, nodes, rails, add)
+        else:
+            self._reduce(job, at, root, a, nodes, rails, add)
+
+    def _broadcast(self, job: Job, at: dict, root: Any, a: int, nodes: list[int], rails: list[int], add: Any) -> None:
+        for q in range(self._rounds(job)):
+            for i, h in enumerate(rails):
+                j = min(q * len(rails) + i, job.chunks - 1)  # timing mode: the last round's pieces repeat a key
+                head = at[a][h]
+                got = add(root, head, j, [], "copy")
+                for x in rails:
+                    if x != h:
+                        add(head, at[a][x], j, [got], "copy")
+                here = got
+                for n, k in enumerate(nodes):
+                    here = add(at[nodes[n - 1]][h] if n else head, at[k][h], j, [here], "copy")
+                    for x in at[k]:
+                        if x != h:
+                            add(at[k][h], at[k][x], j, [here], "copy")
+
+    def _reduce(self, job: Job, at: dict, root: Any, a: int, nodes: list[int], rails: list[int], add: Any) -> None:
+        wait: dict[int, list[int]] = {}  # rail -> what its sum of the last round waited for (its pieces start then)
+        for q in range(self._rounds(job)):
+            for i, h in enumerate(rails):
+                j = min(q * len(rails) + i, job.chunks - 1)
+                came: list[int] = []
+                for n, k in reversed(list(enumerate(nodes))):
+                    adds = [add(at[k][x], at[k][h], j, [], "add") for x in at[k] if x != h]
+                    came = [add(at[k][h], at[nodes[n - 1]][h] if n else at[a][h], j, adds + came, "add")]
+                head = at[a][h]
+                local = [add(at[a][x], head, j, list(wait.get(h, [])), "add") for x in rails if x != h]
+                wait[h] = local + came
+                add(head, root, j, wait[h], "add")
+
+RAIL_CHAINS = register(RailChains())

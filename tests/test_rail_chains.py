@@ -1,0 +1,82 @@
+"""rail_chains: Broadcast and Reduce across GPU nodes in rounds along the rails (collectives/rail_chains.py).
+
+Oracles by hand from the nodes:K:G links (a GPU's NVLink port, W_nv each way, two links a route; its NIC,
+W_ib, two links of the IB switch): one round on two nodes is three steps in a row; numeric against numpy.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator import System
+from simulator.collectives import run_collective
+from simulator.errors import PodsimError
+
+V = 64e6
+
+
+def _links(system: System) -> tuple[float, float, float, float]:
+    g = system.network.graph
+    nv, ib = g.edges[0, "sw0"], g.edges[0, "ib0"]
+    return 2 * nv["latency_s"], nv["bandwidth_bytes_per_s"], 2 * ib["latency_s"], ib["bandwidth_bytes_per_s"]
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
+def test_one_round_on_two_nodes_is_three_steps(kind):
+    """nodes:2:8, one round, p = V/7 a rail: Broadcast -- the root's port sends 7 pieces; each goes over its
+    rail's NICs; in the other node each of the 7 rail GPUs sends its piece to the 7 others (ports out 7).
+    Reduce -- the same three steps backwards (the other node's 8 GPUs each send a piece to every rail GPU but
+    itself; the rail sums cross InfiniBand; the 7 sums enter the root's port)."""
+    system = System("h100", topology="nodes:2:8")
+    a_nv, w_nv, a_ib, w_ib = _links(system)
+    p = V / 7
+    step = a_nv + 7 * p / w_nv
+    r = run_collective(kind, system, V, algorithm="rail_chains", chunks=7)
+    assert r.time_s == pytest.approx(step + (a_ib + p / w_ib) + step, rel=1e-6)
+    assert r.analytic_s == pytest.approx(r.time_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("topology", ["nodes:2:8", "nodes:4:8", "nodes:3:2", "nodes:2:3"])
+def test_closed_form_equals_the_simulation(topology):
+    for kind in ("broadcast", "reduce"):
+        for nbytes, chunks in ((1e5, None), (1e9, None), (1e8, 5)):
+            r = run_collective(kind, System("h100", topology=topology), nbytes, algorithm="rail_chains", root=3,
+                               chunks=chunks)
+            assert r.time_s == pytest.approx(r.analytic_s, rel=1e-6), (kind, nbytes)
+            assert r.time_s >= r.topology_bound_s * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_auto_takes_it_far_below_the_chain_and_the_direct_reduce(k):
+    """64 MB on nodes:k:8: every other node must take V through its 8 NICs (V / (8 W_ib)); the rails carry it
+    on 7 of them, paying an InfiniBand route latency a round."""
+    for kind in ("broadcast", "reduce"):
+        system = System("h100", topology=f"nodes:{k}:8")
+        _, _, a_ib, w_ib = _links(system)
+        r = run_collective(kind, system, V)
+        assert r.algorithm == "rail_chains"
+        assert V / (7 * w_ib) < r.time_s < 2 * (a_ib + V / (8 * w_ib))
+    one_nic = run_collective("reduce", System("h100", topology=f"nodes:{k}:8"), V, algorithm="root_direct")
+    assert one_nic.time_s > 20 * r.time_s  # every GPU's whole array through the root's one NIC
+
+
+@pytest.mark.parametrize("topology,root", [("nodes:2:4", 0), ("nodes:3:3", 4), ("nodes:4:8", 13)])
+def test_numeric_equals_numpy(topology, root):
+    system = System("h100", topology=topology)
+    n, g = len(system.network.chips), system.network.graph.graph["shape"][1]
+    data = np.random.default_rng(9).standard_normal((n, 6 * (g - 1)))
+    for chunks in (g - 1, 3 * (g - 1)):
+        b = run_collective("broadcast", System("h100", topology=topology), data=data, root=root,
+                           algorithm="rail_chains", chunks=chunks)
+        for chip in range(n):
+            np.testing.assert_array_equal(b.outputs[chip], data[root])
+        r = run_collective("reduce", System("h100", topology=topology), data=data, root=root,
+                           algorithm="rail_chains", chunks=chunks)
+        np.testing.assert_allclose(r.outputs[root], data.sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
+def test_numeric_pieces_that_are_not_whole_rounds_name_the_multiple():
+    data = np.zeros((8, 12))
+    with pytest.raises(PodsimError, match="multiple of 3"):
+        run_collective("broadcast", System("h100", topology="nodes:2:4"), data=data, algorithm="rail_chains",
+                       chunks=4)
