@@ -52,7 +52,7 @@ EVENTS_PER_TRANSFER = 3  #: simulated events of one transfer over one hop on the
 #: `simulator.engine.watch.EVENTS_PER_S` units per second of real time; benchmarks/thousand_gpus.py measures)
 AGGREGATED_EVENTS_PER_TRANSFER = 2
 PULSE = 0x1000  #: arrivals between two reports of an aggregated run (progress, wall-clock limit: `System.pulse`)
-LONG_RUN_HINT = "use --mode reduced, fewer chips or a smaller topology"
+LONG_RUN_HINT = "use fewer chips or a smaller topology (or --mode reduced, on wrapped tori)"
 _TICK_MASK = TICK - 1
 _PULSE_MASK = PULSE - 1
 _BARRIER = object()  #: the tag `Schedule` files a barrier under: none (a barrier arrives nowhere)
