@@ -36,7 +36,7 @@ def test_one_round_on_two_nodes_is_three_steps(kind):
     assert r.analytic_s == pytest.approx(r.time_s, rel=1e-6)
 
 
-@pytest.mark.parametrize("topology", ["nodes:2:8", "nodes:4:8", "nodes:3:2", "nodes:2:3"])
+@pytest.mark.parametrize("topology", ["nodes:2:8", "nodes:4:8", "nodes:3:2", "nodes:2:3", "fattree:4:8"])
 def test_closed_form_equals_the_simulation(topology):
     for kind in ("broadcast", "reduce"):
         for nbytes, chunks in ((1e5, None), (1e9, None), (1e8, 5)):
@@ -44,6 +44,15 @@ def test_closed_form_equals_the_simulation(topology):
                                chunks=chunks)
             assert r.time_s == pytest.approx(r.analytic_s, rel=1e-6), (kind, nbytes)
             assert r.time_s >= r.topology_bound_s * (1 - 1e-12)
+
+
+def test_chains_across_fat_tree_units_price_each_step_by_its_route():
+    """superpod:2: a rail's chain crosses the spine once, between the units; each step is priced by its own
+    route's latency, so the closed form holds there too (one round: 7 pieces)."""
+    for kind in ("broadcast", "reduce"):
+        r = run_collective(kind, System("h100", topology="superpod:2", trace=False), 1e7, algorithm="rail_chains",
+                           chunks=7)
+        assert r.time_s == pytest.approx(r.analytic_s, rel=1e-6)
 
 
 @pytest.mark.parametrize("k", [2, 4])

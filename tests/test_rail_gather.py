@@ -73,3 +73,13 @@ def test_numeric_equals_numpy(topology, root):
     for chip in range(n):
         np.testing.assert_array_equal(scattered.outputs[chip], np.split(data[root], n)[chip])
 
+
+
+def test_across_fat_tree_units_it_does_not_apply():
+    """superpod:2: the rails' routes to the root's node differ (some cross the spine), which the closed form's
+    single InfiniBand step does not price; auto keeps the others there."""
+    from simulator.collectives import applicable, collective_groups
+    net = System("h100", topology="superpod:2", trace=False).network
+    assert "rail_gather" not in applicable("gather", net, collective_groups(net, None))
+    assert "rail_gather" in applicable("gather", System("h100", topology="fattree:4:8").network,
+                                       collective_groups(System("h100", topology="fattree:4:8").network, None))

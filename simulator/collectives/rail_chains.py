@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.collectives.algorithm import Job, register
+from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
-from simulator.collectives.rail_gather import RailGather
+from simulator.collectives.rail_gather import RailGather, _route
 from simulator.collectives.schedule import Schedule
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
@@ -46,12 +46,12 @@ MAX_TRANSFERS = 50_000  #: default rounds stop where the schedule would pass thi
 MAX_ROUNDS = 256  #: rounds the default tries
 
 
-def rail_time(kind: str, nodes: int, gpus: int, rounds: int, piece: float, links: tuple[float, ...]) -> float:
+def rail_time(kind: str, nodes: int, gpus: int, rounds: int, piece: float, links: tuple[Any, ...]) -> float:
     """The recurrences of the module docstring: ``nodes`` x ``gpus``, ``rounds`` of ``piece`` bytes per rail,
-    ``links`` = (alpha_nv, W_nv, alpha_ib, W_ib)."""
-    alpha_nv, w_nv, alpha_ib, w_ib = links
+    ``links`` = (alpha_nv, W_nv, [(alpha, W) of each InfiniBand step of a rail's chain, from the root's node out])."""
+    alpha_nv, w_nv, steps = links
     t_nv = alpha_nv + (gpus - 1) * piece / w_nv
-    t_ib = alpha_ib + piece / w_ib
+    t_ib = [alpha + piece / w for alpha, w in steps]
     last_local = alpha_nv + (gpus - 2) * piece / w_nv
     chain = [0.0] * (nodes - 1)  # per node of the chain, its last step's end
     out = [0.0] * (nodes - 1)  # Broadcast: its forwards' end
@@ -60,13 +60,13 @@ def rail_time(kind: str, nodes: int, gpus: int, rounds: int, piece: float, links
         if kind == "broadcast":
             ready = q * t_nv
             for i in range(nodes - 1):
-                chain[i] = max(ready, chain[i]) + t_ib
+                chain[i] = max(ready, chain[i]) + t_ib[i]
                 ready = chain[i]
                 out[i] = max(chain[i], out[i]) + t_nv
         else:
             ready = q * t_nv
             for i in reversed(range(nodes - 1)):
-                chain[i] = max(ready, chain[i]) + t_ib
+                chain[i] = max(ready, chain[i]) + t_ib[i]
                 ready = max(q * t_nv, chain[i])
             arrived = chain[0] if nodes > 1 else 0.0
             start = max(last_local if q == 1 else start + t_nv, arrived)
@@ -85,11 +85,24 @@ class RailChains(RailGather):
     topologies = ("nodes",)
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
-        why = super().unfit(kind, net, groups)
+        why = Algorithm.unfit(self, kind, net, groups)  # each chain hop is priced by its own route: any fat tree
+        if why is None and (len(groups) != 1 or groups[0].n != len(net.chips)):
+            return "it sends to every GPU of every node (a group of the whole system)"
         shape = net.graph.graph.get("shape", (1, 1))
         if why is None and (shape[0] < 2 or shape[1] < 2):
             return "it needs two nodes or more of two GPUs or more"
         return why
+
+    def _chain_links(self, job: Job) -> tuple[Any, ...]:
+        """(alpha_nv, W_nv, per InfiniBand step of the chains: the slowest latency and bandwidth over the rails)."""
+        alpha_nv, w_nv, _, _ = self._links(job)
+        root, at, a, b = self._plan(job)
+        order = [a] + [k for k in sorted(at) if k != a]
+        steps = []
+        for u, v in zip(order, order[1:], strict=False):
+            routes = [_route(job.net, at[u][h], at[v][h]) for h in at[a] if h != b]
+            steps.append((max(r[0] for r in routes), min(r[1] for r in routes)))
+        return alpha_nv, w_nv, steps
 
     def _rounds(self, job: Job) -> int:
         g = job.net.graph.graph["shape"][1]
@@ -101,7 +114,7 @@ class RailChains(RailGather):
         if nbytes is None:
             return g - 1
         probe = Job(kind, net, groups, [groups], 1, g - 1, (0,), 1.0)
-        links = self._links(probe)
+        links = self._chain_links(probe)
         most = max(1, min(MAX_ROUNDS, MAX_TRANSFERS // (k * g * g)))
         best = min(range(1, most + 1), key=lambda r: (rail_time(kind, k, g, r, nbytes / (r * (g - 1)), links), r))
         return best * (g - 1)
@@ -118,7 +131,7 @@ class RailChains(RailGather):
 
     def closed_form(self, job: Job) -> float:
         k, g = job.net.graph.graph["shape"]
-        return rail_time(job.kind, k, g, self._rounds(job), self._piece(job), self._links(job))
+        return rail_time(job.kind, k, g, self._rounds(job), self._piece(job), self._chain_links(job))
 
     def build(self, job: Job, s: Schedule) -> None:
         root, at, a, b = self._plan(job)

@@ -63,6 +63,8 @@ class RailGather(Algorithm):
         why = super().unfit(kind, net, groups)
         if why is None and (len(groups) != 1 or groups[0].n != len(net.chips)):
             return "it gathers over every GPU of every node (a group of the whole system)"
+        if why is None and net.graph.graph.get("units", 1) > 1:
+            return "its closed form takes every rail's route alike; across fat-tree units some cross the spine"
         return why
 
     def _plan(self, job: Job) -> tuple[Any, dict[int, dict[int, Any]], int, int]:
