@@ -13,12 +13,18 @@ Both return plain SimPy events and schedule one timeout per state change, with n
 operation, so long pipelines stay cheap. `Channel.send` is `Channel.transfer` without an event: it calls
 a function on arrival, and the timers of the flows that start at one instant with one delay share one
 SimPy event (`call_after`): flow-level aggregation for the many equal messages of a collective's step.
+
+Fair sharing costs O(log n) a change with ``n`` flows in flight (a virtual clock): every flow in flight has
+received the same bytes since the channel last idled, ``v``, so a flow joining at ``v0`` finishes when ``v``
+reaches ``v0 + bytes`` -- a key fixed at arrival, kept in a heap; an arrival or departure only advances ``v`` by
+``elapsed * bandwidth / n``. `ListChannel` recomputes every flow's bytes left at each change (O(n)): the form
+for a rate that varies with time (`simulator.engine.disturb.FaultChannel`).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from heapq import heappush
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 import simpy
@@ -36,6 +42,10 @@ _new = object.__new__
 
 def _remaining(flow: _Flow) -> float:
     return flow.remaining
+
+
+def _arrival(entry: tuple[float, int, _Flow]) -> int:
+    return entry[1]
 
 
 class _Flow:
@@ -77,9 +87,12 @@ class Channel:
         self.chip = chip
         self.trace = trace
         self.bytes_carried = 0.0
-        self._flows: list[_Flow] = []
+        self._flows: list[Any] = []  #: heap of (finish on the virtual clock, arrival number, flow)
         self._last_update = 0.0
         self._generation = 0
+        self._v = 0.0  #: bytes every flow in flight has received since the channel last idled (or rebased)
+        self._arrivals = 0  #: flows admitted while busy (ties in the heap go to the earlier)
+        self._departures = 0  #: flows finished since the clock was last rebased
 
     @property
     def busy(self) -> bool:
@@ -125,7 +138,8 @@ class Channel:
             self._admit(flow)
             return
         flow.start = self._last_update = self.env._now
-        self._flows = [flow]
+        self._flows = [(flow.nbytes, 0, flow)]
+        self._v = 0.0
         self._generation += 1
         flow.generation = self._generation
         call_after(self.env, flow.nbytes / self.bandwidth_bytes_per_s, self._lone_done, flow)
@@ -152,34 +166,37 @@ class Channel:
             return
         # what _advance, _admit and _schedule do for a lone flow
         flow.start = self._last_update = self.env.now
-        self._flows = [flow]
+        self._flows = [(flow.nbytes, 0, flow)]
+        self._v = 0.0
         self._generation += 1
         generation = self._generation
         timer = _timeout(self.env, flow.nbytes / self.bandwidth_bytes_per_s)
         timer.callbacks.append(lambda _e: self._on_timer(generation, flow))
 
     def _advance(self) -> None:
-        now = self.env.now
+        now = self.env._now
         if self._flows and now > self._last_update:
-            moved = (now - self._last_update) * self.bandwidth_bytes_per_s / len(self._flows)
-            for flow in self._flows:
-                flow.remaining -= moved
+            self._v += (now - self._last_update) * self.bandwidth_bytes_per_s / len(self._flows)
         self._last_update = now
 
     def _admit(self, flow: _Flow) -> None:
+        if not self._flows:
+            self._v = 0.0
         self._advance()
-        flow.start = self.env.now
-        self._flows.append(flow)
+        flow.start = self.env._now
+        self._arrivals += 1
+        heappush(self._flows, (self._v + flow.remaining, self._arrivals, flow))
         self._schedule()
 
     def _schedule(self) -> None:
         self._generation += 1
-        if not self._flows:
+        flows = self._flows
+        if not flows:
             return
         generation = self._generation
-        flows = self._flows
-        first = flows[0] if len(flows) == 1 else min(flows, key=_remaining)
-        delay = max(0.0, first.remaining) * len(flows) / self.bandwidth_bytes_per_s
+        finish, _, first = flows[0]
+        left = finish - self._v
+        delay = (left if left > 0.0 else 0.0) * len(flows) / self.bandwidth_bytes_per_s
         if first.event is None:  # a `send` flow ends first: share the timer (`call_after`)
             call_after(self.env, delay, self._timer_call, (generation, first))
             return
@@ -191,19 +208,31 @@ class Channel:
     def _on_timer(self, generation: int, first: _Flow) -> None:
         if generation != self._generation:
             return  # the set of flows changed since this timer was set
-        if len(self._flows) == 1:  # the common case: the only flow (``first``) is done, the channel idles
-            self._last_update = self.env.now  # all _advance would do that still matters
+        flows = self._flows
+        if len(flows) == 1:  # the common case: the only flow (``first``) is done, the channel idles
+            self._last_update = self.env._now  # all _advance would do that still matters
             self._flows = []
             self._generation += 1  # all _schedule does with no flows
             self._finish(first, self.complete_inline)
             return
         self._advance()
-        first.remaining = 0.0
-        done = [f for f in self._flows if f.remaining <= _DONE_FRACTION * f.nbytes]
-        self._flows = [f for f in self._flows if f.remaining > _DONE_FRACTION * f.nbytes]
+        v = self._v
+        done = [heappop(flows)]  # ``first``: the set of flows is the one its timer was set for
+        while flows and flows[0][0] - v <= _DONE_FRACTION * flows[0][2].nbytes:
+            done.append(heappop(flows))
+        if not flows:
+            self._v = 0.0
+        else:
+            self._departures += len(done)
+            if self._departures >= len(flows):  # rebase the clock now and then (amortised O(1)): keys stay small
+                self._flows = flows = [(f - v, i, flow) for f, i, flow in flows]
+                heapify(flows)
+                self._v, self._departures = 0.0, 0
+        if len(done) > 1:
+            done.sort(key=_arrival)  # finish in the order they joined, as the plain form does
         self._schedule()  # before the finishes: a `send` flow's ``then`` may start a flow here at once
-        for flow in done:
-            self._finish(flow)
+        for entry in done:
+            self._finish(entry[2])
 
     def _finish(self, flow: _Flow, inline: bool = False) -> None:
         now = self.env.now
@@ -227,6 +256,63 @@ class Channel:
         callbacks, event.callbacks = event.callbacks, None
         for callback in callbacks:
             callback(event)
+
+
+class ListChannel(Channel):
+    """A `Channel` that keeps its flows in a list and recomputes each one's bytes left at every change (O(n)
+    a change): the form for rates that vary with time (`simulator.engine.disturb.FaultChannel`), and the
+    plain reference the virtual clock of `Channel` is checked against. Every transfer takes `_admit`."""
+
+    def transfer(self, nbytes: float, label: str = "", kind: str = "transfer") -> simpy.Event:
+        event = Event(self.env)
+        if nbytes <= 0:
+            return event.succeed(self.env.now)
+        flow = _Flow(nbytes, event, label, kind)
+        if self.latency_s > 0:
+            Timeout(self.env, self.latency_s).callbacks.append(lambda _e: self._admit(flow))
+        else:
+            self._admit(flow)
+        return event
+
+    def _advance(self) -> None:
+        now = self.env.now
+        if self._flows and now > self._last_update:
+            moved = (now - self._last_update) * self.bandwidth_bytes_per_s / len(self._flows)
+            for flow in self._flows:
+                flow.remaining -= moved
+        self._last_update = now
+
+    def _admit(self, flow: _Flow) -> None:
+        self._advance()
+        flow.start = self.env.now
+        self._flows.append(flow)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        self._generation += 1
+        if not self._flows:
+            return
+        generation = self._generation
+        first = min(self._flows, key=_remaining)
+        delay = max(0.0, first.remaining) * len(self._flows) / self.bandwidth_bytes_per_s
+        self.env.timeout(delay).callbacks.append(lambda _e: self._on_timer(generation, first))
+
+    def _on_timer(self, generation: int, first: _Flow) -> None:
+        if generation != self._generation:
+            return  # the set of flows changed since this timer was set
+        if len(self._flows) == 1:  # the only flow (``first``) is done, the channel idles
+            self._last_update = self.env.now
+            self._flows = []
+            self._generation += 1
+            self._finish(first, self.complete_inline)
+            return
+        self._advance()
+        first.remaining = 0.0
+        done = [f for f in self._flows if f.remaining <= _DONE_FRACTION * f.nbytes]
+        self._flows = [f for f in self._flows if f.remaining > _DONE_FRACTION * f.nbytes]
+        self._schedule()
+        for flow in done:
+            self._finish(flow)
 
 
 class SerialUnit:

@@ -27,7 +27,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from simulator.engine.channel import Channel, SerialUnit, _Flow, _remaining
+from simulator.engine.channel import Channel, ListChannel, SerialUnit, _Flow, _remaining
 from simulator.engine.faults import (
     CHIP_FAULTS,
     LINK_FAULTS,
@@ -105,7 +105,7 @@ def _windows(pauses: Sequence[Window]) -> list[Window]:
     return out
 
 
-class FaultChannel(Channel):
+class FaultChannel(ListChannel):
     """A `Channel` that may be jittered (``noise``), paused in ``pauses`` windows and failed at ``fail_at``.
 
     Its rate is the bandwidth, or zero inside a pause and from the failure on; a timer is set at each rate
