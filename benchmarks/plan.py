@@ -7,7 +7,8 @@ blocks, best of three), the closed-form part alone (every (layout, options) pair
 and CPU), the whole search (the best ``--top`` layouts simulated on ``--workers`` processes; wall), each
 simulation's CPU time in its worker, and the search's time on an idle machine estimated from CPU times:
 the closed form's CPU plus the busiest worker's simulations (longest first onto the least-loaded
-worker). A shared, loaded machine inflates wall times, CPU times much less. Ends with
+worker), and what the search's wall leaves beyond the closed form's wall and the busiest worker's CPU.
+A shared, loaded machine inflates wall times, CPU times much less. Ends with
 ``ratio: X`` where X = search wall / lean wall (the target, 60 s against a 0.15 s lean model, is 400).
 
     python benchmarks/plan.py [--model llama-3-70b] [--chip tpu-v5p] [--chips 256] [--batch 256]
@@ -61,6 +62,8 @@ def main() -> None:
               f"{row['simulation_cpu_s']:.2f} s cpu, {row['options']}")
     print(f"simulations: {sum(r['simulation_cpu_s'] for r in sims):.2f} s cpu in all; idle-machine estimate: "
           f"{closed_cpu:.2f} + {max(loads):.2f} (busiest worker) = {closed_cpu + max(loads):.2f} s")
+    print(f"rest of the search's wall (worker start-up and imports, transfers, machine load): "
+          f"{search_s - closed_s - max(loads):.2f} s")
     print(f"ratio: {search_s / lean_s:.1f}")
 
 
