@@ -20,7 +20,18 @@ def _train(capsys, mesh):
     assert main(["model", "llama-3-8b", "--mode", "train", "--chip", "tpu-v5p", "--mesh", mesh, "--batch", "64",
                  "--seq", "1024", "--no-simulate", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    axes = {a: len(dims) for a, dims in out["placement"].items()}  # physical axes under each logical axis
+    # physical axes under each logical axis, in units of a whole wrapped axis's W_ICI (issue 13): a factor of an
+    # axis ({"axis", "size", "stride"}) is a line (one way to each neighbour, W_ICI / 2) unless it is the outer
+    # factor of more than 2 (a ring through the wrap link), and its neighbours are ``stride`` hops apart, each
+    # link shared by ``stride`` groups
+    sides = [int(n) for n in out["topology"].split(":")[1].split("x")]
+
+    def weight(d):
+        if isinstance(d, int):
+            return 1
+        ring = d["size"] * d["stride"] == sides[d["axis"]] and d["size"] > 2
+        return (1 if ring else 0.5) / d["stride"]
+    axes = {a: sum(map(weight, dims)) for a, dims in out["placement"].items()}
     return out["critical_batch_per_chip"], out.get("critical_batch_notes", {}), axes
 
 

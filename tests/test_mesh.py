@@ -43,12 +43,13 @@ def test_explicit_placement_swaps_axes():
     assert mesh.device((1, 2)) == 2 * 4 + 1
 
 
-@pytest.mark.parametrize("text,match", [("X=4,Y=2", "8 devices but the topology has 16"),
-                                        ("X=2,Y=8", "does not match the physical axes"),
-                                        ("X=4@0,Y=4@0", "unused axes")])
-def test_mesh_that_does_not_fit_the_topology(text, match):
+@pytest.mark.parametrize("text,shape,match", [("X=4,Y=2", (4, 4), "8 devices but the topology has 16"),
+                                              ("X=3,Y=4", (2, 6), "does not match the physical axes"),
+                                              ("X=4@0,Y=4@0", (4, 4), "unused axes")])
+def test_mesh_that_does_not_fit_the_topology(text, shape, match):
+    """X=3 shares no factor with the first axis of 2x6, so not even a factor of it can hold X."""
     with pytest.raises(PodsimError, match=match):
-        Mesh(text, topologies.torus((4, 4)))
+        Mesh(text, topologies.torus(shape))
 
 
 def test_unknown_axis_lists_the_mesh_axes():

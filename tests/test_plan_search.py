@@ -120,20 +120,18 @@ def _sizes_fit(sizes: list[int], sides: list[int]) -> bool:
     return False
 
 
-def test_search_ranks_layouts_on_real_slices_before_the_fallback_shape_and_zero_is_na_without_fsdp():
+def test_search_lays_every_mesh_on_the_real_slice_and_zero_is_na_without_fsdp():
     """32 v5p chips are a 2x4x4 slice: a mesh whose axes cannot each take whole sides of it (data=2, fsdp=8,
-    model=2: two axes of 2 but one side of 2) only fits the fallback slice of its own shape, which no v5p slice
-    has; such rows rank after every fitting row on the real slice."""
+    model=2: two axes of 2 but one side of 2) takes factors of a side instead of the fallback slice of its own
+    shape, which no v5p slice has (issue 13), so every row lies on the real slice."""
     out = search(GPT2, V5P, 32, "train", 64, 1024, top=0)
     fitting = [r for r in out["plans"] if r["fits"]]
-    flags = [r["real_slice"] for r in fitting]
-    assert True in flags and False in flags and flags == sorted(flags, reverse=True)
+    assert any(not _sizes_fit(list(r["mesh"].values()), [2, 4, 4]) for r in fitting)  # some rows split a side
     for row in out["plans"]:
-        assert row["real_slice"] == _sizes_fit(list(row["mesh"].values()), [2, 4, 4]), row["mesh"]
+        assert row["real_slice"], row["mesh"]
         assert (row["options"]["zero"] is None) == ("fsdp" not in row["mesh"])
-    for real in (True, False):
-        times = [r["step_time_s"] for r in fitting if r["real_slice"] == real]
-        assert times == sorted(times)
+    times = [r["step_time_s"] for r in fitting]
+    assert times == sorted(times)
 
 
 def test_search_tries_the_minimal_checkpoint_policy():

@@ -137,14 +137,23 @@ def get_algorithm(name: str) -> Algorithm:
 
 def applicable(kind: str, net: Network, groups: list[Group]) -> list[str]:
     """Names of the registered algorithms that can run ``kind`` on ``groups``."""
-    return [a.name for a in algorithms() if a.unfit(kind, net, groups) is None]
+    return [a.name for a in algorithms() if _unfit(a, kind, net, groups) is None]
+
+
+def _unfit(algorithm: Algorithm, kind: str, net: Network, groups: list[Group]) -> str | None:
+    """`Algorithm.unfit`, and groups that share links (a strided mesh axis: `Group.shared`) only for closed
+    forms that price every group's routes (``shares_links``; not Broadcast, priced along one group)."""
+    if groups and groups[0].shared and (not getattr(algorithm, "shares_links", False) or kind == "broadcast"):
+        return ("a mesh axis on a strided factor of a physical axis shares its links with other groups; its "
+                f"closed form prices one group's links{' (Broadcast)' if kind == 'broadcast' else ''}")
+    return algorithm.unfit(kind, net, groups)
 
 
 def choose(name: str, kind: str, net: Network, groups: list[Group]) -> Algorithm:
     """The algorithm ``name`` asks for (not ``auto``: see `simulator.collectives.tuner`); an error says which
     ones apply instead."""
     algorithm = get_algorithm(name)
-    why = algorithm.unfit(kind, net, groups)
+    why = _unfit(algorithm, kind, net, groups)
     if why is not None:
         fits = applicable(kind, net, groups)
         raise PodsimError(f"algorithm {algorithm.name!r} cannot run {kind} here: {why}; algorithms that apply: "

@@ -20,7 +20,7 @@ from typing import Any
 
 from simulator.collectives.algorithm import Job
 from simulator.collectives.chains import all_to_all_phase
-from simulator.collectives.groups import Group, keys_where, ring_bases
+from simulator.collectives.groups import Group, keys_where, ring_bases, rings_along
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.timing import chain_phase_time
 
@@ -61,7 +61,7 @@ def closed_form(job: Job, on_axis: OnAxis) -> float:
     for a, n_a in enumerate(sizes):
         chunk_bytes = job.key_bytes * job.group.n / n_a  # all a device sends to one position on the axis
         algorithm = on_axis(job.group.wraps[a])
-        rings = [groups[0].ring(tuple(0 for _ in sizes), a) for groups in job.rings]
+        rings = [r for groups in job.rings for r in rings_along(groups, tuple(0 for _ in sizes), a)]
         total += chain_phase_time(job.net, rings, algorithm.closed, algorithm.steps(n_a),
                                   algorithm.all_to_all_units, chunk_bytes)
     return total

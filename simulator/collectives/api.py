@@ -354,10 +354,10 @@ def _use_reduced(mode: str, kind: str, data: Any, group: Group, net: Network, on
     axis wraps or has two chips (both ways are then the one link)."""
     symmetric = all(w or n == 2 for n, w in zip(group.sizes, group.wraps, strict=True))
     eligible = data is None and kind in ("all_gather", "reduce_scatter", "all_reduce") and net.grid \
-        and symmetric and one_to_one and net.uniform  # faults or jitter on links: rings differ
+        and symmetric and one_to_one and net.uniform and not group.shared  # faults, jitter, shared links: differ
     if mode == "reduced" and not eligible:
         raise PodsimError("mode='reduced' needs a timing-only AllGather, ReduceScatter or AllReduce over axes that "
-                          "all wrap (or have two chips); use mode='full'")
+                          "all wrap (or have two chips), none a strided factor of a physical axis; use mode='full'")
     return eligible and mode != "full"
 
 

@@ -34,6 +34,7 @@ class Group:
     sizes: tuple[int, ...]
     wraps: tuple[bool, ...]
     members: dict[tuple[int, ...], Any]
+    shared: bool = False  #: its rings share links with other groups' (a strided factor of a physical axis)
 
     @property
     def n(self) -> int:
@@ -88,18 +89,41 @@ def _mesh_groups(mesh: Any, axes: Sequence[Any] | None) -> list[Group]:
     if not mesh.shape:
         wraps = [mesh.is_ring(name) for name in mesh.names]
         return _grid_groups(list(mesh.sizes), wraps, idx, mesh.device)
-    spans = [(i, p) for i, phys in enumerate(mesh.placement) for p in phys]  # (logical, physical) per grid axis
-    shape = [mesh.shape[p] for _, p in spans]
-    wrap = [mesh.wrap[p] for _, p in spans]
+    # (logical axis, factor of a physical axis) per grid axis: a split physical axis gives each of its logical
+    # axes one factor (`Mesh.pieces`); a strided factor's ring steps are multi-hop routes
+    spans = [[(i, q)] for i, pieces in enumerate(mesh.pieces) for q in pieces]
+    chosen = {g for g, ((i, _),) in enumerate(spans) if i in idx}
+    for g in range(len(spans) - 1, 0, -1):  # a group holding a physical axis's factors in turn holds the axis
+        (i, (a, _, stride)), (j, (b, inner, step)) = spans[g - 1][-1], spans[g][0]
+        if {g - 1, g} <= chosen and a == b and stride == inner * step and (i == j or idx.index(j) == idx.index(i) + 1):
+            spans[g - 1:g + 1] = [spans[g - 1] + spans[g]]
+            chosen = {h - (h >= g) for h in chosen}
+    whole = [(parts[0][1][0], math.prod(q[1] for _, q in parts), parts[-1][1][2]) for parts in spans]
+    shape = [n for _, n, _ in whole]
+    wrap = [mesh.piece_wraps(q) for q in whole]
 
     def node(coord: list[int]) -> Any:
         logical = [0] * len(mesh.sizes)
-        for (i, p), c in zip(spans, coord, strict=True):  # row-major over a logical axis's physical axes
-            logical[i] = logical[i] * mesh.shape[p] + c
+        for parts, c in zip(spans, coord, strict=True):  # row-major over a logical axis's factors
+            digits = []
+            for _, q in reversed(parts):
+                digits.append(c % q[1])
+                c //= q[1]
+            for (i, q), d in zip(parts, reversed(digits), strict=True):
+                logical[i] = logical[i] * q[1] + d
         return mesh.device(tuple(logical))
 
-    grid_axes = [g for i in idx for g, (logical, _) in enumerate(spans) if logical == i]
-    return _grid_groups(shape, wrap, grid_axes, node)
+    grid_axes = [g for i in idx for g, parts in enumerate(spans) if parts[0][0] == i and g in chosen]
+    physical = [whole[g][0] for g in grid_axes if shape[g] > 1]
+    if len(set(physical)) != len(physical):
+        order = ", ".join(n for n in mesh.names if n in names)
+        raise PodsimError(f"axes={names!r}: two of them hold factors of one physical axis out of order, whose "
+                          f"routes would cross; give them in mesh order ({order})")
+    groups = _grid_groups(shape, wrap, grid_axes, node)
+    if any(whole[g][2] > 1 and shape[g] > 1 for g in grid_axes):
+        for group in groups:
+            group.shared = True
+    return groups
 
 
 def _grid_groups(shape: list[int], wrap: list[bool], axes: list[int], node: Callable[[list[int]], Any]) -> list[Group]:
@@ -119,6 +143,15 @@ def _grid_groups(shape: list[int], wrap: list[bool], axes: list[int], node: Call
             members[pos] = node(coord)
         groups.append(Group(tuple(shape[a] for a in axes), tuple(wrap[a] for a in axes), members))
     return groups
+
+
+def rings_along(groups: list[Group], pos: tuple[int, ...], axis: int) -> list[Ring]:
+    """The rings a closed form prices for ``axis``: the one through ``pos`` in the first group, or, where the
+    groups are `Group.shared` (a strided factor of a physical axis), every ring of every group along it, as
+    their multi-hop routes share links."""
+    if not groups[0].shared:
+        return [groups[0].ring(pos, axis)]
+    return [g.ring(base, axis) for g in groups for base in ring_bases(g, axis, {}, False)]
 
 
 def keys_where(sizes: tuple[int, ...], fixed: dict[int, int]) -> list[tuple[int, ...]]:

@@ -30,7 +30,7 @@ from typing import Any
 from simulator import analytic
 from simulator.collectives.algorithm import Job
 from simulator.collectives.chains import Bundle, gather_split_phase, reduce_split_phase
-from simulator.collectives.groups import Group, keys_where, ring_bases
+from simulator.collectives.groups import Group, keys_where, ring_bases, rings_along
 from simulator.collectives.layout import Layout, integer_parts, timing_units
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.stages import balanced, rotated, sequential, stage_counts
@@ -113,7 +113,7 @@ class _Pricer:
         split = units[0] / sum(units) if sum(units) and algorithm.splits(job.group.sizes[a]) else 0.5
         key = (what, a, split)
         if key not in self.profiles:
-            rings = [groups[0].ring(tuple(0 for _ in job.group.sizes), a) for groups in job.rings]
+            rings = [r for groups in job.rings for r in rings_along(groups, tuple(0 for _ in job.group.sizes), a)]
             per_step = algorithm.split_gather_units if what == "ag" else algorithm.split_reduce_units
             table = _table(algorithm, what, split)
             self.profiles[key] = chain_phase_profile(job.net, rings, algorithm.closed,

@@ -28,6 +28,7 @@ class RingAlgorithm(Algorithm):
     closed: bool = True  #: uses the wraparound link (needs an axis that wraps)
     serial_reduce: bool = False  #: reduction chains cross a link in a fixed order (a line)
     fallback: str = "line"  #: algorithm on axes without wraparound
+    shares_links: bool = True  #: closed forms price every group's routes where groups share links
 
     # -- geometry (used by the schedule builders) ----------------------------------------------------
     def reach(self, n: int, origin: int) -> list[tuple[int, int]]:

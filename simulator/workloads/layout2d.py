@@ -262,7 +262,7 @@ def _links(spec: MeshSpec, chip: ChipSpec, topology: str | None) -> tuple[dict[s
 
     where = topology or default_topology_for(spec, chip)
     graph = resolve_topology(where, chip)
-    return axis_links(place(spec, graph), graph, chip), where
+    return axis_links(place(spec, graph, split=topology is None), graph, chip), where
 
 
 def comm_2d_s(cfg: TransformerConfig, chip: ChipSpec, lay: Layout2D, tokens: float,

@@ -24,7 +24,7 @@ from simulator import analytic
 from simulator.engine.system import System
 from simulator.errors import PodsimError, one_line
 from simulator.hardware.specs import ChipSpec
-from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for, place_in_order
+from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for, is_grid, place_in_order
 from simulator.workloads.plans.layout import MeshPlan
 from topologies import TopologyError
 
@@ -38,7 +38,7 @@ def build_system(chip: ChipSpec, plan: MeshPlan, topology: str | None = None, tr
     for spec_text in [topology] if topology else _default_topologies(spec, chip):
         try:
             system = System(chip, topology=spec_text, trace=trace, calibrated=calibrated)
-            return system, place(spec, system.graph)
+            return system, place(spec, system.graph, split=topology is None)
         except (PodsimError, TopologyError) as err:
             if topology:
                 raise
@@ -58,20 +58,24 @@ def _default_topologies(spec: MeshSpec, chip: ChipSpec) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def place(spec: MeshSpec, graph: nx.DiGraph) -> Mesh:
-    """A `Mesh` of ``spec`` on ``graph``: in order, else the first permutation of physical axes that fits."""
-    try:
-        return Mesh(spec, graph)
-    except PodsimError as err:
-        first = err
-    shape = tuple(graph.graph.get("shape", ()))
+def place(spec: MeshSpec, graph: nx.DiGraph, split: bool = True) -> Mesh:
+    """A `Mesh` of ``spec`` on ``graph``: whole physical axes in order, else in the first permutation that fits,
+    else (``split``: on a default slice; a given ``--topology`` keeps whole axes, its error naming the layouts
+    that fit) factors of the physical axes in order (`simulator.workloads.mesh.place_split`)."""
+    shape = tuple(graph.graph.get("shape", ())) if is_grid(graph) else ()
     chips = sum(1 for _, role in graph.nodes(data="role") if role == "chip")
-    if any(p is not None for p in spec.placement) or not shape or spec.n_devices != chips:
-        raise first
+    if any(p is not None for p in spec.placement) or not shape or spec.n_devices != chips or \
+            place_in_order(spec.sizes, shape) is not None:
+        return Mesh(spec, graph)
     for order in itertools.permutations(range(len(shape))):
         placement = _consume(spec.sizes, [shape[a] for a in order], order)
         if placement is not None:
             return Mesh(MeshSpec(spec.names, spec.sizes, placement), graph)
+    try:
+        if split:
+            return Mesh(spec, graph)  # factors of the physical axes
+    except PodsimError:
+        pass
     raise PodsimError(f"mesh {','.join(f'{n}={s}' for n, s in zip(spec.names, spec.sizes, strict=True))} cannot be "
                       f"laid on the physical axes {'x'.join(map(str, shape))}: each axis must take whole physical axes "
                       "whose lengths multiply to its size") from None
@@ -164,13 +168,15 @@ def _axis_link(mesh: Mesh, graph: nx.DiGraph, name: str, chip: ChipSpec) -> Axis
         stages = _switch_stages(mesh, graph, name, n)
         return AxisLink(name, n, stages, hierarchical=len(stages) > 1)
     stages = []
-    for p in mesh.physical_axes(name):
+    for p, length, stride in mesh.pieces[mesh.index(name)]:
         if graph.graph.get("kind") == "multislice" and p == 0:
             dcn = _edge(graph, lambda d: d.get("kind") == "dcn")
             stages.append(Stage(mesh.shape[0], True, dcn["bandwidth_bytes_per_s"], 2 * dcn["latency_s"], False))
             continue
+        # a factor of stride s: each step crosses s links, each shared by the s interleaved groups' routes
         ici = _edge(graph, lambda d, p=p: d.get("axis") == p)
-        stages.append(Stage(mesh.shape[p], bool(mesh.wrap[p]), ici["bandwidth_bytes_per_s"], ici["latency_s"]))
+        stages.append(Stage(length, mesh.piece_wraps((p, length, stride)), ici["bandwidth_bytes_per_s"] / stride,
+                            ici["latency_s"] * stride))
     return AxisLink(name, n, tuple(stages))
 
 

@@ -8,7 +8,9 @@ groups that are translates of each other, pipeline transfers to counterparts at 
 - only the representatives run their programs (HBM, MXU, VPU work, the memory ledger);
 - on a grid, a collective runs in the representative's group only (each logical axis owns whole
   physical axes, so the groups of one collective use disjoint links, and those are the links no other
-  traffic crosses), and in that group over one representative ring per axis (`mode="reduced"`) where
+  traffic crosses; where logical axes share a physical axis, each taking a factor of it, the groups over all
+  of them run, as a strided factor's routes cross its neighbours' links), and in that group over one
+  representative ring per axis (`mode="reduced"`) where
   the group wraps; each distinct collective (kind, bytes, axes, stage) is planned once;
 - elsewhere (a switch, GPU nodes) every group runs, as in the full simulation;
 - a collective that repeats one that ran alone on its links is replayed from that run
@@ -142,7 +144,7 @@ class Symmetry:
         stage_groups = [g for g in collective_groups(system.network, axes, self.mesh)
                         if next(iter(g.members.values())) in self.stage_set[stage]]
         mine = self._neighbourhood(stage_groups, axes, stage)
-        if self.rings_reduce and kind in RING_KINDS and mine[0].n > 1:  # one ring per axis, through the origin
+        if self.rings_reduce and kind in RING_KINDS and mine[0].n > 1 and not mine[0].shared:  # one ring per axis
             kwargs: dict[str, Any] = {"axes": axes, "mesh": self.mesh, "mode": "reduced"}
         else:
             kwargs = {"groups": mine, "mode": "full"}
@@ -164,7 +166,7 @@ class Symmetry:
         grown = True
         while grown:
             grown = False
-            for other in self.axis_sets:
+            for other in self.axis_sets + self._sharing(close):
                 if close & set(other) and not set(other) <= close:
                     close |= set(other)
                     grown = True
@@ -173,6 +175,14 @@ class Symmetry:
         origin = mesh.coords(rep)
         return [g for g in groups
                 if all(mesh.coords(c)[i] == origin[i] for c in g.members.values() for i in fixed)]
+
+    def _sharing(self, close: set[str]) -> list[tuple[str, ...]]:
+        """The logical axes that hold factors of a physical axis one of ``close`` takes a factor of (issue 13): the
+        groups of a strided factor share its links with their neighbours over the other factors."""
+        mesh = self.mesh
+        split = {p for name in close for p, n, _ in mesh.pieces[mesh.index(name)] if n != mesh.shape[p]}
+        return [tuple(name for name in mesh.names if any(p == a for p, _, _ in mesh.pieces[mesh.index(name)]))
+                for a in split]
 
     def _unsimulated(self, plan: Any, n_groups: float) -> dict[str, float]:
         """Link bytes, by link kind, of the groups (and rings) of the full collective that do not run: the
