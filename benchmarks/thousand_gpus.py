@@ -1,30 +1,34 @@
-"""Collectives over a thousand GPUs (issue 21): a 1 GB AllReduce on superpod:4 (1,024 H100s under a leaf per
-rail and a spine) and on nodes:128:8 (1,024 H100s, one NIC per GPU), end to end.
+"""Collectives on large GPU fabrics (issues 16, 21): AllReduce over a thousand GPUs end to end, and under heavy
+contention (links carrying many flows at once, where fair sharing does the work).
 
-Each case prints its algorithm, transfers in the schedule, SimPy events processed, the work units the
-aggregated executor reported to the watch beside the estimate made before the run (the run-length warning's
-figure), and CPU and wall seconds of planning (tuner and schedule) and of running, with the ratio of the whole
-to the lean bare-SimPy pipeline of benchmarks/engine.py (10,000 blocks) measured in the same process just
-before. Each case runs in its own process (``--limit`` seconds at most).
+Cases: 1 GB on superpod:4 (1,024 H100s under a leaf per rail and a spine) and on nodes:128:8 (1,024 H100s, one
+NIC per GPU), 1 MB and 1 GB on superpod:1. Each case prints its algorithm, transfers in the schedule, SimPy
+events processed, the work units the aggregated executor reported to the watch beside the estimate made before
+the run (the run-length warning's figure), and CPU and wall seconds of planning (tuner and schedule) and of
+running, with the ratio of the whole to the lean bare-SimPy pipeline of benchmarks/engine.py (10,000 blocks)
+measured in the same process just before. Each case runs in its own process (``--limit`` seconds at most);
+``--tree DIR`` runs the cases against another copy of the source (a before/after comparison).
 
-    python benchmarks/thousand_gpus.py                    # superpod:4 auto, nodes:128:8 hierarchical_pipelined
+    python benchmarks/thousand_gpus.py                    # the default cases
     python benchmarks/thousand_gpus.py --case 2            # nodes:128:8 with auto (flat NIC rings: very long)
+    python benchmarks/thousand_gpus.py --case 3 --tree /tmp/before
 """
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
 
-CASES = [("superpod:4", "auto"), ("nodes:128:8", "hierarchical_pipelined"), ("nodes:128:8", "auto")]
-DEFAULT = (0, 1)
-NBYTES = 1e9
+CASES = [("superpod:4", 1e9, "auto"), ("nodes:128:8", 1e9, "hierarchical_pipelined"), ("nodes:128:8", 1e9, "auto"),
+         ("superpod:1", 1e6, "auto"), ("superpod:1", 1e9, "auto")]
+DEFAULT = (0, 1, 3, 4)
 
 
 def one(index: int) -> None:
-    """Run one case in this process and print its line."""
-    sys.path.insert(0, "benchmarks")
+    """Run one case in this process and print its lines."""
+    sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
     from engine import lean
 
     from simulator.collectives import plan_collective
@@ -33,7 +37,7 @@ def one(index: int) -> None:
     from simulator.engine.system import System
     from simulator.engine.watch import RunWatch, watching
 
-    topology, algorithm = CASES[index]
+    topology, nbytes, algorithm = CASES[index]
     wall, cpu = time.perf_counter(), time.process_time()
     lean(10_000)
     lean_wall, lean_cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -41,16 +45,16 @@ def one(index: int) -> None:
     wall, cpu = time.perf_counter(), time.process_time()
     system = System("h100", topology=topology, trace=False)
     with watching(watch), gc_paused():
-        plan = plan_collective("all_reduce", system, NBYTES, algorithm=algorithm)
+        plan = plan_collective("all_reduce", system, nbytes, algorithm=algorithm)
         plan_wall, plan_cpu = time.perf_counter() - wall, time.process_time() - cpu
         estimate = watch.estimate
         done = _execute_calibrated(system, plan, None)
         system.run()
         check_arrived(done, system.env.now)
     total_wall, total_cpu = time.perf_counter() - wall, time.process_time() - cpu
-    print(f"{topology:12s} {plan.algorithm.name:24s} transfers {len(plan.schedule.transfers):>9,}  "
+    print(f"{topology:12s} {nbytes:8.0e} B {plan.algorithm.name:24s} transfers {len(plan.schedule.transfers):>9,}  "
           f"SimPy events {system.events_processed:>7,}  units {watch.events:>9,} (estimated {estimate:,})  "
-          f"simulated {system.env.now * 1e3:.4f} ms")
+          f"simulated {system.env.now:.9e} s")
     print(f"{'':12s} plan cpu {plan_cpu:.2f} s wall {plan_wall:.2f} s; run cpu {total_cpu - plan_cpu:.2f} s "
           f"wall {total_wall - plan_wall:.2f} s; total cpu {total_cpu:.2f} s wall {total_wall:.2f} s; "
           f"lean 10,000 blocks cpu {lean_cpu * 1e3:.0f} ms wall {lean_wall * 1e3:.0f} ms -> "
@@ -59,18 +63,22 @@ def one(index: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", type=int, action="append", help="case index (0-2); repeatable")
+    parser.add_argument("--case", type=int, action="append", help=f"case index (0-{len(CASES) - 1}); repeatable")
+    parser.add_argument("--tree", default=".", help="source tree to run (default: this one)")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds per case")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
         one(args.one)
         return
+    tree = os.path.abspath(args.tree)
+    env = {**os.environ, "PYTHONPATH": tree}
     for index in args.case or DEFAULT:
         try:
-            subprocess.run([sys.executable, __file__, "--one", str(index)], timeout=args.limit, check=False)
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--one", str(index)], timeout=args.limit,
+                           check=False, cwd=tree, env=env)
         except subprocess.TimeoutExpired:
-            print(f"{CASES[index][0]} {CASES[index][1]}: not finished in {args.limit:g} s", flush=True)
+            print(f"{CASES[index]}: not finished in {args.limit:g} s", flush=True)
 
 
 if __name__ == "__main__":
