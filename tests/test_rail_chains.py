@@ -7,18 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gpu_nodes import node_links
 
 from simulator import System
 from simulator.collectives import run_collective
 from simulator.errors import PodsimError
 
 V = 64e6
-
-
-def _links(system: System) -> tuple[float, float, float, float]:
-    g = system.network.graph
-    nv, ib = g.edges[0, "sw0"], g.edges[0, "ib0"]
-    return 2 * nv["latency_s"], nv["bandwidth_bytes_per_s"], 2 * ib["latency_s"], ib["bandwidth_bytes_per_s"]
 
 
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])
@@ -28,7 +23,7 @@ def test_one_round_on_two_nodes_is_three_steps(kind):
     Reduce -- the same three steps backwards (the other node's 8 GPUs each send a piece to every rail GPU but
     itself; the rail sums cross InfiniBand; the 7 sums enter the root's port)."""
     system = System("h100", topology="nodes:2:8")
-    a_nv, w_nv, a_ib, w_ib = _links(system)
+    a_nv, w_nv, a_ib, w_ib = node_links(system)
     p = V / 7
     step = a_nv + 7 * p / w_nv
     r = run_collective(kind, system, V, algorithm="rail_chains", chunks=7)
@@ -61,7 +56,7 @@ def test_auto_takes_it_far_below_the_chain_and_the_direct_reduce(k):
     on 7 of them, paying an InfiniBand route latency a round."""
     for kind in ("broadcast", "reduce"):
         system = System("h100", topology=f"nodes:{k}:8")
-        _, _, a_ib, w_ib = _links(system)
+        _, _, a_ib, w_ib = node_links(system)
         r = run_collective(kind, system, V)
         assert r.algorithm == "rail_chains"
         assert V / (7 * w_ib) < r.time_s < 2 * (a_ib + V / (8 * w_ib))

@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gpu_nodes import node_links
 
 from simulator import System
 from simulator.collectives import run_collective
 
 V = 64e6
-
-
-def _links(system: System) -> tuple[float, float, float, float]:
-    g = system.network.graph
-    nv, ib = g.edges[0, "sw0"], g.edges[0, "ib0"]
-    return 2 * nv["latency_s"], nv["bandwidth_bytes_per_s"], 2 * ib["latency_s"], ib["bandwidth_bytes_per_s"]
 
 
 @pytest.mark.parametrize("kind", ["gather", "scatter"])
@@ -28,7 +23,7 @@ def test_two_nodes_one_infiniband_step_then_nvlink(kind):
     the 7 remote shards, one per rail GPU, over NVLink, each goes on over InfiniBand, and the node's own 7
     follow over NVLink; the root's own rail's shard goes straight over its NIC meanwhile."""
     system = System("h100", topology="nodes:2:8")
-    a_nv, w_nv, a_ib, w_ib = _links(system)
+    a_nv, w_nv, a_ib, w_ib = node_links(system)
     s = V / 16
     nvlink_step, ib_step = a_nv + 7 * s / w_nv, a_ib + s / w_ib
     expected = max(nvlink_step, ib_step) + nvlink_step if kind == "gather" else max(nvlink_step + ib_step,
@@ -54,7 +49,7 @@ def test_four_nodes_steps_pace_the_rails():
     """nodes:4:8, 64 MB, s = V/32: three InfiniBand steps of a shard at each rail GPU, the last forwarded over
     the root's NVLink port with the other 6 rails' (each step's forwards take less than an IB step)."""
     system = System("h100", topology="nodes:4:8")
-    a_nv, w_nv, a_ib, w_ib = _links(system)
+    a_nv, w_nv, a_ib, w_ib = node_links(system)
     s = V / 32
     assert 7 * s / w_nv + a_nv < s / w_ib + a_ib
     r = run_collective("gather", system, V)
