@@ -239,10 +239,10 @@ class System:
             self._host_memory = HostMemory(self)
         return self._host_memory
 
-    def metrics(self) -> dict[str, Any]:
-        """Standard metrics of the finished run (see `simulator.engine.trace.compute_metrics`), and ``notes``
-        when the topology is not the chip's own (`simulator.engine.what_if`)."""
-        metrics = compute_metrics(self.trace, self.env.now)
+    def metrics(self, upper_bound: Any = None) -> dict[str, Any]:
+        """Standard metrics of the finished run (see `simulator.engine.trace.compute_metrics`, which takes
+        ``upper_bound``), and ``notes`` when the topology is not the chip's own (`simulator.engine.what_if`)."""
+        metrics = compute_metrics(self.trace, self.env.now, upper_bound)
         return {**metrics, "notes": list(self.notes)} if self.notes else metrics
 
 

@@ -7,7 +7,7 @@ tensor label; the metric functions here are pure functions of those records.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -140,7 +140,8 @@ def busy_by_chip(spans: Iterable[Span]) -> dict[Any, dict[str, float]]:
     return dict(out)
 
 
-def compute_metrics(trace: Trace, end_to_end_s: float | None = None) -> dict[str, Any]:
+def compute_metrics(trace: Trace, end_to_end_s: float | None = None,
+                    upper_bound: Callable[[dict[Any, dict[str, float]]], float] | None = None) -> dict[str, Any]:
     """The standard metrics of a run.
 
     - ``end_to_end_s``: last span end (or the given run length); simulations start at t = 0.
@@ -154,6 +155,8 @@ def compute_metrics(trace: Trace, end_to_end_s: float | None = None) -> dict[str
     The bounds count resource busy time only. Link latency (wire and switch delay) occupies no
     resource, so a latency-bound run -- a small collective -- can take longer than ``upper_bound_s``.
     With tracing off there are no spans: the busy-time metrics are then None (unknown), not zero.
+    ``upper_bound``: computes ``upper_bound_s`` from the busy seconds of each unit of each chip (a run that
+    simulated some chips for all: `simulator.workloads.plans.symmetry.Symmetry.upper_bound`).
     """
     spans = trace.spans
     e2e = end_to_end_s if end_to_end_s is not None else max((s.end for s in spans), default=0.0)
@@ -177,6 +180,7 @@ def compute_metrics(trace: Trace, end_to_end_s: float | None = None) -> dict[str
         "overlap_s": intersection_length(compute, movement),
         "exposed_s": max(0.0, e2e - compute_s),
         "lower_bound_s": max((v for u in per_chip.values() for v in u.values()), default=0.0),
-        "upper_bound_s": max((sum(u.values()) for u in per_chip.values()), default=0.0),
+        "upper_bound_s": upper_bound(per_chip) if upper_bound is not None else
+        max((sum(u.values()) for u in per_chip.values()), default=0.0),
         "utilization": {unit: (v / e2e if e2e > 0 else 0.0) for unit, v in busy.items()},
     }

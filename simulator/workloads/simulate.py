@@ -220,7 +220,7 @@ class StepSimulation:
     def summary(self) -> dict[str, Any]:
         """Step time, busy fraction per unit and the busiest link's fraction."""
         with gc_paused():
-            metrics = self.sym.replays.metrics() if self.sym is not None else self.system.metrics()
+            metrics = self.sym.replays.metrics(self.sym.upper_bound) if self.sym is not None else self.system.metrics()
         step = self.env.now
         busy = metrics["busy_s"] or {}  # empty when tracing was off
         units = {u: v / step for u, v in busy.items() if not u.startswith("link")} if step else {}

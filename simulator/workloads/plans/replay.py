@@ -27,7 +27,6 @@ are added after the metrics, which take each link's busy time and the data movem
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
 from typing import Any
@@ -36,32 +35,11 @@ import simpy
 
 from simulator.engine.channel import Channel
 from simulator.engine.trace import COMPUTE_KINDS, Span, busy_by_chip, intersection_length, merge_intervals, new_span
+from simulator.workloads.plans.templates import Template, _union
 
 _WINDOW = (float("-inf"), None)
 TIE = 1e-12  #: relative: events this close to a replayed completion might come before or after it in the full run
 _span = partial(new_span, Span)  #: ``_span(fields)``: a `Span` from its eight fields
-
-
-@dataclass(frozen=True)
-class Template:
-    """A lone run of a group of collectives that started at one instant on overlapping links: ``durations_s``,
-    each one's from the start to its completion; ``links``: per link (a `Channel`),
-    its bytes, the last end of its busy intervals and those intervals ``(start, end, bytes)``, offsets from the
-    start in seconds; ``kinds``: bytes per link kind (the trace's interface counters)."""
-
-    durations_s: tuple[float, ...]
-    links: tuple[tuple[Channel, float, float, tuple[tuple[float, float, float], ...]], ...]
-    kinds: tuple[tuple[str, float], ...]
-    order: tuple[int, ...]  #: the members in the order they completed
-
-    def __post_init__(self) -> None:  # the intervals of every link as columns, and the metrics' stand-ins
-        rows = [(c.chip, c.name, a, b, nb) for c, _, _, intervals in self.links for a, b, nb in intervals]
-        object.__setattr__(self, "columns", tuple(zip(*rows, strict=True)) if rows else ((),) * 5)
-        union = merge_intervals((a, b) for _, _, _, intervals in self.links for a, b, _ in intervals)
-        object.__setattr__(self, "union", tuple(zip(*union, strict=True)) if union else ((), ()))
-        object.__setattr__(self, "busy", tuple((c.chip, c.name, sum(b - a for a, b, _ in intervals))
-                                               for c, _, _, intervals in self.links))
-        object.__setattr__(self, "window_s", max((last for _, _, last, _ in self.links), default=max(self.durations_s)))
 
 
 class _Run:
@@ -69,7 +47,8 @@ class _Run:
     become a template, until other traffic claims one of its links) or replayed (``template``)."""
 
     __slots__ = ("keys", "links", "start", "span_index", "carried", "alone", "left", "ends", "runs", "dones",
-                 "labels", "template", "cancelled", "applied", "saved", "held", "order", "timers", "expect", "nth")
+                 "labels", "template", "cancelled", "applied", "saved", "held", "order", "timers", "expect", "nth",
+                 "scale")
 
     def __init__(self, start: float, span_index: int) -> None:
         self.start, self.span_index = start, span_index
@@ -88,6 +67,7 @@ class _Run:
         self.timers: set[Any] = set()  #: a replay's own timers
         self.expect: list[Any] = []  #: members a replayed group awaits at its instant
         self.nth = 0  #: the first member's n-th start
+        self.scale = 1  #: links each of its links stands for (a quotient's orbit: `simulator.collectives.quotient`)
 
     def hold(self, links: Any) -> None:
         for link in links:
@@ -123,16 +103,17 @@ class Replays:
         self._first: dict[Any, tuple] = {}  #: the group a collective started last, by its first member
         self._seen: dict[Any, int] = {}  #: starts of each collective so far
 
-    def metrics(self) -> dict[str, Any]:
-        """`System.metrics` of the finished run (`compute_metrics`' figures), then the replays' spans added to the
+    def metrics(self, upper_bound: Any = None) -> dict[str, Any]:
+        """`System.metrics` of the finished run (`compute_metrics`' figures, ``upper_bound`` as there), then the
+        replays' spans added to the
         trace. The replays' share is added, not recomputed from their spans: each link's busy time adds (a replay's
         links carry nothing else in its window: each link's union is its own plus the rest's) and the data
         movement's union takes each replay's union of busy intervals (a few dozen per replay, not thousands)."""
         system, trace = self.system, self.trace
         pending, self._pending = self._pending, []
         if not pending:
-            return system.metrics()
-        metrics = system.metrics()  # the spans that ran, then the replays' share
+            return system.metrics(upper_bound)
+        metrics = system.metrics(upper_bound)  # the spans that ran, then the replays' share
         spans, e2e = trace.spans, metrics["end_to_end_s"]
         per_chip: dict[Any, dict[str, float]] = busy_by_chip(spans)
         moving = [(s.start, s.end) for s in spans if s.kind not in COMPUTE_KINDS]
@@ -150,7 +131,8 @@ class Replays:
         compute = merge_intervals((s.start, s.end) for s in spans if s.kind in COMPUTE_KINDS)
         metrics.update(busy_s=busy, overlap_s=intersection_length(compute, merge_intervals(moving)),
                        lower_bound_s=max((v for u in per_chip.values() for v in u.values()), default=0.0),
-                       upper_bound_s=max((sum(u.values()) for u in per_chip.values()), default=0.0),
+                       upper_bound_s=upper_bound(per_chip) if upper_bound is not None else
+                       max((sum(u.values()) for u in per_chip.values()), default=0.0),
                        utilization={unit: (v / e2e if e2e > 0 else 0.0) for unit, v in busy.items()})
         for template, now, label in pending:  # one span per busy interval, built in C (map, zip)
             chips, units_, starts, ends, nbytes = template.columns  # type: ignore[attr-defined]
@@ -199,11 +181,12 @@ class Replays:
         links = tuple(seen)
         return links if all(type(c) is Channel for c in links) else None
 
-    def start(self, key: Any, links: tuple[Channel, ...], run: Any, label: str) -> simpy.Event:
+    def start(self, key: Any, links: tuple[Channel, ...], run: Any, label: str, scale: int = 1) -> simpy.Event:
         """Start the collective ``key`` over ``links`` now; its completion event. Collectives that start at one
         instant on overlapping links (and on links nothing else claims) form a group, the template's key: the
         group is replayed from its template if it has one and its links are idle, else run (``run()``: the
-        completion event of one collective) and recorded as the group's template if it turns out alone."""
+        completion event of one collective) and recorded as the group's template if it turns out alone. ``scale``:
+        the links each of ``links`` stands for (a run on a quotient), for the interface byte counters."""
         env, now = self.env, self.env._now
         if self._fresh_at != now:
             self._fresh, self._fresh_at = {}, now
@@ -215,6 +198,7 @@ class Replays:
             return done
         idle = self.claim(links)
         group = _Run(now, len(self.trace.spans) if self.trace is not None else 0)
+        group.scale = scale
         group.add(key, links, run, label, done)
         group.hold(links)
         group.nth = nth
@@ -267,6 +251,7 @@ class Replays:
         group.cancelled = True  # a replay of fewer (or of others): replay the larger group
         self._replay_until.update(group.saved)
         bigger = _Run(group.start, group.span_index)
+        bigger.scale = group.scale
         for k, r, lab, d in zip(group.keys, group.runs, group.labels, group.dones, strict=True):
             bigger.add(k, (), r, lab, d)
         bigger.links = dict(group.links)
@@ -327,7 +312,7 @@ class Replays:
         links, kinds = [], {}
         for c in run.links:
             nbytes = c.bytes_carried - run.carried[c]
-            kinds[c.kind] = kinds.get(c.kind, 0.0) + nbytes
+            kinds[c.kind] = kinds.get(c.kind, 0.0) + nbytes * run.scale
             intervals = _union(by_unit.get((c.chip, c.name), []), run.start)
             last = intervals[-1][1] if intervals else now - run.start
             links.append((c, nbytes, last, intervals))
@@ -391,24 +376,3 @@ class Replays:
         for i in members:
             if i < len(group.dones):
                 group.dones[i].succeed(self.env._now)
-
-
-def _union(spans: list[tuple[float, float, float]], origin: float) -> tuple[tuple[float, float, float], ...]:
-    """The union of ``(start, end, bytes)`` spans as disjoint ``(start, end, bytes)`` intervals, offsets from
-    ``origin``, each with the bytes of the spans it covers (`merge_intervals`, carrying bytes)."""
-    out: list[tuple[float, float, float]] = []
-    lo = hi = total = 0.0
-    started = False
-    for start, end, nbytes in sorted(spans):
-        if end <= start:
-            continue
-        if started and start <= hi:
-            hi, total = max(hi, end), total + nbytes
-            continue
-        if started:
-            out.append((lo - origin, hi - origin, total))
-        started, lo, hi, total = True, start, end, nbytes
-    if started:
-        out.append((lo - origin, hi - origin, total))
-    return tuple(out)
-

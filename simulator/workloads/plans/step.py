@@ -46,7 +46,7 @@ class TrainStep:
     def __init__(self, cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
                  seq: int, topology: str | None = None, trace: bool = True, calibrated: bool = False,
                  fast: bool = True, built: tuple[Any, Any] | None = None, replay: bool = True,
-                 avoid: frozenset = frozenset()) -> None:
+                 avoid: frozenset = frozenset(), quotients: bool = True) -> None:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
         self.system, self.mesh = built or build_system(chip, plan, topology, trace, calibrated)
@@ -60,7 +60,8 @@ class TrainStep:
         self.stage_of = {c.index: self._stage(c.index) for c in self.system.chips}
         self.stage_size = len(self.system.chips) // self.p
         moe = plan.size("expert") > 1 and bool(cfg.n_experts)  # AllToAll: no ring to stand for the others
-        self.sym = Symmetry(self.system, self.mesh, self.stage_of, fast, not moe, self._axis_sets(), replay, avoid)
+        self.sym = Symmetry(self.system, self.mesh, self.stage_of, fast, not moe, self._axis_sets(), replay, avoid,
+                            quotients)
         self._pending: dict[Any, list[Any]] = {}
         self._mail: dict[Any, list[Any]] = {}
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
@@ -267,7 +268,7 @@ class TrainStep:
         pipelined = max(self.pipe_end.values())
         idle = (self.bubble_s + sum(pipelined - t for t in self.pipe_end.values())) * k
         with gc_paused():  # the finished run's (callers reuse it: no second pass); the replays' spans added after
-            metrics = self.metrics = self.sym.replays.metrics()
+            metrics = self.metrics = self.sym.replays.metrics(self.sym.upper_bound)
         busy = metrics["busy_s"] or {}
         links = [v for u, v in busy.items() if u.startswith("link")]
         memory = self.hbm.summary()
@@ -284,22 +285,30 @@ class TrainStep:
 def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
                   topology: str | None = None, trace: bool = True, calibrated: bool = False,
                   fast: bool = True, built: tuple[Any, Any] | None = None,
-                  replay: bool = True) -> tuple[TrainStep, dict[str, Any]]:
+                  replay: bool = True, quotients: bool = True) -> tuple[TrainStep, dict[str, Any]]:
     """A simulated step and its figures: by symmetry where ``fast`` and the step is symmetric, else (or when
     the symmetric run finds its chips unlike) every chip; ``replay`` False: no collective replayed
-    (`simulator.workloads.plans.replay`). ``built``: a fresh (system, mesh) of `build_system`
+    (`simulator.workloads.plans.replay`); ``quotients`` False: no collective run on the quotient of its links by
+    translations (`simulator.collectives.quotient`; a step where some collectives of one class of links could not
+    be reruns without). ``built``: a fresh (system, mesh) of `build_system`
     for the plan, with the same trace and calibrated settings, to run on instead of building one. A symmetric
     run whose replayed collectives turned out not alone on their links (`Replays.conflict`) reruns without
     replaying those (twice at most), then without replays."""
-    sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, built, replay)
+    sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, built, replay,
+                    quotients=quotients)
     measured = sim.run()
+    if sim.sym.mixed:
+        quotients = False
+        sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
+                        quotients=False)
+        measured = sim.run()
     avoid: frozenset = frozenset()
     for replay in (True, True, False):
         if not sim.sym.replays.conflict or sim.sym.broken:
             break
         avoid |= sim.sym.replays.disturbed
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
-                        avoid=avoid)
+                        avoid=avoid, quotients=quotients)
         measured = sim.run()
     if sim.sym.broken:
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast=False)

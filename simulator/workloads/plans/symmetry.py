@@ -27,6 +27,7 @@ attain. The trace holds the representatives' spans and links only.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 import simpy
 
 from simulator.collectives import collective_groups, plan_collective, start_collective
+from simulator.collectives.quotient import Translations, execute_quotient, quotient
 from simulator.collectives.schedule import execute
 from simulator.workloads.plans.replay import Replays
 
@@ -70,7 +72,7 @@ class Symmetry:
 
     def __init__(self, system: Any, mesh: Any, stage_of: dict[Any, int], fast: bool, rings: bool = False,
                  axis_sets: list[tuple[str, ...]] | None = None, replay: bool = True,
-                 avoid: frozenset = frozenset()) -> None:
+                 avoid: frozenset = frozenset(), quotients: bool = True) -> None:
         self.system, self.mesh = system, mesh
         self.why = "fast=False" if not fast else why_not_symmetric(system, mesh)
         self.active = self.why is None
@@ -95,7 +97,12 @@ class Symmetry:
         self.link_kinds = {data.get("kind", "ici") for _, _, data in system.graph.edges(data=True)} \
             if system.graph is not None else set()
         self.extra_link_bytes: dict[str, float] = defaultdict(float)  #: bytes the unsimulated traffic carries
-        self._plans: dict[tuple, tuple[Any, dict[str, Any], dict[str, float], Any]] = {}
+        self._plans: dict[tuple, tuple[Any, dict[str, Any], dict[str, float], Any, Any]] = {}
+        self.quotients = quotients and self.group_reduce  #: run collectives on the quotient by translations
+        self.quotiented: list[tuple] = []  #: the collectives (kind, bytes, axes, stage) run on a quotient
+        self._actions: dict[frozenset, Any] = {}
+        self._class_runs: dict[frozenset, set[bool]] = defaultdict(set)  #: whether each class's ran on quotients
+        self.mixed = False  #: a class of links ran some collectives on a quotient, some not: rerun without
         self.replays = Replays(system, replay and self.active, avoid)  #: lone repeated collectives replayed
         self._arrivals: list[list[float]] = []
         self.broken = False  #: a stage's chips turned out unlike: rerun in full
@@ -121,7 +128,7 @@ class Symmetry:
         entry = self._plans.get(key)
         if entry is None:
             entry = self._plans[key] = self._plan(kind, nbytes, axes, stage, exact)
-        plan, kwargs, extra, links = entry
+        plan, kwargs, extra, links, q = entry
         for link_kind, b in extra.items():
             self.extra_link_bytes[link_kind] += b
         system = self.system
@@ -129,10 +136,10 @@ class Symmetry:
             return system.env.event().succeed(system.env.now)
         if system.calibration is not None:  # launch latency and link efficiency: the API's own path
             return start_collective(kind, system, nbytes, **kwargs)
-        if links is None:
-            return execute(system.network, plan.schedule.transfers, None, kind)
-        return self.replays.start(key, links, lambda: execute(system.network, plan.schedule.transfers, None, kind),
-                                  kind)
+        net = system.network
+        run = (lambda: execute_quotient(net, q, kind)) if q is not None else \
+            (lambda: execute(net, plan.schedule.transfers, None, kind))
+        return run() if links is None else self.replays.start(key, links, run, kind, q.order if q is not None else 1)
 
     def _plan(self, kind: str, nbytes: float, axes: list[str], stage: int,
               exact: dict[str, Any]) -> tuple[Any, dict[str, Any], dict, Any]:
@@ -140,28 +147,63 @@ class Symmetry:
         system = self.system
         if not self.group_reduce:  # every group runs, as in full
             plan = plan_collective(kind, system, nbytes, **exact)
-            return plan, exact, {}, self._links(plan)
+            return plan, exact, {}, self._links(plan, None), None
         stage_groups = [g for g in collective_groups(system.network, axes, self.mesh)
                         if next(iter(g.members.values())) in self.stage_set[stage]]
-        mine = self._neighbourhood(stage_groups, axes, stage)
-        if self.rings_reduce and kind in RING_KINDS and mine[0].n > 1 and not mine[0].shared:  # one ring per axis
-            kwargs: dict[str, Any] = {"axes": axes, "mesh": self.mesh, "mode": "reduced"}
+        close = self._close(axes)
+        mine = self._neighbourhood(stage_groups, close, stage)
+        if self.rings_reduce and kind in RING_KINDS and mine[0].n > 1 and not self._sharing(close):  # a ring an axis
+            # (not where an axis under ``close`` is split: the other factors' traffic crosses every ring's links)
+            kwargs: dict[str, Any] = {"axes": axes, "mode": "reduced", "mesh": self.mesh}
         else:
             kwargs = {"groups": mine, "mode": "full"}
         plan = plan_collective(kind, system, nbytes, **kwargs)
+        q = self._quotient(plan, close) if kwargs["mode"] == "full" else None
+        if q is not None:
+            self.quotiented.append((kind, nbytes, tuple(axes), stage))
         return plan, kwargs, self._unsimulated(plan, len(stage_groups) / len(plan.groups) if
-                                               kwargs["mode"] == "full" else len(stage_groups)), self._links(plan)
+                                               kwargs["mode"] == "full" else len(stage_groups)), self._links(plan, q), q
 
-    def _links(self, plan: Any) -> Any:
-        """The links ``plan``'s transfers cross, where its runs may be replayed (`Replays`); else None."""
+    def _links(self, plan: Any, q: Any) -> Any:
+        """The links ``plan``'s transfers (or its quotient ``q``'s) cross, where its runs may be replayed
+        (`Replays`); else None."""
         if not self.replays.enabled or plan.schedule is None:
             return None
-        return self.replays.links_of(plan.schedule.transfers)
+        return q.links if q is not None else self.replays.links_of(plan.schedule.transfers)
 
-    def _neighbourhood(self, groups: list[Any], axes: list[str], stage: int) -> list[Any]:
-        """The groups of a collective over ``axes`` that run: those inside the representative's group over every
-        axis a collective of the step shares with ``axes`` (directly or through others), so that each link the
-        run uses carries all the traffic it carries in full."""
+    def _quotient(self, plan: Any, close: set[str]) -> Any:
+        """``plan``'s schedule on the quotient by the translations that map the groups of the mesh axes ``close``
+        onto one another (`simulator.collectives.quotient`), or None (run it as planned): along each physical
+        axis under ``close``, by the smallest step that maps every factor's groups onto its groups (a factor of
+        ``n`` chips at stride ``s`` that is not the whole axis: multiples of ``n * s``), on wrapped axes only."""
+        if not self.quotients or plan.schedule is None or "pipeline" in close:
+            return None
+        key = frozenset(close)
+        if key not in self._actions:
+            mesh, net = self.mesh, self.system.network
+            pieces = [piece for name in close for piece in mesh.pieces[mesh.index(name)]]
+            under = {a for a, _, _ in pieces}
+            steps = [1 if a in under else n for a, n in enumerate(net.shape)]
+            for a, length, stride in pieces:
+                if length * stride < net.shape[a]:
+                    steps[a] = math.lcm(steps[a], length * stride)
+            try:
+                action = Translations(net, tuple(steps))
+            except ValueError:  # an axis without wraparound: translations do not map its links onto its links
+                action = None
+            self._actions[key] = action if action is not None and action.order > 1 else None
+        action = self._actions[key]
+        if action is None:
+            return None
+        q = quotient(self.system.network, plan.schedule.transfers, action)
+        runs = self._class_runs[key]
+        runs.add(q is not None)
+        self.mixed = self.mixed or len(runs) > 1  # their traffic would meet on different channels
+        return q
+
+    def _close(self, axes: list[str]) -> set[str]:
+        """``axes`` and every mesh axis a collective of the step shares a physical axis or a collective with
+        (directly or through others): collectives whose closures differ use disjoint links."""
         close = set(axes)
         grown = True
         while grown:
@@ -170,6 +212,11 @@ class Symmetry:
                 if close & set(other) and not set(other) <= close:
                     close |= set(other)
                     grown = True
+        return close
+
+    def _neighbourhood(self, groups: list[Any], close: set[str], stage: int) -> list[Any]:
+        """The groups of a collective that run: those inside the representative's group over the axes ``close``
+        (`_close`), so that each link the run uses carries all the traffic it carries in full."""
         mesh, rep = self.mesh, self.reps[stage]
         fixed = [i for i, name in enumerate(mesh.names) if name not in close]
         origin = mesh.coords(rep)
@@ -241,6 +288,44 @@ class Symmetry:
             record["written"] *= k
         trace.flops_total *= k
         trace.padded_flops_total *= k
+
+    def upper_bound(self, per_chip: dict[Any, dict[str, float]]) -> float:
+        """The whole system's ``upper_bound_s`` (`simulator.engine.trace.compute_metrics`: on the chip with the
+        most work, every unit's busy seconds summed) from the units that ran, ``per_chip``. Every chip of a stage
+        runs its representative's program: its compute units are the representative's. Its links: where every
+        group ran, its own; where only the representative's neighbourhood ran (a grid, `group_reduce`), each
+        class of physical axes (those under one `_close` set; collectives of different classes use disjoint
+        links) is as busy on a chip as on the simulated chip with the same coordinates along it, so the most a
+        chip's links of a class are busy is the most any simulated chip's are, and the classes' maxima add: a
+        chip's coordinates along different classes are independent."""
+        if not self.active:
+            return max((sum(u.values()) for u in per_chip.values()), default=0.0)
+        stage_of = {c: stage for stage, members in self.members.items() for c in members}
+        compute = {stage: sum(v for u, v in per_chip.get(rep, {}).items() if not u.startswith("link "))
+                   for stage, rep in self.reps.items()}
+        net, graph = self.system.network, self.system.graph
+        axis_of = {c.name: graph.edges[u, v].get("axis") for (u, v), c in net.links.items()}
+        class_of: dict[Any, Any] = {}
+        if self.group_reduce:
+            for name in self.mesh.names:
+                for a, _, _ in self.mesh.pieces[self.mesh.index(name)]:
+                    class_of[a] = frozenset(self._close([name]))
+        best: dict[Any, dict[Any, float]] = defaultdict(lambda: defaultdict(float))
+        top = 0.0
+        for chip, units in per_chip.items():
+            stage = stage_of.get(chip)
+            sums: dict[Any, float] = defaultdict(float)
+            for unit, seconds in units.items():
+                if unit.startswith("link "):
+                    sums[class_of.get(axis_of.get(unit))] += seconds
+            if stage is None or not self.group_reduce:
+                top = max(top, compute.get(stage, 0.0) + sum(sums.values()))
+                continue
+            for cls, seconds in sums.items():
+                best[stage][cls] = max(best[stage][cls], seconds)
+        for stage, seconds in compute.items():
+            top = max(top, seconds + sum(best[stage].values()))
+        return top
 
     def timeline_chip(self, peak: dict[Any, float], stage_of: dict[Any, int]) -> Any:
         """The chip a full simulation reports the memory timeline of: the first, in chip order, whose peak (its
