@@ -78,15 +78,18 @@ def _point(base: PublishedRun, spec: ChipSpec, n: int, calibrated: bool) -> dict
             "dcn_s": out["factors"]["dcn_s"], "fits": out["fits"]}
 
 
-def draw(result: Result, path: str | Path, dpi: int = 100) -> Path:
-    """The picture of a run: predicted MFU per model against slices, the published points marked fitted or held out."""
-    from simulator.report.figure import pyplot
-    from simulator.report.plots import save
+def draw(result: Result, path: str | Path | None = None, dpi: int = 100, ax: Any = None) -> Any:
+    """The picture of a run, as a matplotlib Figure: predicted MFU per model against slices, the published points
+    marked fitted or held out. Drawn on ``ax`` when given (else a new 7 x 4.5 inch figure); saved (and closed) only
+    when ``path`` is given, its suffix picking the format (`simulator.report.plots.save`)."""
+    from simulator.report.figure import axes
+    from simulator.report.plots import check_picture_path, save
 
+    if path is not None:
+        check_picture_path(path)  # a bad path fails before anything is drawn
     curves, published = result.extra["curves"], result.extra["published"]
     chip, calibrated = result.params["chip"], result.extra["calibrated"]
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax = axes(ax, (7, 4.5))
     for i, (name, points) in enumerate(curves.items()):
         color = f"C{i}"
         ax.plot([p["slices"] for p in points], [100 * p["mfu_published_convention"] for p in points], "-",
@@ -103,4 +106,6 @@ def draw(result: Result, path: str | Path, dpi: int = 100) -> Path:
     ax.set_title("Training MFU against slice count")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return save(ax, path, dpi)
+    if path is not None:
+        save(ax, path, dpi)
+    return ax.figure

@@ -64,7 +64,8 @@ def make(out: Path, quick: bool = False) -> list[Path]:
                               out / "straggler_tail.png", DPI))
     written.append(_fault_tail(out / "fault_tail.png", samples=10 if quick else 100))
     written.append(_algorithm_curves(out / "allreduce_algorithms.png", step=4 if quick else 1))
-    written.append(mfu_vs_slices.draw(mfu_vs_slices.run(), out / "mfu_vs_slices.png", DPI))
+    mfu_vs_slices.draw(mfu_vs_slices.run(), out / "mfu_vs_slices.png", DPI)  # returns the Figure
+    written.append(out / "mfu_vs_slices.png")
     return written
 
 

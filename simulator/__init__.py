@@ -38,6 +38,7 @@ from simulator.report.result import Result
 from simulator.workloads.budget import Parallelism
 from simulator.workloads.mesh import Mesh
 from simulator.workloads.pipeline import Operand, Step, run_steps
+from simulator.workloads.served import served_concurrent, served_request
 from simulator.workloads.sharding import sharded_matmul
 from simulator.workloads.simulate import simulate_decode, simulate_train
 from simulator.workloads.transformer import TransformerConfig, get_model
@@ -47,6 +48,6 @@ __version__ = "0.1.0"
 __all__ = [
     "ChipFail", "ChipPause", "ChipSlow", "ChipSpec", "FaultPlan", "Jitter", "LinkDegraded", "LinkDown", "LinkLatency",
     "Mesh", "Operand", "Parallelism", "PodsimError", "Result", "Step", "System", "TransformerConfig", "analytic",
-    "applying", "get_chip", "get_model", "plots", "run_collective", "run_steps", "sharded_matmul", "simulate_decode",
-    "simulate_train", "spmd", "start_collective",
+    "applying", "get_chip", "get_model", "plots", "run_collective", "run_steps", "served_concurrent", "served_request",
+    "sharded_matmul", "simulate_decode", "simulate_train", "spmd", "start_collective",
 ]

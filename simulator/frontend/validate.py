@@ -239,19 +239,33 @@ def validate() -> dict[str, Any]:
             "notes": {**NOTES, **validate_decode.NOTES}}
 
 
+def case_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-case table `render` prints, as rows (one dict per case: family, case, measured, predicted, unit,
+    error (signed, a fraction), set), ready for a notebook (``pandas.DataFrame(case_rows(validate()))``)."""
+    keys = ("family", "case", "measured", "predicted", "unit", "error", "set")
+    return [{k: c[k] for k in keys} for c in result["cases"]]
+
+
+def summary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-family summary lines `render` prints, as rows: family, set (fit / held_out), cases, geomean_error,
+    worst_error (fractions), meets_target and target_error; sets without cases are left out, as in the text."""
+    return [{"family": family, "set": label, "cases": s["cases"], "geomean_error": s["geomean_error"],
+             "worst_error": s["worst_error"], "meets_target": s["meets_target"], "target_error": result["target_error"]}
+            for family, sets in result["families"].items() for label, s in sets.items() if s["cases"]]
+
+
 def render(result: dict[str, Any]) -> str:
-    """The validation as a text table, then the per-family summary and notes."""
+    """The validation as a text table, then the per-family summary and notes (the rows of `case_rows` and
+    `summary_rows`)."""
     lines = [f"{'family':<40} {'case':<28} {'measured':>10} {'predicted':>10} {'error':>8}  set"]
-    for c in result["cases"]:
+    for c in case_rows(result):
         lines.append(f"{c['family']:<40} {c['case']:<28} {c['measured']:>10.4g} {c['predicted']:>10.4g} "
                      f"{c['error'] * 100:>+7.1f}%  {c['set']}  ({c['unit']})")
     lines.append("")
-    for family, sets in result["families"].items():
-        for label, s in sets.items():
-            if s["cases"]:
-                verdict = "meets" if s["meets_target"] else "MISSES"
-                lines.append(f"{family:<40} {label:<8} {s['cases']:>3} cases: geometric-mean error "
-                             f"{s['geomean_error'] * 100:.1f}%, worst {s['worst_error'] * 100:.1f}% "
-                             f"({verdict} the {result['target_error']:.0%} target)")
+    for s in summary_rows(result):
+        verdict = "meets" if s["meets_target"] else "MISSES"
+        lines.append(f"{s['family']:<40} {s['set']:<8} {s['cases']:>3} cases: geometric-mean error "
+                     f"{s['geomean_error'] * 100:.1f}%, worst {s['worst_error'] * 100:.1f}% "
+                     f"({verdict} the {s['target_error']:.0%} target)")
     lines += [""] + [f"note ({k}): {v}" for k, v in result["notes"].items()]
     return "\n".join(lines)

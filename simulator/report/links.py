@@ -45,10 +45,10 @@ def group_of(info: dict[str, Any] | None) -> tuple[tuple[Any, ...], str]:
     if axis is not None and direction is not None:
         return (rank, axis, -direction), f"{name} axis {axis} {'+' if direction > 0 else '-'}"
     src, dst = info.get("src_role"), info.get("dst_role")
-    if src == "chip" and dst != "chip":
-        return (rank, 0, 0), f"{name} chip->switch"
+    if src == "chip" and dst != "chip":  # a host (PCIe) is named as such; any other far end is a switch
+        return (rank, 0, 0, dst == "host"), f"{name} chip->{'host' if dst == 'host' else 'switch'}"
     if dst == "chip" and src != "chip":
-        return (rank, 0, 1), f"{name} switch->chip"
+        return (rank, 0, 1, src == "host"), f"{name} {'host' if src == 'host' else 'switch'}->chip"
     return (rank, 0, 2), name
 
 

@@ -18,7 +18,9 @@ the book's alpha / M is C / W here. D is d_model, F d_ff. Per layer and per toke
   (YZ W); both grow with the batch, so again any batch or none, at the split with the least traffic.
 
 Strategies whose ratio does not depend on the batch report 0.0 (compute-bound at any batch) or None
-(at none), with a note giving the book's condition in numbers.
+(at none), with a note giving the book's condition in numbers. `axis_terms` gives the book's own terms
+behind them: alpha = C / W_ici (W_ici: one wrapped ICI axis, both ways) and M, each axis's W in units of
+W_ici (the book's M_X for FSDP, M_Y for the model axis), so that C / W = alpha / M.
 """
 from __future__ import annotations
 
@@ -59,3 +61,15 @@ def weight_stationary_2d(c_flops_per_s: float, w_bytes_per_s: float, d_model: in
             f"{math_s:.3g} s {'>=' if bound else '<'} 2D/(XW) + 4F/(YZ W) = {comms:.3g} s, so "
             f"{'compute-bound at any batch' if bound else 'communication-bound at every batch'}")
     return (0.0 if bound else None), note, {"x": x, "yz": yz}
+
+
+def axis_terms(c_flops_per_s: float, link_bytes_per_s: float, w_by_axis: dict[str, float]) -> dict[str, Any]:
+    """The book's terms of the thresholds: ``alpha`` = C / W_ici with W_ici = 2 x ``link_bytes_per_s`` (one
+    link, one way: a wrapped axis moves both ways), ``w_ici_bytes_per_s``, ``M`` per axis (its W / W_ici; a
+    fraction where an axis is slower than a wrapped ICI axis, e.g. over DCN or a line), and ``M_X`` (fsdp) and
+    ``M_Y`` (model) where the mesh has those axes, so 4 alpha^2 / (F M_X M_Y) is the FSDP + TP threshold."""
+    w_ici = 2 * link_bytes_per_s
+    m = {axis: w / w_ici for axis, w in w_by_axis.items()}
+    out: dict[str, Any] = {"alpha": c_flops_per_s / w_ici, "w_ici_bytes_per_s": w_ici, "M": m}
+    out.update({key: m[axis] for key, axis in (("M_X", "fsdp"), ("M_Y", "model")) if axis in m})
+    return out

@@ -26,7 +26,7 @@ cost (seconds each at pod scale), so only the K best run.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from simulator.errors import PodsimError
@@ -119,6 +119,18 @@ def options_of(opts: TrainOptions, plan: MeshPlan | None = None) -> dict[str, An
     if opts.schedule == "interleaved":
         out["virtual_stages"] = opts.virtual_stages
     return out
+
+
+def train_options(options: TrainOptions | dict[str, Any]) -> TrainOptions:
+    """A row's ``options`` (`options_of`) as the `TrainOptions` it reports; ``zero: null`` (no fsdp axis, where
+    the stage shards nothing) reads as the default. A `TrainOptions` is returned as is; an unknown key raises."""
+    if isinstance(options, TrainOptions):
+        return options
+    known = {f.name for f in fields(TrainOptions)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise PlanError(f"options: unknown key(s) {', '.join(map(repr, unknown))}; valid: {', '.join(sorted(known))}")
+    return TrainOptions(**{k: v for k, v in options.items() if v is not None})
 
 
 def _row(out: dict[str, Any], plan: MeshPlan, opts: Any, simulated: bool) -> dict[str, Any]:
@@ -269,13 +281,17 @@ def _simulate(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, best: l
     return Parallel(n_jobs=min(workers, len(jobs)))(delayed(simulate_one)(*job) for job in jobs)
 
 
-def simulate_one(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, plan: MeshPlan, opts: Any,
-                 topology: str | None) -> dict[str, Any]:
+def simulate_one(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, plan: MeshPlan | dict[str, int],
+                 opts: Any, topology: str | None) -> dict[str, Any]:
     """The simulated row of one layout (run in a worker process when there are several); ``simulation_cpu_s``
-    is the CPU time the simulation took in its process."""
+    is the CPU time the simulation took in its process. A search row's own ``mesh`` and ``options`` dicts may
+    stand for ``plan`` and ``opts`` (`train_options`; a serving row's options name its ``layout``)."""
     import time
 
     start = time.process_time()
+    plan = plan if isinstance(plan, MeshPlan) else MeshPlan({a: int(s) for a, s in plan.items() if s > 1})
+    if isinstance(opts, dict):
+        opts = train_options(opts) if mode == "train" else opts.get("layout", "1d")
     if mode != "train":
         row = price_serve(cfg, chip, batch, seq, plan, mode, True, topology, opts)
     else:

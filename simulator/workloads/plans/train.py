@@ -6,7 +6,8 @@
 form beside it, ``mfu`` (model FLOPs without recomputation or padding / chips x peak x step),
 ``tokens_per_s``, ``bubble_fraction``, ``exposed_comm_s`` per mesh axis, the book's critical per-chip
 batches for this mesh (``critical_batch_per_chip``: 0.0 / None where the batch cancels, with
-``critical_batch_notes``), and the cost when a price per chip-hour is given.
+``critical_batch_notes``, and the book's alpha, M_X and M_Y behind them in ``critical_batch_axes``), and
+the cost when a price per chip-hour is given.
 A simulated step adds the busiest chip's HBM peak and timeline (``simulated_memory_peak_bytes``,
 ``memory_timeline``: [seconds, bytes]) beside the closed-form ``memory_per_chip_bytes``.
 """
@@ -84,6 +85,8 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                bubble_fraction=closed["bubble_fraction"], exposed_comm_s=closed["exposed_comm_s"],
                simulated=False, tokens_per_chip=batch * seq / plan.chips)
     out["critical_batch_per_chip"], notes = critical_batches(chip, links, cfg.d_ff, cfg.d_model, plan.size("model"))
+    out["critical_batch_axes"] = critical.axis_terms(chip.peak_flops_per_s(), chip.ici_bandwidth_bytes_per_s,
+                                                     {a: links[a].bandwidth_bytes_per_s for a in links})
     if notes:
         out["critical_batch_notes"] = notes
     if simulate:
