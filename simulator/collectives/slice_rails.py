@@ -1,0 +1,358 @@
+"""Broadcast and Reduce on multislice: trees in the root's slice, each chip's share along its DCN rail, and an
+AllGather (Reduce: every dependency reversed) in every other slice, pipelined in batches (``slice_rails``).
+
+Topology (`topologies.multilevel.multislice`): K slices of m chips (ICI links of bandwidth W, latency alpha) and
+one DCN link per chip each way (bandwidth W_d) to one switch; a chip-to-chip DCN message crosses two links.
+
+What the bound asks (`simulator.collectives.bounds`). Broadcast: every non-root slice must receive V, and only
+through its m DCN links: ``V / (m W_d)``; the root must send V through its ICI and DCN links: ``V / (d W + W_d)``
+(d ICI links). Which one binds depends on the shape (tpu-v5e, m W_d against d W: 4x4 the DCN, 8x8 the root).
+
+Structure that meets both (the array cut into Q batches of m A pieces of P = V / (Q m A) bytes; A the slice axes
+longer than one; piece ``j(q, b, p) = (q m + b) A + p``, b a local position's row-major index):
+
+1. Root slice: `simulator.collectives.spanning_trees` pipelines all pieces over its d arc-disjoint trees (piece
+   j on tree j mod d): its root's ICI links carry V / d each, the root-egress bound's ICI part.
+2. DCN: chip (root slice, b) holds the A pieces of batch q's share b once the trees brought them, and sends them
+   (one message) along its rail -- the chips at local position b of the slices in turn from the root's, a chain
+   (each slice's up- and downlink carry V / m: the DCN bound; K - 2 extra hops of fill).
+3. Every other slice gathers batch q once its m shares have come: part p of every share goes along the slice's
+   axes in the order rotated by p (axis a_(p + phase mod A) in each phase, so the A parts of a phase use
+   different axes), each axis as a bidirectional line (every chip's bundle goes both ways, own first, then
+   what came from behind), a barrier between phases and batches: the slice's corner receives (m - 1) P A over
+   its links, its ingress bound for the batch.
+
+Closed form (first principles; every link direction carries one message at a time, each after the one before it
+has arrived, so a message costs its route's latency plus bytes over its slowest link, ``h(bytes)``):
+
+- a chain of hops of costs t_1..t_g delivers its i-th piece (from 0) at ``sum t + i max t``; in tree t a position
+  x gets piece j (the ``j // d``-th of its tree) at ``a(x, j) = sum + (j // d) max`` over its path;
+- share b of batch q is ready at ``r(b, q) = max_p a(b, j(q, b, p))`` (0 at the root); along the rail (hop k from
+  slice k - 1 to slice k of the chain): ``D_k(b, q) = max(D_(k-1)(b, q), D_k(b, q - 1)) + h_dcn(A P)``;
+- a line of n, bundles of B bytes: chip n - 1 gets chip 0's bundle last, at ``(n - 1) h(B)`` (by induction: the
+  i-th link delivers chip j's bundle at (i - j + 1) h(B)); phase time ``max over parts``, the batch's
+  ``T_ag = sum over phases max_p (n_(a_p) - 1) h(P prod of the axes gathered before)``;
+- slice k starts batch q at ``S_k(q) = max(max_b D_k(b, q), S_k(q - 1) + T_ag)``;
+  ``T = max(trees' end (their deepest chain, all pieces), max_k S_k(Q - 1) + T_ag)``.
+
+Reduce runs this DAG backwards, adding (each chip receives each piece once in Broadcast, so reversed every chip
+sends each piece's partial sum once: the root ends with the sum), every link direction carrying the reversed
+messages of the opposite direction in the reverse order: the same longest path, the same T.
+
+Against the bound: tpu-v5e 1 GB on 2 x 8x8 the root's ICI links carry V / (2W) (the root's DCN link idles: 1.035x)
+plus the fill (trees' depth, the last batch's DCN message and gather, about (V / (2W) + V / (m W_d)) / Q); on
+4x4 slices the DCN rail carries V / m in Q messages, each paying 2 DCN latencies (Q 2 alpha_d), plus the fill.
+Q minimises the closed form within `MAX_TRANSFERS`.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from simulator.collectives.algorithm import Algorithm, Job, register
+from simulator.collectives.groups import Group
+from simulator.collectives.schedule import Schedule
+from simulator.collectives.spanning_trees import shape_trees
+from simulator.collectives.timing import route_latency
+from simulator.engine.network import Network
+from simulator.errors import PodsimError
+
+Pos = tuple[int, ...]
+MAX_TRANSFERS = 200_000  #: default batches stop where the schedule would pass this many transfers
+MAX_BATCHES = 256  #: batches the default tries
+
+
+def hop_time(net: Network, src: Any, dst: Any, nbytes: float) -> float:
+    """Seconds one message of ``nbytes`` takes from ``src`` to ``dst`` alone: route latency plus bytes over the
+    slowest link of the route."""
+    path = net.routes(src, dst)[0]
+    edges = list(zip(path, path[1:], strict=False))
+    return route_latency(net, edges) + nbytes / min(net.graph.edges[e]["bandwidth_bytes_per_s"] for e in edges)
+
+
+class Plan:
+    """The geometry of one job: slices in chain order, local positions, the root slice's trees, the parts' axes."""
+
+    def __init__(self, net: Network, group: Group, root_pos: Pos) -> None:
+        self.net, graph = net, net.graph
+        k, local = graph.graph["shape"][0], tuple(graph.graph["shape"][1:])
+        self.at = {(graph.nodes[c]["group"], tuple(graph.nodes[c]["local_coord"])): c for c in group.members.values()}
+        root = graph.nodes[group.members[root_pos]]
+        self.root_slice, self.root = root["group"], tuple(root["local_coord"])
+        self.order = [(self.root_slice + i) % k for i in range(k)]  # the chain: the root's slice first
+        self.local = local
+        self.positions = list(itertools.product(*(range(n) for n in local)))
+        self.index = {x: i for i, x in enumerate(self.positions)}
+        self.m = len(self.positions)
+        wraps = tuple(graph.graph["wrap"][1:])
+        self.axes = [a for a, n in enumerate(local) if n > 1]
+        self.forest = _trees(local, wraps, self.axes, self.root)
+        self.parts = len(self.axes)
+        self.rotations = [self.axes[p:] + self.axes[:p] for p in range(self.parts)]
+
+    def chip(self, s: int, x: Pos) -> Any:
+        """The chip at local position ``x`` of slice ``s``."""
+        return self.at[(s, x)]
+
+    def piece(self, q: int, x: Pos, p: int) -> int:
+        """Piece index of part ``p`` of position ``x``'s share of batch ``q``."""
+        return (q * self.m + self.index[x]) * self.parts + p
+
+    def batches(self, chunks: int) -> int:
+        """Q: whole batches of m A pieces (timing mode rounds ``chunks`` up)."""
+        return -(-chunks // (self.m * self.parts))
+
+    def line_hop(self, nbytes: float) -> float:
+        """h(nbytes) of one ICI hop in a slice (every ICI link of a slice alike)."""
+        s = self.order[0]
+        a = self.axes[0]
+        x = tuple(0 for _ in self.local)
+        y = x[:a] + (1,) + x[a + 1:]
+        return hop_time(self.net, self.chip(s, x), self.chip(s, y), nbytes)
+
+    def tree_keys(self, batches: int, piece: float) -> int:
+        """g, the pieces one tree message carries: of 1 and the divisors of m A within a factor 4 of the g that
+        makes a tree's message count about ``sqrt((depth - 1) V / (d W alpha))`` (as `spanning_trees` pipelines),
+        the one of the fastest closed form (ties: the smallest)."""
+        each, d = self.m * self.parts, len(self.forest)
+        alpha = self.line_hop(0.0)
+        seconds = self.line_hop(piece) - alpha  # P / W
+        depth = max(max(ds.values()) for _, ds in self.forest)
+        per_tree = math.sqrt((depth - 1) * batches * each * seconds / (d * alpha)) if alpha > 0 else math.inf
+        want = batches * each / max(1.0, d * per_tree)
+        near = [g for g in range(1, each + 1) if each % g == 0 and (g == 1 or want / 4 <= g <= 4 * want)]
+        return min(near, key=lambda g: (_time(self, batches, piece, g), g))
+
+    def bundle(self, p: int, phase: int) -> int:
+        """Pieces in one chip's bundle of part ``p`` in ``phase``: the product of the axes gathered before."""
+        return math.prod(self.local[a] for a in self.rotations[p][:phase])
+
+    def gather_time(self, piece: float) -> float:
+        """T_ag of the module docstring: one batch's gather in a slice."""
+        return sum(max((self.local[self.rotations[p][f]] - 1) * self.line_hop(piece * self.bundle(p, f))
+                       for p in range(self.parts)) for f in range(self.parts))
+
+    def transfers(self, batches: int) -> int:
+        """Transfers of a schedule of ``batches`` batches (trees, rails, gathers with their barriers)."""
+        k, m, a = len(self.order), self.m, self.parts
+        lines = sum(m * (self.local[ax] - 1) for ax in self.axes)  # one part's line messages over all phases
+        return batches * (m * a * (m - 1) + m * (k - 1) + (k - 1) * (a * lines + a + 1))  # trees: g = 1 (the most)
+
+
+def _trees(local: Pos, wraps: tuple[bool, ...], axes: list[int], root: Pos) -> tuple[tuple[dict, dict], ...]:
+    """`shape_trees` of the slice over its axes longer than one (a 1x2 slice is a line of two), positions given
+    back in the slice's own coordinates."""
+    def full(y: Pos) -> Pos:
+        out = [0] * len(local)
+        for a, c in zip(axes, y, strict=True):
+            out[a] = c
+        return tuple(out)
+
+    squeezed = shape_trees(Group(tuple(local[a] for a in axes), tuple(wraps[a] for a in axes), {}),
+                           tuple(root[a] for a in axes))
+    return tuple(({full(x): full(p) for x, p in parents.items()}, {full(x): h for x, h in depth.items()})
+                 for parents, depth in squeezed)
+
+
+def slice_rails_time(plan: Plan, batches: int, piece: float) -> float:
+    """The closed form of the module docstring for ``batches`` batches of pieces of ``piece`` bytes (tree messages
+    of `Plan.tree_keys` pieces)."""
+    return _time(plan, batches, piece, plan.tree_keys(batches, piece))
+
+
+def _time(plan: Plan, batches: int, piece: float, g: int) -> float:
+    """`slice_rails_time` with tree messages of ``g`` pieces."""
+    net, m, a, d = plan.net, plan.m, plan.parts, len(plan.forest)
+    chunks = batches * m * a // g  # tree messages
+    s0 = plan.order[0]
+    paths: list[dict[Pos, tuple[float, float]]] = []  # per tree: position -> (sum, max) of its path's hop costs
+    end = 0.0
+    for t, (parents, depth) in enumerate(plan.forest):
+        cost: dict[Pos, tuple[float, float]] = {plan.root: (0.0, 0.0)}
+        for x in sorted(parents, key=depth.__getitem__):
+            h = hop_time(net, plan.chip(s0, parents[x]), plan.chip(s0, x), g * piece)
+            total, top = cost[parents[x]]
+            cost[x] = (total + h, max(top, h))
+        paths.append(cost)
+        count = len(range(t, chunks, d))
+        if count:
+            end = max(end, max(total + (count - 1) * top for total, top in cost.values()))
+
+    def arrival(x: Pos, j: int) -> float:  # piece j comes in tree message u = j // g
+        total, top = paths[(j // g) % d][x]
+        return total + (j // g // d) * top if x != plan.root else 0.0
+
+    dcn = [hop_time(net, plan.chip(plan.order[i - 1], plan.positions[0]), plan.chip(plan.order[i], plan.positions[0]),
+                    a * piece) for i in range(1, len(plan.order))]
+    t_ag = plan.gather_time(piece)
+    rail = {x: [0.0] * len(plan.order) for x in plan.positions}  # per position, per chain hop: its last arrival
+    start = [-math.inf] * len(plan.order)  # per slice of the chain: its last batch's start
+    for q in range(batches):
+        came = [0.0] * len(plan.order)
+        for x in plan.positions:
+            ready = max(arrival(x, plan.piece(q, x, p)) for p in range(a))
+            row = rail[x]
+            for i in range(1, len(plan.order)):
+                ready = row[i] = max(ready, row[i]) + dcn[i - 1]
+                came[i] = max(came[i], ready)
+        for i in range(1, len(plan.order)):
+            start[i] = max(came[i], start[i] + t_ag)
+    return max(end, max(start[1:]) + t_ag)
+
+
+class _Dag:
+    """Broadcast's messages as a DAG (src, dst, pieces, deps), to be added as they are or reversed (Reduce)."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[Any, Any, tuple[int, ...], list[int]]] = []
+
+    def add(self, src: Any, dst: Any, pieces: tuple[int, ...], deps: list[int]) -> int:
+        self.ops.append((src, dst, pieces, deps))
+        return len(self.ops) - 1
+
+    def barrier(self, deps: list[int]) -> int:
+        return self.add(None, None, (), deps)
+
+
+def broadcast_dag(plan: Plan, batches: int, g: int) -> _Dag:
+    """The messages of the module docstring's Broadcast (tree messages of ``g`` pieces), in an order where every
+    dependency comes first."""
+    dag, m, a, d = _Dag(), plan.m, plan.parts, len(plan.forest)
+    chunks = batches * m * a // g
+    s0 = plan.order[0]
+    got: dict[tuple[Pos, int], int] = {}  # (root-slice position, tree message) -> the message that brought it
+    for t, (parents, depth) in enumerate(plan.forest):
+        for x in sorted(parents, key=depth.__getitem__):
+            p, behind = parents[x], []
+            for u in range(t, chunks, d):
+                up = [got[(p, u)]] if p != plan.root else []
+                got[(x, u)] = behind_id = dag.add(plan.chip(s0, p), plan.chip(s0, x), tuple(range(u * g, u * g + g)),
+                                                  up + behind)
+                behind = [behind_id]
+    rail: dict[tuple[int, Pos], int] = {}  # (chain hop, position) -> its last message
+    came: dict[tuple[int, int], list[int]] = {}  # (chain hop, batch) -> the messages that brought its shares
+    for x in plan.positions:
+        for q in range(batches):
+            share = tuple(plan.piece(q, x, p) for p in range(a))
+            ready = sorted({got[(x, j // g)] for j in share}) if x != plan.root else []
+            for i in range(1, len(plan.order)):
+                behind = [rail[(i, x)]] if (i, x) in rail else []
+                rail[(i, x)] = msg = dag.add(plan.chip(plan.order[i - 1], x), plan.chip(plan.order[i], x), share,
+                                             ready + behind)
+                came.setdefault((i, q), []).append(msg)
+                ready = [msg]
+    for i in range(1, len(plan.order)):
+        done: list[int] = []
+        for q in range(batches):
+            start = dag.barrier(came[(i, q)] + done)
+            for f in range(a):
+                start = dag.barrier(_gather_phase(dag, plan, plan.order[i], q, f, start))
+            done = [start]
+    return dag
+
+
+def _gather_phase(dag: _Dag, plan: Plan, s: int, q: int, f: int, start: int) -> list[int]:
+    """Phase ``f`` of batch ``q``'s gather in slice ``s``: every part's bidirectional lines; the messages sent."""
+    sent: list[int] = []
+    for p, axes in enumerate(plan.rotations):
+        axis, before = axes[f], axes[:f]
+        n = plan.local[axis]
+        for base in (x for x in plan.positions if x[axis] == 0):
+            line = [base[:axis] + (i,) + base[axis + 1:] for i in range(n)]
+            bundles = [tuple(plan.piece(q, y, p) for y in plan.positions
+                             if all(y[c] == x[c] for c in range(len(x)) if c not in before)) for x in line]
+            for way in (line, line[::-1]):
+                got: dict[tuple[int, int], int] = {}  # (position on the way, origin) -> the message that brought it
+                for i in range(n - 1):
+                    behind: list[int] = []
+                    for j in range(i, -1, -1):  # own bundle first, then those that came from behind
+                        deps = ([got[(i, j)]] if j < i else [start]) + behind
+                        got[(i + 1, j)] = msg = dag.add(plan.chip(s, way[i]), plan.chip(s, way[i + 1]),
+                                                        bundles[line.index(way[j])], deps)
+                        behind = [msg]
+                        sent.append(msg)
+    return sent
+
+
+class SliceRails(Algorithm):
+    """Broadcast / Reduce on multislice: trees in the root's slice, shares along DCN rails, gathers in the others."""
+
+    name = "slice_rails"
+    summary = ("Broadcast, Reduce on multislice: trees in the root's slice, each chip's share along its DCN rail "
+               "through the slices, gathered in each slice; pipelined in batches (Reduce: reversed, adding)")
+    kinds = ("broadcast", "reduce")
+    topologies = ("multislice",)
+    nic_rings = False
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        why = super().unfit(kind, net, groups)
+        if why is not None:
+            return why
+        graph = net.graph.graph
+        if graph.get("pods"):
+            return "its DCN chains assume one DCN switch (multislice), not pods under a core"
+        if len(groups) != 1 or groups[0].n != len(net.chips):
+            return "it sends to every chip of every slice (a group of the whole system)"
+        if graph["shape"][0] < 2 or math.prod(graph["shape"][1:]) < 2:
+            return "it needs two slices or more of two chips or more"
+        return None
+
+    def _plan(self, job: Job) -> Plan:
+        key = ("slice_rails", job.root_pos)
+        if key not in job.cache:
+            job.cache[key] = Plan(job.net, job.group, job.root_pos)
+        return job.cache[key]
+
+    def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
+        """Q m A pieces, Q (up to `MAX_BATCHES`, within `MAX_TRANSFERS`) the batches of the fastest closed form;
+        numeric mode: one batch."""
+        plan = Plan(net, groups[0], tuple(0 for _ in groups[0].sizes))  # the closed form is the same from any root
+        each = plan.m * plan.parts
+        if nbytes is None:
+            return each
+        most = max(1, min(MAX_BATCHES, MAX_TRANSFERS // plan.transfers(1)))
+        tries = sorted({max(1, round(most ** (i / 24))) for i in range(25)})
+        best = min(tries, key=lambda q: (slice_rails_time(plan, q, nbytes / (q * each)), q))
+        return best * each
+
+    def prepare(self, job: Job) -> None:
+        plan = self._plan(job)
+        each = plan.m * plan.parts
+        if job.numeric and job.chunks % each:
+            raise PodsimError(f"slice_rails sends batches of {each} pieces (a share of {plan.parts} per chip of a "
+                              f"slice); numeric chunks={job.chunks} must be a multiple of {each}")
+
+    def _piece(self, job: Job, plan: Plan) -> float:
+        return job.key_bytes if job.numeric else job.nbytes / (plan.batches(job.chunks) * plan.m * plan.parts)
+
+    def closed_form(self, job: Job) -> float:
+        plan = self._plan(job)
+        return slice_rails_time(plan, plan.batches(job.chunks), self._piece(job, plan))
+
+    def build(self, job: Job, s: Schedule) -> None:
+        plan = self._plan(job)
+        piece = self._piece(job, plan)
+        batches = plan.batches(job.chunks)
+        dag = broadcast_dag(plan, batches, plan.tree_keys(batches, piece))
+        tag = ("slice_rails", id(job.group))
+
+        def emit(src: Any, dst: Any, pieces: tuple[int, ...], op: str, deps: list[int]) -> int:
+            keys: tuple | int = tuple(("piece", j) for j in pieces) if job.numeric else len(pieces)
+            return s.add(src, dst, keys, op, deps, tag, dst, nbytes=None if job.numeric else len(pieces) * piece)
+
+        if job.kind == "broadcast":
+            for src, dst, pieces, deps in dag.ops:
+                emit(src, dst, pieces, "copy", deps)
+            return
+        after: list[list[int]] = [[] for _ in dag.ops]  # reversed dependencies: who waited for each message
+        for i, (_, _, _, deps) in enumerate(dag.ops):
+            for dep in deps:
+                after[dep].append(i)
+        ids = [0] * len(dag.ops)
+        for i in range(len(dag.ops) - 1, -1, -1):
+            src, dst, pieces, _ = dag.ops[i]
+            ids[i] = emit(dst, src, pieces, "add", [ids[k] for k in after[i]])
+
+
+SLICE_RAILS = register(SliceRails())
