@@ -146,6 +146,12 @@ class StepSimulation:
     def __init__(self, cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, trace: bool,
                  calibrated: bool = False, topology: str | None = None, fast: bool = True) -> None:
         self.cfg, self.spec, self.par, self.fast = cfg, spec, par, fast
+        self._setup = (trace, calibrated, topology)
+        self._build()
+
+    def _build(self) -> None:
+        """A fresh system (and mesh) to run on."""
+        spec, par, (trace, calibrated, topology) = self.spec, self.par, self._setup
         if par.chips == 1 and topology is None:
             self.system, self.mesh = System(spec, trace=trace, calibrated=calibrated), None
         else:
@@ -159,16 +165,33 @@ class StepSimulation:
         """Run every chip's ops in order; ops with ``sync_bytes`` end with a model-axis AllReduce
         that the next op waits for, ops with ``grad_bytes`` start a data-axis AllReduce that runs
         in the background (the step ends when it is done)."""
-        ops = ops_per_group[0]
         blocks = sum(_block_count(u, self.spec.vmem_capacity_bytes) for group in ops_per_group for u in group)
         if blocks * (self.par.model if self.par.chips > 1 else 1) > MAX_STEPS:
             raise PodsimError(f"this step streams {blocks:,} VMEM-sized blocks per model group, more than the "
                               f"{MAX_STEPS:,} podsim simulates; use a shorter context, a smaller batch, more chips, "
                               "or --no-simulate for the closed forms alone")
+        quotients, replay, avoid = True, True, frozenset()
+        for attempt in range(4):  # a rerun where the symmetric run says it must (as `simulate_step`)
+            if attempt:
+                self._build()
+            self._run(ops_per_group, layer_of, quotients, replay, avoid)
+            sym = self.sym
+            if sym is None or not (sym.mixed or sym.replays.conflict):
+                break
+            quotients = quotients and not sym.mixed  # a class of links with and without quotients
+            if sym.replays.conflict:  # replays disturbed: without those, then (the last time) without any
+                avoid |= sym.replays.disturbed
+                replay = attempt < 2
+
+    def _run(self, ops_per_group: list[list[LayerOp]], layer_of: list[int], quotients: bool, replay: bool,
+             avoid: frozenset) -> None:
+        ops = ops_per_group[0]
         syncs = [i for i, u in enumerate(ops) if u.sync_bytes or u.grad_bytes]
+        self.sym = None
         if self.fast and self.mesh is not None and all(g == ops for g in ops_per_group):
             axes = [(a,) for a in ("model", "data") if self.mesh.size(a) > 1]
-            sym = Symmetry(self.system, self.mesh, {c.index: 0 for c in self.system.chips}, True, True, axes)
+            sym = Symmetry(self.system, self.mesh, {c.index: 0 for c in self.system.chips}, True, True, axes,
+                           replay, avoid, quotients)
             self.sym = sym if sym.active else None
         running = set(self.sym.chips()) if self.sym is not None else {c.index for c in self.system.chips}
         chips = [c for c in self.system.chips if c.index in running]
