@@ -157,3 +157,83 @@ def test_it_refuses_a_group_inside_one_slice():
     with pytest.raises(Exception, match="slice_rails"):
         run_collective("broadcast", System("tpu-v5e", topology="multislice:2:4x4"), 1e6, algorithm="slice_rails",
                        axes=[1, 2])
+
+
+# Gather and Scatter (collectives/slice_gather.py)
+
+def gather_bound(k: int, shape: tuple[int, int], nbytes: float) -> float:
+    """Root at a corner, n = k m chips, shards of V / n: (i) the root receives (Scatter: sends) (n - 1) V / n over
+    its two ICI links (from A_ICI) and its DCN link (from 2 A_DCN: the bytes also cross the switch's link); (ii) the
+    root's slice receives (sends) the other slices' (k - 1) V / k over its m DCN links, each from A_DCN on."""
+    m = shape[0] * shape[1]
+    n = k * m
+    root = _first_time([(A_ICI, W), (A_ICI, W), (2 * A_DCN, W_D)], (n - 1) * nbytes / n)
+    return max(root, A_DCN + (k - 1) * nbytes / (k * m * W_D))
+
+
+GATHER_TARGETS = {("multislice:2:4x4", 64e6): 1.25, ("multislice:2:4x4", 1e9): 1.05,
+                  ("multislice:4:4x4", 64e6): 1.25, ("multislice:4:4x4", 1e9): 1.1,
+                  ("multislice:2:8x8", 64e6): 1.25, ("multislice:2:8x8", 1e9): 1.05}
+
+
+@pytest.mark.parametrize("topology,nbytes", list(GATHER_TARGETS))
+def test_gather_scatter_against_the_bound(topology, nbytes):
+    """The engine's bound equals the one by hand; slice_gather's closed form (= the simulation, below) within the
+    target at its default rounds, and auto picks it (before it: root_direct, 15x)."""
+    from simulator.collectives.slice_gather import gather_time
+
+    k, shape = int(topology.split(":")[1]), tuple(int(n) for n in topology.split(":")[2].split("x"))
+    net = _net(topology)
+    groups = collective_groups(net, None)
+    algorithm = get_algorithm("slice_gather")
+    rounds = algorithm.default_chunks("gather", net, groups, nbytes)
+    t = gather_time(Plan(net, groups[0], (0,)), rounds, nbytes / groups[0].n)
+    bound = gather_bound(k, shape, nbytes)
+    for kind in ("gather", "scatter"):
+        assert topology_bound(kind, net, groups, nbytes, (0,)) == pytest.approx(bound, rel=1e-9)
+        assert bound <= t <= GATHER_TARGETS[(topology, nbytes)] * bound
+
+
+def test_gather_of_two_slices_of_two_step_by_step():
+    """multislice:2:1x2, one round (R = 1), shards of s = V / 4: the root's neighbour sends its own shard up
+    (A_ICI + s / W); (1, 0)'s shard crosses the DCN straight into the root, (1, 1)'s into the neighbour (2 A_DCN +
+    s / W_D each, at once); the neighbour then sends that one up (A_ICI + s / W). Scatter: the same backwards."""
+    nbytes = 4e6
+    s = nbytes / 4
+    hop, dcn = A_ICI + s / W, 2 * A_DCN + s / W_D
+    expected = max(hop, dcn) + hop
+    for kind in ("gather", "scatter"):
+        r = run_collective(kind, System("tpu-v5e", topology="multislice:2:1x2"), nbytes, algorithm="slice_gather",
+                           chunks=1)
+        assert r.time_s == pytest.approx(expected, rel=1e-9)
+        assert r.analytic_s == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("topology,chip,root", [("multislice:2:4x4", "tpu-v5e", 0), ("multislice:4:4x4", "tpu-v5e", 21),
+                                                ("multislice:3:2x4", "tpu-v5e", 13),
+                                                ("multislice:2:2x2x2", "tpu-v5p", 9)])
+def test_gather_closed_form_equals_the_simulation(topology, chip, root):
+    for kind in ("gather", "scatter"):
+        for nbytes, chunks in ((64e6, None), (1e5, None), (1e8, 3)):
+            r = run_collective(kind, System(chip, topology=topology, trace=False), nbytes, algorithm="slice_gather",
+                               root=root, chunks=chunks)
+            assert r.time_s == pytest.approx(r.analytic_s, rel=1e-6), (kind, nbytes, chunks)
+            assert r.time_s >= r.topology_bound_s * (1 - 1e-12)
+        r = run_collective(kind, System(chip, topology=topology, trace=False), 64e6)
+        assert r.algorithm == "slice_gather"
+
+
+@pytest.mark.parametrize("topology,chip,root", [("multislice:2:2x4", "tpu-v5e", 5), ("multislice:3:2x2", "tpu-v5e", 0),
+                                                ("multislice:2:2x2x2", "tpu-v5p", 14)])
+def test_gather_scatter_numeric_equals_numpy(topology, chip, root):
+    n = len(_net(topology, chip).chips)
+    rng = np.random.default_rng(11)
+    data = rng.standard_normal((n, 6))
+    r = run_collective("gather", System(chip, topology=topology, trace=False), data=data, algorithm="slice_gather",
+                       root=root)
+    np.testing.assert_array_equal(r.outputs[root], data.reshape(-1))
+    whole = rng.standard_normal((n, 6 * n))
+    r = run_collective("scatter", System(chip, topology=topology, trace=False), data=whole, algorithm="slice_gather",
+                       root=root)
+    for chip_id, row in r.outputs.items():
+        np.testing.assert_array_equal(row, whole[root].reshape(n, 6)[chip_id], err_msg=str(chip_id))
