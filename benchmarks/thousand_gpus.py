@@ -22,7 +22,9 @@ import sys
 import time
 
 CASES = [("superpod:4", 1e9, "auto"), ("nodes:128:8", 1e9, "hierarchical_pipelined"), ("nodes:128:8", 1e9, "auto"),
-         ("superpod:1", 1e6, "auto"), ("superpod:1", 1e9, "auto")]
+         ("superpod:1", 1e6, "auto"), ("superpod:1", 1e9, "auto"), ("nodes:32:8", 1e9, "auto"),
+         ("nodes:128:8", 1e9, "auto/full"), ("nodes:64:8", 1e9, "auto"), ("nodes:64:8", 1e9, "auto/full"),
+         ("superpod:4", 1e9, "auto/full")]  # "/full": mode="full", every transfer (the quotient's check)
 DEFAULT = (0, 1, 3, 4)
 
 
@@ -33,11 +35,17 @@ def one(index: int) -> None:
 
     from simulator.collectives import plan_collective
     from simulator.collectives.api import _execute_calibrated
+    try:
+        from simulator.collectives.ring_quotient import run_quotient
+    except ImportError:  # a tree from before the quotient (--tree)
+        run_quotient = None
     from simulator.collectives.schedule import check_arrived, gc_paused
     from simulator.engine.system import System
     from simulator.engine.watch import RunWatch, watching
 
     topology, nbytes, algorithm = CASES[index]
+    mode = "full" if algorithm.endswith("/full") else "auto"
+    algorithm = algorithm.removesuffix("/full")
     wall, cpu = time.perf_counter(), time.process_time()
     lean(10_000)
     lean_wall, lean_cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -45,18 +53,26 @@ def one(index: int) -> None:
     wall, cpu = time.perf_counter(), time.process_time()
     system = System("h100", topology=topology, trace=False)
     with watching(watch), gc_paused():
-        plan = plan_collective("all_reduce", system, nbytes, algorithm=algorithm)
+        quotient = {} if run_quotient is None else {"_quotient": True}  # what run_collective asks
+        plan = plan_collective("all_reduce", system, nbytes, algorithm=algorithm, mode=mode, **quotient)
         plan_wall, plan_cpu = time.perf_counter() - wall, time.process_time() - cpu
         estimate = watch.estimate
-        done = _execute_calibrated(system, plan, None)
+        on_quotient = None if run_quotient is None else run_quotient(system, plan, mode, True)
+        q_wall, q_cpu = time.perf_counter() - wall - plan_wall, time.process_time() - cpu - plan_cpu
+        q = None if on_quotient is None else on_quotient[0]
+        done = _execute_calibrated(system, plan, None, quotient=q) if q is not None else \
+            _execute_calibrated(system, plan, None)
         system.run()
         check_arrived(done, system.env.now)
     total_wall, total_cpu = time.perf_counter() - wall, time.process_time() - cpu
-    print(f"{topology:12s} {nbytes:8.0e} B {plan.algorithm.name:24s} transfers {len(plan.schedule.transfers):>9,}  "
-          f"SimPy events {system.events_processed:>7,}  units {watch.events:>9,} (estimated {estimate:,})  "
+    ran = "full" if q is None else f"quotient by {on_quotient[1].name} (|G| {q.order}, {len(q.transfers):,} run)"
+    transfers = len(plan.schedule.transfers) if q is None else q.represented
+    print(f"{topology:12s} {nbytes:8.0e} B {plan.algorithm.name:24s} transfers {transfers:>9,} "
+          f"{ran}  SimPy events {system.events_processed:>7,}  units {watch.events:>9,} (estimated {estimate or 0:,})  "
           f"simulated {system.env.now:.9e} s")
-    print(f"{'':12s} plan cpu {plan_cpu:.2f} s wall {plan_wall:.2f} s; run cpu {total_cpu - plan_cpu:.2f} s "
-          f"wall {total_wall - plan_wall:.2f} s; total cpu {total_cpu:.2f} s wall {total_wall:.2f} s; "
+    run_cpu, run_wall = total_cpu - plan_cpu - q_cpu, total_wall - plan_wall - q_wall
+    print(f"{'':12s} plan cpu {plan_cpu:.2f} s wall {plan_wall:.2f} s; quotient cpu {q_cpu:.2f} s wall {q_wall:.2f} s; "
+          f"run cpu {run_cpu:.2f} s wall {run_wall:.2f} s; total cpu {total_cpu:.2f} s wall {total_wall:.2f} s; "
           f"lean 10,000 blocks cpu {lean_cpu * 1e3:.0f} ms wall {lean_wall * 1e3:.0f} ms -> "
           f"{total_cpu / lean_cpu:.0f}x lean (cpu), {total_wall / lean_wall:.0f}x (wall)", flush=True)
 

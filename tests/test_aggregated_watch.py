@@ -18,7 +18,8 @@ CASES = [("nodes:8:8", "h100", "hierarchical_pipelined"), ("torus:8x8", "tpu-v5p
 
 
 def _transfers(topology: str, chip: str, algorithm: str) -> int:
-    plan = plan_collective("all_reduce", System(chip, topology=topology, trace=False), 1e6, algorithm=algorithm)
+    plan = plan_collective("all_reduce", System(chip, topology=topology, trace=False), 1e6, algorithm=algorithm,
+                           mode="full")
     return len(plan.schedule.transfers)
 
 
@@ -29,7 +30,7 @@ def test_estimate_of_an_aggregated_run_matches_what_it_reports(topology: str, ch
     watch = RunWatch()
     system = System(chip, topology=topology, trace=False)
     with watching(watch):
-        run_collective("all_reduce", system, 1e6, algorithm=algorithm)
+        run_collective("all_reduce", system, 1e6, algorithm=algorithm, mode="full")
     n = _transfers(topology, chip, algorithm)
     assert watch.events - system.events_processed == 2 * n  # every arrival reported, once
     assert watch.estimate == 2 * n
@@ -91,7 +92,8 @@ def test_long_run_warning_names_the_whole_schedule() -> None:
     watch_module.LONG_RUN_EVENTS = 1_000
     try:
         with watching(watch):
-            run_collective("all_reduce", System(chip, topology=topology, trace=False), 1e6, algorithm=algorithm)
+            run_collective("all_reduce", System(chip, topology=topology, trace=False), 1e6, algorithm=algorithm,
+                           mode="full")
     finally:
         watch_module.LONG_RUN_EVENTS = threshold
     assert warnings == [2 * n]
@@ -114,7 +116,7 @@ def test_cut_through_routes_aggregated_equal_the_plain_path(make, algorithm) -> 
     runs = []
     for aggregate in (True, False):
         system = System("h100", topology=make())
-        result = run_collective("all_reduce", system, 3e6, algorithm=algorithm, aggregate=aggregate)
+        result = run_collective("all_reduce", system, 3e6, algorithm=algorithm, aggregate=aggregate, mode="full")
         runs.append((system, result))
     (fs, fr), (ps, pr) = runs
     assert fr.time_s == pytest.approx(pr.time_s, rel=1e-9)

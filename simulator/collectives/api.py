@@ -20,8 +20,11 @@ from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, get_alg
 from simulator.collectives.book import book_estimate
 from simulator.collectives.bounds import topology_bound
 from simulator.collectives.groups import Group, collective_groups, nic_rings, root_position
+from simulator.collectives.quotient import Quotient, execute_quotient, unfold
 from simulator.collectives.ring import RingAlgorithm
-from simulator.collectives.schedule import Completion, Schedule, check_arrived, execute, gc_paused
+from simulator.collectives.ring_quotient import plan_quotient, run_quotient
+from simulator.collectives.schedule import Completion, Schedule, check_arrived, gc_paused
+from simulator.collectives.schedule import execute as execute_all
 from simulator.collectives.tuner import tune
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
@@ -61,10 +64,13 @@ class CollectiveResult:
     note: str | None = None
     alternatives: list[dict[str, Any]] = field(default_factory=list)  #: every applicable algorithm's closed form
     protocol: str | None = None  #: NCCL protocol (calibrated GPU systems; `simulator.collectives.protocol`)
+    quotient_order: int | None = None  #: mode "quotient": transfers (and links) each simulated one stands for
 
     def to_json(self) -> dict[str, Any]:
-        """The figures as a flat dict (without the numeric outputs; ``note`` only when there is one)."""
-        return {k: v for k, v in self.__dict__.items() if k != "outputs" and not (k == "note" and v is None)}
+        """The figures as a flat dict (without the numeric outputs; ``note`` and ``quotient_order`` only when
+        there is one)."""
+        return {k: v for k, v in self.__dict__.items()
+                if k != "outputs" and not (k in ("note", "quotient_order") and v is None)}
 
 
 @dataclass
@@ -80,6 +86,7 @@ class Plan:
     schedule: Schedule | None  #: None for a one-device group (a no-op)
     alternatives: list[dict[str, Any]] = field(default_factory=list)  #: ``{"algorithm", "time_s"}``, fastest first
     protocol: str | None = None  #: the NCCL protocol it runs with (None: ideal links, or none applies)
+    quotient: Any = None  #: (quotient, group) built in place of the schedule (then empty): `run_collective` only
 
     @property
     def groups(self) -> list[Group]:
@@ -90,7 +97,8 @@ class Plan:
 def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
                     algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
                     data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
-                    rings: int | None = None, groups: Sequence[Group] | None = None, protocol: str = "auto") -> Plan:
+                    rings: int | None = None, groups: Sequence[Group] | None = None, protocol: str = "auto",
+                    _quotient: bool = False) -> Plan:
     """Validate the arguments of `run_collective` and compile its schedule.
 
     ``groups`` names the groups explicitly (`Group` objects of chips, all of one shape) in place of ``axes``
@@ -128,9 +136,11 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     job = choice.job
     job.reduced = reduced
     schedule = Schedule(job.key_bytes)
-    choice.algorithm.build(job, schedule)
+    built = plan_quotient(system, choice.algorithm, job) if _quotient and mode == "auto" and data is None else None
+    if built is None:
+        choice.algorithm.build(job, schedule)
     return Plan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule, choice.alternatives,
-                choice.protocol)
+                choice.protocol, built)
 
 
 def _protocol_price(system: Any, protocol: str) -> Any:
@@ -251,7 +261,7 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
 
 
 def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: dict[str, Any]) -> CollectiveResult:
-    plan = plan_collective(kind, system, nbytes, **kwargs)
+    plan = plan_collective(kind, system, nbytes, **kwargs, _quotient=aggregate)
     data = kwargs.get("data")
     job, net = plan.job, system.network
     if plan.schedule is None:
@@ -263,10 +273,16 @@ def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: 
         if job.layout is not None else payload.initial_buffers(kind, plan.groups, data, job.parts, job.chunks,
                                                                job.root_pos)
     start, before = system.env.now, net.link_bytes()
-    done = _execute_calibrated(system, plan, buffers, aggregate=aggregate)
+    on_quotient = run_quotient(system, plan, kwargs.get("mode", "auto"), data is None and aggregate)
+    if on_quotient is not None:
+        channels, first_span = {c: c.bytes_carried for c in net.links.values()}, len(system.trace.spans)
+    done = _execute_calibrated(system, plan, buffers, aggregate=aggregate,
+                               quotient=None if on_quotient is None else on_quotient[0])
     system.run()
     net.set_link_efficiency(None)
     check_arrived(done, system.env.now)
+    if on_quotient is not None:  # every link of a representative's orbit carried what it carried, spans too
+        unfold(net, on_quotient[1], on_quotient[0], channels, first_span)
     time_s = system.env.now - start
     algbw, busbw = analytic.bus_bandwidth(kind, plan.nbytes, time_s, job.group.n)
     link_bytes = {k: v - before.get(k, 0.0) for k, v in net.link_bytes().items() if v > before.get(k, 0.0)}
@@ -281,8 +297,11 @@ def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: 
         algorithm=plan.algorithm.name, nbytes=plan.nbytes, padded_bytes=_padded_bytes(plan),
         group_size=job.group.n, groups=len(plan.groups), algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw,
         max_link_bytes=max(link_bytes.values(), default=0.0), total_link_bytes=total,
-        mode="reduced" if plan.reduced else "full", n_transfers=len(plan.schedule.transfers), link_bytes=link_bytes,
-        outputs=_outputs(plan, buffers), alternatives=plan.alternatives, protocol=plan.protocol)
+        mode="reduced" if plan.reduced else "quotient" if on_quotient else "full",
+        n_transfers=on_quotient[0].represented if on_quotient else len(plan.schedule.transfers),
+        link_bytes=link_bytes, outputs=_outputs(plan, buffers),
+        alternatives=plan.alternatives, protocol=plan.protocol,
+        quotient_order=None if on_quotient is None else on_quotient[0].order)
 
 
 def _analytic_s(plan: Plan) -> float:
@@ -311,11 +330,15 @@ def _aggregate(kwargs: dict[str, Any]) -> bool:
 
 
 def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool = True,
-                        aggregate: bool = True) -> Completion:
-    """`execute`, after the calibrated launch latency and (with ``set_links``) with links at their
-    calibrated efficiency for an array of this size (and the hop latency of the plan's protocol, if any);
-    plain `execute` on an ideal system."""
+                        aggregate: bool = True, quotient: Quotient | None = None) -> Completion:
+    """`execute` (`execute_quotient` of ``quotient`` where given), after the calibrated launch latency and
+    (with ``set_links``) with links at their calibrated efficiency for an array of this size (and the hop
+    latency of the plan's protocol, if any); plain `execute` on an ideal system."""
     net, cal = system.network, system.calibration
+
+    def execute(*args: Any) -> Completion:
+        return execute_all(*args) if quotient is None else execute_quotient(net, quotient, plan.kind)
+
     if cal is None:
         return execute(net, plan.schedule.transfers, buffers, plan.kind, aggregate)
     fraction, latency, launch_s = protocols.link_settings(cal, plan.nbytes, plan.algorithm.name, plan.protocol)

@@ -1,35 +1,70 @@
 """A collective run on the quotient of a symmetric network: one transfer and one link per orbit, exactly.
 
-Let G be a group of symmetries of a network -- here translations of a grid torus by whole steps along its
-wrapped axes (`Translations`) -- acting freely on its chips: every translation other than the identity moves
-every chip. If a collective's schedule is G-equivariant (for every transfer t and every g in G there is a
-transfer g.t from g.src to g.dst with t's bytes whose dependencies are the images of t's) and so are the
-routes, then in a run every member of an orbit {g.t} starts and arrives at the same instants, and every link
-of an orbit {g.L} carries the same flows at the same instants (fair sharing treats flows that start together
-alike, whatever order they join in). So it is enough to run one transfer per orbit -- those sent by the orbit
-representatives of the chips (`Translations.rep`) -- waiting on the representatives of its dependencies, over
-the representatives of its route's links: link L's flows at time T are, in full, the transfers g.t whose
-route crosses L; in the quotient, the representatives t whose route crosses some link of L's orbit, each
-once (G acts freely on links too, so exactly one g maps the i-th hop of t onto L). |G| times fewer transfers
-and events; the same times, the same bytes on every link that runs, and trace spans for those links only.
+Let G be a group of symmetries of a network -- translations of a grid torus by whole steps along its
+wrapped axes (`Translations`), or rotations of a GPU node system's nodes and rails
+(`simulator.collectives.symmetry`) -- acting freely on its chips: every element other than the identity
+moves every chip. If a collective's schedule is G-equivariant (for every transfer t and every g in G there
+is a transfer g.t from g.src to g.dst with t's bytes whose dependencies are the images of t's) and so are
+the routes, then in a run every member of an orbit {g.t} starts and arrives at the same instants, and
+every link of an orbit {g.L} carries the same flows at the same instants (fair sharing treats flows that
+start together alike, whatever order they join in). So it is enough to run one transfer per orbit -- those
+sent by the orbit representatives of the chips (``action.offset`` takes a chip there) -- waiting on the
+representatives of its dependencies, over the representatives of its route's links: link L's flows at
+time T are, in full, the transfers g.t whose route crosses L; in the quotient, the representatives t whose
+route crosses some link of L's orbit, each once. That needs G to act freely on the links the routes cross
+(exactly one g maps the i-th hop of t onto L): a link is carried by whichever end G moves freely
+(``action.carrier``; a switch G fixes, such as a node system's fabric, is no obstacle), and where neither
+end is moved freely the link's stabiliser may not be trivial -- one representative flow would stand for
+several on that link -- so the quotient refuses. |G| times fewer transfers and events; the same times,
+the same bytes on every link that runs; `unfold` then gives every link of an orbit its representative's
+bytes and trace spans, as a full run leaves them.
 
 `quotient` checks equivariance rather than assuming it, and returns None (run in full) when it fails:
 transfers are matched by (source, destination, how many between them came before), each match must carry
 the same bytes and operation and depend on the matches of the same orbits, barriers (no source) stay as they
 are, and every route must be the image of its representative's (one route of plain channels, cut through).
 Interface byte counters count each representative's bytes |G| times: the whole collective's traffic. Only
-timing runs: a numeric collective (buffers) needs every chip's data.
+timing runs: a numeric collective (buffers) needs every chip's data. `run_on_quotient` tries a node
+system's groups, largest first (`simulator.collectives.api` runs mode ``auto`` on it where one fits).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from simulator.collectives.schedule import Completion, Transfer, _Aggregated, _new_transfer
+from simulator.collectives.schedule import (
+    AGGREGATED_EVENTS_PER_TRANSFER,
+    LONG_RUN_HINT,
+    Completion,
+    Transfer,
+    _Aggregated,
+    _new_transfer,
+)
 from simulator.engine.channel import Channel, call_after
 from simulator.engine.delivery import cut_through
 from simulator.engine.network import Network
+from simulator.engine.trace import Span, new_span
+from simulator.engine.watch import TICK, expect_events
+
+_UNSET = object()
+
+
+class Action(Protocol):
+    """A group G of symmetries of a network, as `quotient` uses it: ``order`` (|G|), ``identity``, ``offset(v)``
+    (the element taking node ``v`` to its orbit's representative, None where G does not move ``v`` freely),
+    ``apply(h, v)`` (``v``'s image under ``h``) and ``carrier(u, v)`` (the element taking link ``u -> v`` to
+    its orbit's representative link, None where the link's stabiliser may not be trivial: then one
+    representative would stand for several flows on one link, and the quotient refuses)."""
+
+    order: int
+    identity: Any
+
+    def offset(self, v: Any) -> Any: ...
+
+    def apply(self, h: Any, v: Any) -> Any: ...
+
+    def carrier(self, u: Any, v: Any) -> Any: ...
 
 
 class Translations:
@@ -78,6 +113,16 @@ class Translations:
         h = self.offset(v)
         return v if h is None else self.apply(h, v)
 
+    @property
+    def identity(self) -> tuple[int, ...]:
+        """The translation by nothing."""
+        return (0,) * len(self.shape)
+
+    def carrier(self, u: Any, v: Any) -> tuple[int, ...] | None:
+        """The translation taking link ``u -> v`` to its orbit's representative link: ``u``'s (both ends must
+        be chips of the grid); None where there is none (the quotient then refuses)."""
+        return self.offset(u) if v in self.coord else None
+
 
 @dataclass(frozen=True)
 class Quotient:
@@ -89,34 +134,46 @@ class Quotient:
     routes: list[tuple[tuple[Channel, ...], tuple[tuple[str, int], ...]] | None]
     order: int
     links: tuple[Channel, ...]  #: every representative channel the routes cross
+    represented: int = 0  #: transfers of the whole schedule (barriers too)
+    announced: int = 0  #: of those, how many `Schedule.add` counted in the watch's estimate as it built them
 
 
-def quotient(net: Network, transfers: list[Transfer], action: Translations) -> Quotient | None:
+def quotient(net: Network, transfers: list[Transfer], action: Action) -> Quotient | None:
     """The quotient of ``transfers`` by ``action`` (see the module), or None where the schedule or its routes
     are not equivariant (run it in full)."""
     n = len(transfers)
     depth, place, index, seen = [0] * n, [0] * n, {}, {}
-    for t in transfers:  # a transfer's role: its pair, bytes, operation and depth (dependencies come first)
-        depth[t.id] = 1 + max((depth[d] for d in t.deps), default=-1)
-        if t.src is None:
-            continue
-        role = (t.src, t.dst, t.nbytes, t.op, depth[t.id])
-        k = seen.get(role, 0)
-        seen[role] = place[t.id] = k + 1
-        index[(*role, k)] = t.id  # the k-th of its role, in the order they were added
-    rep_of = list(range(n))
+    depth_of, seen_get = depth.__getitem__, seen.get
+    chips, identity = set(net.chips), action.identity
     offsets: dict[Any, Any] = {}
-    for t in transfers:
-        if t.src is None:
+    for t in transfers:  # a transfer's role: its pair, bytes, operation and depth (dependencies come first)
+        deps, src = t.deps, t.src
+        d = depth[t.id] = 1 + max(map(depth_of, deps)) if deps else 0
+        if src is None:
             continue
-        h = offsets.get(t.src, 0)
-        if h == 0:
-            h = offsets[t.src] = action.offset(t.src)
-        if h is None or (t.dst is not None and action.offset(t.dst) is None):
-            return None
-        if any(h):
-            r = index.get((action.apply(h, t.src), action.apply(h, t.dst), t.nbytes, t.op, depth[t.id],
-                           place[t.id] - 1))
+        role = (src, t.dst, t.nbytes, t.op, d)
+        k = seen_get(role, 0)
+        seen[role] = k + 1
+        place[t.id] = k
+        h = offsets.get(src, _UNSET)
+        if h is _UNSET:
+            h = offsets[src] = action.offset(src) if src in chips else None
+        if h == identity:
+            index[(role, k)] = t.id  # a representative: the k-th of its role, in the order they were added
+    rep_of = list(range(n))
+    images: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> their images under src's offset (None: not moved)
+    for t in transfers:
+        src, dst = t.src, t.dst
+        if src is None:
+            continue
+        image = images.get((src, dst), _UNSET)
+        if image is _UNSET:
+            h = offsets[src]
+            if h is None or dst not in chips or action.offset(dst) is None:  # to or from a switch: a hop
+                return None
+            image = images[(src, dst)] = None if h == identity else (action.apply(h, src), action.apply(h, dst))
+        if image is not None:
+            r = index.get(((*image, t.nbytes, t.op, depth[t.id]), place[t.id]))
             if r is None:
                 return None
             rep_of[t.id] = r
@@ -126,9 +183,13 @@ def quotient(net: Network, transfers: list[Transfer], action: Translations) -> Q
             rep_of[t.id] = barriers.setdefault(frozenset(rep_of[d] for d in t.deps), t.id)
     for t in transfers:
         r = rep_of[t.id]
-        if r != t.id and t.src is not None and \
-                {rep_of[d] for d in t.deps} != {rep_of[d] for d in transfers[r].deps}:
-            return None
+        if r != t.id and t.src is not None:
+            deps, rep_deps = t.deps, transfers[r].deps
+            if len(deps) == len(rep_deps) == 1:
+                if rep_of[deps[0]] != rep_of[rep_deps[0]]:
+                    return None
+            elif {rep_of[d] for d in deps} != {rep_of[d] for d in rep_deps}:
+                return None
     if not _routes_equivariant(net, transfers, rep_of, offsets, action):
         return None
     kept = [t for t in transfers if rep_of[t.id] == t.id]
@@ -145,11 +206,11 @@ def quotient(net: Network, transfers: list[Transfer], action: Translations) -> Q
         if route is not None:
             used.update(dict.fromkeys(route[0]))
         routes.append(route)
-    return Quotient(out, routes, action.order, tuple(used))
+    return Quotient(out, routes, action.order, tuple(used), n, n - n % TICK)
 
 
 def _routes_equivariant(net: Network, transfers: list[Transfer], rep_of: list[int], offsets: dict[Any, Any],
-                        action: Translations) -> bool:
+                        action: Action) -> bool:
     """Whether every transfer's route is its representative's route translated (checked once per chip pair)."""
     checked: set[tuple[Any, Any]] = set()
     for t in transfers:
@@ -164,7 +225,7 @@ def _routes_equivariant(net: Network, transfers: list[Transfer], rep_of: list[in
     return True
 
 
-def _rep_route(net: Network, src: Any, dst: Any, action: Translations) -> Any:
+def _rep_route(net: Network, src: Any, dst: Any, action: Action) -> Any:
     """The representative channels of the one route from ``src`` to ``dst`` and the interfaces it crosses, or
     False where it is not one route of plain channels that the quotient can run (several, store and forward)."""
     paths = net.routes(src, dst)
@@ -172,7 +233,7 @@ def _rep_route(net: Network, src: Any, dst: Any, action: Translations) -> Any:
         return False
     links, kinds = [], {}
     for u, v in zip(paths[0], paths[0][1:], strict=False):
-        h = action.offset(u)
+        h = action.carrier(u, v)
         if h is None:
             return False
         channel = net.link(action.apply(h, u), action.apply(h, v))
@@ -208,6 +269,8 @@ def execute_quotient(net: Network, q: Quotient, label: str = "") -> Completion:
     """Run the quotient ``q`` (timing only); its completion event fires when its last representative has
     arrived -- when the whole collective would have."""
     done = Completion(net.env)
+    # the watch expects the representatives' work instead of what `Schedule.add` announced of the whole schedule
+    expect_events(AGGREGATED_EVENTS_PER_TRANSFER * (len(q.transfers) - q.announced), LONG_RUN_HINT)
     if not q.transfers:
         return done.succeed(net.env.now)
     run = _QuotientRun(net, q.transfers, None, label, done)
@@ -216,3 +279,57 @@ def execute_quotient(net: Network, q: Quotient, label: str = "") -> Completion:
         if not t.deps:
             run.start(t)
     return done
+
+
+def run_on_quotient(net: Network, transfers: list[Transfer]) -> tuple[Quotient, Any] | None:
+    """The quotient of ``transfers`` by the largest symmetry group of a GPU node system that it is equivariant
+    under (`simulator.collectives.symmetry.node_actions`), with that group; None where there is none."""
+    from simulator.collectives.symmetry import node_actions
+
+    actions = node_actions(net)
+    if not actions:
+        return None
+    chips = set(net.chips)
+    pairs = {(t.src, t.dst) for t in transfers if t.src is not None and t.src != t.dst and t.nbytes}
+    if any(src not in chips or dst not in chips for src, dst in pairs):
+        return None
+    paths = [net.routes(src, dst) for src, dst in pairs]
+    if any(len(p) != 1 for p in paths):
+        return None
+    links = {(u, v) for (p,) in paths for u, v in zip(p, p[1:], strict=False)}
+    for action in actions:  # a group that leaves a link the schedule uses without a carrier: refused at once
+        if any(action.carrier(u, v) is None for u, v in links):
+            continue
+        q = quotient(net, transfers, action)
+        if q is not None:
+            return q, action
+    return None
+
+
+def unfold(net: Network, action: Any, q: Quotient, before: dict[Channel, float], first_span: int) -> None:
+    """After a quotient run, give every link of each representative link's orbit what that link carried: the
+    bytes it carried in the run (since ``before``, bytes per channel), and copies of its trace spans from
+    ``first_span`` on, renamed and reattributed -- the links and trace a full run leaves."""
+    trace = net.trace
+    spans = trace.spans if trace is not None and trace.enabled else None
+    images: dict[str, list[tuple[Any, str]]] = {}
+    ends = {channel: pair for pair, channel in net.links.items()}
+    for channel in q.links:
+        u, v = ends[channel]
+        h = action.carrier(u, v)
+        assert h == action.identity, channel.name  # the quotient runs representative links only
+        carried = channel.bytes_carried - before.get(channel, 0.0)
+        images[channel.name] = out = []
+        for g in action.elements():
+            if g == h:
+                continue
+            image = net.link(action.apply(g, u), action.apply(g, v))
+            image.bytes_carried += carried
+            out.append((image.chip, image.name))
+    if spans is not None:
+        new = []
+        for span in spans[first_span:]:
+            for chip, name in images.get(span.unit, ()):
+                new.append(new_span(Span, (chip, name, *span[2:])))
+        spans.extend(new)
+
