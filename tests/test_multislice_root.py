@@ -237,3 +237,16 @@ def test_gather_scatter_numeric_equals_numpy(topology, chip, root):
                        root=root)
     for chip_id, row in r.outputs.items():
         np.testing.assert_array_equal(row, whole[root].reshape(n, 6)[chip_id], err_msg=str(chip_id))
+
+
+def test_ramp_of_batches():
+    """Rows per batch: 1, 2, 4 below the cap while both ends fit, then the cap, one batch of what is left, the ramp
+    back down; cap 1 is one row a batch."""
+    from simulator.collectives.slice_rails import ramp
+
+    assert ramp(36, 6) == [1, 2, 4, 6, 6, 6, 4, 4, 2, 1]
+    assert ramp(5, 1) == [1] * 5
+    assert ramp(5, 4) == [1, 3, 1]  # 2 x 1 fits, 2 x (1 + 2) does not; 3 rows left: one batch of them
+    for rows in range(1, 40):
+        for cap in (1, 2, 4, 8, 16):
+            assert sum(ramp(rows, cap)) == rows and max(ramp(rows, cap)) <= max(cap, 1)

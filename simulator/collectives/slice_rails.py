@@ -8,47 +8,55 @@ What the bound asks (`simulator.collectives.bounds`). Broadcast: every non-root 
 through its m DCN links: ``V / (m W_d)``; the root must send V through its ICI and DCN links: ``V / (d W + W_d)``
 (d ICI links). Which one binds depends on the shape (tpu-v5e, m W_d against d W: 4x4 the DCN, 8x8 the root).
 
-Structure that meets both (the array cut into Q batches of m A pieces of P = V / (Q m A) bytes; A the slice axes
-longer than one; piece ``j(q, b, p) = (q m + b) A + p``, b a local position's row-major index):
+Structure that meets both (the array cut into R rows of m A pieces of P = V / (R m A) bytes; A the slice axes
+longer than one; piece ``j(r, b, p) = (r m + b) A + p``, b a local position's row-major index; the rows go in
+batches, `ramp`: 1, 2, 4, ... rows up to a cap, batches of the cap, then down again, so the first shares leave
+early and the last gather is short):
 
-1. Root slice: `simulator.collectives.spanning_trees` pipelines all pieces over its d arc-disjoint trees (piece
-   j on tree j mod d): its root's ICI links carry V / d each, the root-egress bound's ICI part.
-2. DCN: chip (root slice, b) holds the A pieces of batch q's share b once the trees brought them, and sends them
-   (one message) along its rail -- the chips at local position b of the slices in turn from the root's, a chain
-   (each slice's up- and downlink carry V / m: the DCN bound; K - 2 extra hops of fill).
+1. Root slice: `simulator.collectives.spanning_trees` pipelines all pieces over its d arc-disjoint trees, g
+   consecutive pieces a message (message u = j // g on tree u mod d): its root's ICI links carry V / d each,
+   the root-egress bound's ICI part.
+2. DCN: chip (root slice, b) holds batch q's share b (its A pieces of each row of the batch) once the trees
+   brought them, and sends it (one message) along its rail -- the chips at local position b of the slices in
+   turn from the root's, a chain (each slice's up- and downlink carry V / m: the DCN bound; K - 2 hops of fill).
 3. Every other slice gathers batch q once its m shares have come: part p of every share goes along the slice's
    axes in the order rotated by p (axis a_(p + phase mod A) in each phase, so the A parts of a phase use
    different axes), each axis as a bidirectional line (every chip's bundle goes both ways, own first, then
-   what came from behind), a barrier between phases and batches: the slice's corner receives (m - 1) P A over
-   its links, its ingress bound for the batch.
+   what came from behind), a barrier between phases and batches: the slice's corner receives (m - 1) P A a row
+   over its links, its ingress bound for the batch.
 
 Closed form (first principles; every link direction carries one message at a time, each after the one before it
 has arrived, so a message costs its route's latency plus bytes over its slowest link, ``h(bytes)``):
 
-- a chain of hops of costs t_1..t_g delivers its i-th piece (from 0) at ``sum t + i max t``; in tree t a position
-  x gets piece j (the ``j // d``-th of its tree) at ``a(x, j) = sum + (j // d) max`` over its path;
-- share b of batch q is ready at ``r(b, q) = max_p a(b, j(q, b, p))`` (0 at the root); along the rail (hop k from
-  slice k - 1 to slice k of the chain): ``D_k(b, q) = max(D_(k-1)(b, q), D_k(b, q - 1)) + h_dcn(A P)``;
+- a chain of hops of costs t_1..t_h delivers its i-th message (from 0) at ``sum t + i max t``; in tree t a
+  position x gets message u (the ``u // d``-th of its tree) at ``a(x, u) = sum + (u // d) max`` over its path;
+- share b of batch q (rows of B_q) is ready at ``r(b, q) = max a(b, j(r, b, p) // g)`` over its rows and parts
+  (0 at the root); along the rail (hop k from slice k - 1 to slice k of the chain):
+  ``D_k(b, q) = max(D_(k-1)(b, q), D_k(b, q - 1)) + h_dcn(|B_q| A P)``;
 - a line of n, bundles of B bytes: chip n - 1 gets chip 0's bundle last, at ``(n - 1) h(B)`` (by induction: the
   i-th link delivers chip j's bundle at (i - j + 1) h(B)); phase time ``max over parts``, the batch's
-  ``T_ag = sum over phases max_p (n_(a_p) - 1) h(P prod of the axes gathered before)``;
-- slice k starts batch q at ``S_k(q) = max(max_b D_k(b, q), S_k(q - 1) + T_ag)``;
-  ``T = max(trees' end (their deepest chain, all pieces), max_k S_k(Q - 1) + T_ag)``.
+  ``T_ag(q) = sum over phases max_p (n_(a_p) - 1) h(|B_q| P prod of the axes gathered before)``;
+- slice k starts batch q at ``S_k(q) = max(max_b D_k(b, q), S_k(q - 1) + T_ag(q - 1))``;
+  ``T = max(trees' end (their deepest chain, all messages), max_k S_k(Q - 1) + T_ag(Q - 1))``.
 
 Reduce runs this DAG backwards, adding (each chip receives each piece once in Broadcast, so reversed every chip
 sends each piece's partial sum once: the root ends with the sum), every link direction carrying the reversed
 messages of the opposite direction in the reverse order: the same longest path, the same T.
 
-Against the bound: tpu-v5e 1 GB on 2 x 8x8 the root's ICI links carry V / (2W) (the root's DCN link idles: 1.035x)
-plus the fill (trees' depth, the last batch's DCN message and gather, about (V / (2W) + V / (m W_d)) / Q); on
-4x4 slices the DCN rail carries V / m in Q messages, each paying 2 DCN latencies (Q 2 alpha_d), plus the fill.
-Q minimises the closed form within `MAX_TRANSFERS`.
+Against the bound (tpu-v5e): on 2 x 8x8 the root's ICI links carry V / (2W) (its DCN link idles: 1.035x the
+bound), the trees add their depth and a latency a message (`spanning_trees` alone is 1.29x at 64 MB, 1.09x at 1
+GB), the slices' gathers keep pace with the trees, the last batch's DCN message and gather come after; on 4x4
+slices the DCN binds: each rail carries V / m in Q messages, each paying 2 DCN latencies, and over K slices the
+chain's K - 2 extra hops of its largest message. R minimises the closed form within `MAX_TRANSFERS`; g and the
+ramp's cap are the fastest by closed form for that R (`Plan.layout`).
 """
 from __future__ import annotations
 
 import itertools
 import math
 from typing import Any
+
+import numpy as np
 
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
@@ -59,8 +67,8 @@ from simulator.engine.network import Network
 from simulator.errors import PodsimError
 
 Pos = tuple[int, ...]
-MAX_TRANSFERS = 200_000  #: default batches stop where the schedule would pass this many transfers
-MAX_BATCHES = 256  #: batches the default tries
+MAX_TRANSFERS = 200_000  #: default rows stop where the schedule would pass this many transfers
+MAX_ROWS = 256  #: rows (of m A pieces) the default tries
 
 
 def hop_time(net: Network, src: Any, dst: Any, nbytes: float) -> float:
@@ -90,18 +98,39 @@ class Plan:
         self.forest = _trees(local, wraps, self.axes, self.root)
         self.parts = len(self.axes)
         self.rotations = [self.axes[p:] + self.axes[:p] for p in range(self.parts)]
+        self._layouts: dict[tuple[int, float], tuple[list[int], int]] = {}
+        self._routes: dict[tuple[Any, Any], tuple[float, float]] = {}
+
+    def hop(self, src: Any, dst: Any, nbytes: float) -> float:
+        """`hop_time`, the route's latency and slowest bandwidth looked up once."""
+        route = self._routes.get((src, dst))
+        if route is None:
+            base = hop_time(self.net, src, dst, 0.0)
+            route = self._routes[(src, dst)] = (base, 1.0 / (hop_time(self.net, src, dst, 1.0) - base))
+        return route[0] + nbytes / route[1]
 
     def chip(self, s: int, x: Pos) -> Any:
         """The chip at local position ``x`` of slice ``s``."""
         return self.at[(s, x)]
 
-    def piece(self, q: int, x: Pos, p: int) -> int:
-        """Piece index of part ``p`` of position ``x``'s share of batch ``q``."""
-        return (q * self.m + self.index[x]) * self.parts + p
+    def piece(self, row: int, x: Pos, p: int) -> int:
+        """Piece index of part ``p`` of position ``x``'s share of ``row``."""
+        return (row * self.m + self.index[x]) * self.parts + p
 
-    def batches(self, chunks: int) -> int:
-        """Q: whole batches of m A pieces (timing mode rounds ``chunks`` up)."""
+    def rows(self, chunks: int) -> int:
+        """R: whole rows of m A pieces (timing mode rounds ``chunks`` up)."""
         return -(-chunks // (self.m * self.parts))
+
+    def layout(self, rows: int, piece: float) -> tuple[list[int], int]:
+        """(rows of each batch, g): g from `tree_keys`, then the `ramp` cap (1, 2, 4, ... up to ``rows``) of the
+        fastest closed form (ties: the smallest)."""
+        key = (rows, piece)
+        if key not in self._layouts:
+            g = self.tree_keys(rows, piece)
+            caps = [2**i for i in range(rows.bit_length()) if 2**i <= rows]
+            cap = min(caps, key=lambda c: (_time(self, ramp(rows, c), piece, g), c))
+            self._layouts[key] = (ramp(rows, cap), g)
+        return self._layouts[key]
 
     def line_hop(self, nbytes: float) -> float:
         """h(nbytes) of one ICI hop in a slice (every ICI link of a slice alike)."""
@@ -109,20 +138,22 @@ class Plan:
         a = self.axes[0]
         x = tuple(0 for _ in self.local)
         y = x[:a] + (1,) + x[a + 1:]
-        return hop_time(self.net, self.chip(s, x), self.chip(s, y), nbytes)
+        return self.hop(self.chip(s, x), self.chip(s, y), nbytes)
 
-    def tree_keys(self, batches: int, piece: float) -> int:
-        """g, the pieces one tree message carries: of 1 and the divisors of m A within a factor 4 of the g that
-        makes a tree's message count about ``sqrt((depth - 1) V / (d W alpha))`` (as `spanning_trees` pipelines),
-        the one of the fastest closed form (ties: the smallest)."""
+    def tree_keys(self, rows: int, piece: float) -> int:
+        """g, the pieces one tree message carries: of 1 and the divisors of m A on either side of the g that makes a
+        tree's message count about ``sqrt((depth - 1) V / (d W alpha))`` (as `spanning_trees` pipelines), the one
+        of the fastest closed form (ties: the smallest)."""
         each, d = self.m * self.parts, len(self.forest)
         alpha = self.line_hop(0.0)
         seconds = self.line_hop(piece) - alpha  # P / W
         depth = max(max(ds.values()) for _, ds in self.forest)
-        per_tree = math.sqrt((depth - 1) * batches * each * seconds / (d * alpha)) if alpha > 0 else math.inf
-        want = batches * each / max(1.0, d * per_tree)
-        near = [g for g in range(1, each + 1) if each % g == 0 and (g == 1 or want / 4 <= g <= 4 * want)]
-        return min(near, key=lambda g: (_time(self, batches, piece, g), g))
+        per_tree = math.sqrt((depth - 1) * rows * each * seconds / (d * alpha)) if alpha > 0 else math.inf
+        want = rows * each / max(1.0, d * per_tree)
+        divisors = [g for g in range(1, each + 1) if each % g == 0]
+        below = max([g for g in divisors if g <= want], default=1)
+        above = min([g for g in divisors if g >= want], default=each)
+        return min({1, below, above}, key=lambda g: (_time(self, [1] * rows, piece, g), g))
 
     def bundle(self, p: int, phase: int) -> int:
         """Pieces in one chip's bundle of part ``p`` in ``phase``: the product of the axes gathered before."""
@@ -133,11 +164,24 @@ class Plan:
         return sum(max((self.local[self.rotations[p][f]] - 1) * self.line_hop(piece * self.bundle(p, f))
                        for p in range(self.parts)) for f in range(self.parts))
 
-    def transfers(self, batches: int) -> int:
-        """Transfers of a schedule of ``batches`` batches (trees, rails, gathers with their barriers)."""
+    def transfers(self, rows: int, batches: int, g: int = 1) -> int:
+        """Transfers of a schedule of ``rows`` rows in ``batches`` batches, tree messages of ``g`` pieces (trees,
+        rails, gathers with their barriers)."""
         k, m, a = len(self.order), self.m, self.parts
         lines = sum(m * (self.local[ax] - 1) for ax in self.axes)  # one part's line messages over all phases
-        return batches * (m * a * (m - 1) + m * (k - 1) + (k - 1) * (a * lines + a + 1))  # trees: g = 1 (the most)
+        return rows * m * a * (m - 1) // g + batches * (m * (k - 1) + (k - 1) * (a * lines + a + 1))
+
+
+def ramp(rows: int, cap: int) -> list[int]:
+    """Rows of each batch: 1, 2, 4, ... below ``cap`` (while both ends fit), then batches of ``cap`` (and one of
+    what is left), then the same ramp down (``cap`` 1: every batch one row)."""
+    up: list[int] = []
+    u = 1
+    while u < cap and 2 * (sum(up) + u) <= rows:
+        up.append(u)
+        u *= 2
+    rest = rows - 2 * sum(up)
+    return up + [cap] * (rest // cap) + ([rest % cap] if rest % cap else []) + up[::-1]
 
 
 def _trees(local: Pos, wraps: tuple[bool, ...], axes: list[int], root: Pos) -> tuple[tuple[dict, dict], ...]:
@@ -155,23 +199,24 @@ def _trees(local: Pos, wraps: tuple[bool, ...], axes: list[int], root: Pos) -> t
                  for parents, depth in squeezed)
 
 
-def slice_rails_time(plan: Plan, batches: int, piece: float) -> float:
-    """The closed form of the module docstring for ``batches`` batches of pieces of ``piece`` bytes (tree messages
-    of `Plan.tree_keys` pieces)."""
-    return _time(plan, batches, piece, plan.tree_keys(batches, piece))
+def slice_rails_time(plan: Plan, rows: int, piece: float) -> float:
+    """The closed form of the module docstring for ``rows`` rows of pieces of ``piece`` bytes (batches and tree
+    messages as `Plan.layout` lays them)."""
+    sizes, g = plan.layout(rows, piece)
+    return _time(plan, sizes, piece, g)
 
 
-def _time(plan: Plan, batches: int, piece: float, g: int) -> float:
-    """`slice_rails_time` with tree messages of ``g`` pieces."""
-    net, m, a, d = plan.net, plan.m, plan.parts, len(plan.forest)
-    chunks = batches * m * a // g  # tree messages
+def _time(plan: Plan, sizes: list[int], piece: float, g: int) -> float:
+    """`slice_rails_time` with batches of ``sizes`` rows and tree messages of ``g`` pieces."""
+    m, a, d = plan.m, plan.parts, len(plan.forest)
+    chunks = sum(sizes) * m * a // g  # tree messages
     s0 = plan.order[0]
     paths: list[dict[Pos, tuple[float, float]]] = []  # per tree: position -> (sum, max) of its path's hop costs
     end = 0.0
     for t, (parents, depth) in enumerate(plan.forest):
         cost: dict[Pos, tuple[float, float]] = {plan.root: (0.0, 0.0)}
         for x in sorted(parents, key=depth.__getitem__):
-            h = hop_time(net, plan.chip(s0, parents[x]), plan.chip(s0, x), g * piece)
+            h = plan.hop(plan.chip(s0, parents[x]), plan.chip(s0, x), g * piece)
             total, top = cost[parents[x]]
             cost[x] = (total + h, max(top, h))
         paths.append(cost)
@@ -179,25 +224,34 @@ def _time(plan: Plan, batches: int, piece: float, g: int) -> float:
         if count:
             end = max(end, max(total + (count - 1) * top for total, top in cost.values()))
 
-    def arrival(x: Pos, j: int) -> float:  # piece j comes in tree message u = j // g
-        total, top = paths[(j // g) % d][x]
-        return total + (j // g // d) * top if x != plan.root else 0.0
+    # a(x, j) for every piece j of every row (numpy): piece j comes in tree message u = j // g, the (u // d)-th of
+    # tree u mod d; a share is ready when its last piece is in (the root holds them all)
+    rows = sum(sizes)
+    total = np.array([[paths[t][x][0] for x in plan.positions] for t in range(d)])
+    top = np.array([[paths[t][x][1] for x in plan.positions] for t in range(d)])
+    j = (np.arange(rows)[:, None, None] * m + np.arange(m)[None, :, None]) * a + np.arange(a)[None, None, :]
+    u = j // g
+    at = np.arange(m)[None, :, None]
+    arrival = (total[u % d, at] + (u // d) * top[u % d, at]).max(axis=2)  # (row, position): its share's last piece
+    arrival[:, plan.index[plan.root]] = 0.0
+    ends = np.cumsum(sizes)
+    ready_at = np.maximum.reduceat(arrival, ends - np.asarray(sizes), axis=0).tolist()  # (batch, position)
 
-    dcn = [hop_time(net, plan.chip(plan.order[i - 1], plan.positions[0]), plan.chip(plan.order[i], plan.positions[0]),
-                    a * piece) for i in range(1, len(plan.order))]
-    t_ag = plan.gather_time(piece)
-    rail = {x: [0.0] * len(plan.order) for x in plan.positions}  # per position, per chain hop: its last arrival
+    x0, hops = plan.positions[0], range(1, len(plan.order))
+    rail = [[0.0] * len(plan.order) for _ in plan.positions]  # per position, per chain hop: its last arrival
     start = [-math.inf] * len(plan.order)  # per slice of the chain: its last batch's start
-    for q in range(batches):
+    t_ag = 0.0
+    for q, u_rows in enumerate(sizes):
+        dcn = [plan.hop(plan.chip(plan.order[i - 1], x0), plan.chip(plan.order[i], x0), u_rows * a * piece)
+               for i in hops]
         came = [0.0] * len(plan.order)
-        for x in plan.positions:
-            ready = max(arrival(x, plan.piece(q, x, p)) for p in range(a))
-            row = rail[x]
-            for i in range(1, len(plan.order)):
-                ready = row[i] = max(ready, row[i]) + dcn[i - 1]
+        for ready, line in zip(ready_at[q], rail, strict=True):
+            for i in hops:
+                ready = line[i] = max(ready, line[i]) + dcn[i - 1]
                 came[i] = max(came[i], ready)
-        for i in range(1, len(plan.order)):
+        for i in hops:
             start[i] = max(came[i], start[i] + t_ag)
+        t_ag = plan.gather_time(u_rows * piece)
     return max(end, max(start[1:]) + t_ag)
 
 
@@ -215,11 +269,12 @@ class _Dag:
         return self.add(None, None, (), deps)
 
 
-def broadcast_dag(plan: Plan, batches: int, g: int) -> _Dag:
-    """The messages of the module docstring's Broadcast (tree messages of ``g`` pieces), in an order where every
-    dependency comes first."""
+def broadcast_dag(plan: Plan, sizes: list[int], g: int) -> _Dag:
+    """The messages of the module docstring's Broadcast (batches of ``sizes`` rows, tree messages of ``g`` pieces),
+    in an order where every dependency comes first."""
     dag, m, a, d = _Dag(), plan.m, plan.parts, len(plan.forest)
-    chunks = batches * m * a // g
+    chunks = sum(sizes) * m * a // g
+    batches = [range(sum(sizes[:q]), sum(sizes[:q + 1])) for q in range(len(sizes))]
     s0 = plan.order[0]
     got: dict[tuple[Pos, int], int] = {}  # (root-slice position, tree message) -> the message that brought it
     for t, (parents, depth) in enumerate(plan.forest):
@@ -233,8 +288,8 @@ def broadcast_dag(plan: Plan, batches: int, g: int) -> _Dag:
     rail: dict[tuple[int, Pos], int] = {}  # (chain hop, position) -> its last message
     came: dict[tuple[int, int], list[int]] = {}  # (chain hop, batch) -> the messages that brought its shares
     for x in plan.positions:
-        for q in range(batches):
-            share = tuple(plan.piece(q, x, p) for p in range(a))
+        for q, rows in enumerate(batches):
+            share = tuple(plan.piece(row, x, p) for row in rows for p in range(a))
             ready = sorted({got[(x, j // g)] for j in share}) if x != plan.root else []
             for i in range(1, len(plan.order)):
                 behind = [rail[(i, x)]] if (i, x) in rail else []
@@ -244,23 +299,24 @@ def broadcast_dag(plan: Plan, batches: int, g: int) -> _Dag:
                 ready = [msg]
     for i in range(1, len(plan.order)):
         done: list[int] = []
-        for q in range(batches):
+        for q, rows in enumerate(batches):
             start = dag.barrier(came[(i, q)] + done)
             for f in range(a):
-                start = dag.barrier(_gather_phase(dag, plan, plan.order[i], q, f, start))
+                start = dag.barrier(_gather_phase(dag, plan, plan.order[i], rows, f, start))
             done = [start]
     return dag
 
 
-def _gather_phase(dag: _Dag, plan: Plan, s: int, q: int, f: int, start: int) -> list[int]:
-    """Phase ``f`` of batch ``q``'s gather in slice ``s``: every part's bidirectional lines; the messages sent."""
+def _gather_phase(dag: _Dag, plan: Plan, s: int, rows: range, f: int, start: int) -> list[int]:
+    """Phase ``f`` of the gather of the batch of ``rows`` in slice ``s``: every part's bidirectional lines; the
+    messages sent."""
     sent: list[int] = []
     for p, axes in enumerate(plan.rotations):
         axis, before = axes[f], axes[:f]
         n = plan.local[axis]
         for base in (x for x in plan.positions if x[axis] == 0):
             line = [base[:axis] + (i,) + base[axis + 1:] for i in range(n)]
-            bundles = [tuple(plan.piece(q, y, p) for y in plan.positions
+            bundles = [tuple(plan.piece(row, y, p) for row in rows for y in plan.positions
                              if all(y[c] == x[c] for c in range(len(x)) if c not in before)) for x in line]
             for way in (line, line[::-1]):
                 got: dict[tuple[int, int], int] = {}  # (position on the way, origin) -> the message that brought it
@@ -305,36 +361,38 @@ class SliceRails(Algorithm):
         return job.cache[key]
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
-        """Q m A pieces, Q (up to `MAX_BATCHES`, within `MAX_TRANSFERS`) the batches of the fastest closed form;
-        numeric mode: one batch."""
-        plan = Plan(net, groups[0], tuple(0 for _ in groups[0].sizes))  # the closed form is the same from any root
+        """R m A pieces, R (up to `MAX_ROWS`, within `MAX_TRANSFERS`) the rows of the fastest closed form (each
+        laid out by `Plan.layout`); numeric mode: one row."""
+        plan = Plan(net, groups[0], tuple(0 for _ in groups[0].sizes))  # the default root's; others differ little
         each = plan.m * plan.parts
         if nbytes is None:
             return each
-        most = max(1, min(MAX_BATCHES, MAX_TRANSFERS // plan.transfers(1)))
-        tries = sorted({max(1, round(most ** (i / 24))) for i in range(25)})
-        best = min(tries, key=lambda q: (slice_rails_time(plan, q, nbytes / (q * each)), q))
-        return best * each
+        times = {}
+        for rows in sorted({max(1, round(MAX_ROWS ** (i / 20))) for i in range(21)}):
+            sizes, g = plan.layout(rows, nbytes / (rows * each))
+            if rows > 1 and plan.transfers(rows, len(sizes), g) > MAX_TRANSFERS:
+                break
+            times[rows] = slice_rails_time(plan, rows, nbytes / (rows * each))
+        return min(times, key=lambda r: (times[r], r)) * each
 
     def prepare(self, job: Job) -> None:
         plan = self._plan(job)
         each = plan.m * plan.parts
         if job.numeric and job.chunks % each:
-            raise PodsimError(f"slice_rails sends batches of {each} pieces (a share of {plan.parts} per chip of a "
+            raise PodsimError(f"slice_rails sends rows of {each} pieces (a share of {plan.parts} per chip of a "
                               f"slice); numeric chunks={job.chunks} must be a multiple of {each}")
 
     def _piece(self, job: Job, plan: Plan) -> float:
-        return job.key_bytes if job.numeric else job.nbytes / (plan.batches(job.chunks) * plan.m * plan.parts)
+        return job.key_bytes if job.numeric else job.nbytes / (plan.rows(job.chunks) * plan.m * plan.parts)
 
     def closed_form(self, job: Job) -> float:
         plan = self._plan(job)
-        return slice_rails_time(plan, plan.batches(job.chunks), self._piece(job, plan))
+        return slice_rails_time(plan, plan.rows(job.chunks), self._piece(job, plan))
 
     def build(self, job: Job, s: Schedule) -> None:
         plan = self._plan(job)
         piece = self._piece(job, plan)
-        batches = plan.batches(job.chunks)
-        dag = broadcast_dag(plan, batches, plan.tree_keys(batches, piece))
+        dag = broadcast_dag(plan, *plan.layout(plan.rows(job.chunks), piece))
         tag = ("slice_rails", id(job.group))
 
         def emit(src: Any, dst: Any, pieces: tuple[int, ...], op: str, deps: list[int]) -> int:
