@@ -26,10 +26,27 @@ OPTIMIZER_FLOPS_PER_PARAM = 12  #: Adam: moments, bias correction, update, weigh
 
 
 def comm_s(c: Comm, links: dict[str, AxisLink]) -> float:
-    """Closed form of one collective; several axes at once act as one axis over all their dimensions."""
+    """Closed form of one collective: on a torus or mesh (`links.Tuned`) the tuner's fastest algorithm over the
+    mesh's groups, as the simulated step runs it; elsewhere by `AxisLink`, several axes at once acting as one
+    axis over all their dimensions. Kept in ``links.memo`` (`links.AxisLinks`) by kind, axes and bytes."""
+    memo = getattr(links, "memo", None)
+    if memo is None:
+        return _comm_s(c, links)
+    key = (c.kind, c.axes, c.nbytes)
+    seconds = memo.get(key)
+    if seconds is None:
+        seconds = memo[key] = _comm_s(c, links)
+    return seconds
+
+
+def _comm_s(c: Comm, links: dict[str, AxisLink]) -> float:
     parts = [links[a] for a in c.axes if a in links]
     if not parts:
         return 0.0
+    tuned = getattr(links, "tuned", None)
+    seconds = tuned.time_s(c.kind, c.axes, c.nbytes) if tuned is not None else None
+    if seconds is not None:
+        return seconds
     link = parts[0] if len(parts) == 1 else AxisLink("+".join(c.axes), _prod(p.n for p in parts),
                                                      tuple(s for p in parts for s in p.stages),
                                                      any(p.hierarchical for p in parts))

@@ -15,18 +15,29 @@ TPU slices runs at the per-chip InfiniBand / DCN bandwidth.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
+import simpy
 
 from simulator import analytic
+from simulator.collectives import payload
+from simulator.collectives.algorithm import AUTO, Algorithm, Job
+from simulator.collectives.groups import collective_groups
+from simulator.collectives.layout import RING_KINDS
+from simulator.collectives.ring import RingAlgorithm
+from simulator.collectives.tuner import tune
+from simulator.engine.network import Network
 from simulator.engine.system import System
 from simulator.errors import PodsimError, one_line
 from simulator.hardware.specs import ChipSpec
-from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for, is_grid, place_in_order
+from simulator.workloads.mesh import Mesh, MeshSpec, Piece, default_topology_for, is_grid, place_in_order
 from simulator.workloads.plans.layout import MeshPlan
 from topologies import TopologyError
+
+TUNED_KINDS = ("torus", "mesh", "ring", "line")  #: graph kinds whose collectives `Tuned` prices (grids of ICI links)
 
 
 def build_system(chip: ChipSpec, plan: MeshPlan, topology: str | None = None, trace: bool = True,
@@ -154,12 +165,91 @@ class AxisLink:
         return sum(s.bandwidth_bytes_per_s * (2 if s.bidirectional and s.wrap else 1) for s in self.stages)
 
 
-def axis_links(mesh: Mesh | None, graph: nx.DiGraph | None, chip: ChipSpec) -> dict[str, AxisLink]:
-    """`AxisLink` of every mesh axis of size > 1."""
+class AxisLinks(dict):
+    """`AxisLink` of every mesh axis (name -> link), and, on a torus or mesh, the collectives priced as the
+    simulation runs them (`Tuned`): what `estimate.comm_s` reads."""
+
+    def __init__(self, links: dict[str, AxisLink], tuned: Tuned | None = None) -> None:
+        super().__init__(links)
+        self.tuned = tuned
+        self.memo: dict[tuple[str, tuple[str, ...], float], float] = {}  #: (kind, axes, bytes) -> seconds
+
+
+class Tuned:
+    """A mesh's collectives priced by the tuner (`simulator.collectives.tuner.tune`): every applicable algorithm's
+    own closed form over the mesh's groups of the axes, the fastest taken -- the algorithm and the figure of the
+    simulated step's ``start_collective`` (a strided factor's groups priced over every group's routes, a grid
+    without wraparound by ``grid_pipelined`` where that is faster). ``cache`` (shared by the meshes of one search)
+    keeps seconds by (topology, the axes' pieces, kind, bytes) and each algorithm's phase profiles by geometry, so
+    one geometry's rings are routed once whatever the bytes."""
+
+    def __init__(self, net: Network, mesh: Mesh, cache: dict[Any, Any] | None = None,
+                 everywhere: bool = False) -> None:
+        self.net, self.mesh = net, mesh
+        self.cache = {} if cache is None else cache
+        self.where = (net.graph.graph.get("spec"), net.shape, net.wrap, mesh.origin)
+        self.everywhere = everywhere  #: False: only where `_needs_tuner` (else None: `AxisLink` prices it)
+
+    def time_s(self, kind: str, axes: tuple[str, ...], nbytes: float) -> float | None:
+        """Seconds of collective ``kind`` of ``nbytes`` (V, as `simulator.collectives.run_collective`) over ``axes``;
+        None where the axes form no groups (factors of one physical axis around another axis's)."""
+        mesh = self.mesh
+        axes = tuple(a for a in axes if a in mesh.names and mesh.size(a) > 1)
+        if not axes or nbytes <= 0:
+            return 0.0
+        pieces = tuple(mesh.pieces[mesh.index(a)] for a in axes)
+        if not self.everywhere and not _needs_tuner(mesh, kind, pieces):
+            return None
+        geometry = (self.where, pieces)
+        key = (geometry, kind, nbytes)
+        if key not in self.cache:
+            if (geometry, "groups") not in self.cache:
+                try:
+                    self.cache[(geometry, "groups")] = collective_groups(self.net, list(axes), self.mesh)
+                except PodsimError:
+                    self.cache[(geometry, "groups")] = None
+            groups = self.cache[(geometry, "groups")]
+            if groups is None:
+                return None
+            net = self.net
+            root = tuple(0 for _ in groups[0].sizes)
+
+            def make_job(algorithm: Algorithm) -> Job:  # `simulator.collectives.api` plans a timing-only job so
+                by_layout = isinstance(algorithm, RingAlgorithm) and kind in RING_KINDS
+                parts = 1 if by_layout else algorithm.parts(kind, groups[0], "parallel")
+                chunks = algorithm.default_chunks(kind, net, groups, nbytes)
+                keys = payload.n_keys(kind, groups[0].n, parts, chunks)
+                job = Job(kind, net, groups, [groups], parts, chunks, root, math.ceil(nbytes / keys), nbytes=nbytes,
+                          cache=self.cache.setdefault((geometry, algorithm.name), {}))
+                algorithm.prepare(job)
+                return job
+
+            choice = tune(AUTO, kind, net, groups, make_job) if groups[0].n > 1 else None
+            self.cache[key] = min(a["time_s"] for a in choice.alternatives) if choice else 0.0
+        return self.cache[key]
+
+
+def _needs_tuner(mesh: Mesh, kind: str, pieces: tuple[tuple[Piece, ...], ...]) -> bool:
+    """Whether `AxisLink` misprices the collective: the axes take a factor of a physical axis (a strided factor's
+    groups share links; the multi-axis plan is the tuner's), or an AllReduce runs along a line of more than two
+    chips (``line_pipelined``, ``grid_pipelined``). On whole axes otherwise `AxisLink` keeps today's figures."""
+    if any(n != mesh.shape[a] for p in pieces for a, n, _ in p):
+        return True
+    return kind == "all_reduce" and any(n > 2 and not mesh.piece_wraps((a, n, s)) for p in pieces for a, n, s in p)
+
+
+def axis_links(mesh: Mesh | None, graph: nx.DiGraph | None, chip: ChipSpec, net: Network | None = None,
+               cache: dict[Any, Any] | None = None) -> AxisLinks:
+    """`AxisLink` of every mesh axis of size > 1, with `Tuned` pricing on a torus or mesh (``net``: a `Network` of
+    ``graph`` to route on, made when not given; ``cache``: `Tuned`'s, shared between meshes)."""
     if mesh is None:
-        return {}
-    return {name: _axis_link(mesh, graph, name, chip) for name, size in zip(mesh.names, mesh.sizes, strict=True)
-            if size > 1}
+        return AxisLinks({})
+    links = {name: _axis_link(mesh, graph, name, chip) for name, size in zip(mesh.names, mesh.sizes, strict=True)
+             if size > 1}
+    tuned = None
+    if mesh.shape and graph.graph.get("kind") in TUNED_KINDS:
+        tuned = Tuned(net if net is not None else Network(simpy.Environment(), graph), mesh, cache)
+    return AxisLinks(links, tuned)
 
 
 def _axis_link(mesh: Mesh, graph: nx.DiGraph, name: str, chip: ChipSpec) -> AxisLink:

@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 import networkx as nx
+import simpy
 
+from simulator.engine.network import Network
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.plans.estimate import train_estimate
@@ -52,6 +54,8 @@ class Pricer:
         self.cfg, self.chip, self.batch, self.seq, self.topology = cfg, chip, batch, seq, topology
         self._graphs: dict[str, nx.DiGraph] = {}
         self._layouts: dict[str, Layout | None] = {}
+        self._nets: dict[str, Network] = {}  #: a graph's network, to route its collectives on (`links.Tuned`)
+        self._tuned: dict[Any, Any] = {}  #: `links.Tuned`'s cache, shared by every mesh
         self.flops = model_flops(cfg, batch, seq)
 
     def graph(self, spec: str) -> nx.DiGraph:
@@ -80,7 +84,10 @@ class Pricer:
                 mesh = place(spec, graph)
             except (PodsimError, TopologyError):
                 continue
-            return Layout(axis_links(mesh, graph, self.chip), _routes(graph, mesh, plan), text)
+            if text not in self._nets:
+                self._nets[text] = Network(simpy.Environment(), graph)
+            return Layout(axis_links(mesh, graph, self.chip, self._nets[text], self._tuned), _routes(graph, mesh, plan),
+                          text)
         return None
 
     def price(self, plan: MeshPlan, opts: TrainOptions, layout: Layout | None = None) -> dict[str, Any] | None:

@@ -1,0 +1,67 @@
+"""The training plans' closed form prices a split mesh axis and a grid without wraparound as the simulation runs
+their collectives: each collective against `run_collective` (the simulation, every transfer), and a whole step
+against `simulate_step` (every chip, fast=False). Small models (2 layers) on 16 chips keep the runs short."""
+import dataclasses
+
+import pytest
+
+from simulator.collectives import run_collective
+from simulator.engine.system import System
+from simulator.hardware.specs import get_chip
+from simulator.workloads.plans import TrainOptions, parse_plan_mesh, train_plan
+from simulator.workloads.plans.estimate import comm_s
+from simulator.workloads.plans.links import axis_links, place
+from simulator.workloads.plans.ops import Comm
+from simulator.workloads.plans.price import Pricer
+from simulator.workloads.plans.step import simulate_step
+from simulator.workloads.transformer import get_model
+
+V5P, V5E = get_chip("tpu-v5p"), get_chip("tpu-v5e")
+V = 64e6  # bytes
+
+
+def _laid(chip, mesh, topology):
+    system = System(chip, topology=topology, trace=False)
+    return system, place(parse_plan_mesh(mesh).mesh_spec(), system.graph)
+
+
+@pytest.mark.parametrize("kind,axes", [("all_gather", ("fsdp",)), ("reduce_scatter", ("fsdp",)),
+                                       ("all_reduce", ("model",)), ("all_reduce", ("fsdp", "model"))])
+def test_a_strided_factors_collectives_are_priced_as_simulated(kind, axes):
+    # fsdp=8,model=2 on a 4x4 torus: model takes 2 neighbours of axis 1, fsdp axis 0 and every other chip of axis 1
+    # (a ring of 2-hop steps whose routes the two fsdp groups of a row share)
+    system, mesh = _laid(V5P, "fsdp=8,model=2", "torus:4x4")
+    assert mesh.pieces[mesh.index("fsdp")] == ((0, 4, 1), (1, 2, 2))
+    links = axis_links(mesh, system.graph, V5P)
+    simulated = run_collective(kind, system, V, axes=list(axes), mesh=mesh, mode="full").time_s
+    assert comm_s(Comm(kind, axes, V, axes[0]), links) == pytest.approx(simulated, rel=0.01)
+
+
+def test_an_allreduce_on_a_grid_without_wraparound_is_priced_as_simulated():
+    system, mesh = _laid(V5E, "data=16", "slice:4x4")
+    assert not any(system.graph.graph["wrap"])
+    run = run_collective("all_reduce", system, V, axes=["data"], mesh=mesh, mode="full")
+    links = axis_links(mesh, system.graph, V5E)
+    assert comm_s(Comm("all_reduce", ("data",), V, "data"), links) == pytest.approx(run.time_s, rel=0.01)
+    # first principles: grid_pipelined moves (N - 1) / E of V over every link direction, E = 24 links of a 4x4
+    # grid, so no AllReduce beats (N - 1) V / (E W); a ring over either axis after the other would take 1.5x that
+    bound = 15 * V / (24 * V5E.ici_bandwidth_bytes_per_s)
+    assert bound <= run.time_s < 1.2 * bound
+
+
+def test_a_step_on_a_grid_without_wraparound_matches_its_simulation():
+    cfg = dataclasses.replace(get_model("llama-3-8b"), n_layers=2)
+    plan, opts = parse_plan_mesh("data=16"), TrainOptions()
+    closed = train_plan(cfg, V5E, 16, 512, plan, opts, "slice:4x4", simulate=False)
+    _, simulated = simulate_step(cfg, V5E, plan, opts, 16, 512, "slice:4x4", trace=False, fast=False)
+    assert closed["step_time_s"] == pytest.approx(simulated["step_time_s"], rel=0.01)
+
+
+def test_the_search_pricer_and_train_plan_agree_on_a_split_mesh():
+    cfg = dataclasses.replace(get_model("llama-3-8b"), n_layers=2)
+    plan, opts = parse_plan_mesh("data=2,fsdp=32"), TrainOptions()
+    pricer = Pricer(cfg, V5P, 64, 1024)
+    priced = pricer.price(plan, opts)
+    closed = train_plan(cfg, V5P, 64, 1024, plan, opts, simulate=False)
+    assert closed["topology"] == priced["topology"] == "slice:4x4x4"
+    assert priced["step_time_s"] == pytest.approx(closed["step_time_s"], rel=1e-12)
