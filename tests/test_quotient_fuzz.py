@@ -162,11 +162,12 @@ def test_a_step_on_quotients_is_the_same_fast_and_full(case):
 
 
 def test_quotients_off_gives_the_same_step():
-    """With and without quotients (both fast): the same results, and with them fewer link spans simulated."""
+    """With and without quotients (both fast): the same results, and with them fewer link spans simulated; some
+    of the quotient runs are replayed (`Replays.start` with their orbit size as ``scale``)."""
     case = FIXED[3]
     on, quick = run_step(case)
     off, slow = run_step(case, quotients=False)
-    assert on.sym.quotiented and not off.sym.quotiented
+    assert on.sym.quotiented and not off.sym.quotiented and on.sym.replays.replayed
     assert_same(slow, quick)
     assert not metric_differences(off.metrics, on.metrics)
     links = [sum(s.unit.startswith("link") for s in sim.system.trace.spans) for sim in (on, off)]
