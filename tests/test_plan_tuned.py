@@ -65,3 +65,15 @@ def test_the_search_pricer_and_train_plan_agree_on_a_split_mesh():
     closed = train_plan(cfg, V5P, 64, 1024, plan, opts, simulate=False)
     assert closed["topology"] == priced["topology"] == "slice:4x4x4"
     assert priced["step_time_s"] == pytest.approx(closed["step_time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("tp_overlap,fast", [(False, False), (True, True)])
+def test_a_step_whose_model_axis_shares_links_with_fsdp_matches_its_simulation(tp_overlap, fast):
+    # fsdp=32,model=2 on the 4x4x4 slice: model takes neighbouring pairs of the last axis, fsdp every other chip
+    # of it; the model AllReduces of a layer share those links with the next layer's fsdp gather
+    cfg = dataclasses.replace(get_model("llama-3-8b"), n_layers=2)
+    plan, opts = parse_plan_mesh("fsdp=32,model=2"), TrainOptions(tp_overlap=tp_overlap)
+    closed = train_plan(cfg, V5P, 64, 1024, plan, opts, simulate=False)
+    _, simulated = simulate_step(cfg, V5P, plan, opts, 64, 1024, trace=False, fast=fast)
+    assert closed["placement"]["fsdp"][-1] == {"axis": 2, "size": 2, "stride": 2}
+    assert closed["step_time_s"] == pytest.approx(simulated["step_time_s"], rel=0.01)

@@ -76,6 +76,43 @@ def op_s(op: Op, chip: ChipSpec, links: dict[str, AxisLink], exposed: dict[str, 
     return total
 
 
+def beside(ops: tuple[Op, ...], chip: ChipSpec, links: dict[str, AxisLink], background: float) -> float:
+    """One layer's ops with fsdp's collectives of ``background`` seconds (alone) under way from its start: the
+    longer of the ops and the background where they share no link; where a collective of the ops shares links with
+    fsdp's (`links.AxisLinks.flows`: a split physical axis), the two share those links' bandwidth by their flows
+    while both run (fluid: each progresses at its flows' share), so each takes longer than alone."""
+    flows = getattr(links, "flows", None)
+    shared = flows is not None and any(flows(c.axes) for op in ops for c in op.before + op.overlapped + op.after)
+    if not shared:
+        return max(sum(op_s(op, chip, links, {}) for op in ops), background)
+    clock, left = 0.0, background
+
+    def run(c: Comm, alone: float) -> float:  # seconds the collective takes from now; advances the background
+        nonlocal left
+        share = flows(c.axes)
+        if share is None or left <= 0.0:
+            left -= alone
+            return alone
+        mine, theirs = share[0] / sum(share), share[1] / sum(share)
+        if alone / mine <= left / theirs:
+            left -= alone / mine * theirs
+            return alone / mine
+        t = left / theirs
+        left = 0.0
+        return t + alone - t * mine
+
+    for op in ops:
+        for c in op.before:
+            clock += run(c, comm_s(c, links))
+        work = op.work.time_s(chip)
+        over = max((run(c, comm_s(c, links)) for c in op.overlapped), default=0.0)
+        left -= max(0.0, work - over) if op.overlapped else work
+        clock += max(work, over)
+        for c in op.after:
+            clock += run(c, comm_s(c, links))
+    return clock + max(0.0, left)
+
+
 def grad_comms(plan: MeshPlan, opts: TrainOptions, dense: float, expert: float, last: bool) -> list[Comm]:
     """Gradient collectives after one layer's backward of one microbatch (``last``: the step's last one).
 
@@ -116,8 +153,8 @@ def chunk_s(layer: LayerWork, n_layers: int, chip: ChipSpec, links: dict[str, Ax
     rs = sum(comm_s(c, links) for c in grad_comms(plan, opts, *layer.grad_bytes, last=False))
     fwd = sum(op_s(o, chip, links, exposed, times * n_layers) for o in layer.forward)
     bwd = sum(op_s(o, chip, links, exposed, times * n_layers) for o in layer.backward)
-    f_total = ag + (n_layers - 1) * max(fwd, ag) + fwd
-    b_total = ag + (n_layers - 1) * max(bwd, ag + rs) + bwd + rs
+    f_total = ag + (n_layers - 1) * beside(layer.forward, chip, links, ag) + fwd
+    b_total = ag + (n_layers - 1) * beside(layer.backward, chip, links, ag + rs) + bwd + rs
     if ag or rs:  # the first gather of a task and the last reduce-scatter are never hidden
         exposed["fsdp"] = exposed.get("fsdp", 0.0) + times * (f_total - n_layers * fwd + b_total - n_layers * bwd)
     if head is not None:
@@ -134,11 +171,14 @@ def train_estimate(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, layer: La
     v = opts.chunks if p > 1 else 1
     per_chunk = n_layers // (p * v)
     exposed: dict[str, float] = {a: 0.0 for a in AXES if plan.size(a) > 1}
-    first = sum(chunk_s(layer, per_chunk, chip, links, plan, opts, None, {}, 0.0)) * v
-    f_last, b_last = chunk_s(layer, per_chunk, chip, links, plan, opts, head, exposed, float(m))
-    last = f_last + b_last
-    if v > 1:
-        last += (v - 1) * sum(chunk_s(layer, per_chunk, chip, links, plan, opts, None, exposed, float(m * (v - 1))))
+    once: dict[str, float] = {}  # one chunk's exposed communication, one microbatch: the last stage runs m v
+    f_body, b_body = chunk_s(layer, per_chunk, chip, links, plan, opts, None, once, 1.0)
+    first = (f_body + b_body) * v
+    for axis, seconds in once.items():
+        exposed[axis] = exposed.get(axis, 0.0) + m * v * seconds
+    f_last = f_body + op_s(head[0], chip, links, exposed, float(m))
+    b_last = b_body + op_s(head[1], chip, links, exposed, float(m))
+    last = f_last + b_last + (v - 1) * (f_body + b_body)
     slowest, mean = max(first, last), (first * (p - 1) + last) / p
     pipelined = m * slowest - slowest / v + p * mean / v  # (M v - 1) slowest chunks, then every stage's once
     bubble = pipelined - m * mean  # each stage idles for what the others keep it waiting, on average

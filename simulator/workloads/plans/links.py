@@ -173,6 +173,24 @@ class AxisLinks(dict):
         super().__init__(links)
         self.tuned = tuned
         self.memo: dict[tuple[str, tuple[str, ...], float], float] = {}  #: (kind, axes, bytes) -> seconds
+        self._flows: dict[tuple[str, ...], tuple[int, int] | None] = {}
+
+    def flows(self, axes: tuple[str, ...]) -> tuple[int, int] | None:
+        """(its flows, fsdp's flows) on a link that a collective over ``axes`` shares with fsdp's collectives, where
+        a split physical axis holds factors of both (None: no link shared). A factor of stride s crosses each link
+        of its physical axis with s flows a direction (the s interleaved groups' s-hop steps), a block of stride 1
+        with one; the channels share a link's bandwidth equally among its flows."""
+        if axes not in self._flows:
+            self._flows[axes] = None
+            mesh = self.tuned.mesh if self.tuned is not None else None
+            if mesh is not None and "fsdp" in mesh.names and "fsdp" not in axes and mesh.is_split():
+                fsdp = {a: stride for a, n, stride in mesh.pieces[mesh.index("fsdp")] if n > 1}
+                for name in axes:
+                    if name in mesh.names and name != "fsdp":
+                        for a, n, stride in mesh.pieces[mesh.index(name)]:
+                            if n > 1 and a in fsdp:
+                                self._flows[axes] = (stride, fsdp[a])
+        return self._flows[axes]
 
 
 class Tuned:
