@@ -193,6 +193,8 @@ class Replays:
         done = env.event()
         nth = self._seen[key] = self._seen.get(key, 0) + 1  # this collective's n-th start (the same in a rerun)
         group = self._joinable(links)
+        if group is not None and group.scale != scale:  # a quotient run and a full one: never one group
+            group = None
         if group is not None:
             self._join(group, key, links, run, label, done)
             return done

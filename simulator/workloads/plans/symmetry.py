@@ -176,7 +176,7 @@ class Symmetry:
         onto one another (`simulator.collectives.quotient`), or None (run it as planned): along each physical
         axis under ``close``, by the smallest step that maps every factor's groups onto its groups (a factor of
         ``n`` chips at stride ``s`` that is not the whole axis: multiples of ``n * s``), on wrapped axes only."""
-        if not self.quotients or plan.schedule is None or "pipeline" in close:
+        if not self.quotients or plan.schedule is None or "pipeline" in close or self.system.calibration is not None:
             return None
         key = frozenset(close)
         if key not in self._actions:
