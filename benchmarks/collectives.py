@@ -11,8 +11,11 @@ what the reduction saves.
 Full fidelity where no symmetry reduction applies (issue 16): AllReduce of 1 GB in ``--mode full`` on a torus with
 one dead link, a mesh, GPU nodes, multislice, the symmetric torus in full mode and a jittered torus, and AllToAll
 and Broadcast on the 8x8x8 torus, each run
-three ways in the same process, interleaved, best of ``ROUNDS``: the plain path (``aggregate=False``), the plain
-path with the garbage collector paused (what the pause alone buys), and flow-level aggregation (the default).
+four ways in the same process, interleaved, best of ``ROUNDS``: the plain path (``aggregate=False``), the plain
+path with the garbage collector paused (what the pause alone buys), flow-level aggregation (the default), and
+aggregation without the later fast paths (``Channel.admit_ahead``: a flow sent on an idle link admitted at once,
+as of its arrival, one timer instead of two; ``FaultChannel.aggregates``: jittered and faulted links send without
+events too) -- what those buy, measured in the same run.
 It prints events processed (`System.events_processed`), wall and CPU seconds (planning included), plain events
 per second, and the aggregated run's "equivalent" rate -- the plain run's events over the aggregated wall (and
 CPU) time: the same wall time reached with fewer events -- beside the planning time and the topology bound's
@@ -20,6 +23,7 @@ CPU) time: the same wall time reached with fewer events -- beside the planning t
 
     python benchmarks/collectives.py            # everything
     python benchmarks/collectives.py full       # the full-fidelity comparison only
+    python benchmarks/collectives.py full jitter Broadcast   # only the cases whose names hold one of these words
 """
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ from typing import Any
 
 from simulator.collectives import plan_collective, run_collective, topology_bound
 from simulator.collectives.schedule import gc_paused
+from simulator.engine.channel import Channel
+from simulator.engine.disturb import FaultChannel
 from simulator.engine.faults import Jitter, LinkDown
 from simulator.engine.system import System
 
@@ -48,7 +54,8 @@ ASYMMETRIC = [("torus 8x8x8, link 0-1 down", "torus:8x8x8", "tpu-v5p", {"faults"
                ALLREDUCE),
               ("torus 8x8x8 AllToAll", "torus:8x8x8", "tpu-v5p", {}, ("all_to_all", "dimension_order")),
               ("torus 8x8x8 Broadcast", "torus:8x8x8", "tpu-v5p", {}, ("broadcast", "spanning_trees"))]
-VARIANTS = (("plain", False, False), ("plain, GC paused", False, True), ("aggregated", True, False))
+VARIANTS = (("plain", False, False, True), ("plain, GC paused", False, True, True), ("aggregated", True, False, True),
+            ("aggregated, no admit_ahead / FaultChannel.send", True, False, False))
 ROUNDS = 2
 
 
@@ -73,12 +80,19 @@ def show(m: dict[str, Any]) -> None:
 
 
 def full_run(topology: str, chip: str, system_kw: dict[str, Any], what: tuple[str, str], aggregate: bool,
-             pause: bool) -> dict[str, Any]:
-    """One collective of NBYTES in full mode: wall and CPU seconds from building the system to the result."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    system = System(chip, topology=topology, trace=False, **system_kw)
-    with gc_paused(pause):
-        r = run_collective(what[0], system, NBYTES, mode="full", algorithm=what[1], aggregate=aggregate)
+             pause: bool, fast: bool = True) -> dict[str, Any]:
+    """One collective of NBYTES in full mode: wall and CPU seconds from building the system to the result
+    (``fast``: with ``Channel.admit_ahead`` and ``FaultChannel.aggregates`` as they are, else both off)."""
+    switches = Channel.admit_ahead, FaultChannel.aggregates
+    if not fast:
+        Channel.admit_ahead = FaultChannel.aggregates = False
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        system = System(chip, topology=topology, trace=False, **system_kw)
+        with gc_paused(pause):
+            r = run_collective(what[0], system, NBYTES, mode="full", algorithm=what[1], aggregate=aggregate)
+    finally:
+        Channel.admit_ahead, FaultChannel.aggregates = switches
     return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "events": system.events_processed,
             "time_s": r.time_s, "link_bytes": r.link_bytes, "algorithm": r.algorithm, "transfers": r.n_transfers}
 
@@ -95,34 +109,38 @@ def plan_seconds(topology: str, chip: str, system_kw: dict[str, Any], what: tupl
     return planned - start, time.perf_counter() - planned
 
 
-def full_fidelity() -> None:
+def full_fidelity(only: list[str] | None = None) -> None:
     print(f"Full fidelity (mode full), {NBYTES / 1e9:g} GB (AllReduce unless named): plain path vs flow-level "
           f"aggregation, best of {ROUNDS} interleaved rounds")
     for name, topology, chip, system_kw, what in ASYMMETRIC:
+        if only and not any(word in name for word in only):
+            continue
         best: dict[str, dict[str, Any]] = {}
         for _ in range(ROUNDS):
-            for variant, aggregate, pause in VARIANTS:
-                m = full_run(topology, chip, system_kw, what, aggregate, pause)
+            for variant, aggregate, pause, fast in VARIANTS:
+                m = full_run(topology, chip, system_kw, what, aggregate, pause, fast)
                 if variant not in best or m["wall_s"] < best[variant]["wall_s"]:
                     best[variant] = m
         plain, paused, agg = best["plain"], best["plain, GC paused"], best["aggregated"]
+        before = best["aggregated, no admit_ahead / FaultChannel.send"]
         worst = max(abs(agg["link_bytes"].get(k, 0.0) / v - 1) for k, v in plain["link_bytes"].items())
         planning, bound = plan_seconds(topology, chip, system_kw, what)
         print(f"{name:>28} ({plain['algorithm']}, {plain['transfers']:,} transfers; planning alone "
               f"{planning:.2f} s, topology bound alone {bound:.3f} s)")
         for variant, m in best.items():
-            print(f"{variant:>44}: wall {m['wall_s']:6.2f} s  cpu {m['cpu_s']:6.2f} s  {m['events']:>8,} events  "
+            print(f"{variant:>48}: wall {m['wall_s']:6.2f} s  cpu {m['cpu_s']:6.2f} s  {m['events']:>8,} events  "
                   f"{m['events'] / m['wall_s']:>9,.0f} events/s")
-        print(f"{'':>44}  aggregated: plain events / its wall {plain['events'] / agg['wall_s']:>9,.0f} /s, "
-              f"/ its cpu {plain['events'] / agg['cpu_s']:>9,.0f} /s; "
+        print(f"{'':>48}  aggregated: plain events / its wall {plain['events'] / agg['wall_s']:>9,.0f} /s, "
+              f"/ its cpu {plain['events'] / agg['cpu_s']:>9,.0f} /s (without the later fast paths: "
+              f"{plain['events'] / before['wall_s']:,.0f} /s wall, {plain['events'] / before['cpu_s']:,.0f} /s cpu); "
               f"speed-up {plain['wall_s'] / agg['wall_s']:.2f}x wall, {plain['cpu_s'] / agg['cpu_s']:.2f}x cpu "
               f"(GC pause alone {plain['cpu_s'] / paused['cpu_s']:.2f}x cpu); simulated time ratio "
               f"{agg['time_s'] / plain['time_s']:.12f}, worst link bytes rel. diff {worst:.1e}")
 
 
 def main() -> None:
-    if sys.argv[1:] == ["full"]:
-        full_fidelity()
+    if sys.argv[1:2] == ["full"]:
+        full_fidelity(sys.argv[2:])
         return
     print(f"AllReduce of {NBYTES / 1e9:g} GB over every axis")
     for topology, chip, mode in CASES:

@@ -120,7 +120,9 @@ CASES = [  # model, mesh, batch, topology, options, replays expected: collective
     ("llama-2-7b", "data=2,model=4", 8, None, {}, True),
     ("llama-2-7b", "fsdp=4,model=4", 8, "torus:4x4", {"zero": 3}, False),  # ties: rerun, and rerun again
     ("llama-2-7b", "sequence=4,model=4", 8, "torus:4x4", {"sequence_attention": "allgather"}, True),
-    ("llama-2-7b", "pipeline=2,data=2,model=2", 8, None, {"microbatches": 4}, False),
+    # (replays since `Channel.admit_ahead`, which changed the order of events within an instant: these collectives
+    # are now found alone; the results are the same)
+    ("llama-2-7b", "pipeline=2,data=2,model=2", 8, None, {"microbatches": 4}, True),
     ("llama-2-7b", "data=2,model=8", 8, "nodes:2:8", {}, True),
     ("llama-2-7b", "fsdp=8", 8, "torus:8", {}, False),
     ("llama-2-7b", "fsdp=2,model=4", 8, None, {"zero": 1}, True),

@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import simpy
 
-from simulator.engine.channel import Channel
 from simulator.engine.delivery import cut_through, deliver, deliver_hop, plain_route
 from simulator.engine.network import Network
 from simulator.engine.watch import TICK, current_watch, expect_events
@@ -106,7 +105,8 @@ class Schedule:
         elif nbytes is None:
             nbytes = len(keys) * self.key_bytes
         try:
-            deps = tuple(deps) if len(deps) < 2 else tuple(sorted(set(deps)))
+            n = len(deps)  # (two in order, as a pipeline's are: nothing to sort)
+            deps = tuple(deps) if n < 2 or (n == 2 and deps[0] < deps[1]) else tuple(sorted(set(deps)))
         except TypeError:  # an iterator
             deps = tuple(sorted(set(deps)))
         transfers.append(_new_transfer(Transfer, (tid, src, dst, keys, op, deps, nbytes)))
@@ -310,7 +310,7 @@ def _single_link(net: Network, src: Any, dst: Any, chips: set[Any]) -> Any:
         link = links[0] if links is not None else None
     else:
         link = net.link(src, dst)
-    return link if type(link) is Channel else False
+    return link if link is not None and link.aggregates else False
 
 
 class _Pending:

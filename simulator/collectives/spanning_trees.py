@@ -272,18 +272,28 @@ class SpanningTrees(Algorithm):
 
     def _build_group(self, job: Job, group: Group, s: Schedule) -> None:
         forest = shape_trees(group, job.root_pos)
-        d = len(forest)
+        d, members, add = len(forest), group.members, s.add
         for t, (parents, depth) in enumerate(forest):
             pieces = range(t, job.chunks, d)
-            got: dict[tuple[Pos, int], int] = {}  # (position, piece) -> the transfer that brought it
+            if not pieces:
+                continue
+            keys = [(("piece", j),) for j in pieces] if job.numeric else None
+            tag = ("tree", id(group), t)
+            first: dict[Pos, int] = {}  # position -> the transfer that brought it the tree's first piece
             for x in sorted(parents, key=depth.__getitem__):
-                p, src, dst = parents[x], group.members[parents[x]], group.members[x]
-                behind: list[int] = []
-                for j in pieces:
-                    deps = ([got[(p, j)]] if p != job.root_pos else []) + behind
-                    keys = (("piece", j),) if job.numeric else 1
-                    got[(x, j)] = s.add(src, dst, keys, "copy", deps, ("tree", id(group), t), dst)
-                    behind = [got[(x, j)]]
+                # the transfers of a position's pieces are consecutive: piece k of x is first[x] + k
+                p = parents[x]
+                src, dst = members[p], members[x]
+                up = first.get(p)  # None: p is the root, which holds every piece
+                tid = -1
+                for k in range(len(pieces)):
+                    if up is None:
+                        deps: tuple[int, ...] = (tid,) if k else ()
+                    else:
+                        deps = (up + k, tid) if k else (up,)
+                    tid = add(src, dst, keys[k] if keys is not None else 1, "copy", deps, tag, dst)
+                    if not k:
+                        first[x] = tid
 
     def _reduce_group(self, job: Job, group: Group, s: Schedule) -> None:
         """The broadcast run backwards: each position adds what its children sent of piece j into its own,

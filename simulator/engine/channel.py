@@ -18,18 +18,19 @@ Fair sharing costs O(log n) a change with ``n`` flows in flight (a virtual clock
 received the same bytes since the channel last idled, ``v``, so a flow joining at ``v0`` finishes when ``v``
 reaches ``v0 + bytes`` -- a key fixed at arrival, kept in a heap; an arrival or departure only advances ``v`` by
 ``elapsed * bandwidth / n``. `ListChannel` recomputes every flow's bytes left at each change (O(n)): the form
-for a rate that varies with time (`simulator.engine.disturb.FaultChannel`).
+for a rate that varies with time (`simulator.engine.fault_channel.FaultChannel`).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from functools import partial
 from heapq import heapify, heappop, heappush
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL, Event, Timeout
+from simpy.events import Event, Timeout
 
+from simulator.engine.timers import _new, _timeout, call_after, call_at
 from simulator.engine.trace import Span, Trace, new_span
 from simulator.units import positive
 
@@ -37,7 +38,6 @@ from simulator.units import positive
 #: (absorbs float rounding in the fluid model; never used to order events).
 _DONE_FRACTION = 1e-9
 
-_new = object.__new__
 
 
 def _remaining(flow: _Flow) -> float:
@@ -77,6 +77,13 @@ class Channel:
     #: Complete a lone flow's event inside its timer's callback instead of scheduling it (see `_finish`):
     #: the same callbacks in the same order, one event fewer. False: always schedule (the plain path).
     complete_inline = True
+    #: `send` shares timers and builds no event (`simulator.engine.delivery` sends over the channel); False: it is
+    #: `transfer` with a callback, and delivery takes `Network.message` instead.
+    aggregates = True
+    #: `send` on an idle channel with no flow on its way in admits the flow at once, as of its arrival (``now +
+    #: latency``: no flow sent later arrives sooner), and sets only its end timer -- one timer where there were
+    #: two, the same float times. False: a latency timer, then `_enter` (the aggregated path before this).
+    admit_ahead = True
 
     def __init__(self, env: simpy.Environment, name: str, bandwidth_bytes_per_s: float,
                  latency_s: float = 0.0, *, chip: int | str = 0, trace: Trace | None = None) -> None:
@@ -87,6 +94,7 @@ class Channel:
         self.chip = chip
         self.trace = trace
         self.bytes_carried = 0.0
+        self._arrive_by = -math.inf  #: the latest end of a latency wait set so far (`admit_ahead`)
         self._flows: list[Any] = []  #: heap of (finish on the virtual clock, arrival number, flow)
         self._last_update = 0.0
         self._generation = 0
@@ -95,9 +103,34 @@ class Channel:
         self._departures = 0  #: flows finished since the clock was last rebased
 
     @property
+    def bandwidth_bytes_per_s(self) -> float:
+        """Capacity shared by all transfers in flight (bytes per second)."""
+        return self._bandwidth
+
+    @bandwidth_bytes_per_s.setter
+    def bandwidth_bytes_per_s(self, value: float) -> None:
+        if self.__dict__.get("_flows"):
+            self._unadmit()  # a flow admitted ahead of its arrival: it is admitted at the new rate when it arrives
+        self._bandwidth = value
+
+    @property
     def busy(self) -> bool:
         """Whether any transfer is moving bytes on the channel now (latency-only waits do not count)."""
-        return bool(self._flows)
+        return bool(self._flows) and self._last_update <= self.env._now
+
+    def _unadmit(self) -> bool:
+        """Put back on its way in the flow admitted ahead of its arrival (`admit_ahead`), if there is one (the
+        channel then idles until it arrives); whether there was. Only where the rate or the latency changed
+        before it arrived: a flow that would arrive sooner, or a rate it must start at."""
+        now = self.env._now
+        if not self._flows or self._last_update <= now:
+            return False
+        at, flow = self._last_update, self._flows[0][2]
+        self._flows = []
+        self._generation += 1  # its end timer is void
+        self._last_update = now
+        call_at(self.env, at, self._enter, flow)
+        return True
 
     def transfer(self, nbytes: float, label: str = "", kind: str = "transfer") -> simpy.Event:
         """Move ``nbytes``; the returned event fires (value: the time) when the last byte has arrived.
@@ -109,6 +142,7 @@ class Channel:
             return event
         flow = _Flow(nbytes, event, label, kind)
         if self.latency_s > 0:
+            self._arrive_by = env._now + self.latency_s
             Timeout(env, self.latency_s).callbacks.append(lambda _e: self._join(flow))
         else:
             self._join(flow)
@@ -127,14 +161,28 @@ class Channel:
         flow.event, flow.start, flow.label, flow.kind, flow.then, flow.arg = None, 0.0, label, kind, then, arg
         if nbytes <= 0:
             call_after(self.env, 0.0, then, arg)
-        elif self.latency_s > 0:
-            call_after(self.env, self.latency_s, self._enter, flow)
-        else:
+            return
+        latency = self.latency_s
+        if latency <= 0:
             self._enter(flow)
+            return
+        env = self.env
+        now = env._now
+        if self._flows or self._arrive_by >= now or not self.admit_ahead:
+            self._arrive_by = now + latency
+            call_after(env, latency, self._enter, flow)
+            return
+        # `admit_ahead`: what the latency timer and `_enter` would do, ahead (the same floats)
+        flow.start = self._last_update = self._arrive_by = at = now + latency
+        self._flows = [(nbytes, 0, flow)]
+        self._v = 0.0
+        self._generation += 1
+        flow.generation = self._generation
+        call_at(env, at + nbytes / self._bandwidth, self._lone_done, flow)
 
     def _enter(self, flow: _Flow) -> None:
         """`_join` for a `send` flow: on an idle channel its completion timer is a shared `call_after`."""
-        if self._flows:
+        if self._flows and (self._last_update <= self.env._now or not self._unadmit()):
             self._admit(flow)
             return
         flow.start = self._last_update = self.env._now
@@ -142,7 +190,7 @@ class Channel:
         self._v = 0.0
         self._generation += 1
         flow.generation = self._generation
-        call_after(self.env, flow.nbytes / self.bandwidth_bytes_per_s, self._lone_done, flow)
+        call_after(self.env, flow.nbytes / self._bandwidth, self._lone_done, flow)
 
     def _lone_done(self, flow: _Flow) -> None:
         """`_on_timer` and `_finish` for the lone `send` flow ``flow`` (unless flows joined it since)."""
@@ -161,7 +209,7 @@ class Channel:
     def _join(self, flow: _Flow) -> None:
         """`_admit`, with a fast path for an idle channel (the common case). Only `Channel.transfer` calls it:
         a subclass that overrides `_admit` or `_schedule` overrides `transfer` too (as `FaultChannel` does)."""
-        if self._flows:
+        if self._flows and (self._last_update <= self.env._now or not self._unadmit()):
             self._admit(flow)
             return
         # what _advance, _admit and _schedule do for a lone flow
@@ -170,13 +218,13 @@ class Channel:
         self._v = 0.0
         self._generation += 1
         generation = self._generation
-        timer = _timeout(self.env, flow.nbytes / self.bandwidth_bytes_per_s)
+        timer = _timeout(self.env, flow.nbytes / self._bandwidth)
         timer.callbacks.append(lambda _e: self._on_timer(generation, flow))
 
     def _advance(self) -> None:
         now = self.env._now
         if self._flows and now > self._last_update:
-            self._v += (now - self._last_update) * self.bandwidth_bytes_per_s / len(self._flows)
+            self._v += (now - self._last_update) * self._bandwidth / len(self._flows)
         self._last_update = now
 
     def _admit(self, flow: _Flow) -> None:
@@ -196,7 +244,7 @@ class Channel:
         generation = self._generation
         finish, _, first = flows[0]
         left = finish - self._v
-        delay = (left if left > 0.0 else 0.0) * len(flows) / self.bandwidth_bytes_per_s
+        delay = (left if left > 0.0 else 0.0) * len(flows) / self._bandwidth
         if first.event is None:  # a `send` flow ends first: share the timer (`call_after`)
             call_after(self.env, delay, self._timer_call, (generation, first))
             return
@@ -260,8 +308,10 @@ class Channel:
 
 class ListChannel(Channel):
     """A `Channel` that keeps its flows in a list and recomputes each one's bytes left at every change (O(n)
-    a change): the form for rates that vary with time (`simulator.engine.disturb.FaultChannel`), and the
+    a change): the form for rates that vary with time (`simulator.engine.fault_channel.FaultChannel`), and the
     plain reference the virtual clock of `Channel` is checked against. Every transfer takes `_admit`."""
+
+    aggregates = False  #: its `send` is `transfer` with a callback (`FaultChannel` has a `send` of its own)
 
     def transfer(self, nbytes: float, label: str = "", kind: str = "transfer") -> simpy.Event:
         event = Event(self.env)
@@ -277,7 +327,7 @@ class ListChannel(Channel):
     def _advance(self) -> None:
         now = self.env.now
         if self._flows and now > self._last_update:
-            moved = (now - self._last_update) * self.bandwidth_bytes_per_s / len(self._flows)
+            moved = (now - self._last_update) * self._bandwidth / len(self._flows)
             for flow in self._flows:
                 flow.remaining -= moved
         self._last_update = now
@@ -294,7 +344,7 @@ class ListChannel(Channel):
             return
         generation = self._generation
         first = min(self._flows, key=_remaining)
-        delay = max(0.0, first.remaining) * len(self._flows) / self.bandwidth_bytes_per_s
+        delay = max(0.0, first.remaining) * len(self._flows) / self._bandwidth
         self.env.timeout(delay).callbacks.append(lambda _e: self._on_timer(generation, first))
 
     def _on_timer(self, generation: int, first: _Flow) -> None:
@@ -344,38 +394,3 @@ class SerialUnit:
             if trace.enabled:
                 trace.spans.append(new_span(Span, (self.chip, self.name, label, start, end, kind, 0.0, flops)))
         return _timeout(env, end - now)
-
-
-def call_after(env: simpy.Environment, delay: float, fn: Callable[[Any], Any], arg: Any) -> None:
-    """Call ``fn(arg)`` ``delay`` seconds from now. The calls due at one time (``now + delay``, the float a
-    timeout's would be) share one timer -- one SimPy event, queued where the first was: they run in the
-    order they were set, all before the events queued after the first of them for that same time. Times
-    are exactly those of separate timeouts; only the order of events within one instant can differ."""
-    at = env._now + delay
-    try:
-        env._podsim_calls[at].append((fn, arg))  # the common case: a timer for that time is set
-        return
-    except KeyError:
-        pending = env._podsim_calls
-    except AttributeError:  # the environment's first call
-        pending = env._podsim_calls = {}
-    calls = pending[at] = [(fn, arg)]
-    _timeout(env, delay).callbacks.append(partial(_run_calls, pending, at, calls))
-
-
-def _run_calls(pending: dict[float, list[tuple[Any, Any]]], at: float, calls: list[tuple[Any, Any]],
-               _event: Any) -> None:
-    del pending[at]  # calls set from now on for this time (a zero delay) need a timer of their own
-    for fn, arg in calls:
-        fn(arg)
-
-
-def _timeout(env: simpy.Environment, delay: float) -> Timeout:
-    """``Timeout(env, delay)``: SimPy's own object, checked and queued the way its ``__init__`` and
-    ``Environment.schedule`` do it, in one call instead of three."""
-    if delay < 0:
-        raise ValueError(f"Negative delay {delay}")
-    timer = _new(Timeout)
-    timer.env, timer.callbacks, timer._value, timer._delay, timer._ok = env, [], None, delay, True
-    heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), timer))
-    return timer

@@ -2,11 +2,13 @@
 
 `deliver` and `deliver_hop` do what `Network.message` and `Network.hop` do -- the same routes, the same
 channels shared fairly, the same cut-through timing, the same spans and byte counts -- but on plain
-`Channel` links they send with `Channel.send`, so the timers of the messages that start at one instant
+links whose class ``aggregates`` (`Channel`; `simulator.engine.fault_channel.FaultChannel`, the links of faults and
+jitter, with its own `send`) they send with ``send``, so the timers of the messages that start at one instant
 with one delay (a whole step of a collective on idle links) share one SimPy event (`call_after`), and no
 event or process is built per message. Times are those of `Network.message` (the same float
-operations); only the order of events within one instant can differ. Links of another class (faults,
-jitter: `simulator.engine.disturb.FaultChannel`) and store-and-forward routes take `Network.message`.
+operations); only the order of events within one instant can differ. Links that do not aggregate
+(`simulator.engine.channel.ListChannel`, or a class whose ``aggregates`` is set False) and store-and-forward
+routes take `Network.message`.
 """
 from __future__ import annotations
 
@@ -43,13 +45,16 @@ def deliver(net: Network, src: Any, dst: Any, nbytes: float, label: str, then: T
 
 
 def plain_route(net: Network, src: Any, dst: Any) -> tuple[list[Channel] | None, list[tuple[str, int]]]:
-    """(the plain `Channel` links of the one route from chip ``src`` to chip ``dst``, or None where `deliver`
-    takes `Network.message`; the interfaces it crosses, with their hop counts), cached per pair."""
+    """(the links of the one route from chip ``src`` to chip ``dst`` when every one ``aggregates``, or None where
+    `deliver` takes `Network.message`; the interfaces it crosses, with their hop counts), cached per pair."""
     route = net._plain_routes.get((src, dst))
     if route is None:
         hops, kinds = net._route_links(src, dst, False)
-        plain = len(hops) == 1 and all(type(c) is Channel for c in hops[0]) and \
-            (len(hops[0]) == 1 or net.switching == "cut_through")
+        links = hops[0]
+        # several hops: cut-through, not over jittered links (`Network.message` sends their first hop from a
+        # process, later in the instant: the order the links draw their jitter factors in would change)
+        plain = len(hops) == 1 and all(c.aggregates for c in links) and (len(links) == 1 or (
+            net.switching == "cut_through" and all(getattr(c, "noise", None) is None for c in links)))
         route = net._plain_routes[(src, dst)] = (hops[0] if plain else None, kinds)
     return route
 
@@ -64,7 +69,7 @@ def deliver_hop(net: Network, u: Any, v: Any, nbytes: float, label: str, then: T
     """Send ``nbytes`` over the one link ``u -> v`` (either end may be a switch) and call ``then(arg)`` when the
     last byte has arrived (`Network.hop`, without its event)."""
     channel = net.link(u, v)
-    if type(channel) is not Channel:
+    if not channel.aggregates:
         net.hop(u, v, nbytes, label).callbacks.append(lambda _e: then(arg))
         return
     if net.trace is not None:

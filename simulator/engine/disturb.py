@@ -17,17 +17,17 @@ one finishes nothing that would end after its failure time.
 """
 from __future__ import annotations
 
-import bisect
 import math
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import networkx as nx
 import numpy as np
 import simpy
 
-from simulator.engine.channel import Channel, ListChannel, SerialUnit, _Flow, _remaining
+from simulator.engine.channel import Channel, SerialUnit
+from simulator.engine.fault_channel import FaultChannel, Lost, Noise, OnLost, Window, _windows
 from simulator.engine.faults import (
     CHIP_FAULTS,
     LINK_FAULTS,
@@ -46,142 +46,7 @@ from simulator.engine.faults import (
 from simulator.engine.trace import Span, Trace
 from simulator.errors import FaultError, IncompleteRunError
 
-Window = tuple[float, float]
-OnLost = Callable[[str, str], None]
-
-
-class Noise:
-    """Jitter factors of mean 1 and coefficient of variation ``cv`` from ``rng``, drawn in blocks.
-
-    lognormal: ``exp(N(mu, s))`` with ``s**2 = ln(1 + cv**2)``, ``mu = -s**2 / 2``; gamma: shape ``1 / cv**2``,
-    scale ``cv**2``; uniform: ``1 +- sqrt(3) cv``.
-    """
-
-    BLOCK = 4096
-
-    def __init__(self, rng: np.random.Generator, distribution: str, cv: float) -> None:
-        self.rng, self.distribution, self.cv = rng, distribution, cv
-        self._buffer: list[float] = []
-        self._next = 0
-
-    def draw(self, n: int) -> np.ndarray:
-        """``n`` factors."""
-        cv = self.cv
-        if self.distribution == "lognormal":
-            s = math.sqrt(math.log1p(cv * cv))
-            return self.rng.lognormal(-s * s / 2, s, n)
-        if self.distribution == "gamma":
-            return self.rng.gamma(1 / (cv * cv), cv * cv, n)
-        half = math.sqrt(3) * cv
-        return self.rng.uniform(1 - half, 1 + half, n)
-
-    def __call__(self) -> float:
-        if self._next == len(self._buffer):
-            self._buffer, self._next = self.draw(self.BLOCK).tolist(), 0
-        self._next += 1
-        return self._buffer[self._next - 1]
-
-
-class Lost(simpy.Event):
-    """An event that never fires: the operation it stands for died with a failed chip."""
-
-    def __init__(self, env: simpy.Environment, what: str) -> None:
-        super().__init__(env)
-        self.what = what
-
-    @property
-    def podsim_waits_for(self) -> str:
-        return self.what
-
-
-def _windows(pauses: Sequence[Window]) -> list[Window]:
-    """Pause windows sorted and merged where they overlap."""
-    out: list[Window] = []
-    for a, b in sorted(pauses):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        elif b > a:
-            out.append((a, b))
-    return out
-
-
-class FaultChannel(ListChannel):
-    """A `Channel` that may be jittered (``noise``), paused in ``pauses`` windows and failed at ``fail_at``.
-
-    Its rate is the bandwidth, or zero inside a pause and from the failure on; a timer is set at each rate
-    change while transfers are in flight, so between events the rate is constant and the fluid model holds.
-    """
-
-    def __init__(self, env: simpy.Environment, name: str, bandwidth_bytes_per_s: float, latency_s: float = 0.0, *,
-                 chip: int | str = 0, trace: Trace | None = None, noise: Noise | None = None,
-                 pauses: Sequence[Window] = (), fail_at: float = math.inf, on_lost: OnLost | None = None) -> None:
-        super().__init__(env, name, bandwidth_bytes_per_s, latency_s, chip=chip, trace=trace)
-        self.noise, self.fail_at, self.on_lost = noise, fail_at, on_lost
-        self.pauses = _windows(pauses)
-        self._breaks = sorted({t for w in self.pauses for t in w} | ({fail_at} if fail_at < math.inf else set()))
-
-    def transfer(self, nbytes: float, label: str = "", kind: str = "transfer") -> simpy.Event:
-        if nbytes <= 0:
-            return self.env.event().succeed(self.env.now)
-        flow = _Flow(nbytes, Lost(self.env, f"{self.name} ({label or kind})"), label, kind)
-        if self.noise is not None:
-            flow.remaining = nbytes * self.noise()
-        if self.latency_s > 0:
-            self.env.timeout(self.latency_s).callbacks.append(lambda _e: self._admit(flow))
-        else:
-            self._admit(flow)
-        return flow.event
-
-    def _admit(self, flow: _Flow) -> None:
-        if self.env.now >= self.fail_at:
-            self._lose(flow)
-            return
-        super()._admit(flow)
-
-    def rate(self, t: float) -> float:
-        """Bytes per second the channel moves from time ``t`` on (until the next rate change)."""
-        if t >= self.fail_at:
-            return 0.0
-        i = bisect.bisect_right(self.pauses, (t, math.inf)) - 1
-        return 0.0 if i >= 0 and self.pauses[i][0] <= t < self.pauses[i][1] else self.bandwidth_bytes_per_s
-
-    def _advance(self) -> None:
-        now = self.env.now
-        if self._flows and now > self._last_update:
-            moved = (now - self._last_update) * self.rate(self._last_update) / len(self._flows)
-            for flow in self._flows:
-                flow.remaining -= moved
-        self._last_update = now
-
-    def _schedule(self) -> None:
-        self._generation += 1
-        if not self._flows:
-            return
-        now, generation = self.env.now, self._generation
-        if now >= self.fail_at:
-            flows, self._flows = self._flows, []
-            for flow in flows:
-                self._lose(flow)
-            return
-        rate = self.rate(now)
-        i = bisect.bisect_right(self._breaks, now)
-        change = self._breaks[i] if i < len(self._breaks) else math.inf
-        if rate > 0:
-            first = min(self._flows, key=_remaining)
-            delay = max(0.0, first.remaining) * len(self._flows) / rate
-            if now + delay <= change:
-                self.env.timeout(delay).callbacks.append(lambda _e: self._on_timer(generation, first))
-                return
-        self.env.timeout(change - now).callbacks.append(lambda _e: self._on_change(generation))
-
-    def _on_change(self, generation: int) -> None:
-        if generation == self._generation:
-            self._advance()
-            self._schedule()
-
-    def _lose(self, flow: _Flow) -> None:
-        if self.on_lost is not None:
-            self.on_lost(self.name, flow.label or flow.kind)
+__all__ = ["FaultChannel", "FaultModel", "FaultUnit", "Noise", "model_for"]
 
 
 class FaultUnit(SerialUnit):
