@@ -275,14 +275,14 @@ def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: 
     start, before = system.env.now, net.link_bytes()
     on_quotient = run_quotient(system, plan, kwargs.get("mode", "auto"), data is None and aggregate)
     if on_quotient is not None:
-        channels, first_span = {c: c.bytes_carried for c in net.links.values()}, len(system.trace.spans)
+        channels = {c: c.bytes_carried for c in net.links.values()}
     done = _execute_calibrated(system, plan, buffers, aggregate=aggregate,
                                quotient=None if on_quotient is None else on_quotient[0])
     system.run()
     net.set_link_efficiency(None)
     check_arrived(done, system.env.now)
     if on_quotient is not None:  # every link of a representative's orbit carried what it carried, spans too
-        unfold(net, on_quotient[1], on_quotient[0], channels, first_span)
+        unfold(net, on_quotient[1], on_quotient[0], channels)
     time_s = system.env.now - start
     algbw, busbw = analytic.bus_bandwidth(kind, plan.nbytes, time_s, job.group.n)
     link_bytes = {k: v - before.get(k, 0.0) for k, v in net.link_bytes().items() if v > before.get(k, 0.0)}

@@ -44,7 +44,6 @@ from simulator.collectives.schedule import (
 from simulator.engine.channel import Channel, call_after
 from simulator.engine.delivery import cut_through
 from simulator.engine.network import Network
-from simulator.engine.trace import Span, new_span
 from simulator.engine.watch import TICK, expect_events
 
 _UNSET = object()
@@ -306,30 +305,26 @@ def run_on_quotient(net: Network, transfers: list[Transfer]) -> tuple[Quotient, 
     return None
 
 
-def unfold(net: Network, action: Any, q: Quotient, before: dict[Channel, float], first_span: int) -> None:
+def unfold(net: Network, action: Any, q: Quotient, before: dict[Channel, float]) -> None:
     """After a quotient run, give every link of each representative link's orbit what that link carried: the
-    bytes it carried in the run (since ``before``, bytes per channel), and copies of its trace spans from
-    ``first_span`` on, renamed and reattributed -- the links and trace a full run leaves."""
+    bytes it carried in the run (since ``before``, bytes per channel) and, with tracing on, its busy time
+    (``trace.images``: `simulator.engine.trace.compute_metrics` counts the representative's spans for each,
+    so busy times, utilisation and bounds are a full run's; the spans themselves stay on the representative
+    links, as a full run of a thousand GPUs would hold tens of millions)."""
     trace = net.trace
-    spans = trace.spans if trace is not None and trace.enabled else None
-    images: dict[str, list[tuple[Any, str]]] = {}
     ends = {channel: pair for pair, channel in net.links.items()}
     for channel in q.links:
         u, v = ends[channel]
         h = action.carrier(u, v)
         assert h == action.identity, channel.name  # the quotient runs representative links only
         carried = channel.bytes_carried - before.get(channel, 0.0)
-        images[channel.name] = out = []
+        out = []
         for g in action.elements():
             if g == h:
                 continue
             image = net.link(action.apply(g, u), action.apply(g, v))
             image.bytes_carried += carried
             out.append((image.chip, image.name))
-    if spans is not None:
-        new = []
-        for span in spans[first_span:]:
-            for chip, name in images.get(span.unit, ()):
-                new.append(new_span(Span, (chip, name, *span[2:])))
-        spans.extend(new)
-
+        if trace is not None and trace.enabled:
+            key = (channel.chip, channel.name)
+            trace.images[key] = list(dict.fromkeys([*trace.images.get(key, ()), *out]))

@@ -72,6 +72,9 @@ class Trace:
     padded_flops_total: float = 0.0
     links: dict[str, dict[str, Any]] = field(default_factory=dict)
     pools: list[PoolTimeline] = field(default_factory=list)
+    #: (chip, unit) of a link a collective ran on its quotient -> the links it stood for, whose spans are not kept:
+    #: `compute_metrics` gives them its busy time (`simulator.collectives.quotient.unfold`)
+    images: dict[tuple[Any, str], list[tuple[Any, str]]] = field(default_factory=dict)
 
     def add(self, span: Span) -> None:
         """Record ``span`` (kept only when tracing is enabled) and count its FLOPs."""
@@ -165,6 +168,10 @@ def compute_metrics(trace: Trace, end_to_end_s: float | None = None,
                 "flops": trace.flops_total, "overlap_s": None, "exposed_s": None, "lower_bound_s": None,
                 "upper_bound_s": None, "utilization": None}
     per_chip = busy_by_chip(spans)
+    for (chip, unit), copies in trace.images.items():
+        seconds = per_chip.get(chip, {}).get(unit)
+        for image in copies if seconds is not None else ():
+            per_chip.setdefault(image[0], {})[image[1]] = seconds
     busy: dict[str, float] = {}
     for units in per_chip.values():
         for unit, seconds in units.items():
