@@ -12,7 +12,8 @@ A `SerialUnit` (MXU, VPU) runs one operation at a time, first come first served.
 Both return plain SimPy events and schedule one timeout per state change, with no process per
 operation, so long pipelines stay cheap. `Channel.send` is `Channel.transfer` without an event: it calls
 a function on arrival, and the timers of the flows that start at one instant with one delay share one
-SimPy event (`call_after`): flow-level aggregation for the many equal messages of a collective's step.
+SimPy event (`call_after`): flow-level aggregation for the many equal messages of a collective's step; a
+flow sent on an idle channel is admitted ahead of its arrival (`Channel.admit_ahead`), one timer instead of two.
 
 Fair sharing costs O(log n) a change with ``n`` flows in flight (a virtual clock): every flow in flight has
 received the same bytes since the channel last idled, ``v``, so a flow joining at ``v0`` finishes when ``v``
@@ -152,7 +153,9 @@ class Channel:
         """`transfer` without an event: call ``then(arg)`` when the last byte has arrived. The flow shares the
         channel exactly as a transfer does; its latency timer and, on an idle channel, its completion timer
         are shared with every other `call_after` of the same instant and delay (one SimPy event for a whole
-        step of equal messages on idle links). A subclass (`FaultChannel`) sends by its own `transfer`."""
+        step of equal messages on idle links). On a channel idle with no flow on its way in, the flow is
+        admitted at once as of its arrival (`admit_ahead`): only its completion timer is set. A subclass sends
+        by its own `transfer` (`ListChannel`) or has a `send` of its own (`FaultChannel`)."""
         if type(self) is not Channel:
             self.transfer(nbytes, label, kind).callbacks.append(lambda _e: then(arg))
             return
