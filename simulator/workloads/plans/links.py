@@ -24,11 +24,10 @@ import simpy
 
 from simulator import analytic
 from simulator.collectives import payload
-from simulator.collectives.algorithm import AUTO, Algorithm, Job
+from simulator.collectives.algorithm import Algorithm, Job, applicable, get_algorithm
 from simulator.collectives.groups import collective_groups
 from simulator.collectives.layout import RING_KINDS
 from simulator.collectives.ring import RingAlgorithm
-from simulator.collectives.tuner import tune
 from simulator.engine.network import Network
 from simulator.engine.system import System
 from simulator.errors import PodsimError, one_line
@@ -242,9 +241,40 @@ class Tuned:
                 algorithm.prepare(job)
                 return job
 
-            choice = tune(AUTO, kind, net, groups, make_job) if groups[0].n > 1 else None
-            self.cache[key] = min(a["time_s"] for a in choice.alternatives) if choice else 0.0
+            self.cache[key] = _fastest(kind, net, groups, nbytes, make_job,
+                                       self.cache.setdefault((geometry, kind, "priced"), {}))
         return self.cache[key]
+
+
+def _fastest(kind: str, net: Network, groups: list[Any], nbytes: float, make_job: Any,
+             priced: dict[str, list[tuple[float, float]]]) -> float:
+    """The tuner's figure (`simulator.collectives.tuner.tune`, ``auto``): the least of every applicable algorithm's
+    closed form -- skipping a ring algorithm whose closed form at a size priced before already bounds it above the
+    best so far. Its multi-axis form is, per candidate plan, a sum of maxima of latency + bytes / bandwidth terms
+    (latencies >= 0), minimised over plans: it never falls as bytes grow, and at ``nbytes`` <= V it is at least
+    ``nbytes`` / V of its time at V. ``priced`` (per geometry and kind) keeps (bytes, seconds) per algorithm."""
+    if groups[0].n <= 1:
+        return 0.0
+
+    def bound(name: str) -> float:
+        return max((t * min(1.0, nbytes / v) for v, t in priced.get(name, ())), default=0.0)
+
+    best = math.inf
+    for name in sorted(applicable(kind, net, groups), key=bound):
+        if bound(name) > best * (1 + 1e-9):
+            break
+        algorithm = get_algorithm(name)
+        try:
+            job = make_job(algorithm)
+        except PodsimError:
+            continue
+        seconds = algorithm.closed_form(job)
+        if isinstance(algorithm, RingAlgorithm) and kind in RING_KINDS:
+            priced.setdefault(name, []).append((nbytes, seconds))
+        best = min(best, seconds)
+    if best == math.inf:
+        raise PodsimError(f"no algorithm can run {kind} over these groups")
+    return best
 
 
 def _needs_tuner(mesh: Mesh, kind: str, pieces: tuple[tuple[Piece, ...], ...]) -> bool:
