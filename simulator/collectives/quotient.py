@@ -13,9 +13,12 @@ representatives of its dependencies, over the representatives of its route's lin
 time T are, in full, the transfers g.t whose route crosses L; in the quotient, the representatives t whose
 route crosses some link of L's orbit, each once. That needs G to act freely on the links the routes cross
 (exactly one g maps the i-th hop of t onto L): a link is carried by whichever end G moves freely
-(``action.carrier``; a switch G fixes, such as a node system's fabric, is no obstacle), and where neither
-end is moved freely the link's stabiliser may not be trivial -- one representative flow would stand for
-several on that link -- so the quotient refuses. |G| times fewer transfers and events; the same times,
+(``action.carrier``; a switch G fixes, such as a node system's fabric, is no obstacle). Where neither end
+is moved freely the link's stabiliser may not be trivial -- one representative flow stands for m flows on
+that one link -- and the quotient refuses, unless the action allows multiplicities (``action.scaled``,
+uncalibrated runs through `run_on_quotient`): the orbit's link then runs as a copy at 1/m of its bandwidth,
+which fair sharing makes exact (each of the m k flows of k representatives gets B / (m k) either way), and
+`unfold` counts m times its bytes. |G| times fewer transfers and events; the same times,
 the same bytes on every link that runs; `unfold` then gives every link of an orbit its representative's
 bytes and trace spans, as a full run leaves them.
 
@@ -233,14 +236,34 @@ def _rep_route(net: Network, src: Any, dst: Any, action: Action) -> Any:
     links, kinds = [], {}
     for u, v in zip(paths[0], paths[0][1:], strict=False):
         h = action.carrier(u, v)
-        if h is None:
-            return False
-        channel = net.link(action.apply(h, u), action.apply(h, v))
-        if type(channel) is not Channel:
+        channel = net.link(action.apply(h, u), action.apply(h, v)) if h is not None else _shared(net, action, u, v)
+        if channel is None or type(channel) is not Channel:
             return False
         links.append(channel)
         kinds[channel.kind] = kinds.get(channel.kind, 0) + 1
     return tuple(links), tuple(kinds.items())
+
+
+def _shared(net: Network, action: Any, u: Any, v: Any) -> Channel | None:
+    """Where the action allows it (``action.scaled`` a dict; `simulator.collectives.symmetry.Automorphisms`),
+    the channel standing for link ``u -> v``'s orbit when its stabiliser has m > 1 elements: each representative
+    flow on it stands for m flows on one link, so it runs on a copy of the orbit's representative link at 1/m
+    of its bandwidth (fair sharing then gives each flow what it gets in full); None: refused."""
+    scaled = getattr(action, "scaled", None)
+    if scaled is None:
+        return None
+    (a, b), m = action.link_rep(u, v)
+    real = net.link(a, b)
+    if m == 1:
+        return real
+    channel = scaled.get((a, b))
+    if channel is None:
+        channel = scaled[(a, b)] = Channel(net.env, real.name, real.bandwidth_bytes_per_s / m, real.latency_s,
+                                           chip=real.chip, trace=net.trace)
+        channel.kind = real.kind
+        channel.nominal_bandwidth_bytes_per_s, channel.nominal_latency_s = channel.bandwidth_bytes_per_s, real.latency_s
+        channel.real, channel.multiplicity = real, m
+    return channel
 
 
 class _QuotientRun(_Aggregated):
@@ -280,12 +303,13 @@ def execute_quotient(net: Network, q: Quotient, label: str = "") -> Completion:
     return done
 
 
-def run_on_quotient(net: Network, transfers: list[Transfer]) -> tuple[Quotient, Any] | None:
+def run_on_quotient(net: Network, transfers: list[Transfer],
+                    multiplicities: bool = False) -> tuple[Quotient, Any] | None:
     """The quotient of ``transfers`` by the largest symmetry group of a GPU node system that it is equivariant
     under (`simulator.collectives.symmetry.node_actions`), with that group; None where there is none."""
     from simulator.collectives.symmetry import node_actions
 
-    actions = node_actions(net)
+    actions = node_actions(net, multiplicities)
     if not actions:
         return None
     chips = set(net.chips)
@@ -297,7 +321,7 @@ def run_on_quotient(net: Network, transfers: list[Transfer]) -> tuple[Quotient, 
         return None
     links = {(u, v) for (p,) in paths for u, v in zip(p, p[1:], strict=False)}
     for action in actions:  # a group that leaves a link the schedule uses without a carrier: refused at once
-        if any(action.carrier(u, v) is None for u, v in links):
+        if not multiplicities and any(action.carrier(u, v) is None for u, v in links):
             continue
         q = quotient(net, transfers, action)
         if q is not None:
@@ -314,17 +338,20 @@ def unfold(net: Network, action: Any, q: Quotient, before: dict[Channel, float])
     trace = net.trace
     ends = {channel: pair for pair, channel in net.links.items()}
     for channel in q.links:
-        u, v = ends[channel]
-        h = action.carrier(u, v)
-        assert h == action.identity, channel.name  # the quotient runs representative links only
-        carried = channel.bytes_carried - before.get(channel, 0.0)
-        out = []
+        m = getattr(channel, "multiplicity", 1)
+        real = channel.real if m > 1 else channel
+        u, v = ends[real]
+        carried = (channel.bytes_carried - before.get(channel, 0.0)) * m
+        if m > 1:
+            real.bytes_carried += carried
+        seen: dict[Channel, None] = {real: None}
         for g in action.elements():
-            if g == h:
-                continue
             image = net.link(action.apply(g, u), action.apply(g, v))
-            image.bytes_carried += carried
-            out.append((image.chip, image.name))
+            if image not in seen:
+                seen[image] = None
+                image.bytes_carried += carried
+        out = [(image.chip, image.name) for image in list(seen)[1:]]
+        assert len(seen) * m == action.order, (u, v, m)  # the orbit, each link once
         if trace is not None and trace.enabled:
             key = (channel.chip, channel.name)
             trace.images[key] = list(dict.fromkeys([*trace.images.get(key, ()), *out]))

@@ -145,7 +145,7 @@ def plan_quotient(system: Any, algorithm: Any, job: Job) -> Any:
     net = system.network
     if not isinstance(algorithm, RingAlgorithm) or job.reduced or not net.uniform or net.faulted:
         return None
-    for action in node_actions(net):
+    for action in node_actions(net, system.calibration is None):
         q = ring_quotient(job, algorithm, net, action)
         if q is not None:
             return q, action
@@ -162,4 +162,4 @@ def run_quotient(system: Any, plan: Any, mode: str, timing: bool) -> Any:
     net = system.network
     if mode != "auto" or not timing or plan.reduced or not net.uniform or net.faulted:
         return None
-    return run_on_quotient(net, plan.schedule.transfers)
+    return run_on_quotient(net, plan.schedule.transfers, system.calibration is None)

@@ -5,8 +5,8 @@ each checked to be a graph automorphism that keeps every link's bandwidth, laten
 otherwise). Its elements are tuples of exponents, one per generator; a node is moved freely when its orbit
 has |G| members, and only then has an ``offset`` (the element taking it to its orbit's representative,
 the orbit's smallest chip id or switch name). A link is carried by whichever end G moves freely; a link
-neither of whose ends is moved freely has no carrier (the quotient refuses rather than count one
-representative flow as several on one link).
+neither of whose ends is moved freely has no carrier: the quotient refuses it, or with ``scaled`` (a
+dict: multiplicities allowed) runs it shared (`link_rep`: its orbit's representative and stabiliser order).
 
 `node_actions` lists the groups a node system (``nodes:K:G``, ``fattree``, ``superpod``) has, largest first:
 
@@ -15,8 +15,8 @@ representative flow as several on one link).
   with their unit, the merged spine stays; rotating nodes inside a unit would fix the leaves and so the
   leaf-spine links, whose flows would then need multiplicities);
 - on a fat tree, node rotations inside every unit (k -> the next node of its unit; the leaves and the spine
-  stay, so a leaf-spine link has no carrier: only collectives that never cross the spine, one unit's, run
-  on it);
+  stay, so a leaf-spine link has no carrier: a collective that crosses the spine runs on it only with
+  multiplicities);
 - rail rotations, GPU g -> g + 1 (mod G) inside every node (NVLink switches and the spine stay, a unit's
   leaves rotate with their rails);
 - and every product of these.
@@ -58,6 +58,9 @@ class Automorphisms:
             if any(p[q[v]] != q[p[v]] for v in p):
                 raise ValueError(f"the generators of {name!r} do not commute")
         self._offset: dict[Any, tuple[int, ...]] = {}
+        self._links: dict[tuple[Any, Any], tuple[tuple[Any, Any], int]] = {}
+        #: channels standing for links whose stabiliser is not trivial (`quotient._shared`); None: refuse those
+        self.scaled: dict[tuple[Any, Any], Any] | None = None
         seen: set[Any] = set()
         for v in sorted(graph.nodes, key=lambda x: (isinstance(x, str), str(x) if isinstance(x, str) else x)):
             if v in seen:
@@ -83,6 +86,15 @@ class Automorphisms:
     def offset(self, v: Any) -> tuple[int, ...] | None:
         """The element taking ``v`` to its orbit's representative; None where G does not move ``v`` freely."""
         return self._offset.get(v)
+
+    def link_rep(self, u: Any, v: Any) -> tuple[tuple[Any, Any], int]:
+        """Link ``u -> v``'s orbit's representative (its smallest image by name) and the order of its stabiliser
+        (|G| over the orbit's size: how many elements fix it)."""
+        key = (u, v)
+        if key not in self._links:
+            orbit = {(self.apply(h, u), self.apply(h, v)) for h in self.elements()}
+            self._links[key] = (min(orbit, key=str), self.order // len(orbit))
+        return self._links[key]
 
     def carrier(self, u: Any, v: Any) -> tuple[int, ...] | None:
         """The element taking link ``u -> v`` to its orbit's representative link (by whichever end G moves
@@ -153,9 +165,11 @@ def rail_rotation(net: Network) -> dict[Any, Any]:
     return perm
 
 
-def node_actions(net: Network) -> list[Automorphisms]:
+def node_actions(net: Network, multiplicities: bool = False) -> list[Automorphisms]:
     """The symmetry groups of a GPU node system (see the module docstring), largest first; none elsewhere
-    (not a node system, hosts, faults) or where a candidate is not an automorphism."""
+    (not a node system, hosts, faults) or where a candidate is not an automorphism. ``multiplicities``: a link
+    with a non-trivial stabiliser runs as one channel at 1/m of its bandwidth (`quotient._shared`) rather
+    than being refused (links at their own, uncalibrated rates only)."""
     graph = net.graph
     if graph.graph.get("kind") != "nodes" or net.faulted or len(net.shape) != 2:
         return []
@@ -173,7 +187,9 @@ def node_actions(net: Network) -> list[Automorphisms]:
     for chosen in sorted(subsets, key=lambda c: -math.prod(k for _, k, _ in c)):  # stable: more generators first
         name = "+".join(n for n, _, _ in chosen)
         try:
-            out.append(Automorphisms(net, [(make(), k) for _, k, make in chosen], name))
+            action = Automorphisms(net, [(make(), k) for _, k, make in chosen], name)
+            action.scaled = {} if multiplicities else None
+            out.append(action)
         except (ValueError, KeyError):
             continue
     return out
