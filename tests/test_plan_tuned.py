@@ -78,3 +78,14 @@ def test_a_step_whose_model_axis_shares_links_with_fsdp_matches_its_simulation(l
     _, simulated = simulate_step(cfg, V5P, plan, opts, 64, 1024, trace=False, fast=fast)
     assert closed["placement"]["fsdp"][-1] == {"axis": 2, "size": 2, "stride": 2}
     assert closed["step_time_s"] == pytest.approx(simulated["step_time_s"], rel=0.01)
+
+
+def test_a_step_whose_data_axis_shares_links_with_fsdp_matches_its_simulation():
+    # data=2,fsdp=32 on the 4x4x4 slice: data takes every other chip of the first axis, fsdp the pairs between; the
+    # last microbatch's data AllReduces run beside each layer's fsdp gather and reduce-scatter on those links
+    cfg = dataclasses.replace(get_model("llama-3-8b"), n_layers=2)
+    plan, opts = parse_plan_mesh("data=2,fsdp=32"), TrainOptions()
+    closed = train_plan(cfg, V5P, 64, 1024, plan, opts, simulate=False)
+    _, simulated = simulate_step(cfg, V5P, plan, opts, 64, 1024, trace=False, fast=False)
+    assert closed["placement"]["data"] == [{"axis": 0, "size": 2, "stride": 2}]
+    assert closed["step_time_s"] == pytest.approx(simulated["step_time_s"], rel=0.01)

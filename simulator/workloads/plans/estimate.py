@@ -163,6 +163,21 @@ def chunk_s(layer: LayerWork, n_layers: int, chip: ChipSpec, links: dict[str, Ax
     return f_total, b_total
 
 
+def _crowded(layer: LayerWork, n_layers: int, chip: ChipSpec, links: dict[str, AxisLink], plan: MeshPlan,
+             opts: TrainOptions, final: list[Comm]) -> float:
+    """What the last microbatch's gradient reductions add to its backward pass where they share links with fsdp's
+    gather and reduce-scatter (`links.AxisLinks.flows`): each layer's background then carries their bytes too."""
+    flows = getattr(links, "flows", None)
+    shared = [c for c in final if flows is not None and flows(c.axes)]
+    if not shared or n_layers < 2 or not layer.gather_bytes:
+        return 0.0
+    ag = comm_s(Comm("all_gather", ("fsdp",), layer.gather_bytes, "fsdp"), links)
+    rs = sum(comm_s(c, links) for c in grad_comms(plan, opts, *layer.grad_bytes, last=False))
+    more = sum(comm_s(c, links) for c in shared)
+    return (n_layers - 1) * (beside(layer.backward, chip, links, ag + rs + more) -
+                             beside(layer.backward, chip, links, ag + rs))
+
+
 def train_estimate(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, layer: LayerWork, n_layers: int,
                    head: tuple[Op, Op], links: dict[str, AxisLink], p2p_s: float, held_params: float,
                    head_grad_bytes: float, weight_bytes: float) -> dict[str, Any]:
@@ -189,7 +204,9 @@ def train_estimate(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, layer: La
     final_s = n_layers // p * sum(comm_s(c, links) for c in final)
     head_comms = grad_comms(plan, opts, head_grad_bytes, 0.0, last=True)
     final_s += sum(comm_s(c, links) for c in head_comms)
-    window = b_last - b_last / max(1, per_chunk * v)  # the last microbatch's backward after its first layer
+    crowded = _crowded(layer, per_chunk, chip, links, plan, opts, final)
+    window = b_last + crowded - (b_last + crowded) / max(1, per_chunk * v)  # the last microbatch's backward after
+    # its first layer
     tail = max(final_s / max(1, n_layers // p), final_s - window) if final_s else 0.0
     if tail:
         axis = next((c.axis for c in final + head_comms), "data")
@@ -199,7 +216,9 @@ def train_estimate(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, layer: La
     if plan.size("fsdp") > 1 and opts.zero in (1, 2):
         regather = comm_s(Comm("all_gather", ("fsdp",), held_params * weight_bytes, "fsdp"), links)
         exposed["fsdp"] = exposed.get("fsdp", 0.0) + regather
-    step = pipelined + transfers + tail + opt + regather
+    if crowded:
+        exposed["fsdp"] = exposed.get("fsdp", 0.0) + crowded
+    step = pipelined + transfers + tail + opt + regather + crowded
     return {"step_time_s": step, "pipelined_s": pipelined, "bubble_s": bubble,
             "bubble_fraction": bubble / pipelined if p > 1 else 0.0,
             "bubble_fraction_book": bubble_fraction(opts.schedule, p, m, v), "p2p_s": p2p_s,
