@@ -1,16 +1,22 @@
 """Collectives on large GPU fabrics (issues 16, 21): AllReduce over a thousand GPUs end to end, and under heavy
 contention (links carrying many flows at once, where fair sharing does the work).
 
-Cases: 1 GB on superpod:4 (1,024 H100s under a leaf per rail and a spine) and on nodes:128:8 (1,024 H100s, one
-NIC per GPU), 1 MB and 1 GB on superpod:1. Each case prints its algorithm, transfers in the schedule, SimPy
-events processed, the work units the aggregated executor reported to the watch beside the estimate made before
-the run (the run-length warning's figure), and CPU and wall seconds of planning (tuner and schedule) and of
-running, with the ratio of the whole to the lean bare-SimPy pipeline of benchmarks/engine.py (10,000 blocks)
-measured in the same process just before. Each case runs in its own process (``--limit`` seconds at most);
-``--tree DIR`` runs the cases against another copy of the source (a before/after comparison).
+Cases: 1 GB on superpod:4 (1,024 H100s under a leaf per rail and a spine), on nodes:128:8 (1,024 H100s, one
+NIC per GPU; auto and hierarchical_pipelined), nodes:64:8 and nodes:32:8; 1 MB and 1 GB on superpod:1; cases
+marked ``/full`` run mode="full" (every transfer: the check of the quotient's numbers, minutes on a thousand
+GPUs). Each case runs as `run_collective` does in mode auto: on the quotient by the fabric's node, unit and
+rail rotations where it applies (`simulator.collectives.quotient`, `ring_quotient` for flat rings, built
+without their schedule). It prints its algorithm, transfers in the schedule, which quotient ran (the group,
+|G|, transfers run), SimPy events processed, the work units the executor reported to the watch beside the
+estimate made while planning, and CPU and wall seconds of planning (tuner and schedule, or a ring's quotient),
+of taking the quotient of a built schedule, and of running, with the ratio of the whole to the lean
+bare-SimPy pipeline of benchmarks/engine.py (10,000 blocks) measured in the same process just before. Each
+case runs in its own process (``--limit`` seconds at most); ``--tree DIR`` runs the cases against another
+copy of the source (a before/after comparison; a tree without the quotient runs every transfer).
 
     python benchmarks/thousand_gpus.py                    # the default cases
-    python benchmarks/thousand_gpus.py --case 2            # nodes:128:8 with auto (flat NIC rings: very long)
+    python benchmarks/thousand_gpus.py --case 2            # nodes:128:8 with auto (flat NIC rings, on the quotient)
+    python benchmarks/thousand_gpus.py --case 6            # the same in full: 16.7 M transfers, minutes, ~6 GB
     python benchmarks/thousand_gpus.py --case 3 --tree /tmp/before
 """
 from __future__ import annotations
@@ -25,7 +31,7 @@ CASES = [("superpod:4", 1e9, "auto"), ("nodes:128:8", 1e9, "hierarchical_pipelin
          ("superpod:1", 1e6, "auto"), ("superpod:1", 1e9, "auto"), ("nodes:32:8", 1e9, "auto"),
          ("nodes:128:8", 1e9, "auto/full"), ("nodes:64:8", 1e9, "auto"), ("nodes:64:8", 1e9, "auto/full"),
          ("superpod:4", 1e9, "auto/full")]  # "/full": mode="full", every transfer (the quotient's check)
-DEFAULT = (0, 1, 3, 4)
+DEFAULT = (0, 1, 2, 3, 4, 5)
 
 
 def one(index: int) -> None:
