@@ -10,6 +10,13 @@ once: (M - 1/v) max_s T_s + sum_s T_s / v (v virtual stages; (M + p - 1) T for u
 point-to-point transfers on the fill-and-drain path. Gradient reductions of the last microbatch run
 behind its backward pass; what they do not hide is exposed, then the optimizer update (HBM-bound) and,
 for ZeRO-1/2, the AllGather of the updated weights.
+
+Each collective is priced as the simulated step runs it where `links.AxisLink` would not (a factor of a split
+physical axis, an AllReduce along a line of more than two chips): the tuner's fastest algorithm over the mesh's
+groups (`links.Tuned`). Where a split physical axis holds factors of fsdp and of another axis, their collectives
+share its links: a layer's collectives beside fsdp's background gather (and reduce-scatter) split the links'
+bandwidth by their flows while both run (`beside`, fluid), and the last microbatch's gradient AllReduces add
+their time to fsdp's background in its backward pass (`_crowded`).
 """
 from __future__ import annotations
 

@@ -11,6 +11,11 @@ slowest part; each stage is a ring (both ways where the axis wraps, one way thro
 line. AllReduce is twice AllGather; AllToAll runs phase by phase over the physical axes. A switch
 (NVLink) axis runs a ring through the switch at the GPU's egress; an axis that crosses GPU nodes or
 TPU slices runs at the per-chip InfiniBand / DCN bandwidth.
+
+Where those forms would not follow the simulation -- a logical axis on a factor of a physical axis (a strided
+factor's groups share links), an AllReduce along a line of more than two chips (``line_pipelined``,
+``grid_pipelined``) -- `Tuned` prices the collective as the simulated step runs it: the least of every applicable
+algorithm's own closed form over the mesh's groups, as `simulator.collectives.tuner` chooses.
 """
 from __future__ import annotations
 
