@@ -83,15 +83,17 @@ def op_s(op: Op, chip: ChipSpec, links: dict[str, AxisLink], exposed: dict[str, 
     return total
 
 
-def beside(ops: tuple[Op, ...], chip: ChipSpec, links: dict[str, AxisLink], background: float) -> float:
+def beside(ops: tuple[Op, ...], chip: ChipSpec, links: dict[str, AxisLink], background: float,
+           alone: float | None = None) -> float:
     """One layer's ops with fsdp's collectives of ``background`` seconds (alone) under way from its start: the
     longer of the ops and the background where they share no link; where a collective of the ops shares links with
     fsdp's (`links.AxisLinks.flows`: a split physical axis), the two share those links' bandwidth by their flows
-    while both run (fluid: each progresses at its flows' share), so each takes longer than alone."""
+    while both run (fluid: each progresses at its flows' share), so each takes longer than alone. ``alone``: the
+    ops' own time (`op_s` summed), when known."""
     flows = getattr(links, "flows", None)
     shared = flows is not None and any(flows(c.axes) for op in ops for c in op.before + op.overlapped + op.after)
     if not shared:
-        return max(sum(op_s(op, chip, links, {}) for op in ops), background)
+        return max(sum(op_s(op, chip, links, {}) for op in ops) if alone is None else alone, background)
     clock, left = 0.0, background
 
     def run(c: Comm, alone: float) -> float:  # seconds the collective takes from now; advances the background
@@ -160,8 +162,8 @@ def chunk_s(layer: LayerWork, n_layers: int, chip: ChipSpec, links: dict[str, Ax
     rs = sum(comm_s(c, links) for c in grad_comms(plan, opts, *layer.grad_bytes, last=False))
     fwd = sum(op_s(o, chip, links, exposed, times * n_layers) for o in layer.forward)
     bwd = sum(op_s(o, chip, links, exposed, times * n_layers) for o in layer.backward)
-    f_total = ag + (n_layers - 1) * beside(layer.forward, chip, links, ag) + fwd
-    b_total = ag + (n_layers - 1) * beside(layer.backward, chip, links, ag + rs) + bwd + rs
+    f_total = ag + (n_layers - 1) * beside(layer.forward, chip, links, ag, fwd) + fwd
+    b_total = ag + (n_layers - 1) * beside(layer.backward, chip, links, ag + rs, bwd) + bwd + rs
     if ag or rs:  # the first gather of a task and the last reduce-scatter are never hidden
         exposed["fsdp"] = exposed.get("fsdp", 0.0) + times * (f_total - n_layers * fwd + b_total - n_layers * bwd)
     if head is not None:
