@@ -107,12 +107,16 @@ def test_one_batch_on_two_slices_of_two_step_by_step():
 
 @pytest.mark.parametrize("topology,chip,root", [("multislice:2:4x4", "tpu-v5e", 0), ("multislice:4:4x4", "tpu-v5e", 21),
                                                 ("multislice:3:2x4", "tpu-v5e", 13),
-                                                ("multislice:2:2x2x2", "tpu-v5p", 9)])
+                                                ("multislice:2:2x2x2", "tpu-v5p", 9),
+                                                ("multislice:2:4x4x4", "tpu-v5p", 70)])  # wrapped: rings
 def test_closed_form_equals_the_simulation(topology, chip, root):
     for kind in ("broadcast", "reduce"):
-        for nbytes, chunks in ((1e5, None), (1e8, 3 * 48)):  # default batches, and 144 pieces (4x4: rounded up)
-            if chunks is not None and "2x2x2" in topology:
-                chunks = 3 * 24
+        cases = ((1e5, None), (1e8, 3 * 48))  # default rows, and 144 pieces (4x4: rounded up to 5 rows)
+        if "x2x2" in topology:
+            cases = ((1e5, None), (1e8, 3 * 24))
+        if "4x4x4" in topology:
+            cases = ((1e8, 192),)  # one row (m A = 64 x 3)
+        for nbytes, chunks in cases:
             r = run_collective(kind, System(chip, topology=topology, trace=False), nbytes, algorithm="slice_rails",
                                root=root, chunks=chunks)
             assert r.time_s == pytest.approx(r.analytic_s, rel=1e-6), (kind, nbytes, chunks)
@@ -131,13 +135,14 @@ def test_auto_picks_it_on_multislice():
 
 
 @pytest.mark.parametrize("topology,chip,root", [("multislice:2:2x4", "tpu-v5e", 5), ("multislice:3:2x2", "tpu-v5e", 0),
-                                                ("multislice:2:2x2x2", "tpu-v5p", 14)])
+                                                ("multislice:2:2x2x2", "tpu-v5p", 14),
+                                                ("multislice:2:4x4x4", "tpu-v5p", 100)])
 def test_numeric_equals_numpy(topology, chip, root):
     system = System(chip, topology=topology, trace=False)
     n = len(_net(topology, chip).chips)
     rng = np.random.default_rng(7)
-    pieces = 2 * 8 * 3  # two batches of m A pieces at most (m A = 16, 8 or 24)
-    data = rng.standard_normal((n, pieces * 4)).astype(np.float64)
+    pieces = 2 * 8 * 3 * 8  # rows of m A pieces (m A = 16, 8, 24 or 192)
+    data = rng.standard_normal((n, pieces)).astype(np.float64)
     r = run_collective("broadcast", system, data=data, algorithm="slice_rails", root=root)
     for chip_id, row in r.outputs.items():
         np.testing.assert_array_equal(row, data[root], err_msg=str(chip_id))

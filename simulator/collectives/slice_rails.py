@@ -22,7 +22,8 @@ early and the last gather is short):
 3. Every other slice gathers batch q once its m shares have come: part p of every share goes along the slice's
    axes in the order rotated by p (axis a_(p + phase mod A) in each phase, so the A parts of a phase use
    different axes), each axis as a bidirectional line (every chip's bundle goes both ways, own first, then
-   what came from behind), a barrier between phases and batches: the slice's corner receives (m - 1) P A a row
+   what came from behind; on a wrapped axis n // 2 hops one way round and (n - 1) // 2 the other), a barrier
+   between phases and batches: the slice's corner receives (m - 1) P A a row
    over its links, its ingress bound for the batch.
 
 Closed form (first principles; every link direction carries one message at a time, each after the one before it
@@ -34,8 +35,9 @@ has arrived, so a message costs its route's latency plus bytes over its slowest 
   (0 at the root); along the rail (hop k from slice k - 1 to slice k of the chain):
   ``D_k(b, q) = max(D_(k-1)(b, q), D_k(b, q - 1)) + h_dcn(|B_q| A P)``;
 - a line of n, bundles of B bytes: chip n - 1 gets chip 0's bundle last, at ``(n - 1) h(B)`` (by induction: the
-  i-th link delivers chip j's bundle at (i - j + 1) h(B)); phase time ``max over parts``, the batch's
-  ``T_ag(q) = sum over phases max_p (n_(a_p) - 1) h(|B_q| P prod of the axes gathered before)``;
+  i-th link delivers chip j's bundle at (i - j + 1) h(B)); a ring, the same induction, at ``(n // 2) h(B)``;
+  phase time ``max over parts``, the batch's ``T_ag(q) = sum over phases max_p reach(a_p) h(|B_q| P prod of
+  the axes gathered before)``, reach n - 1 (line) or n // 2 (ring);
 - slice k starts batch q at ``S_k(q) = max(max_b D_k(b, q), S_k(q - 1) + T_ag(q - 1))``;
   ``T = max(trees' end (their deepest chain, all messages), max_k S_k(Q - 1) + T_ag(Q - 1))``.
 
@@ -98,6 +100,7 @@ class Plan:
         self.forest = _trees(local, wraps, self.axes, self.root)
         self.parts = len(self.axes)
         self.rotations = [self.axes[p:] + self.axes[:p] for p in range(self.parts)]
+        self.rings = [bool(w) and n >= 3 for n, w in zip(local, wraps, strict=True)]  # gathered both ways round
         self._layouts: dict[tuple[int, float], tuple[list[int], int]] = {}
         self._routes: dict[tuple[Any, Any], tuple[float, float]] = {}
 
@@ -161,8 +164,14 @@ class Plan:
 
     def gather_time(self, piece: float) -> float:
         """T_ag of the module docstring: one batch's gather in a slice."""
-        return sum(max((self.local[self.rotations[p][f]] - 1) * self.line_hop(piece * self.bundle(p, f))
+        return sum(max(self.reach(self.rotations[p][f]) * self.line_hop(piece * self.bundle(p, f))
                        for p in range(self.parts)) for f in range(self.parts))
+
+    def reach(self, axis: int) -> int:
+        """Hops a bundle goes along ``axis`` in a gather: n - 1 on a line, n // 2 one way round a ring (the
+        other way (n - 1) // 2)."""
+        n = self.local[axis]
+        return n // 2 if self.rings[axis] else n - 1
 
     def transfers(self, rows: int, batches: int, g: int = 1) -> int:
         """Transfers of a schedule of ``rows`` rows in ``batches`` batches, tree messages of ``g`` pieces (trees,
@@ -318,6 +327,9 @@ def _gather_phase(dag: _Dag, plan: Plan, s: int, rows: range, f: int, start: int
             line = [base[:axis] + (i,) + base[axis + 1:] for i in range(n)]
             bundles = [tuple(plan.piece(row, y, p) for row in rows for y in plan.positions
                              if all(y[c] == x[c] for c in range(len(x)) if c not in before)) for x in line]
+            if plan.rings[axis]:
+                _ring_ways(dag, plan, s, line, bundles, start, sent)
+                continue
             for way in (line, line[::-1]):
                 got: dict[tuple[int, int], int] = {}  # (position on the way, origin) -> the message that brought it
                 for i in range(n - 1):
@@ -329,6 +341,23 @@ def _gather_phase(dag: _Dag, plan: Plan, s: int, rows: range, f: int, start: int
                         behind = [msg]
                         sent.append(msg)
     return sent
+
+
+def _ring_ways(dag: _Dag, plan: Plan, s: int, ring: list[Pos], bundles: list[tuple[int, ...]], start: int,
+               sent: list[int]) -> None:
+    """A wrapped axis: every bundle n // 2 hops one way round, (n - 1) // 2 the other; link i -> i + 1 sends its own
+    bundle, then the one from 1 behind, 2 behind, ... (by induction the k-th is in at (k + 1) h: no gap)."""
+    n = len(ring)
+    for step, reach in ((1, n // 2), (-1, (n - 1) // 2)):
+        got: dict[tuple[int, int], int] = {}  # (place, origin) -> the message that brought it there
+        behind: dict[int, int] = {}  # place -> the last message on its link the way ``step``
+        for k in range(reach):
+            for i in range(n):
+                o, nxt = (i - step * k) % n, (i + step) % n
+                deps = ([got[(i, o)]] if k else [start]) + ([behind[i]] if i in behind else [])
+                got[(nxt, o)] = behind[i] = msg = dag.add(plan.chip(s, ring[i]), plan.chip(s, ring[nxt]), bundles[o],
+                                                          deps)
+                sent.append(msg)
 
 
 class SliceRails(Algorithm):
