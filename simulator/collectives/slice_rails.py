@@ -45,12 +45,16 @@ Reduce runs this DAG backwards, adding (each chip receives each piece once in Br
 sends each piece's partial sum once: the root ends with the sum), every link direction carrying the reversed
 messages of the opposite direction in the reverse order: the same longest path, the same T.
 
-Against the bound (tpu-v5e): on 2 x 8x8 the root's ICI links carry V / (2W) (its DCN link idles: 1.035x the
-bound), the trees add their depth and a latency a message (`spanning_trees` alone is 1.29x at 64 MB, 1.09x at 1
-GB), the slices' gathers keep pace with the trees, the last batch's DCN message and gather come after; on 4x4
-slices the DCN binds: each rail carries V / m in Q messages, each paying 2 DCN latencies, and over K slices the
-chain's K - 2 extra hops of its largest message. R minimises the closed form within `MAX_TRANSFERS`; g and the
-ramp's cap are the fastest by closed form for that R (`Plan.layout`).
+Against the bound (tpu-v5e; time / bound at 64 MB, 256 MB, 1 GB): 2 x 4x4 1.24, 1.10, 1.05; 2 x 8x8 1.57, 1.28,
+1.15; 4 x 4x4 1.48, 1.22, 1.11. On 8x8 slices the root's ICI links carry V / (2W) (its DCN link idles: 1.035x the
+bound), the trees add their depth and a latency a message (`spanning_trees` alone is 1.29x its bound at 64 MB on
+8x8), the gathers keep pace with the trees, the last batch's DCN message and gather come after. On 4x4 slices the
+DCN binds: a rail carries V / m in Q messages, each paying 2 DCN latencies, and over K slices the chain adds K - 2
+of its largest message: at least ``2 sqrt(2 alpha_d (K - 2) V / (m W_d))`` over the bound (4 x 4x4, 64 MB: 0.45
+ms on 1.29 ms), a cost of one message at a time on a link; relaying sub-shares two hops deep instead (each slice
+forwarding a (K - 1)-th to the others) puts K - 1 messages a batch on every link and measured no better by this
+closed form. R minimises the closed form within `MAX_TRANSFERS`; g and the ramp's cap are the fastest by closed
+form for that R (`Plan.layout`).
 """
 from __future__ import annotations
 
@@ -63,6 +67,7 @@ import numpy as np
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
+from simulator.collectives.slice_dag import broadcast_dag
 from simulator.collectives.spanning_trees import shape_trees
 from simulator.collectives.timing import route_latency
 from simulator.engine.network import Network
@@ -262,102 +267,6 @@ def _time(plan: Plan, sizes: list[int], piece: float, g: int) -> float:
             start[i] = max(came[i], start[i] + t_ag)
         t_ag = plan.gather_time(u_rows * piece)
     return max(end, max(start[1:]) + t_ag)
-
-
-class _Dag:
-    """Broadcast's messages as a DAG (src, dst, pieces, deps), to be added as they are or reversed (Reduce)."""
-
-    def __init__(self) -> None:
-        self.ops: list[tuple[Any, Any, tuple[int, ...], list[int]]] = []
-
-    def add(self, src: Any, dst: Any, pieces: tuple[int, ...], deps: list[int]) -> int:
-        self.ops.append((src, dst, pieces, deps))
-        return len(self.ops) - 1
-
-    def barrier(self, deps: list[int]) -> int:
-        return self.add(None, None, (), deps)
-
-
-def broadcast_dag(plan: Plan, sizes: list[int], g: int) -> _Dag:
-    """The messages of the module docstring's Broadcast (batches of ``sizes`` rows, tree messages of ``g`` pieces),
-    in an order where every dependency comes first."""
-    dag, m, a, d = _Dag(), plan.m, plan.parts, len(plan.forest)
-    chunks = sum(sizes) * m * a // g
-    batches = [range(sum(sizes[:q]), sum(sizes[:q + 1])) for q in range(len(sizes))]
-    s0 = plan.order[0]
-    got: dict[tuple[Pos, int], int] = {}  # (root-slice position, tree message) -> the message that brought it
-    for t, (parents, depth) in enumerate(plan.forest):
-        for x in sorted(parents, key=depth.__getitem__):
-            p, behind = parents[x], []
-            for u in range(t, chunks, d):
-                up = [got[(p, u)]] if p != plan.root else []
-                got[(x, u)] = behind_id = dag.add(plan.chip(s0, p), plan.chip(s0, x), tuple(range(u * g, u * g + g)),
-                                                  up + behind)
-                behind = [behind_id]
-    rail: dict[tuple[int, Pos], int] = {}  # (chain hop, position) -> its last message
-    came: dict[tuple[int, int], list[int]] = {}  # (chain hop, batch) -> the messages that brought its shares
-    for x in plan.positions:
-        for q, rows in enumerate(batches):
-            share = tuple(plan.piece(row, x, p) for row in rows for p in range(a))
-            ready = sorted({got[(x, j // g)] for j in share}) if x != plan.root else []
-            for i in range(1, len(plan.order)):
-                behind = [rail[(i, x)]] if (i, x) in rail else []
-                rail[(i, x)] = msg = dag.add(plan.chip(plan.order[i - 1], x), plan.chip(plan.order[i], x), share,
-                                             ready + behind)
-                came.setdefault((i, q), []).append(msg)
-                ready = [msg]
-    for i in range(1, len(plan.order)):
-        done: list[int] = []
-        for q, rows in enumerate(batches):
-            start = dag.barrier(came[(i, q)] + done)
-            for f in range(a):
-                start = dag.barrier(_gather_phase(dag, plan, plan.order[i], rows, f, start))
-            done = [start]
-    return dag
-
-
-def _gather_phase(dag: _Dag, plan: Plan, s: int, rows: range, f: int, start: int) -> list[int]:
-    """Phase ``f`` of the gather of the batch of ``rows`` in slice ``s``: every part's bidirectional lines; the
-    messages sent."""
-    sent: list[int] = []
-    for p, axes in enumerate(plan.rotations):
-        axis, before = axes[f], axes[:f]
-        n = plan.local[axis]
-        for base in (x for x in plan.positions if x[axis] == 0):
-            line = [base[:axis] + (i,) + base[axis + 1:] for i in range(n)]
-            bundles = [tuple(plan.piece(row, y, p) for row in rows for y in plan.positions
-                             if all(y[c] == x[c] for c in range(len(x)) if c not in before)) for x in line]
-            if plan.rings[axis]:
-                _ring_ways(dag, plan, s, line, bundles, start, sent)
-                continue
-            for way in (line, line[::-1]):
-                got: dict[tuple[int, int], int] = {}  # (position on the way, origin) -> the message that brought it
-                for i in range(n - 1):
-                    behind: list[int] = []
-                    for j in range(i, -1, -1):  # own bundle first, then those that came from behind
-                        deps = ([got[(i, j)]] if j < i else [start]) + behind
-                        got[(i + 1, j)] = msg = dag.add(plan.chip(s, way[i]), plan.chip(s, way[i + 1]),
-                                                        bundles[line.index(way[j])], deps)
-                        behind = [msg]
-                        sent.append(msg)
-    return sent
-
-
-def _ring_ways(dag: _Dag, plan: Plan, s: int, ring: list[Pos], bundles: list[tuple[int, ...]], start: int,
-               sent: list[int]) -> None:
-    """A wrapped axis: every bundle n // 2 hops one way round, (n - 1) // 2 the other; link i -> i + 1 sends its own
-    bundle, then the one from 1 behind, 2 behind, ... (by induction the k-th is in at (k + 1) h: no gap)."""
-    n = len(ring)
-    for step, reach in ((1, n // 2), (-1, (n - 1) // 2)):
-        got: dict[tuple[int, int], int] = {}  # (place, origin) -> the message that brought it there
-        behind: dict[int, int] = {}  # place -> the last message on its link the way ``step``
-        for k in range(reach):
-            for i in range(n):
-                o, nxt = (i - step * k) % n, (i + step) % n
-                deps = ([got[(i, o)]] if k else [start]) + ([behind[i]] if i in behind else [])
-                got[(nxt, o)] = behind[i] = msg = dag.add(plan.chip(s, ring[i]), plan.chip(s, ring[nxt]), bundles[o],
-                                                          deps)
-                sent.append(msg)
 
 
 class SliceRails(Algorithm):
