@@ -1,8 +1,9 @@
-"""Root collectives on multislice at the topology bound (collectives/slice_rails.py).
+"""Root collectives on multislice at the topology bound: Broadcast / Reduce (collectives/slice_rails.py), Gather /
+Scatter (collectives/slice_gather.py).
 
 Oracles: the bound from the links by hand (every non-root slice takes V through its m DCN downlinks, each moving
 bytes once its own latency has passed; the root sends V through its ICI and DCN uplinks, the DCN one moving bytes
-once the message has also crossed the switch); a one-batch schedule on two slices of 1x2 priced step by step;
+once the message has also crossed the switch); one-round schedules on two slices of 1x2 priced step by step;
 numeric results against numpy.
 """
 from __future__ import annotations
