@@ -70,3 +70,49 @@ def test_a_class_with_and_without_quotients_reruns_without(monkeypatch):
     monkeypatch.setattr(symmetry, "quotient", real)
     _, exact = _step(*case, fast=False)
     assert_same(exact, quick)
+
+
+def test_axes_that_cannot_run_at_once_run_in_turn():
+    """data=32,fsdp=2,sequence=2 on 128 v5p chips (4x4x8): data, fsdp and sequence each take a factor of the 8-chip
+    axis, fsdp's between the other two, so the gradient AllReduce over (data, sequence) has no groups that can run
+    at once (their rings would cross fsdp's). It runs axis by axis, the same in the fast and the full simulation
+    (it used to stop with an error, on a layout the plan search can rank)."""
+    cfg = dataclasses.replace(get_model("llama-2-7b"), n_layers=2)
+    plan = parse_plan_mesh("data=32,fsdp=2,sequence=2")
+    (full, exact), (fast, quick) = [simulate_step(cfg, get_chip("tpu-v5p"), plan, TrainOptions(), 128, 128,
+                                                  fast=fast) for fast in (False, True)]
+    assert not full.sym.active and fast.sym.active
+    assert not fast._groupable(("data", "sequence")) and fast._groupable(("data",))
+    assert_same(exact, quick)
+    assert fast.metrics["upper_bound_s"] == pytest.approx(full.metrics["upper_bound_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_in_turn_moves_what_one_collective_over_all_the_axes_would(kind):
+    """The axis-by-axis sequence, by hand: an AllReduce of V over (A=4, B=2) is a ReduceScatter of V over B, an
+    AllReduce of V/2 over A and an AllGather of V over B; each chip then sends 2V(n-1)/n with n = 8, what one ring
+    over all 8 would (a ReduceScatter or AllGather: half of that)."""
+    import simpy
+
+    from simulator.workloads.plans.step import TrainStep
+
+    env, calls, sizes = simpy.Environment(), [], {"a": 4, "b": 2}
+
+    class Fake:
+        plan = type("P", (), {"size": staticmethod(sizes.__getitem__)})()
+
+        def _start_axes(self, kind, nbytes, axes, stage):
+            calls.append((kind, nbytes, tuple(axes)))
+            return env.timeout(0)
+
+    env.process(TrainStep._in_turn(Fake(), kind, 64.0, ["a", "b"], 0))
+    env.run()
+    expected = {"all_reduce": [("reduce_scatter", 64.0, ("b",)), ("all_reduce", 32.0, ("a",)),
+                               ("all_gather", 64.0, ("b",))],
+                "reduce_scatter": [("reduce_scatter", 64.0, ("b",)), ("reduce_scatter", 32.0, ("a",))],
+                "all_gather": [("all_gather", 32.0, ("a",)), ("all_gather", 64.0, ("b",))]}[kind]
+    assert calls == expected
+    per_chip = {"reduce_scatter": lambda v, n: v * (n - 1) / n, "all_gather": lambda v, n: v * (n - 1) / n,
+                "all_reduce": lambda v, n: 2 * v * (n - 1) / n}
+    sent = sum(per_chip[k](v, math.prod(sizes[a] for a in axes)) for k, v, axes in calls)
+    assert sent == pytest.approx(per_chip[kind](64.0, 8))

@@ -19,6 +19,7 @@ waiting for a neighbour that has not sent yet, or done while others still work -
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Generator, Iterable
 from typing import Any
@@ -27,6 +28,7 @@ import simpy
 
 from simulator.collectives import collective_groups, start_collective
 from simulator.collectives.schedule import gc_paused
+from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.budget import saved_activation_elements
 from simulator.workloads.plans.estimate import grad_comms, optimizer_work
@@ -39,6 +41,8 @@ from simulator.workloads.plans.schedules import stage_layers, tasks, virtual_sta
 from simulator.workloads.plans.symmetry import Symmetry
 from simulator.workloads.transformer import TransformerConfig
 
+_IN_TURN = ("all_reduce", "reduce_scatter", "all_gather")  #: kinds `TrainStep._in_turn` can run axis by axis
+
 
 class TrainStep:
     """One simulated training step; `run` returns the measured figures."""
@@ -46,7 +50,7 @@ class TrainStep:
     def __init__(self, cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
                  seq: int, topology: str | None = None, trace: bool = True, calibrated: bool = False,
                  fast: bool = True, built: tuple[Any, Any] | None = None, replay: bool = True,
-                 avoid: frozenset = frozenset(), quotients: bool = True) -> None:
+                 avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None) -> None:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
         self.system, self.mesh = built or build_system(chip, plan, topology, trace, calibrated)
@@ -61,10 +65,11 @@ class TrainStep:
         self.stage_size = len(self.system.chips) // self.p
         moe = plan.size("expert") > 1 and bool(cfg.n_experts)  # AllToAll: no ring to stand for the others
         self.sym = Symmetry(self.system, self.mesh, self.stage_of, fast, not moe, self._axis_sets(), replay, avoid,
-                            quotients)
+                            quotients, shared)
         self._pending: dict[Any, list[Any]] = {}
         self._mail: dict[Any, list[Any]] = {}
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
+        self._joint: dict[tuple[str, ...], bool] = {}  #: whether a collective runs over these axes at once
         self.exposed: dict[str, float] = defaultdict(float)
         self.bubble_s = 0.0
         self.batch, self.seq = batch, seq
@@ -106,6 +111,42 @@ class TrainStep:
 
     def _start(self, comm: Comm, stage: int) -> simpy.Event:
         axes = [a for a in comm.axes if self.plan.size(a) > 1]
+        if len(axes) > 1 and comm.kind in _IN_TURN and not self._groupable(tuple(axes)):
+            return self.env.process(self._in_turn(comm.kind, comm.nbytes, axes, stage))
+        return self._start_axes(comm.kind, comm.nbytes, axes, stage)
+
+    def _groupable(self, axes: tuple[str, ...]) -> bool:
+        """Whether one collective can run over ``axes`` at once (`collective_groups`): not where two of them hold
+        factors of one physical axis with another mesh axis's factor between them (their rings' routes would
+        cross that axis's groups)."""
+        if axes not in self._joint:
+            try:
+                collective_groups(self.system.network, list(axes), self.mesh)
+                self._joint[axes] = True
+            except PodsimError:
+                self._joint[axes] = False
+        return self._joint[axes]
+
+    def _in_turn(self, kind: str, nbytes: float, axes: list[str], stage: int) -> Generator[Any, Any, None]:
+        """A collective over ``axes`` that cannot run at once (`_groupable`), axis by axis, with the same result:
+        ReduceScatter over the later axes in turn (the array shrinking by each one's size), the collective over
+        the first, AllGather back over the later ones (an AllReduce); a ReduceScatter stops after the first,
+        an AllGather starts there. ``nbytes`` is V as for the collective over all of ``axes``."""
+        first, rest = axes[0], axes[1:]
+        v = nbytes
+        if kind in ("all_reduce", "reduce_scatter"):
+            for a in reversed(rest):
+                yield self._start_axes("reduce_scatter", v, [a], stage)
+                v /= self.plan.size(a)
+        else:
+            v /= math.prod(self.plan.size(a) for a in rest)
+        yield self._start_axes(kind, v, [first], stage)
+        if kind in ("all_reduce", "all_gather"):
+            for a in rest:
+                v *= self.plan.size(a)
+                yield self._start_axes("all_gather", v, [a], stage)
+
+    def _start_axes(self, kind: str, nbytes: float, axes: list[str], stage: int) -> simpy.Event:
         if self.p == 1:
             exact: dict[str, Any] = {"axes": axes, "mesh": self.mesh, "mode": "full"}
         else:
@@ -115,8 +156,8 @@ class TrainStep:
                     groups.setdefault(self.stage_of[next(iter(g.members.values()))], []).append(g)
             exact = {"groups": groups[stage], "mode": "full"}
         if self.sym.active:
-            return self.sym.start(comm.kind, comm.nbytes, axes, stage, exact)
-        return start_collective(comm.kind, self.system, comm.nbytes, **exact)
+            return self.sym.start(kind, nbytes, axes, stage, exact)
+        return start_collective(kind, self.system, nbytes, **exact)
 
     def _box(self, key: tuple) -> list[Any]:
         return self._mail.setdefault(key, [self.env.event(), None])
@@ -297,10 +338,11 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
     sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, built, replay,
                     quotients=quotients)
     measured = sim.run()
+    shared = sim.sym.shared  # the collectives' plans: every rerun of the fast step reuses them
     if sim.sym.mixed:
         quotients = False
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
-                        quotients=False)
+                        quotients=False, shared=shared)
         measured = sim.run()
     avoid: frozenset = frozenset()
     for replay in (True, True, False):
@@ -308,7 +350,7 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
             break
         avoid |= sim.sym.replays.disturbed
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
-                        avoid=avoid, quotients=quotients)
+                        avoid=avoid, quotients=quotients, shared=shared)
         measured = sim.run()
     if sim.sym.broken:
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast=False)

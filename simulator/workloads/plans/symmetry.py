@@ -72,7 +72,7 @@ class Symmetry:
 
     def __init__(self, system: Any, mesh: Any, stage_of: dict[Any, int], fast: bool, rings: bool = False,
                  axis_sets: list[tuple[str, ...]] | None = None, replay: bool = True,
-                 avoid: frozenset = frozenset(), quotients: bool = True) -> None:
+                 avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None) -> None:
         self.system, self.mesh = system, mesh
         self.why = "fast=False" if not fast else why_not_symmetric(system, mesh)
         self.active = self.why is None
@@ -98,6 +98,7 @@ class Symmetry:
             if system.graph is not None else set()
         self.extra_link_bytes: dict[str, float] = defaultdict(float)  #: bytes the unsimulated traffic carries
         self._plans: dict[tuple, tuple[Any, dict[str, Any], dict[str, float], Any, Any]] = {}
+        self.shared: dict[tuple, Any] = shared if shared is not None else {}  #: plans reruns of the step reuse
         self.quotients = quotients and self.group_reduce  #: run collectives on the quotient by translations
         self.quotiented: list[tuple] = []  #: the collectives (kind, bytes, axes, stage) run on a quotient
         self._actions: dict[frozenset, Any] = {}
@@ -144,10 +145,22 @@ class Symmetry:
     def _plan(self, kind: str, nbytes: float, axes: list[str], stage: int,
               exact: dict[str, Any]) -> tuple[Any, dict[str, Any], dict, Any]:
         """The plan that runs (cached by the caller), its keywords, and the link bytes it leaves out."""
+        shared = self.shared.get((kind, nbytes, tuple(axes), stage))
+        if shared is None:
+            shared = self.shared[(kind, nbytes, tuple(axes), stage)] = self._planned(kind, nbytes, axes, stage, exact)
+        plan, kwargs, extra, close = shared
+        q = self._quotient(plan, close) if close is not None and kwargs["mode"] == "full" else None
+        if q is not None:
+            self.quotiented.append((kind, nbytes, tuple(axes), stage))
+        return plan, kwargs, extra, self._links(plan, q), q
+
+    def _planned(self, kind: str, nbytes: float, axes: list[str], stage: int,
+                 exact: dict[str, Any]) -> tuple[Any, dict[str, Any], dict, Any]:
+        """The plan that runs, its keywords, the link bytes it leaves out and its class of axes (None: every group
+        runs); none of them depends on the run, so reruns of a step share them (``shared``)."""
         system = self.system
         if not self.group_reduce:  # every group runs, as in full
-            plan = plan_collective(kind, system, nbytes, **exact)
-            return plan, exact, {}, self._links(plan, None), None
+            return plan_collective(kind, system, nbytes, **exact), exact, {}, None
         stage_groups = [g for g in collective_groups(system.network, axes, self.mesh)
                         if next(iter(g.members.values())) in self.stage_set[stage]]
         close = self._close(axes)
@@ -158,11 +171,8 @@ class Symmetry:
         else:
             kwargs = {"groups": mine, "mode": "full"}
         plan = plan_collective(kind, system, nbytes, **kwargs)
-        q = self._quotient(plan, close) if kwargs["mode"] == "full" else None
-        if q is not None:
-            self.quotiented.append((kind, nbytes, tuple(axes), stage))
         return plan, kwargs, self._unsimulated(plan, len(stage_groups) / len(plan.groups) if
-                                               kwargs["mode"] == "full" else len(stage_groups)), self._links(plan, q), q
+                                               kwargs["mode"] == "full" else len(stage_groups)), close
 
     def _links(self, plan: Any, q: Any) -> Any:
         """The links ``plan``'s transfers (or its quotient ``q``'s) cross, where its runs may be replayed
