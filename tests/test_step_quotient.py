@@ -116,3 +116,23 @@ def test_in_turn_moves_what_one_collective_over_all_the_axes_would(kind):
                 "all_reduce": lambda v, n: 2 * v * (n - 1) / n}
     sent = sum(per_chip[k](v, math.prod(sizes[a] for a in axes)) for k, v, axes in calls)
     assert sent == pytest.approx(per_chip[kind](64.0, 8))
+
+
+def test_the_closed_form_prices_in_turn_what_the_step_runs():
+    """The plan's closed form prices a collective whose axes cannot run at once as the step runs it: the sum of
+    its axis-by-axis collectives, within 2% of their simulations (the tuner's closed form for the 32-chip data
+    AllReduce over three physical axes sits 14 us over its simulation; the joint price it replaced was 34% under)."""
+    from simulator.collectives import run_collective
+    from simulator.workloads.plans.estimate import _comm_s
+    from simulator.workloads.plans.links import axis_links, build_system
+    from simulator.workloads.plans.ops import Comm, in_turn
+
+    chip, plan, v = get_chip("tpu-v5p"), parse_plan_mesh("data=32,fsdp=2,sequence=2"), 64e6
+    system, mesh = build_system(chip, plan, None, False)
+    priced = _comm_s(Comm("all_reduce", ("data", "sequence"), v, "data"), axis_links(mesh, system.graph, chip,
+                                                                                       system.network))
+    simulated = 0.0
+    for kind, nbytes, axis in in_turn("all_reduce", v, ["data", "sequence"], plan.size):
+        system, mesh = build_system(chip, plan, None, False)
+        simulated += run_collective(kind, system, nbytes, axes=[axis], mesh=mesh).time_s
+    assert priced == pytest.approx(simulated, rel=0.02)

@@ -26,7 +26,7 @@ from simulator.hardware.specs import ChipSpec
 from simulator.workloads.plans.layout import AXES, MeshPlan, TrainOptions
 from simulator.workloads.plans.links import AxisLink
 from simulator.workloads.plans.memory import ADAM_BYTES, MASTER_BYTES
-from simulator.workloads.plans.ops import Comm, LayerWork, Op, Work
+from simulator.workloads.plans.ops import IN_TURN, Comm, LayerWork, Op, Work, in_turn
 from simulator.workloads.plans.schedules import bubble_fraction
 
 OPTIMIZER_FLOPS_PER_PARAM = 12  #: Adam: moments, bias correction, update, weight decay (VPU)
@@ -51,6 +51,10 @@ def _comm_s(c: Comm, links: dict[str, AxisLink]) -> float:
     if not parts:
         return 0.0
     tuned = getattr(links, "tuned", None)
+    if tuned is not None and len(parts) > 1 and c.kind in IN_TURN and not tuned.joint(c.axes):  # as the step runs it
+        axes = [a for a in c.axes if a in links and links[a].n > 1]
+        return sum(_comm_s(Comm(kind, (a,), v, c.axis), links)
+                   for kind, v, a in in_turn(c.kind, c.nbytes, axes, lambda a: links[a].n))
     seconds = tuned.time_s(c.kind, c.axes, c.nbytes) if tuned is not None else None
     if seconds is not None:
         return seconds

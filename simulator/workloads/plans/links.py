@@ -212,6 +212,21 @@ class Tuned:
         self.where = (net.graph.graph.get("spec"), net.shape, net.wrap, mesh.origin)
         self.everywhere = everywhere  #: False: only where `_needs_tuner` (else None: `AxisLink` prices it)
 
+    def joint(self, axes: tuple[str, ...]) -> bool:
+        """Whether one collective runs over ``axes`` at once (`collective_groups`; else the simulated step runs it
+        axis by axis: `simulator.workloads.plans.ops.in_turn`)."""
+        mesh = self.mesh
+        axes = tuple(a for a in axes if a in mesh.names and mesh.size(a) > 1)
+        if len(axes) < 2:
+            return True
+        geometry = (self.where, tuple(mesh.pieces[mesh.index(a)] for a in axes))
+        if (geometry, "groups") not in self.cache:
+            try:
+                self.cache[(geometry, "groups")] = collective_groups(self.net, list(axes), mesh)
+            except PodsimError:
+                self.cache[(geometry, "groups")] = None
+        return self.cache[(geometry, "groups")] is not None
+
     def time_s(self, kind: str, axes: tuple[str, ...], nbytes: float) -> float | None:
         """Seconds of collective ``kind`` of ``nbytes`` (V, as `simulator.collectives.run_collective`) over ``axes``;
         None where the axes form no groups (factors of one physical axis around another axis's)."""

@@ -15,7 +15,9 @@ its MXU work overlap fully (deep prefetch); its VPU work follows them.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from simulator import analytic
 from simulator.hardware.specs import ChipSpec
@@ -35,6 +37,31 @@ class Comm:
     axes: tuple[str, ...]
     nbytes: float
     axis: str
+
+
+IN_TURN = ("all_reduce", "reduce_scatter", "all_gather")  #: kinds `in_turn` runs axis by axis
+
+
+def in_turn(kind: str, nbytes: float, axes: list[str] | tuple[str, ...], size: Any) -> list[tuple[str, float, str]]:
+    """A collective ``kind`` (one of `IN_TURN`) of V = ``nbytes`` over ``axes``, axis by axis with the same result:
+    ReduceScatter over the later axes in turn (the array shrinking by each one's ``size(axis)``), the collective
+    over the first, AllGather back over the later ones (an AllReduce); a ReduceScatter stops after the first, an
+    AllGather starts there. Each chip sends what one ring over all of ``axes`` would. (kind, V, axis) in order."""
+    first, rest = axes[0], list(axes[1:])
+    steps: list[tuple[str, float, str]] = []
+    v = nbytes
+    if kind in ("all_reduce", "reduce_scatter"):
+        for a in reversed(rest):
+            steps.append(("reduce_scatter", v, a))
+            v /= size(a)
+    else:
+        v /= math.prod(size(a) for a in rest)
+    steps.append((kind, v, first))
+    if kind in ("all_reduce", "all_gather"):
+        for a in rest:
+            v *= size(a)
+            steps.append(("all_gather", v, a))
+    return steps
 
 
 @dataclass(frozen=True)

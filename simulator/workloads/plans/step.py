@@ -19,7 +19,6 @@ waiting for a neighbour that has not sent yet, or done while others still work -
 """
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Generator, Iterable
 from typing import Any
@@ -36,12 +35,10 @@ from simulator.workloads.plans.hbm import HbmLedger
 from simulator.workloads.plans.layout import MeshPlan, TrainOptions, check_train_plan
 from simulator.workloads.plans.links import build_system
 from simulator.workloads.plans.memory import LOGIT_BYTES, per_chip_memory, saved_elements, stage_params
-from simulator.workloads.plans.ops import Comm, Op, Work, head_work, layer_work
+from simulator.workloads.plans.ops import IN_TURN, Comm, Op, Work, head_work, in_turn, layer_work
 from simulator.workloads.plans.schedules import stage_layers, tasks, virtual_stage
 from simulator.workloads.plans.symmetry import Symmetry
 from simulator.workloads.transformer import TransformerConfig
-
-_IN_TURN = ("all_reduce", "reduce_scatter", "all_gather")  #: kinds `TrainStep._in_turn` can run axis by axis
 
 
 class TrainStep:
@@ -111,7 +108,7 @@ class TrainStep:
 
     def _start(self, comm: Comm, stage: int) -> simpy.Event:
         axes = [a for a in comm.axes if self.plan.size(a) > 1]
-        if len(axes) > 1 and comm.kind in _IN_TURN and not self._groupable(tuple(axes)):
+        if len(axes) > 1 and comm.kind in IN_TURN and not self._groupable(tuple(axes)):
             return self.env.process(self._in_turn(comm.kind, comm.nbytes, axes, stage))
         return self._start_axes(comm.kind, comm.nbytes, axes, stage)
 
@@ -128,23 +125,10 @@ class TrainStep:
         return self._joint[axes]
 
     def _in_turn(self, kind: str, nbytes: float, axes: list[str], stage: int) -> Generator[Any, Any, None]:
-        """A collective over ``axes`` that cannot run at once (`_groupable`), axis by axis, with the same result:
-        ReduceScatter over the later axes in turn (the array shrinking by each one's size), the collective over
-        the first, AllGather back over the later ones (an AllReduce); a ReduceScatter stops after the first,
-        an AllGather starts there. ``nbytes`` is V as for the collective over all of ``axes``."""
-        first, rest = axes[0], axes[1:]
-        v = nbytes
-        if kind in ("all_reduce", "reduce_scatter"):
-            for a in reversed(rest):
-                yield self._start_axes("reduce_scatter", v, [a], stage)
-                v /= self.plan.size(a)
-        else:
-            v /= math.prod(self.plan.size(a) for a in rest)
-        yield self._start_axes(kind, v, [first], stage)
-        if kind in ("all_reduce", "all_gather"):
-            for a in rest:
-                v *= self.plan.size(a)
-                yield self._start_axes("all_gather", v, [a], stage)
+        """A collective over ``axes`` that cannot run at once (`_groupable`), axis by axis with the same result
+        (`simulator.workloads.plans.ops.in_turn`); ``nbytes`` is V as for the collective over all of ``axes``."""
+        for step_kind, v, axis in in_turn(kind, nbytes, axes, self.plan.size):
+            yield self._start_axes(step_kind, v, [axis], stage)
 
     def _start_axes(self, kind: str, nbytes: float, axes: list[str], stage: int) -> simpy.Event:
         if self.p == 1:
