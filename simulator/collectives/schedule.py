@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import operator
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -43,6 +44,7 @@ class Transfer(NamedTuple):
 
 
 _new_transfer = tuple.__new__  #: ``_new_transfer(Transfer, (id, src, dst, keys, op, deps, nbytes))``
+_deps = operator.itemgetter(5)  #: a transfer's ``deps``
 
 
 EVENTS_PER_TRANSFER = 3  #: simulated events of one transfer over one hop on the plain path (start, link, arrival)
@@ -69,28 +71,35 @@ class Schedule:
         self._where: list[tuple[Any, Any]] = []  # (tag, slot) of each transfer; `_index` files them on demand
         self._arrivals: dict[tuple[Any, Any], list[int]] = defaultdict(list)
         self._by_tag: dict[Any, list[int]] = defaultdict(list)
-        self._indexed = 0
+        self._indexed = [0, 0]  # transfers filed so far in ``_arrivals``, in ``_by_tag`` (each index on demand)
 
     @property
     def arrivals(self) -> dict[tuple[Any, Any], list[int]]:
         """The transfers that arrive at each (tag, slot), in the order they were added."""
-        self._index()
-        return self._arrivals
+        where, arrivals = self._where, self._arrivals
+        for tid in range(self._indexed[0], len(where)):
+            tag, slot = where[tid]
+            if tag is not _BARRIER:
+                arrivals[(tag, slot)].append(tid)
+        self._indexed[0] = len(where)
+        return arrivals
 
     @property
     def by_tag(self) -> dict[Any, list[int]]:
         """The transfers of each tag, in the order they were added."""
-        self._index()
-        return self._by_tag
-
-    def _index(self) -> None:
-        where, arrivals, by_tag = self._where, self._arrivals, self._by_tag
-        for tid in range(self._indexed, len(where)):
-            tag, slot = where[tid]
+        where, by_tag = self._where, self._by_tag
+        start, end = self._indexed[1], len(where)
+        tid = start
+        while tid < end:  # runs of one tag (a phase adds its transfers together): one append of each run
+            tag = where[tid][0]
+            run = tid + 1
+            while run < end and where[run][0] is tag:
+                run += 1
             if tag is not _BARRIER:
-                arrivals[(tag, slot)].append(tid)
-                by_tag[tag].append(tid)
-        self._indexed = len(where)
+                by_tag[tag].extend(range(tid, run))
+            tid = run
+        self._indexed[1] = end
+        return by_tag
 
     def add(self, src: Any, dst: Any, keys: tuple | int, op: str, deps: Sequence[int], tag: Any, slot: Any,
             nbytes: float | None = None) -> int:
@@ -98,12 +107,13 @@ class Schedule:
         ``nbytes`` (keys of unequal sizes) replaces the key count times ``key_bytes``."""
         transfers = self.transfers
         tid = len(transfers)
-        if isinstance(keys, int):
-            if nbytes is None:
-                nbytes = keys * self.key_bytes
-            keys = ()
-        elif nbytes is None:
-            nbytes = len(keys) * self.key_bytes
+        if nbytes is None or type(keys) is not tuple:  # (a tuple of keys and their bytes: as given)
+            if isinstance(keys, int):
+                if nbytes is None:
+                    nbytes = keys * self.key_bytes
+                keys = ()
+            elif nbytes is None:
+                nbytes = len(keys) * self.key_bytes
         try:
             n = len(deps)  # (two in order, as a pipeline's are: nothing to sort)
             deps = tuple(deps) if n < 2 or (n == 2 and deps[0] < deps[1]) else tuple(sorted(set(deps)))
@@ -235,16 +245,20 @@ class _Aggregated:
     __slots__ = ("net", "transfers", "buffers", "label", "done", "waiting", "remaining", "dependents", "payloads",
                  "single", "by_interface", "chips", "pulse")
 
+    #: `arrive` starts a dependent that crosses one plain link (timing only, untraced) itself, as `start` would
+    #: (one call fewer a transfer). False: always by `start`.
+    lean = True
+
     def __init__(self, net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any, np.ndarray]] | None,
                  label: str, done: Completion) -> None:
         self.net, self.transfers, self.buffers, self.label, self.done = net, transfers, buffers, label, done
-        self.waiting = [len(t.deps) for t in transfers]
+        self.waiting = list(map(len, map(_deps, transfers)))
         self.remaining = [len(transfers)]
         done.pending = _Pending(transfers, self.waiting, self.remaining, label)
         dependents: list[list[int]] = [[] for _ in transfers]
-        for t in transfers:
-            for d in t.deps:
-                dependents[d].append(t.id)
+        for tid, _, _, _, _, deps, _ in transfers:
+            for d in deps:
+                dependents[d].append(tid)
         self.dependents = dependents
         self.payloads: dict[int, dict[Any, np.ndarray]] = {}
         self.single: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> its route's one plain link, or False
@@ -287,7 +301,15 @@ class _Aggregated:
         for d in self.dependents[tid]:
             waiting[d] -= 1
             if waiting[d] == 0:
-                self.start(transfers[d])
+                t = transfers[d]
+                link = self.single.get((t[1], t[2])) if self.lean else None
+                nbytes = t[6]
+                if link and nbytes > 0 and type(link) is not tuple and self.buffers is None:  # `start`, inline
+                    if self.by_interface is not None:
+                        self.by_interface[link.kind] += nbytes
+                    link.send(nbytes, self.label, "send", self.arrive, t[0])
+                else:
+                    self.start(t)
         remaining = self.remaining
         left = remaining[0] = remaining[0] - 1
         if left & _PULSE_MASK == 0 and self.pulse is not None:  # every `PULSE` arrivals (counted down from the end)

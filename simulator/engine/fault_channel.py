@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simulator.engine.channel import ListChannel, _Flow, _remaining
-from simulator.engine.timers import _new, _timeout, call_after, call_at
-from simulator.engine.trace import Trace
+from simulator.engine.channel import _DONE_FRACTION, ListChannel, _Flow, _remaining
+from simulator.engine.timers import _new, _set_timer, _timeout, call_after, call_at
+from simulator.engine.trace import Span, Trace, new_span
 
 Window = tuple[float, float]
 OnLost = Callable[[str, str], None]
@@ -89,8 +89,9 @@ class FaultChannel(ListChannel):
                  pauses: Sequence[Window] = (), fail_at: float = math.inf, on_lost: OnLost | None = None) -> None:
         super().__init__(env, name, bandwidth_bytes_per_s, latency_s, chip=chip, trace=trace)
         self.noise, self.fail_at, self.on_lost = noise, fail_at, on_lost
-        self.pauses = _windows(pauses)
-        self._breaks = sorted({t for w in self.pauses for t in w} | ({fail_at} if fail_at < math.inf else set()))
+        self.pauses = _windows(pauses) if pauses else []
+        self._breaks = sorted({t for w in self.pauses for t in w} | ({fail_at} if fail_at < math.inf else set())) \
+            if self.pauses or fail_at < math.inf else []
 
     def _unadmit(self) -> bool:
         """`Channel._unadmit` for the list form."""
@@ -124,20 +125,39 @@ class FaultChannel(ListChannel):
             call_after(self.env, 0.0, then, arg)
             return
         flow = _new(_Flow)
-        flow.nbytes, flow.remaining = nbytes, nbytes * self.noise() if self.noise is not None else nbytes
+        noise = self.noise
+        if noise is None:
+            flow.nbytes = flow.remaining = nbytes
+        else:  # `Noise.__call__`, inline
+            i = noise._next
+            if i == len(noise._buffer):
+                noise._buffer, i = noise.draw(noise.BLOCK).tolist(), 0
+            noise._next = i + 1
+            flow.nbytes, flow.remaining = nbytes, nbytes * noise._buffer[i]
         flow.event, flow.start, flow.label, flow.kind, flow.then, flow.arg = None, 0.0, label, kind, then, arg
         latency, env = self.latency_s, self.env
         if latency <= 0:
             self._admit(flow)
-        elif self._flows or self._arrive_by >= env._now or self._breaks or not self.admit_ahead:
-            self._arrive_by = env._now + latency
-            call_after(env, latency, self._admit, flow)
+            return
+        now = env._now
+        if self._flows or self._arrive_by >= now or self._breaks or not self.admit_ahead:
+            at = self._arrive_by = now + latency  # `call_after(env, latency, self._admit, flow)`, inline below
+            fn: Callable[[Any], Any] = self._admit
         else:  # `Channel.admit_ahead`: what the latency timer and `_admit` would do, ahead (the same floats)
-            flow.start = self._last_update = self._arrive_by = at = env._now + latency
+            flow.start = self._last_update = self._arrive_by = start = now + latency
             self._flows = [flow]
             self._generation += 1
             flow.generation = self._generation
-            call_at(env, at + flow.remaining / self._bandwidth, self._lone_done, flow)
+            at, fn = start + flow.remaining / self._bandwidth, self._lone_done
+        try:  # `call_at(env, at, fn, flow)` (``at`` is later than now)
+            pending = env._podsim_calls
+        except AttributeError:
+            pending = env._podsim_calls = {}
+        calls = pending.get(at)
+        if calls is not None:
+            calls.append((fn, flow))
+        else:
+            _set_timer(env, pending, at, [(fn, flow)])
 
     def transfer(self, nbytes: float, label: str = "", kind: str = "transfer") -> simpy.Event:
         if nbytes <= 0:
@@ -152,10 +172,37 @@ class FaultChannel(ListChannel):
             self._admit(flow)
         return flow.event
 
+    #: Jitter alone (a constant rate: no pause, no failure): a flow joining a busy channel and the end timers
+    #: do what `ListChannel`'s `_advance`, `_admit`, `_schedule` and `_on_timer` do, in one call each (the same
+    #: float operations in the same order: the same times). False: those methods, call by call.
+    lean = True
+
     def _admit(self, flow: _Flow) -> None:
-        if self._flows:
+        flows = self._flows
+        if flows and self._last_update > self.env._now:
             self._unadmit()  # (only where the latency changed while a flow admitted ahead was on its way in)
-        if not self._flows and not self._breaks:  # idle, at a constant rate: `_advance` and `_schedule`, one flow
+            flows = self._flows
+        if flows and not self._breaks and self.lean:  # busy, at a constant rate: `_advance`, `_admit`, `_schedule`
+            now = self.env._now
+            last = self._last_update
+            if now > last:
+                moved = (now - last) * self._bandwidth / len(flows)
+                for other in flows:
+                    other.remaining -= moved
+            self._last_update = flow.start = now
+            flows.append(flow)
+            self._generation += 1
+            if len(flows) == 2:  # (`min` by bytes left: the first of equals)
+                first = flows[0] if flows[0].remaining <= flow.remaining else flow
+            else:
+                first = min(flows, key=_remaining)
+            delay = max(0.0, first.remaining) * len(flows) / self._bandwidth
+            if first.event is None:
+                call_after(self.env, delay, self._timer_call, (self._generation, first))
+            else:
+                self._time(delay, self._generation, first)
+            return
+        if not flows and not self._breaks:  # idle, at a constant rate: `_advance` and `_schedule`, one flow
             flow.start = self._last_update = self.env._now
             self._flows = [flow]
             self._generation += 1
@@ -217,6 +264,60 @@ class FaultChannel(ListChannel):
             call_after(self.env, delay, self._timer_call, (generation, first))
         else:
             _timeout(self.env, delay).callbacks.append(lambda _e: self._on_timer(generation, first))
+
+    def _timer_call(self, arg: tuple[int, _Flow]) -> None:
+        """The end timer of a `send` flow (``arg``: the generation it was set in, the flow that ends first): at a
+        constant rate (`lean`), `ListChannel._on_timer` with its `_advance`, `_schedule` and a `send` flow's
+        `_finish` inline."""
+        generation, first = arg
+        if generation != self._generation:
+            return  # the set of flows changed since this timer was set
+        if self._breaks or not self.lean:
+            ListChannel._on_timer(self, generation, first)
+            return
+        flows, now = self._flows, self.env._now
+        if len(flows) == 1:  # the only flow (``first``) is done, the channel idles
+            self._last_update = now
+            self._flows = []
+            self._generation += 1
+            self._end(first, now, self.complete_inline)
+            return
+        last = self._last_update
+        if now > last:
+            moved = (now - last) * self._bandwidth / len(flows)
+            for other in flows:
+                other.remaining -= moved
+        self._last_update = now
+        first.remaining = 0.0
+        done: list[_Flow] = []
+        rest: list[_Flow] = []
+        for other in flows:
+            (done if other.remaining <= _DONE_FRACTION * other.nbytes else rest).append(other)
+        self._flows = rest
+        self._generation += 1
+        if rest:
+            head = min(rest, key=_remaining)
+            self._time(max(0.0, head.remaining) * len(rest) / self._bandwidth, self._generation, head)
+        for other in done:
+            self._end(other, now, False)
+
+    def _on_timer(self, generation: int, first: _Flow) -> None:
+        if self._breaks or not self.lean:
+            ListChannel._on_timer(self, generation, first)
+        else:
+            self._timer_call((generation, first))
+
+    def _end(self, flow: _Flow, now: float, inline: bool) -> None:
+        """`Channel._finish`, inline for a `send` flow (a `transfer`'s event: completed there if ``inline``)."""
+        if flow.event is not None:
+            self._finish(flow, inline)
+            return
+        self.bytes_carried += flow.nbytes
+        trace = self.trace
+        if trace is not None and trace.enabled:
+            trace.spans.append(new_span(Span, (self.chip, self.name, flow.label, flow.start, now, flow.kind,
+                                               flow.nbytes, 0.0)))
+        flow.then(flow.arg)
 
     def _on_change(self, generation: int) -> None:
         if generation == self._generation:

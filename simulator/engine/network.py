@@ -20,6 +20,7 @@ of the axes it must cross), so ``links_used`` links leave the source at once.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -51,6 +52,7 @@ class Network:
         self.trace = trace
         self.switching = switching
         self.chips = sorted(v for v, role in graph.nodes(data="role") if role == "chip")
+        self._chip_set = frozenset(self.chips)
         _check_connected(graph, self.chips)
         _check_links(graph)
         self._links: dict[tuple[Any, Any], Channel] = {}
@@ -71,6 +73,8 @@ class Network:
         self.faulted = bool(graph.graph.get("faults"))
         self.origin: tuple[int, ...] = tuple(graph.graph.get("origin", (0,) * len(self.shape)))
         self._route_wrap = tuple(graph.graph.get("links_wrap", self.wrap))
+        self._coords = {v: c for v, c in graph.nodes(data="coord") if c is not None} if self.grid else {}
+        self._strides = tuple(math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))  # row-major `_node`
         self.uniform = True  #: every ring of an axis behaves alike (no faults or jitter on links; `System` sets it)
         self.make_channel: Any = None  #: builds a link's channel from (u, v, edge data) instead of `Channel`
 
@@ -92,7 +96,8 @@ class Network:
             if self.trace is not None:  # the report groups links by kind and axis
                 roles = {"src_role": self.graph.nodes[u].get("role"), "dst_role": self.graph.nodes[v].get("role")}
                 self.trace.links[channel.name] = {**data, **roles}
-            self._apply_efficiency(channel)
+            if self._efficiency is not None or self._latency is not None:  # (else: its own rate and latency)
+                self._apply_efficiency(channel)
         return channel
 
     @property
@@ -125,33 +130,36 @@ class Network:
 
     def link_bytes(self) -> dict[str, float]:
         """Bytes carried per link direction that carried any (``"u->v"`` keys)."""
-        return {f"{u}->{v}": c.bytes_carried for (u, v), c in sorted(self._links.items(), key=str)
+        return {f"{u}->{v}": c.bytes_carried for (u, v), c in sorted(self._links.items(), key=_pair_str)
                 if c.bytes_carried > 0}
 
     # -- routing -----------------------------------------------------------------------------
     def routes(self, src: Any, dst: Any, multipath: bool = False) -> list[list[Any]]:
         """Node paths from ``src`` to ``dst``: one, or link-disjoint ones with ``multipath``."""
         key = (src, dst, multipath)
-        if key not in self._routes:
+        paths = self._routes.get(key)
+        if paths is None:
             self._check_chip(src)
             self._check_chip(dst)
             if self.faulted:
-                self._routes[key] = self._fault_routes(src, dst, multipath)
+                paths = self._fault_routes(src, dst, multipath)
             else:
-                self._routes[key] = self._grid_routes(src, dst, multipath) if self.grid else \
+                paths = self._grid_routes(src, dst, multipath) if self.grid else \
                     [self._quickest.path(src, dst) or nx.shortest_path(self._fabric, src, dst, weight=_route_cost)]
-        return self._routes[key]
+            self._routes[key] = paths
+        return paths
 
     def _fault_routes(self, src: Any, dst: Any, multipath: bool) -> list[list[Any]]:
         """Routes where links are down or chips failed: the usual ones that survive (no dead link, no failed
         chip in between), else the quickest such path; else (a failed chip cuts the way) the quickest path
         through it, where the message will be lost (`simulator.engine.disturb`)."""
         failed = set(self.graph.graph.get("failed_chips", ())) - {src, dst}
-        paths = self._grid_routes(src, dst, multipath) if self.grid else []
-        paths = [p for p in paths if not failed.intersection(p[1:-1])
-                 and all(self.graph.has_edge(u, v) for u, v in zip(p, p[1:], strict=False))]
-        if paths:
-            return paths
+        if self.grid:  # (jitter, pauses, slow links alone: every route survives, the grid's own)
+            has_edge = self.graph.has_edge
+            paths = [p for p in self._grid_routes(src, dst, multipath) if not failed.intersection(p[1:-1])
+                     and all(has_edge(u, v) for u, v in zip(p, p[1:], strict=False))]
+            if paths:
+                return paths
 
         def cost(u: Any, v: Any, data: dict[str, Any]) -> float | None:
             return None if u in failed or v in failed else _route_cost(u, v, data)
@@ -162,22 +170,32 @@ class Network:
             return [nx.shortest_path(self.graph, src, dst, weight=_route_cost)]
 
     def _check_chip(self, node: Any) -> None:
+        try:
+            if node in self._chip_set:
+                return
+        except TypeError:  # unhashable: no node of the graph
+            pass
         if node not in self.graph or self.graph.nodes[node].get("role") != "chip":
             raise PodsimError(f"{node!r} is not a chip of this topology; chips are 0..{len(self.chips) - 1}")
 
     def _grid_routes(self, src: int, dst: int, multipath: bool) -> list[list[int]]:
-        a, b = self.graph.nodes[src]["coord"], self.graph.nodes[dst]["coord"]
+        a, b = self._coords[src], self._coords[dst]
         axes = [i for i in range(len(a)) if a[i] != b[i]]
         orders = [axes[r:] + axes[:r] for r in range(len(axes))] if multipath and len(axes) > 1 else [axes]
         return [self._dimension_order(a, b, order) for order in orders]
 
     def _dimension_order(self, a: tuple[int, ...], b: tuple[int, ...], order: list[int]) -> list[int]:
-        coord, path = list(a), [self._node(a)]
+        node = self._node(a)
+        coord, path = list(a), [node]
         for axis in order:
             step = self._step(coord[axis], b[axis], axis)
-            while coord[axis] != b[axis]:
-                coord[axis] = (coord[axis] + step) % self.shape[axis]
-                path.append(self._node(tuple(coord)))
+            c, target, n, stride = coord[axis], b[axis], self.shape[axis], self._strides[axis]
+            while c != target:  # `_node` of the next coordinate: the index moves by the axis's stride
+                after = (c + step) % n
+                node += (after - c) * stride
+                c = after
+                path.append(node)
+            coord[axis] = c
         return path
 
     def _step(self, x: int, y: int, axis: int) -> int:
@@ -295,6 +313,12 @@ class Network:
 
         simpy.AllOf(self.env, waits).callbacks.append(start)
         return done
+
+
+def _pair_str(item: tuple[tuple[Any, Any], Channel]) -> str:
+    """A link's sort key: ``str`` of its ``(u, v)`` (the order ``str`` of the whole item gives: the pair's text
+    comes first and ends at its closing bracket, so the channel's text never decides)."""
+    return str(item[0])
 
 
 def _route_cost(u: Any, v: Any, data: dict[str, Any]) -> float:
