@@ -85,3 +85,19 @@ def test_representatives_and_offsets():
     assert {coord[r] for r in reps} == {(0, 0, 0), (0, 1, 0)}  # every coordinate below its step
     for v in system.network.chips:
         assert action.apply(action.offset(v), v) == action.rep(v)
+
+
+def test_one_group_of_many_is_not_a_quotient_by_translations_that_move_it():
+    """An AllGather run over one data group of a 4x4 torus (data=4 along the first axis) is invariant under
+    translations along that axis only; by translations along both (order 16) each orbit lacks its other groups'
+    members, so the quotient is refused; by the first axis's alone (order 4) it is exact."""
+    system = System(chip="tpu-v5p", topology="torus:4x4")
+    mesh = Mesh("data=4,model=4", system.graph)
+    one = plan_collective("all_gather", system, 48e6, axes=["data"], mesh=mesh, mode="full")
+    group = one.groups[:1]
+    plan = plan_collective("all_gather", system, 48e6, groups=group, mode="full")
+    axis = next(a for a in range(2) if len({system.network.graph.nodes[c]["coord"][a]
+                                             for c in group[0].members.values()}) == 4)
+    steps = tuple(1 if a == axis else 4 for a in range(2))
+    assert quotient(system.network, plan.schedule.transfers, Translations(system.network, (1, 1))) is None
+    assert quotient(system.network, plan.schedule.transfers, Translations(system.network, steps)) is not None

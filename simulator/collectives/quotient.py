@@ -179,6 +179,9 @@ def quotient(net: Network, transfers: list[Transfer], action: Action) -> Quotien
             if r is None:
                 return None
             rep_of[t.id] = r
+    sent = [t for t in transfers if t.src is not None]
+    if len(sent) != action.order * sum(rep_of[t.id] == t.id for t in sent):  # every orbit whole: |G| members each
+        return None  # (a member per translation at most, each source once) -- else the links' loads are not alike
     barriers: dict[frozenset, int] = {}
     for t in transfers:  # a barrier stands for those whose dependencies are of the same orbits (a group's)
         if t.src is None:

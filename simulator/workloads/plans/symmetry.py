@@ -205,11 +205,7 @@ class Symmetry:
         action = self._actions[key]
         if action is None:
             return None
-        transfers = plan.schedule.transfers
-        q = quotient(self.system.network, transfers, action)
-        if q is not None and sum(t.src is not None for t in transfers) != \
-                q.order * sum(t.src is not None for t in q.transfers):
-            q = None  # some orbit lacks members: the schedule is not invariant, its links' loads would differ
+        q = quotient(self.system.network, plan.schedule.transfers, action)
         runs = self._class_runs[key]
         runs.add(q is not None)
         self.mixed = self.mixed or len(runs) > 1  # their traffic would meet on different channels
