@@ -11,11 +11,13 @@ what the reduction saves.
 Full fidelity where no symmetry reduction applies (issue 16): AllReduce of 1 GB in ``--mode full`` on a torus with
 one dead link, a mesh, GPU nodes, multislice, the symmetric torus in full mode and a jittered torus, and AllToAll
 and Broadcast on the 8x8x8 torus, each run
-four ways in the same process, interleaved, best of ``ROUNDS``: the plain path (``aggregate=False``), the plain
+five ways in the same process, interleaved, best of ``ROUNDS``: the plain path (``aggregate=False``), the plain
 path with the garbage collector paused (what the pause alone buys), flow-level aggregation (the default), and
 aggregation without the later fast paths (``Channel.admit_ahead``: a flow sent on an idle link admitted at once,
 as of its arrival, one timer instead of two; ``FaultChannel.aggregates``: jittered and faulted links send without
-events too) -- what those buy, measured in the same run.
+events too), and aggregation without the lean paths (``FaultChannel.lean``: on jittered links of constant rate a
+flow joining a busy link and the end timers in one call each; ``_Aggregated.lean``: an arrival starts a dependent
+over one plain link itself) -- what those buy, measured in the same run.
 It prints events processed (`System.events_processed`), wall and CPU seconds (planning included), plain events
 per second, and the aggregated run's "equivalent" rate -- the plain run's events over the aggregated wall (and
 CPU) time: the same wall time reached with fewer events -- beside the planning time and the topology bound's
@@ -32,7 +34,7 @@ import time
 from typing import Any
 
 from simulator.collectives import plan_collective, run_collective, topology_bound
-from simulator.collectives.schedule import gc_paused
+from simulator.collectives.schedule import _Aggregated, gc_paused
 from simulator.engine.channel import Channel
 from simulator.engine.disturb import FaultChannel
 from simulator.engine.faults import Jitter, LinkDown
@@ -54,8 +56,10 @@ ASYMMETRIC = [("torus 8x8x8, link 0-1 down", "torus:8x8x8", "tpu-v5p", {"faults"
                ALLREDUCE),
               ("torus 8x8x8 AllToAll", "torus:8x8x8", "tpu-v5p", {}, ("all_to_all", "dimension_order")),
               ("torus 8x8x8 Broadcast", "torus:8x8x8", "tpu-v5p", {}, ("broadcast", "spanning_trees"))]
-VARIANTS = (("plain", False, False, True), ("plain, GC paused", False, True, True), ("aggregated", True, False, True),
-            ("aggregated, no admit_ahead / FaultChannel.send", True, False, False))
+VARIANTS = (("plain", False, False, True, True), ("plain, GC paused", False, True, True, True),
+            ("aggregated", True, False, True, True),
+            ("aggregated, no admit_ahead / FaultChannel.send", True, False, False, True),
+            ("aggregated, no FaultChannel/_Aggregated.lean", True, False, True, False))
 ROUNDS = 2
 
 
@@ -80,19 +84,22 @@ def show(m: dict[str, Any]) -> None:
 
 
 def full_run(topology: str, chip: str, system_kw: dict[str, Any], what: tuple[str, str], aggregate: bool,
-             pause: bool, fast: bool = True) -> dict[str, Any]:
+             pause: bool, fast: bool = True, lean: bool = True) -> dict[str, Any]:
     """One collective of NBYTES in full mode: wall and CPU seconds from building the system to the result
-    (``fast``: with ``Channel.admit_ahead`` and ``FaultChannel.aggregates`` as they are, else both off)."""
-    switches = Channel.admit_ahead, FaultChannel.aggregates
+    (``fast``: with ``Channel.admit_ahead`` and ``FaultChannel.aggregates`` as they are, else both off; ``lean``:
+    with ``FaultChannel.lean`` and ``_Aggregated.lean`` as they are, else both off)."""
+    switches = Channel.admit_ahead, FaultChannel.aggregates, FaultChannel.lean, _Aggregated.lean
     if not fast:
         Channel.admit_ahead = FaultChannel.aggregates = False
+    if not lean:
+        FaultChannel.lean = _Aggregated.lean = False
     try:
         wall, cpu = time.perf_counter(), time.process_time()
         system = System(chip, topology=topology, trace=False, **system_kw)
         with gc_paused(pause):
             r = run_collective(what[0], system, NBYTES, mode="full", algorithm=what[1], aggregate=aggregate)
     finally:
-        Channel.admit_ahead, FaultChannel.aggregates = switches
+        Channel.admit_ahead, FaultChannel.aggregates, FaultChannel.lean, _Aggregated.lean = switches
     return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "events": system.events_processed,
             "time_s": r.time_s, "link_bytes": r.link_bytes, "algorithm": r.algorithm, "transfers": r.n_transfers}
 
@@ -117,12 +124,12 @@ def full_fidelity(only: list[str] | None = None) -> None:
             continue
         best: dict[str, dict[str, Any]] = {}
         for _ in range(ROUNDS):
-            for variant, aggregate, pause, fast in VARIANTS:
-                m = full_run(topology, chip, system_kw, what, aggregate, pause, fast)
+            for variant, aggregate, pause, fast, lean in VARIANTS:
+                m = full_run(topology, chip, system_kw, what, aggregate, pause, fast, lean)
                 if variant not in best or m["wall_s"] < best[variant]["wall_s"]:
                     best[variant] = m
         plain, paused, agg = best["plain"], best["plain, GC paused"], best["aggregated"]
-        before = best["aggregated, no admit_ahead / FaultChannel.send"]
+        before, unlean = best["aggregated, no admit_ahead / FaultChannel.send"], best[VARIANTS[-1][0]]
         worst = max(abs(agg["link_bytes"].get(k, 0.0) / v - 1) for k, v in plain["link_bytes"].items())
         planning, bound = plan_seconds(topology, chip, system_kw, what)
         print(f"{name:>28} ({plain['algorithm']}, {plain['transfers']:,} transfers; planning alone "
@@ -132,7 +139,9 @@ def full_fidelity(only: list[str] | None = None) -> None:
                   f"{m['events'] / m['wall_s']:>9,.0f} events/s")
         print(f"{'':>48}  aggregated: plain events / its wall {plain['events'] / agg['wall_s']:>9,.0f} /s, "
               f"/ its cpu {plain['events'] / agg['cpu_s']:>9,.0f} /s (without the later fast paths: "
-              f"{plain['events'] / before['wall_s']:,.0f} /s wall, {plain['events'] / before['cpu_s']:,.0f} /s cpu); "
+              f"{plain['events'] / before['wall_s']:,.0f} /s wall, {plain['events'] / before['cpu_s']:,.0f} /s cpu; "
+              f"without the lean paths: {plain['events'] / unlean['wall_s']:,.0f} /s wall, "
+              f"{plain['events'] / unlean['cpu_s']:,.0f} /s cpu); "
               f"speed-up {plain['wall_s'] / agg['wall_s']:.2f}x wall, {plain['cpu_s'] / agg['cpu_s']:.2f}x cpu "
               f"(GC pause alone {plain['cpu_s'] / paused['cpu_s']:.2f}x cpu); simulated time ratio "
               f"{agg['time_s'] / plain['time_s']:.12f}, worst link bytes rel. diff {worst:.1e}")
