@@ -101,3 +101,27 @@ def test_one_group_of_many_is_not_a_quotient_by_translations_that_move_it():
     steps = tuple(1 if a == axis else 4 for a in range(2))
     assert quotient(system.network, plan.schedule.transfers, Translations(system.network, (1, 1))) is None
     assert quotient(system.network, plan.schedule.transfers, Translations(system.network, steps)) is not None
+
+
+def test_exports_after_a_quotient_run_hold_every_link(tmp_path):
+    """`podsim collective --csv` after a run on a quotient (node rotations) writes the spans of every link, the same
+    rows as the full run's; past the limit `Trace.unfolded` says so (None) rather than copying millions."""
+    import csv
+
+    from simulator.frontend.cli import main
+
+    rows = {}
+    for mode in ("auto", "full"):
+        path = tmp_path / f"{mode}.csv"
+        assert main(["collective", "all_reduce", "--chip", "h100", "--topology", "nodes:4:4", "--bytes", "16MB",
+                     "--mode", mode, "--csv", str(path)]) == 0
+        with open(path) as f:
+            rows[mode] = sorted((r["chip"], r["unit"], round(float(r["start_s"]), 15), round(float(r["end_s"]), 15),
+                                 float(r["bytes"])) for r in csv.DictReader(f))
+    assert rows["auto"] == rows["full"] and len({(r[0], r[1]) for r in rows["full"]}) > 8
+    from simulator.collectives import run_collective
+
+    system = System(chip="h100", topology="nodes:4:4")
+    result = run_collective("all_reduce", system, 16e6)
+    assert result.mode == "quotient" and system.trace.images
+    assert system.trace.unfolded(limit=len(system.trace.spans)) is None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 #: Span kinds that count as compute; every other kind is data movement.
@@ -75,6 +75,24 @@ class Trace:
     #: (chip, unit) of a link a collective ran on its quotient -> the links it stood for, whose spans are not kept:
     #: `compute_metrics` gives them its busy time (`simulator.collectives.quotient.unfold`)
     images: dict[tuple[Any, str], list[tuple[Any, str]]] = field(default_factory=dict)
+
+    def unfolded(self, limit: int = 2_000_000) -> Trace | None:
+        """This trace with the spans of every link a quotient run's representative links stood for (``images``):
+        each representative span copied onto each of its images, same times and bytes -- what the full run records
+        (tests/test_quotient_nodes.py). Itself where there are no images; None where the copies would exceed
+        ``limit`` spans (a thousand GPUs: tens of millions)."""
+        if not self.images:
+            return self
+        images = self.images
+        extra = sum(len(images.get((s.chip, s.unit), ())) for s in self.spans)
+        if len(self.spans) + extra > limit:
+            return None
+        spans = list(self.spans)
+        for s in self.spans:
+            for chip, unit in images.get((s.chip, s.unit), ()):
+                spans.append(s._replace(chip=chip, unit=unit))
+        spans.sort(key=lambda s: (s.start, s.end))
+        return replace(self, spans=spans, images={})
 
     def add(self, span: Span) -> None:
         """Record ``span`` (kept only when tracing is enabled) and count its FLOPs."""

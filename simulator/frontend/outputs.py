@@ -8,6 +8,7 @@ them after the run.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from simulator.errors import PodsimError
 from simulator.report.result import Result
@@ -30,13 +31,20 @@ def write_outputs(result: Result, args: argparse.Namespace) -> None:
     """Write the --trace, --gantt and --csv files a command asked for."""
     from simulator.report import export
 
-    if (args.trace or args.gantt or args.csv) and (result.trace is None or not result.trace.spans):
+    if not (args.trace or args.gantt or args.csv):
+        return
+    if result.trace is None or not result.trace.spans:
         raise PodsimError(f"{result.scenario} recorded no spans to export (was trace=False?)")
+    trace = result.trace.unfolded()  # a quotient run's spans on every link they stood for
+    if trace is None:
+        trace = result.trace
+        print(f"podsim: note: the exported spans are the quotient's {len(trace.images):,} representative links' "
+              "only (every link's would be too many); --mode full records every link", file=sys.stderr)
     if args.trace:
-        export.write_chrome_trace(result.trace, args.trace)
+        export.write_chrome_trace(trace, args.trace)
     if args.csv:
-        export.write_csv(result.trace, args.csv)
+        export.write_csv(trace, args.csv)
     if args.gantt:
         from simulator.report import plots
 
-        plots.save_gantt(result.trace, args.gantt, title=result.headline or result.scenario)
+        plots.save_gantt(trace, args.gantt, title=result.headline or result.scenario)
