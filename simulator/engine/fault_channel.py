@@ -263,7 +263,7 @@ class FaultChannel(ListChannel):
         if first.event is None:
             call_after(self.env, delay, self._timer_call, (generation, first))
         else:
-            _timeout(self.env, delay).callbacks.append(lambda _e: self._on_timer(generation, first))
+            _timeout(self.env, delay).callbacks.append(lambda _e: self._timer_call((generation, first)))
 
     def _timer_call(self, arg: tuple[int, _Flow]) -> None:
         """The end timer of a `send` flow (``arg``: the generation it was set in, the flow that ends first): at a
