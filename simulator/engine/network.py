@@ -73,7 +73,7 @@ class Network:
         self.faulted = bool(graph.graph.get("faults"))
         self.origin: tuple[int, ...] = tuple(graph.graph.get("origin", (0,) * len(self.shape)))
         self._route_wrap = tuple(graph.graph.get("links_wrap", self.wrap))
-        self._coords = {v: c for v, c in graph.nodes(data="coord") if c is not None} if self.grid else {}
+        self._coords: dict[Any, tuple[int, ...]] | None = None  # node -> grid coordinate (`_grid_routes`, on demand)
         self._strides = tuple(math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))  # row-major `_node`
         self.uniform = True  #: every ring of an axis behaves alike (no faults or jitter on links; `System` sets it)
         self.make_channel: Any = None  #: builds a link's channel from (u, v, edge data) instead of `Channel`
@@ -179,7 +179,10 @@ class Network:
             raise PodsimError(f"{node!r} is not a chip of this topology; chips are 0..{len(self.chips) - 1}")
 
     def _grid_routes(self, src: int, dst: int, multipath: bool) -> list[list[int]]:
-        a, b = self._coords[src], self._coords[dst]
+        coords = self._coords
+        if coords is None:
+            coords = self._coords = {v: c for v, c in self.graph.nodes(data="coord") if c is not None}
+        a, b = coords[src], coords[dst]
         axes = [i for i in range(len(a)) if a[i] != b[i]]
         orders = [axes[r:] + axes[:r] for r in range(len(axes))] if multipath and len(axes) > 1 else [axes]
         return [self._dimension_order(a, b, order) for order in orders]
