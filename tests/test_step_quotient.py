@@ -136,3 +136,26 @@ def test_the_closed_form_prices_in_turn_what_the_step_runs():
         system, mesh = build_system(chip, plan, None, False)
         simulated += run_collective(kind, system, nbytes, axes=[axis], mesh=mesh).time_s
     assert priced == pytest.approx(simulated, rel=0.02)
+
+
+GPU_CASES = [("data=2,model=8", "nodes:2:8"), ("fsdp=4,model=8", "nodes:4:8"), ("fsdp=8,model=4", "nodes:8:4")]
+
+
+@pytest.mark.parametrize("case", GPU_CASES, ids=[f"{m}-{t}" for m, t in GPU_CASES])
+def test_gpu_node_steps_on_quotients_by_rotations_match_the_full_simulation(case):
+    """On GPU nodes every group of a collective runs (no grid to reduce over); the step's collectives run on the
+    quotient by the node and rail rotations the first one is equivariant under, and `Symmetry.finish` gives every
+    link of each representative's orbit its bytes and busy time: step, bounds and every link's bytes as in full."""
+    mesh, topology = case
+    cfg = dataclasses.replace(get_model("llama-2-7b"), n_layers=2)
+    (full, exact), (fast, quick) = [simulate_step(cfg, get_chip("h100"), parse_plan_mesh(mesh), TrainOptions(), 8,
+                                                  128, topology, fast=fast) for fast in (False, True)]
+    nodes, per_node = (int(x) for x in topology.split(":")[1:])
+    assert fast.sym.quotiented and fast.sym.node_action.order == nodes * per_node  # K node x G rail rotations
+    assert_same(exact, quick)
+    for key in ("upper_bound_s", "lower_bound_s", "overlap_s", "end_to_end_s"):
+        assert math.isclose(fast.metrics[key], full.metrics[key], rel_tol=1e-9), key
+    full_links, fast_links = full.system.network.link_bytes(), fast.system.network.link_bytes()
+    assert full_links.keys() == fast_links.keys()
+    for link, nbytes in full_links.items():
+        assert math.isclose(fast_links[link], nbytes, rel_tol=1e-9), link

@@ -123,6 +123,10 @@ class Replays:
                 units[unit] = units.get(unit, 0.0) + seconds
             starts, ends = template.union  # type: ignore[attr-defined]
             moving.extend(zip(map(now.__add__, starts), map(now.__add__, ends), strict=True))
+        for (chip, unit), copies in trace.images.items():  # links a quotient's representatives stood for
+            seconds = per_chip.get(chip, {}).get(unit)
+            for image in copies if seconds is not None else ():
+                per_chip.setdefault(image[0], {})[image[1]] = seconds
         per_chip = {chip: dict(sorted(per_chip[chip].items())) for chip in sorted(per_chip, key=str)}
         busy: dict[str, float] = {}
         for units in per_chip.values():

@@ -70,6 +70,8 @@ class Symmetry:
     traffic as in full. ``axis_sets`` lists the mesh axes of every collective the step runs.
     """
 
+    node_action: Any = None  #: the rotations every collective of the step ran on the quotient by (GPU nodes)
+
     def __init__(self, system: Any, mesh: Any, stage_of: dict[Any, int], fast: bool, rings: bool = False,
                  axis_sets: list[tuple[str, ...]] | None = None, replay: bool = True,
                  avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None) -> None:
@@ -100,6 +102,11 @@ class Symmetry:
         self._plans: dict[tuple, tuple[Any, dict[str, Any], dict[str, float], Any, Any]] = {}
         self.shared: dict[tuple, Any] = shared if shared is not None else {}  #: plans reruns of the step reuse
         self.quotients = quotients and self.group_reduce  #: run collectives on the quotient by translations
+        self.node_quotients = quotients and self.active and not self.group_reduce and len(self.members) == 1 \
+            and system.calibration is None  #: on a GPU node system: by node and rail rotations (one for the step)
+        self._node_actions: list[Any] | None = None
+        self.node_action = None
+        self._node_links: dict[Any, None] = {}
         self.quotiented: list[tuple] = []  #: the collectives (kind, bytes, axes, stage) run on a quotient
         self._actions: dict[frozenset, Any] = {}
         self._class_runs: dict[frozenset, set[bool]] = defaultdict(set)  #: whether each class's ran on quotients
@@ -149,7 +156,10 @@ class Symmetry:
         if shared is None:
             shared = self.shared[(kind, nbytes, tuple(axes), stage)] = self._planned(kind, nbytes, axes, stage, exact)
         plan, kwargs, extra, close = shared
-        q = self._quotient(plan, close) if close is not None and kwargs["mode"] == "full" else None
+        if close is None:
+            q = self._node_quotient(plan) if self.node_quotients and plan.schedule is not None else None
+        else:
+            q = self._quotient(plan, close) if kwargs["mode"] == "full" else None
         if q is not None:
             self.quotiented.append((kind, nbytes, tuple(axes), stage))
         return plan, kwargs, extra, self._links(plan, q), q
@@ -209,6 +219,29 @@ class Symmetry:
         runs = self._class_runs[key]
         runs.add(q is not None)
         self.mixed = self.mixed or len(runs) > 1  # their traffic would meet on different channels
+        return q
+
+    def _node_quotient(self, plan: Any) -> Any:
+        """``plan``'s schedule (every group) on a GPU node system, on its quotient by the rotations of nodes, units or
+        rails that map the fabric onto itself (`simulator.collectives.symmetry.node_actions`): the largest group
+        the step's first collective is equivariant under, then that one for every collective (collectives of one
+        step share links: one set of representative links), or None (then the step reruns without: `mixed`)."""
+        from simulator.collectives.symmetry import node_actions
+
+        net, transfers = self.system.network, plan.schedule.transfers
+        if self._node_actions is None:
+            self._node_actions = node_actions(net)
+        q = None
+        for action in [self.node_action] if self.node_action is not None else self._node_actions:
+            q = quotient(net, transfers, action)
+            if q is not None:
+                self.node_action = action
+                break
+        runs = self._class_runs[frozenset({"nodes"})]
+        runs.add(q is not None)
+        self.mixed = self.mixed or len(runs) > 1
+        if q is not None:
+            self._node_links.update(dict.fromkeys(q.links))
         return q
 
     def _close(self, axes: list[str]) -> set[str]:
@@ -283,6 +316,12 @@ class Symmetry:
         """Scale ``trace``'s counters from the representatives to every chip; check the transfers' arrivals."""
         if not self.active:
             return
+        if self.node_action is not None:  # every link of a representative's orbit: its bytes and busy time
+            from types import SimpleNamespace
+
+            from simulator.collectives.quotient import unfold
+
+            unfold(self.system.network, self.node_action, SimpleNamespace(links=tuple(self._node_links)), {})
         for times in self._arrivals:
             if times and max(times) - min(times) > TIME_TOLERANCE * max(abs(max(times)), 1e-30):
                 self.broken = True
