@@ -19,7 +19,11 @@ u x n_1 ... n_j units). Parts on different axes are assumed never to share a lin
 meshes, where a neighbour step stays on its axis). Exact on tori, meshes, lines and switches. On
 two-level rings (GPU nodes over InfiniBand, slices over DCN) the closed form keeps the steps in lock
 step, while in the simulation fast chains run ahead and queue at the slow crossing: within 1%
-bandwidth-bound, up to about 60% longer or 15% shorter in between (tests/test_bounds.py).
+bandwidth-bound, up to about 60% longer or 15% shorter in between (tests/test_bounds.py). At scale the
+chain's latency (about 2.4 us a hop) outgrows the busiest link's work and the chain term's other half
+prices every NVLink hop as shared by all the rings crossing a GPU's port, which the simulation shares
+about 2x, not 7x: 1 GB AllReduce on nodes:64:8 and nodes:128:8 simulates 14% and 20% shorter than the
+closed form (`test_flat_rings_across_many_nodes_beat_their_closed_form`; link bytes agree exactly).
 """
 from __future__ import annotations
 
