@@ -12,17 +12,16 @@ compares them). `run_collective` also pauses the garbage collector while it plan
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import operator
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
 
 from simulator.engine.delivery import cut_through, deliver, deliver_hop, plain_route
+from simulator.engine.gcpause import gc_paused  # noqa: F401  (re-exported: callers import it from here)
 from simulator.engine.network import Network
 from simulator.engine.watch import TICK, current_watch, expect_events
 from simulator.errors import DeadlockError
@@ -349,22 +348,6 @@ class _Pending:
             example = f"; e.g. transfer {t.id} ({t.src} -> {t.dst}) waits for transfers {list(t.deps)[:4]}"
         return (f"{self.remaining[0]} of {len(self.transfers)} transfers of {self.label or 'a collective'} "
                 f"({len(blocked)} never sent{example})")
-
-
-@contextlib.contextmanager
-def gc_paused(pause: bool = True) -> Iterator[None]:
-    """Pause Python's cyclic garbage collector inside (``pause``), as it was after. A collective's schedule
-    and its flows are tens of thousands of small tracked objects, nearly all freed by reference counting;
-    the collector's full passes over them (and everything else alive) cost more than the simulation
-    itself. Cycles made inside are collected after. No effect on results."""
-    enabled = gc.isenabled()
-    if pause and enabled:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if pause and enabled:
-            gc.enable()
 
 
 def check_arrived(done: Completion, now: float) -> None:

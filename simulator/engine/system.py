@@ -20,6 +20,7 @@ from simulator.engine.chip import Chip
 from simulator.engine.disturb import model_for
 from simulator.engine.environment import Environment, api_misuse
 from simulator.engine.faults import Fault, Jitter
+from simulator.engine.gcpause import gc_paused
 from simulator.engine.network import Network
 from simulator.engine.trace import Trace, compute_metrics
 from simulator.engine.watch import TICK, RunWatch, current_watch
@@ -118,7 +119,8 @@ class System:
     def _guarded_run(self) -> None:
         watch = current_watch()
         try:
-            self._run_loop(watch)
+            with gc_paused():
+                self._run_loop(watch)
         except RuntimeError as err:  # SimPy's "invalid yield value": say what a process must yield
             misuse = api_misuse(err)
             if misuse is None:
