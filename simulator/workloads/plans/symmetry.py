@@ -11,8 +11,15 @@ groups that are translates of each other, pipeline transfers to counterparts at 
   traffic crosses; where logical axes share a physical axis, each taking a factor of it, the groups over all
   of them run, as a strided factor's routes cross its neighbours' links), and in that group over one
   representative ring per axis (`mode="reduced"`) where
-  the group wraps; each distinct collective (kind, bytes, axes, stage) is planned once;
-- elsewhere (a switch, GPU nodes) every group runs, as in the full simulation;
+  the group wraps and no axis under it is split; each distinct collective (kind, bytes, axes, stage) is planned
+  once (and reruns of the step share the plans: ``shared``);
+- where the groups that run are several (split axes, several axes) and the axes wrap, they run on the quotient
+  of the torus by the translations that map the groups onto each other (`simulator.collectives.quotient`: one
+  transfer and one link per orbit; ``quotients=False`` turns it off; a class of links where some collective has
+  no quotient reruns without: ``mixed``);
+- elsewhere (a switch, GPU nodes) every group runs, as in the full simulation -- on GPU nodes with one stage on
+  the quotient by the node and rail rotations the step's first collective is equivariant under (one group for
+  the whole step), every link given its orbit's bytes and busy time in `finish`;
 - a collective that repeats one that ran alone on its links is replayed from that run
   (`simulator.workloads.plans.replay`; ``replay=False`` runs every one);
 - pipeline transfers run for every chip of the stage (they cross only the pipeline axis's links), and
@@ -23,7 +30,8 @@ Counters are scaled back to the whole system (`finish`): HBM and VMEM bytes, byt
 times the chips per stage; link bytes plus what the unsimulated groups and rings would have carried
 (from each plan's transfers and routes). Busy times, the step time, the overlap and the memory ledger
 need no scaling: the figures reported are maxima or unions over chips, which the representatives
-attain. The trace holds the representatives' spans and links only.
+attain; `upper_bound` rebuilds the busiest chip's sum from the units that ran. The trace holds the
+representatives' spans and links only.
 """
 from __future__ import annotations
 
