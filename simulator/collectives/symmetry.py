@@ -193,3 +193,35 @@ def node_actions(net: Network, multiplicities: bool = False) -> list[Automorphis
         except (ValueError, KeyError):
             continue
     return out
+
+
+def block_actions(net: Network) -> Iterator[Automorphisms]:
+    """On ``nodes:K:G`` (one InfiniBand switch; not a fat tree, whose leaves a rotation inside units would fix):
+    node rotations inside blocks of b consecutive nodes (every b > 1 dividing K) times rail rotations by r (every
+    r dividing G), largest group first, built one at a time -- the subgroups a mesh laid over the GPUs in order is
+    equivariant under where `node_actions`' are too large (data=2 over 128 nodes: blocks of 64; model=4 of 8 GPUs:
+    rails by 4)."""
+    graph = net.graph
+    if graph.graph.get("kind") != "nodes" or graph.graph.get("fabric") == "fattree" or net.faulted \
+            or len(net.shape) != 2:
+        return
+    count, per_node = net.shape
+    blocks = [b for b in range(count, 1, -1) if count % b == 0] + [1]
+    shifts = [r for r in range(1, per_node + 1) if per_node % r == 0]  # rails by r: order per_node // r
+    options = sorted(((b * (per_node // r), -b, b, r) for b in blocks for r in shifts), reverse=True)
+    for order, _, b, r in options:
+        if order < 2:
+            continue
+        generators = []
+        if b > 1:
+            generators.append((node_rotation(net, 1, inside=b), b))
+        if r < per_node:
+            one = rail_rotation(net)
+            perm = dict(one)
+            for _ in range(r - 1):
+                perm = {v: one[w] for v, w in perm.items()}
+            generators.append((perm, per_node // r))
+        try:
+            yield Automorphisms(net, generators, f"nodes in blocks of {b} + rails by {r}")
+        except (ValueError, KeyError):
+            continue

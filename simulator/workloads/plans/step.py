@@ -47,7 +47,8 @@ class TrainStep:
     def __init__(self, cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
                  seq: int, topology: str | None = None, trace: bool = True, calibrated: bool = False,
                  fast: bool = True, built: tuple[Any, Any] | None = None, replay: bool = True,
-                 avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None) -> None:
+                 avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None,
+                 node_allowed: frozenset | None = None) -> None:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
         self.system, self.mesh = built or build_system(chip, plan, topology, trace, calibrated)
@@ -62,7 +63,7 @@ class TrainStep:
         self.stage_size = len(self.system.chips) // self.p
         moe = plan.size("expert") > 1 and bool(cfg.n_experts)  # AllToAll: no ring to stand for the others
         self.sym = Symmetry(self.system, self.mesh, self.stage_of, fast, not moe, self._axis_sets(), replay, avoid,
-                            quotients, shared)
+                            quotients, shared, node_allowed)
         self._pending: dict[Any, list[Any]] = {}
         self._mail: dict[Any, list[Any]] = {}
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
@@ -323,8 +324,17 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
                     quotients=quotients)
     measured = sim.run()
     shared = sim.sym.shared  # the collectives' plans: every rerun of the fast step reuses them
+    allowed = None
+    for _ in range(3):  # GPU nodes: the groups every collective seen is equivariant under, then none
+        if not sim.sym.mixed:
+            break
+        allowed = sim.sym.node_next if sim.sym.node_next and allowed != sim.sym.node_next else None
+        quotients = allowed is not None
+        sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
+                        quotients=quotients, shared=shared, node_allowed=allowed)
+        measured = sim.run()
     if sim.sym.mixed:
-        quotients = False
+        quotients, allowed = False, None
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
                         quotients=False, shared=shared)
         measured = sim.run()
@@ -334,7 +344,7 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
             break
         avoid |= sim.sym.replays.disturbed
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
-                        avoid=avoid, quotients=quotients, shared=shared)
+                        avoid=avoid, quotients=quotients, shared=shared, node_allowed=allowed)
         measured = sim.run()
     if sim.sym.broken:
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast=False)

@@ -35,6 +35,7 @@ representatives' spans and links only.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -82,7 +83,8 @@ class Symmetry:
 
     def __init__(self, system: Any, mesh: Any, stage_of: dict[Any, int], fast: bool, rings: bool = False,
                  axis_sets: list[tuple[str, ...]] | None = None, replay: bool = True,
-                 avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None) -> None:
+                 avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None,
+                 node_allowed: frozenset | None = None) -> None:
         self.system, self.mesh = system, mesh
         self.why = "fast=False" if not fast else why_not_symmetric(system, mesh)
         self.active = self.why is None
@@ -112,7 +114,10 @@ class Symmetry:
         self.quotients = quotients and self.group_reduce  #: run collectives on the quotient by translations
         self.node_quotients = quotients and self.active and not self.group_reduce and len(self.members) == 1 \
             and system.calibration is None  #: on a GPU node system: by node and rail rotations (one for the step)
-        self._node_actions: list[Any] | None = None
+        self.node_allowed = node_allowed  #: names of the node groups this run may use (None: any)
+        self.node_next: frozenset | None = None  #: the groups every collective seen is equivariant under (a rerun's)
+        self._node_candidates: list[Any] | None = None
+        self._first: Any = None  #: the transfers of the step's first collective on GPU nodes
         self.node_action = None
         self._node_links: dict[Any, None] = {}
         self.quotiented: list[tuple] = []  #: the collectives (kind, bytes, axes, stage) run on a quotient
@@ -230,27 +235,48 @@ class Symmetry:
         return q
 
     def _node_quotient(self, plan: Any) -> Any:
-        """``plan``'s schedule (every group) on a GPU node system, on its quotient by the rotations of nodes, units or
-        rails that map the fabric onto itself (`simulator.collectives.symmetry.node_actions`): the largest group
-        the step's first collective is equivariant under, then that one for every collective (collectives of one
-        step share links: one set of representative links), or None (then the step reruns without: `mixed`)."""
-        from simulator.collectives.symmetry import node_actions
-
+        """``plan``'s schedule (every group) on a GPU node system, on its quotient by the rotations of nodes (whole,
+        or inside blocks of a mesh axis) and rails that map the fabric onto itself (`simulator.collectives.symmetry`
+        `node_actions`, `block_actions`; those named in ``node_allowed`` if given): the largest group the step's
+        first collective is equivariant under, then that one for every collective (collectives of one step share
+        links: one set of representative links), or None. A later collective that is not equivariant under it
+        makes the step rerun (`mixed`), with ``node_next``: the groups every collective seen so far is
+        equivariant under."""
         net, transfers = self.system.network, plan.schedule.transfers
-        if self._node_actions is None:
-            self._node_actions = node_actions(net)
         q = None
-        for action in [self.node_action] if self.node_action is not None else self._node_actions:
-            q = quotient(net, transfers, action)
-            if q is not None:
-                self.node_action = action
-                break
+        if self.node_action is not None:
+            q = quotient(net, transfers, self.node_action)
+            if q is None:
+                fits = self._fits(transfers)
+                self.node_next = (self.node_next if self.node_next is not None else self._fits(self._first)) & fits
+        elif self._first is None:
+            self._first = transfers
+            for action in self._candidates():
+                q = quotient(net, transfers, action)
+                if q is not None:
+                    self.node_action = action
+                    break
         runs = self._class_runs[frozenset({"nodes"})]
         runs.add(q is not None)
         self.mixed = self.mixed or len(runs) > 1
         if q is not None:
             self._node_links.update(dict.fromkeys(q.links))
         return q
+
+    def _candidates(self) -> list[Any]:
+        """The node system's symmetry groups, largest first (those named in ``node_allowed``)."""
+        if self._node_candidates is None:
+            from simulator.collectives.symmetry import block_actions, node_actions
+
+            net, allowed = self.system.network, self.node_allowed
+            self._node_candidates = [a for a in itertools.chain(node_actions(net), block_actions(net))
+                                     if allowed is None or a.name in allowed]
+        return self._node_candidates
+
+    def _fits(self, transfers: list[Any]) -> frozenset:
+        """The names of the candidate groups ``transfers`` is equivariant under."""
+        net = self.system.network
+        return frozenset(a.name for a in self._candidates() if quotient(net, transfers, a) is not None)
 
     def _close(self, axes: list[str]) -> set[str]:
         """``axes`` and every mesh axis a collective of the step shares a physical axis or a collective with
