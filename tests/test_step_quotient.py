@@ -143,8 +143,9 @@ GPU_CASES = [  # mesh, topology, the group's order by hand
     ("fsdp=4,model=8", "nodes:4:8", 32),
     ("fsdp=8,model=4", "nodes:8:4", 32),
     ("data=2,fsdp=2,model=8", "fattree:4:8", 8),  # node rotations fix the fat tree's spine links: rails alone
-    # data halves are blocks of 2 nodes, model a half node: rotations inside the blocks x rails by 4 (2 x 2)
-    ("data=2,fsdp=4,model=4", "nodes:4:8", 4),
+    # every XOR of the node index's bits and the GPU index's (4 x 8): its collectives pair partners at XOR
+    # distances (recursive halving-doubling, direct), which no rotation of all nodes preserves
+    ("data=2,fsdp=4,model=4", "nodes:4:8", 32),
 ]
 
 

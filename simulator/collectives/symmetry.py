@@ -209,6 +209,7 @@ def block_actions(net: Network) -> Iterator[Automorphisms]:
     blocks = [b for b in range(count, 1, -1) if count % b == 0] + [1]
     shifts = [r for r in range(1, per_node + 1) if per_node % r == 0]  # rails by r: order per_node // r
     options = sorted(((b * (per_node // r), -b, b, r) for b in blocks for r in shifts), reverse=True)
+    yield from _xor_actions(net, count, per_node)
     for order, _, b, r in options:
         if order < 2:
             continue
@@ -223,5 +224,42 @@ def block_actions(net: Network) -> Iterator[Automorphisms]:
             generators.append((perm, per_node // r))
         try:
             yield Automorphisms(net, generators, f"nodes in blocks of {b} + rails by {r}")
+        except (ValueError, KeyError):
+            continue
+
+
+def _xor_actions(net: Network, count: int, per_node: int) -> Iterator[Automorphisms]:
+    """Where K and G are powers of two: node k -> k XOR s for s a multiple of 2^a (every a), times GPU g -> g XOR t
+    for t a multiple of 2^c, largest first -- the symmetries of recursive halving and doubling (partners at XOR
+    distances), which rotations are not; one InfiniBand switch and one NVLink switch a node treat every node and
+    every GPU of a node alike (`Automorphisms` checks it)."""
+    if count & (count - 1) or per_node & (per_node - 1):
+        return
+    graph = net.graph
+    at = {c: v for v, c in graph.nodes(data="coord") if c is not None}
+    by_group = {d["group"]: v for v, d in graph.nodes(data=True) if d.get("role") == "switch" and "group" in d}
+
+    def xor(node_bit: int | None, rail_bit: int | None) -> dict[Any, Any]:
+        perm = {}
+        for v, d in graph.nodes(data=True):
+            if d.get("role") == "chip":
+                k, g = d["coord"]
+                perm[v] = at[(k ^ node_bit if node_bit is not None else k, g ^ rail_bit if rail_bit is not None else g)]
+            elif "group" in d and node_bit is not None:
+                perm[v] = by_group[d["group"] ^ node_bit]
+            else:
+                perm[v] = v
+        return perm
+
+    node_bits = [1 << j for j in range(count.bit_length() - 1)]
+    rail_bits = [1 << j for j in range(per_node.bit_length() - 1)]
+    options = sorted(((len(node_bits) - a) + (len(rail_bits) - c), a, c) for a in range(len(node_bits) + 1)
+                     for c in range(len(rail_bits) + 1))
+    for size, a, c in reversed(options):
+        if size < 1:
+            continue
+        generators = [(xor(bit, None), 2) for bit in node_bits[a:]] + [(xor(None, bit), 2) for bit in rail_bits[c:]]
+        try:
+            yield Automorphisms(net, generators, f"nodes xor {a} + rails xor {c}")
         except (ValueError, KeyError):
             continue

@@ -13,6 +13,7 @@ activations; the embedding lookup is free; a block never exceeds a third of VMEM
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from simulator.workloads.budget import (
 )
 from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for
 from simulator.workloads.pipeline import MAX_STEPS, Operand, Step, run_steps
-from simulator.workloads.plans.symmetry import Symmetry
+from simulator.workloads.plans.symmetry import Rerun, Symmetry
 from simulator.workloads.transformer import TransformerConfig
 
 VECTOR_OPS_PER_ELEMENT = 10  #: norms, residual adds, softmax, activation: a rough element-wise budget
@@ -174,7 +175,8 @@ class StepSimulation:
         for attempt in range(4):  # a rerun where the symmetric run says it must (as `simulate_step`)
             if attempt:
                 self._build()
-            self._run(ops_per_group, layer_of, quotients, replay, avoid)
+            with contextlib.suppress(Rerun):  # a GPU node collective not equivariant under the step's group: mixed
+                self._run(ops_per_group, layer_of, quotients, replay, avoid)
             sym = self.sym
             if sym is None or not (sym.mixed or sym.replays.conflict):
                 break

@@ -37,7 +37,7 @@ from simulator.workloads.plans.links import build_system
 from simulator.workloads.plans.memory import LOGIT_BYTES, per_chip_memory, saved_elements, stage_params
 from simulator.workloads.plans.ops import IN_TURN, Comm, Op, Work, head_work, in_turn, layer_work
 from simulator.workloads.plans.schedules import stage_layers, tasks, virtual_stage
-from simulator.workloads.plans.symmetry import Symmetry
+from simulator.workloads.plans.symmetry import Rerun, Symmetry
 from simulator.workloads.transformer import TransformerConfig
 
 
@@ -322,7 +322,7 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
     replaying those (twice at most), then without replays."""
     sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, built, replay,
                     quotients=quotients)
-    measured = sim.run()
+    measured = _run(sim)
     shared = sim.sym.shared  # the collectives' plans: every rerun of the fast step reuses them
     allowed = None
     for _ in range(3):  # GPU nodes: the groups every collective seen is equivariant under, then none
@@ -332,7 +332,7 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
         quotients = allowed is not None
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
                         quotients=quotients, shared=shared, node_allowed=allowed)
-        measured = sim.run()
+        measured = _run(sim)
     if sim.sym.mixed:
         quotients, allowed = False, None
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
@@ -350,3 +350,11 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
         sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast=False)
         measured = sim.run()
     return sim, measured
+
+
+def _run(sim: TrainStep) -> dict[str, Any] | None:
+    """``sim.run()``, or None where the run stopped to be rerun (`simulator.workloads.plans.symmetry.Rerun`)."""
+    try:
+        return sim.run()
+    except Rerun:
+        return None

@@ -49,6 +49,11 @@ from simulator.collectives.schedule import execute
 from simulator.workloads.plans.replay import Replays
 
 RING_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+class Rerun(Exception):  # noqa: N818  (not an error: a signal)
+    """Raised inside a fast step that must be rerun anyway (`Symmetry.mixed` on GPU nodes): the caller reruns it
+    at once instead of finishing a run whose results it would discard."""
 TIME_TOLERANCE = 1e-12  #: relative: arrivals of a symmetric stage's transfers agree to float rounding
 
 
@@ -249,12 +254,15 @@ class Symmetry:
             if q is None:
                 fits = self._fits(transfers)
                 self.node_next = (self.node_next if self.node_next is not None else self._fits(self._first)) & fits
+                self.mixed = True
+                raise Rerun("a collective is not equivariant under the step's group")  # no use running on
         elif self._first is None:
             self._first = transfers
-            for action in self._candidates():
+            chosen = self.shared.get(("node choice", self.node_allowed))  # an earlier run's: tried first
+            for action in ([chosen] if chosen is not None else []) + self._candidates():
                 q = quotient(net, transfers, action)
                 if q is not None:
-                    self.node_action = action
+                    self.node_action = self.shared[("node choice", self.node_allowed)] = action
                     break
         runs = self._class_runs[frozenset({"nodes"})]
         runs.add(q is not None)
@@ -265,12 +273,15 @@ class Symmetry:
 
     def _candidates(self) -> list[Any]:
         """The node system's symmetry groups, largest first (those named in ``node_allowed``)."""
-        if self._node_candidates is None:
+        if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
             from simulator.collectives.symmetry import block_actions, node_actions
 
             net, allowed = self.system.network, self.node_allowed
-            self._node_candidates = [a for a in itertools.chain(node_actions(net), block_actions(net))
-                                     if allowed is None or a.name in allowed]
+            every = self.shared.get(("node candidates",))
+            if every is None:
+                every = self.shared[("node candidates",)] = sorted(
+                    itertools.chain(node_actions(net), block_actions(net)), key=lambda a: -a.order)
+            self._node_candidates = [a for a in every if allowed is None or a.name in allowed]
         return self._node_candidates
 
     def _fits(self, transfers: list[Any]) -> frozenset:
