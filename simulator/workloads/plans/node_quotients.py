@@ -1,0 +1,69 @@
+"""Whole steps on GPU node systems on the quotient by node and rail symmetries: `NodeQuotients`, a part of
+`simulator.workloads.plans.symmetry.Symmetry` (its state is set there), and `Rerun`."""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from simulator.collectives.quotient import quotient
+
+
+class Rerun(Exception):  # noqa: N818  (not an error: a signal)
+    """Raised inside a fast step that must be rerun anyway (`Symmetry.mixed` on GPU nodes): the caller reruns it
+    at once instead of finishing a run whose results it would discard."""
+
+
+class NodeQuotients:
+    """The node-system quotient of `Symmetry` (see `_node_quotient`)."""
+
+    node_action: Any = None  #: the group every collective of the step ran on the quotient by
+
+    def _node_quotient(self, plan: Any) -> Any:
+        """``plan``'s schedule (every group) on a GPU node system, on its quotient by the rotations of nodes (whole,
+        or inside blocks of a mesh axis) and rails that map the fabric onto itself (`simulator.collectives.symmetry`
+        `node_actions`, `block_actions`; those named in ``node_allowed`` if given): the largest group the step's
+        first collective is equivariant under, then that one for every collective (collectives of one step share
+        links: one set of representative links), or None. A later collective that is not equivariant under it
+        makes the step rerun (`mixed`), with ``node_next``: the groups every collective seen so far is
+        equivariant under."""
+        net, transfers = self.system.network, plan.schedule.transfers
+        q = None
+        if self.node_action is not None:
+            q = quotient(net, transfers, self.node_action)
+            if q is None:
+                fits = self._fits(transfers)
+                self.node_next = (self.node_next if self.node_next is not None else self._fits(self._first)) & fits
+                self.mixed = True
+                raise Rerun("a collective is not equivariant under the step's group")  # no use running on
+        elif self._first is None:
+            self._first = transfers
+            chosen = self.shared.get(("node choice", self.node_allowed))  # an earlier run's: tried first
+            for action in ([chosen] if chosen is not None else []) + self._candidates():
+                q = quotient(net, transfers, action)
+                if q is not None:
+                    self.node_action = self.shared[("node choice", self.node_allowed)] = action
+                    break
+        runs = self._class_runs[frozenset({"nodes"})]
+        runs.add(q is not None)
+        self.mixed = self.mixed or len(runs) > 1
+        if q is not None:
+            self._node_links.update(dict.fromkeys(q.links))
+        return q
+
+    def _candidates(self) -> list[Any]:
+        """The node system's symmetry groups, largest first (those named in ``node_allowed``)."""
+        if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
+            from simulator.collectives.symmetry import block_actions, node_actions
+
+            net, allowed = self.system.network, self.node_allowed
+            every = self.shared.get(("node candidates",))
+            if every is None:
+                every = self.shared[("node candidates",)] = sorted(
+                    itertools.chain(node_actions(net), block_actions(net)), key=lambda a: -a.order)
+            self._node_candidates = [a for a in every if allowed is None or a.name in allowed]
+        return self._node_candidates
+
+    def _fits(self, transfers: list[Any]) -> frozenset:
+        """The names of the candidate groups ``transfers`` is equivariant under."""
+        net = self.system.network
+        return frozenset(a.name for a in self._candidates() if quotient(net, transfers, a) is not None)
