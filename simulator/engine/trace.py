@@ -161,6 +161,15 @@ def busy_by_chip(spans: Iterable[Span]) -> dict[Any, dict[str, float]]:
     return dict(out)
 
 
+def add_images(per_chip: dict[Any, dict[str, float]], images: dict[tuple[Any, str], list[tuple[Any, str]]]) -> None:
+    """Give every link a quotient run's representative link stood for (``images``: `Trace.images`) the
+    representative's busy seconds in ``per_chip`` (`busy_by_chip`'s form)."""
+    for (chip, unit), copies in images.items():
+        seconds = per_chip.get(chip, {}).get(unit)
+        for image in copies if seconds is not None else ():
+            per_chip.setdefault(image[0], {})[image[1]] = seconds
+
+
 def compute_metrics(trace: Trace, end_to_end_s: float | None = None,
                     upper_bound: Callable[[dict[Any, dict[str, float]]], float] | None = None) -> dict[str, Any]:
     """The standard metrics of a run.
@@ -186,10 +195,7 @@ def compute_metrics(trace: Trace, end_to_end_s: float | None = None,
                 "flops": trace.flops_total, "overlap_s": None, "exposed_s": None, "lower_bound_s": None,
                 "upper_bound_s": None, "utilization": None}
     per_chip = busy_by_chip(spans)
-    for (chip, unit), copies in trace.images.items():
-        seconds = per_chip.get(chip, {}).get(unit)
-        for image in copies if seconds is not None else ():
-            per_chip.setdefault(image[0], {})[image[1]] = seconds
+    add_images(per_chip, trace.images)
     busy: dict[str, float] = {}
     for units in per_chip.values():
         for unit, seconds in units.items():

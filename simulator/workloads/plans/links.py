@@ -219,13 +219,16 @@ class Tuned:
         axes = tuple(a for a in axes if a in mesh.names and mesh.size(a) > 1)
         if len(axes) < 2:
             return True
-        geometry = (self.where, tuple(mesh.pieces[mesh.index(a)] for a in axes))
+        return self._groups(axes, (self.where, tuple(mesh.pieces[mesh.index(a)] for a in axes))) is not None
+
+    def _groups(self, axes: tuple[str, ...], geometry: Any) -> list[Any] | None:
+        """The mesh's groups over ``axes`` (cached by ``geometry``); None where they cannot form."""
         if (geometry, "groups") not in self.cache:
             try:
-                self.cache[(geometry, "groups")] = collective_groups(self.net, list(axes), mesh)
+                self.cache[(geometry, "groups")] = collective_groups(self.net, list(axes), self.mesh)
             except PodsimError:
                 self.cache[(geometry, "groups")] = None
-        return self.cache[(geometry, "groups")] is not None
+        return self.cache[(geometry, "groups")]
 
     def time_s(self, kind: str, axes: tuple[str, ...], nbytes: float) -> float | None:
         """Seconds of collective ``kind`` of ``nbytes`` (V, as `simulator.collectives.run_collective`) over ``axes``;
@@ -240,12 +243,7 @@ class Tuned:
         geometry = (self.where, pieces)
         key = (geometry, kind, nbytes)
         if key not in self.cache:
-            if (geometry, "groups") not in self.cache:
-                try:
-                    self.cache[(geometry, "groups")] = collective_groups(self.net, list(axes), self.mesh)
-                except PodsimError:
-                    self.cache[(geometry, "groups")] = None
-            groups = self.cache[(geometry, "groups")]
+            groups = self._groups(axes, geometry)
             if groups is None:
                 return None
             net = self.net

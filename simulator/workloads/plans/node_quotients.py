@@ -24,15 +24,14 @@ class NodeQuotients:
         `node_actions`, `block_actions`; those named in ``node_allowed`` if given): the largest group the step's
         first collective is equivariant under, then that one for every collective (collectives of one step share
         links: one set of representative links), or None. A later collective that is not equivariant under it
-        makes the step rerun (`mixed`), with ``node_next``: the groups every collective seen so far is
-        equivariant under."""
+        stops the run (`Rerun`, `mixed`), with ``node_next``: the groups it and the first are both equivariant
+        under; where the first has none, no collective runs on a quotient."""
         net, transfers = self.system.network, plan.schedule.transfers
         q = None
         if self.node_action is not None:
             q = quotient(net, transfers, self.node_action)
-            if q is None:
-                fits = self._fits(transfers)
-                self.node_next = (self.node_next if self.node_next is not None else self._fits(self._first)) & fits
+            if q is None:  # the run stops here: the groups this one and the first are both equivariant under
+                self.node_next = self._fits(self._first) & self._fits(transfers)
                 self.mixed = True
                 raise Rerun("a collective is not equivariant under the step's group")  # no use running on
         elif self._first is None:
@@ -43,9 +42,6 @@ class NodeQuotients:
                 if q is not None:
                     self.node_action = self.shared[("node choice", self.node_allowed)] = action
                     break
-        runs = self._class_runs[frozenset({"nodes"})]
-        runs.add(q is not None)
-        self.mixed = self.mixed or len(runs) > 1
         if q is not None:
             self._node_links.update(dict.fromkeys(q.links))
         return q

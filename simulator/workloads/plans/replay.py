@@ -34,7 +34,15 @@ from typing import Any
 import simpy
 
 from simulator.engine.channel import Channel
-from simulator.engine.trace import COMPUTE_KINDS, Span, busy_by_chip, intersection_length, merge_intervals, new_span
+from simulator.engine.trace import (
+    COMPUTE_KINDS,
+    Span,
+    add_images,
+    busy_by_chip,
+    intersection_length,
+    merge_intervals,
+    new_span,
+)
 from simulator.workloads.plans.templates import Template, _union
 
 _WINDOW = (float("-inf"), None)
@@ -123,10 +131,7 @@ class Replays:
                 units[unit] = units.get(unit, 0.0) + seconds
             starts, ends = template.union  # type: ignore[attr-defined]
             moving.extend(zip(map(now.__add__, starts), map(now.__add__, ends), strict=True))
-        for (chip, unit), copies in trace.images.items():  # links a quotient's representatives stood for
-            seconds = per_chip.get(chip, {}).get(unit)
-            for image in copies if seconds is not None else ():
-                per_chip.setdefault(image[0], {})[image[1]] = seconds
+        add_images(per_chip, trace.images)  # links a quotient's representatives stood for
         per_chip = {chip: dict(sorted(per_chip[chip].items())) for chip in sorted(per_chip, key=str)}
         busy: dict[str, float] = {}
         for units in per_chip.values():

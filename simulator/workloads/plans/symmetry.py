@@ -113,7 +113,7 @@ class Symmetry(NodeQuotients):
         self.node_quotients = quotients and self.active and not self.group_reduce and len(self.members) == 1 \
             and system.calibration is None  #: on a GPU node system: by node and rail rotations (one for the step)
         self.node_allowed = node_allowed  #: names of the node groups this run may use (None: any)
-        self.node_next: frozenset | None = None  #: the groups every collective seen is equivariant under (a rerun's)
+        self.node_next: frozenset | None = None  #: a rerun's groups: the first and the stopping collective's
         self._node_candidates: list[Any] | None = None
         self._first: Any = None  #: the transfers of the step's first collective on GPU nodes
         self.node_action = None
