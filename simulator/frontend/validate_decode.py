@@ -1,5 +1,6 @@
-"""`podsim validate`'s serving family: published single-accelerator decode and prefill measurements against
-`simulator.workloads.served` (the simulator's per-layer ops priced at the chip's fitted serving factors).
+"""`podsim validate`'s serving families: published decode and prefill measurements, on one GPU and tensor-parallel
+over ``gpus`` (the model axis), against `simulator.workloads.served` (the simulator's per-layer ops priced at the
+chip's fitted serving factors, plus each layer's AllReduces as the engine runs them on a mesh).
 
 Each row of ``decode_latency.csv`` names its chip, model, dtypes, batch, prompt and output lengths and
 what was measured: ``tpot`` (mean time per output token), ``request`` (a static batch's end-to-end
@@ -58,23 +59,35 @@ def predict(row: dict[str, str], calibration: DecodeCalibration | None = None) -
     if row["hbm_bytes_per_s"]:  # a variant of the preset (A100 40GB)
         spec = spec.replace(hbm_bandwidth_bytes_per_s=float(row["hbm_bytes_per_s"]))
     cal = (calibration or get_decode_calibration(row["chip"])).for_engine(engine_of(row))
+    gpus = gpus_of(row)
     if row["arrival"] == "closed_loop":  # continuous batching under ``batch`` closed-loop clients
         args = (model_of(row), spec, int(row["batch"]), int(row["input_len"]), int(row["output_len"]),
                 row["weight_dtype"], row["kv_dtype"])
-        c = served_concurrent(*args, calibration=cal)
+        c = served_concurrent(*args, calibration=cal, model=gpus)
         if row["metric"] == "throughput_gain":  # over the same setup with one client
-            return c["output_tokens_per_s"] / served_concurrent(args[0], spec, 1, *args[3:], calibration=cal)[
-                "output_tokens_per_s"]
+            return c["output_tokens_per_s"] / served_concurrent(args[0], spec, 1, *args[3:], calibration=cal,
+                                                                model=gpus)["output_tokens_per_s"]
         return c["output_tokens_per_s"] if row["metric"] == "throughput" else 1e3 * c[f"{row['metric']}_s"]
     r = served_request(model_of(row), spec, int(row["batch"]), int(row["input_len"]),
-                       int(row["output_len"]), row["weight_dtype"], row["kv_dtype"], calibration=cal)
+                       int(row["output_len"]), row["weight_dtype"], row["kv_dtype"], calibration=cal, model=gpus)
     if row["metric"] == "throughput":
         return r["output_tokens_per_s"]
     return 1e3 * {"request": r["request_s"], "ttft": r["ttft_s"], "tpot": r["tpot_s"]}[row["metric"]]
 
 
+def gpus_of(row: dict[str, str]) -> int:
+    """The row's tensor-parallel GPUs (1 where the column is empty)."""
+    return int(row.get("gpus") or 1)
+
+
+MULTI_GPU = "Multi-GPU decode (tensor parallel)"  #: the family of every row with gpus > 1
+
+
 def family_of(row: dict[str, str]) -> str:
-    """Prefill, decode at batch 1-16 (what the fit saw: 1 and 8) or decode at batch 32-64, per engine."""
+    """`MULTI_GPU` for a tensor-parallel row; else prefill, decode at batch 1-16 (what the fit saw: 1 and 8) or
+    decode at batch 32-64, per engine."""
+    if gpus_of(row) > 1:
+        return MULTI_GPU
     kind = ("prefill (first token)" if row["metric"] == "ttft" else
             "decode, batch 32-64" if int(row["batch"]) >= 32 else "decode")
     return f"Serving {kind}, one GPU ({engine_of(row)})"
@@ -84,7 +97,8 @@ def decode_cases(case: Any) -> list[Any]:
     """One ``case`` (`simulator.frontend.validate.Case`) per measurement row."""
     out = []
     for row in decode_rows():
-        name = (f"{row['chip']} {row['model']} {row['weight_dtype']} b{row['batch']} "
+        tp = f" tp{gpus_of(row)} {engine_of(row)}" if gpus_of(row) > 1 else ""
+        name = (f"{row['chip']}{tp} {row['model']} {row['weight_dtype']} b{row['batch']} "
                 f"{row['input_len']}/{row['output_len']}")
         out.append(case(family_of(row), f"{name} {row['metric']}", float(row["measured_ms"]), predict(row),
                         UNITS[row["metric"]], row["set"] != "fit"))
