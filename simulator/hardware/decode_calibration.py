@@ -96,7 +96,7 @@ def get_decode_calibration(chip: str, engine: str | None = None) -> DecodeCalibr
     naming the chips (or engines) that have one otherwise."""
     data = _table()["chips"].get(chip)
     if data is None:
-        raise PodsimError(f"no calibrated decode/prefill model for chip {chip!r} (no published single-accelerator "
+        raise PodsimError(f"no calibrated decode/prefill model for chip {chip!r} (no published decode "
                           f"measurements); chips with one: {', '.join(decode_calibrated_chips())}")
     # an engine without its own batch slowdown takes the chip's, whichever engine was picked before
     engines = {k: {"batch_slowdown": data.get("batch_slowdown", 0.0), **v} for k, v in data.get("engines", {}).items()}

@@ -35,7 +35,7 @@ from simulator.hardware.decode_calibration import DecodeCalibration, get_decode_
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.units import check_int, positive_int
 from simulator.workloads.budget import MAX_REQUESTS, Parallelism, check_layout, request_contexts, with_dtypes
-from simulator.workloads.served_tp import allreduce_cost, ideal_allreduce_s
+from simulator.workloads.served_tp import allreduce_cost, check_gpus, ideal_allreduce_s
 from simulator.workloads.simulate import LayerOp, head_op, layer_ops, simulate_decode
 from simulator.workloads.transformer import TransformerConfig
 
@@ -153,7 +153,7 @@ def served_step(cfg: TransformerConfig, chip: str | ChipSpec, batch: int = 1, co
     cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
     contexts = request_contexts(batch, context)  # checks the batch and every context
     positive_int(new_tokens, name="new_tokens")
-    check_layout(cfg, Parallelism(1, model), batch)
+    check_layout(cfg, Parallelism(1, check_gpus(model)), batch)
     ideal, real = _step_sums(cfg, spec, cal, batch, contexts, new_tokens, model)
     simulated = (simulate_decode(cfg, spec, batch, contexts, Parallelism(1, model), new_tokens=new_tokens,
                                  trace=False).env.now if simulate else ideal.total)
@@ -183,7 +183,7 @@ def served_request(cfg: TransformerConfig, chip: str | ChipSpec, batch: int, inp
     check_int(batch, name="batch", maximum=MAX_REQUESTS)
     positive_int(input_len, name="input_len")
     check_int(output_len, name="output_len", maximum=MAX_OUTPUT_TOKENS)
-    check_layout(cfg, Parallelism(1, model), batch)
+    check_layout(cfg, Parallelism(1, check_gpus(model)), batch)
     first_ideal, first = _step_sums(cfg, spec, cal, batch, 0, input_len, model)
     ideal, real = _Sums(), _Sums()
     for t in range(1, output_len):

@@ -41,6 +41,7 @@ from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 
 ONE_SHOT, TWO_SHOT, NCCL = "one-shot", "two-shot", "nccl-ring"
+MAX_GPUS = 8  #: tensor parallelism inside one NVLink node (what every measurement ran)
 CUSTOM_MAX_BYTES = 8 * 2**20  #: vLLM's custom AllReduce buffer; NCCL beyond
 
 
@@ -62,6 +63,15 @@ ENGINES = {
     "tensorrt-llm": EngineComm("tensorrt-llm", False, False, "TensorRT-LLM v0.5 / NeMo 2023: NCCL AllReduce plugin "
                                "(custom all-reduce opt-in), no CUDA graphs"),
 }
+
+
+def check_gpus(n: int) -> int:
+    """``n`` if it is a tensor-parallel width this model prices (1 to `MAX_GPUS`); `PodsimError` otherwise."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_GPUS:
+        raise PodsimError(f"tensor parallelism over model={n!r} GPUs: the served model prices AllReduces inside one "
+                          f"NVLink node, 1 to {MAX_GPUS} GPUs; use model <= {MAX_GPUS} (and a data axis for more "
+                          "replicas)")
+    return n
 
 
 def engine_comm(engine: str) -> EngineComm:
