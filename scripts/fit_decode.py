@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 
 from simulator.frontend.validate import geomean_error
-from simulator.frontend.validate_decode import decode_rows, engine_of, gpus_of, predict
+from simulator.frontend.validate_decode import MULTI_GPU, decode_rows, engine_of, family_of, gpus_of, predict
 from simulator.hardware.calibration import get_calibration
 from simulator.hardware.decode_calibration import DecodeCalibration
 
@@ -112,7 +112,7 @@ def build() -> dict:
     fit = [r for r in data if r["set"] == "fit" and not multi_gpu(r)]
     held = [r for r in data if r["set"] == "held_out" and not multi_gpu(r)]
     fit_tp = [r for r in data if r["set"] == "fit" and multi_gpu(r)]
-    held_tp = [r for r in data if r["set"] == "held_out" and multi_gpu(r)]
+    held_tp = [r for r in data if r["set"] == "held_out" and family_of(r) == MULTI_GPU]  # decode at batch 1-16
 
     def loss(q: dict[str, float]) -> float:
         return errors(q, fit)

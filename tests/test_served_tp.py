@@ -177,7 +177,7 @@ def test_validate_family_and_fit_report_recomputed_from_the_csv():
 
     result = validate()
     rows = {r["row"]: r for r in _rows_from_csv()}
-    multi = [r for r in rows.values() if int(r["gpus"]) > 1]
+    multi = [r for r in rows.values() if int(r["gpus"]) > 1 and r["metric"] != "ttft" and int(r["batch"]) < 32]
     report = json.loads((DATA / "decode_calibration.json").read_text())["fit"]
     for label, which in (("fit", "multi_gpu_fit"), ("held_out", "multi_gpu_held_out")):
         subset = [r for r in multi if r["set"] == label]
