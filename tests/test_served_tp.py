@@ -111,6 +111,7 @@ def test_uncalibrated_parts_are_named():
     assert served_step(cfg, "h100", 1, 100, simulate=False, engine="tensorrt-llm", model=8)["uncalibrated"] == []
     gpt = served_step(cfg, "a100", 1, 100, simulate=False, engine="gpt-fast", model=8)["uncalibrated"]
     assert len(gpt) == 1 and "gpt-fast" in gpt[0] and "tensorrt-llm's fitted value" in gpt[0]
+    assert "fitted without CUDA graphs where gpt-fast runs with them" in gpt[0]
     assert served_step(cfg, "a100", 1, 100, simulate=False, engine="gpt-fast")["uncalibrated"] == []  # one GPU
     h200 = served_request(cfg, "h200", 1, 32, 8, engine="vllm", model=2)["uncalibrated"]
     assert any("h200" in u and "h100" in u for u in h200) and any("vllm" in u for u in h200)

@@ -35,7 +35,7 @@ from simulator.hardware.decode_calibration import DecodeCalibration, get_decode_
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.units import check_int, positive_int
 from simulator.workloads.budget import MAX_REQUESTS, Parallelism, check_layout, request_contexts, with_dtypes
-from simulator.workloads.served_tp import allreduce_cost, check_gpus, ideal_allreduce_s
+from simulator.workloads.served_tp import allreduce_cost, check_gpus, engine_comm, ideal_allreduce_s
 from simulator.workloads.simulate import LayerOp, head_op, layer_ops, simulate_decode
 from simulator.workloads.transformer import TransformerConfig
 
@@ -110,7 +110,7 @@ def allreduce_summary(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibra
         return None
     nbytes = tokens * cfg.d_model * cfg.act_elem_bytes
     cost = allreduce_cost(cal.engine, spec, model, nbytes, cal.allreduce_sync_s or 0.0)
-    return {"bytes": nbytes, "per_step": 2 * cfg.n_layers, **cost}
+    return {"bytes": nbytes, "per_step": 2 * cfg.n_layers, "cuda_graphs": engine_comm(cal.engine).cuda_graphs, **cost}
 
 
 def uncalibrated(cal: DecodeCalibration, model: int, real: _Sums | None = None) -> list[str]:
@@ -122,8 +122,12 @@ def uncalibrated(cal: DecodeCalibration, model: int, real: _Sums | None = None) 
         out.append(f"tensor-parallel synchronisation for engine {cal.engine} (none fitted: each AllReduce at its "
                    "algorithm's latency alone)")
     elif model > 1 and cal.sync_fitted_to != cal.engine:
+        mine, theirs = engine_comm(cal.engine), engine_comm(cal.sync_fitted_to)
+        graphs = ("" if mine.cuda_graphs == theirs.cuda_graphs else
+                  f", fitted {'with' if theirs.cuda_graphs else 'without'} CUDA graphs where {cal.engine} runs "
+                  f"{'with' if mine.cuda_graphs else 'without'} them")
         out.append(f"tensor-parallel synchronisation for engine {cal.engine} (no multi-GPU fit rows: "
-                   f"{cal.sync_fitted_to}'s fitted value)")
+                   f"{cal.sync_fitted_to}'s fitted value{graphs})")
     if real is not None and real.total > 0 and real.kv_cache > 0.1 * real.total:
         out.append("KV-cache streaming rate (attention_fraction not fitted: as fast as weight streaming)")
     return out

@@ -25,7 +25,8 @@ Priced per AllReduce of ``nbytes`` over ``n`` GPUs of one NVSwitch node, each wi
     one-shot:               2 step_LL + (n - 1) x nbytes / link_bw          (barrier in, barrier out)
     two-shot:               3 step_LL + 2 (n - 1) / n x nbytes / link_bw    (barriers in, between, out)
 
-the custom kernels' barriers being one flag store and poll over NVLink, as an LL step is. On top of the
+the custom kernels' barriers being one flag store and poll over NVLink, as an LL step is. Kernel launches
+(through CUDA graphs or from the host) are each engine's fitted per-layer overhead, the same on a mesh. On top of the
 algorithm each AllReduce pays ``sync_s x log2(n)``: launching it and waiting for the slowest GPU (kernel
 skew grows with the GPUs waited for), the engine's fitted ``allreduce_sync_s`` (`simulator.hardware.
 decode_calibration`), or 0 -- and then named uncalibrated -- for an engine without multi-GPU fit rows.
