@@ -269,8 +269,8 @@ def _print_model(out: dict[str, Any]) -> None:
     print(f"  per chip: compute {format_quantity(out['t_compute_s'], 's')}, memory "
           f"{format_quantity(out['t_memory_s'], 's')} -> {out['bound']}-bound"
           + (f"; simulated step {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"] else "")
-          + (f" (calibrated {format_quantity(out['calibrated_step_time_s'], 's')})"
-             if "calibrated_step_time_s" in out else ""))
+          + (f" ({'calibrated kernels' if 'served' in out else 'calibrated'} "
+             f"{format_quantity(out['calibrated_step_time_s'], 's')})" if "calibrated_step_time_s" in out else ""))
     print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
     print_served(out)
     _print_notes(out)
