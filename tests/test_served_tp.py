@@ -65,6 +65,10 @@ def test_custom_one_shot_and_two_shot_by_hand_and_large_prefills_fall_back_to_nc
     assert big["algorithm"] == "nccl-ring" and big["protocol"] == "LL128"
     assert big["seconds"] == pytest.approx(_ring_by_hand(8, 16 * 2**20, "LL128") + 15e-6, rel=1e-12)
     assert allreduce_cost("gpt-fast", get_model_chip(), 1, 8192, 5e-6)["seconds"] == 0.0  # one GPU: none
+    assert allreduce_cost("vllm", get_model_chip(), 3, 8192, 0.0)["algorithm"] == "nccl-ring"  # 2, 4, 6, 8 only
+    # PyTorch's IntraNodeComm (gpt-fast): one-shot to 256 KiB, two-shot to 10 MiB, then NCCL
+    assert [allreduce_cost("gpt-fast", get_model_chip(), 8, b, 0.0)["algorithm"]
+            for b in (256 * 2**10, 9 * 2**20, 11 * 2**20)] == ["one-shot", "two-shot", "nccl-ring"]
 
 
 def get_model_chip():

@@ -5,12 +5,15 @@ With the model axis over ``n`` GPUs every layer AllReduces its [tokens, d_model]
 attention and after the MLP), ``tokens x d_model x 2`` bytes each in bf16: 8 KiB for one Llama-2-7B token.
 At decode sizes the bytes are nothing; the cost is latency, and the engines pay it differently:
 
-- **vllm**: its own custom AllReduce (``csrc/custom_all_reduce.cuh``): one-shot (``cross_device_reduce_1stage``:
-  every GPU reads every peer's buffer and sums) on 2 GPUs, on up to 4 GPUs under 512 KiB and on up to 8
-  under 256 KiB; two-shot (``cross_device_reduce_2stage``: reduce-scatter, then all-gather) above, up to
-  its 8 MiB buffer (``custom_all_reduce.py`` ``max_size``); NCCL (PyNCCL) beyond. Decode runs in CUDA graphs.
-- **gpt-fast**: PyTorch's intra-node AllReduce (``ENABLE_INTRA_NODE_COMM=1`` in its README: IntraNodeComm's
-  one-shot / two-shot kernels, the same split), compiled with ``mode="reduce-overhead"`` (CUDA graphs).
+- **vllm**: its own custom AllReduce (``csrc/custom_all_reduce.cuh``, on 2, 4, 6 or 8 fully NVLinked GPUs):
+  one-shot (``cross_device_reduce_1stage``: every GPU reads every peer's buffer and sums) on 2 GPUs, on up
+  to 4 GPUs under 512 KiB and on up to 8 under 256 KiB; two-shot (``cross_device_reduce_2stage``:
+  reduce-scatter, then all-gather) above, up to its 8 MiB buffer (``custom_all_reduce.py`` ``max_size``);
+  NCCL (PyNCCL) beyond and on other GPU counts. Decode runs in CUDA graphs.
+- **gpt-fast**: PyTorch's intra-node AllReduce (``ENABLE_INTRA_NODE_COMM=1`` in its README; c10d
+  ``intra_node_comm.cu``: one-shot up to 256 KiB, two-shot up to 10 MiB, NCCL beyond -- and on a hybrid
+  cube mesh, gpt-fast's measured node, its own HCM kernel up to 256 KiB, priced here as one-shot),
+  compiled with ``mode="reduce-overhead"`` (CUDA graphs).
 - **tensorrt-llm** (NeMo's 2023 stack and TensorRT-LLM v0.5, the measurements it is fitted to): the NCCL
   AllReduce plugin (the custom one- / two-shot kernels were opt-in, ``use_custom_all_reduce``), no CUDA
   graphs. Newer TensorRT-LLM picks ONESHOT / TWOSHOT kernels itself (``AllReduceStrategy.AUTO``); none
@@ -43,7 +46,7 @@ from simulator.hardware.specs import ChipSpec
 
 ONE_SHOT, TWO_SHOT, NCCL = "one-shot", "two-shot", "nccl-ring"
 MAX_GPUS = 8  #: tensor parallelism inside one NVLink node (what every measurement ran)
-CUSTOM_MAX_BYTES = 8 * 2**20  #: vLLM's custom AllReduce buffer; NCCL beyond
+KiB, MiB = 2**10, 2**20
 
 
 @dataclass(frozen=True)
@@ -92,13 +95,14 @@ def step_s(protocol: Protocol) -> float:
     return 2 * protocol.hop_latency_s["nvlink"]
 
 
-def custom_algorithm(n: int, nbytes: float) -> str | None:
-    """vLLM's choice of custom kernel for ``nbytes`` over ``n`` GPUs; None where it falls back to NCCL."""
-    if nbytes > CUSTOM_MAX_BYTES or n > 8:
-        return None
-    if n == 2 or (n <= 4 and nbytes < 512 * 2**10) or nbytes < 256 * 2**10:
-        return ONE_SHOT
-    return TWO_SHOT
+def custom_algorithm(engine: str, n: int, nbytes: float) -> str | None:
+    """The custom kernel ``engine`` picks for ``nbytes`` over ``n`` GPUs (vLLM's or PyTorch's rule); None where it
+    falls back to NCCL."""
+    if engine == "vllm":
+        if nbytes > 8 * MiB or n not in (2, 4, 6, 8):
+            return None
+        return ONE_SHOT if n == 2 or (n <= 4 and nbytes < 512 * KiB) or nbytes < 256 * KiB else TWO_SHOT
+    return ONE_SHOT if nbytes <= 256 * KiB else TWO_SHOT if nbytes <= 10 * MiB else None  # PyTorch IntraNodeComm
 
 
 def nccl_ring_s(n: int, nbytes: float, link_bw: float) -> tuple[float, str]:
@@ -123,7 +127,7 @@ def allreduce_cost(engine: str, spec: ChipSpec, n: int, nbytes: float, sync_s: f
     if n <= 1:
         return {"algorithm": None, "protocol": None, "algorithm_s": 0.0, "sync_s": 0.0, "seconds": 0.0}
     comm, bw = engine_comm(engine), link_bandwidth_bytes_per_s(spec)
-    algorithm = custom_algorithm(n, nbytes) if comm.custom else None
+    algorithm = custom_algorithm(engine, n, nbytes) if comm.custom else None
     if algorithm is None:
         seconds, protocol = nccl_ring_s(n, nbytes, bw)
         algorithm = NCCL
