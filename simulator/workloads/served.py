@@ -121,7 +121,7 @@ def uncalibrated(cal: DecodeCalibration, model: int, real: _Sums | None = None) 
     if model > 1 and cal.allreduce_sync_s is None:
         out.append(f"tensor-parallel synchronisation for engine {cal.engine} (none fitted: each AllReduce at its "
                    "algorithm's latency alone)")
-    elif model > 1 and cal.sync_fitted_to != cal.engine:
+    elif model > 1 and cal.sync_fitted_to not in (None, cal.engine):  # None: a calibration given by hand
         mine, theirs = engine_comm(cal.engine), engine_comm(cal.sync_fitted_to)
         graphs = ("" if mine.cuda_graphs == theirs.cuda_graphs else
                   f", fitted {'with' if theirs.cuda_graphs else 'without'} CUDA graphs where {cal.engine} runs "
@@ -147,7 +147,7 @@ def served_step(cfg: TransformerConfig, chip: str | ChipSpec, batch: int = 1, co
 
     Returns ``step_time_s`` (calibrated, seconds), ``ideal_step_time_s`` (the simulated ideal step when
     ``simulate``, else the closed-form sum), ``closed_form_ideal_s`` and ``breakdown``: per factor
-    (weights, kv_cache, matmul, overlap, launch_sync) its ``ideal_s`` and ``calibrated_s``. ``calibration``
+    (weights, kv_cache, matmul, overlap, launch_sync, allreduce) its ``ideal_s`` and ``calibrated_s``. ``calibration``
     defaults to the chip's fitted one as serving ``engine`` reaches it (`simulator.hardware.decode_calibration`;
     `PodsimError` naming the chips, or engines, that have one). With ``model`` > 1: ``allreduce`` (one of the
     step's AllReduces: `allreduce_summary`). ``uncalibrated``: what is priced without a fitted constant.
