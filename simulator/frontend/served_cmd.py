@@ -28,11 +28,11 @@ def add_engine_arg(p: argparse.ArgumentParser) -> None:
 
 def served_extras(args: argparse.Namespace, cfg: Any, chip: Any, par: Any, batch: int,
                   context: int | Sequence[int], new_tokens: int) -> dict[str, Any]:
-    """``served_step_time_s``, ``served_tokens_per_s`` (all ``par.data`` replicas) and ``served`` (engine, mesh,
-    per-factor seconds ideal beside calibrated, the AllReduce) for a calibrated step on a chip with serving
-    factors, with ``uncalibrated`` (what it prices without a fitted constant); only ``uncalibrated`` for a
-    calibrated step on a chip without them and no ``--engine``; {} when not calibrated. `PodsimError` (one
-    line) when ``--engine`` asks for what cannot be given."""
+    """``served_step_time_s`` (the slowest replica's), ``served_tokens_per_s`` (all ``par.data`` replicas) and
+    ``served`` (engine, mesh, per-factor seconds ideal beside calibrated, the AllReduce) for a calibrated step
+    on a chip with serving factors, with ``uncalibrated`` (what it prices without a fitted constant); only
+    ``uncalibrated`` for a calibrated step on a chip without them and no ``--engine``; {} when not calibrated.
+    `PodsimError` (one line) when ``--engine`` asks for what cannot be given."""
     engine = getattr(args, "engine", None)
     have = decode_calibrated_chips()
     if engine is not None and not args.calibrated:
@@ -54,9 +54,11 @@ def served_extras(args: argparse.Namespace, cfg: Any, chip: Any, par: Any, batch
                                  f"parallelism inside one NVLink node of up to {MAX_GPUS} GPUs)"]}
 
     replica = batch // par.data
-    share = context if isinstance(context, int) else list(context)[:replica]
-    step = served_step(cfg, chip, replica, share, new_tokens, args.weight_dtype, args.kv_dtype, simulate=False,
-                       engine=engine, model=par.model)
+    shares = ([context] if isinstance(context, int) else
+              [list(context)[g * replica:(g + 1) * replica] for g in range(par.data)])
+    step = max((served_step(cfg, chip, replica, share, new_tokens, args.weight_dtype, args.kv_dtype, simulate=False,
+                            engine=engine, model=par.model) for share in shares),
+               key=lambda s: s["step_time_s"])  # the replicas step together: the slowest sets the pace
     return {"served_step_time_s": step["step_time_s"], "served_tokens_per_s": par.data * step["tokens_per_s"],
             "uncalibrated": step["uncalibrated"],
             "served": {"engine": step["engine"], "data": par.data, "model": par.model,
