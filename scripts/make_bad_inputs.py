@@ -189,7 +189,7 @@ CASES: list[tuple[str, str]] = [
     ("topology specs", "collective all_gather --topology torus:4x4+host:4 --bytes 1MB"),
     ("calibrated serving", "model llama-3-8b --chip tpu-v5e --weight-dtype int8 --calibrated --engine vllm"),
     ("calibrated serving", "model llama-3-8b --chip h100 --calibrated --engine sglang"),
-    ("calibrated serving", "model llama-3-8b --chip h100 --mesh model=2 --calibrated --engine vllm"),
+    ("calibrated serving", "model llama-3-8b --chip h100 --mesh model=16 --calibrated --engine vllm"),
     # 2-D weight-stationary layouts (issue 15): grids that do not divide or cannot be laid, flags they cannot honour
     ("2-D layouts", "model llama-3-70b --mesh model=64 --layout 2d:3x8 --topology torus:8x8 --no-simulate"),
     ("2-D layouts", "model gpt2 --mesh model=10 --layout 2d:5x2 --topology torus:5x2 --no-simulate"),

@@ -99,14 +99,19 @@ def test_nccl_style_rings_spread_a_two_node_ring_over_every_nic():
 TARGET = 0.10  # issue 9: <= 10% geometric-mean error on collectives from 1 MiB up and on large matmuls
 MEETS = ("matmul, H100 bf16 square", "AllReduce, 8 x A100 NVLink (nccl-tests)",
          "AllReduce, 8 x H100 NVLS (nccl-tests)", "Serving decode, one GPU (tensorrt-llm)",
-         "Training step MFU, TPU (published runs)")
+         "Training step MFU, TPU (published runs)",
+         "Multi-GPU decode (tensor parallel)", "Multi-GPU decode speed-up, 1 -> 8 GPUs",  # issue 27: 15%, 20%
+         "Multi-GPU prefill (first token, tensor parallel)")
+TARGETS = {"Multi-GPU decode (tensor parallel)": 0.15, "Multi-GPU decode speed-up, 1 -> 8 GPUs": 0.20}
 MISSES = ("AllReduce, A100 one node (PyTorch)", "AllReduce, A100 two nodes (PyTorch)",
           "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
           "Serving decode, batch 32-64, one GPU (tensorrt-llm)", "Serving decode, one GPU (vllm)",  # test_served
-          "Serving prefill (first token), one GPU (tensorrt-llm)", "Serving decode, one GPU (gpt-fast)")
+          "Serving prefill (first token), one GPU (tensorrt-llm)", "Serving decode, one GPU (gpt-fast)",
+          "Multi-GPU decode, batch 32-64 (tensor parallel)")
 HELD_OUT_WHOLE = ("AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)",
                   "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
-                  "Serving decode, batch 32-64, one GPU (tensorrt-llm)")
+                  "Serving decode, batch 32-64, one GPU (tensorrt-llm)",
+                  "Multi-GPU prefill (first token, tensor parallel)", "Multi-GPU decode, batch 32-64 (tensor parallel)")
 FIT_WHOLE = ("AllGather, TPU v5e ICI (the book's profiles)",)  # two measurements, two constants
 
 
@@ -131,6 +136,10 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
     rows["h100x4_ring_allreduce_busbw.csv"] = 6 - 1  # the Simple row is the protocols' denominator, not a case
     rows["decode_latency.csv"] = len(list(csv.DictReader((DATA / "calibration" / "decode_latency.csv").open())))
     rows["tpu_training_mfu.csv"] = len(list(csv.DictReader((DATA / "calibration" / "tpu_training_mfu.csv").open())))
+    serving = list(csv.DictReader((DATA / "calibration" / "decode_latency.csv").open()))
+    setup = ("source", "engine", "chip", "model", "weight_dtype", "batch", "input_len", "output_len", "metric")
+    ones = {tuple(r[k] for k in setup) for r in serving if r["gpus"] == "1" and r["metric"] in ("tpot", "request")}
+    rows["1 -> 8 GPU speed-ups"] = sum(r["gpus"] == "8" and tuple(r[k] for k in setup) in ones for r in serving)
     assert len(result["cases"]) == sum(rows.values())  # no measurement dropped
     families = result["families"]
     assert sorted(families) == sorted(set((*MEETS, *MISSES, *HELD_OUT_WHOLE, *FIT_WHOLE)))
@@ -143,10 +152,10 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
             error = np.exp(np.mean(np.abs(np.log(ratios)))) - 1
             assert summary["cases"] == len(cases) > 0
             assert summary["geomean_error"] == pytest.approx(error, rel=1e-12)
-            assert summary["meets_target"] == (error <= TARGET)
-        assert sets["fit"]["cases"] == 0 or sets["fit"]["geomean_error"] <= TARGET, family
+            assert summary["meets_target"] == (error <= TARGETS.get(family, TARGET))
+        assert sets["fit"]["cases"] == 0 or sets["fit"]["geomean_error"] <= TARGETS.get(family, TARGET), family
     for family in (*MEETS, "AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)"):
-        assert families[family]["held_out"]["geomean_error"] <= TARGET, family
+        assert families[family]["held_out"]["geomean_error"] <= TARGETS.get(family, TARGET), family
     text = render(result)
     for family in MISSES:
         assert families[family]["held_out"]["geomean_error"] > TARGET and "target" in result["notes"][family]

@@ -72,7 +72,7 @@ def add_model_parser(sub: Any) -> None:
                                                          "slower)")
     p.add_argument("--calibrated", action="store_true", help="also simulate at the chip's fitted efficiencies, "
                                                               "beside the ideal step (calibrated_* keys)")
-    add_engine_arg(p)  # decode/prefill on one GPU: the served step (simulator.frontend.served_cmd)
+    add_engine_arg(p)  # decode/prefill: the served step, one GPU or a mesh (simulator.frontend.served_cmd)
     p.add_argument("--json", action="store_true")
     add_fault_args(p)
 
@@ -196,6 +196,9 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
         from simulator.frontend.serve_layout import serve_2d
 
         out = serve_2d(args, cfg, chip, par, batch, context, new, _price(args))
+        if calibrated:  # no serving engine's factors for a 2-D layout
+            out["uncalibrated"] = [f"serving factors for --layout {args.layout} (fitted to 1-D Megatron layouts "
+                                   "only: calibrated_* runs the kernels at the chip's fitted efficiencies)"]
         return _with_notes(out, chip, out["topology"])
     out = decode_budget(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, args.kv_sharding,
                         args.compute_dtype)
@@ -211,7 +214,7 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
                                   calibrated=True, kv_sharding=args.kv_sharding, topology=args.topology,
                                   fast=not args.exact)
             out.update(calibrated_step_time_s=cal.env.now, calibrated_tokens_per_s=batch * new / cal.env.now)
-    out.update(served_extras(args, cfg, chip, par.chips, batch, context, new))
+    out.update(served_extras(args, cfg, chip, par, batch, context, new))
     step = out["step_time_s"] or out["lower_bound_s"]
     out["tokens_per_s"] = batch * new / step
     price = _price(args)
@@ -266,8 +269,8 @@ def _print_model(out: dict[str, Any]) -> None:
     print(f"  per chip: compute {format_quantity(out['t_compute_s'], 's')}, memory "
           f"{format_quantity(out['t_memory_s'], 's')} -> {out['bound']}-bound"
           + (f"; simulated step {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"] else "")
-          + (f" (calibrated {format_quantity(out['calibrated_step_time_s'], 's')})"
-             if "calibrated_step_time_s" in out else ""))
+          + (f" ({'calibrated kernels' if 'served' in out else 'calibrated'} "
+             f"{format_quantity(out['calibrated_step_time_s'], 's')})" if "calibrated_step_time_s" in out else ""))
     print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
     print_served(out)
     _print_notes(out)

@@ -19,9 +19,8 @@ def check_2d_flags(layout: str, kv_sharding: str, engine: str | None = None, cli
         raise PodsimError(f"{name('kv-sharding', kv_sharding)} is for {name('layout', '1d')}; {name('layout', layout)} "
                           f"shards the KV cache over its X x Y grid (drop {name('kv-sharding', '')}".rstrip("= ") + ")")
     if engine is not None:
-        raise PodsimError(f"--engine {engine} prices the calibrated served step of one GPU under --layout 1d; "
-                          f"--layout {layout} has no serving-engine factors (drop --engine, or use --layout 1d on one "
-                          "chip)")
+        raise PodsimError(f"--engine {engine} prices the calibrated served step under --layout 1d; "
+                          f"--layout {layout} has no serving-engine factors (drop --engine, or use --layout 1d)")
 
 
 def step_2d(cfg: Any, chip: Any, par: Any, batch: int, context: Any, new: int, layout: str, *,
