@@ -31,6 +31,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from simulator import analytic
 from simulator.collectives.algorithm import Job
 from simulator.collectives.chains import Bundle, gather_split_phase, reduce_split_phase
@@ -130,7 +132,12 @@ def _table(algorithm: Any, what: str, split: float) -> Any:
     """The algorithm's whole-phase units table for `chain_phase_profile` (None: it has none)."""
     if algorithm.units_table(what, 2, 1, split) is None:
         return None
-    return lambda n, d: algorithm.units_table(what, n, d, split)
+
+    def table(n: int, d: int) -> np.ndarray:
+        return algorithm.units_table(what, n, d, split)
+
+    table.uniform = algorithm.uniform_rows  # type: ignore[attr-defined]  # one row for every position
+    return table
 
 
 # -- schedule ------------------------------------------------------------------------------------------
