@@ -144,6 +144,7 @@ def _table(algorithm: Any, what: str, split: float) -> Any:
 def build(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
     """Add the stages of every group: every axis crossed in a stage runs its phase, then all meet at a barrier."""
     layout = job.layout
+    s.expect(len(groups) * _transfers(job, groups[0], on_axis))
     for group in groups:
         barrier = None
         for what, stage in stage_sequence(job.kind, layout.stages):
@@ -153,6 +154,22 @@ def build(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
                 _phase(job, group, on_axis, s, what, stage, a, barrier, tag)
             if axes:
                 barrier = s.barrier(tag)
+
+
+def _transfers(job: Job, group: Group, on_axis: OnAxis) -> int:
+    """Transfers `build` adds for one group, from the chains' hop counts (`RingAlgorithm.gather_chains`,
+    ``reduce_chains``): one per hop of every chain, on every ring of each phase (a bound for the memory
+    check; barriers aside)."""
+    total = 0
+    for what, stage in stage_sequence(job.kind, job.layout.stages):
+        for a in range(len(group.sizes)):
+            if not job.layout.active(stage, a):
+                continue
+            n, algorithm = group.sizes[a], on_axis(group.wraps[a])
+            chains = algorithm.reduce_chains if what == "rs" else algorithm.gather_chains
+            hops = sum(h for o in range(n) for _, h, _ in chains(n, o))
+            total += hops * len(ring_bases(group, a, {}, job.reduced))
+    return total
 
 
 def _phase(job: Job, group: Group, on_axis: OnAxis, s: Schedule, what: str, stage: int, a: int,
