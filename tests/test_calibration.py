@@ -107,7 +107,7 @@ MISSES = ("AllReduce, A100 one node (PyTorch)", "AllReduce, A100 two nodes (PyTo
           "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
           "Serving decode, batch 32-64, one GPU (tensorrt-llm)", "Serving decode, one GPU (vllm)",  # test_served
           "Serving prefill (first token), one GPU (tensorrt-llm)", "Serving decode, one GPU (gpt-fast)",
-          "Multi-GPU decode, batch 32-64 (tensor parallel)")
+          "Multi-GPU decode, batch 32-64 (tensor parallel)", "Training step, GPU (published runs)")
 HELD_OUT_WHOLE = ("AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)",
                   "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
                   "Serving decode, batch 32-64, one GPU (tensorrt-llm)",
@@ -140,6 +140,7 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
     setup = ("source", "engine", "chip", "model", "weight_dtype", "batch", "input_len", "output_len", "metric")
     ones = {tuple(r[k] for k in setup) for r in serving if r["gpus"] == "1" and r["metric"] in ("tpot", "request")}
     rows["1 -> 8 GPU speed-ups"] = sum(r["gpus"] == "8" and tuple(r[k] for k in setup) in ones for r in serving)
+    rows["gpu_training.csv"] = len(list(csv.DictReader((DATA / "calibration" / "gpu_training.csv").open())))
     assert len(result["cases"]) == sum(rows.values())  # no measurement dropped
     families = result["families"]
     assert sorted(families) == sorted(set((*MEETS, *MISSES, *HELD_OUT_WHOLE, *FIT_WHOLE)))

@@ -47,6 +47,9 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--zero", default="3", help="train: what the fsdp axis shards: 1 optimizer, 2 + gradients, "
                                                "3 + weights")
     p.add_argument("--no-master-copy", action="store_true", help="train: no fp32 master weights (4 B/param less)")
+    p.add_argument("--no-reshard-after-forward", action="store_true",
+                   help="train, --zero 3: keep each layer's gathered weights from its forward to its backward (FSDP "
+                        "SHARD_GRAD_OP: one gather per layer and microbatch; closed forms only)")
     p.add_argument("--tp-overlap", action="store_true", help="train: overlap tensor-parallel collectives "
                                                               "with the matmuls")
     p.add_argument("--sequence-attention", default="ring", help="train: ring or allgather (sequence axis)")
@@ -73,6 +76,9 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--calibrated", action="store_true", help="also simulate at the chip's fitted efficiencies, "
                                                               "beside the ideal step (calibrated_* keys)")
     add_engine_arg(p)  # decode/prefill: the served step, one GPU or a mesh (simulator.frontend.served_cmd)
+    p.add_argument("--framework", default=None,
+                   help="train --calibrated on GPUs: whose fitted constants (megatron-core, the default; "
+                        "megatron-lm, llm-foundry, torchtitan, llama3-meta)")
     p.add_argument("--json", action="store_true")
     add_fault_args(p)
 
@@ -147,13 +153,14 @@ def train_options(args: argparse.Namespace) -> Any:
                         virtual_stages=parse_int(args.virtual_stages, name="--virtual-stages", maximum=1024),
                         zero=parse_int(args.zero, name="--zero", minimum=0, maximum=3),
                         master_copy=not args.no_master_copy, tp_overlap=args.tp_overlap,
+                        reshard_after_forward=not args.no_reshard_after_forward,
                         sequence_attention=args.sequence_attention)
 
 
 def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     from simulator.hardware.train_calibration import train_calibrated_chips
     from simulator.workloads.plans import parse_plan_mesh, train_plan
-    from simulator.workloads.plans.calibrated import calibrated_train_step, slice_shape_for
+    from simulator.workloads.plans.calibrated import calibrated_train_step, is_gpu, slice_shape_for
 
     if args.layout != "1d":
         raise PodsimError(f"--layout {args.layout} is for decode and prefill; a training step lays its plan with "
@@ -163,17 +170,23 @@ def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     out = train_plan(cfg, chip, batch, seq, parse_plan_mesh(args.mesh), train_options(args), args.topology,
                      simulate=not args.no_simulate, trace=False, price_per_chip_hour=_price(args), fast=not args.exact)
     out.pop("_system", None)
-    if _calibrated(args) and chip.name in train_calibrated_chips():  # issue 20: the whole step fitted to TPU runs
+    if _calibrated(args, train=True):  # the forecast: the whole step fitted to published runs, beside the bound
+        if chip.name not in train_calibrated_chips():
+            raise PodsimError(f"no calibrated training step for chip {chip.name!r} (a user chip has no published "
+                              f"runs); calibrated chips: {', '.join(train_calibrated_chips())} -- or drop "
+                              "--calibrated for the bound")
         plan = parse_plan_mesh(args.mesh)
+        gpu = {"dtype": args.compute_dtype} if args.compute_dtype in ("fp8",) else {}
+        if args.framework is not None:
+            if not is_gpu(chip):
+                raise PodsimError(f"--framework {args.framework} names a GPU training framework; the calibrated "
+                                  f"step on {chip.name} is fitted to published TPU runs (drop --framework)")
+            gpu["framework"] = args.framework
         cal = calibrated_train_step(cfg, chip, plan, train_options(args), batch, seq,
-                                    slice_shape_for(args.topology, plan))
+                                    slice_shape_for(args.topology, plan), gpu=gpu)
         out.update(calibrated_step_time_s=cal["step_time_s"], calibrated_mfu=cal["mfu"],
-                   calibrated_tokens_per_s=cal["tokens_per_s"], calibrated_step=cal)
-    elif _calibrated(args):  # the same step at the chip's fitted efficiencies, beside the ideal one
-        cal = train_plan(cfg, chip, batch, seq, parse_plan_mesh(args.mesh), train_options(args), args.topology,
-                         trace=False, calibrated=True, fast=not args.exact)
-        out.update(calibrated_step_time_s=cal["step_time_s"], calibrated_mfu=cal["mfu"],
-                   calibrated_tokens_per_s=cal["tokens_per_s"])
+                   calibrated_tokens_per_s=cal["tokens_per_s"], calibrated_step=cal,
+                   uncalibrated=cal.get("uncalibrated", []))
     return _with_notes(out, chip, out.get("topology"))
 
 
@@ -224,8 +237,10 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     return _with_notes(out, chip, args.topology or _serve_topology(par, chip))
 
 
-def _calibrated(args: argparse.Namespace) -> bool:
-    if args.calibrated and args.no_simulate:
+def _calibrated(args: argparse.Namespace, train: bool = False) -> bool:
+    """--calibrated asked; a training step's forecast is a closed form (no simulation needed), the serving
+    modes' is a simulated step (not with --no-simulate)."""
+    if args.calibrated and args.no_simulate and not train:
         raise PodsimError("--calibrated sets a simulated step beside the ideal one; drop --no-simulate")
     return bool(args.calibrated)
 
@@ -286,7 +301,7 @@ def _print_train(out: dict[str, Any]) -> None:
     mesh = ",".join(f"{k}={v}" for k, v in out["mesh"].items()) or "one chip"
     kind = "simulated" if out["simulated"] else "closed form"
     print(f"{out['model']} train step on {out['chips']} x {out['chip']} ({mesh}), batch {out['batch']} x "
-          f"seq {out['seq']}: {format_quantity(out['step_time_s'], 's')} {kind} (closed form "
+          f"seq {out['seq']}: bound (ideal peak) {format_quantity(out['step_time_s'], 's')} {kind} (closed form "
           f"{format_quantity(out['closed_form_s'], 's')}), MFU {out['mfu']:.1%}, {out['tokens_per_s']:,.0f} tokens/s")
     print(f"  state {out['train_state_bytes'] / gib:.2f} GiB (params {out['params_bytes'] / gib:.2f}, grads "
           f"{out['grads_bytes'] / gib:.2f}, optimizer {out['optimizer_bytes'] / gib:.2f}, activations "
@@ -297,8 +312,10 @@ def _print_train(out: dict[str, Any]) -> None:
     exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in out["exposed_comm_s"].items()) or "none"
     print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}")
     if "calibrated_step_time_s" in out:
-        print(f"  calibrated (fitted efficiencies): {format_quantity(out['calibrated_step_time_s'], 's')}, MFU "
+        print(f"  forecast (calibrated): {format_quantity(out['calibrated_step_time_s'], 's')}, MFU "
               f"{out['calibrated_mfu']:.1%}, {out['calibrated_tokens_per_s']:,.0f} tokens/s")
+    if out.get("uncalibrated"):
+        print(f"  uncalibrated (ideal or unfitted in the forecast): {'; '.join(out['uncalibrated'])}")
     if "calibrated_step" in out:
         from simulator.workloads.plans.calibrated import breakdown_lines
 

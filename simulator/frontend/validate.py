@@ -229,11 +229,22 @@ NOTES = {
 
 def validate() -> dict[str, Any]:
     """Run every case; return the cases and the per-family summary (JSON-ready)."""
-    from simulator.frontend.validate_train import FAMILY, NOTE, training_cases
+    from simulator.frontend.validate_train import (
+        FAMILY,
+        GPU_FAMILY,
+        GPU_NOTE,
+        NOTE,
+        gpu_size_trends,
+        gpu_training_cases,
+        training_cases,
+    )
 
+    gpu_training = gpu_training_cases()
     cases = (matmul_cases() + nccl_cases() + nvls_cases() + nvls_small_cases() + h100_ring_cases() + tpu_cases()
-             + pytorch_cases() + training_cases())
+             + pytorch_cases() + training_cases() + gpu_training)
     NOTES.setdefault(FAMILY, NOTE)
+    NOTES.setdefault(GPU_FAMILY, GPU_NOTE)
+    NOTES[f"{GPU_FAMILY}: size trend"] = "; ".join(gpu_size_trends(gpu_training))
     from simulator.frontend import validate_decode  # serving: published single-GPU decode / prefill
 
     TARGETS.update(validate_decode.TARGETS)

@@ -86,6 +86,8 @@ class GpuKernels:
     memory_kernel_s: float = 0.0  #: fixed device seconds per memory-bound kernel
     #: {"forward": {head_dim: fraction}, "backward": {...}, "kv_half": {"forward": tokens, "backward": tokens}}
     attention: dict[str, Any] = field(default_factory=dict, hash=False)
+    #: other FlashAttention generations fitted on this chip (e.g. ``"fa2"`` on H100), in ``attention``'s form
+    attention_impls: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
     launch_s: float = 0.0  #: seconds per kernel launch (eager PyTorch)
     graph_launch_s: float = 0.0  #: seconds per kernel inside a CUDA graph (what serving engines use)
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
@@ -153,14 +155,15 @@ class GpuKernels:
 
     # -- attention --------------------------------------------------------------------------------------------
     def attention_s(self, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
-                    causal: bool = True, backward: bool = False, dtype: str = "bf16") -> float:
+                    causal: bool = True, backward: bool = False, dtype: str = "bf16", impl: str | None = None) -> float:
         """Seconds of one FlashAttention kernel (forward, or backward with ``backward``), launch included
         (forecast). ``kv_heads`` (grouped-query attention) changes the bytes, not the FLOPs or the schedule."""
         return self.launch_s + self.attention_kernel_s(batch, q_len, kv_len, heads, kv_heads, head_dim, causal,
-                                                       backward, dtype)
+                                                       backward, dtype, impl)
 
     def attention_kernel_s(self, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
-                           causal: bool = True, backward: bool = False, dtype: str = "bf16") -> float:
+                           causal: bool = True, backward: bool = False, dtype: str = "bf16",
+                           impl: str | None = None) -> float:
         """Device seconds of the attention kernel alone (no launch)."""
         for value, name in ((batch, "batch"), (q_len, "q_len"), (kv_len, "kv_len"), (heads, "heads"),
                             (kv_heads, "kv_heads"), (head_dim, "head_dim")):
@@ -169,15 +172,17 @@ class GpuKernels:
             raise PodsimError(f"heads={heads} must be a multiple of kv_heads={kv_heads}")
         flops = attention_flops(batch, q_len, kv_len, heads, head_dim, causal, backward)
         return flops / (self.peak(dtype) * self.attention_efficiency(batch, q_len, kv_len, heads, head_dim, causal,
-                                                                     backward))
+                                                                     backward, impl))
 
     def attention_efficiency(self, batch: int, q_len: int, kv_len: int, heads: int, head_dim: int,
-                             causal: bool = True, backward: bool = False) -> float:
-        """Useful FLOPs per peak-second: head-dim fraction x sequence term x wave fill / causal waste."""
+                             causal: bool = True, backward: bool = False, impl: str | None = None) -> float:
+        """Useful FLOPs per peak-second: head-dim fraction x sequence term x wave fill / causal waste. ``impl``
+        (e.g. ``"fa2"``) picks another fitted FlashAttention generation; None or an unfitted one: the chip's own."""
+        table = self.attention_impls.get(impl or "", self.attention)
         direction = "backward" if backward else "forward"
-        fraction = _by_head_dim(self.attention[direction], head_dim)
+        fraction = _by_head_dim(table[direction], head_dim)
         span = kv_len / 2 if causal else kv_len  # a causal query block sees half the keys on average
-        sequence = 1 / (1 + self.attention["kv_half"][direction] / span)
+        sequence = 1 / (1 + table["kv_half"][direction] / span)
         rows = kv_len if backward else q_len  # FA2/FA3 backward parallelizes over key blocks, forward over queries
         blocks = batch * heads * math.ceil(rows / BLOCK)
         fill = blocks / (math.ceil(blocks / self.sms) * self.sms)
@@ -232,19 +237,25 @@ def peak_rates(chip: str) -> dict[str, float]:
     return rates
 
 
+def _attention_table(att: dict[str, Any]) -> dict[str, Any]:
+    """An attention fit from JSON: head-dim keys as ints."""
+    return {"forward": {int(d): v for d, v in att["forward"].items()},
+            "backward": {int(d): v for d, v in att["backward"].items()}, "kv_half": dict(att["kv_half"])}
+
+
 def build(chip: str, constants: dict[str, Any]) -> GpuKernels:
     """A `GpuKernels` for preset ``chip`` from its JSON ``constants`` (what `gpu_kernels` reads)."""
     spec = PRESETS[chip]
-    att = constants["attention"]
-    attention = {"forward": {int(d): v for d, v in att["forward"].items()},
-                 "backward": {int(d): v for d, v in att["backward"].items()}, "kv_half": dict(att["kv_half"])}
+    attention = _attention_table(constants["attention"])
     return GpuKernels(
         chip=chip, sms=spec.tensor_cores, hbm_bytes_per_s=spec.hbm_bandwidth_bytes_per_s,
         peak_flops_per_s=peak_rates(chip), peak_fraction=dict(constants["peak_fraction"]),
         tiles=tuple(tuple(t) for t in constants["tiles"]), tile_k=dict(constants["tile_k"]),
         tile_cost=constants["tile_cost"], split_k=tuple(constants["split_k"]), kernel_s=constants["kernel_s"],
         matmul_hbm_fraction=constants["matmul_hbm_fraction"], hbm_fraction=dict(constants["hbm_fraction"]),
-        memory_kernel_s=constants["memory_kernel_s"], attention=attention, launch_s=constants["launch_s"],
+        memory_kernel_s=constants["memory_kernel_s"], attention=attention,
+        attention_impls={name: _attention_table(t) for name, t in constants.get("attention_impls", {}).items()},
+        launch_s=constants["launch_s"],
         graph_launch_s=constants["graph_launch_s"], sources=dict(constants.get("sources", {})))
 
 

@@ -166,8 +166,9 @@ def chunk_s(layer: LayerWork, n_layers: int, chip: ChipSpec, links: dict[str, Ax
     rs = sum(comm_s(c, links) for c in grad_comms(plan, opts, *layer.grad_bytes, last=False))
     fwd = sum(op_s(o, chip, links, exposed, times * n_layers) for o in layer.forward)
     bwd = sum(op_s(o, chip, links, exposed, times * n_layers) for o in layer.backward)
+    ag_b = ag if opts.reshard_after_forward else 0.0  # weights kept from the forward: no second gather
     f_total = ag + (n_layers - 1) * beside(layer.forward, chip, links, ag, fwd) + fwd
-    b_total = ag + (n_layers - 1) * beside(layer.backward, chip, links, ag + rs, bwd) + bwd + rs
+    b_total = ag_b + (n_layers - 1) * beside(layer.backward, chip, links, ag_b + rs, bwd) + bwd + rs
     if ag or rs:  # the first gather of a task and the last reduce-scatter are never hidden
         exposed["fsdp"] = exposed.get("fsdp", 0.0) + times * (f_total - n_layers * fwd + b_total - n_layers * bwd)
     if head is not None:
@@ -201,7 +202,10 @@ def train_estimate(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, layer: La
     exposed: dict[str, float] = {a: 0.0 for a in AXES if plan.size(a) > 1}
     once: dict[str, float] = {}  # one chunk's exposed communication, one microbatch: the last stage runs m v
     f_body, b_body = chunk_s(layer, per_chunk, chip, links, plan, opts, None, once, 1.0)
-    first = (f_body + b_body) * v
+    f_top, b_top = f_body, b_body  # uneven stages (p v not dividing the layers): the first device's chunks hold one
+    if n_layers % (p * v):  # layer more (Megatron puts the extra layers on the earliest stages)
+        f_top, b_top = chunk_s(layer, per_chunk + 1, chip, links, plan, opts, None, {}, 1.0)
+    first = (f_top + b_top) * v
     for axis, seconds in once.items():
         exposed[axis] = exposed.get(axis, 0.0) + m * v * seconds
     f_last = f_body + op_s(head[0], chip, links, exposed, float(m))

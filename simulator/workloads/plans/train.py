@@ -19,7 +19,7 @@ from simulator.engine.faults import current_plan
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads import critical
 from simulator.workloads.plans.estimate import train_estimate
-from simulator.workloads.plans.layout import MeshPlan, TrainOptions, check_train_plan
+from simulator.workloads.plans.layout import MeshPlan, PlanError, TrainOptions, check_train_plan
 from simulator.workloads.plans.links import AxisLink, axis_links, build_system, p2p_s
 from simulator.workloads.plans.memory import stage_params, train_memory
 from simulator.workloads.plans.ops import head_work, layer_work
@@ -65,7 +65,10 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
     from simulator.workloads.plans.step import simulate_step
 
     opts = opts or TrainOptions()
-    check_train_plan(cfg, plan, opts, batch, seq)
+    check_train_plan(cfg, plan, opts, batch, seq, even_stages=simulate)  # the closed form takes uneven stages
+    if simulate and not opts.reshard_after_forward:
+        raise PlanError("--no-reshard-after-forward is priced by the closed forms only (the simulated step gathers "
+                        "each layer's weights again for its backward); add --no-simulate")
     reuse = simulate and current_plan() is None  # (under a fault plan each system draws its own seed)
     system, mesh = build_system(chip, plan, topology, trace=trace if reuse else False, calibrated=reuse and calibrated)
     links = axis_links(mesh, system.graph, chip)
