@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from simulator.analytic import EXPOSED_MEANING
 from simulator.errors import PodsimError
 from simulator.frontend.fault_args import add_fault_args
 from simulator.frontend.served_cmd import add_engine_arg, print_served, served_extras
@@ -293,6 +294,7 @@ def _print_train(out: dict[str, Any]) -> None:
           + (f"; simulated peak {out['simulated_memory_peak_bytes'] / gib:.2f} GiB" if out["simulated"] else ""))
     exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in out["exposed_comm_s"].items()) or "none"
     print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}")
+    print(f"  ({EXPOSED_MEANING})")
     if "calibrated_step_time_s" in out:
         print(f"  calibrated (fitted efficiencies): {format_quantity(out['calibrated_step_time_s'], 's')}, MFU "
               f"{out['calibrated_mfu']:.1%}, {out['calibrated_tokens_per_s']:,.0f} tokens/s")
