@@ -1,0 +1,54 @@
+"""Inputs stay meaningful after what is computed from them (`simulator.units.check_derived`), and old import
+paths keep working with a deprecation warning until their documented removal.
+
+A fault fraction whose share of full speed underflows is refused; a price whose cost overflows is refused;
+each through the CLI with one line on stderr and exit status 2, while sensible values give the hand-derived
+number.
+"""
+import json
+
+import pytest
+
+from simulator.errors import QuantityError
+from simulator.frontend.cli import main
+from simulator.hardware.specs import get_chip
+from simulator.units import check_derived
+
+V5E = get_chip("tpu-v5e")
+
+
+def fails(capsys, *argv: str) -> str:
+    """The one-line error of a refused command (exit status 2)."""
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_check_derived_refuses_non_finite_and_out_of_range_values():
+    assert check_derived(2.5, what="the cost", given="--price 9", minimum=0.0) == 2.5
+    for bad in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(QuantityError, match=r"--price 9 makes the cost .* must be a finite number"):
+            check_derived(bad, what="the cost", given="--price 9", minimum=1e-300)
+
+
+@pytest.mark.parametrize("fault", ["link:0,0->0,1=1e-300", "chip:0=slow:1e-300"])
+def test_a_fault_fraction_that_underflows_is_refused(capsys, fault):
+    err = fails(capsys, "collective", "all_reduce", "--chip", "tpu-v5e", "--topology", "torus:4x4", "--bytes", "1MB",
+                "--fault", fault)
+    assert "1e-300" in err and "1e-9" in err
+
+
+def test_fault_fractions_whose_product_underflows_are_refused(capsys):
+    err = fails(capsys, "collective", "all_reduce", "--chip", "tpu-v5e", "--topology", "torus:4x4", "--bytes", "1MB",
+                "--fault", "link:0,0->0,1=1e-5", "--fault", "link:0,0->0,1=1e-5")
+    assert "multiplying the --fault degradations of one link" in err and "1e-10" in err
+    err = fails(capsys, "run", "matmul_roofline", "--fault", "chip:0=slow:1e-5", "--fault", "chip:0=slow:1e-5")
+    assert "multiplying the --fault slow factors of one chip" in err
+
+
+def test_a_small_fault_fraction_still_runs_at_that_share_of_the_bandwidth(capsys):
+    assert main(["collective", "all_reduce", "--chip", "tpu-v5e", "--topology", "torus:4x4", "--bytes", "1MB",
+                 "--fault", "link:0,0->0,1=1e-5", "--json"]) == 0
+    (record,) = json.loads(capsys.readouterr().out)["faults"]
+    assert record["bandwidth_bytes_per_s"] == pytest.approx(V5E.ici_bandwidth_bytes_per_s * 1e-5)
