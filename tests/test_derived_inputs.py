@@ -52,3 +52,26 @@ def test_a_small_fault_fraction_still_runs_at_that_share_of_the_bandwidth(capsys
                  "--fault", "link:0,0->0,1=1e-5", "--json"]) == 0
     (record,) = json.loads(capsys.readouterr().out)["faults"]
     assert record["bandwidth_bytes_per_s"] == pytest.approx(V5E.ici_bandwidth_bytes_per_s * 1e-5)
+
+
+TRAIN = ["model", "llama-3-8b", "--mode", "train", "--batch", "64", "--seq", "8192", "--mesh", "fsdp=64",
+         "--no-simulate"]
+
+
+@pytest.mark.parametrize("price", ["1e308", "1e300", "1e-320"])
+def test_a_price_whose_cost_overflows_or_vanishes_is_refused(capsys, price):
+    err = fails(capsys, *TRAIN, "--price-per-chip-hour", price)
+    assert "--price-per-chip-hour" in err and "cost of a step" in err
+
+
+def test_a_price_gives_the_cost_of_the_step(capsys):
+    assert main([*TRAIN, "--price-per-chip-hour", "2.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cost = 2.5 * 64 * out["step_time_s"] / 3600  # dollars per chip-hour x chip-hours
+    assert out["cost_per_step_usd"] == pytest.approx(cost)
+    assert out["cost_per_million_tokens_usd"] == pytest.approx(cost / (64 * 8192) * 1e6)
+
+
+def test_a_cost_over_a_whole_run_that_overflows_is_refused(capsys):
+    err = fails(capsys, *TRAIN, "--price-per-chip-hour", "1e9", "--tokens-total", "1e18")
+    assert "cost of the run" in err

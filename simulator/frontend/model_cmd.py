@@ -217,8 +217,9 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     out["tokens_per_s"] = batch * new / step
     price = _price(args)
     if price is not None:
-        cost = price * par.chips * step / 3600
-        out.update(cost_per_step_usd=cost, cost_per_million_tokens_usd=cost / (batch * new) * 1e6)
+        from simulator.workloads.projection import step_cost
+
+        out.update(step_cost(price, par.chips, step, batch * new))
     return _with_notes(out, chip, args.topology or _serve_topology(par, chip))
 
 

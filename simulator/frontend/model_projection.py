@@ -69,8 +69,9 @@ def abstract_model(args: argparse.Namespace, chip: Any, price: float | None) -> 
     step = out["lower_bound_s"]
     out.update(mode=args.mode, step_time_s=None, simulated=False, tokens_per_s=batch * new / step)
     if price is not None:
-        cost = price * par.chips * step / 3600
-        out.update(cost_per_step_usd=cost, cost_per_million_tokens_usd=cost / (batch * new) * 1e6)
+        from simulator.workloads.projection import step_cost
+
+        out.update(step_cost(price, par.chips, step, batch * new))
     return out
 
 
