@@ -5,10 +5,14 @@ A fault fraction whose share of full speed underflows is refused; a price whose 
 each through the CLI with one line on stderr and exit status 2, while sensible values give the hand-derived
 number.
 """
+import importlib
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
+import simulator
 from simulator.errors import QuantityError
 from simulator.frontend.cli import main
 from simulator.hardware.specs import get_chip
@@ -75,3 +79,40 @@ def test_a_price_gives_the_cost_of_the_step(capsys):
 def test_a_cost_over_a_whole_run_that_overflows_is_refused(capsys):
     err = fails(capsys, *TRAIN, "--price-per-chip-hour", "1e9", "--tokens-total", "1e18")
     assert "cost of the run" in err
+
+
+@pytest.mark.parametrize("old", sorted(simulator.MOVED))
+def test_every_moved_module_imports_as_the_module_it_became_with_a_warning(old):
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=rf"{old} moved to {simulator.MOVED[old]}.*{simulator.MOVED_REMOVAL}"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(simulator.MOVED[old])
+
+
+def test_the_removal_date_is_in_the_readme():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert simulator.MOVED_REMOVAL in readme and "simulator.MOVED" in readme
+
+
+def test_a_user_scenario_on_the_old_import_path_runs(tmp_path, capsys):
+    """Issue 34: a scenario importing ``simulator.result`` failed with ModuleNotFoundError."""
+    path = tmp_path / "old_paths.py"
+    path.write_text('''"""A scenario written before the layering."""
+from simulator.result import Result
+from simulator.system import System
+
+
+def run(*, n: int = 1) -> Result:
+    """One load of a kB."""
+    system = System()
+    system.chip.load(1e3 * n, "x")
+    system.run()
+    return Result("old_paths", {"n": n}, system.metrics(), trace=system.trace)
+''', encoding="utf-8")
+    for old in ("simulator.result", "simulator.system"):  # imported afresh, so the warning is given here
+        sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning) as warned:
+        assert main(["run", str(path), "--json"]) == 0
+    assert {str(w.message).split(":")[0] for w in warned} == {"simulator.result moved to simulator.report.result",
+                                                              "simulator.system moved to simulator.engine.system"}
+    assert json.loads(capsys.readouterr().out)["end_to_end_s"] == pytest.approx(1e3 / V5E.hbm_bandwidth_bytes_per_s)
