@@ -1,5 +1,7 @@
 """Inputs podsim once ran silently wrong (exit 0) are refused in one line (exit 2), or give the corrected number:
 issue 34's list."""
+from pathlib import Path
+
 import pytest
 
 from simulator.frontend.cli import main
@@ -28,3 +30,27 @@ def test_a_context_past_the_models_positions_is_refused(capsys, argv, reached):
 def test_a_context_within_the_positions_runs(capsys):
     assert main(["model", "gpt2", "--context", "1023", "--no-simulate"]) == 0  # positions 0 ... 1023
     capsys.readouterr()
+
+
+DATA = Path(__file__).parent / "data" / "hlo"
+
+
+def test_an_hlo_collective_along_a_dimension_its_array_lacks_is_refused(capsys, tmp_path):
+    text = (DATA / "async_tpu_style.txt").read_text(encoding="utf-8")
+    gather = next(line for line in text.splitlines() if "all-gather-start(" in line)
+    path = tmp_path / "gather_dim7.txt"
+    path.write_text(text.replace(gather, gather.replace("dimensions={0}", "dimensions={7}")), encoding="utf-8")
+    err = fails(capsys, "hlo", str(path), "--chip", "tpu-v5e", "--topology", "torus:2x4")
+    assert "dimensions={7}" in err and "%w2 is bf16[256, 2048], an array of rank 2 with dimensions 0 to 1" in err
+    assert main(["hlo", str(DATA / "async_tpu_style.txt"), "--chip", "tpu-v5e", "--topology", "torus:2x4"]) == 0
+
+
+def test_an_hlo_dot_contracting_a_dimension_its_operand_lacks_is_refused(capsys, tmp_path):
+    text = (DATA / "matmul_case1.txt").read_text(encoding="utf-8")
+    dot = next(line for line in text.splitlines() if " dot(" in line and "rhs_contracting_dims={" in line)
+    start = dot.index("rhs_contracting_dims={")
+    bad = dot[:start] + "rhs_contracting_dims={5}" + dot[dot.index("}", start) + 1:]
+    path = tmp_path / "dot_dim5.txt"
+    path.write_text(text.replace(dot, bad), encoding="utf-8")
+    err = fails(capsys, "hlo", str(path), "--chip", "tpu-v5e", "--topology", "torus:2x4")
+    assert "rhs_contracting_dims={5}" in err and "an array of rank 2" in err
