@@ -54,3 +54,29 @@ def test_an_hlo_dot_contracting_a_dimension_its_operand_lacks_is_refused(capsys,
     path.write_text(text.replace(dot, bad), encoding="utf-8")
     err = fails(capsys, "hlo", str(path), "--chip", "tpu-v5e", "--topology", "torus:2x4")
     assert "rhs_contracting_dims={5}" in err and "an array of rank 2" in err
+
+
+TRAIN = ["model", "llama-3-8b", "--mode", "train", "--batch", "16", "--seq", "1024", "--mesh", "fsdp=16",
+         "--no-simulate"]
+
+
+@pytest.mark.parametrize("flag,value,reason", [
+    ("--compute-dtype", "fp8", "a training step computes in its model's own dtype"),
+    ("--kv-sharding", "sequence", "a training step keeps none"),
+    ("--context", "4096", "a training step's tokens are --seq"),
+    ("--weight-dtype", "int8", "a training step keeps its model's own dtype"),
+    ("--kv-dtype", "int8", "a training step keeps no KV cache"),
+])
+def test_a_flag_training_does_not_read_is_refused_with_the_reason(capsys, flag, value, reason):
+    err = fails(capsys, *TRAIN, flag, value)
+    assert reason in err and f"drop {flag}" in err
+
+
+def test_a_schedule_without_a_pipeline_axis_is_refused(capsys):
+    err = fails(capsys, *TRAIN, "--schedule", "gpipe")
+    assert "--schedule gpipe orders a pipeline's microbatches, but --mesh fsdp=16 has no pipeline axis" in err
+    assert "is a training pipeline's" in fails(capsys, "model", "llama-3-8b", "--schedule", "gpipe")
+    assert main(["model", "gpt2", "--mode", "train", "--batch", "8", "--seq", "1024", "--mesh", "pipeline=2",
+                 "--microbatches", "4", "--schedule", "gpipe", "--no-simulate"]) == 0
+    assert main(TRAIN) == 0  # the defaults (1f1b, no context) are not flags the user gave
+    capsys.readouterr()
