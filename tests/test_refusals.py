@@ -1,10 +1,13 @@
 """Inputs podsim once ran silently wrong (exit 0) are refused in one line (exit 2), or give the corrected number:
 issue 34's list."""
+import json
 from pathlib import Path
 
 import pytest
 
 from simulator.frontend.cli import main
+from simulator.hardware.specs import get_chip
+from simulator.workloads.transformer import get_model
 
 
 def fails(capsys, *argv: str) -> str:
@@ -80,3 +83,19 @@ def test_a_schedule_without_a_pipeline_axis_is_refused(capsys):
                  "--microbatches", "4", "--schedule", "gpipe", "--no-simulate"]) == 0
     assert main(TRAIN) == 0  # the defaults (1f1b, no context) are not flags the user gave
     capsys.readouterr()
+
+
+def test_text_and_json_show_the_steps_one_mfu_with_a_projection(capsys):
+    """Issue 34: --tokens-total replaced the step's MFU (model FLOPs with attention) by the projection's (6 N T)."""
+    args = ["model", "gpt2", "--mode", "train", "--mesh", "data=4", "--batch", "8", "--seq", "1024", "--no-simulate"]
+    assert main([*args, "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert main([*args, "--tokens-total", "1e9", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mfu"] == alone["mfu"]
+    peak = get_chip("tpu-v5e").peak_flops_per_s("bf16")
+    six_n_t = 6 * get_model("gpt2").params(active=True) * 1e9
+    assert out["projection_mfu"] == pytest.approx(six_n_t / (out["time_to_train_s"] * 4 * peak))
+    assert main([*args, "--tokens-total", "1e9"]) == 0
+    text = capsys.readouterr().out
+    assert f"MFU {out['mfu']:.1%}," in text and f"MFU {out['projection_mfu']:.1%} counting 6 N T" in text

@@ -125,7 +125,9 @@ def train_projection(tokens_total: float, params: float, chips: int, peak_flops_
     With ``assume_mfu``: 6 N T / (chips peak MFU) seconds, the book's estimate (N ``params``, the active ones
     for mixture-of-experts). Otherwise from a step of ``tokens_per_step`` tokens taking ``step_time_s``:
     ceil(T / tokens per step) steps. When both are given the step's projection is reported beside the
-    assumed one (``time_to_train_from_step_s``). Cost needs ``price_per_chip_hour`` (USD).
+    assumed one (``time_to_train_from_step_s``); from the step alone, ``projection_mfu`` is 6 N T over the
+    projected time (the step's own ``mfu`` counts attention's FLOPs too, and is left as it is). Cost needs
+    ``price_per_chip_hour`` (USD).
     """
     positive(tokens_total, name="--tokens-total")
     if tokens_total > 1e18:
@@ -145,7 +147,7 @@ def train_projection(tokens_total: float, params: float, chips: int, peak_flops_
         out["assumed_mfu"] = assume_mfu
     elif from_step is not None:
         seconds, basis = from_step, "steps x the step time"
-        out["mfu"] = flops / (seconds * chips * peak_flops_per_s)
+        out["projection_mfu"] = flops / (seconds * chips * peak_flops_per_s)  # 6 N T: not the step's own ``mfu``
     else:
         raise PodsimError("--tokens-total needs a step time or --assume-mfu M (e.g. 0.4) to project a run")
     chip_hours = seconds * chips / 3600
