@@ -1,5 +1,7 @@
 """Inputs podsim once ran silently wrong (exit 0) are refused in one line (exit 2), or give the corrected number:
 issue 34's list."""
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -7,6 +9,7 @@ import pytest
 
 from simulator.frontend.cli import main
 from simulator.hardware.specs import get_chip
+from simulator.report.export import CSV_COLUMNS
 from simulator.workloads.transformer import get_model
 
 
@@ -99,3 +102,28 @@ def test_text_and_json_show_the_steps_one_mfu_with_a_projection(capsys):
     assert main([*args, "--tokens-total", "1e9"]) == 0
     text = capsys.readouterr().out
     assert f"MFU {out['mfu']:.1%}," in text and f"MFU {out['projection_mfu']:.1%} counting 6 N T" in text
+
+
+def test_csv_dash_writes_the_spans_to_stdout_and_the_summary_to_stderr(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "double_buffer", "--csv", "-"]) == 0
+    out, err = capsys.readouterr()
+    rows = list(csv.reader(io.StringIO(out)))
+    assert rows[0] == list(CSV_COLUMNS) and len(rows) > 1
+    assert err.startswith("double_buffer:") and not (tmp_path / "-").exists()
+    assert main(["run", "double_buffer", "--trace", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["traceEvents"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--trace", "x.json", "--csv", "x.json"], "--trace and --csv both name 'x.json'"),
+    (["--trace", "x.json", "--csv", "./x.json"], "one would overwrite the other"),
+    (["--trace", "-", "--csv", "-"], "would both write to stdout"),
+    (["--csv", "-", "--json"], "--csv - and --json would both write to stdout"),
+    (["--gantt", "-"], "a picture is not written to stdout"),
+])
+def test_outputs_that_collide_are_refused(capsys, tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    assert message in fails(capsys, "run", "double_buffer", *argv)
+    assert not list(tmp_path.iterdir())  # refused before anything ran or was written
+
