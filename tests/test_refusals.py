@@ -127,3 +127,9 @@ def test_outputs_that_collide_are_refused(capsys, tmp_path, monkeypatch, argv, m
     assert message in fails(capsys, "run", "double_buffer", *argv)
     assert not list(tmp_path.iterdir())  # refused before anything ran or was written
 
+
+def test_a_roofline_whose_intensity_overflows_is_refused(capsys):
+    err = fails(capsys, "roofline", "--chip", "tpu-v5e", "--flops", "1e12", "--bytes", "1e-300")
+    assert "--bytes 1e-300 makes the intensity (FLOP/byte) inf" in err
+    assert main(["roofline", "--chip", "tpu-v5e", "--flops", "1e12", "--bytes", "1e9", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["intensity_flops_per_byte"] == pytest.approx(1e12 / 1e9)
