@@ -76,6 +76,15 @@ def test_a_price_gives_the_cost_of_the_step(capsys):
     assert out["cost_per_million_tokens_usd"] == pytest.approx(cost / (64 * 8192) * 1e6)
 
 
+def test_a_scenarios_price_whose_cost_overflows_is_refused_and_a_sane_one_is_the_cost(capsys):
+    assert "price_per_chip_hour 1e+308 makes the cost of a step (USD) inf" in fails(
+        capsys, "run", "transformer_step", "--set", "price_per_chip_hour=1e308")
+    assert main(["run", "transformer_step", "--set", "price_per_chip_hour=2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)  # llama-2-7b decode on model=4: 4 chips, batch 8, one new token
+    assert out["cost_per_step_usd"] == pytest.approx(2 * 4 * out["step_time_s"] / 3600)
+    assert out["cost_per_million_tokens_usd"] == pytest.approx(out["cost_per_step_usd"] / 8 * 1e6)
+
+
 def test_a_cost_over_a_whole_run_that_overflows_is_refused(capsys):
     err = fails(capsys, *TRAIN, "--price-per-chip-hour", "1e9", "--tokens-total", "1e18")
     assert "cost of the run" in err

@@ -106,10 +106,11 @@ MAX_COST_USD = 1e15  #: more than the world's yearly output: a price past this i
 PRICE_HINT = "give a price per chip-hour in dollars, e.g. 2.5"
 
 
-def step_cost(price_per_chip_hour: float, chips: int, step_s: float, tokens: float) -> dict[str, float]:
+def step_cost(price_per_chip_hour: float, chips: int, step_s: float, tokens: float,
+              name: str = "--price-per-chip-hour") -> dict[str, float]:
     """What a step of ``step_s`` seconds on ``chips`` chips costs at ``price_per_chip_hour`` USD, and per million
-    of its ``tokens``; a price whose cost overflows (or underflows to nothing) is refused by name."""
-    given = f"--price-per-chip-hour {price_per_chip_hour:g}"
+    of its ``tokens``; a price whose cost overflows (or underflows to nothing) is refused by ``name``."""
+    given = f"{name} {price_per_chip_hour:g}"
     cost = check_derived(price_per_chip_hour * chips * step_s / 3600, what="the cost of a step (USD)", given=given,
                          minimum=1e-300, maximum=MAX_COST_USD, hint=PRICE_HINT)
     per_million = check_derived(cost / tokens * 1e6, what="the cost per million tokens (USD)", given=given,
