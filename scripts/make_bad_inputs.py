@@ -142,7 +142,7 @@ CASES: list[tuple[str, str]] = [
     ("parallelism plans", "model gpt2 --mode train --mesh pipe=2"),
     ("parallelism plans", "model gpt2 --mode train --checkpoints-per-layer most"),
     ("parallelism plans", "model gpt2 --batch 4 --context 2048 --mesh sequence=2"),
-    ("parallelism plans", "model gpt2 --batch 3 --context 2048 --mesh model=4 --kv-sharding batch"),
+    ("parallelism plans", "model gpt2 --batch 3 --context 1000 --mesh model=4 --kv-sharding batch"),
     ("parallelism plans", "plan gpt2 --mode train --batch 16 --seq 1024"),
     ("parallelism plans", "plan gpt2 --chips 7 --batch 16 --seq 1024"),
     # faults and jitter (issue 18): unknown chips and links, fractions, distributions, draws
@@ -182,7 +182,7 @@ CASES: list[tuple[str, str]] = [
     ("quantities", "plan gpt2 --chip tpu-v5e --chips 8 --mode train --batch 8 --seq 2k"),
     ("scenario parameters", "run transformer_step --set context=8k"),
     ("model configs", "model gpt2 --calibrated --no-simulate"),
-    ("calibrated training", "model gpt2 --mode train --chip tpu-v5e --batch 64 --seq 2048 --calibrated"),
+    ("calibrated training", "model gpt2 --mode train --chip tpu-v5e --batch 128 --seq 1024 --calibrated"),
     ("calibrated training", "model gpt2 --mode train --checkpoints-per-layer sometimes --calibrated"),
     ("calibrated training", "model gpt2 --mode train --chip b200 --batch 8 --seq 512 --calibrated"),
     ("host memory", "run host_offload --set topology=torus:4x4"),

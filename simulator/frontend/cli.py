@@ -20,7 +20,7 @@ from simulator.errors import NonFiniteError, PodsimError, one_line
 from simulator.frontend.hlo_cmd import add_hlo_parser, cmd_hlo
 from simulator.frontend.model_cmd import add_model_parser, cmd_model
 from simulator.frontend.montecarlo import add_fault_args, dispatch
-from simulator.frontend.outputs import check_outputs, write_outputs
+from simulator.frontend.outputs import check_outputs, stdout_for, write_outputs
 from simulator.frontend.plan_cmd import add_plan_parser, cmd_plan
 from simulator.frontend.progress import command_watch
 from simulator.frontend.roofline_cmd import add_roofline_parser, cmd_roofline
@@ -336,8 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``podsim`` console script; returns the exit status."""
     try:
         args = build_parser().parse_args(argv)
-        with command_watch() if args.command != "sweep" else contextlib.nullcontext(), \
-                _max_memory(args):  # a sweep has its own bar
+        watch = command_watch() if args.command != "sweep" else contextlib.nullcontext()  # a sweep has its own bar
+        with watch, _max_memory(args), stdout_for(args):  # `--csv -`: stdout for the spans, the rest to stderr
             status = dispatch(args, COMMANDS[args.command])  # --fault, --jitter, --samples (montecarlo)
     except _input_errors() as err:
         print(getattr(err, "details", ""), end="", file=sys.stderr)  # a user scenario's own traceback

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from simulator.analytic import EXPOSED_MEANING
 from simulator.errors import PodsimError
 from simulator.frontend.fault_args import add_fault_args
 from simulator.frontend.served_cmd import add_engine_arg, print_served, served_extras
@@ -29,7 +30,7 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--hf-config", metavar="config.json", help="a Hugging Face config.json")
     p.add_argument("--mode", default="decode", help=f"one of {', '.join(MODES)}")
     p.add_argument("--batch", default="1", help="requests (decode, prefill) or sequences (train) in the step")
-    p.add_argument("--context", default="0", help="decode: cached positions per request before this step "
+    p.add_argument("--context", help="decode: cached positions per request before this step "
                                                    "(one number, or one per request: 100,2000,...; 8Ki = 8192, "
                                                    "8k is refused as ambiguous)")
     p.add_argument("--seq", help="train: tokens per sequence; prefill: prompt tokens per request (default 1024; "
@@ -40,7 +41,7 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--mesh", help="axes data, pipeline, fsdp, expert, sequence, model (train), data and model "
                                   "(decode, prefill), e.g. fsdp=4,model=2")
     p.add_argument("--microbatches", default="1", help="train: microbatches per step (pipeline, accumulation)")
-    p.add_argument("--schedule", default="1f1b", help=f"train: pipeline schedule, one of {', '.join(SCHEDULES)}")
+    p.add_argument("--schedule", help=f"train: pipeline schedule, one of {', '.join(SCHEDULES)} (default 1f1b)")
     p.add_argument("--virtual-stages", default="2", help="train: layer chunks per device (interleaved schedule)")
     p.add_argument("--checkpoints-per-layer", default="none", metavar="K|POLICY",
                    help="train: saved [tokens, d_model] tensors per layer, or none, selective, full")
@@ -53,7 +54,7 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--tp-overlap", action="store_true", help="train: overlap tensor-parallel collectives "
                                                               "with the matmuls")
     p.add_argument("--sequence-attention", default="ring", help="train: ring or allgather (sequence axis)")
-    p.add_argument("--kv-sharding", default="heads", help=f"decode/prefill: one of {', '.join(KV_SHARDINGS)}")
+    p.add_argument("--kv-sharding", help=f"decode/prefill: one of {', '.join(KV_SHARDINGS)} (default heads)")
     p.add_argument("--layout", default="1d", help="decode/prefill: 1d (model axis, Megatron), 2d (weight-stationary "
                                                 "over an X x Y grid of the model axis, the best grid) or 2d:XxY")
     p.add_argument("--weight-dtype", help=f"one of {', '.join(DTYPE_BYTES)}")
@@ -122,6 +123,7 @@ def cmd_model(args: argparse.Namespace) -> None:
 
     cfg = model_config(args)
     projection.check_flags(args)
+    check_mode_flags(args)
     chip = _chip(args)
     if cfg is None:
         out = projection.abstract_model(args, chip, _price(args))
@@ -137,6 +139,42 @@ def cmd_model(args: argparse.Namespace) -> None:
         projection.print_projection(out)
     else:
         _print_model(out)
+
+
+#: Flags a training step does not read, and why (`check_mode_flags`).
+TRAIN_IGNORES = {
+    "context": "--context is decode's cached positions per request; a training step's tokens are --seq",
+    "kv_sharding": "--kv-sharding shards decode's KV cache; a training step keeps none (split positions with "
+                   "--mesh sequence=N)",
+    "compute_dtype": "--compute-dtype sets decode's MXU rate; a training step computes in its model's own dtype",
+    "weight_dtype": "--weight-dtype quantizes decode's weights; a training step keeps its model's own dtype",
+    "kv_dtype": "--kv-dtype sets decode's KV-cache dtype; a training step keeps no KV cache",
+    "engine": "--engine prices a calibrated decode or prefill step; a training step has no serving engine",
+}
+
+
+def check_mode_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag the mode does not read (rather than run without it), then fill in the defaults of those
+    given no value: --context 0, --kv-sharding heads, --schedule 1f1b."""
+    if args.mode == "train":
+        fp8_forecast = args.calibrated and args.compute_dtype == "fp8"  # FP8 training: the GPU forecast reads it
+        given = next((k for k in TRAIN_IGNORES if getattr(args, k, None) is not None
+                      and not (k == "compute_dtype" and fp8_forecast)), None)
+        if given is not None:
+            raise PodsimError(f"{TRAIN_IGNORES[given]} (drop --{given.replace('_', '-')})")
+        if args.schedule is not None and args.params is None:
+            from simulator.workloads.plans import parse_plan_mesh
+
+            if parse_plan_mesh(args.mesh).size("pipeline") == 1:
+                raise PodsimError(f"--schedule {args.schedule} orders a pipeline's microbatches, but --mesh "
+                                  f"{args.mesh or '(one chip)'} has no pipeline axis (add pipeline=N, or drop "
+                                  "--schedule)")
+    elif args.schedule is not None:
+        raise PodsimError(f"--schedule {args.schedule} is a training pipeline's; --mode {args.mode} has none "
+                          "(drop --schedule, or add --mode train)")
+    args.context = "0" if args.context is None else args.context
+    args.kv_sharding = args.kv_sharding or "heads"
+    args.schedule = args.schedule or "1f1b"
 
 
 def train_options(args: argparse.Namespace) -> Any:
@@ -176,7 +214,10 @@ def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
                               f"runs); calibrated chips: {', '.join(train_calibrated_chips())} -- or drop "
                               "--calibrated for the bound")
         plan = parse_plan_mesh(args.mesh)
-        gpu = {"dtype": args.compute_dtype} if args.compute_dtype in ("fp8",) else {}
+        gpu = {"dtype": "fp8"} if args.compute_dtype == "fp8" else {}
+        if gpu and not is_gpu(chip):
+            raise PodsimError(f"--compute-dtype fp8 prices an FP8 training step on GPUs; the calibrated step on "
+                              f"{chip.name} is fitted to bf16 TPU runs (drop --compute-dtype)")
         if args.framework is not None:
             if not is_gpu(chip):
                 raise PodsimError(f"--framework {args.framework} names a GPU training framework; the calibrated "
@@ -187,6 +228,10 @@ def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
         out.update(calibrated_step_time_s=cal["step_time_s"], calibrated_mfu=cal["mfu"],
                    calibrated_tokens_per_s=cal["tokens_per_s"], calibrated_step=cal,
                    uncalibrated=cal.get("uncalibrated", []))
+        if gpu.get("dtype") == "fp8":
+            out.setdefault("notes", []).append(
+                f"the bound above runs the model's own dtype at the bf16 peak; the FP8 forecast's own bound (FP8 "
+                f"GEMMs at their peak) is {cal['ideal']['step_time_s'] * 1e3:.4g} ms")
     return _with_notes(out, chip, out.get("topology"))
 
 
@@ -232,8 +277,9 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     out["tokens_per_s"] = batch * new / step
     price = _price(args)
     if price is not None:
-        cost = price * par.chips * step / 3600
-        out.update(cost_per_step_usd=cost, cost_per_million_tokens_usd=cost / (batch * new) * 1e6)
+        from simulator.workloads.projection import step_cost
+
+        out.update(step_cost(price, par.chips, step, batch * new))
     return _with_notes(out, chip, args.topology or _serve_topology(par, chip))
 
 
@@ -311,6 +357,7 @@ def _print_train(out: dict[str, Any]) -> None:
           + (f"; simulated peak {out['simulated_memory_peak_bytes'] / gib:.2f} GiB" if out["simulated"] else ""))
     exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in out["exposed_comm_s"].items()) or "none"
     print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}")
+    print(f"  ({EXPOSED_MEANING})")
     if "calibrated_step_time_s" in out:
         print(f"  forecast (calibrated): {format_quantity(out['calibrated_step_time_s'], 's')}, MFU "
               f"{out['calibrated_mfu']:.1%}, {out['calibrated_tokens_per_s']:,.0f} tokens/s")

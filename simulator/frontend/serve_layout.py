@@ -63,6 +63,7 @@ def serve_2d(args: argparse.Namespace, cfg: Any, chip: Any, par: Any, batch: int
     step = out["step_time_s"] or out["lower_bound_s"]
     out["tokens_per_s"] = batch * new / step
     if price is not None:
-        cost = price * par.chips * step / 3600
-        out.update(cost_per_step_usd=cost, cost_per_million_tokens_usd=cost / (batch * new) * 1e6)
+        from simulator.workloads.projection import step_cost
+
+        out.update(step_cost(price, par.chips, step, batch * new))
     return out

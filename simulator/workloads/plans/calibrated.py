@@ -50,6 +50,7 @@ from dataclasses import asdict
 from typing import Any
 
 from simulator import analytic
+from simulator.analytic import exposed_s
 from simulator.hardware.specs import ChipSpec
 from simulator.hardware.train_calibration import IDEAL, StepConstants, step_constants
 from simulator.workloads.budget import kv_heads_per_chip
@@ -160,7 +161,7 @@ def overlapped_layers_s(n_layers: int, compute: float, fsdp_comm: float, tp_comm
     hidden = [fsdp_comm, tp_comm] if tp_overlapped else [fsdp_comm]
     per = max(compute, *hidden) + interference * min(compute, max(hidden)) + (0.0 if tp_overlapped else tp_comm)
     total = n_layers * per + fsdp_comm
-    return total, total - n_layers * compute
+    return total, exposed_s(total, n_layers * compute)
 
 
 def _check(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,

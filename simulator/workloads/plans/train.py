@@ -23,6 +23,7 @@ from simulator.workloads.plans.layout import MeshPlan, PlanError, TrainOptions, 
 from simulator.workloads.plans.links import AxisLink, axis_links, build_system, p2p_s
 from simulator.workloads.plans.memory import stage_params, train_memory
 from simulator.workloads.plans.ops import head_work, layer_work
+from simulator.workloads.projection import step_cost
 from simulator.workloads.transformer import TransformerConfig
 
 
@@ -103,9 +104,8 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
     out.update(model_flops_per_step=flops, mfu=flops / (plan.chips * chip.peak_flops_per_s() * step),
                tokens_per_s=batch * seq / step)
     if price_per_chip_hour is not None:
-        cost = price_per_chip_hour * plan.chips * step / 3600
-        out.update(price_per_chip_hour_usd=price_per_chip_hour, cost_per_step_usd=cost,
-                   cost_per_million_tokens_usd=cost / (batch * seq) * 1e6)
+        out.update(price_per_chip_hour_usd=price_per_chip_hour,
+                   **step_cost(price_per_chip_hour, plan.chips, step, batch * seq))
     return out
 
 
