@@ -100,6 +100,7 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
                     compute_dtype=compute_dtype, topology=topology),
         metrics=sim.system.metrics(), extra=extra, trace=sim.system.trace,
         headline=_headline(mode, model, summary, budget),
+        details=[f"note: {n}" for n in budget.get("notes", [])],
     )
 
 

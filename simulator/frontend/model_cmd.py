@@ -305,7 +305,7 @@ def _with_notes(out: dict[str, Any], chip: Any, topology: str | None) -> dict[st
     import topologies
     from simulator.engine.what_if import topology_notes
 
-    notes = topology_notes(chip, topologies.parse_spec(topology, chip)) if topology else []
+    notes = [*out.get("notes", []), *(topology_notes(chip, topologies.parse_spec(topology, chip)) if topology else [])]
     return {**out, "notes": notes} if notes else out
 
 

@@ -168,7 +168,8 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     check_layout(cfg, par, batch)
     check_int(new_tokens, name="new_tokens", error=PodsimError)
     last = max(contexts) + new_tokens  # positions the step's last new token reaches
-    cfg.check_positions(last, f"context {max(contexts):,} + {new_tokens:,} new token{'s' if new_tokens > 1 else ''}")
+    past = cfg.position_note(last, f"context {max(contexts):,} + {new_tokens:,} new "
+                                   f"token{'s' if new_tokens > 1 else ''}")
     kv_pos = kv_bytes_per_position(cfg)
     weights = cfg.params() * cfg.weight_elem_bytes
     history, growth = kv_pos * sum(contexts), kv_pos * batch * new_tokens
@@ -202,6 +203,8 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     if out["critical_batch"] == math.inf:  # a report holds no inf: None, and why
         out.update(critical_batch=None, critical_batch_note=NEVER_COMPUTE_BOUND)
     out.update(_fit(cfg, chip, contexts, par, kv_share))
+    if past:
+        out["notes"] = [past]
     return out
 
 

@@ -165,7 +165,6 @@ def check_train_plan(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions,
     False: the calibrated GPU step's uneven pipeline stages are allowed)."""
     check_int(batch, name="batch", maximum=MAX_REQUESTS, error=PlanError)
     check_int(seq, name="seq", maximum=2**24, error=PlanError)
-    cfg.check_positions(seq, f"seq={seq:,}")
     check_int(opts.microbatches, name="microbatches", maximum=MAX_REQUESTS, error=PlanError)
     check_int(opts.virtual_stages, name="virtual_stages", maximum=1024, error=PlanError)
     opts.check()

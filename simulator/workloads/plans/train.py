@@ -85,6 +85,9 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                            "microbatches": opts.microbatches, "schedule": opts.schedule, "zero": opts.zero,
                            "checkpoint": opts.checkpoint, "tp_overlap": opts.tp_overlap}
     out.update(train_memory(cfg, chip, plan, opts, batch, seq))
+    past = cfg.position_note(seq, f"seq={seq:,}")
+    if past:
+        out["notes"] = [past]
     out.update(closed_form_s=closed["step_time_s"], closed_form=closed, step_time_s=closed["step_time_s"],
                bubble_fraction=closed["bubble_fraction"], exposed_comm_s=closed["exposed_comm_s"],
                simulated=False, tokens_per_chip=batch * seq / plan.chips)
