@@ -51,6 +51,7 @@ rate and every kernel at peak; this one is what the fitted kernels and NCCL reac
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -76,7 +77,7 @@ GPUS_PER_NODE = 8  #: an HGX / DGX node: 8 GPUs on NVSwitches
 ATTENTION = ("flash", "flash2", "unfused")  #: the chip's FlashAttention, FlashAttention-2, or scores through HBM
 SOFTMAX_PASSES = 4  #: unfused attention: scale + mask + softmax (1 read, 1 write), dropout (1 read, 1 write)
 FP8_CAST_BYTES = 3  #: per element cast to FP8 for a GEMM: 2 read in bf16, 1 written (amax fused)
-KERNELS_PER_LAYER = {"gemm": 4, "attention": 1, "vector": 9}  #: forward kernels per layer (fused elementwise)
+VECTOR_KERNELS = 9  #: memory-bound kernels per layer forward (2 norms, 2 residual adds, activation, rotary, ...)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class AxisNet:
     n: int
     bus_bytes_per_s: float  #: line rate of the ring's slowest hop, per member, one way
     kind: str  #: "nvlink" (inside a node) or "ib" (across nodes)
-    fraction: Any  #: bytes -> share of the line rate NCCL reaches
+    fraction: Callable[[float], float]  #: bytes -> share of the line rate NCCL reaches
     ideal_latency_s: float | None = None  #: set for the bound: line rate, this latency per ring step, no protocol
 
 
@@ -223,8 +224,7 @@ def _layer_s(cfg: TransformerConfig, kern: _Kernels, plan: MeshPlan, t: float, s
         gemm = _gemms_s(kern, attn_gemms + mlp, bwd)
         attn = _attention_s(kern, cfg, m, seqs, seq // s, seq, attention, bwd)
         vec_bytes = e_a * t * (ELEMENTWISE_D * d / m + ELEMENTWISE_F * ff + 2 * (q + kv))
-        vec = sum(kern.vector(vec_bytes / KERNELS_PER_LAYER["vector"] * (2 if bwd else 1))
-                  for _ in range(KERNELS_PER_LAYER["vector"]))
+        vec = VECTOR_KERNELS * kern.vector(vec_bytes / VECTOR_KERNELS * (2 if bwd else 1))
         out[name] = {"gemm": gemm, "attention": attn, "vector": vec, "launch": kern.launch - start}
     return out
 
