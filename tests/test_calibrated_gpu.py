@@ -57,6 +57,19 @@ def test_nccl_ring_matches_its_closed_form_by_hand() -> None:
     assert nccl_s("all_reduce", v, None) == 0.0
 
 
+def test_the_steps_collectives_run_as_nccl_picks_them() -> None:
+    """8 H100 in one node, tensor parallel: at 1 KiB NCCL's tuner runs Ring/LL, 6.6 us base + 14 steps x 0.6 us
+    and 1 KiB at min(141, 0.5 x 12 channels x 30 GB/s) x 8/14 GB/s (tuning.cc's tables, derived by hand in
+    tests/test_nccl_tuner.py); at 1 GiB NVLS (Simple): 8 channels x 50 GB/s (the NVLS graph's per-channel figure,
+    below its 0.85 x 7/8 x 2 reduction term) x 8/14 after its 25 us, faster than any ring (12 x 30 GB/s x 8/14)."""
+    net = axis_nets(H100, MeshPlan({"model": 8}), gpu_step_constants("h100"))["model"]
+    assert nccl_s("all_reduce", 1024, net) == pytest.approx((15.0 + 1024 / (1000 * 141 * 8 / 14)) * 1e-6)
+    v = 2.0**30
+    nvls_bw = 8 * 50 * 8 / 14  # GB/s of algorithm bandwidth
+    assert nccl_s("all_reduce", v, net) < v / (12 * 30e9 * 8 / 14)  # the best ring NCCL's model allows
+    assert nccl_s("all_reduce", v, net) == pytest.approx((25.0 + v / (1000 * nvls_bw)) * 1e-6, rel=1e-9)
+
+
 def test_uneven_stages_put_the_extra_layers_first() -> None:
     stages = _stage_layers(126, 16)
     assert sum(stages) == 126 and stages == [8] * 14 + [7] * 2

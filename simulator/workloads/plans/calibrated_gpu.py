@@ -41,11 +41,13 @@ is a named number of seconds in the breakdown:
 - ``optimizer_s``: AdamW over the local shard (memory-bound kernel);
 - ``overhead_s``: ``step_overhead_s`` per step (host, data loader, logging).
 
-Collectives are NCCL rings priced by protocol (`simulator.collectives.protocol`: LL, LL128 and Simple, the
-fastest kept, as NCCL's tuner does): (n - 1) steps (AllGather, ReduceScatter) or 2 (n - 1) (AllReduce) of
-step latency, plus the bytes over the ring's bus bandwidth. Inside a node the bus is a GPU's NVLink egress
-at the chip's fitted NVLink curve (`simulator.hardware.calibration`); across nodes it is the NICs the group
-has in each node (one per member there) at ``ib_fraction`` of their line rate, or NVLink if slower.
+Collectives run as NCCL chooses them: AllGather, ReduceScatter and AllReduce at the algorithm and protocol
+NCCL's own tuning model picks for the group -- GPUs, nodes spanned, NVLS where the NVSwitch reduces -- and at
+its time (`simulator.collectives.nccl_tuner`: Ring, Tree, NVLS, NVLSTree x LL, LL128, Simple); AllToAll (NCCL's
+point-to-point sends) and pipeline sends as rings at the fastest protocol (`simulator.collectives.protocol`:
+(n - 1) steps of step latency, plus the bytes over the bus bandwidth: inside a node a GPU's NVLink egress at the
+chip's fitted NVLink curve, across nodes the NICs the group has in each node (one per member there) at
+``ib_fraction`` of their line rate, or NVLink if slower).
 Difference by design from the ideal simulated step (the bound): that runs podsim's own collectives at line
 rate and every kernel at peak; this one is what the fitted kernels and NCCL reach, so it is always slower.
 """
@@ -89,6 +91,7 @@ class AxisNet:
     kind: str  #: "nvlink" (inside a node) or "ib" (across nodes)
     fraction: Callable[[float], float]  #: bytes -> share of the line rate NCCL reaches
     ideal_latency_s: float | None = None  #: set for the bound: line rate, this latency per ring step, no protocol
+    nccl: Any = None  #: NCCL's view of the group (`simulator.collectives.nccl_tuner.Comm`), where NCCL tunes it
 
 
 def axis_nets(chip: ChipSpec, plan: MeshPlan, c: GpuStepConstants | None,
@@ -107,20 +110,49 @@ def axis_nets(chip: ChipSpec, plan: MeshPlan, c: GpuStepConstants | None,
         if n > 1:
             if inner * n <= per_node:
                 out[axis] = AxisNet(n, nvlink, "nvlink", (lambda v: cal.link_fraction("nvlink", v)) if cal else
-                                    (lambda v: 1.0))
+                                    (lambda v: 1.0), nccl=_nccl_comm(chip, n, 1))
             else:
                 members = max(1, per_node // inner) if inner < per_node else 1
                 nic = members * chip.dcn_bandwidth_bytes_per_s
-                out[axis] = AxisNet(n, min(nvlink, nic), "ib", lambda v: c.ib_fraction)
+                out[axis] = AxisNet(n, min(nvlink, nic), "ib", lambda v: c.ib_fraction,
+                                    nccl=_nccl_comm(chip, n, max(1, n // members)))
         inner *= n
     return out
 
 
+def _nccl_comm(chip: ChipSpec, n: int, nodes: int) -> Any:
+    """NCCL's view of a group of ``n`` GPUs over ``nodes`` nodes (one NIC per GPU), or None where NCCL's tuner
+    model has no such GPU or the group does not split evenly over its nodes."""
+    from simulator.collectives import nccl_tuner
+
+    if chip.name not in nccl_tuner.CHIPS or n % nodes:
+        return None
+    arch, cc, link_rate = nccl_tuner.CHIPS[chip.name]
+    ppn = n // nodes
+    nvlink = chip.ici_bandwidth_bytes_per_s / link_rate * nccl_tuner.NVLINK_BW[arch] * chip.ici_links
+    nic = chip.dcn_bandwidth_bytes_per_s / 1e9
+    ring = nccl_tuner.graph(arch, cc, nvlink, nodes, ppn, nic)
+    if ring is None:
+        return None
+    nvls = None
+    if chip.name in nccl_tuner.NVLS_CHIPS and ppn > 1:
+        nvls = nccl_tuner.graph(arch, cc, nvlink, nodes, ppn, nic, nvls=True)
+        nvls = nvls if nvls is not None and nvls.channels >= 2 else None
+    return nccl_tuner.Comm(arch, cc, n, nodes, ring, nvls)
+
+
 def nccl_s(kind: str, nbytes: float, net: AxisNet | None) -> float:
-    """One NCCL ring collective of a V = ``nbytes`` array (AllGather: gathered size; AllToAll: what a member
-    holds) over ``net``, at the fastest protocol."""
+    """One NCCL collective of a V = ``nbytes`` array (AllGather: gathered size; AllToAll: what a member holds) over
+    ``net``: AllGather, ReduceScatter and AllReduce as NCCL's own tuner picks and prices them (algorithm and
+    protocol: Ring, Tree, NVLS, NVLSTree x LL, LL128, Simple; `simulator.collectives.nccl_tuner`), where NCCL tunes
+    the group; otherwise (AllToAll: NCCL's point-to-point sends) a ring at the fastest protocol."""
     if net is None or net.n <= 1 or nbytes <= 0:
         return 0.0
+    if net.nccl is not None and net.ideal_latency_s is None and kind in ("all_gather", "reduce_scatter",
+                                                                         "all_reduce"):
+        from simulator.collectives.nccl_tuner import table
+
+        return min(table(net.nccl, kind, nbytes)[0].values())
     steps = {"all_reduce": 2 * (net.n - 1), "all_to_all": net.n - 1}.get(kind, net.n - 1)
     moved = {"all_reduce": 2 * (net.n - 1) / net.n, "all_to_all": (net.n - 1) / net.n}.get(kind,
                                                                                            (net.n - 1) / net.n)
