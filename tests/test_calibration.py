@@ -16,6 +16,7 @@ from simulator.errors import PodsimError
 from simulator.frontend.cli import main
 from simulator.frontend.validate import render, validate
 from simulator.hardware.calibration import DATA, LinkEfficiency, MatmulEfficiency, calibrated_chips, get_calibration
+from simulator.hardware.gpu_kernels import gpu_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,11 +47,15 @@ def test_link_efficiency_curve():
 
 
 def test_calibrated_matmul_runs_at_the_fitted_rate():
-    cal = get_calibration("h100")
     system = System("h100", calibrated=True)
     system.chip.matmul(1024, 1024, 1024)
-    system.run()
-    assert system.env.now == pytest.approx(cal.matmul.time_s(2 * 1024**3, 1024, 1024, 9.9e14), rel=1e-12)
+    system.run()  # a GPU preset's matmul runs on the kernel model (tiles, waves, dtype, HBM roofline, launch)
+    assert system.env.now == pytest.approx(gpu_kernels("h100").matmul_s(1024, 1024, 1024, "bf16"), rel=1e-12)
+    tpu = System("tpu-v5e", calibrated=True)  # TPUs keep the peak-fraction model
+    tpu.chip.matmul(1024, 1024, 1024)
+    tpu.run()
+    cal = get_calibration("tpu-v5e")
+    assert tpu.env.now == pytest.approx(cal.matmul.time_s(2 * 1024**3, 1024, 1024, 1.97e14), rel=1e-12)
     ideal = System("h100")
     ideal.chip.matmul(1024, 1024, 1024)
     ideal.run()

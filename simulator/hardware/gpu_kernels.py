@@ -118,8 +118,15 @@ class GpuKernels:
 
     def tiled_s(self, m: int, k: int, n: int, dtype: str = "bf16", batch: int = 1) -> float:
         """Seconds of the tiled compute: the best of the candidate tiles and split-K factors."""
-        return min(self.tile_s(m, k, n, dtype, batch, tile, split) for tile in self.tiles for split in self.split_k
-                   if split == 1 or k >= 2 * split * self.tile_k.get(dtype, 64))
+        tile, split = self.best_tile(m, k, n, dtype, batch)
+        return self.tile_s(m, k, n, dtype, batch, tile, split)
+
+    def best_tile(self, m: int, k: int, n: int, dtype: str = "bf16", batch: int = 1) -> tuple[tuple[int, int], int]:
+        """The (tile, split-K) the kernel runs: the candidate that finishes first (a split needs k of at least two
+        k-tiles per part)."""
+        return min(((tile, split) for tile in self.tiles for split in self.split_k
+                    if split == 1 or k >= 2 * split * self.tile_k.get(dtype, 64)),
+                   key=lambda c: self.tile_s(m, k, n, dtype, batch, c[0], c[1]))
 
     def tile_s(self, m: int, k: int, n: int, dtype: str, batch: int, tile: tuple[int, int], split: int = 1) -> float:
         """Seconds of the compute in ``tile`` with k split ``split`` ways: waves x one tile's time, plus the
