@@ -25,7 +25,7 @@ from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.ring_quotient import plan_quotient, run_quotient
 from simulator.collectives.schedule import Completion, Schedule, check_arrived, gc_paused
 from simulator.collectives.schedule import execute as execute_all
-from simulator.collectives.tuner import tune
+from simulator.collectives.tuner import nccl_select, tune
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
 from simulator.units import check_bytes, positive_int
@@ -64,13 +64,15 @@ class CollectiveResult:
     note: str | None = None
     alternatives: list[dict[str, Any]] = field(default_factory=list)  #: every applicable algorithm's closed form
     protocol: str | None = None  #: NCCL protocol (calibrated GPU systems; `simulator.collectives.protocol`)
+    #: calibrated GPU systems: NCCL's own choice and why (`simulator.collectives.tuner.nccl_select`)
+    nccl: dict[str, Any] | None = None
     quotient_order: int | None = None  #: mode "quotient": transfers (and links) each simulated one stands for
 
     def to_json(self) -> dict[str, Any]:
         """The figures as a flat dict (without the numeric outputs; ``note`` and ``quotient_order`` only when
         there is one)."""
         return {k: v for k, v in self.__dict__.items()
-                if k != "outputs" and not (k in ("note", "quotient_order") and v is None)}
+                if k != "outputs" and not (k in ("note", "quotient_order", "nccl") and v is None)}
 
 
 @dataclass
@@ -86,6 +88,7 @@ class Plan:
     schedule: Schedule | None  #: None for a one-device group (a no-op)
     alternatives: list[dict[str, Any]] = field(default_factory=list)  #: ``{"algorithm", "time_s"}``, fastest first
     protocol: str | None = None  #: the NCCL protocol it runs with (None: ideal links, or none applies)
+    nccl: dict[str, Any] | None = None  #: NCCL's choice and why (calibrated GPU systems)
     quotient: Any = None  #: (quotient, group) built in place of the schedule (then empty): `run_collective` only
 
     @property
@@ -132,7 +135,8 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
         job = make_job(None)
         return Plan(kind, None, job, job.nbytes, _n_keys(job), False, None)
     reduced = _use_reduced(mode, kind, data, group, net, not explicit)
-    choice = tune(algorithm, kind, net, groups, make_job, price)
+    nccl = None if price is None else nccl_select(kind, net, groups, _nbytes(nbytes, data), protocol)
+    choice = tune(algorithm, kind, net, groups, make_job, price, nccl)
     job = choice.job
     job.reduced = reduced
     schedule = Schedule(job.key_bytes)
@@ -140,7 +144,14 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     if built is None:
         choice.algorithm.build(job, schedule)
     return Plan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule, choice.alternatives,
-                choice.protocol, built)
+                choice.protocol, choice.nccl, built)
+
+
+def _nbytes(nbytes: float | None, data: np.ndarray | None) -> float:
+    """V for NCCL's tuner: ``nbytes``, or the bytes of one chip's row of ``data``."""
+    if nbytes is not None or data is None:
+        return float(nbytes or 0.0)
+    return float(data[0].nbytes) if getattr(data, "ndim", 1) > 1 else float(data.nbytes)
 
 
 def _protocol_price(system: Any, protocol: str) -> Any:
@@ -300,7 +311,7 @@ def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: 
         mode="reduced" if plan.reduced else "quotient" if on_quotient else "full",
         n_transfers=on_quotient[0].represented if on_quotient else len(plan.schedule.transfers),
         link_bytes=link_bytes, outputs=_outputs(plan, buffers),
-        alternatives=plan.alternatives, protocol=plan.protocol,
+        alternatives=plan.alternatives, protocol=plan.protocol, nccl=plan.nccl,
         quotient_order=None if on_quotient is None else on_quotient[0].order)
 
 
@@ -308,7 +319,8 @@ def _analytic_s(plan: Plan) -> float:
     """The closed form of the algorithm run: with a protocol, as the tuner priced it (calibrated links)."""
     if plan.protocol is None:
         return plan.algorithm.closed_form(plan.job)
-    return next(a["time_s"] for a in plan.alternatives if a["algorithm"] == plan.algorithm.name)
+    mine = next(a for a in plan.alternatives if a["algorithm"] == plan.algorithm.name)
+    return mine.get("protocols", {}).get(plan.protocol, mine["time_s"])
 
 
 def _outputs(plan: Plan, buffers: dict[Any, dict[Any, np.ndarray]] | None) -> dict[Any, np.ndarray] | None:

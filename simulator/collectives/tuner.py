@@ -8,6 +8,13 @@ alternatives then list it alone): on a thousand GPUs pricing every other algorit
 a forced choice does not need (``auto`` shows them all). On a calibrated GPU system ``price`` prices each algorithm
 with every NCCL protocol it can use instead (`simulator.collectives.protocol.calibrated_price`): the
 choice then names a protocol, and each alternative lists its fastest protocol and every protocol's time.
+
+On a calibrated GPU system ``auto`` is what stock NCCL would run (``nccl``: `nccl_select`): NCCL's own tuning
+model (`simulator.collectives.nccl_tuner`) ranks its algorithms and protocols, and the first whose podsim plug-in
+applies here is run with that protocol; the simulation and the calibrated closed form then price it. Custom kernels
+that stock NCCL lacks (one-shot, two-shot, recursive doubling, ...) stay in the alternatives, labelled
+``"nccl": false, "source": "custom kernel"``, and run only when asked for by name. Ideal runs keep the fastest
+closed form (the bound).
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.collectives import nccl_tuner
 from simulator.collectives.algorithm import AUTO, Algorithm, Job, applicable, choose, fastest, get_algorithm
 from simulator.collectives.groups import Group
 from simulator.engine.network import Network
@@ -29,16 +37,19 @@ class Choice:
     job: Job
     alternatives: list[dict[str, Any]]  #: ``{"algorithm": name, "time_s": closed form}``, fastest first (auto)
     protocol: str | None = None  #: the NCCL protocol priced fastest (None: ideal links, or no protocols here)
+    nccl: dict[str, Any] | None = None  #: NCCL's own choice and why (calibrated GPU systems; `nccl_select`)
 
 
 def tune(name: str, kind: str, net: Network, groups: list[Group], make_job: Callable[[Algorithm], Job],
-         price: Callable[[Algorithm, Job], tuple[float, str, dict[str, float]]] | None = None) -> Choice:
+         price: Callable[[Algorithm, Job], tuple[float, str, dict[str, float]]] | None = None,
+         nccl: Callable[[str, dict[str, dict[str, Any]]], dict[str, Any] | None] | None = None) -> Choice:
     """The job of algorithm ``name`` (``auto``: the fastest by closed form) and the alternatives priced
     (``auto``: every applicable algorithm; a name: that one).
 
     ``make_job`` builds and prepares a job for an algorithm, raising `PodsimError` where it cannot
     (that algorithm is then no alternative; asked for by name, its error is raised). ``price`` (None: the
-    algorithm's ideal closed form) gives (seconds, protocol, seconds per protocol) for a job.
+    algorithm's ideal closed form) gives (seconds, protocol, seconds per protocol) for a job. ``nccl`` (with
+    ``price``) maps (name, the priced alternatives by name) to NCCL's choice (`nccl_select`), which then decides.
     """
     if name != AUTO:
         choose(name, kind, net, groups)  # an algorithm that does not apply: say which ones do
@@ -67,6 +78,29 @@ def tune(name: str, kind: str, net: Network, groups: list[Group], make_job: Call
         times = {fit: t for fit, (t, _, _) in priced.items()}
         extra = {fit: {"protocol": p, "protocols": each} for fit, (_, p, each) in priced.items()}
     chosen = name if name != AUTO else fastest(times)
+    protocol, picked = extra[chosen].get("protocol"), None
+    if nccl is not None and price is not None:
+        picked = nccl(name, extra)
+        if picked is not None and picked.get("plugin") in jobs:
+            chosen, protocol = picked["plugin"], picked["protocol"]
+        for fit in extra:
+            extra[fit].update(nccl_tuner.label(fit))
     alternatives = [{"algorithm": fit, "time_s": t, **extra[fit]}
                     for fit, t in sorted(times.items(), key=lambda kv: (kv[1], kv[0]))]
-    return Choice(get_algorithm(chosen), jobs[chosen], alternatives, extra[chosen].get("protocol"))
+    return Choice(get_algorithm(chosen), jobs[chosen], alternatives, protocol, picked)
+
+
+def nccl_select(kind: str, net: Network, groups: list[Group], nbytes: float, asked: str = "auto") -> Callable[
+        [str, dict[str, dict[str, Any]]], dict[str, Any] | None]:
+    """The ``nccl`` of `tune` for ``kind`` of ``nbytes`` on ``groups``: NCCL's model choice as a dict -- ``algorithm``
+    and ``protocol`` (NCCL's names), ``plugin`` (podsim's algorithm run), ``model_time_s``, ``reason``, ``table``
+    (every enabled pair by NCCL's model, fastest first), ``disabled`` (NCCL algorithms off, and why); None where
+    NCCL's tuner knows nothing of the chip."""
+    comm = nccl_tuner.comm_for(net, list(groups[0].members.values()))
+
+    def select(name: str, priced: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+        if comm is None:
+            return None
+        return nccl_tuner.decide(comm, kind, nbytes, asked, name, priced)
+
+    return select

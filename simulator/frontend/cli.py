@@ -218,7 +218,9 @@ def cmd_collective(args: argparse.Namespace) -> None:
                              multi_axis=args.multi_axis, chunks=chunks, root=root, mode=args.mode, protocol=protocol)
         extra.update(calibrated_time_s=cal.time_s, calibrated_algbw_bytes_per_s=cal.algbw_bytes_per_s,
                      calibrated_busbw_bytes_per_s=cal.busbw_bytes_per_s, calibrated_algorithm=cal.algorithm,
-                     calibrated_protocol=cal.protocol)
+                     calibrated_protocol=cal.protocol, calibrated_alternatives=cal.alternatives)
+        if cal.nccl is not None:  # calibrated GPU systems: what stock NCCL would run, and why
+            extra["calibrated_nccl"] = cal.nccl
     result = Result("collective", params, system.metrics(), extra=extra, trace=system.trace,
                     headline=f"{args.kind} of {format_quantity(nbytes, 'B')} on {args.topology}")
     write_outputs(result, args)
@@ -242,6 +244,8 @@ def cmd_collective(args: argparse.Namespace) -> None:
               f"{format_quantity(extra['calibrated_busbw_bytes_per_s'], 'B/s')} (fitted efficiencies; algorithm "
               f"{extra['calibrated_algorithm']}" + (f", NCCL protocol {extra['calibrated_protocol']})"
                                                      if extra["calibrated_protocol"] else ")"))
+        if extra.get("calibrated_nccl"):
+            print(f"  chosen as NCCL would: {extra['calibrated_nccl']['reason']}")
 
 
 def _protocol(args: argparse.Namespace) -> str:

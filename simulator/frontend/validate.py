@@ -212,7 +212,9 @@ NOTES = {
     "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB": "below the 1 MiB the NVLS fit starts at (the 10% target is for 1 MiB "
            "and up), podsim's NVLS is 10-38% fast up to 256 KiB: NCCL's NVLS pays about 23 us before data moves (its "
            "tuning model's NVLS latency; 25.6 us measured at 1 KiB on H100, 29.9 us on H200) where the fit gives 8 us "
-           "of launch and 11 hops of 1 us; NCCL itself would pick LL rings or trees at these sizes",
+           "of launch and 11 hops of 1 us. The rows are NVLS forced (Azure's script sets NCCL_ALGO=NVLS), so podsim "
+           "runs nvls here too; left to choose, NCCL's tuner (podsim's calibrated auto, "
+           "`simulator.collectives.nccl_tuner`) runs Ring/LL below about 1.24 MB on 8 H100",
     "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)": "misses the 10% target narrowly: LL is modelled at its wire "
            "efficiency, 4 data bytes in every 8; NCCL reaches 0.43 of Simple's bus bandwidth with it (its tuner "
            "assumes 1/4 to 1/3), so podsim's LL is 18% fast on large arrays -- where LL is never the fastest "
