@@ -13,8 +13,8 @@ Per chip:
   fp16 operator profiles): ``peak_fraction`` per dtype, ``tile_cost``, ``kernel_s`` and ``matmul_hbm_fraction``,
   jointly, by Nelder-Mead on the log of each constant. A dtype or constant a chip has no rows for is reused from
   another chip, as ``REUSE`` says and the JSON's ``sources`` record.
-- Memory-bound kernels (vidur's RMSNorm, SiLU-and-multiply and residual add): ``hbm_fraction`` per kind and
-  ``memory_kernel_s``; no optimizer-kernel measurement: "optimizer" takes the element-wise share.
+- Memory-bound kernels (vidur's RMSNorm, SiLU-and-multiply and residual add): ``hbm_fraction`` and
+  ``memory_kernel_s`` per kind; no optimizer-kernel measurement: "optimizer" takes the element-wise constants.
 - Launch (h100_matmul_square.csv: torch eager, one synchronised matmul per timing): ``launch_s`` = measured -
   kernel time, fitted on its fit sizes; ``graph_launch_s`` is a published figure (not fitted).
 - Attention (flash_attention.csv): FlashAttention-3's share of peak by head dim and direction and its sequence
@@ -31,7 +31,8 @@ from typing import Any
 
 from scipy.optimize import minimize
 
-from simulator.hardware.gpu_kernels import GpuKernels, attention_flops, build, peak_rates
+from simulator.hardware.gpu_kernels import GpuKernels, attention_flops, peak_rates
+from simulator.hardware.gpu_kernels import build as build_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "simulator" / "hardware" / "data"
@@ -100,7 +101,7 @@ def gemm_rows(chip: str) -> list[dict[str, Any]]:
 
 
 def kernels(chip: str, constants: dict[str, Any]) -> GpuKernels:
-    return build(chip, constants)
+    return build_kernels(chip, constants)
 
 
 def gemm_pair(model: GpuKernels, r: dict[str, Any]) -> tuple[float, float]:
@@ -141,6 +142,9 @@ def mamf_ratio(chip: str, dtype: str, base: str) -> float:
     return best[dtype] / best[base]
 
 
+MEASURED_KINDS = ("elementwise", "norm", "activation")
+
+
 # -- memory-bound rows ---------------------------------------------------------------------------------------
 def memory_rows(chip: str) -> list[dict[str, Any]]:
     return [{"kind": r["kind"], "nbytes": float(r["nbytes"]), "seconds": float(r["measured_s"]), "set": r["set"]}
@@ -156,17 +160,19 @@ def fit_memory(chip: str, base: dict[str, Any]) -> dict[str, Any]:
 
     def constants(x) -> dict[str, Any]:
         c = json.loads(json.dumps(base))
-        c["hbm_fraction"] = {"elementwise": math.exp(x[0]), "norm": math.exp(x[1]), "activation": math.exp(x[2])}
-        c["hbm_fraction"]["optimizer"] = c["hbm_fraction"]["elementwise"]
-        c["memory_kernel_s"] = math.exp(x[3])
+        c["hbm_fraction"] = dict(zip(MEASURED_KINDS, (math.exp(v) for v in x[:3]), strict=True))
+        c["memory_kernel_s"] = dict(zip(MEASURED_KINDS, (math.exp(v) for v in x[3:]), strict=True))
+        c["hbm_fraction"]["optimizer"] = c["hbm_fraction"]["elementwise"]  # no optimizer-kernel measurement
+        c["memory_kernel_s"]["optimizer"] = c["memory_kernel_s"]["elementwise"]
         return c
 
     def loss(x) -> float:
         model = kernels(chip, constants(x))
         return sum(abs(math.log(p / m)) for p, m in (memory_pair(model, r) for r in fit)) / len(fit)
 
-    bounds = [LOG_FRACTION, LOG_FRACTION, LOG_FRACTION, (math.log(1e-7), math.log(2e-5))]
-    return constants(solve(loss, [math.log(0.8), math.log(0.5), math.log(0.6), math.log(2e-6)], bounds))
+    floor = (math.log(1e-7), math.log(2e-5))
+    x0 = [math.log(0.8), math.log(0.5), math.log(0.6)] + [math.log(2e-6)] * 3
+    return constants(solve(loss, x0, [LOG_FRACTION] * 3 + [floor] * 3))
 
 
 # -- launch (torch eager square matmuls) ---------------------------------------------------------------------
@@ -255,7 +261,7 @@ def skeleton(chip: str) -> dict[str, Any]:
             "tile_cost": START["tile_cost"], "split_k": SPLIT_K, "kernel_s": START["kernel_s"],
             "matmul_hbm_fraction": START["matmul_hbm_fraction"],
             "hbm_fraction": {"elementwise": 0.9, "norm": 0.9, "optimizer": 0.9, "activation": 0.9},
-            "memory_kernel_s": 2e-6,
+            "memory_kernel_s": {"elementwise": 2e-6, "norm": 2e-6, "optimizer": 2e-6, "activation": 2e-6},
             "attention": {"forward": {"64": 0.6, "128": 0.6, "256": 0.6}, "backward": {"64": 0.5, "128": 0.5,
                                                                                      "256": 0.5},
                           "kv_half": {"forward": 256.0, "backward": 256.0}},
@@ -272,7 +278,8 @@ def rounded(c: dict[str, Any]) -> dict[str, Any]:
     return {k: r(v) for k, v in c.items()}
 
 
-def main() -> None:
+def build() -> dict[str, Any]:
+    """The whole table gpu_kernels.json holds: per chip its constants and sources, and the fit report."""
     chips: dict[str, dict[str, Any]] = {}
     fit: dict[str, Any] = {}
 
@@ -312,7 +319,7 @@ def main() -> None:
         chips[chip] = rounded(chips[chip])
         chips[chip]["sources"] = SOURCES[chip]
     for chip in CHIPS:
-        model = build(chip, chips[chip])
+        model = build_kernels(chip, chips[chip])
         fit[f"gemm_{chip}"] = {
             source: report([r for r in gemm_rows(chip) if r["file"] == source], lambda r, m=model: gemm_pair(m, r))
             for source in ("gpu_gemm.csv", "gpu_kernels_vidur.csv") if any(r["file"] == source
@@ -322,9 +329,14 @@ def main() -> None:
         for impl in ("fa2", "fa3"):
             if attention_rows(chip, impl) and (impl == "fa3") == (chip != "a100"):
                 fit[f"attention_{chip}"] = report(attention_rows(chip, impl), lambda r, m=model: attention_pair(m, r))
-    fit["launch_h100"] = report(square_rows(), lambda r: square_pair(build("h100", chips["h100"]), r))
-    OUT.write_text(json.dumps({"chips": chips, "fit": fit}, indent=2) + "\n")
-    for family, sets in fit.items():
+    fit["launch_h100"] = report(square_rows(), lambda r: square_pair(build_kernels("h100", chips["h100"]), r))
+    return {"chips": chips, "fit": fit}
+
+
+def main() -> None:
+    table = build()
+    OUT.write_text(json.dumps(table, indent=2) + "\n")
+    for family, sets in table["fit"].items():
         print(family, json.dumps(sets))
 
 
@@ -339,7 +351,7 @@ SOURCES: dict[str, dict[str, str]] = {
         "tiles": "cuBLAS sm90 kernel names (tilesize128x256x64, 128x128x64, 64x128x64, 64x64x64); not fitted",
         "hbm_fraction": "gpu_kernels_vidur.csv: RMSNorm (norm), residual add (elementwise), SiLU-and-multiply "
                         "(activation); optimizer: no measurement, takes the element-wise share",
-        "memory_kernel_s": "gpu_kernels_vidur.csv, the same memory-bound rows",
+        "memory_kernel_s": "gpu_kernels_vidur.csv, the same memory-bound rows, per kind (optimizer: element-wise's)",
         "launch_s": "h100_matmul_square.csv (torch eager, one timed matmul per call): measured - kernel time, "
                     "fitted on 1024, 4096, 10240",
         "graph_launch_s": "NVIDIA 'Getting Started with CUDA Graphs' (developer.nvidia.com/blog/cuda-graphs): 3.8 us "

@@ -102,17 +102,23 @@ def test_nccl_style_rings_spread_a_two_node_ring_over_every_nic():
 
 
 TARGET = 0.10  # issue 9: <= 10% geometric-mean error on collectives from 1 MiB up and on large matmuls
-MEETS = ("matmul, H100 bf16 square", "AllReduce, 8 x A100 NVLink (nccl-tests)",
+MEETS = ("AllReduce, 8 x A100 NVLink (nccl-tests)",
          "AllReduce, 8 x H100 NVLS (nccl-tests)", "Serving decode, one GPU (tensorrt-llm)",
-         "Training step MFU, TPU (published runs)")
-MISSES = ("AllReduce, A100 one node (PyTorch)", "AllReduce, A100 two nodes (PyTorch)",
+         "Training step MFU, TPU (published runs)", "GEMM, A100 fp16 (vidur)", "GEMM, H100 fp16 (vidur)",
+         "Attention, H100 FlashAttention-3")
+#: GPU kernel families whose fit sets miss too: one model fitted across sources that disagree (notes say how)
+FIT_MISSES = ("GEMM by shape, H100 (XLA table)", "GEMM, best shape (mamf-finder)",
+              "Memory-bound kernels < 16 MiB, A100/H100 (vidur)", "Memory-bound kernels >= 16 MiB, A100/H100 (vidur)")
+MISSES = ("matmul, H100 bf16 square", "GEMM by shape, B200 (XLA table)", *FIT_MISSES,
+          "AllReduce, A100 one node (PyTorch)", "AllReduce, A100 two nodes (PyTorch)",
           "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
           "Serving decode, batch 32-64, one GPU (tensorrt-llm)", "Serving decode, one GPU (vllm)",  # test_served
           "Serving prefill (first token), one GPU (tensorrt-llm)", "Serving decode, one GPU (gpt-fast)")
 HELD_OUT_WHOLE = ("AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)",
                   "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
                   "Serving decode, batch 32-64, one GPU (tensorrt-llm)")
-FIT_WHOLE = ("AllGather, TPU v5e ICI (the book's profiles)",)  # two measurements, two constants
+FIT_WHOLE = ("AllGather, TPU v5e ICI (the book's profiles)",  # two measurements, two constants
+             "Attention, A100 FlashAttention-2")  # the FA2 paper's one A100 figure scales FA2's shape
 
 
 @functools.cache
@@ -136,7 +142,11 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
     rows["h100x4_ring_allreduce_busbw.csv"] = 6 - 1  # the Simple row is the protocols' denominator, not a case
     rows["decode_latency.csv"] = len(list(csv.DictReader((DATA / "calibration" / "decode_latency.csv").open())))
     rows["tpu_training_mfu.csv"] = len(list(csv.DictReader((DATA / "calibration" / "tpu_training_mfu.csv").open())))
-    assert len(result["cases"]) == sum(rows.values())  # no measurement dropped
+    for name in ("gpu_gemm.csv", "gpu_kernels_vidur.csv"):
+        rows[name] = len(list(csv.DictReader((DATA / "calibration" / name).open())))
+    attention = list(csv.DictReader((DATA / "calibration" / "flash_attention.csv").open()))
+    rows["flash_attention.csv"] = sum(r["chip"] != "h100" or r["impl"] == "fa3" for r in attention)  # FA2 on H100:
+    assert len(result["cases"]) == sum(rows.values())  # no measurement dropped        # the A100's shape, no case
     families = result["families"]
     assert sorted(families) == sorted(set((*MEETS, *MISSES, *HELD_OUT_WHOLE, *FIT_WHOLE)))
     for family, sets in families.items():
@@ -149,7 +159,10 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
             assert summary["cases"] == len(cases) > 0
             assert summary["geomean_error"] == pytest.approx(error, rel=1e-12)
             assert summary["meets_target"] == (error <= TARGET)
-        assert sets["fit"]["cases"] == 0 or sets["fit"]["geomean_error"] <= TARGET, family
+        if family in FIT_MISSES:
+            assert sets["fit"]["geomean_error"] > TARGET and "target" in result["notes"][family]
+        else:
+            assert sets["fit"]["cases"] == 0 or sets["fit"]["geomean_error"] <= TARGET, family
     for family in (*MEETS, "AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)"):
         assert families[family]["held_out"]["geomean_error"] <= TARGET, family
     text = render(result)

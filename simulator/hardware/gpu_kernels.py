@@ -13,13 +13,13 @@ Every number these functions return is a **forecast** (calibrated): seconds of o
   device time and ``launch_s`` to launch.
 - **Attention** (`GpuKernels.attention_s`): a FlashAttention-2 (A100) / -3 (H100, H200; B200 reuses it) kernel.
   Useful FLOPs are the closed form 4 b h q kv d (half of it causal; backward 2.5x forward), as the FlashAttention
-  papers count them; the kernel reaches ``attention[direction][head_dim]`` of the dtype's peak, less a sequence
-  term ``1 / (1 + kv_half / kv)`` (per-block prologue and epilogue over a short key loop), less the causal
-  diagonal blocks computed in full ((T + 1) / T for T query blocks), and less wave quantization of its
-  b h ceil(q / 128) blocks over the SMs.
+  papers count them. The kernel runs waves of thread blocks (b h ceil(q / 128) forward, one per key block
+  backward) over the SMs; each block computes its 128 x 128 tiles at ``attention[direction][head_dim]`` of its
+  SM's share of the dtype's peak after a fixed start worth ``kv_half`` keys (prologue and epilogue); a causal
+  mask skips the tiles above the diagonal and computes the diagonal ones whole.
 - **Memory-bound** (`GpuKernels.memory_bound_s`): element-wise (adds, copies), norm, optimizer and activation
   (SiLU-and-multiply, GELU: element-wise with transcendental math) kernels move their bytes at a fitted share of
-  HBM bandwidth per kind, plus ``memory_kernel_s`` and a launch.
+  HBM bandwidth per kind, plus a fixed time per kind (``memory_kernel_s``) and a launch.
 
 ``launch_s`` is what eager PyTorch pays per kernel; ``graph_launch_s`` what one kernel costs inside a CUDA graph
 (what serving engines use): `GpuKernels.kernel_s` variants leave the launch out so a caller can add either.
@@ -83,7 +83,7 @@ class GpuKernels:
     kernel_s: float = 0.0  #: fixed device seconds per GEMM kernel
     matmul_hbm_fraction: float = 1.0  #: share of HBM bandwidth a GEMM's operands stream at
     hbm_fraction: dict[str, float] = field(default_factory=dict, hash=False)  #: per memory-bound kind
-    memory_kernel_s: float = 0.0  #: fixed device seconds per memory-bound kernel
+    memory_kernel_s: dict[str, float] = field(default_factory=dict, hash=False)  #: fixed device s per kernel, per kind
     #: {"forward": {head_dim: fraction}, "backward": {...}, "kv_half": {"forward": tokens, "backward": tokens}}
     attention: dict[str, Any] = field(default_factory=dict, hash=False)
     launch_s: float = 0.0  #: seconds per kernel launch (eager PyTorch)
@@ -122,10 +122,9 @@ class GpuKernels:
         return self.tile_s(m, k, n, dtype, batch, tile, split)
 
     def best_tile(self, m: int, k: int, n: int, dtype: str = "bf16", batch: int = 1) -> tuple[tuple[int, int], int]:
-        """The (tile, split-K) the kernel runs: the candidate that finishes first (a split needs k of at least two
-        k-tiles per part)."""
-        return min(((tile, split) for tile in self.tiles for split in self.split_k
-                    if split == 1 or k >= 2 * split * self.tile_k.get(dtype, 64)),
+        """The (tile, split-K) the kernel runs: the candidate that finishes first. Every candidate is open to every
+        shape (a part holds at least one k-tile), so a longer k never finishes sooner."""
+        return min(((tile, split) for tile in self.tiles for split in self.split_k),
                    key=lambda c: self.tile_s(m, k, n, dtype, batch, c[0], c[1]))
 
     def tile_s(self, m: int, k: int, n: int, dtype: str, batch: int, tile: tuple[int, int], split: int = 1) -> float:
@@ -168,29 +167,33 @@ class GpuKernels:
 
     def attention_kernel_s(self, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
                            causal: bool = True, backward: bool = False, dtype: str = "bf16") -> float:
-        """Device seconds of the attention kernel alone (no launch)."""
+        """Device seconds of the attention kernel alone (no launch): waves of thread blocks, each running its
+        ``BLOCK x BLOCK`` tiles of QK^T and PV (backward: 2.5x the FLOPs) after a fixed start worth
+        ``kv_half / BLOCK`` tiles; a causal mask skips the tiles above the diagonal (the queries aligned to the
+        end of the keys) and computes the diagonal ones whole."""
         for value, name in ((batch, "batch"), (q_len, "q_len"), (kv_len, "kv_len"), (heads, "heads"),
                             (kv_heads, "kv_heads"), (head_dim, "head_dim")):
             _positive_int(value, name)
         if heads % kv_heads:
             raise PodsimError(f"heads={heads} must be a multiple of kv_heads={kv_heads}")
-        flops = attention_flops(batch, q_len, kv_len, heads, head_dim, causal, backward)
-        return flops / (self.peak(dtype) * self.attention_efficiency(batch, q_len, kv_len, heads, head_dim, causal,
-                                                                     backward))
+        direction = "backward" if backward else "forward"
+        q_blocks, kv_blocks = math.ceil(q_len / BLOCK), math.ceil(kv_len / BLOCK)
+        if causal:  # query block i sees the keys up to its last row: (kv - q) / BLOCK + i + 1 key tiles
+            offset = (kv_len - q_len) / BLOCK
+            tiles = sum(min(kv_blocks, max(1, math.ceil(offset + i + 1))) for i in range(q_blocks))
+        else:
+            tiles = q_blocks * kv_blocks
+        blocks = batch * heads * (kv_blocks if backward else q_blocks)  # FA2/FA3 backward runs a block per key block
+        tile_flops = 4.0 * BLOCK * BLOCK * head_dim * (2.5 if backward else 1.0)
+        tile_s = tile_flops * self.sms / (self.peak(dtype) * _by_head_dim(self.attention[direction], head_dim))
+        start = self.attention["kv_half"][direction] / BLOCK  # a block's fixed cost, in tiles
+        return math.ceil(blocks / self.sms) * (start + batch * heads * tiles / blocks) * tile_s
 
     def attention_efficiency(self, batch: int, q_len: int, kv_len: int, heads: int, head_dim: int,
                              causal: bool = True, backward: bool = False) -> float:
-        """Useful FLOPs per peak-second: head-dim fraction x sequence term x wave fill / causal waste."""
-        direction = "backward" if backward else "forward"
-        fraction = _by_head_dim(self.attention[direction], head_dim)
-        span = kv_len / 2 if causal else kv_len  # a causal query block sees half the keys on average
-        sequence = 1 / (1 + self.attention["kv_half"][direction] / span)
-        rows = kv_len if backward else q_len  # FA2/FA3 backward parallelizes over key blocks, forward over queries
-        blocks = batch * heads * math.ceil(rows / BLOCK)
-        fill = blocks / (math.ceil(blocks / self.sms) * self.sms)
-        q_blocks = math.ceil(q_len / BLOCK)
-        waste = (q_blocks + 1) / q_blocks if causal else math.ceil(kv_len / BLOCK) * BLOCK / kv_len
-        return fraction * sequence * fill / waste
+        """Useful FLOPs (`attention_flops`) per peak-second of the bf16 kernel."""
+        seconds = self.attention_kernel_s(batch, q_len, kv_len, heads, heads, head_dim, causal, backward)
+        return attention_flops(batch, q_len, kv_len, heads, head_dim, causal, backward) / (self.peak("bf16") * seconds)
 
     # -- memory-bound -----------------------------------------------------------------------------------------
     def memory_bound_s(self, nbytes: float, kind: str = "elementwise") -> float:
@@ -204,7 +207,7 @@ class GpuKernels:
             raise PodsimError(f"kind={kind!r}; valid memory-bound kernel kinds: {', '.join(KINDS)}")
         if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not 0 <= nbytes < math.inf:
             raise PodsimError(f"nbytes={nbytes!r} must be a finite number of bytes >= 0")
-        return self.memory_kernel_s + nbytes / (self.hbm_bytes_per_s * self.hbm_fraction[kind])
+        return self.memory_kernel_s[kind] + nbytes / (self.hbm_bytes_per_s * self.hbm_fraction[kind])
 
 
 def _by_head_dim(fractions: dict[int, float], head_dim: int) -> float:
@@ -251,7 +254,7 @@ def build(chip: str, constants: dict[str, Any]) -> GpuKernels:
         tiles=tuple(tuple(t) for t in constants["tiles"]), tile_k=dict(constants["tile_k"]),
         tile_cost=constants["tile_cost"], split_k=tuple(constants["split_k"]), kernel_s=constants["kernel_s"],
         matmul_hbm_fraction=constants["matmul_hbm_fraction"], hbm_fraction=dict(constants["hbm_fraction"]),
-        memory_kernel_s=constants["memory_kernel_s"], attention=attention, launch_s=constants["launch_s"],
+        memory_kernel_s=dict(constants["memory_kernel_s"]), attention=attention, launch_s=constants["launch_s"],
         graph_launch_s=constants["graph_launch_s"], sources=dict(constants.get("sources", {})))
 
 
