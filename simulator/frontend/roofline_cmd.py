@@ -201,7 +201,9 @@ def _calibrated_gpu(cal: Any, memory: str, flops: float, nbytes: float, shape: t
         m, k, n = shape
         (tm, tn), split = kernels.best_tile(m, k, n, dtype)
         t_compute = kernels.matmul_s(m, k, n, dtype)
-        fill, launch, work = kernels.wave_fill(m, n, (tm, tn)), kernels.launch_s, flops
+        tk = kernels.tile_k.get(dtype, 64)  # the FLOPs of the padded tiles the kernel runs
+        work = 2.0 * math.ceil(m / tm) * tm * math.ceil(n / tn) * tn * math.ceil(k / tk) * tk
+        fill, launch = kernels.wave_fill(m, n, (tm, tn)), kernels.launch_s
         extra = {"output_tiles": math.ceil(m / tm) * math.ceil(n / tn), "cores": kernels.sms, "tile": [tm, tn],
                  "split_k": split}
         if dtype == "fp32":
