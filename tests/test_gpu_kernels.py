@@ -156,9 +156,20 @@ def test_attention_flops_closed_form():
     assert attention_flops(b, q, kv, h, d, causal=False) == 4 * b * h * q * kv * d
     assert attention_flops(b, q, kv, h, d, causal=True) == 4 * b * h * q * kv * d / 2
     assert attention_flops(b, q, kv, h, d, causal=True, backward=True) == 2.5 * 4 * b * h * q * kv * d / 2
-    model = gpu_kernels("h100")  # grouped-query attention (8 KV heads) changes no FLOPs and no time
+    model = gpu_kernels("h100")  # grouped-query attention (8 KV heads) changes no FLOPs: a prefill's time stays
     assert model.attention_s(b, q, kv, h, 8, d) == model.attention_s(b, q, kv, h, h, d)
     assert model.attention_s(b, q, kv, h, 8, d) == model.launch_s + model.attention_kernel_s(b, q, kv, h, 8, d)
+
+
+def test_decode_attention_streams_the_kv_cache():
+    """One query token per sequence: the kernel reads K and V (per KV head) at the HBM roofline."""
+    model = gpu_kernels("h100")
+    b, kv, h, kv_heads, d = 8, 8192, 32, 8, 128
+    kv_bytes = 2 * b * kv_heads * kv * d * 2  # K and V, bf16
+    q_bytes = 2 * b * h * 1 * d * 2  # Q and O
+    hbm = 3.35e12 * model.matmul_hbm_fraction
+    assert model.attention_kernel_s(b, 1, kv, h, kv_heads, d) == pytest.approx((kv_bytes + q_bytes) / hbm)
+    assert model.attention_kernel_s(b, 1, kv, h, h, d) > 3.9 * model.attention_kernel_s(b, 1, kv, h, kv_heads, d)
 
 
 def test_attention_at_the_fa3_papers_setting():

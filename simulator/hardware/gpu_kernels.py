@@ -16,7 +16,10 @@ Every number these functions return is a **forecast** (calibrated): seconds of o
   papers count them. The kernel runs waves of thread blocks (b h ceil(q / 128) forward, one per key block
   backward) over the SMs; each block computes its 128 x 128 tiles at ``attention[direction][head_dim]`` of its
   SM's share of the dtype's peak after a fixed start worth ``kv_half`` keys (prologue and epilogue); a causal
-  mask skips the tiles above the diagonal and computes the diagonal ones whole.
+  mask skips the tiles above the diagonal and computes the diagonal ones whole. With too few blocks to fill
+  the SMs (decoding) the forward splits its key loop (flash-decoding), a KV head's query heads sharing the
+  tile rows when queries are few (packed GQA, rows in steps of 64); and the kernel is never faster than
+  streaming Q, K, V and O through HBM (K and V per KV head: grouped-query attention reads less).
 - **Memory-bound** (`GpuKernels.memory_bound_s`): element-wise (adds, copies), norm, optimizer and activation
   (SiLU-and-multiply, GELU: element-wise with transcendental math) kernels move their bytes at a fitted share of
   HBM bandwidth per kind, plus a fixed time per kind (``memory_kernel_s``) and a launch.
@@ -161,7 +164,8 @@ class GpuKernels:
     def attention_s(self, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
                     causal: bool = True, backward: bool = False, dtype: str = "bf16") -> float:
         """Seconds of one FlashAttention kernel (forward, or backward with ``backward``), launch included
-        (forecast). ``kv_heads`` (grouped-query attention) changes the bytes, not the FLOPs or the schedule."""
+        (forecast). ``kv_heads`` (grouped-query attention) changes the bytes (the HBM roofline a decode step's
+        attention runs at), not the FLOPs or the schedule."""
         return self.launch_s + self.attention_kernel_s(batch, q_len, kv_len, heads, kv_heads, head_dim, causal,
                                                        backward, dtype)
 
@@ -177,17 +181,39 @@ class GpuKernels:
         if heads % kv_heads:
             raise PodsimError(f"heads={heads} must be a multiple of kv_heads={kv_heads}")
         direction = "backward" if backward else "forward"
-        q_blocks, kv_blocks = math.ceil(q_len / BLOCK), math.ceil(kv_len / BLOCK)
-        if causal:  # query block i sees the keys up to its last row: (kv - q) / BLOCK + i + 1 key tiles
+        kv_blocks, height, lanes = math.ceil(kv_len / BLOCK), 1.0, heads  # lanes: heads with their own blocks
+        if not backward and q_len < BLOCK:  # decoding / short chunks: a KV head's query heads share the tile rows
+            lanes, rows = kv_heads, q_len * (heads // kv_heads)  # (FA3's packed GQA), in rows of 64 (wgmma M)
+            q_blocks = math.ceil(rows / BLOCK)
+            height = min(1.0, math.ceil(rows / 64) * 64 / BLOCK) if q_blocks == 1 else 1.0
+            tiles = q_blocks * kv_blocks  # every query row sees (nearly) every key
+        elif causal:  # query block i sees the keys up to its last row: (kv - q) / BLOCK + i + 1 key tiles
+            q_blocks = math.ceil(q_len / BLOCK)
             offset = (kv_len - q_len) / BLOCK
             tiles = sum(min(kv_blocks, max(1, math.ceil(offset + i + 1))) for i in range(q_blocks))
         else:
+            q_blocks = math.ceil(q_len / BLOCK)
             tiles = q_blocks * kv_blocks
-        blocks = batch * heads * (kv_blocks if backward else q_blocks)  # FA2/FA3 backward runs a block per key block
+        blocks = batch * lanes * (kv_blocks if backward else q_blocks)  # FA2/FA3 backward runs a block per key block
+        # too few blocks to fill the SMs (decoding: one query block per head): the forward splits the key loop
+        # (flash-decoding), at most one key block per part
+        splits = 1 if backward else max(1, min(self.sms // blocks, kv_blocks))
         tile_flops = 4.0 * BLOCK * BLOCK * head_dim * (2.5 if backward else 1.0)
-        tile_s = tile_flops * self.sms / (self.peak(dtype) * _by_head_dim(self.attention[direction], head_dim))
+        tile_s = height * tile_flops * self.sms / (self.peak(dtype) * _by_head_dim(self.attention[direction], head_dim))
         start = self.attention["kv_half"][direction] / BLOCK  # a block's fixed cost, in tiles
-        return math.ceil(blocks / self.sms) * (start + batch * heads * tiles / blocks) * tile_s
+        parts = blocks * splits
+        compute_s = math.ceil(parts / self.sms) * (start + batch * lanes * tiles / parts) * tile_s
+        return max(compute_s, self.attention_bytes(batch, q_len, kv_len, heads, kv_heads, head_dim, backward, dtype)
+                   / (self.hbm_bytes_per_s * self.matmul_hbm_fraction))
+
+    def attention_bytes(self, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
+                        backward: bool = False, dtype: str = "bf16") -> float:
+        """Bytes an attention kernel moves through HBM at least once: Q and O per query head, K and V per KV head
+        (forward); backward also reads O and dO and writes dQ, dK and dV."""
+        elem = DTYPES[dtype][0] if dtype in DTYPES else 2
+        q_side = batch * heads * q_len * head_dim * elem
+        kv_side = batch * kv_heads * kv_len * head_dim * elem
+        return (4 * q_side + 4 * kv_side) if backward else (2 * q_side + 2 * kv_side)
 
     def attention_efficiency(self, batch: int, q_len: int, kv_len: int, heads: int, head_dim: int,
                              causal: bool = True, backward: bool = False) -> float:
