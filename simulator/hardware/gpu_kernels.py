@@ -202,7 +202,8 @@ class GpuKernels:
         tile_s = height * tile_flops * self.sms / (self.peak(dtype) * _by_head_dim(self.attention[direction], head_dim))
         start = self.attention["kv_half"][direction] / BLOCK  # a block's fixed cost, in tiles
         parts = blocks * splits
-        compute_s = math.ceil(parts / self.sms) * (start + batch * lanes * tiles / parts) * tile_s
+        per_part = max(1.0, batch * lanes * tiles / parts)  # a part runs at least one tile
+        compute_s = math.ceil(parts / self.sms) * (start + per_part) * tile_s
         return max(compute_s, self.attention_bytes(batch, q_len, kv_len, heads, kv_heads, head_dim, backward, dtype)
                    / (self.hbm_bytes_per_s * self.matmul_hbm_fraction))
 
