@@ -207,7 +207,8 @@ def _calibrated_gpu(cal: Any, memory: str, flops: float, nbytes: float, shape: t
         extra = {"output_tiles": math.ceil(m / tm) * math.ceil(n / tn), "cores": kernels.sms, "tile": [tm, tn],
                  "split_k": split}
         if dtype == "fp32":
-            notes.append("fp32 runs as TF32 on the tensor cores (half the bf16 rate)")
+            notes.append("fp32 runs as TF32 on the tensor cores (half the bf16 rate), where the ideal figures "
+                         "take the CUDA cores; the efficiency is against the TF32 rate")
     else:
         t_compute, fill, launch, work = flops / (rate * fraction), 1.0, 0.0, flops
         notes.append("a FLOP count has no shape: no tile or wave quantization or launch (give --matmul M,K,N)")
@@ -218,7 +219,7 @@ def _calibrated_gpu(cal: Any, memory: str, flops: float, nbytes: float, shape: t
     return {"calibrated_t_compute_s": t_compute, "calibrated_t_memory_s": t_memory,
             "calibrated_lower_bound_s": max(t_compute, t_memory), "calibrated_upper_bound_s": t_compute + t_memory,
             "calibrated_bound": "compute" if t_compute >= t_memory else "memory",
-            "matmul_efficiency": flops / (peak * t_compute) if t_compute > 0 else fraction,
+            "matmul_efficiency": flops / (rate * t_compute) if t_compute > 0 else fraction,
             "matmul_peak_fraction": fraction, "wave_fill": fill, "matmul_launch_s": launch,
             "padded_flops": work, "hbm_efficiency": cal.hbm_fraction, "calibrated_notes": notes, **extra}
 
