@@ -199,11 +199,11 @@ def summarize(cases: list[Case]) -> dict[str, Any]:
 
 NOTES = {
     "matmul, H100 bf16 square": "misses the 10% target on its held-out sizes since matmuls run on the GPU kernel "
-           "model (simulator.hardware.gpu_kernels), fitted across XLA's H100 table, vidur's profiles and "
-           "mamf-finder (before: 3.2% fit, 7.1% held out, two constants fitted to these five rows alone). The "
-           "sources disagree here: torch's 2048^3 (677 TFLOP/s with its launch) is faster than XLA's table's "
-           "kernel alone (632), and the model follows the table (574 with the launch); 8192^3 moved closer "
-           "(748 -> 763 of 798), 10240^3 further (749 -> 765 of 720)",
+           "model (simulator.hardware.gpu_kernels), fitted to XLA's H100 table, vidur's profiles, mamf-finder and "
+           "this file's three fit sizes together (before: 3.2% fit, 7.1% held out, two constants fitted to these "
+           "rows alone). The sources disagree: torch's 2048^3 (677 TFLOP/s, launch included) is faster than XLA's "
+           "kernel alone (632), and vidur's large fp16 GEMMs run at about 750 TFLOP/s where this log reaches 798 "
+           "at 8192^3; the model follows the many rows (2048^3: 728 -> 539, 8192^3: 748 -> 739 TFLOP/s)",
     "HBM": "no HBM measurements in the calibration set: the model uses 91% of the spec bandwidth, the middle of the "
            "published 87-95% for streaming HBM on H100",
     "AllReduce, A100 two nodes (PyTorch)": "misses the 10% target by far. The InfiniBand efficiency was fitted on 2 "

@@ -79,11 +79,11 @@ def kernel_cases(case: Any) -> list[Any]:
 
 NOTES = {
     "GEMM by shape, H100 (XLA table)": "misses the 10% target: one peak fraction per dtype and four cuBLAS tile "
-        "shapes fit XLA's 256-4096 table, vidur's profiles and mamf-finder together; the table's shapes are small "
-        "(a 1024x256x512 dot runs 5 us, mostly fixed cost) and its f32 rows are TF32 kernels with their own tiles, "
-        "so the worst rows are split-K-sized shapes (256 x n x 4096) where cuBLAS's own choice beats the model's",
-    "GEMM by shape, B200 (XLA table)": "near the 10% target; Blackwell's 2-SM tiles are not modelled (Hopper's "
-        "tile shapes over 148 SMs), so small shapes run at the fitted fixed cost",
+        "shapes fit XLA's 256-4096 table, vidur's profiles, mamf-finder and torch's square log together; the "
+        "table's shapes are small (a 1024x256x512 dot runs 5 us, mostly fixed cost) and its f32 rows are TF32 "
+        "kernels with their own tiles and heuristics (split-K-sized 256 x n x 4096 shapes are its worst rows)",
+    "GEMM by shape, B200 (XLA table)": "meets the 10% target on both sets; Blackwell's 2-SM tiles are not "
+        "modelled (Hopper's tile shapes over 148 SMs), so the worst rows are small shapes",
     "GEMM, best shape (mamf-finder)": "misses the 10% target: each row is the best of a brute-force shape "
         "search, so it sits above the model's per-dtype fraction (the search finds wave-friendly shapes); "
         "H200 / GH200 rows are held out: they "

@@ -10,7 +10,7 @@ Every number these functions return is a **forecast** (calibrated): seconds of o
   a split of k over ``s`` tiles (split-K) adds ``s`` partial outputs to reduce. The kernel picks the candidate tile
   and split that finishes first (as cuBLAS's heuristics do), and is never faster than streaming its operands
   through HBM at ``matmul_hbm_fraction`` (the roofline: whichever binds). Each kernel pays ``kernel_s`` of fixed
-  device time and ``launch_s`` to launch.
+  device time (plus ``dtype_kernel_s`` for a dtype whose kernels start slower: TF32) and ``launch_s`` to launch.
 - **Attention** (`GpuKernels.attention_s`): a FlashAttention-2 (A100) / -3 (H100, H200; B200 reuses it) kernel.
   Useful FLOPs are the closed form 4 b h q kv d (half of it causal; backward 2.5x forward), as the FlashAttention
   papers count them. The kernel runs waves of thread blocks (b h ceil(q / 128) forward, one per key block
@@ -84,6 +84,7 @@ class GpuKernels:
     tile_cost: float = 0.0  #: operand-traffic cost c of small tiles (`tile_efficiency`)
     split_k: tuple[int, ...] = (1,)  #: split-K factors the kernel may choose
     kernel_s: float = 0.0  #: fixed device seconds per GEMM kernel
+    dtype_kernel_s: dict[str, float] = field(default_factory=dict, hash=False)  #: extra fixed seconds per dtype
     matmul_hbm_fraction: float = 1.0  #: share of HBM bandwidth a GEMM's operands stream at
     hbm_fraction: dict[str, float] = field(default_factory=dict, hash=False)  #: per memory-bound kind
     memory_kernel_s: dict[str, float] = field(default_factory=dict, hash=False)  #: fixed device s per kernel, per kind
@@ -111,7 +112,8 @@ class GpuKernels:
         compute and the HBM roofline of its operands."""
         for value, name in ((m, "m"), (k, "k"), (n, "n"), (batch, "batch")):
             _positive_int(value, name)
-        return self.kernel_s + max(self.tiled_s(m, k, n, dtype, batch), self.operand_s(m, k, n, dtype, batch))
+        fixed = self.kernel_s + self.dtype_kernel_s.get(dtype, 0.0)
+        return fixed + max(self.tiled_s(m, k, n, dtype, batch), self.operand_s(m, k, n, dtype, batch))
 
     def operand_s(self, m: int, k: int, n: int, dtype: str = "bf16", batch: int = 1) -> float:
         """Seconds to stream the operands (inputs at the dtype's width, output at least 2 bytes) through HBM."""
@@ -280,6 +282,7 @@ def build(chip: str, constants: dict[str, Any]) -> GpuKernels:
         peak_flops_per_s=peak_rates(chip), peak_fraction=dict(constants["peak_fraction"]),
         tiles=tuple(tuple(t) for t in constants["tiles"]), tile_k=dict(constants["tile_k"]),
         tile_cost=constants["tile_cost"], split_k=tuple(constants["split_k"]), kernel_s=constants["kernel_s"],
+        dtype_kernel_s=dict(constants.get("dtype_kernel_s", {})),
         matmul_hbm_fraction=constants["matmul_hbm_fraction"], hbm_fraction=dict(constants["hbm_fraction"]),
         memory_kernel_s=dict(constants["memory_kernel_s"]), attention=attention, launch_s=constants["launch_s"],
         graph_launch_s=constants["graph_launch_s"], sources=dict(constants.get("sources", {})))
