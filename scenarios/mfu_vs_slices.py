@@ -18,7 +18,7 @@ from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.hardware.train_calibration import IDEAL, train_calibrated_chips
 from simulator.report.result import Result
-from simulator.workloads.plans.calibrated import calibrated_train_step
+from simulator.workloads.plans.calibrated import calibrated_train_step, is_gpu
 from simulator.workloads.plans.layout import MeshPlan
 from simulator.workloads.plans.published import PublishedRun, published_runs
 
@@ -38,7 +38,7 @@ def run(*, chip: str | ChipSpec = "tpu-v5e", models: tuple = ("maxtext-16b", "ma
         bases[name] = mine[0]
     if not slices or any(not isinstance(n, int) or n < 1 for n in slices):
         raise PodsimError(f"slices={slices!r} must be whole numbers >= 1")
-    calibrated = spec.name in train_calibrated_chips()
+    calibrated = spec.name in train_calibrated_chips() and not is_gpu(spec)  # the slice model's fitted chips
     curves: dict[str, list[dict[str, Any]]] = {}
     for name, base in bases.items():
         curves[name] = [_point(base, spec, n, calibrated) for n in sorted(slices)]

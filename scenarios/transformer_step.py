@@ -23,6 +23,7 @@ from simulator.workloads.layout2d import parse_layout
 from simulator.workloads.plans import POLICIES, TrainOptions, check_train_plan, parse_plan_mesh, train_plan
 from simulator.workloads.plans.calibrated import calibrated_train_step, slice_shape_for
 from simulator.workloads.plans.memory import train_memory
+from simulator.workloads.projection import step_cost
 from simulator.workloads.simulate import simulate_decode
 from simulator.workloads.transformer import get_model, load_config_file, load_hf_config
 
@@ -88,7 +89,8 @@ def run(*, model: str = "llama-2-7b", mode: str = "decode", batch: int = 8, cont
     extra: dict[str, Any] = {"budget": budget, **summary,
                              "vs_lower_bound": summary["step_time_s"] / budget["lower_bound_s"]}
     if price_per_chip_hour:
-        extra["cost_per_step_usd"] = price_per_chip_hour * par.chips * summary["step_time_s"] / 3600
+        extra.update(step_cost(price_per_chip_hour, par.chips, summary["step_time_s"], batch * new,
+                               "price_per_chip_hour"))
     if calibrated:
         extra["calibrated_step_time_s"] = simulate(True).env.now
     return Result(
@@ -125,7 +127,7 @@ def _run_2d(cfg: Any, spec: ChipSpec, par: Parallelism, batch: int, context: int
     extra: dict[str, Any] = {"budget": budget, **summary, "vs_lower_bound": summary["step_time_s"] /
                              budget["lower_bound_s"], "t_comm_1d_s": budget["t_comm_1d_s"]}
     if price:
-        extra["cost_per_step_usd"] = price * par.chips * summary["step_time_s"] / 3600
+        extra.update(step_cost(price, par.chips, summary["step_time_s"], batch * new, "price_per_chip_hour"))
     if calibrated:
         extra["calibrated_step_time_s"] = simulate(True).env.now
     return Result(scenario="transformer_step", params=params, metrics=sim.system.metrics(), extra=extra,

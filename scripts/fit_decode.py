@@ -1,9 +1,10 @@
-"""Fit the serving (decode / prefill) factors to published single-accelerator measurements.
+"""Fit the serving (decode / prefill) factors to published single- and multi-GPU measurements.
 
     python scripts/fit_decode.py
 
 Reads simulator/hardware/data/calibration/decode_latency.csv (each row marked ``fit`` or ``held_out``),
-fits ten constants to the fit rows (geometric-mean error of predicted / measured), and writes
+fits ten constants to the single-GPU fit rows, then, with those fixed, each engine's tensor-parallel
+synchronisation to its multi-GPU fit rows (geometric-mean error of predicted / measured), and writes
 simulator/hardware/data/decode_calibration.json with per-chip factors, sources and fit errors:
 
 - per serving engine (``vllm``; ``tensorrt-llm``: NeMo's and TensorRT-LLM v0.5's 2023 stack; ``gpt-fast``:
@@ -12,7 +13,12 @@ simulator/hardware/data/decode_calibration.json with per-chip factors, sources a
   a per-chip fraction from the per-layer overhead; gpt-fast's 7B and 70B separate them by size);
 - the weight-streaming slowdown per doubling of a step's matmul rows: NeMo's batch 1 against 8, and vLLM's
   own from its 8-client throughput gain (continuous batching, `simulator.workloads.served.served_concurrent`);
-- prefill's matmul fraction of peak: A100 bf16 and H100 8-bit (the two 2048-token first-token latencies).
+- prefill's matmul fraction of peak: A100 bf16 and H100 8-bit (the two 2048-token first-token latencies);
+- per engine with multi-GPU fit rows, ``allreduce_sync_s``: seconds each tensor-parallel AllReduce pays per
+  doubling of GPUs beyond its algorithm's latency (`simulator.workloads.served_tp`): tensorrt-llm to NeMo's
+  8-GPU Llama-2-7B rows at batch 1 and 8 on A100 and H100. vLLM and gpt-fast have no multi-GPU fit rows
+  (their multi-GPU rows are held out): they take tensorrt-llm's value and their mesh predictions name it
+  uncalibrated.
 
 H100 bf16 prefill uses the fitted H100 matmul efficiency of the calibrated mode (calibration.json);
 H200 takes H100's factors (same SMs and clocks, faster HBM): its row is held out whole. The fit's
@@ -25,7 +31,7 @@ import json
 from pathlib import Path
 
 from simulator.frontend.validate import geomean_error
-from simulator.frontend.validate_decode import decode_rows, predict
+from simulator.frontend.validate_decode import MULTI_GPU, decode_rows, engine_of, family_of, gpus_of, predict
 from simulator.hardware.calibration import get_calibration
 from simulator.hardware.decode_calibration import DecodeCalibration
 
@@ -47,11 +53,23 @@ def calibrations(q: dict[str, float]) -> dict[str, DecodeCalibration]:
     engines = {e: {"hbm_fraction": q[f"eta_{e}"], "layer_overhead_s": q[f"tau_{e}"]} for e in ENGINES}
     for e in ENGINES:  # vLLM's own; gpt-fast (batch-1 rows only) takes NeMo's
         engines[e]["batch_slowdown"] = q["beta_vllm"] if e == "vllm" else q["beta"]
+        fitted = [f for f in SYNC_ENGINES if f"sync_{f}" in q]  # engines without multi-GPU fit rows borrow
+        if fitted:
+            own = e if f"sync_{e}" in q else fitted[0]
+            engines[e].update(allreduce_sync_s=q[f"sync_{own}"], sync_fitted_to=own)
     common = {"hbm_fraction": q["eta_vllm"], "layer_overhead_s": q["tau_vllm"], "batch_slowdown": q["beta"],
               "engines": engines}
     a100 = DecodeCalibration("a100", matmul_fraction={"bf16": q["eps_a100"], "int8": q["eps_a100"]}, **common)
     h100 = DecodeCalibration("h100", matmul_fraction={"bf16": H100_BF16_MATMUL, "int8": q["eps_h100_8bit"]}, **common)
-    return {"a100": a100, "h100": h100, "h200": dataclasses.replace(h100, chip="h200")}
+    return {"a100": a100, "h100": h100, "h200": dataclasses.replace(h100, chip="h200", borrowed_from="h100")}
+
+
+def multi_gpu(row: dict[str, str]) -> bool:
+    return gpus_of(row) > 1
+
+
+#: engines with multi-GPU fit rows, whose tensor-parallel synchronisation is fitted (stage 2)
+SYNC_ENGINES = ("tensorrt-llm",)
 
 
 def errors(q: dict[str, float], subset: list[dict[str, str]]) -> float:
@@ -82,13 +100,19 @@ SOURCES = {
                           "to identify; taken as fast as weight streaming",
     "matmul_fraction": "prefill: fitted to TensorRT-LLM v0.5's 2048-token first-token latencies (A100 fp16, H100 "
                        "fp8); H100 bf16 from the calibrated mode's fitted matmul efficiency",
+    "allreduce_sync_s": "per engine with multi-GPU fit rows (engines.<name>.allreduce_sync_s): tensorrt-llm fitted "
+                        "to NeMo + TensorRT-LLM Llama-2-7B on 8 x A100 and 8 x H100 at batch 1 and 8 (seconds per "
+                        "AllReduce per doubling of GPUs beyond NCCL's ring LL latency); vllm and gpt-fast: none (no "
+                        "multi-GPU fit rows) take tensorrt-llm's (sync_fitted_to), named uncalibrated on a mesh",
 }
 
 
 def build() -> dict:
     data = rows()
-    fit = [r for r in data if r["set"] == "fit"]
-    held = [r for r in data if r["set"] == "held_out"]
+    fit = [r for r in data if r["set"] == "fit" and not multi_gpu(r)]
+    held = [r for r in data if r["set"] == "held_out" and not multi_gpu(r)]
+    fit_tp = [r for r in data if r["set"] == "fit" and multi_gpu(r)]
+    held_tp = [r for r in data if r["set"] == "held_out" and family_of(r) == MULTI_GPU]  # decode at batch 1-16
 
     def loss(q: dict[str, float]) -> float:
         return errors(q, fit)
@@ -96,18 +120,25 @@ def build() -> dict:
     q = search(loss, {"eta_vllm": 0.75, "tau_vllm": 2e-5, "eta_tensorrt-llm": 0.65, "tau_tensorrt-llm": 5e-5,
                       "eta_gpt-fast": 0.7, "tau_gpt-fast": 2e-5, "beta": 0.05, "eps_a100": 0.65,
                       "eps_h100_8bit": 0.4, "beta_vllm": 0.05})
+    single = dict(q)
+    for e in SYNC_ENGINES:  # stage 2: each engine's sync on its multi-GPU fit rows, the single-GPU constants fixed
+        mine = [r for r in fit_tp if engine_of(r) == e]
+        q = {**q, **search(lambda s, mine=mine, q=q: errors({**q, **s}, mine), {f"sync_{e}": 1e-5}, rounds=20)}
     cals = calibrations(q)
     chips = {}
     for name, cal in cals.items():
         sources = dict(SOURCES)
         if name == "h200":
             sources["hbm_fraction"] += "; H200 takes H100's factors (same SMs; its own row is held out)"
-        chips[name] = {"engines": {e: {k: round(v, 8) for k, v in f.items()} for e, f in cal.engines.items()},
+        chips[name] = {"engines": {e: {k: round(v, 8) if isinstance(v, float) else v for k, v in f.items()}
+                                   for e, f in cal.engines.items()},
                        "batch_slowdown": round(cal.batch_slowdown, 4), "attention_fraction": 1.0,
                        "matmul_fraction": {k: round(v, 4) for k, v in cal.matmul_fraction.items()},
-                       "sources": sources}
+                       "sources": sources, **({"borrowed_from": cal.borrowed_from} if cal.borrowed_from else {})}
     report = {"fit_rows": [r["row"] for r in fit], "held_out_rows": [r["row"] for r in held],
-              "fit_error": loss(q), "held_out_error": errors(q, held)}
+              "fit_error": loss(single), "held_out_error": errors(q, held),
+              "multi_gpu_fit_rows": [r["row"] for r in fit_tp], "multi_gpu_held_out_rows": [r["row"] for r in held_tp],
+              "multi_gpu_fit_error": errors(q, fit_tp), "multi_gpu_held_out_error": errors(q, held_tp)}
     return {"chips": chips, "fit": report}
 
 

@@ -302,6 +302,7 @@ def build() -> dict[str, Any]:
     del a100["peak_fraction"]["fp8"]
     a100 = fit_memory("a100", a100)
     fa2_shape = fit_attention("h100", h100, attention_rows("h100", "fa2"))["attention"]
+    h100["attention_impls"] = {"fa2": fa2_shape}  # FlashAttention-2 on H100: what 2023-24 frameworks ran
     a100 = scale_attention("a100", a100, fa2_shape, attention_rows("a100", "fa2"))
     chips["a100"] = a100
 

@@ -16,6 +16,14 @@ The names below are the public API a user script needs; import them from here::
 
     from simulator import System, run_collective, Result
 """
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+
 from simulator import analytic
 from simulator.collectives import run_collective, start_collective
 from simulator.engine.faults import (
@@ -44,6 +52,37 @@ from simulator.workloads.simulate import simulate_decode, simulate_train
 from simulator.workloads.transformer import TransformerConfig, get_model
 
 __version__ = "0.1.0"
+
+#: Modules that moved when the package was layered (2026-11-30), by old name: importing the old name still works
+#: (the same module, with a DeprecationWarning) until `MOVED_REMOVAL`; the README says so too.
+MOVED = {f"simulator.{old}": f"simulator.{new}" for old, new in (
+    ("attention", "workloads.attention"), ("budget", "workloads.budget"), ("calibration", "hardware.calibration"),
+    ("channel", "engine.channel"), ("chip", "engine.chip"), ("cli", "frontend.cli"), ("export", "report.export"),
+    ("memory", "engine.memory"), ("mesh", "workloads.mesh"), ("network", "engine.network"),
+    ("pipeline", "workloads.pipeline"), ("plots", "report.plots"), ("result", "report.result"),
+    ("scenario", "frontend.scenario"), ("sharding", "workloads.sharding"), ("specs", "hardware.specs"),
+    ("sweep", "frontend.sweep"), ("system", "engine.system"), ("trace", "engine.trace"),
+    ("transformer", "workloads.transformer"), ("validate", "frontend.validate"), ("workload", "workloads.simulate"))}
+MOVED_REMOVAL = "2027-06-01"  #: the first release without the old import paths
+
+
+class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds an old module name of `MOVED` and loads it as the module it became, warning where it was imported."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> ModuleSpec | None:
+        return importlib.util.spec_from_loader(fullname, self) if fullname in MOVED else None
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        warnings.warn(f"{spec.name} moved to {MOVED[spec.name]}: import that; the old path goes on {MOVED_REMOVAL}",
+                      DeprecationWarning, stacklevel=2)  # (the import machinery's own frames are skipped)
+        return importlib.import_module(MOVED[spec.name])
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the module it became is already loaded."""
+
+
+if not any(isinstance(f, _Moved) for f in sys.meta_path):
+    sys.meta_path.append(_Moved())
 
 __all__ = [
     "ChipFail", "ChipPause", "ChipSlow", "ChipSpec", "FaultPlan", "Jitter", "LinkDegraded", "LinkDown", "LinkLatency",

@@ -94,6 +94,23 @@ def pipeline_time(blocks: int, load_s: float, compute_s: float, buffers: int) ->
     return max(blocks * load_s, blocks * compute_s) + min(load_s, compute_s)
 
 
+#: The one-line definition of exposed time that outputs print beside it.
+EXPOSED_MEANING = ("exposed: time on the critical path when the named resource (an axis's links, a pipeline "
+                   "neighbour's message) is busy and compute is not; never negative")
+
+
+def exposed_s(path_s: float, compute_s: float) -> float:
+    """Exposed time (`EXPOSED_MEANING`) of a stretch of critical path ``path_s`` seconds long on which compute
+    is busy for ``compute_s``: the rest, when only communication runs. The one definition every closed form and
+    simulation uses; compute cannot outlast the path it lies on, so a ``compute_s`` beyond ``path_s`` (past
+    rounding) is a model inconsistency, raised rather than printed as a negative time."""
+    gap = path_s - compute_s
+    if gap < -1e-9 * max(abs(path_s), abs(compute_s), 1e-12):
+        raise ArithmeticError(f"exposed time of a {path_s!r} s path with {compute_s!r} s of compute is negative "
+                              f"({gap!r} s): the model booked more compute than the path holds")
+    return max(0.0, gap)
+
+
 def critical_batch(k: int, n: int, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
                    elem_bytes: float = 2) -> float:
     """The m at which ``[m, k] @ [k, n]`` turns compute-bound: 2mkn / P = e(mk + kn + mn) / B.

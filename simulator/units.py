@@ -143,6 +143,24 @@ def check_number(value: object, *, name: str, minimum: float, maximum: float, un
     raise error(f"{where}{name}={show(value)} must be {_range_text(minimum, maximum, 'a finite number', unit)}")
 
 
+def check_derived(value: float, *, what: str, given: str, minimum: float = -math.inf, maximum: float = math.inf,
+                  error: type[PodsimError] = QuantityError, hint: str = "") -> float:
+    """The one check that an input stays meaningful after what is computed from it: ``value`` (``what``,
+    derived from the input ``given`` as the user wrote it) must be a finite number in [``minimum``,
+    ``maximum``], else ``error`` refuses the input by name -- a fraction whose product underflows, a price whose
+    cost overflows. ``hint`` (what would be valid) ends the message.
+
+    >>> check_derived(2.5, what="cost per step", given="--price-per-chip-hour 9", minimum=0.0)
+    2.5
+    """
+    if minimum <= value <= maximum and math.isfinite(value):  # NaN fails the comparisons
+        return float(value)
+    hint = f"; {hint}" if hint else ""
+    wanted = _range_text(minimum, None if maximum == math.inf else maximum, "a finite number") \
+        if minimum > -math.inf else "a finite number" + (f" <= {_number_text(maximum)}" if maximum < math.inf else "")
+    raise error(f"{given} makes {what} {_number_text(float(value))}, which must be {wanted}{hint}")
+
+
 def check_int(value: object, *, name: str, minimum: int = 1, maximum: int | None = None,
               error: type[PodsimError] = QuantityError, where: str = "", hint: str = "") -> int:
     """Return ``value`` if it is an integer in [``minimum``, ``maximum``] (booleans are not integers

@@ -105,7 +105,10 @@ TARGET = 0.10  # issue 9: <= 10% geometric-mean error on collectives from 1 MiB 
 MEETS = ("AllReduce, 8 x A100 NVLink (nccl-tests)",
          "AllReduce, 8 x H100 NVLS (nccl-tests)", "Serving decode, one GPU (tensorrt-llm)",
          "Training step MFU, TPU (published runs)", "GEMM, A100 fp16 (vidur)", "GEMM, H100 fp16 (vidur)",
-         "Attention, H100 FlashAttention-3", "GEMM by shape, B200 (XLA table)")
+         "Attention, H100 FlashAttention-3", "GEMM by shape, B200 (XLA table)",
+         "Multi-GPU decode (tensor parallel)", "Multi-GPU decode speed-up, 1 -> 8 GPUs",  # issue 27: 15%, 20%
+         "Multi-GPU prefill (first token, tensor parallel)", "Training step, GPU (published runs)")
+TARGETS = {"Multi-GPU decode (tensor parallel)": 0.15, "Multi-GPU decode speed-up, 1 -> 8 GPUs": 0.20}
 #: GPU kernel families whose fit sets miss too: one model fitted across sources that disagree (notes say how)
 FIT_MISSES = ("GEMM by shape, H100 (XLA table)", "GEMM, best shape (mamf-finder)",
               "Memory-bound kernels < 16 MiB, A100/H100 (vidur)", "Memory-bound kernels >= 16 MiB, A100/H100 (vidur)")
@@ -113,10 +116,12 @@ MISSES = ("matmul, H100 bf16 square", *FIT_MISSES,
           "AllReduce, A100 one node (PyTorch)", "AllReduce, A100 two nodes (PyTorch)",
           "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
           "Serving decode, batch 32-64, one GPU (tensorrt-llm)", "Serving decode, one GPU (vllm)",  # test_served
-          "Serving prefill (first token), one GPU (tensorrt-llm)", "Serving decode, one GPU (gpt-fast)")
+          "Serving prefill (first token), one GPU (tensorrt-llm)", "Serving decode, one GPU (gpt-fast)",
+          "Multi-GPU decode, batch 32-64 (tensor parallel)")
 HELD_OUT_WHOLE = ("AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)",
                   "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
-                  "Serving decode, batch 32-64, one GPU (tensorrt-llm)")
+                  "Serving decode, batch 32-64, one GPU (tensorrt-llm)",
+                  "Multi-GPU prefill (first token, tensor parallel)", "Multi-GPU decode, batch 32-64 (tensor parallel)")
 FIT_WHOLE = ("AllGather, TPU v5e ICI (the book's profiles)",  # two measurements, two constants
              "Attention, A100 FlashAttention-2")  # the FA2 paper's one A100 figure scales FA2's shape
 
@@ -142,6 +147,11 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
     rows["h100x4_ring_allreduce_busbw.csv"] = 6 - 1  # the Simple row is the protocols' denominator, not a case
     rows["decode_latency.csv"] = len(list(csv.DictReader((DATA / "calibration" / "decode_latency.csv").open())))
     rows["tpu_training_mfu.csv"] = len(list(csv.DictReader((DATA / "calibration" / "tpu_training_mfu.csv").open())))
+    serving = list(csv.DictReader((DATA / "calibration" / "decode_latency.csv").open()))
+    setup = ("source", "engine", "chip", "model", "weight_dtype", "batch", "input_len", "output_len", "metric")
+    ones = {tuple(r[k] for k in setup) for r in serving if r["gpus"] == "1" and r["metric"] in ("tpot", "request")}
+    rows["1 -> 8 GPU speed-ups"] = sum(r["gpus"] == "8" and tuple(r[k] for k in setup) in ones for r in serving)
+    rows["gpu_training.csv"] = len(list(csv.DictReader((DATA / "calibration" / "gpu_training.csv").open())))
     for name in ("gpu_gemm.csv", "gpu_kernels_vidur.csv"):
         rows[name] = len(list(csv.DictReader((DATA / "calibration" / name).open())))
     attention = list(csv.DictReader((DATA / "calibration" / "flash_attention.csv").open()))
@@ -158,13 +168,13 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
             error = np.exp(np.mean(np.abs(np.log(ratios)))) - 1
             assert summary["cases"] == len(cases) > 0
             assert summary["geomean_error"] == pytest.approx(error, rel=1e-12)
-            assert summary["meets_target"] == (error <= TARGET)
+            assert summary["meets_target"] == (error <= TARGETS.get(family, TARGET))
         if family in FIT_MISSES:
             assert sets["fit"]["geomean_error"] > TARGET and "target" in result["notes"][family]
         else:
-            assert sets["fit"]["cases"] == 0 or sets["fit"]["geomean_error"] <= TARGET, family
+            assert sets["fit"]["cases"] == 0 or sets["fit"]["geomean_error"] <= TARGETS.get(family, TARGET), family
     for family in (*MEETS, "AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)"):
-        assert families[family]["held_out"]["geomean_error"] <= TARGET, family
+        assert families[family]["held_out"]["geomean_error"] <= TARGETS.get(family, TARGET), family
     text = render(result)
     for family in MISSES:
         assert families[family]["held_out"]["geomean_error"] > TARGET and "target" in result["notes"][family]

@@ -238,7 +238,7 @@ def test_token_counts_take_binary_prefixes_and_refuse_the_ambiguous_k(capsys):
     assert parse_tokens("1e3", name="--context") == 1000
     with pytest.raises(PodsimError, match=r"ambiguous for a token count: write 8000 or 8Ki \(= 8192\)"):
         parse_tokens("8k", name="--context")
-    data = run_json(capsys, "model", "gpt2", "--context", "8Ki", "--no-simulate")
+    data = run_json(capsys, "model", "llama-3-8b", "--context", "8Ki", "--no-simulate")
     assert data["context"] == 8192
     assert "write 8000 or 8Ki (= 8192)" in fails(capsys, "model", "gpt2", "--context", "8k")
     assert "write 2000 or 2Ki (= 2048)" in fails(capsys, "model", "gpt2", "--mode", "prefill", "--seq", "2k")
@@ -284,7 +284,7 @@ def test_a_mesh_on_a_slice_no_chip_has_says_so(capsys):
     data = run_json(capsys, "model", "gpt2", "--mesh", "data=3,model=4", "--batch", "3", "--no-simulate")
     assert any("3x4" in note and "no real slice has 12 chips" in note for note in data["notes"])
     r = run_json(capsys, "run", "transformer_step", "--set", "model=gpt2", "--set", "mesh=data=3,model=4",
-                 "--set", "batch=6")
+                 "--set", "batch=6", "--set", "context=1000")
     assert any("no real tpu-v5e slice" in note for note in r["notes"])
     assert "notes" not in run_json(capsys, "model", "gpt2", "--mesh", "data=2,model=4", "--batch", "2", "--no-simulate")
 

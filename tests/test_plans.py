@@ -183,18 +183,30 @@ def test_int8_weights_with_bf16_math_halve_the_critical_batch():
 
 @pytest.mark.parametrize("mesh,opts,batch,seq,match", [
     ("pipeline=64", {}, 8, 1024, "nearest valid choice is pipeline=12"),
-    ("pipeline=5", {}, 8, 1024, "nearest valid choice is pipeline=4"),
     ("model=5", {}, 8, 1024, "nearest valid choice is model=4"),
     ("expert=2", {}, 8, 1024, "needs a mixture-of-experts model"),
     ("data=3", {}, 8, 1024, "nearest valid batch is 9"),
     ("data=2", {"microbatches": 3}, 8, 1024, "nearest valid choice is --microbatches 2"),
     ("sequence=3", {}, 8, 1024, "nearest valid choice is sequence=2"),
     ("pipeline=2", {"microbatches": 1, "schedule": "interleaved"}, 8, 1024, "multiple of pipeline=2"),
-    ("pipeline=4", {"microbatches": 4, "schedule": "interleaved"}, 8, 1024, "nearest valid choice is 3 virtual"),
 ])
 def test_bad_plans_name_the_nearest_valid_choice(mesh, opts, batch, seq, match):
     with pytest.raises(PlanError, match=match):
         train_plan(get_model("gpt2"), V5E, batch, seq, parse_plan_mesh(mesh), TrainOptions(**opts), simulate=False)
+
+
+@pytest.mark.parametrize("mesh,opts,match", [
+    ("pipeline=5", {}, "nearest valid choice is pipeline=4, or --no-simulate"),
+    ("pipeline=4", {"microbatches": 4, "schedule": "interleaved"}, "nearest valid choice is 3 virtual"),
+])
+def test_uneven_stages_are_refused_by_the_simulation_only(mesh, opts, match):
+    """12 layers over 5 stages (or 4 x 2 virtual ones) cannot be simulated, but the closed form prices them: its
+    first device's chunks hold one layer more, so the step is no faster than the even stages' next size up."""
+    cfg, plan = get_model("gpt2"), parse_plan_mesh(mesh)
+    with pytest.raises(PlanError, match=match):
+        train_plan(cfg, V5E, 8, 1024, plan, TrainOptions(**opts), simulate=True)
+    uneven = train_plan(cfg, V5E, 8, 1024, plan, TrainOptions(**opts), simulate=False)
+    assert uneven["closed_form_s"] > 0 and uneven["bubble_fraction"] > 0
 
 
 # -- expert axis, multislice, GPU nodes, ZeRO stages -------------------------------------------------------------

@@ -42,8 +42,9 @@ def test_64_chip_summary_groups_links_by_axis_and_direction(all_reduce_64):
         (row,) = [r for r in rows if r.startswith(f"    ICI axis {axis} {'+' if direction > 0 else '-'} ")]
         assert int(row.split()[4]) == count
     assert not any(line.startswith("  busy link") for line in lines)
-    # headline, end to end, overlap, 2 link header lines, 6 groups, 1 bytes line (no compute units ran)
-    assert len(lines) == 3 + 2 + 6 + len(system.metrics()["bytes"])
+    # headline, end to end, overlap, 2 link header lines, 6 groups, 1 bytes line (no compute units ran), what
+    # exposed means
+    assert len(lines) == 3 + 2 + 6 + len(system.metrics()["bytes"]) + 1
     assert "384 busy directions" in text
 
 

@@ -27,7 +27,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "matmul_roofline": {"n": 1024},  # four column blocks of the default width instead of 64
     "pipeline_bubble": {"microbatches": (16,), "schedules": ("interleaved",)},
     "straggler_tail": {"samples": 2},
-    "transformer_step": {"model": "gpt2"},
+    "transformer_step": {"model": "gpt2", "context": 1000},  # gpt2's positions end at 1,024
 }
 
 

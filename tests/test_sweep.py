@@ -330,3 +330,35 @@ def test_workers_load_a_scenario_file_again_when_it_changes(tmp_path):
     second = sweep(str(scenario), {"x": ["1", "2"]}, workers=2)  # the same worker processes, kept by joblib
     assert [r["end_to_end_s"] for r in first] == pytest.approx([1e-3, 2e-3])
     assert [r["end_to_end_s"] for r in second] == pytest.approx([1e-2, 2e-2])
+
+
+def test_grid_points_are_made_lazily_in_product_order():
+    import itertools
+    import tracemalloc
+
+    from simulator.frontend.sweep_table import GridPoints
+
+    axes = {"a": [1, 2, 3], "b": ["x", "y"], "c": [0.5, 1.5, 2.5, 3.5]}
+    points = GridPoints(axes, {"fixed": 7})
+    expected = [{"a": a, "b": b, "c": c, "fixed": 7} for a, b, c in itertools.product(*axes.values())]
+    assert len(points) == len(expected) and list(points) == expected
+    assert [points[i] for i in range(len(points))] == expected and points[-1] == expected[-1]
+    assert points[2:5] == expected[2:5]
+    with pytest.raises(IndexError):
+        points[len(expected)]
+    tracemalloc.start()
+    huge = GridPoints({k: list(range(1000)) for k in "abc"}, {})  # 1e9 points, three axes of 1,000 values
+    middle = huge[123_456_789]
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(huge) == 10**9 and middle == {"a": 123, "b": 456, "c": 789}
+    assert peak < 1_000_000  # the axes' values, not the product (a tuple of 1e9 dicts: hundreds of GB)
+
+
+def test_an_absurd_grid_is_refused_up_front_with_its_size(capsys):
+    values = ",".join(str(i) for i in range(1, 1001))
+    status = main(["sweep", "collective_matmul", "--grid", f"B={values}", "--grid", f"D={values}",
+                   "--grid", f"F={values}"])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert "1,000,000,000 points (1,000 x 1,000 x 1,000)" in err

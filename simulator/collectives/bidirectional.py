@@ -30,6 +30,7 @@ class Bidirectional(RingAlgorithm):
     name = "bidirectional"
     summary = "ring, both ways: ceil((n-1)/2) steps, (n-1)/2 shards on every link direction (antipode split)"
     topologies = ("ring", "torus")
+    uniform_rows = True
 
     def reach(self, n: int, origin: int) -> list[tuple[int, int]]:
         if n <= 1:

@@ -25,9 +25,17 @@ class _Direct(Algorithm):
     topologies = SWITCHED
     nic_rings = False
 
+    steps = 1  #: all-pairs steps (each n(n - 1) transfers per group)
+
     def _pairs(self, job: Job, group: Group) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         positions = group.positions()
         return [(a, b) for a in positions for b in positions if a != b]
+
+    def expect(self, job: Job, s: Schedule, deps: int = 0) -> None:
+        """Refuse up front a schedule whose n(n - 1) transfers per group and step (and ``deps``
+        dependencies in all) would pass the memory budget."""
+        n = job.group.n
+        s.expect(len(job.groups) * self.steps * n * (n - 1), deps)
 
 
 class OneShot(_Direct):
@@ -38,6 +46,7 @@ class OneShot(_Direct):
     kinds = ("all_reduce",)
 
     def build(self, job: Job, s: Schedule) -> None:
+        self.expect(job, s)
         for group in job.groups:
             every = group.positions()
             for a, b in self._pairs(job, group):
@@ -54,8 +63,11 @@ class TwoShot(_Direct):
     name = "two_shot"
     summary = "AllReduce in two steps: shard s straight to chip s (added), then straight back to everyone"
     kinds = ("all_reduce",)
+    steps = 2
 
     def build(self, job: Job, s: Schedule) -> None:
+        n = job.group.n
+        self.expect(job, s, len(job.groups) * n * (n - 1) ** 2)  # each gathered shard waits for its n - 1 parts
         for group in job.groups:
             parts = range(job.parts)
             into = {b: [] for b in group.positions()}
@@ -78,6 +90,7 @@ class Direct(_Direct):
     kinds = ("all_gather", "reduce_scatter", "all_to_all")
 
     def build(self, job: Job, s: Schedule) -> None:
+        self.expect(job, s)
         for group in job.groups:
             parts = range(job.parts)
             for a, b in self._pairs(job, group):

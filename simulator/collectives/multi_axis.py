@@ -31,6 +31,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from simulator import analytic
 from simulator.collectives.algorithm import Job
 from simulator.collectives.chains import Bundle, gather_split_phase, reduce_split_phase
@@ -130,13 +132,19 @@ def _table(algorithm: Any, what: str, split: float) -> Any:
     """The algorithm's whole-phase units table for `chain_phase_profile` (None: it has none)."""
     if algorithm.units_table(what, 2, 1, split) is None:
         return None
-    return lambda n, d: algorithm.units_table(what, n, d, split)
+
+    def table(n: int, d: int) -> np.ndarray:
+        return algorithm.units_table(what, n, d, split)
+
+    table.uniform = algorithm.uniform_rows  # type: ignore[attr-defined]  # one row for every position
+    return table
 
 
 # -- schedule ------------------------------------------------------------------------------------------
 def build(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
     """Add the stages of every group: every axis crossed in a stage runs its phase, then all meet at a barrier."""
     layout = job.layout
+    s.expect(len(groups) * _transfers(job, groups[0], on_axis))
     for group in groups:
         barrier = None
         for what, stage in stage_sequence(job.kind, layout.stages):
@@ -146,6 +154,22 @@ def build(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
                 _phase(job, group, on_axis, s, what, stage, a, barrier, tag)
             if axes:
                 barrier = s.barrier(tag)
+
+
+def _transfers(job: Job, group: Group, on_axis: OnAxis) -> int:
+    """Transfers `build` adds for one group, from the chains' hop counts (`RingAlgorithm.gather_chains`,
+    ``reduce_chains``): one per hop of every chain, on every ring of each phase (a bound for the memory
+    check; barriers aside)."""
+    total = 0
+    for what, stage in stage_sequence(job.kind, job.layout.stages):
+        for a in range(len(group.sizes)):
+            if not job.layout.active(stage, a):
+                continue
+            n, algorithm = group.sizes[a], on_axis(group.wraps[a])
+            chains = algorithm.reduce_chains if what == "rs" else algorithm.gather_chains
+            hops = sum(h for o in range(n) for _, h, _ in chains(n, o))
+            total += hops * len(ring_bases(group, a, {}, job.reduced))
+    return total
 
 
 def _phase(job: Job, group: Group, on_axis: OnAxis, s: Schedule, what: str, stage: int, a: int,

@@ -29,6 +29,7 @@ class RingAlgorithm(Algorithm):
     serial_reduce: bool = False  #: reduction chains cross a link in a fixed order (a line)
     fallback: str = "line"  #: algorithm on axes without wraparound
     shares_links: bool = True  #: closed forms price every group's routes where groups share links
+    uniform_rows: bool = False  #: `units_table` is one row broadcast to every position (all links alike)
 
     # -- geometry (used by the schedule builders) ----------------------------------------------------
     def reach(self, n: int, origin: int) -> list[tuple[int, int]]:

@@ -22,6 +22,7 @@ import simpy
 
 from simulator.engine.delivery import cut_through, deliver, deliver_hop, plain_route
 from simulator.engine.gcpause import gc_paused  # noqa: F401  (re-exported: callers import it from here)
+from simulator.engine.memory_budget import check_memory
 from simulator.engine.network import Network
 from simulator.engine.watch import TICK, current_watch, expect_events
 from simulator.errors import DeadlockError
@@ -51,6 +52,8 @@ EVENTS_PER_TRANSFER = 3  #: simulated events of one transfer over one hop on the
 #: step's, so it is counted as a send and an arrival, reported to the System every `PULSE` arrivals (about
 #: `simulator.engine.watch.EVENTS_PER_S` units per second of real time; benchmarks/thousand_gpus.py measures)
 AGGREGATED_EVENTS_PER_TRANSFER = 2
+TRANSFER_BYTES = 400  #: memory of one planned transfer (its record, keys, where it arrives; about 300-480 B measured)
+DEP_BYTES = 8  #: and of each dependency it lists
 PULSE = 0x1000  #: arrivals between two reports of an aggregated run (progress, wall-clock limit: `System.pulse`)
 LONG_RUN_HINT = "use fewer chips or a smaller topology (or --mode reduced, on wrapped tori)"
 _TICK_MASK = TICK - 1
@@ -71,6 +74,15 @@ class Schedule:
         self._arrivals: dict[tuple[Any, Any], list[int]] = defaultdict(list)
         self._by_tag: dict[Any, list[int]] = defaultdict(list)
         self._indexed = [0, 0]  # transfers filed so far in ``_arrivals``, in ``_by_tag`` (each index on demand)
+        self._dep_count = 0  # dependencies listed by all transfers (memory: `DEP_BYTES` each)
+
+    def expect(self, transfers: int, deps: int = 0) -> None:
+        """About ``transfers`` more transfers listing ``deps`` dependencies in all are to be added: refuse,
+        before they are, a schedule whose memory would pass the command's budget
+        (`simulator.engine.memory_budget.check_memory`)."""
+        total = len(self.transfers) + transfers
+        check_memory(total * TRANSFER_BYTES + (self._dep_count + deps) * DEP_BYTES,
+                     f"a collective schedule of about {total:,} transfers", LONG_RUN_HINT)
 
     @property
     def arrivals(self) -> dict[tuple[Any, Any], list[int]]:
@@ -120,8 +132,10 @@ class Schedule:
             deps = tuple(sorted(set(deps)))
         transfers.append(_new_transfer(Transfer, (tid, src, dst, keys, op, deps, nbytes)))
         self._where.append((tag, slot))
+        self._dep_count += len(deps)
         if tid & _TICK_MASK == _TICK_MASK:  # a huge schedule shows up (and can be refused) while it is planned
             _expect_quietly(AGGREGATED_EVENTS_PER_TRANSFER * TICK)  # `execute` adds the plain rest
+            self.expect(0)  # and its memory so far (an algorithm that knows its size refused it up front)
         return tid
 
     def barrier(self, tags: Any) -> int:

@@ -22,7 +22,11 @@ from typing import Any
 import numpy as np
 
 from simulator.collectives.groups import Ring
+from simulator.engine.memory_budget import check_memory
 from simulator.engine.network import Network
+
+COMPRESS_CELLS = 1 << 22  #: positions x steps above which a uniform table is priced on pieces (`_Pieces`)
+DENSE_BYTES_PER_CELL = 48  #: peak bytes per position x step of dense pricing (the table, hop rows, the walk)
 
 Units = Callable[[int, int, int, int], float]
 """(ring size n, position i, direction d, step h) -> units ring link i -> i+d carries at step h (0: idle)."""
@@ -77,35 +81,47 @@ class PhaseProfile:
 
 
 def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: int, units: Units,
-                        table: Table | None = None) -> PhaseProfile:
+                        table: Table | None = None, *, compress: bool | None = None) -> PhaseProfile:
     """The `PhaseProfile` of chains run along ``rings`` at once (see `chain_phase_time`).
 
     ``table(n, d)`` (optional) gives ``units(n, i, d, h)`` for every position i and step h = 1..steps as
     an (n, steps) array at once; without it each entry is evaluated through ``units``. Ring links whose
     steps carry the same units share a row and physical links carrying the same rows share a load, so
     the work in Python grows with the ring's positions, and only numpy's with positions times steps.
+
+    A table that is one row for every position (``table.uniform``: a ring's links all alike) is held as
+    that row; where positions times steps passes `COMPRESS_CELLS` (or ``compress`` is True) its steps are
+    cut into the pieces where no row changes (`_Pieces`), so memory and work grow with positions times
+    pieces, not times steps. A table of distinct rows whose dense pricing would pass the memory budget
+    is refused up front (`simulator.engine.memory_budget.MemoryBudgetError`, naming the estimate).
     """
     if steps <= 0 or not rings:
         return PhaseProfile((), 0.0)
-    tables: dict[tuple[int, int], np.ndarray] = {}
-    rows: list[np.ndarray] = []  # distinct per-step unit rows of ring links
+    sizes = sorted({len(r.devices) for r in rings})
+    uniform = table is not None and getattr(table, "uniform", False)
+    cells = sum(n * steps for n in sizes)
+    if not uniform:
+        check_memory(DENSE_BYTES_PER_CELL * cells, f"pricing chains over {max(sizes):,} ring positions x "
+                     f"{steps:,} steps", "use fewer chips per axis, or another --algorithm")
+    tables = {(n, d): _table(units, table, n, d, steps) for n in sizes for d in (1, -1)}
+    pieces = None
+    if uniform and (compress if compress is not None else cells > COMPRESS_CELLS):
+        pieces = _Pieces.of([t[0] for t in tables.values()], steps)
+        tables = {key: np.broadcast_to(t[0][pieces.starts], (t.shape[0], len(pieces.starts)))
+                  for key, t in tables.items()}
+    rows: list[np.ndarray] = []  # distinct per-step (or per-piece) unit rows of ring links
     row_of: dict[bytes, int] = {}
     laid = []  # per ring and direction: (n, d, row id, route) of each position (row -1: no such link)
     for ring in rings:
         n = len(ring.devices)
         for d in (1, -1):
-            if (n, d) not in tables:
-                tables[(n, d)] = _table(units, table, n, d, steps)
-            ids, routes = [], []
+            ids = _row_ids(tables[(n, d)], rows, row_of)
+            routes = []
             for i in range(n):
                 if not (closed or 0 <= i + d < n):
-                    ids.append(-1)
+                    ids[i] = -1
                     routes.append([])
                     continue
-                row = tables[(n, d)][i]
-                ids.append(row_of.setdefault(row.tobytes(), len(row_of)))
-                if ids[-1] == len(rows):
-                    rows.append(row)
                 routes.append(step_edges(net, ring, i, d))
             laid.append((n, d, ids, routes))
     users: dict[Any, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # physical link -> row -> count
@@ -124,9 +140,11 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
             loads.append(sum(c * rows[r] for r, c in key))
         bw = net.graph.edges[e]["bandwidth_bytes_per_s"]
         per_byte_of[e] = (load_of[key], bw)
-        work = max(work, float(loads[load_of[key]].sum()) / bw)
+        total = loads[load_of[key]].sum() if pieces is None else loads[load_of[key]] @ pieces.lengths
+        work = max(work, float(total) / bw)
     chains: set[tuple[float, float]] = set()
-    steady = all(np.all(row == row[0]) for row in rows) and steps <= min(len(r.devices) for r in rings)  # alike steps
+    columns = steps if pieces is None else len(pieces.starts)
+    steady = all(np.all(row == row[0]) for row in rows) and steps <= min(sizes)  # alike steps
     made: dict[tuple[tuple[int, float], ...], np.ndarray] = {}  # a route's links -> its hop's row
     seen: set[Any] = set()
     for n, d, ids, routes in laid:
@@ -139,12 +157,78 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
         if signature in seen:  # every position like a ring already walked (NIC rings by symmetry): same chains
             continue
         seen.add(signature)
-        hop = _hop_rows(keys, loads, 1 if steady else steps, made)
+        hop = _hop_rows(keys, loads, 1 if steady else columns, made)
         latency = np.array(lat)
         active = np.array([rows[r][:hop.shape[1]] > 0 if r >= 0 else np.zeros(hop.shape[1], bool) for r in ids])
-        walk = _steady_chains if steady else _chains
-        chains.update(zip(*walk(n, d, steps, active, hop, latency), strict=True))
+        if steady:
+            walked = _steady_chains(n, d, steps, active, hop, latency)
+        elif pieces is not None:
+            walked = pieces.chains(n, d, active, hop, latency)
+        else:
+            walked = _chains(n, d, steps, active, hop, latency)
+        chains.update(zip(*walked, strict=True))
     return PhaseProfile(tuple(sorted(chains)), work)
+
+
+def _row_ids(table: np.ndarray, rows: list[np.ndarray], row_of: dict[bytes, int]) -> list[int]:
+    """The id of each position's row of ``table`` among the distinct ``rows`` (added there when new); a
+    table that is one row broadcast to every position (stride 0) is looked up once."""
+    def row_id(row: np.ndarray) -> int:
+        at = row_of.setdefault(row.tobytes(), len(row_of))
+        if at == len(rows):
+            rows.append(row)
+        return at
+
+    if table.shape[0] and table.strides[0] == 0:
+        return [row_id(table[0])] * table.shape[0]
+    return [row_id(row) for row in table]
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """Steps 1..S cut where any of a phase's rows changes: piece j is steps ``starts[j]`` (0-based) up to
+    the next start, ``lengths[j]`` of them; every row is constant on a piece, so a row is held as its
+    value on each piece."""
+
+    starts: np.ndarray
+    lengths: np.ndarray
+    steps: int
+
+    @classmethod
+    def of(cls, rows: list[np.ndarray], steps: int) -> _Pieces:
+        change = np.zeros(steps, bool)
+        change[0] = True
+        for row in rows:
+            change[1:] |= row[1:] != row[:-1]
+        starts = np.flatnonzero(change)
+        return cls(starts, np.diff(np.append(starts, steps)), steps)
+
+    def chains(self, n: int, d: int, active: np.ndarray, hop: np.ndarray,
+               latency: np.ndarray) -> tuple[list[float], list[float]]:
+        """`_chains` on pieces (``active``, ``hop``: position x piece): the chain from o is at walking index
+        s + k at step k (s = o's index; positions o, o + d, ... in walking order), and it goes on while
+        its link is busy; per piece, prefix sums along the walk (tiled past the wrap) give its sums up to
+        its first idle link."""
+        order = np.arange(n) if d == 1 else np.arange(n)[::-1]  # walking index -> position
+        reps = -(-(n + self.steps) // n)
+        walk = np.tile(order, reps)  # walking index (any, up to n + steps) -> position
+        start = np.arange(n)  # the chain that starts at walking index s
+        alive = np.full(n, True)
+        lat_sum, hop_sum = np.zeros(n), np.zeros(n)
+        lat_prefix = np.concatenate([[0.0], np.cumsum(latency[walk])])
+        for j, (a, length) in enumerate(zip(self.starts.tolist(), self.lengths.tolist(), strict=True)):
+            busy = active[walk, j]
+            idle_at = np.append(np.flatnonzero(~busy), len(walk))  # past the end: never idle
+            first = idle_at[np.searchsorted(idle_at, start + a)] - start  # step of the first idle link from a
+            end = np.where(alive, np.minimum(a + length, first), a)  # steps a..end-1 walked in this piece
+            lo, hi = start + a, start + end
+            hop_prefix = np.concatenate([[0.0], np.cumsum(hop[walk, j])])
+            lat_sum += lat_prefix[hi] - lat_prefix[lo]
+            hop_sum += hop_prefix[hi] - hop_prefix[lo]
+            alive &= first >= a + length
+        back = np.empty(n, int)
+        back[order] = start  # position -> walking index of the chain starting there
+        return lat_sum[back].tolist(), hop_sum[back].tolist()
 
 
 def _chains(n: int, d: int, steps: int, active: np.ndarray, hop: np.ndarray,

@@ -19,6 +19,7 @@ class Unidirectional(RingAlgorithm):
     name = "unidirectional"
     summary = "ring, one way: n-1 steps, every link carries n-1 shards in one direction"
     topologies = ("ring", "torus", "switch", "nodes", "multislice")
+    uniform_rows = True
 
     def reach(self, n: int, origin: int) -> list[tuple[int, int]]:
         return [(1, n - 1)] if n > 1 else []
@@ -31,7 +32,7 @@ class Unidirectional(RingAlgorithm):
 
     def units_table(self, what: str, n: int, d: int, split: float = 0.5) -> np.ndarray:
         """Every link one way carries a shard at each of the n - 1 steps; the other way none."""
-        return np.full((n, self.steps(n)), 1.0 if d == 1 else 0.0)
+        return np.broadcast_to(np.full(self.steps(n), 1.0 if d == 1 else 0.0), (n, self.steps(n)))
 
 
 UNIDIRECTIONAL = register(Unidirectional())

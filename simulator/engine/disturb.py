@@ -39,6 +39,7 @@ from simulator.engine.faults import (
     Jitter,
     apply_to_graph,
     check_faults,
+    check_speed,
     chip_record,
     current_plan,
     resolve_node,
@@ -161,7 +162,8 @@ class FaultModel:
 
     def _disturb_chip(self, chip: Any, slows: list[ChipSlow]) -> None:
         i = chip.index
-        factor = {u: math.prod(f.factor for f in slows if u in f.units) for u in ("mxu", "vpu", "hbm")}
+        factor = {u: check_speed(math.prod(f.factor for f in slows if u in f.units), f"chip {i} {u}",
+                                 "multiplying the --fault slow factors of one chip") for u in ("mxu", "vpu", "hbm")}
         pauses, fail_at = self._pauses.get(i, []), self.failed.get(i, math.inf)
         timed = bool(pauses) or fail_at < math.inf
         for unit in ("mxu", "vpu"):

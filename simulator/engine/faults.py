@@ -33,7 +33,7 @@ import numpy as np
 
 import topologies
 from simulator.errors import FaultError
-from simulator.units import check_int, check_number, show
+from simulator.units import check_derived, check_int, check_number, show
 from topologies import TopologyError
 
 Node = int | str | tuple  #: a chip index, a grid coordinate, or a switch's name
@@ -45,11 +45,22 @@ UNIFORM_MAX_CV = 1 / math.sqrt(3)  #: uniform on [1 - sqrt(3) cv, 1 + sqrt(3) cv
 MAX_TIME_S = 1e6  #: fault times past this describe no run podsim simulates
 
 
+MIN_SPEED = 1e-9  #: the least share of full speed the faults on one part may leave: slower is no working part
+
+
+def check_speed(fraction: float, part: str, given: str) -> float:
+    """``fraction`` of full speed that the faults ``given`` leave ``part`` (their product, where several act on
+    it), refused below `MIN_SPEED`: a share that small (or one that underflowed to 0) prices nothing real."""
+    return check_derived(fraction, what=f"{part}'s share of full speed", given=given, minimum=MIN_SPEED,
+                         maximum=1.0, error=FaultError,
+                         hint="for a part that does not work at all, use =down (a link) or =fail (a chip)")
+
+
 def _fraction(value: Any, name: str) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
     if not ok:
         raise FaultError(f"{name}={show(value)} must be a fraction in (0, 1]: the share of full speed left")
-    return float(value)
+    return check_speed(float(value), f"the {name.split()[0]}", f"{name}={show(value)}")
 
 
 def _time(value: Any, name: str) -> float:
@@ -259,6 +270,7 @@ def apply_to_graph(graph: nx.DiGraph, faults: Sequence[Fault]) -> tuple[nx.DiGra
     origin = [0] * len(wrap)
     applied: list[dict[str, Any]] = []
     failed = sorted({resolve_node(g, f.chip) for f in faults if isinstance(f, ChipFail) and f.at_s == 0}, key=str)
+    speed: dict[frozenset, float] = {}  # each cable's share of full bandwidth under the faults so far
     for f in faults:
         if isinstance(f, CHIP_FAULTS):
             applied.append(chip_record(f, resolve_node(g, f.chip)))
@@ -270,6 +282,9 @@ def apply_to_graph(graph: nx.DiGraph, faults: Sequence[Fault]) -> tuple[nx.DiGra
             g.remove_edges_from([(u, v), (v, u)])
         elif isinstance(f, LinkDegraded):
             record["fraction"] = f.fraction
+            cable = frozenset((u, v))
+            speed[cable] = check_speed(speed.get(cable, 1.0) * f.fraction, f"link {u}-{v}",
+                                       "multiplying the --fault degradations of one link")
             for a, b in ((u, v), (v, u)):
                 if g.has_edge(a, b):
                     g.edges[a, b]["bandwidth_bytes_per_s"] *= f.fraction

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from simulator.analytic import exposed_s
+
 #: Span kinds that count as compute; every other kind is data movement.
 COMPUTE_KINDS = frozenset({"compute"})
 
@@ -177,7 +179,7 @@ def compute_metrics(trace: Trace, end_to_end_s: float | None = None,
     - ``end_to_end_s``: last span end (or the given run length); simulations start at t = 0.
     - ``busy_s``: per unit, the busy time of that unit on its busiest chip.
     - ``overlap_s``: time in which some compute span and some data-movement span are both active.
-    - ``exposed_s``: ``end_to_end_s`` minus the time any compute unit is busy.
+    - ``exposed_s``: ``end_to_end_s`` minus the time any compute unit is busy (`simulator.analytic.exposed_s`).
     - ``lower_bound_s``: the busiest single resource; ``upper_bound_s``: on the chip with the most
       work, the sum of every unit's busy time (nothing overlapped).
     - ``utilization``: ``busy_s / end_to_end_s`` per unit.
@@ -209,7 +211,7 @@ def compute_metrics(trace: Trace, end_to_end_s: float | None = None,
         "bytes": dict(trace.bytes_by_interface),
         "flops": trace.flops_total,
         "overlap_s": intersection_length(compute, movement),
-        "exposed_s": max(0.0, e2e - compute_s),
+        "exposed_s": exposed_s(e2e, compute_s),
         "lower_bound_s": max((v for u in per_chip.values() for v in u.values()), default=0.0),
         "upper_bound_s": upper_bound(per_chip) if upper_bound is not None else
         max((sum(u.values()) for u in per_chip.values()), default=0.0),

@@ -7,17 +7,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from simulator.collectives import names as algorithm_names
+from simulator.engine.memory_budget import DEFAULT_FRACTION, memory_budget
+from simulator.engine.memory_budget import ENV_VAR as MEMORY_ENV_VAR
 from simulator.errors import NonFiniteError, PodsimError, one_line
 from simulator.frontend.hlo_cmd import add_hlo_parser, cmd_hlo
 from simulator.frontend.model_cmd import add_model_parser, cmd_model
 from simulator.frontend.montecarlo import add_fault_args, dispatch
-from simulator.frontend.outputs import check_outputs, write_outputs
+from simulator.frontend.outputs import check_outputs, stdout_for, write_outputs
 from simulator.frontend.plan_cmd import add_plan_parser, cmd_plan
 from simulator.frontend.progress import command_watch
 from simulator.frontend.roofline_cmd import add_roofline_parser, cmd_roofline
@@ -29,6 +32,7 @@ from simulator.report.result import Result, dumps_json
 from simulator.units import format_quantity, parse_int, parse_positive
 
 EXIT_BAD_INPUT = 2
+MEMORY_COMMANDS = ("run", "collective", "model", "plan", "sweep", "hlo")  #: the commands with --max-memory
 MAX_INDEX = 10**6  #: largest chip index, coordinate or axis number a flag takes (more chips than any topology)
 
 
@@ -104,7 +108,31 @@ def build_parser() -> argparse.ArgumentParser:
     add_fault_args(p)
     add_sweep_parser(sub)
     add_hlo_parser(sub)
+    for name in MEMORY_COMMANDS:  # the commands that simulate: a memory budget, like the event budget
+        sub.choices[name].add_argument(
+            "--max-memory", metavar="SIZE",
+            help="refuse, before allocating, work estimated to need more memory than SIZE (e.g. 8GiB; "
+                 f"default {DEFAULT_FRACTION * 100:.0f}%% of this machine's memory)")
     return parser
+
+
+@contextlib.contextmanager
+def _max_memory(args: argparse.Namespace) -> Iterator[None]:
+    """Run the command under ``--max-memory`` (bytes; not given: the default budget); the worker processes
+    of a sweep inherit it through the environment, restored afterwards."""
+    text = getattr(args, "max_memory", None)
+    value = None if text is None else parse_positive(text, "bytes", name="--max-memory")
+    before = os.environ.get(MEMORY_ENV_VAR)
+    if value is not None:
+        os.environ[MEMORY_ENV_VAR] = repr(value)
+    try:
+        with memory_budget(value):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop(MEMORY_ENV_VAR, None)
+        else:
+            os.environ[MEMORY_ENV_VAR] = before
 
 
 def _network_args(p: argparse.ArgumentParser) -> None:
@@ -308,7 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``podsim`` console script; returns the exit status."""
     try:
         args = build_parser().parse_args(argv)
-        with command_watch() if args.command != "sweep" else contextlib.nullcontext():  # a sweep has its own bar
+        watch = command_watch() if args.command != "sweep" else contextlib.nullcontext()  # a sweep has its own bar
+        with watch, _max_memory(args), stdout_for(args):  # `--csv -`: stdout for the spans, the rest to stderr
             status = dispatch(args, COMMANDS[args.command])  # --fault, --jitter, --samples (montecarlo)
     except _input_errors() as err:
         print(getattr(err, "details", ""), end="", file=sys.stderr)  # a user scenario's own traceback

@@ -44,6 +44,9 @@ def cmd_hlo(args: argparse.Namespace) -> None:
     """Run ``podsim hlo`` and print its summary (or JSON)."""
     from simulator.frontend.cli import write_outputs
     from simulator.frontend.hlo import simulate_hlo
+    from simulator.frontend.outputs import check_outputs
+
+    check_outputs(args)
 
     chip = load_chip_file(args.chip_file) if args.chip_file else get_chip("tpu-v5e" if args.chip is None else args.chip)
     if args.topology is None and args.mesh is None:

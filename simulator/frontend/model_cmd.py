@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from simulator.analytic import EXPOSED_MEANING
 from simulator.errors import PodsimError
 from simulator.frontend.fault_args import add_fault_args
 from simulator.frontend.served_cmd import add_engine_arg, print_served, served_extras
@@ -29,7 +30,7 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--hf-config", metavar="config.json", help="a Hugging Face config.json")
     p.add_argument("--mode", default="decode", help=f"one of {', '.join(MODES)}")
     p.add_argument("--batch", default="1", help="requests (decode, prefill) or sequences (train) in the step")
-    p.add_argument("--context", default="0", help="decode: cached positions per request before this step "
+    p.add_argument("--context", help="decode: cached positions per request before this step "
                                                    "(one number, or one per request: 100,2000,...; 8Ki = 8192, "
                                                    "8k is refused as ambiguous)")
     p.add_argument("--seq", help="train: tokens per sequence; prefill: prompt tokens per request (default 1024; "
@@ -40,17 +41,20 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--mesh", help="axes data, pipeline, fsdp, expert, sequence, model (train), data and model "
                                   "(decode, prefill), e.g. fsdp=4,model=2")
     p.add_argument("--microbatches", default="1", help="train: microbatches per step (pipeline, accumulation)")
-    p.add_argument("--schedule", default="1f1b", help=f"train: pipeline schedule, one of {', '.join(SCHEDULES)}")
+    p.add_argument("--schedule", help=f"train: pipeline schedule, one of {', '.join(SCHEDULES)} (default 1f1b)")
     p.add_argument("--virtual-stages", default="2", help="train: layer chunks per device (interleaved schedule)")
     p.add_argument("--checkpoints-per-layer", default="none", metavar="K|POLICY",
                    help="train: saved [tokens, d_model] tensors per layer, or none, selective, full")
     p.add_argument("--zero", default="3", help="train: what the fsdp axis shards: 1 optimizer, 2 + gradients, "
                                                "3 + weights")
     p.add_argument("--no-master-copy", action="store_true", help="train: no fp32 master weights (4 B/param less)")
+    p.add_argument("--no-reshard-after-forward", action="store_true",
+                   help="train, --zero 3: keep each layer's gathered weights from its forward to its backward (FSDP "
+                        "SHARD_GRAD_OP: one gather per layer and microbatch; closed forms only)")
     p.add_argument("--tp-overlap", action="store_true", help="train: overlap tensor-parallel collectives "
                                                               "with the matmuls")
     p.add_argument("--sequence-attention", default="ring", help="train: ring or allgather (sequence axis)")
-    p.add_argument("--kv-sharding", default="heads", help=f"decode/prefill: one of {', '.join(KV_SHARDINGS)}")
+    p.add_argument("--kv-sharding", help=f"decode/prefill: one of {', '.join(KV_SHARDINGS)} (default heads)")
     p.add_argument("--layout", default="1d", help="decode/prefill: 1d (model axis, Megatron), 2d (weight-stationary "
                                                 "over an X x Y grid of the model axis, the best grid) or 2d:XxY")
     p.add_argument("--weight-dtype", help=f"one of {', '.join(DTYPE_BYTES)}")
@@ -72,7 +76,10 @@ def add_model_parser(sub: Any) -> None:
                                                          "slower)")
     p.add_argument("--calibrated", action="store_true", help="also simulate at the chip's fitted efficiencies, "
                                                               "beside the ideal step (calibrated_* keys)")
-    add_engine_arg(p)  # decode/prefill on one GPU: the served step (simulator.frontend.served_cmd)
+    add_engine_arg(p)  # decode/prefill: the served step, one GPU or a mesh (simulator.frontend.served_cmd)
+    p.add_argument("--framework", default=None,
+                   help="train --calibrated on GPUs: whose fitted constants (megatron-core, the default; "
+                        "megatron-lm, llm-foundry, torchtitan, llama3-meta)")
     p.add_argument("--json", action="store_true")
     add_fault_args(p)
 
@@ -116,6 +123,7 @@ def cmd_model(args: argparse.Namespace) -> None:
 
     cfg = model_config(args)
     projection.check_flags(args)
+    check_mode_flags(args)
     chip = _chip(args)
     if cfg is None:
         out = projection.abstract_model(args, chip, _price(args))
@@ -133,6 +141,42 @@ def cmd_model(args: argparse.Namespace) -> None:
         _print_model(out)
 
 
+#: Flags a training step does not read, and why (`check_mode_flags`).
+TRAIN_IGNORES = {
+    "context": "--context is decode's cached positions per request; a training step's tokens are --seq",
+    "kv_sharding": "--kv-sharding shards decode's KV cache; a training step keeps none (split positions with "
+                   "--mesh sequence=N)",
+    "compute_dtype": "--compute-dtype sets decode's MXU rate; a training step computes in its model's own dtype",
+    "weight_dtype": "--weight-dtype quantizes decode's weights; a training step keeps its model's own dtype",
+    "kv_dtype": "--kv-dtype sets decode's KV-cache dtype; a training step keeps no KV cache",
+    "engine": "--engine prices a calibrated decode or prefill step; a training step has no serving engine",
+}
+
+
+def check_mode_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag the mode does not read (rather than run without it), then fill in the defaults of those
+    given no value: --context 0, --kv-sharding heads, --schedule 1f1b."""
+    if args.mode == "train":
+        fp8_forecast = args.calibrated and args.compute_dtype == "fp8"  # FP8 training: the GPU forecast reads it
+        given = next((k for k in TRAIN_IGNORES if getattr(args, k, None) is not None
+                      and not (k == "compute_dtype" and fp8_forecast)), None)
+        if given is not None:
+            raise PodsimError(f"{TRAIN_IGNORES[given]} (drop --{given.replace('_', '-')})")
+        if args.schedule is not None and args.params is None:
+            from simulator.workloads.plans import parse_plan_mesh
+
+            if parse_plan_mesh(args.mesh).size("pipeline") == 1:
+                raise PodsimError(f"--schedule {args.schedule} orders a pipeline's microbatches, but --mesh "
+                                  f"{args.mesh or '(one chip)'} has no pipeline axis (add pipeline=N, or drop "
+                                  "--schedule)")
+    elif args.schedule is not None:
+        raise PodsimError(f"--schedule {args.schedule} is a training pipeline's; --mode {args.mode} has none "
+                          "(drop --schedule, or add --mode train)")
+    args.context = "0" if args.context is None else args.context
+    args.kv_sharding = args.kv_sharding or "heads"
+    args.schedule = args.schedule or "1f1b"
+
+
 def train_options(args: argparse.Namespace) -> Any:
     """`TrainOptions` from the training flags."""
     from simulator.workloads.plans import POLICIES, TrainOptions
@@ -147,13 +191,14 @@ def train_options(args: argparse.Namespace) -> Any:
                         virtual_stages=parse_int(args.virtual_stages, name="--virtual-stages", maximum=1024),
                         zero=parse_int(args.zero, name="--zero", minimum=0, maximum=3),
                         master_copy=not args.no_master_copy, tp_overlap=args.tp_overlap,
+                        reshard_after_forward=not args.no_reshard_after_forward,
                         sequence_attention=args.sequence_attention)
 
 
 def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     from simulator.hardware.train_calibration import train_calibrated_chips
     from simulator.workloads.plans import parse_plan_mesh, train_plan
-    from simulator.workloads.plans.calibrated import calibrated_train_step, slice_shape_for
+    from simulator.workloads.plans.calibrated import calibrated_train_step, is_gpu, slice_shape_for
 
     if args.layout != "1d":
         raise PodsimError(f"--layout {args.layout} is for decode and prefill; a training step lays its plan with "
@@ -163,17 +208,30 @@ def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     out = train_plan(cfg, chip, batch, seq, parse_plan_mesh(args.mesh), train_options(args), args.topology,
                      simulate=not args.no_simulate, trace=False, price_per_chip_hour=_price(args), fast=not args.exact)
     out.pop("_system", None)
-    if _calibrated(args) and chip.name in train_calibrated_chips():  # issue 20: the whole step fitted to TPU runs
+    if _calibrated(args, train=True):  # the forecast: the whole step fitted to published runs, beside the bound
+        if chip.name not in train_calibrated_chips():
+            raise PodsimError(f"no calibrated training step for chip {chip.name!r} (a user chip has no published "
+                              f"runs); calibrated chips: {', '.join(train_calibrated_chips())} -- or drop "
+                              "--calibrated for the bound")
         plan = parse_plan_mesh(args.mesh)
+        gpu = {"dtype": "fp8"} if args.compute_dtype == "fp8" else {}
+        if gpu and not is_gpu(chip):
+            raise PodsimError(f"--compute-dtype fp8 prices an FP8 training step on GPUs; the calibrated step on "
+                              f"{chip.name} is fitted to bf16 TPU runs (drop --compute-dtype)")
+        if args.framework is not None:
+            if not is_gpu(chip):
+                raise PodsimError(f"--framework {args.framework} names a GPU training framework; the calibrated "
+                                  f"step on {chip.name} is fitted to published TPU runs (drop --framework)")
+            gpu["framework"] = args.framework
         cal = calibrated_train_step(cfg, chip, plan, train_options(args), batch, seq,
-                                    slice_shape_for(args.topology, plan))
+                                    slice_shape_for(args.topology, plan), gpu=gpu)
         out.update(calibrated_step_time_s=cal["step_time_s"], calibrated_mfu=cal["mfu"],
-                   calibrated_tokens_per_s=cal["tokens_per_s"], calibrated_step=cal)
-    elif _calibrated(args):  # the same step at the chip's fitted efficiencies, beside the ideal one
-        cal = train_plan(cfg, chip, batch, seq, parse_plan_mesh(args.mesh), train_options(args), args.topology,
-                         trace=False, calibrated=True, fast=not args.exact)
-        out.update(calibrated_step_time_s=cal["step_time_s"], calibrated_mfu=cal["mfu"],
-                   calibrated_tokens_per_s=cal["tokens_per_s"])
+                   calibrated_tokens_per_s=cal["tokens_per_s"], calibrated_step=cal,
+                   uncalibrated=cal.get("uncalibrated", []))
+        if gpu.get("dtype") == "fp8":
+            out.setdefault("notes", []).append(
+                f"the bound above runs the model's own dtype at the bf16 peak; the FP8 forecast's own bound (FP8 "
+                f"GEMMs at their peak) is {cal['ideal']['step_time_s'] * 1e3:.4g} ms")
     return _with_notes(out, chip, out.get("topology"))
 
 
@@ -196,6 +254,9 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
         from simulator.frontend.serve_layout import serve_2d
 
         out = serve_2d(args, cfg, chip, par, batch, context, new, _price(args))
+        if calibrated:  # no serving engine's factors for a 2-D layout
+            out["uncalibrated"] = [f"serving factors for --layout {args.layout} (fitted to 1-D Megatron layouts "
+                                   "only: calibrated_* runs the kernels at the chip's fitted efficiencies)"]
         return _with_notes(out, chip, out["topology"])
     out = decode_budget(cfg, chip, batch, context, par, args.weight_dtype, args.kv_dtype, new, args.kv_sharding,
                         args.compute_dtype)
@@ -211,18 +272,21 @@ def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
                                   calibrated=True, kv_sharding=args.kv_sharding, topology=args.topology,
                                   fast=not args.exact)
             out.update(calibrated_step_time_s=cal.env.now, calibrated_tokens_per_s=batch * new / cal.env.now)
-    out.update(served_extras(args, cfg, chip, par.chips, batch, context, new))
+    out.update(served_extras(args, cfg, chip, par, batch, context, new))
     step = out["step_time_s"] or out["lower_bound_s"]
     out["tokens_per_s"] = batch * new / step
     price = _price(args)
     if price is not None:
-        cost = price * par.chips * step / 3600
-        out.update(cost_per_step_usd=cost, cost_per_million_tokens_usd=cost / (batch * new) * 1e6)
+        from simulator.workloads.projection import step_cost
+
+        out.update(step_cost(price, par.chips, step, batch * new))
     return _with_notes(out, chip, args.topology or _serve_topology(par, chip))
 
 
-def _calibrated(args: argparse.Namespace) -> bool:
-    if args.calibrated and args.no_simulate:
+def _calibrated(args: argparse.Namespace, train: bool = False) -> bool:
+    """--calibrated asked; a training step's forecast is a closed form (no simulation needed), the serving
+    modes' is a simulated step (not with --no-simulate)."""
+    if args.calibrated and args.no_simulate and not train:
         raise PodsimError("--calibrated sets a simulated step beside the ideal one; drop --no-simulate")
     return bool(args.calibrated)
 
@@ -266,8 +330,8 @@ def _print_model(out: dict[str, Any]) -> None:
     print(f"  per chip: compute {format_quantity(out['t_compute_s'], 's')}, memory "
           f"{format_quantity(out['t_memory_s'], 's')} -> {out['bound']}-bound"
           + (f"; simulated step {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"] else "")
-          + (f" (calibrated {format_quantity(out['calibrated_step_time_s'], 's')})"
-             if "calibrated_step_time_s" in out else ""))
+          + (f" ({'calibrated kernels' if 'served' in out else 'calibrated'} "
+             f"{format_quantity(out['calibrated_step_time_s'], 's')})" if "calibrated_step_time_s" in out else ""))
     print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
     print_served(out)
     _print_notes(out)
@@ -283,7 +347,7 @@ def _print_train(out: dict[str, Any]) -> None:
     mesh = ",".join(f"{k}={v}" for k, v in out["mesh"].items()) or "one chip"
     kind = "simulated" if out["simulated"] else "closed form"
     print(f"{out['model']} train step on {out['chips']} x {out['chip']} ({mesh}), batch {out['batch']} x "
-          f"seq {out['seq']}: {format_quantity(out['step_time_s'], 's')} {kind} (closed form "
+          f"seq {out['seq']}: bound (ideal peak) {format_quantity(out['step_time_s'], 's')} {kind} (closed form "
           f"{format_quantity(out['closed_form_s'], 's')}), MFU {out['mfu']:.1%}, {out['tokens_per_s']:,.0f} tokens/s")
     print(f"  state {out['train_state_bytes'] / gib:.2f} GiB (params {out['params_bytes'] / gib:.2f}, grads "
           f"{out['grads_bytes'] / gib:.2f}, optimizer {out['optimizer_bytes'] / gib:.2f}, activations "
@@ -293,9 +357,12 @@ def _print_train(out: dict[str, Any]) -> None:
           + (f"; simulated peak {out['simulated_memory_peak_bytes'] / gib:.2f} GiB" if out["simulated"] else ""))
     exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in out["exposed_comm_s"].items()) or "none"
     print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}")
+    print(f"  ({EXPOSED_MEANING})")
     if "calibrated_step_time_s" in out:
-        print(f"  calibrated (fitted efficiencies): {format_quantity(out['calibrated_step_time_s'], 's')}, MFU "
+        print(f"  forecast (calibrated): {format_quantity(out['calibrated_step_time_s'], 's')}, MFU "
               f"{out['calibrated_mfu']:.1%}, {out['calibrated_tokens_per_s']:,.0f} tokens/s")
+    if out.get("uncalibrated"):
+        print(f"  uncalibrated (ideal or unfitted in the forecast): {'; '.join(out['uncalibrated'])}")
     if "calibrated_step" in out:
         from simulator.workloads.plans.calibrated import breakdown_lines
 

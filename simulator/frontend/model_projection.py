@@ -69,8 +69,9 @@ def abstract_model(args: argparse.Namespace, chip: Any, price: float | None) -> 
     step = out["lower_bound_s"]
     out.update(mode=args.mode, step_time_s=None, simulated=False, tokens_per_s=batch * new / step)
     if price is not None:
-        cost = price * par.chips * step / 3600
-        out.update(cost_per_step_usd=cost, cost_per_million_tokens_usd=cost / (batch * new) * 1e6)
+        from simulator.workloads.projection import step_cost
+
+        out.update(step_cost(price, par.chips, step, batch * new))
     return out
 
 
@@ -116,7 +117,9 @@ def print_projection(out: dict[str, Any]) -> None:
         print(f"{out['model']} training on {out['chips']} x {out['chip']}")
     print(f"  {out['tokens_total']:.4g} tokens ({out['train_flops']:.4g} FLOP = 6 N T) on {out['projection_chips']} "
           f"chips: {format_quantity(out['time_to_train_s'], 's')} = {out['time_to_train_days']:.4g} days "
-          f"({out['projection_basis']}), {out['chip_hours']:,.4g} chip-hours"
+          f"({out['projection_basis']}"
+          + (f", MFU {out['projection_mfu']:.1%} counting 6 N T" if "projection_mfu" in out else "")
+          + f"), {out['chip_hours']:,.4g} chip-hours"
           + (f", ${out['cost_usd']:,.2f}" if "cost_usd" in out else ""))
     if "time_to_train_from_step_s" in out and "assumed_mfu" in out:
         print(f"  from the step instead: {out['steps']:,} steps, {out['time_to_train_from_step_s'] / 86400:.4g} days")

@@ -2,29 +2,84 @@
 and ``--gantt`` (a picture in any format matplotlib draws).
 
 `check_outputs` runs before a command simulates anything, so a path that cannot be written (a folder, a
-missing or read-only folder, a suffix that is no picture format) fails at once; `write_outputs` writes
-them after the run.
+missing or read-only folder, a suffix that is no picture format) or two outputs naming one file fail at
+once; `write_outputs` writes them after the run. ``-`` for --trace or --csv means stdout: the command's
+own printed result then goes to stderr (`stdout_for`), so the two never mix.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
+import os
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 from simulator.errors import PodsimError
 from simulator.report.result import Result
 
+STDOUT = "-"  #: the output path that means stdout (text outputs only: --trace, --csv)
+_FLAGS = (("--trace", "trace"), ("--csv", "csv"), ("--gantt", "gantt"))
+
+
+def _given(args: argparse.Namespace) -> list[tuple[str, str]]:
+    return [(flag, getattr(args, attr)) for flag, attr in _FLAGS if getattr(args, attr, None)]
+
 
 def check_outputs(args: argparse.Namespace) -> None:
-    """Refuse --trace, --csv and --gantt paths that cannot be written before anything runs."""
+    """Refuse --trace, --csv and --gantt paths that cannot be written, or that collide, before anything runs."""
     from simulator.report import export
 
-    for path in (args.trace, args.csv):
-        if path:
-            export.open_for_write(path)
-    if args.gantt:
-        from simulator.report import plots
+    given = _given(args)
+    _check_stdout(args, [flag for flag, path in given if path == STDOUT])
+    seen: dict[str, str] = {}
+    for flag, path in given:
+        if path == STDOUT:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise PodsimError(f"{seen[key]} and {flag} both name {path!r}, so one would overwrite the other; give "
+                              "each its own file")
+        seen[key] = flag
+        if flag == "--gantt":
+            from simulator.report import plots
 
-        plots.check_picture_path(args.gantt)
+            plots.check_picture_path(path)
+        else:
+            export.open_for_write(path)
+
+
+def _check_stdout(args: argparse.Namespace, flags: list[str]) -> None:
+    if "--gantt" in flags:
+        raise PodsimError("--gantt - : a picture is not written to stdout; give a file name such as step.png")
+    if len(flags) > 1:
+        raise PodsimError(f"{flags[0]} - and {flags[1]} - would both write to stdout; give one of them a file name")
+    if flags and getattr(args, "json", False):
+        raise PodsimError(f"{flags[0]} - and --json would both write to stdout; give {flags[0]} a file name, or "
+                          "drop --json")
+
+
+_STDOUT_STREAM: contextvars.ContextVar[Any] = contextvars.ContextVar("podsim_stdout", default=None)
+
+
+@contextlib.contextmanager
+def stdout_for(args: argparse.Namespace) -> Iterator[None]:
+    """While a command runs: where an output goes to stdout (``-``), keep stdout for it and send everything
+    else the command prints to stderr."""
+    if not any(path == STDOUT for _, path in _given(args)):
+        yield
+        return
+    token = _STDOUT_STREAM.set(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _STDOUT_STREAM.reset(token)
+
+
+def _stream() -> Any:
+    return _STDOUT_STREAM.get() or sys.stdout
 
 
 def write_outputs(result: Result, args: argparse.Namespace) -> None:
@@ -40,9 +95,13 @@ def write_outputs(result: Result, args: argparse.Namespace) -> None:
         trace = result.trace
         print(f"podsim: note: the exported spans are the quotient's {len(trace.images):,} representative links' "
               "only (every link's would be too many); --mode full records every link", file=sys.stderr)
-    if args.trace:
+    if args.trace == STDOUT:
+        _stream().write(export.chrome_trace_text(trace) + "\n")
+    elif args.trace:
         export.write_chrome_trace(trace, args.trace)
-    if args.csv:
+    if args.csv == STDOUT:
+        export.write_csv_rows(trace, _stream())
+    elif args.csv:
         export.write_csv(trace, args.csv)
     if args.gantt:
         from simulator.report import plots

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from simulator.analytic import EXPOSED_MEANING
 from simulator.errors import PodsimError
 from simulator.hardware.specs import PRESETS, get_chip, load_chip_file
 from simulator.report.result import dumps_json
@@ -81,7 +82,7 @@ def render(out: dict[str, Any], limit: int = 15) -> str:
                      f"{r['memory_per_chip_bytes'] / 2**30:>10.2f}  {exposed}{fit}")
     if len(out["plans"]) > limit:
         lines.append(f"  ... {len(out['plans']) - limit} more (--json lists them all)")
-    return "\n".join(lines)
+    return "\n".join([*lines, f"  ({EXPOSED_MEANING})"])
 
 
 def _options_text(options: dict[str, Any]) -> str:

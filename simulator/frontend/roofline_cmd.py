@@ -23,7 +23,7 @@ from simulator.errors import PodsimError
 from simulator.hardware.calibration import get_calibration
 from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype, get_chip, load_chip_file
 from simulator.report.result import dumps_json
-from simulator.units import format_quantity, parse_int, parse_positive
+from simulator.units import check_derived, format_quantity, parse_int, parse_positive
 
 MEMORIES = ("hbm", "vmem", "ici", "dcn", "pcie", "nvlink", "ib")  #: the bandwidth roofs `--memory` takes
 #: Network roofs whose ridge C/W is the book's data-parallel / FSDP critical batch, and what it counts: tokens
@@ -80,6 +80,10 @@ def _task(args: argparse.Namespace) -> tuple[float, float, tuple[int, int, int] 
         nbytes = parse_positive(args.bytes, "bytes", name="--bytes", allow_zero=True)
         if flops == 0 and nbytes == 0:
             raise PodsimError("--flops 0 and --bytes 0: no work to bound; give some FLOPs or some bytes")
+        if nbytes:  # a byte count so small that the intensity overflows describes no transfer
+            check_derived(flops / nbytes, what="the intensity (FLOP/byte)", given=f"--flops {args.flops} --bytes "
+                          f"{args.bytes}", hint="give the bytes the task moves (at least 1), or --bytes 0 for pure "
+                          "compute")
         return flops, nbytes, None
     raise PodsimError("roofline needs --matmul M,K,N or both --flops F and --bytes Q")
 

@@ -19,9 +19,8 @@ def check_2d_flags(layout: str, kv_sharding: str, engine: str | None = None, cli
         raise PodsimError(f"{name('kv-sharding', kv_sharding)} is for {name('layout', '1d')}; {name('layout', layout)} "
                           f"shards the KV cache over its X x Y grid (drop {name('kv-sharding', '')}".rstrip("= ") + ")")
     if engine is not None:
-        raise PodsimError(f"--engine {engine} prices the calibrated served step of one GPU under --layout 1d; "
-                          f"--layout {layout} has no serving-engine factors (drop --engine, or use --layout 1d on one "
-                          "chip)")
+        raise PodsimError(f"--engine {engine} prices the calibrated served step under --layout 1d; "
+                          f"--layout {layout} has no serving-engine factors (drop --engine, or use --layout 1d)")
 
 
 def step_2d(cfg: Any, chip: Any, par: Any, batch: int, context: Any, new: int, layout: str, *,
@@ -64,6 +63,7 @@ def serve_2d(args: argparse.Namespace, cfg: Any, chip: Any, par: Any, batch: int
     step = out["step_time_s"] or out["lower_bound_s"]
     out["tokens_per_s"] = batch * new / step
     if price is not None:
-        cost = price * par.chips * step / 3600
-        out.update(cost_per_step_usd=cost, cost_per_million_tokens_usd=cost / (batch * new) * 1e6)
+        from simulator.workloads.projection import step_cost
+
+        out.update(step_cost(price, par.chips, step, batch * new))
     return out

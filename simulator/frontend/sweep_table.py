@@ -20,11 +20,12 @@ import math
 import os
 import time
 import types
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, overload
 
+from simulator.engine.memory_budget import check_memory
 from simulator.errors import PodsimError, one_line
 from simulator.frontend.scenario import _short, coerce_value, load_scenario, scenario_params
 from simulator.report.result import Result, jsonable
@@ -32,6 +33,8 @@ from simulator.report.result import Result, jsonable
 Row = dict[str, Any]
 TAIL = ("error", "seconds")  #: the last two columns of every sweep CSV
 _NOT_METRICS = ("scenario", "params")  #: keys of ``Result.to_json`` that are not metrics
+MAX_POINTS = 1_000_000  #: the most points one sweep runs (a bigger grid is refused with its size, up front)
+ROW_BYTES = 2048  #: rough memory of one point's row (a dict of a few dozen cells) kept until the sweep ends
 _PLAIN = (int, float, str, bool, type(None))  #: cell values taken as they are (finite floats)
 _MODULES: dict[str, tuple[int, types.ModuleType]] = {}  #: scenario modules by reference, with their file's mtime
 
@@ -46,13 +49,47 @@ class Plan:
 
     scenario: str  #: a built-in scenario name or an absolute path: what each worker loads
     params: tuple[str, ...]  #: parameter columns: the grid keys in order, then the fixed keys
-    points: tuple[Row, ...]  #: coerced keyword arguments of each run, in grid order
+    points: Sequence[Row]  #: coerced keyword arguments of each run, in grid order (`GridPoints`: made lazily)
     run_kwargs: dict[str, Any]  #: added to every run but not a column (``trace=False``)
     accepted: tuple[str, ...] = ()  #: every parameter the scenario takes (metric names avoid these)
 
     def key(self, point: Row) -> tuple[str, ...]:
         """The point's parameter cells as written to CSV: how ``resume`` recognises a finished point."""
         return tuple(cell(point.get(name)) for name in self.params)
+
+
+class GridPoints(Sequence[Row]):
+    """The points of a Cartesian grid in grid order (the last axis fastest, as `itertools.product`), each
+    made when asked for: memory for the axes' values, not for the product."""
+
+    def __init__(self, axes: dict[str, list[Any]], fixed: dict[str, Any]) -> None:
+        self.axes, self.fixed = axes, fixed
+        self._size = math.prod(len(values) for values in axes.values())
+
+    def __len__(self) -> int:
+        return self._size
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._size))]
+        if index < 0:
+            index += self._size
+        if not 0 <= index < self._size:
+            raise IndexError(index)
+        point: Row = {}
+        for key, values in reversed(self.axes.items()):
+            index, at = divmod(index, len(values))
+            point[key] = values[at]
+        return {**{key: point[key] for key in self.axes}, **self.fixed}
+
+    def __iter__(self) -> Iterator[Row]:
+        for combo in itertools.product(*self.axes.values()):
+            yield {**dict(zip(self.axes, combo, strict=True)), **self.fixed}
 
 
 # --- the grid --------------------------------------------------------------------------------------
@@ -96,7 +133,13 @@ def make_plan(module: types.ModuleType, grid: dict[str, Any], fixed: dict[str, A
         raise SweepError(f"parameter {both[0]!r} is given twice: as a --grid and as a --set")
     axes = {key: _axis(module, key, values, accepted[key].default) for key, values in grid.items()}
     fixed = {key: _coerce(module, key, value, accepted[key].default, "--set") for key, value in fixed.items()}
-    points = tuple({**dict(zip(axes, combo, strict=True)), **fixed} for combo in itertools.product(*axes.values()))
+    points = GridPoints(axes, fixed)
+    size = len(points)
+    if size > MAX_POINTS:
+        shape = " x ".join(f"{len(values):,}" for values in axes.values())
+        raise SweepError(f"the grid has {size:,} points ({shape}), more than the {MAX_POINTS:,} one sweep runs; "
+                         "use fewer values per --grid or split the sweep")
+    check_memory(size * ROW_BYTES, f"a sweep of {size:,} points (their rows)", "use fewer values per --grid")
     extra = {"trace": False} if "trace" in accepted and "trace" not in grid and "trace" not in fixed else {}
     return Plan(_reference(module), (*axes, *fixed), points, extra, tuple(accepted))
 

@@ -28,3 +28,79 @@ def training_cases() -> list[Case]:
         predicted = run.predicted_published_mfu(out["step_time_s"])
         cases.append(Case(FAMILY, run.run, run.published_mfu * 100, predicted * 100, "% MFU", run.held_out))
     return cases
+
+
+GPU_FAMILY = "Training step, GPU (published runs)"
+
+GPU_NOTE = ('whole GPU training steps (`podsim model --mode train --calibrated` on a100/h100/h200/b200, '
+            '`simulator.workloads.plans.calibrated_gpu`): the GPU kernel model (GEMMs by shape, FlashAttention, '
+            'memory-bound kernels; fitted apart) plus NCCL rings by protocol, and four constants fitted to the fit '
+            'rows of gpu_training.csv: what an overlapped collective costs the compute beside it, a fixed cost per '
+            "step, and per framework (megatron-lm, megatron-core, llm-foundry) its kernels' share of the kernel "
+            "model; torchtitan and Meta's Llama 3 stack have no fit rows and take llm-foundry's and megatron-core's "
+            'constants (fixed before any error was seen), so their rows are the independent check. Since the kernel '
+            "model's second fit (the step constants refitted to the same rows) the held-out set meets the 10% "
+            "target; its worst rows: Llama 3 405B at 131k tokens on 16k GPUs (38% slow; 15% at 8k: microbatch and "
+            "interleaving depth unstated), torchtitan's 405B interleaved run (27% slow: its interleaving depth is "
+            "not stated, podsim takes 2) and its 8B runs (15-20% fast: 500 W power-limited 96 GB H100s, whose clocks"
+            " the model does not know), NeMo's 70B-340B runs (16-18% slow: they expose every tensor-parallel "
+            'AllReduce, as the source does not say NeMo overlapped them). Three inputs were '
+            "corrected after the first held-out errors were seen, each from the rows' own sources, never a fitted "
+            "constant: pipeline sends carry 1/TP of the activations (Megatron's scatter-gather), an interleaved "
+            "schedule stated without its depth runs 2 virtual stages, torchtitan's H100s have 2.4 TB/s of HBM; held "
+            'out before them 12.6% (worst 56.5%)')
+
+
+def gpu_training_cases() -> list[Case]:
+    """One case per published GPU run (``gpu_training.csv``): the source's own metric (TFLOP/s per GPU as it
+    counts FLOPs, tokens/s per GPU, MFU) against the calibrated GPU step's, fit and held out apart."""
+    from simulator.workloads.plans.published_gpu import UNITS, predict_run, published_gpu_runs
+
+    cases = []
+    for run in published_gpu_runs():
+        predicted = run.predicted(predict_run(run)["step_time_s"])
+        cases.append(Case(GPU_FAMILY, run.run, run.measured, predicted, UNITS[run.metric], run.held_out))
+    return cases
+
+
+def _spearman(xs: list[float], ys: list[float]) -> float:
+    """Rank correlation of two equal-length lists (no ties expected)."""
+    def ranks(v: list[float]) -> list[int]:
+        order = sorted(range(len(v)), key=v.__getitem__)
+        out = [0] * len(v)
+        for rank, i in enumerate(order):
+            out[i] = rank
+        return out
+
+    rx, ry, n = ranks(xs), ranks(ys), len(xs)
+    return 1 - 6 * sum((a - b) ** 2 for a, b in zip(rx, ry, strict=True)) / (n * (n * n - 1)) if n > 2 else 1.0
+
+
+def gpu_size_trends(cases: list[Case]) -> list[str]:
+    """Per source series (one source, chip, GPU count and sequence length, three sizes or more): does the forecast
+    order the runs' per-GPU model FLOP/s by model size as the publication does? One line each: the rank
+    correlation of per-GPU throughput with size, measured and forecast (tokens/s rows weighted by their model's
+    FLOPs per token, so sizes compare)."""
+    from simulator.workloads.plans.published_gpu import published_gpu_runs
+    from simulator.workloads.plans.train import model_flops
+
+    by_run = {c.name: c for c in cases}
+    series: dict[str, list[tuple[float, float, float]]] = {}
+    for run in published_gpu_runs():
+        case = by_run.get(run.run)
+        if case is None:
+            continue
+        weight = model_flops(run.cfg, 1, run.seq) / run.seq if run.metric.startswith("tokens") else 1.0
+        gpus = "" if run.metric == "tflops_per_gpu" else f" {run.plan.chips} GPUs seq {run.seq}"
+        key = f"{run.run.split()[0]} {run.chip.name}{gpus}"
+        series.setdefault(key, []).append((float(run.cfg.params()), case.measured * weight, case.predicted * weight))
+    lines = []
+    for name, rows in series.items():
+        if len(rows) < 3:
+            continue
+        rows.sort()
+        size = [r[0] for r in rows]
+        measured, forecast = _spearman(size, [r[1] for r in rows]), _spearman(size, [r[2] for r in rows])
+        lines.append(f"{name} ({len(rows)} sizes): rank correlation of per-GPU FLOP/s with model size, measured "
+                     f"{measured:+.2f}, forecast {forecast:+.2f}")
+    return lines

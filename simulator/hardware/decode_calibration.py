@@ -10,7 +10,12 @@ matmul peak its large GEMMs reach. `DecodeCalibration` holds those factors for o
 - ``attention_fraction``: KV-cache streaming relative to ``hbm_fraction`` (1: as fast as weights);
 - ``layer_overhead_s``: seconds per layer per step for kernel launches and synchronisation;
 - ``matmul_fraction``: fraction of the MXU / tensor-core peak prefill's matmuls reach, per compute dtype
-  (``bf16``, ``int8`` for 8-bit weights).
+  (``bf16``, ``int8`` for 8-bit weights);
+- ``allreduce_sync_s``: per engine, seconds each tensor-parallel AllReduce pays per doubling of the GPUs
+  on top of its algorithm's latency (launch, waiting for the slowest GPU: `simulator.workloads.served_tp`),
+  fitted where the engine has multi-GPU fit rows; an engine without them takes the fitted engine's value
+  (``sync_fitted_to`` names whose rows fitted it, and a mesh prediction names it uncalibrated);
+- ``borrowed_from``: the preset whose factors a chip without its own fit rows takes (H200: H100's), else None.
 
 The serving software sets the first and the fourth as much as the chip does (vLLM's decode reaches a
 larger fraction of HBM than 2023's NeMo + TensorRT-LLM stack, whose per-layer cost is larger too), so
@@ -21,7 +26,7 @@ is the one used when none is named.
 
 The constants live in ``simulator/hardware/data/decode_calibration.json``, written by
 ``scripts/fit_decode.py`` from ``simulator/hardware/data/calibration/decode_latency.csv`` (published
-single-accelerator measurements, each row marked fit or held out).
+single- and multi-GPU measurements, each row marked fit or held out).
 """
 from __future__ import annotations
 
@@ -50,8 +55,12 @@ class DecodeCalibration:
     matmul_fraction: dict[str, float] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     engine: str = DEFAULT_ENGINE
-    #: per serving engine: its own ``hbm_fraction``, ``layer_overhead_s`` and ``batch_slowdown``
-    engines: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: per serving engine: its own ``hbm_fraction``, ``layer_overhead_s``, ``batch_slowdown`` and, where fitted,
+    #: ``allreduce_sync_s``
+    engines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    allreduce_sync_s: float | None = None  #: seconds per tensor-parallel AllReduce per doubling of GPUs
+    sync_fitted_to: str | None = None  #: the engine whose multi-GPU rows fitted ``allreduce_sync_s``
+    borrowed_from: str | None = None  #: the preset whose factors these are (no fit rows of this chip)
 
     def for_engine(self, engine: str | None) -> DecodeCalibration:
         """These factors as serving engine ``engine`` reaches them (None: `DEFAULT_ENGINE`)."""
@@ -61,7 +70,7 @@ class DecodeCalibration:
         if name not in self.engines:
             raise PodsimError(f"no decode calibration for engine {name!r} on chip {self.chip!r}; engines: "
                               f"{', '.join(sorted(self.engines))}")
-        return replace(self, engine=name, **self.engines[name])
+        return replace(self, engine=name, **{"allreduce_sync_s": None, "sync_fitted_to": None, **self.engines[name]})
 
     def weight_slowdown(self, rows: int) -> float:
         """Factor (>= 1) by which streaming the weights slows for a step whose matmuls have ``rows`` rows."""
@@ -87,7 +96,7 @@ def get_decode_calibration(chip: str, engine: str | None = None) -> DecodeCalibr
     naming the chips (or engines) that have one otherwise."""
     data = _table()["chips"].get(chip)
     if data is None:
-        raise PodsimError(f"no calibrated decode/prefill model for chip {chip!r} (no published single-accelerator "
+        raise PodsimError(f"no calibrated decode/prefill model for chip {chip!r} (no published decode "
                           f"measurements); chips with one: {', '.join(decode_calibrated_chips())}")
     # an engine without its own batch slowdown takes the chip's, whichever engine was picked before
     engines = {k: {"batch_slowdown": data.get("batch_slowdown", 0.0), **v} for k, v in data.get("engines", {}).items()}
@@ -96,7 +105,7 @@ def get_decode_calibration(chip: str, engine: str | None = None) -> DecodeCalibr
                              base.get("layer_overhead_s", data.get("layer_overhead_s", 0.0)),
                              data.get("batch_slowdown", 0.0), data.get("attention_fraction", 1.0),
                              dict(data.get("matmul_fraction", {})), dict(data.get("sources", {})),
-                             DEFAULT_ENGINE, engines).for_engine(engine)
+                             DEFAULT_ENGINE, engines, None, None, data.get("borrowed_from")).for_engine(engine)
 
 
 def decode_fit_report() -> dict[str, Any]:

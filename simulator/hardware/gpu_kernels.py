@@ -90,6 +90,8 @@ class GpuKernels:
     memory_kernel_s: dict[str, float] = field(default_factory=dict, hash=False)  #: fixed device s per kernel, per kind
     #: {"forward": {head_dim: fraction}, "backward": {...}, "kv_half": {"forward": tokens, "backward": tokens}}
     attention: dict[str, Any] = field(default_factory=dict, hash=False)
+    #: other FlashAttention generations fitted on this chip (e.g. ``"fa2"`` on H100), in ``attention``'s form
+    attention_impls: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
     launch_s: float = 0.0  #: seconds per kernel launch (eager PyTorch)
     graph_launch_s: float = 0.0  #: seconds per kernel inside a CUDA graph (what serving engines use)
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
@@ -164,19 +166,22 @@ class GpuKernels:
 
     # -- attention --------------------------------------------------------------------------------------------
     def attention_s(self, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
-                    causal: bool = True, backward: bool = False, dtype: str = "bf16") -> float:
+                    causal: bool = True, backward: bool = False, dtype: str = "bf16", impl: str | None = None) -> float:
         """Seconds of one FlashAttention kernel (forward, or backward with ``backward``), launch included
         (forecast). ``kv_heads`` (grouped-query attention) changes the bytes (the HBM roofline a decode step's
         attention runs at), not the FLOPs or the schedule."""
         return self.launch_s + self.attention_kernel_s(batch, q_len, kv_len, heads, kv_heads, head_dim, causal,
-                                                       backward, dtype)
+                                                       backward, dtype, impl)
 
     def attention_kernel_s(self, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
-                           causal: bool = True, backward: bool = False, dtype: str = "bf16") -> float:
+                           causal: bool = True, backward: bool = False, dtype: str = "bf16",
+                           impl: str | None = None) -> float:
         """Device seconds of the attention kernel alone (no launch): waves of thread blocks, each running its
         ``BLOCK x BLOCK`` tiles of QK^T and PV (backward: 2.5x the FLOPs) after a fixed start worth
         ``kv_half / BLOCK`` tiles; a causal mask skips the tiles above the diagonal (the queries aligned to the
-        end of the keys) and computes the diagonal ones whole."""
+        end of the keys) and computes the diagonal ones whole. ``impl`` (e.g. ``"fa2"``) picks another fitted
+        FlashAttention generation; None or an unfitted one: the chip's own."""
+        table = self.attention_impls.get(impl or "", self.attention)
         for value, name in ((batch, "batch"), (q_len, "q_len"), (kv_len, "kv_len"), (heads, "heads"),
                             (kv_heads, "kv_heads"), (head_dim, "head_dim")):
             _positive_int(value, name)
@@ -201,8 +206,8 @@ class GpuKernels:
         # (flash-decoding), at most one key block per part
         splits = 1 if backward else max(1, min(self.sms // blocks, kv_blocks))
         tile_flops = 4.0 * BLOCK * BLOCK * head_dim * (2.5 if backward else 1.0)
-        tile_s = height * tile_flops * self.sms / (self.peak(dtype) * _by_head_dim(self.attention[direction], head_dim))
-        start = self.attention["kv_half"][direction] / BLOCK  # a block's fixed cost, in tiles
+        tile_s = height * tile_flops * self.sms / (self.peak(dtype) * _by_head_dim(table[direction], head_dim))
+        start = table["kv_half"][direction] / BLOCK  # a block's fixed cost, in tiles
         parts = blocks * splits
         per_part = max(1.0, batch * lanes * tiles / parts)  # a part runs at least one tile
         compute_s = math.ceil(parts / self.sms) * (start + per_part) * tile_s
@@ -219,9 +224,10 @@ class GpuKernels:
         return (4 * q_side + 4 * kv_side) if backward else (2 * q_side + 2 * kv_side)
 
     def attention_efficiency(self, batch: int, q_len: int, kv_len: int, heads: int, head_dim: int,
-                             causal: bool = True, backward: bool = False) -> float:
-        """Useful FLOPs (`attention_flops`) per peak-second of the bf16 kernel."""
-        seconds = self.attention_kernel_s(batch, q_len, kv_len, heads, heads, head_dim, causal, backward)
+                             causal: bool = True, backward: bool = False, impl: str | None = None) -> float:
+        """Useful FLOPs (`attention_flops`) per peak-second of the bf16 kernel (``impl``: as `attention_kernel_s`)."""
+        seconds = self.attention_kernel_s(batch, q_len, kv_len, heads, heads, head_dim, causal, backward, "bf16",
+                                          impl)
         return attention_flops(batch, q_len, kv_len, heads, head_dim, causal, backward) / (self.peak("bf16") * seconds)
 
     # -- memory-bound -----------------------------------------------------------------------------------------
@@ -271,12 +277,16 @@ def peak_rates(chip: str) -> dict[str, float]:
     return rates
 
 
+def _attention_table(att: dict[str, Any]) -> dict[str, Any]:
+    """An attention fit from JSON: head-dim keys as ints."""
+    return {"forward": {int(d): v for d, v in att["forward"].items()},
+            "backward": {int(d): v for d, v in att["backward"].items()}, "kv_half": dict(att["kv_half"])}
+
+
 def build(chip: str, constants: dict[str, Any]) -> GpuKernels:
     """A `GpuKernels` for preset ``chip`` from its JSON ``constants`` (what `gpu_kernels` reads)."""
     spec = PRESETS[chip]
-    att = constants["attention"]
-    attention = {"forward": {int(d): v for d, v in att["forward"].items()},
-                 "backward": {int(d): v for d, v in att["backward"].items()}, "kv_half": dict(att["kv_half"])}
+    attention = _attention_table(constants["attention"])
     return GpuKernels(
         chip=chip, sms=spec.tensor_cores, hbm_bytes_per_s=spec.hbm_bandwidth_bytes_per_s,
         peak_flops_per_s=peak_rates(chip), peak_fraction=dict(constants["peak_fraction"]),
@@ -284,7 +294,9 @@ def build(chip: str, constants: dict[str, Any]) -> GpuKernels:
         tile_cost=constants["tile_cost"], split_k=tuple(constants["split_k"]), kernel_s=constants["kernel_s"],
         dtype_kernel_s=dict(constants.get("dtype_kernel_s", {})),
         matmul_hbm_fraction=constants["matmul_hbm_fraction"], hbm_fraction=dict(constants["hbm_fraction"]),
-        memory_kernel_s=dict(constants["memory_kernel_s"]), attention=attention, launch_s=constants["launch_s"],
+        memory_kernel_s=dict(constants["memory_kernel_s"]), attention=attention,
+        attention_impls={name: _attention_table(t) for name, t in constants.get("attention_impls", {}).items()},
+        launch_s=constants["launch_s"],
         graph_launch_s=constants["graph_launch_s"], sources=dict(constants.get("sources", {})))
 
 

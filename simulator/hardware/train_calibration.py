@@ -39,6 +39,25 @@ class StepConstants:
 IDEAL = StepConstants()  #: every efficiency 1, no fixed costs
 
 
+@dataclass(frozen=True)
+class GpuStepConstants:
+    """What a GPU training step pays beyond its kernels (`simulator.workloads.plans.calibrated_gpu`).
+
+    ``compute_fraction`` and ``dispatch_s`` are the training framework's own (its kernels' generation -- cuBLAS,
+    fused kernels --, its host overhead), as serving engines have their own factors; the rest are shared."""
+
+    overlap_interference: float = 0.0  #: share of an overlapped NCCL collective's time the compute beside it pays
+    dispatch_s: float = 0.0  #: host seconds to launch one kernel (eager PyTorch): a kernel takes at least this
+    ib_fraction: float = 1.0  #: share of the NICs' line rate an NCCL ring across nodes reaches
+    step_overhead_s: float = 0.0  #: fixed seconds per training step (optimizer launch, data loader, logging)
+    compute_fraction: float = 1.0  #: share of the kernel model's throughput the framework's kernels reach
+    framework: str = ""  #: whose constants these are ("" for the bound)
+    attention: str = "flash"  #: the framework's attention kernel: flash, flash2 (FlashAttention-2) or unfused
+
+
+GPU_IDEAL = GpuStepConstants()  #: nothing beyond the kernels
+
+
 @cache
 def _table() -> dict[str, Any]:
     return json.loads(TRAIN_JSON.read_text()) if TRAIN_JSON.exists() else {"chips": [], "constants": {}}
@@ -46,7 +65,7 @@ def _table() -> dict[str, Any]:
 
 def train_calibrated_chips() -> list[str]:
     """Chip presets the calibrated training step covers."""
-    return list(_table()["chips"])
+    return list(_table()["chips"]) + list(_table().get("gpu", {}).get("chips", []))
 
 
 def step_constants(chip: str) -> StepConstants:
@@ -65,6 +84,38 @@ def step_constants(chip: str) -> StepConstants:
     ici = cal.links.get("ici")
     return StepConstants(**{**values, "hbm_fraction": cal.hbm_fraction,
                             "ici_fraction": ici.peak_fraction if ici else 1.0})
+
+
+DEFAULT_FRAMEWORK = "megatron-core"  #: the training framework a calibrated GPU step assumes when none is named
+
+
+def gpu_frameworks() -> list[str]:
+    """Training frameworks with GPU step constants (fitted, or named with the fitted framework they take)."""
+    table = _table().get("gpu", {})
+    return sorted({*table.get("frameworks", {}), *table.get("aliases", {})})
+
+
+def gpu_step_constants(chip: str, framework: str | None = None) -> GpuStepConstants:
+    """The GPU step constants of ``framework`` (None: `DEFAULT_FRAMEWORK`); `PodsimError` for a chip the GPU step
+    model does not cover or a framework it does not know, naming the valid ones."""
+    table = _table().get("gpu", {})
+    if chip not in table.get("chips", []):
+        raise PodsimError(f"no calibrated GPU training-step model for chip {chip!r}; calibrated GPU chips: "
+                          f"{', '.join(table.get('chips', [])) or 'none'}")
+    name = framework or DEFAULT_FRAMEWORK
+    own = table.get("aliases", {}).get(name, name)
+    if own not in table.get("frameworks", {}):
+        raise PodsimError(f"--framework {name!r}: no calibrated training framework of that name; valid: "
+                          f"{', '.join(gpu_frameworks())}")
+    known = {f.name for f in fields(GpuStepConstants)}
+    values = {**table["constants"], **table["frameworks"][own]}
+    return GpuStepConstants(**{k: (v if isinstance(v, str) else float(v)) for k, v in values.items() if k in known},
+                            framework=name)
+
+
+def gpu_fit_summary() -> dict[str, Any]:
+    """The GPU step's fit: chips, axes and features the fit rows used, sources and errors."""
+    return dict(_table().get("gpu", {}))
 
 
 def train_fit_report() -> dict[str, Any]:

@@ -117,8 +117,13 @@ def write_chrome_trace(trace: Trace, path: str | Path) -> Path:
     """Write `chrome_trace` to ``path`` (open it at ui.perfetto.dev)."""
     path = open_for_write(path)
     with writing(path):
-        path.write_text(json.dumps(chrome_trace(trace)))
+        path.write_text(chrome_trace_text(trace))
     return path
+
+
+def chrome_trace_text(trace: Trace) -> str:
+    """`chrome_trace` as JSON text."""
+    return json.dumps(chrome_trace(trace))
 
 
 CSV_COLUMNS = ("chip", "unit", "label", "kind", "start_s", "end_s", "bytes", "flops")
@@ -128,8 +133,13 @@ def write_csv(trace: Trace, path: str | Path) -> Path:
     """Write one row per span with the columns in `CSV_COLUMNS`."""
     path = open_for_write(path)
     with writing(path), path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(CSV_COLUMNS)
-        for s in trace.spans:
-            writer.writerow([s.chip, s.unit, s.label, s.kind, repr(s.start), repr(s.end), s.nbytes, s.flops])
+        write_csv_rows(trace, f)
     return path
+
+
+def write_csv_rows(trace: Trace, f: Any) -> None:
+    """The CSV of `write_csv` on the open text stream ``f`` (a file, or stdout)."""
+    writer = csv.writer(f)
+    writer.writerow(CSV_COLUMNS)
+    for s in trace.spans:
+        writer.writerow([s.chip, s.unit, s.label, s.kind, repr(s.start), repr(s.end), s.nbytes, s.flops])

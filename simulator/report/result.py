@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.analytic import EXPOSED_MEANING
 from simulator.engine.trace import Trace
 from simulator.errors import NonFiniteError, PodsimError
 from simulator.hardware.specs import ChipSpec
@@ -98,7 +99,7 @@ class Result:
             lines += self._link_lines()
         for interface, nbytes in m["bytes"].items():
             lines.append(f"  bytes {interface:<11} {format_quantity(nbytes, 'B'):>12}")
-        return "\n".join(lines)
+        return "\n".join([*lines, f"  ({EXPOSED_MEANING})"])
 
     def _link_lines(self) -> list[str]:
         info = self.trace.links if self.trace is not None else {}

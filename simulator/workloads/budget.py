@@ -167,6 +167,8 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     contexts = request_contexts(batch, context)
     check_layout(cfg, par, batch)
     check_int(new_tokens, name="new_tokens", error=PodsimError)
+    last = max(contexts) + new_tokens  # positions the step's last new token reaches
+    cfg.check_positions(last, f"context {max(contexts):,} + {new_tokens:,} new token{'s' if new_tokens > 1 else ''}")
     kv_pos = kv_bytes_per_position(cfg)
     weights = cfg.params() * cfg.weight_elem_bytes
     history, growth = kv_pos * sum(contexts), kv_pos * batch * new_tokens

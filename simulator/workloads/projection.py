@@ -21,7 +21,7 @@ from typing import Any
 
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec, check_dtype
-from simulator.units import check_bytes, positive
+from simulator.units import check_bytes, check_derived, positive
 
 GiB = 2.0**30
 DAY_S = 86_400.0
@@ -102,6 +102,22 @@ def abstract_budget(params: float, kv_bytes_per_token: float, chip: ChipSpec, ba
     return out
 
 
+MAX_COST_USD = 1e15  #: more than the world's yearly output: a price past this is a units mistake
+PRICE_HINT = "give a price per chip-hour in dollars, e.g. 2.5"
+
+
+def step_cost(price_per_chip_hour: float, chips: int, step_s: float, tokens: float,
+              name: str = "--price-per-chip-hour") -> dict[str, float]:
+    """What a step of ``step_s`` seconds on ``chips`` chips costs at ``price_per_chip_hour`` USD, and per million
+    of its ``tokens``; a price whose cost overflows (or underflows to nothing) is refused by ``name``."""
+    given = f"{name} {price_per_chip_hour:g}"
+    cost = check_derived(price_per_chip_hour * chips * step_s / 3600, what="the cost of a step (USD)", given=given,
+                         minimum=1e-300, maximum=MAX_COST_USD, hint=PRICE_HINT)
+    per_million = check_derived(cost / tokens * 1e6, what="the cost per million tokens (USD)", given=given,
+                                minimum=1e-300, hint=PRICE_HINT)
+    return {"cost_per_step_usd": cost, "cost_per_million_tokens_usd": per_million}
+
+
 def train_projection(tokens_total: float, params: float, chips: int, peak_flops_per_s: float,
                      assume_mfu: float | None = None, step_time_s: float | None = None,
                      tokens_per_step: float | None = None, price_per_chip_hour: float | None = None) -> dict[str, Any]:
@@ -110,7 +126,9 @@ def train_projection(tokens_total: float, params: float, chips: int, peak_flops_
     With ``assume_mfu``: 6 N T / (chips peak MFU) seconds, the book's estimate (N ``params``, the active ones
     for mixture-of-experts). Otherwise from a step of ``tokens_per_step`` tokens taking ``step_time_s``:
     ceil(T / tokens per step) steps. When both are given the step's projection is reported beside the
-    assumed one (``time_to_train_from_step_s``). Cost needs ``price_per_chip_hour`` (USD).
+    assumed one (``time_to_train_from_step_s``); from the step alone, ``projection_mfu`` is 6 N T over the
+    projected time (the step's own ``mfu`` counts attention's FLOPs too, and is left as it is). Cost needs
+    ``price_per_chip_hour`` (USD).
     """
     positive(tokens_total, name="--tokens-total")
     if tokens_total > 1e18:
@@ -130,12 +148,14 @@ def train_projection(tokens_total: float, params: float, chips: int, peak_flops_
         out["assumed_mfu"] = assume_mfu
     elif from_step is not None:
         seconds, basis = from_step, "steps x the step time"
-        out["mfu"] = flops / (seconds * chips * peak_flops_per_s)
+        out["projection_mfu"] = flops / (seconds * chips * peak_flops_per_s)  # 6 N T: not the step's own ``mfu``
     else:
         raise PodsimError("--tokens-total needs a step time or --assume-mfu M (e.g. 0.4) to project a run")
     chip_hours = seconds * chips / 3600
     out.update(time_to_train_s=seconds, time_to_train_days=seconds / DAY_S, chip_hours=chip_hours,
                projection_basis=basis)
     if price_per_chip_hour is not None:
-        out["cost_usd"] = chip_hours * price_per_chip_hour
+        out["cost_usd"] = check_derived(chip_hours * price_per_chip_hour, what="the cost of the run (USD)",
+                                        given=f"--price-per-chip-hour {price_per_chip_hour:g}", minimum=1e-300,
+                                        maximum=MAX_COST_USD, hint=PRICE_HINT)
     return out

@@ -13,10 +13,17 @@ TensorRT-LLM, gpt-fast), per op::
     op       = max(memory, compute)                   (streaming overlaps compute, as double buffering does)
     step     = sum of ops + layers * tau_layer
 
-and reports every factor's seconds beside its ideal (spec bandwidth and peak, no overhead). One chip
-only: the published measurements are single-accelerator runs (tensor parallelism adds collectives
-the fit never saw). `served_request` adds up a whole request: the prefill of ``input_len`` tokens per
-request (the first token), then ``output_len - 1`` decode steps as the context grows.
+and reports every factor's seconds beside its ideal (spec bandwidth and peak, no overhead). With ``model``
+tensor-parallel GPUs (Megatron: heads and MLP columns split, weights and KV cache per GPU divided by
+``model``) each layer also pays its two AllReduces of [tokens, d_model] as the engine runs them
+(`simulator.workloads.served_tp`: the algorithm's latency from NCCL's protocol table plus the engine's
+fitted synchronisation)::
+
+    allreduce = layers * 2 * (algorithm(model, tokens * d_model * act bytes) + sync_s * log2(model))
+
+Every result names what it prices without a fitted constant (``uncalibrated``). `served_request` adds up a
+whole request: the prefill of ``input_len`` tokens per request (the first token), then ``output_len - 1``
+decode steps as the context grows.
 """
 from __future__ import annotations
 
@@ -27,12 +34,13 @@ from typing import Any
 from simulator.hardware.decode_calibration import DecodeCalibration, get_decode_calibration
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.units import check_int, positive_int
-from simulator.workloads.budget import MAX_REQUESTS, Parallelism, request_contexts, with_dtypes
+from simulator.workloads.budget import MAX_REQUESTS, Parallelism, check_layout, request_contexts, with_dtypes
+from simulator.workloads.served_tp import allreduce_cost, check_gpus, engine_comm, ideal_allreduce_s
 from simulator.workloads.simulate import LayerOp, head_op, layer_ops, simulate_decode
 from simulator.workloads.transformer import TransformerConfig
 
 MAX_OUTPUT_TOKENS = 262_144  #: decode steps one request may add up (each priced on its own, ~0.1 ms of CPU)
-FACTORS = ("weights", "kv_cache", "matmul", "overlap", "launch_sync")
+FACTORS = ("weights", "kv_cache", "matmul", "overlap", "launch_sync", "allreduce")
 
 
 @dataclass
@@ -44,6 +52,7 @@ class _Sums:
     matmul: float = 0.0
     overlap: float = 0.0  # <= 0: time hidden because streaming and compute run at once
     launch_sync: float = 0.0
+    allreduce: float = 0.0  # tensor-parallel AllReduces (0 on one GPU)
 
     def add(self, weights: float, kv: float, matmul: float, times: float = 1.0) -> None:
         self.weights += weights * times
@@ -53,7 +62,7 @@ class _Sums:
 
     @property
     def total(self) -> float:
-        return self.weights + self.kv_cache + self.matmul + self.overlap + self.launch_sync
+        return self.weights + self.kv_cache + self.matmul + self.overlap + self.launch_sync + self.allreduce
 
 
 def _chip(chip: str | ChipSpec) -> ChipSpec:
@@ -65,12 +74,14 @@ def _compute_dtype(cfg: TransformerConfig) -> str:
 
 
 def _step_sums(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibration, batch: int,
-               context: int | Sequence[int], new_tokens: int) -> tuple[_Sums, _Sums]:
-    """(ideal, calibrated) seconds per factor of one step: ``batch`` requests at ``context`` (one for all, or one
-    per request) each adding ``new_tokens`` (1: decode; the prompt length: prefill)."""
+               context: int | Sequence[int], new_tokens: int, model: int = 1) -> tuple[_Sums, _Sums]:
+    """(ideal, calibrated) seconds per factor of one step on each of ``model`` tensor-parallel GPUs: ``batch``
+    requests at ``context`` (one for all, or one per request) each adding ``new_tokens`` (1: decode; the
+    prompt length: prefill)."""
     contexts = request_contexts(batch, context)
-    ops: list[LayerOp] = layer_ops(cfg, spec, Parallelism(), contexts, new_tokens)
-    head = head_op(cfg, spec, Parallelism(), batch * new_tokens)
+    par = Parallelism(1, model)
+    ops: list[LayerOp] = layer_ops(cfg, spec, par, contexts, new_tokens)
+    head = head_op(cfg, spec, par, batch * new_tokens)
     dtype = _compute_dtype(cfg)
     bw, peak = spec.hbm_bandwidth_bytes_per_s, spec.peak_flops_per_s(dtype)
     eta, alpha, eps = cal.hbm_fraction, cal.attention_fraction, cal.matmul(dtype)
@@ -83,7 +94,43 @@ def _step_sums(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibration, b
         real.add(op.weight_bytes / (bw * eta) * slow,
                  op.kv_read_bytes / (bw * eta * alpha) + op.kv_write_bytes / (bw * eta), useful / (peak * eps), times)
     real.launch_sync = cfg.n_layers * cal.layer_overhead_s
+    for op in ops:
+        if op.sync_bytes:
+            real.allreduce += cfg.n_layers * allreduce_cost(cal.engine, spec, model, op.sync_bytes,
+                                                            cal.allreduce_sync_s or 0.0)["seconds"]
+            ideal.allreduce += cfg.n_layers * ideal_allreduce_s(spec, model, op.sync_bytes)
     return ideal, real
+
+
+def allreduce_summary(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibration, tokens: int,
+                      model: int) -> dict[str, Any] | None:
+    """One of a step's AllReduces (``tokens`` rows of d_model): bytes, count per step and its price
+    (`simulator.workloads.served_tp.allreduce_cost`); None on one GPU."""
+    if model <= 1:
+        return None
+    nbytes = tokens * cfg.d_model * cfg.act_elem_bytes
+    cost = allreduce_cost(cal.engine, spec, model, nbytes, cal.allreduce_sync_s or 0.0)
+    return {"bytes": nbytes, "per_step": 2 * cfg.n_layers, "cuda_graphs": engine_comm(cal.engine).cuda_graphs, **cost}
+
+
+def uncalibrated(cal: DecodeCalibration, model: int, real: _Sums | None = None) -> list[str]:
+    """The parts of a served step priced without a fitted constant of their own, one phrase each."""
+    out = []
+    if cal.borrowed_from:
+        out.append(f"serving factors of {cal.chip} (none fitted to it: {cal.borrowed_from}'s)")
+    if model > 1 and cal.allreduce_sync_s is None:
+        out.append(f"tensor-parallel synchronisation for engine {cal.engine} (none fitted: each AllReduce at its "
+                   "algorithm's latency alone)")
+    elif model > 1 and cal.sync_fitted_to not in (None, cal.engine):  # None: a calibration given by hand
+        mine, theirs = engine_comm(cal.engine), engine_comm(cal.sync_fitted_to)
+        graphs = ("" if mine.cuda_graphs == theirs.cuda_graphs else
+                  f", fitted {'with' if theirs.cuda_graphs else 'without'} CUDA graphs where {cal.engine} runs "
+                  f"{'with' if mine.cuda_graphs else 'without'} them")
+        out.append(f"tensor-parallel synchronisation for engine {cal.engine} (no multi-GPU fit rows: "
+                   f"{cal.sync_fitted_to}'s fitted value{graphs})")
+    if real is not None and real.total > 0 and real.kv_cache > 0.1 * real.total:
+        out.append("KV-cache streaming rate (attention_fraction not fitted: as fast as weight streaming)")
+    return out
 
 
 def _breakdown(ideal: _Sums, real: _Sums) -> dict[str, dict[str, float]]:
@@ -94,33 +141,40 @@ def served_step(cfg: TransformerConfig, chip: str | ChipSpec, batch: int = 1, co
                 new_tokens: int = 1,
                 weight_dtype: str | None = None, kv_dtype: str | None = None,
                 calibration: DecodeCalibration | None = None, simulate: bool = True,
-                engine: str | None = None) -> dict[str, Any]:
-    """One decode step (``new_tokens=1``) or prefill (``new_tokens`` = prompt length) on one chip, calibrated;
-    ``context``: cached positions, one number for every request or one per request.
+                engine: str | None = None, model: int = 1) -> dict[str, Any]:
+    """One decode step (``new_tokens=1``) or prefill (``new_tokens`` = prompt length) on ``model`` tensor-parallel
+    chips, calibrated; ``context``: cached positions, one number for every request or one per request.
 
     Returns ``step_time_s`` (calibrated, seconds), ``ideal_step_time_s`` (the simulated ideal step when
     ``simulate``, else the closed-form sum), ``closed_form_ideal_s`` and ``breakdown``: per factor
-    (weights, kv_cache, matmul, overlap, launch_sync) its ``ideal_s`` and ``calibrated_s``. ``calibration``
+    (weights, kv_cache, matmul, overlap, launch_sync, allreduce) its ``ideal_s`` and ``calibrated_s``. ``calibration``
     defaults to the chip's fitted one as serving ``engine`` reaches it (`simulator.hardware.decode_calibration`;
-    `PodsimError` naming the chips, or engines, that have one).
+    `PodsimError` naming the chips, or engines, that have one). With ``model`` > 1: ``allreduce`` (one of the
+    step's AllReduces: `allreduce_summary`). ``uncalibrated``: what is priced without a fitted constant.
     """
     spec = _chip(chip)
     cal = calibration or get_decode_calibration(spec.name, engine)
     cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
     contexts = request_contexts(batch, context)  # checks the batch and every context
     positive_int(new_tokens, name="new_tokens")
-    ideal, real = _step_sums(cfg, spec, cal, batch, contexts, new_tokens)
-    simulated = (simulate_decode(cfg, spec, batch, contexts, new_tokens=new_tokens, trace=False).env.now
-                 if simulate else ideal.total)
+    check_layout(cfg, Parallelism(1, check_gpus(model)), batch)
+    ideal, real = _step_sums(cfg, spec, cal, batch, contexts, new_tokens, model)
+    simulated = (simulate_decode(cfg, spec, batch, contexts, Parallelism(1, model), new_tokens=new_tokens,
+                                 trace=False).env.now if simulate else ideal.total)
     return {"chip": spec.name, "engine": cal.engine, "batch": batch, "context": context, "new_tokens": new_tokens,
-            "step_time_s": real.total, "ideal_step_time_s": simulated, "closed_form_ideal_s": ideal.total,
-            "tokens_per_s": batch * new_tokens / real.total, "breakdown": _breakdown(ideal, real)}
+            "model_parallel": model, "step_time_s": real.total, "ideal_step_time_s": simulated,
+            "closed_form_ideal_s": ideal.total, "tokens_per_s": batch * new_tokens / real.total,
+            "breakdown": _breakdown(ideal, real),
+            "allreduce": allreduce_summary(cfg, spec, cal, batch * new_tokens, model),
+            "uncalibrated": uncalibrated(cal, model, real)}
 
 
 def served_request(cfg: TransformerConfig, chip: str | ChipSpec, batch: int, input_len: int, output_len: int,
                    weight_dtype: str | None = None, kv_dtype: str | None = None,
-                   calibration: DecodeCalibration | None = None, engine: str | None = None) -> dict[str, Any]:
-    """A static batch of ``batch`` requests, each ``input_len`` prompt tokens and ``output_len`` generated ones.
+                   calibration: DecodeCalibration | None = None, engine: str | None = None,
+                   model: int = 1) -> dict[str, Any]:
+    """A static batch of ``batch`` requests, each ``input_len`` prompt tokens and ``output_len`` generated ones, on
+    ``model`` tensor-parallel chips.
 
     ``ttft_s``: the prefill (it yields the first token); ``tpot_s``: the mean of the ``output_len - 1`` decode
     steps (context ``input_len + t`` at step t); ``request_s``: both; ``output_tokens_per_s``: batch x
@@ -133,16 +187,19 @@ def served_request(cfg: TransformerConfig, chip: str | ChipSpec, batch: int, inp
     check_int(batch, name="batch", maximum=MAX_REQUESTS)
     positive_int(input_len, name="input_len")
     check_int(output_len, name="output_len", maximum=MAX_OUTPUT_TOKENS)
-    first_ideal, first = _step_sums(cfg, spec, cal, batch, 0, input_len)
+    check_layout(cfg, Parallelism(1, check_gpus(model)), batch)
+    first_ideal, first = _step_sums(cfg, spec, cal, batch, 0, input_len, model)
     ideal, real = _Sums(), _Sums()
     for t in range(1, output_len):
-        i, r = _step_sums(cfg, spec, cal, batch, input_len + t, 1)
+        i, r = _step_sums(cfg, spec, cal, batch, input_len + t, 1, model)
         for f in FACTORS:
             setattr(ideal, f, getattr(ideal, f) + getattr(i, f))
             setattr(real, f, getattr(real, f) + getattr(r, f))
     steps = max(output_len - 1, 1)
     out: dict[str, Any] = {"chip": spec.name, "engine": cal.engine, "batch": batch, "input_len": input_len,
-                           "output_len": output_len, "ttft_s": first.total, "tpot_s": real.total / steps,
+                           "output_len": output_len, "model_parallel": model,
+                           "uncalibrated": uncalibrated(cal, model, real),
+                           "ttft_s": first.total, "tpot_s": real.total / steps,
                            "request_s": first.total + real.total,
                            "ideal_ttft_s": first_ideal.total, "ideal_tpot_s": ideal.total / steps,
                            "ideal_request_s": first_ideal.total + ideal.total}
@@ -157,7 +214,8 @@ def served_request(cfg: TransformerConfig, chip: str | ChipSpec, batch: int, inp
 
 def served_concurrent(cfg: TransformerConfig, chip: str | ChipSpec, concurrency: int, input_len: int,
                       output_len: int, weight_dtype: str | None = None, kv_dtype: str | None = None,
-                      calibration: DecodeCalibration | None = None, engine: str | None = None) -> dict[str, Any]:
+                      calibration: DecodeCalibration | None = None, engine: str | None = None,
+                      model: int = 1) -> dict[str, Any]:
     """Closed-loop continuous batching: ``concurrency`` clients, each sending its next request (``input_len`` prompt
     tokens, ``output_len`` generated) as soon as its last one ends, as serving benchmarks drive a server
     (``vllm bench serve --max-concurrency``, InferenceBench's closed-loop driver).
@@ -184,13 +242,15 @@ def served_concurrent(cfg: TransformerConfig, chip: str | ChipSpec, concurrency:
     cal = calibration or get_decode_calibration(spec.name, engine)
     check_int(concurrency, name="concurrency", maximum=MAX_REQUESTS)
     check_int(output_len, name="output_len", minimum=2, maximum=MAX_OUTPUT_TOKENS)
-    steady = served_request(cfg, spec, concurrency, input_len, output_len, weight_dtype, kv_dtype, calibration=cal)
+    steady = served_request(cfg, spec, concurrency, input_len, output_len, weight_dtype, kv_dtype, calibration=cal,
+                            model=model)
     cfg = with_dtypes(cfg, weight_dtype, kv_dtype)
-    prefill = _step_sums(cfg, spec, cal, 1, 0, input_len)[1].total
-    one = _step_sums(cfg, spec, cal, 1, input_len, 1)[1].total
+    prefill = _step_sums(cfg, spec, cal, 1, 0, input_len, model)[1].total
+    one = _step_sums(cfg, spec, cal, 1, input_len, 1, model)[1].total
     step, extra = steady["tpot_s"], max(prefill - one, 0.0)
     cycle = output_len * step + concurrency * extra
     return {"chip": spec.name, "engine": cal.engine, "concurrency": concurrency, "input_len": input_len,
-            "output_len": output_len, "decode_step_s": step, "extra_s": extra, "ttft_s": step + extra,
+            "output_len": output_len, "model_parallel": model, "uncalibrated": steady["uncalibrated"],
+            "decode_step_s": step, "extra_s": extra, "ttft_s": step + extra,
             "tpot_s": step + (concurrency - 1) * extra / (output_len - 1), "cycle_s": cycle,
             "output_tokens_per_s": concurrency * output_len / cycle}

@@ -85,6 +85,13 @@ class TransformerConfig:
             check_number(getattr(self, f), name=f, minimum=0.125, maximum=8, unit="bytes", error=ModelError,
                          where=f"model {self.name!r}: ")
 
+    def check_positions(self, tokens: int, what: str) -> None:
+        """Refuse a sequence of ``tokens`` positions (``what``: the input that sets it, as the user wrote it)
+        past ``max_positions`` where the model has them: a learned position table has no row beyond its end."""
+        if self.max_positions and tokens > self.max_positions:
+            raise ModelError(f"{what} reaches position {tokens:,}, but {self.name}'s positions end at "
+                             f"{self.max_positions:,} (max_positions): at most {self.max_positions:,} in all")
+
     def replace(self, **changes: Any) -> TransformerConfig:
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)

@@ -197,6 +197,7 @@ class _Parser:
         for comp in self.computations.values():
             for instr in comp.instructions:
                 self._check_references(comp, instr)
+                self._check_dims(comp, instr)
         return Module(self.header["name"], self.computations, entry, _count(self.header.get("num_partitions")),
                       _count(self.header.get("replica_count")), self.source,
                       {k: v.strip('"') for k, v in self.tables["FileNames"].items()},
@@ -213,6 +214,29 @@ class _Parser:
             if name not in self.computations:
                 raise self.fail(instr.line, _column(text, name, text.find("=")),
                                 f"%{instr.name} calls computation {name!r}, which is not defined")
+
+
+    def _check_dims(self, comp: Computation, instr: Instruction) -> None:
+        """A dimension attribute names a dimension its array has: a collective's ``dimensions`` its operand's,
+        a dot's ``lhs_*_dims`` / ``rhs_*_dims`` its left / right operand's."""
+        for key, index in _DIM_ATTRS.get(instr.base_opcode, ()):
+            if key not in instr.attrs or index >= len(instr.operands):
+                continue
+            shape = comp.by_name[instr.operands[index]].shape
+            rank = len(shape.dims)
+            bad = next((d for d in instr.int_list(key) if d >= rank), None)
+            if shape.is_tuple or bad is None:
+                continue
+            valid = f"dimensions 0 to {rank - 1}" if rank else "no dimensions (a scalar)"
+            raise self.fail(instr.line, max(self.lines[instr.line - 1].find(key), 0) + 1,
+                            f"%{instr.name} ({instr.opcode}) has {key}={{{bad}}}, but its operand "
+                            f"%{instr.operands[index]} is {shape.dtype}{list(shape.dims)}, an array of rank {rank} "
+                            f"with {valid}")
+
+#: The attributes that name dimensions of an operand, by opcode: (attribute, operand index).
+_DIM_ATTRS = {**{op: (("dimensions", 0),) for op in ("all-gather", "reduce-scatter", "all-to-all")},
+              "dot": (("lhs_batch_dims", 0), ("lhs_contracting_dims", 0), ("rhs_batch_dims", 1),
+                      ("rhs_contracting_dims", 1))}
 
 
 def _column(text: str, name: str, start: int) -> int:

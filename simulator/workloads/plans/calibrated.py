@@ -50,6 +50,7 @@ from dataclasses import asdict
 from typing import Any
 
 from simulator import analytic
+from simulator.analytic import exposed_s
 from simulator.hardware.specs import ChipSpec
 from simulator.hardware.train_calibration import IDEAL, StepConstants, step_constants
 from simulator.workloads.budget import kv_heads_per_chip
@@ -65,7 +66,7 @@ SOFTMAX_VPU_OPS = 5  #: VPU operations per score: max, subtract, exp, sum, scale
 ELEMENTWISE_D = 10  #: [d]-wide tensors through HBM per token and layer forward: 2 norms, 2 residual adds
 ELEMENTWISE_F = 3  #: [d_ff]-wide: the gated activation reads gate and up, writes their product
 ADAM_VPU_FLOPS = 12  #: per parameter: moments, bias correction, decay, update
-AXES_MODELLED = ("data", "fsdp", "model")
+AXES_MODELLED = ("data", "pipeline", "fsdp", "sequence", "model")
 GiB = 2.0**30
 
 
@@ -82,13 +83,15 @@ def _dim_bandwidth(length: int, used: int, wraps: bool, link: float) -> float:
     return (2 if wraps and used == length else 1) * link
 
 
-def axis_bandwidths(chip: ChipSpec, shape: tuple[int, ...], model: int, fsdp: int) -> dict[str, tuple[float, int]]:
-    """(bytes/s, ring hops) of the ``model`` and ``fsdp`` axes on a slice of ``shape``: model takes the
-    innermost (last) dimensions, fsdp the rest; an axis that needs part of a dimension runs a line on it."""
+def axis_bandwidths(chip: ChipSpec, shape: tuple[int, ...], model: int, fsdp: int, sequence: int = 1,
+                    pipeline: int = 1) -> dict[str, tuple[float, int]]:
+    """(bytes/s, ring hops) of the ``model``, ``sequence``, ``fsdp`` and ``pipeline`` axes on a slice of
+    ``shape``: innermost first (model takes the last dimensions, then sequence, fsdp, pipeline); an axis that
+    needs part of a dimension runs a line on it."""
     link = chip.ici_bandwidth_bytes_per_s
     dims = list(shape)
     out: dict[str, tuple[float, int]] = {}
-    for axis, need in (("model", model), ("fsdp", fsdp)):
+    for axis, need in (("model", model), ("sequence", sequence), ("fsdp", fsdp), ("pipeline", pipeline)):
         bw, hops = 0.0, 0
         while need > 1 and dims:
             length = dims.pop()
@@ -102,7 +105,8 @@ def axis_bandwidths(chip: ChipSpec, shape: tuple[int, ...], model: int, fsdp: in
             if used < length:
                 dims.append(length // used)  # the rest of the dimension is left to the next axis
             need = max(1, need // used)
-        out[axis] = (bw, hops)
+        if axis in ("model", "fsdp") or bw:
+            out[axis] = (bw, hops)
     return out
 
 
@@ -157,19 +161,20 @@ def overlapped_layers_s(n_layers: int, compute: float, fsdp_comm: float, tp_comm
     hidden = [fsdp_comm, tp_comm] if tp_overlapped else [fsdp_comm]
     per = max(compute, *hidden) + interference * min(compute, max(hidden)) + (0.0 if tp_overlapped else tp_comm)
     total = n_layers * per + fsdp_comm
-    return total, total - n_layers * compute
+    return total, exposed_s(total, n_layers * compute)
 
 
 def _check(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
            check_memory: bool) -> dict[str, Any]:
     others = [a for a in plan.used if a not in AXES_MODELLED]
     if others:
-        raise PlanError(f"the calibrated training step models the data (slices over DCN), fsdp and model axes; "
-                        f"{others[0]}={plan.size(others[0])} is not calibrated (drop --calibrated for the ideal step)")
+        raise PlanError(f"the calibrated TPU training step models the data (slices over DCN), pipeline, fsdp, "
+                        f"sequence and model axes; {others[0]}={plan.size(others[0])} is not calibrated on TPUs "
+                        "(drop --calibrated for the ideal step)")
     if cfg.n_experts:
         raise PlanError(f"the calibrated training step models dense decoders; {cfg.name} has {cfg.n_experts} experts "
                         "(drop --calibrated for the ideal step)")
-    check_train_plan(cfg, plan, opts, batch, seq)
+    check_train_plan(cfg, plan, opts, batch, seq, even_stages=False)
     mem = train_memory(cfg, chip, plan, opts, batch, seq)
     if check_memory and not mem["fits"]:
         per = mem["memory_per_chip"]
@@ -188,8 +193,9 @@ def step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: T
                  c: StepConstants, shape: tuple[int, ...]) -> dict[str, Any]:
     """Seconds of each factor of one step under constants ``c`` on slices of ``shape`` (see the module docstring)."""
     n, f, m, mb = plan.size("data"), plan.size("fsdp"), plan.size("model"), opts.microbatches
+    sp, pp = plan.size("sequence"), plan.size("pipeline")
     seqs = batch / (n * f * mb)  # sequences one chip (one model group) processes per microbatch
-    t = seqs * seq
+    t = seqs * seq / sp
     d, e_w, e_a = cfg.d_model, cfg.weight_elem_bytes, cfg.act_elem_bytes
     q, kv = cfg.q_width / m, kv_heads_per_chip(cfg, m) * cfg.head_dim
     ff = cfg.d_ff / m
@@ -197,7 +203,7 @@ def step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: T
     mm = (matmul_time_s(chip, t, d, q + 2 * kv, c) + matmul_time_s(chip, t, q, d, c)
           + (mats - 1) * matmul_time_s(chip, t, d, ff, c) + matmul_time_s(chip, t, ff, d, c))
     heads = cfg.n_heads / m
-    pairs = seqs * flash_pairs(seq)
+    pairs = seqs * flash_pairs(seq) / sp  # context parallelism balances the causal pairs over the sequence axis
     attn_mxu = 4 * heads * cfg.head_dim * pairs / (chip.peak_flops_per_s() * c.flash_fraction)
     attn_vpu = SOFTMAX_VPU_OPS * heads * pairs / chip.vpu_flops_per_s
     attn = max(attn_mxu, attn_vpu)
@@ -217,7 +223,7 @@ def step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: T
     fwd = mm + attn + vec
     bwd = 2 * mm + FLASH_BACKWARD * attn + 2 * vec + redo
     head = 3 * matmul_time_s(chip, t, d, cfg.vocab_size / m, c)
-    bws = axis_bandwidths(chip, shape, m, f)
+    bws = axis_bandwidths(chip, shape, m, f, sp, pp)
     hop = chip.hop_latency_s
 
     def ici(kind: str, axis: str, nbytes: float, size: int) -> float:
@@ -225,19 +231,36 @@ def step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: T
         return ring_time_s(kind, nbytes, size, bw * c.ici_fraction, hops, hop) if bw else 0.0
 
     layer_w = cfg.layer_params() / m * e_w
+    if sp > 1:  # ring attention: K and V go round the sequence axis beside the attention (backward: and their grads)
+        cp_one = ici("all_gather", "sequence", seqs * seq * 2 * kv * e_a, sp)
+        cp_f, cp_b = max(0.0, cp_one - attn), max(0.0, 2 * cp_one - FLASH_BACKWARD * attn)
+        fwd, bwd = fwd + cp_f, bwd + cp_b
     zero3 = opts.zero >= 3 and f > 1
     ag = ici("all_gather", "fsdp", layer_w, f) if zero3 else 0.0
     rs = ici("reduce_scatter", "fsdp", layer_w, f) if f > 1 and opts.zero >= 2 else 0.0
     tp_one = ici("all_reduce", "model", t * d * e_a, m)
     recomputes_tp = policy == "full"
-    total_f, exp_f = overlapped_layers_s(cfg.n_layers, fwd, ag, 2 * tp_one, opts.tp_overlap,
-                                         c.overlap_interference)
-    total_b, exp_b = overlapped_layers_s(cfg.n_layers, bwd, ag + rs, (4 if recomputes_tp else 2) * tp_one,
-                                         opts.tp_overlap, c.overlap_interference)
-    per_micro = total_f + total_b + head
-    shard = cfg.params() / (m * (f if opts.zero >= 1 else 1))
+    extra: dict[str, float] = {}
+    if pp == 1:
+        total_f, exp_f = overlapped_layers_s(cfg.n_layers, fwd, ag, 2 * tp_one, opts.tp_overlap,
+                                             c.overlap_interference)
+        total_b, exp_b = overlapped_layers_s(cfg.n_layers, bwd, ag + rs, (4 if recomputes_tp else 2) * tp_one,
+                                             opts.tp_overlap, c.overlap_interference)
+        per_micro = total_f + total_b + head
+        body = mb * per_micro
+    else:
+        body, exp_f, exp_b, extra = _pipelined(cfg.n_layers, pp, opts, fwd, bwd, ag, rs, tp_one, recomputes_tp,
+                                               head, c.overlap_interference)
+        p2p_bw, p2p_hops = bws.get("pipeline", (0.0, 0))
+        hop_s = hop if p2p_hops else 0.0
+        extra["p2p_s"] = 2 * (pp * opts.chunks - 1) * (t * d * e_a / (p2p_bw * c.ici_fraction) + hop_s) if \
+            p2p_bw else 0.0
+        body += extra["p2p_s"]
+    if sp > 1:
+        extra["exposed_cp_s"] = mb * cfg.n_layers / pp * (cp_f + cp_b)
+    shard = cfg.params() / (m * (f if opts.zero >= 1 else 1) * pp)
     once = 0.0  # ZeRO-1/2: reduce-scatter (1) once and re-gather the updated weights once; 0: AllReduce; exposed
-    whole = cfg.params() / m * e_w
+    whole = cfg.params() / (m * pp) * e_w
     if f > 1 and opts.zero in (1, 2):
         once = ici("all_gather", "fsdp", whole, f) + (ici("reduce_scatter", "fsdp", whole, f) if opts.zero == 1
                                                       else 0.0)
@@ -248,12 +271,12 @@ def step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: T
     grads = shard * e_w
     dcn_bw = chip.dcn_bandwidth_bytes_per_s * c.dcn_fraction
     dcn = (2 * (n - 1) / n * grads / dcn_bw + 2 * (n - 1) * c.dcn_step_s) if n > 1 else 0.0
-    step = mb * per_micro + once + optimizer + dcn + c.step_overhead_s
-    layers = cfg.n_layers * mb
+    step = body + once + optimizer + dcn + c.step_overhead_s
+    layers = cfg.n_layers * mb / pp
     factors = {"matmul_s": layers * 3 * mm + mb * head, "attention_s": layers * (1 + FLASH_BACKWARD) * attn,
                "vector_s": layers * 3 * vec, "recompute_s": layers * redo,
                "exposed_ici_s": mb * (exp_f + exp_b) + once, "optimizer_s": optimizer, "dcn_s": dcn,
-               "overhead_s": c.step_overhead_s}
+               "overhead_s": c.step_overhead_s, **extra}
     flops = model_flops(cfg, batch, seq)
     return {"step_time_s": step, "mfu": flops / (plan.chips * chip.peak_flops_per_s() * step), "factors": factors,
             "tokens_per_s": batch * seq / step,
@@ -263,10 +286,39 @@ def step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: T
             "axis_bandwidth_bytes_per_s": {a: b for a, (b, _) in bws.items() if b}}
 
 
+def _pipelined(n_layers: int, p: int, opts: TrainOptions, fwd: float, bwd: float, ag: float, rs: float,
+               tp_one: float, recomputes_tp: bool, head: float, interference: float) -> tuple[float, float, float,
+                                                                                             dict[str, float]]:
+    """(seconds, one microbatch's exposed forward and backward collectives on the first stage, bubble) of the
+    pipelined microbatches: p stages of v chunks (the extra layers of an uneven split on the earliest), the head
+    on the last; (M - 1/v) x the slowest stage's microbatch plus every stage's once over v."""
+    v, m = opts.chunks, opts.microbatches
+    base, more = divmod(n_layers, p * v)
+    per_stage, exp_f, exp_b = [], 0.0, 0.0
+    for stage in range(p):
+        total = head if stage == p - 1 else 0.0
+        for chunk in range(v):
+            n_l = base + (1 if chunk * p + stage < more else 0)
+            tf, xf = overlapped_layers_s(n_l, fwd, ag, 2 * tp_one, opts.tp_overlap, interference)
+            tb, xb = overlapped_layers_s(n_l, bwd, ag + rs, (4 if recomputes_tp else 2) * tp_one, opts.tp_overlap,
+                                         interference)
+            total += tf + tb
+            if stage == 0:
+                exp_f, exp_b = exp_f + xf, exp_b + xb
+        per_stage.append(total)
+    slowest, everyone = max(per_stage), sum(per_stage)
+    pipelined = (m - 1 / v) * slowest + everyone / v
+    return pipelined, exp_f, exp_b, {"bubble_s": max(0.0, pipelined - m * everyone / p)}
+
+
 def calibrated_train_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions | None = None,
                           batch: int = 1, seq: int = 2048, slice_shape: tuple[int, ...] | None = None,
-                          constants: StepConstants | None = None, check_memory: bool = True) -> dict[str, Any]:
-    """The calibrated step of ``cfg`` on ``plan`` (data = slices over DCN) beside the ideal one.
+                          constants: StepConstants | None = None, check_memory: bool = True,
+                          gpu: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The calibrated step of ``cfg`` on ``plan`` (data = slices over DCN) beside the ideal one; on a GPU chip
+    the GPU step (`simulator.workloads.plans.calibrated_gpu`, every mesh axis; ``gpu``: its keyword options
+    ``constants``, ``attention``, ``dtype``), unless ``constants`` are slice constants (`StepConstants`), which
+    price the slice model on any chip (e.g. `IDEAL`, as `scenarios.mfu_vs_slices` does).
 
     Returns ``step_time_s``, ``mfu`` (model FLOPs without recomputation / chips x peak x step),
     ``factors`` (seconds per named factor), ``ideal`` (the same at every efficiency 1), the constants
@@ -274,9 +326,11 @@ def calibrated_train_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan
     its numbers) and `PodsimError` for a chip with no calibrated training model.
     """
     opts = opts or TrainOptions()
+    if is_gpu(chip) and not isinstance(constants, StepConstants):  # explicit TPU constants: the slice model
+        return _gpu_step(cfg, chip, plan, opts, batch, seq, check_memory, **(gpu or {}))
     c = constants or step_constants(chip.name)
     mem = _check(cfg, chip, plan, opts, batch, seq, check_memory)
-    per_slice = plan.size("fsdp") * plan.size("model")
+    per_slice = plan.chips // plan.size("data")
     shape = tuple(slice_shape) if slice_shape else default_slice_shape(chip, per_slice)
     if math.prod(shape) != per_slice:
         raise PlanError(f"slice shape {'x'.join(map(str, shape))} holds {math.prod(shape)} chips but fsdp x model = "
@@ -285,9 +339,48 @@ def calibrated_train_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan
     cal = step_factors(cfg, chip, plan, opts, batch, seq, c, shape)
     ideal = step_factors(cfg, chip, plan, opts, batch, seq, IDEAL, shape)
     return {**cal, "ideal": {k: ideal[k] for k in ("step_time_s", "mfu", "factors")},
+            "uncalibrated": _tpu_uncalibrated(chip, plan, opts) if constants is None else [],
             "slices": plan.size("data"), "slice_shape": list(shape), "chips": plan.chips,
             "checkpoint": opts.checkpoint, "constants": asdict(c),
             "memory_per_chip_bytes": mem["memory_per_chip_bytes"], "fits": mem["fits"]}
+
+
+FITTED_TPUS = ("tpu-v5e", "tpu-v5p")  #: chips with fitted training rows (tpu-v4: one held-out check, PaLM)
+FITTED_TPU_AXES = ("data", "fsdp", "model")  #: axes the published TPU runs use
+
+
+def _tpu_uncalibrated(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions) -> list[str]:
+    """What of a TPU forecast no published run pinned."""
+    out = []
+    if chip.name not in FITTED_TPUS:
+        out.append(f"{chip.name} training-step constants (no fitted runs: the {' and '.join(FITTED_TPUS)} constants, "
+                   "with its own peaks and links)")
+    out += [f"{a} axis (no published TPU run uses it: priced with the fitted constants)" for a in plan.used
+            if a not in FITTED_TPU_AXES]
+    if opts.tp_overlap:
+        out.append("tp_overlap (no published TPU run in the set overlaps tensor-parallel collectives)")
+    return out
+
+
+def is_gpu(chip: ChipSpec) -> bool:
+    """GPUs sit on NVLink switches (no torus)."""
+    return chip.wraparound == "switch"
+
+
+def _gpu_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
+              check_memory: bool, **options: Any) -> dict[str, Any]:
+    from simulator.workloads.plans.calibrated_gpu import calibrated_gpu_step
+
+    check_train_plan(cfg, plan, opts, batch, seq, even_stages=False)
+    mem = train_memory(cfg, chip, plan, opts, batch, seq)
+    if check_memory and not mem["fits"]:
+        raise PlanError(f"{cfg.name} on {plan.chips} {chip.name} GPUs ({plan.text}, batch {batch} x {seq}) needs "
+                        f"{mem['memory_per_chip_bytes'] / GiB:.1f} GiB per GPU but one holds "
+                        f"{mem['hbm_capacity_bytes'] / GiB:.1f} GiB; more fsdp, model or pipeline ways, a smaller "
+                        "batch or more activation checkpointing would fit")
+    out = calibrated_gpu_step(cfg, chip, plan, opts, batch, seq, **options)
+    return {**out, "slices": 1, "slice_shape": [plan.chips], "memory_per_chip_bytes": mem["memory_per_chip_bytes"],
+            "fits": mem["fits"]}
 
 
 def slice_shape_for(topology: str | None, plan: MeshPlan) -> tuple[int, ...] | None:
@@ -308,13 +401,16 @@ def slice_shape_for(topology: str | None, plan: MeshPlan) -> tuple[int, ...] | N
 def breakdown_lines(cal: dict[str, Any]) -> list[str]:
     """The calibrated step as text: step, MFU, each factor beside its ideal seconds."""
     ideal = cal["ideal"]
-    lines = [f"calibrated whole step (published TPU runs): {cal['step_time_s']:.4g} s, MFU {cal['mfu']:.1%} "
-             f"(ideal {ideal['step_time_s']:.4g} s, MFU {ideal['mfu']:.1%}); {cal['slices']} slice(s) of "
-             f"{'x'.join(map(str, cal['slice_shape']))}"]
+    where = (f"{cal['chips']} GPUs, {cal['nodes']} node(s) of {cal['gpus_per_node']}" if "gpus_per_node" in cal else
+             f"{cal['slices']} slice(s) of {'x'.join(map(str, cal['slice_shape']))}")
+    source = "published GPU runs" if "gpus_per_node" in cal else "published TPU runs"
+    lines = [f"calibrated whole step ({source}): {cal['step_time_s']:.4g} s, MFU {cal['mfu']:.1%} "
+             f"(ideal {ideal['step_time_s']:.4g} s, MFU {ideal['mfu']:.1%}); {where}"]
     lines += [f"  {name.removesuffix('_s'):<12} {sec:>10.4g} s   ideal {ideal['factors'][name]:>10.4g} s"
               for name, sec in cal["factors"].items()]
     return lines
 
 
 __all__ = ["adamw_bytes_per_param", "axis_bandwidths", "breakdown_lines", "calibrated_train_step", "flash_pairs",
+           "is_gpu",
            "overlapped_layers_s", "ring_time_s", "slice_shape_for", "step_factors"]

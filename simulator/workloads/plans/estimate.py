@@ -1,12 +1,13 @@
 """Closed-form time of a training step under a parallelism plan (no simulation).
 
-Per device and microbatch, each op costs its `Work` time plus its exposed collectives: ``before`` and
-``after`` in full, ``overlapped`` only beyond the work. FSDP (ZeRO-3) gathers each layer's weights one
-layer ahead, so a layer costs max(ops, AllGather) forward and max(ops, AllGather + ReduceScatter)
-backward (they share the links), and a task's first gather is exposed. A device's per-microbatch time
-T_s sums its chunks; the pipelined part takes (M v - 1) of the slowest chunks and then every stage's
-once: (M - 1/v) max_s T_s + sum_s T_s / v (v virtual stages; (M + p - 1) T for uniform stages, bubble
-(p - 1)/(M + p - 1), exact for GPipe with unequal stages), plus 2 (p v - 1)
+Per device and microbatch, each op costs its `Work` time plus its exposed collectives (`analytic.exposed_s`:
+critical-path time when communication runs and compute does not): ``before`` and ``after`` in full, the
+``overlapped`` ones (together, beside the work) only where the longest outlasts the work. FSDP (ZeRO-3)
+gathers each layer's weights one layer ahead, so a layer costs max(ops, AllGather) forward and
+max(ops, AllGather + ReduceScatter) backward (they share the links), and a task's first gather is exposed.
+A device's per-microbatch time T_s sums its chunks; the pipelined part takes (M v - 1) of the slowest
+chunks and then every stage's once: (M - 1/v) max_s T_s + sum_s T_s / v (v virtual stages; (M + p - 1) T
+for uniform stages, bubble (p - 1)/(M + p - 1), exact for GPipe with unequal stages), plus 2 (p v - 1)
 point-to-point transfers on the fill-and-drain path. Gradient reductions of the last microbatch run
 behind its backward pass; what they do not hide is exposed, then the optimizer update (HBM-bound) and,
 for ZeRO-1/2, the AllGather of the updated weights.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.analytic import exposed_s
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.plans.layout import AXES, MeshPlan, TrainOptions
 from simulator.workloads.plans.links import AxisLink
@@ -72,19 +74,27 @@ def _prod(values: Any) -> int:
 
 
 def op_s(op: Op, chip: ChipSpec, links: dict[str, AxisLink], exposed: dict[str, float], times: float = 1.0) -> float:
-    """Time of one op with its exposed collectives; books ``times`` x the exposed share per axis."""
+    """Time of one op with its collectives; books ``times`` x their exposed time (`analytic.exposed_s`) per axis.
+
+    ``before`` and ``after`` collectives run alone (all exposed); the ``overlapped`` ones start together beside
+    the work and the op ends when the last has (the simulated step waits on all of them, `step.TrainStep.op`, and
+    `beside` prices them so): what outlasts the work is exposed, booked on the first one's axis."""
     work = op.work.time_s(chip)
     total = work
     for c in op.before + op.after:
         t = comm_s(c, links)
-        exposed[c.axis] = exposed.get(c.axis, 0.0) + times * t
+        book(exposed, c.axis, times * exposed_s(t, 0.0))
         total += t
     if op.overlapped:
-        over = sum(comm_s(c, links) for c in op.overlapped)
-        extra = max(0.0, over - work)
-        exposed[op.overlapped[0].axis] = exposed.get(op.overlapped[0].axis, 0.0) + times * extra
-        total += extra
+        span = max(work, max(comm_s(c, links) for c in op.overlapped))
+        book(exposed, op.overlapped[0].axis, times * exposed_s(span, work))
+        total += span - work
     return total
+
+
+def book(exposed: dict[str, float], axis: str, seconds: float) -> None:
+    """Add ``seconds`` of exposed time to ``axis`` in ``exposed``."""
+    exposed[axis] = exposed.get(axis, 0.0) + seconds
 
 
 def beside(ops: tuple[Op, ...], chip: ChipSpec, links: dict[str, AxisLink], background: float,
@@ -166,10 +176,11 @@ def chunk_s(layer: LayerWork, n_layers: int, chip: ChipSpec, links: dict[str, Ax
     rs = sum(comm_s(c, links) for c in grad_comms(plan, opts, *layer.grad_bytes, last=False))
     fwd = sum(op_s(o, chip, links, exposed, times * n_layers) for o in layer.forward)
     bwd = sum(op_s(o, chip, links, exposed, times * n_layers) for o in layer.backward)
+    ag_b = ag if opts.reshard_after_forward else 0.0  # weights kept from the forward: no second gather
     f_total = ag + (n_layers - 1) * beside(layer.forward, chip, links, ag, fwd) + fwd
-    b_total = ag + (n_layers - 1) * beside(layer.backward, chip, links, ag + rs, bwd) + bwd + rs
-    if ag or rs:  # the first gather of a task and the last reduce-scatter are never hidden
-        exposed["fsdp"] = exposed.get("fsdp", 0.0) + times * (f_total - n_layers * fwd + b_total - n_layers * bwd)
+    b_total = ag_b + (n_layers - 1) * beside(layer.backward, chip, links, ag_b + rs, bwd) + bwd + rs
+    if ag or rs:  # the first gather of a task and the last reduce-scatter are never hidden; beyond the ops' own
+        book(exposed, "fsdp", times * (exposed_s(f_total, n_layers * fwd) + exposed_s(b_total, n_layers * bwd)))
     if head is not None:
         f_total += op_s(head[0], chip, links, exposed, times)
         b_total += op_s(head[1], chip, links, exposed, times)
@@ -201,9 +212,12 @@ def train_estimate(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, layer: La
     exposed: dict[str, float] = {a: 0.0 for a in AXES if plan.size(a) > 1}
     once: dict[str, float] = {}  # one chunk's exposed communication, one microbatch: the last stage runs m v
     f_body, b_body = chunk_s(layer, per_chunk, chip, links, plan, opts, None, once, 1.0)
-    first = (f_body + b_body) * v
+    f_top, b_top = f_body, b_body  # uneven stages (p v not dividing the layers): the first device's chunks hold one
+    if n_layers % (p * v):  # layer more (Megatron puts the extra layers on the earliest stages)
+        f_top, b_top = chunk_s(layer, per_chunk + 1, chip, links, plan, opts, None, {}, 1.0)
+    first = (f_top + b_top) * v
     for axis, seconds in once.items():
-        exposed[axis] = exposed.get(axis, 0.0) + m * v * seconds
+        book(exposed, axis, m * v * seconds)
     f_last = f_body + op_s(head[0], chip, links, exposed, float(m))
     b_last = b_body + op_s(head[1], chip, links, exposed, float(m))
     last = f_last + b_last + (v - 1) * (f_body + b_body)
@@ -223,14 +237,14 @@ def train_estimate(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, layer: La
     tail = max(final_s / max(1, n_layers // p), final_s - window) if final_s else 0.0
     if tail:
         axis = next((c.axis for c in final + head_comms), "data")
-        exposed[axis] = exposed.get(axis, 0.0) + tail
+        book(exposed, axis, tail)
     opt = optimizer_work(plan, opts, held_params, weight_bytes).time_s(chip)
     regather = 0.0
     if plan.size("fsdp") > 1 and opts.zero in (1, 2):
         regather = comm_s(Comm("all_gather", ("fsdp",), held_params * weight_bytes, "fsdp"), links)
-        exposed["fsdp"] = exposed.get("fsdp", 0.0) + regather
+        book(exposed, "fsdp", regather)
     if crowded:
-        exposed["fsdp"] = exposed.get("fsdp", 0.0) + crowded
+        book(exposed, "fsdp", crowded)
     step = pipelined + transfers + tail + opt + regather + crowded
     return {"step_time_s": step, "pipelined_s": pipelined, "bubble_s": bubble,
             "bubble_fraction": bubble / pipelined if p > 1 else 0.0,

@@ -92,6 +92,8 @@ class TrainOptions:
     weights (FSDP: gathered per layer, prefetched one layer ahead). ``master_copy`` keeps an fp32 copy
     of the weights beside the fp32 Adam moments (4 more bytes per parameter; mixed-precision default).
     ``checkpoint`` is a named policy or a number K of saved [tokens, d_model] tensors per layer.
+    ``reshard_after_forward`` False keeps ZeRO-3's gathered weights from a layer's forward to its backward (FSDP
+    without re-sharding: half the gathers, the whole stage's weights held at the peak).
     """
 
     microbatches: int = 1
@@ -102,6 +104,9 @@ class TrainOptions:
     master_copy: bool = True
     tp_overlap: bool = False  #: overlap tensor-parallel collectives with the matmuls (collective matmul)
     sequence_attention: str = "ring"  #: ring attention, or all-gather the KV over the sequence axis
+    #: ZeRO-3 / FSDP: free the gathered weights after each layer's forward (True) and gather them again for its
+    #: backward, or keep them until the backward (False: PyTorch FSDP's SHARD_GRAD_OP, one gather per microbatch)
+    reshard_after_forward: bool = True
 
     @property
     def chunks(self) -> int:
@@ -128,8 +133,9 @@ def nearest(value: int, valid: list[int]) -> int:
     return min(valid, key=lambda v: (abs(v - value), v))
 
 
-def check_model_axes(cfg: TransformerConfig, plan: MeshPlan) -> None:
-    """Raise `PlanError` naming the nearest valid size when an axis does not divide the model."""
+def check_model_axes(cfg: TransformerConfig, plan: MeshPlan, even_stages: bool = True) -> None:
+    """Raise `PlanError` naming the nearest valid size when an axis does not divide the model (``even_stages``
+    False: pipeline stages may hold unequal layer counts, as Megatron's do)."""
     m = plan.size("model")
     ok = [d for d in divisors(cfg.n_heads) if cfg.d_ff % d == 0
           and (cfg.n_kv_heads % d == 0 or d % cfg.n_kv_heads == 0)]
@@ -140,9 +146,11 @@ def check_model_axes(cfg: TransformerConfig, plan: MeshPlan) -> None:
     if p > cfg.n_layers:
         raise PlanError(f"pipeline={p} is more stages than the {cfg.n_layers} layers of {cfg.name}; the nearest valid "
                         f"choice is pipeline={nearest(p, divisors(cfg.n_layers))}")
-    if cfg.n_layers % p:
-        raise PlanError(f"pipeline={p} does not divide the {cfg.n_layers} layers of {cfg.name} into equal stages; "
-                        f"the nearest valid choice is pipeline={nearest(p, divisors(cfg.n_layers))}")
+    if even_stages and cfg.n_layers % p:
+        raise PlanError(f"pipeline={p} does not divide the {cfg.n_layers} layers of {cfg.name} into equal stages, "
+                        f"which the simulated step needs; the nearest valid choice is "
+                        f"pipeline={nearest(p, divisors(cfg.n_layers))}, or --no-simulate (the closed forms take "
+                        "uneven stages)")
     e = plan.size("expert")
     if e > 1 and not cfg.n_experts:
         raise PlanError(f"expert={e} needs a mixture-of-experts model; {cfg.name} has none (use data={e})")
@@ -151,14 +159,17 @@ def check_model_axes(cfg: TransformerConfig, plan: MeshPlan) -> None:
                         f"choice is expert={nearest(e, divisors(cfg.n_experts))}")
 
 
-def check_train_plan(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int) -> None:
-    """Every divisibility rule of a training step; each error names the nearest valid choice."""
+def check_train_plan(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
+                     even_stages: bool = True) -> None:
+    """Every divisibility rule of a training step; each error names the nearest valid choice (``even_stages``
+    False: the calibrated GPU step's uneven pipeline stages are allowed)."""
     check_int(batch, name="batch", maximum=MAX_REQUESTS, error=PlanError)
     check_int(seq, name="seq", maximum=2**24, error=PlanError)
+    cfg.check_positions(seq, f"seq={seq:,}")
     check_int(opts.microbatches, name="microbatches", maximum=MAX_REQUESTS, error=PlanError)
     check_int(opts.virtual_stages, name="virtual_stages", maximum=1024, error=PlanError)
     opts.check()
-    check_model_axes(cfg, plan)
+    check_model_axes(cfg, plan, even_stages)
     ways = plan.batch_ways
     if batch % ways:
         raise PlanError(f"batch={batch} does not split over data x fsdp x expert = {ways} chips; the nearest valid "
@@ -169,7 +180,7 @@ def check_train_plan(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions,
                         f"holds; the nearest valid choice is --microbatches {nearest(m, divisors(per_group))}")
     p, v = plan.size("pipeline"), opts.chunks
     if opts.schedule == "interleaved" and p > 1:
-        if cfg.n_layers % (p * v):
+        if even_stages and cfg.n_layers % (p * v):
             good = [d for d in divisors(cfg.n_layers // p) if d > 1] or [1]
             raise PlanError(f"the interleaved schedule with {v} virtual stages x pipeline={p} does not divide the "
                             f"{cfg.n_layers} layers of {cfg.name}; the nearest valid choice is {nearest(v, good)} "

@@ -151,6 +151,8 @@ def per_chip_memory(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions, 
     temp = 0.0
     if z >= 3 and f > 1:  # two gathered layers (prefetch) and one layer's unreduced gradients, in the compute dtype
         temp += 3 * layer * min(e_w, e_a)
+        if not opts.reshard_after_forward:  # every layer's gathered weights kept from its forward to its backward
+            temp += held * e_w * (1 - 1 / f)
     if opts.checkpoint != "none":  # one layer rebuilt for its backward: what the policy did not keep
         temp += (saved_activation_elements(cfg) - saved_elements(cfg, opts.checkpoint)) * per_layer_act
     if stage == plan.size("pipeline") - 1:

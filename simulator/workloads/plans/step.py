@@ -25,6 +25,7 @@ from typing import Any
 
 import simpy
 
+from simulator.analytic import exposed_s
 from simulator.collectives import collective_groups, start_collective
 from simulator.collectives.schedule import gc_paused
 from simulator.errors import PodsimError
@@ -173,12 +174,12 @@ class TrainStep:
         yield box[0]
         sent = box[1] if box[1] is not None else start
         self.bubble_s += max(0.0, sent - start)
-        self.exposed["pipeline"] += self.env.now - max(start, sent)
+        self.exposed["pipeline"] += exposed_s(self.env.now - max(start, sent), 0.0)  # the chip stands still
 
     def wait(self, event: simpy.Event, axis: str) -> Generator[Any, Any, None]:
         start = self.env.now
         yield event
-        self.exposed[axis] += self.env.now - start
+        self.exposed[axis] += exposed_s(self.env.now - start, 0.0)  # the chip stands still: nothing computes
 
     # -- work ----------------------------------------------------------------------------------------------
     def work(self, chip: Any, w: Work, label: str) -> Generator[Any, Any, None]:

@@ -19,10 +19,11 @@ from simulator.engine.faults import current_plan
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads import critical
 from simulator.workloads.plans.estimate import train_estimate
-from simulator.workloads.plans.layout import MeshPlan, TrainOptions, check_train_plan
+from simulator.workloads.plans.layout import MeshPlan, PlanError, TrainOptions, check_train_plan
 from simulator.workloads.plans.links import AxisLink, axis_links, build_system, p2p_s
 from simulator.workloads.plans.memory import stage_params, train_memory
 from simulator.workloads.plans.ops import head_work, layer_work
+from simulator.workloads.projection import step_cost
 from simulator.workloads.transformer import TransformerConfig
 
 
@@ -65,7 +66,10 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
     from simulator.workloads.plans.step import simulate_step
 
     opts = opts or TrainOptions()
-    check_train_plan(cfg, plan, opts, batch, seq)
+    check_train_plan(cfg, plan, opts, batch, seq, even_stages=simulate)  # the closed form takes uneven stages
+    if simulate and not opts.reshard_after_forward:
+        raise PlanError("--no-reshard-after-forward is priced by the closed forms only (the simulated step gathers "
+                        "each layer's weights again for its backward); add --no-simulate")
     reuse = simulate and current_plan() is None  # (under a fault plan each system draws its own seed)
     system, mesh = build_system(chip, plan, topology, trace=trace if reuse else False, calibrated=reuse and calibrated)
     links = axis_links(mesh, system.graph, chip)
@@ -100,9 +104,8 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
     out.update(model_flops_per_step=flops, mfu=flops / (plan.chips * chip.peak_flops_per_s() * step),
                tokens_per_s=batch * seq / step)
     if price_per_chip_hour is not None:
-        cost = price_per_chip_hour * plan.chips * step / 3600
-        out.update(price_per_chip_hour_usd=price_per_chip_hour, cost_per_step_usd=cost,
-                   cost_per_million_tokens_usd=cost / (batch * seq) * 1e6)
+        out.update(price_per_chip_hour_usd=price_per_chip_hour,
+                   **step_cost(price_per_chip_hour, plan.chips, step, batch * seq))
     return out
 
 

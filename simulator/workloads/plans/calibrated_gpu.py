@@ -1,0 +1,413 @@
+"""A calibrated whole training step on GPUs: the forecast a real Megatron-, FSDP- or torchtitan-style run gets.
+
+Closed form, per GPU, for a mesh of every axis -- ``data``, ``pipeline``, ``fsdp``, ``expert``, ``sequence``,
+``model`` -- laid innermost-fastest (`simulator.workloads.plans.layout.AXES`: ``model`` inside a node first) on
+nodes of ``gpus_per_node`` GPUs joined by NVLink switches, nodes over one InfiniBand NIC per GPU. Every factor
+is a named number of seconds in the breakdown:
+
+- ``matmul_s``: every GEMM of the layers and the output head as the GPU kernel model prices it by shape
+  (`simulator.hardware.gpu_kernels`: tile and wave quantization, per dtype, launch); the backward pass
+  runs two GEMMs per forward GEMM (data and weight gradients, their own shapes);
+- ``attention_s``: the attention kernel -- FlashAttention by head dim and sequence (``attention="flash"``), or,
+  for runs before it (``"unfused"``, Megatron-LM 2021), two batched score GEMMs and the softmax's passes over
+  the [heads, seq, seq] scores through HBM;
+- ``vector_s``: norms, residual adds, activations, rotary and dropout as memory-bound kernels at the kernel
+  model's share of HBM (the TPU model's per-token tensor counts, `calibrated.ELEMENTWISE_D` ...); under FP8
+  (``dtype="fp8"``, Transformer Engine's recipe) every GEMM first casts both operands from 16 bits
+  (`FP8_CAST_BYTES` per element), booked with the GEMM;
+- ``launch_s``: eager frameworks launch every kernel from the host: a kernel takes at least the host's
+  ``dispatch_s`` (what its GPU time does not hide; small models on many GPUs are launch-bound);
+- ``recompute_s``: what the checkpoint policy recomputes (``full``: the forward again, collectives included;
+  ``selective``: the attention kernel; ``none``);
+- ``exposed_tp_s``: tensor-parallel AllReduces of [tokens, d] (2 forward, 2 backward, 2 more under full
+  recompute), exposed unless ``tp_overlap`` (then beside the GEMMs, paying ``overlap_interference``);
+- ``exposed_fsdp_s``: ZeRO-3 gathers one layer ahead (forward, and backward again unless
+  ``reshard_after_forward`` is off: FSDP's SHARD_GRAD_OP) and reduce-scatters behind, beside the compute
+  (max of the two, plus ``overlap_interference`` x the shorter: NCCL kernels hold SMs and HBM bandwidth
+  while the GEMMs run); the first gather and the last reduce-scatter exposed;
+- ``exposed_grads_s``: the gradient reductions after the last microbatch (the data axis's AllReduce, ZeRO-1's
+  reduce-scatter, ZeRO-0's AllReduce over fsdp), bucketed behind that microbatch's backward pass as DDP and
+  Megatron's ``--overlap-grad-reduce`` run them, and ZeRO-1/2's gather of the updated weights behind the next
+  step's first forward (``--overlap-param-gather``): what a window does not cover is exposed, and the covered
+  part slows the compute by ``overlap_interference``;
+- ``exposed_cp_s``: context parallelism's ring attention passing K and V (and their gradients backward)
+  beside the attention kernel; what the kernel does not cover is exposed;
+- ``exposed_ep_s``: expert parallelism's two AllToAlls (dispatch, combine) forward and backward;
+- ``bubble_s`` and ``p2p_s``: the pipeline: stages hold ceil or floor of n_layers / (p v) layers, the
+  embedding on the first and the head on the last; the step takes (M - 1/v) x the slowest stage's
+  microbatch plus every stage's once over v (GPipe, 1F1B; interleaved v > 1), and 2 (p v - 1) activation
+  transfers on the fill-and-drain path, each tensor-parallel rank sending its 1/m of them (Megatron's
+  scatter-gather);
+- ``optimizer_s``: AdamW over the local shard (memory-bound kernel);
+- ``overhead_s``: ``step_overhead_s`` per step (host, data loader, logging).
+
+Collectives are NCCL rings priced by protocol (`simulator.collectives.protocol`: LL, LL128 and Simple, the
+fastest kept, as NCCL's tuner does): (n - 1) steps (AllGather, ReduceScatter) or 2 (n - 1) (AllReduce) of
+step latency, plus the bytes over the ring's bus bandwidth. Inside a node the bus is a GPU's NVLink egress
+at the chip's fitted NVLink curve (`simulator.hardware.calibration`); across nodes it is the NICs the group
+has in each node (one per member there) at ``ib_fraction`` of their line rate, or NVLink if slower.
+Difference by design from the ideal simulated step (the bound): that runs podsim's own collectives at line
+rate and every kernel at peak; this one is what the fitted kernels and NCCL reach, so it is always slower.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from simulator import analytic
+from simulator.collectives.protocol import PROTOCOLS
+from simulator.hardware.calibration import calibrated_chips, get_calibration
+from simulator.hardware.gpu_kernels import GpuKernels, gpu_kernels
+from simulator.hardware.specs import ChipSpec
+from simulator.hardware.train_calibration import GPU_IDEAL, GpuStepConstants, gpu_step_constants
+from simulator.workloads.budget import kv_heads_per_chip
+from simulator.workloads.plans.calibrated import (
+    ELEMENTWISE_D,
+    ELEMENTWISE_F,
+    adamw_bytes_per_param,
+    overlapped_layers_s,
+)
+from simulator.workloads.plans.layout import AXES, MeshPlan, PlanError, TrainOptions
+from simulator.workloads.plans.memory import layer_split, recompute_fraction
+from simulator.workloads.plans.train import model_flops
+from simulator.workloads.transformer import TransformerConfig
+
+GPUS_PER_NODE = 8  #: an HGX / DGX node: 8 GPUs on NVSwitches
+ATTENTION = ("flash", "flash2", "unfused")  #: the chip's FlashAttention, FlashAttention-2, or scores through HBM
+SOFTMAX_PASSES = 4  #: unfused attention: scale + mask + softmax (1 read, 1 write), dropout (1 read, 1 write)
+FP8_CAST_BYTES = 3  #: per element cast to FP8 for a GEMM: 2 read in bf16, 1 written (amax fused)
+KERNELS_PER_LAYER = {"gemm": 4, "attention": 1, "vector": 9}  #: forward kernels per layer (fused elementwise)
+
+
+@dataclass(frozen=True)
+class AxisNet:
+    """One mesh axis on GPU nodes: ``n`` members, the ring's bus bandwidth and the link kind it crosses."""
+
+    n: int
+    bus_bytes_per_s: float  #: line rate of the ring's slowest hop, per member, one way
+    kind: str  #: "nvlink" (inside a node) or "ib" (across nodes)
+    fraction: Any  #: bytes -> share of the line rate NCCL reaches
+    ideal_latency_s: float | None = None  #: set for the bound: line rate, this latency per ring step, no protocol
+
+
+def axis_nets(chip: ChipSpec, plan: MeshPlan, c: GpuStepConstants | None,
+              per_node: int = GPUS_PER_NODE) -> dict[str, AxisNet]:
+    """`AxisNet` of every axis of size > 1: innermost axes fill a node first; an axis whose members span
+    nodes has, in each node, one NIC per member there. ``c`` None: the bound (line rate, wire latency)."""
+    if c is None:
+        return {a: AxisNet(n.n, n.bus_bytes_per_s, n.kind, lambda v: 1.0, 2 * chip.hop_latency_s)
+                for a, n in axis_nets(chip, plan, GPU_IDEAL, per_node).items()}
+    cal = get_calibration(chip.name) if chip.name in calibrated_chips() else None
+    nvlink = chip.ici_egress_bytes_per_s
+    out: dict[str, AxisNet] = {}
+    inner = 1
+    for axis in reversed(AXES):
+        n = plan.size(axis)
+        if n > 1:
+            if inner * n <= per_node:
+                out[axis] = AxisNet(n, nvlink, "nvlink", (lambda v: cal.link_fraction("nvlink", v)) if cal else
+                                    (lambda v: 1.0))
+            else:
+                members = max(1, per_node // inner) if inner < per_node else 1
+                nic = members * chip.dcn_bandwidth_bytes_per_s
+                out[axis] = AxisNet(n, min(nvlink, nic), "ib", lambda v: c.ib_fraction)
+        inner *= n
+    return out
+
+
+def nccl_s(kind: str, nbytes: float, net: AxisNet | None) -> float:
+    """One NCCL ring collective of a V = ``nbytes`` array (AllGather: gathered size; AllToAll: what a member
+    holds) over ``net``, at the fastest protocol."""
+    if net is None or net.n <= 1 or nbytes <= 0:
+        return 0.0
+    steps = {"all_reduce": 2 * (net.n - 1), "all_to_all": net.n - 1}.get(kind, net.n - 1)
+    moved = {"all_reduce": 2 * (net.n - 1) / net.n, "all_to_all": (net.n - 1) / net.n}.get(kind,
+                                                                                           (net.n - 1) / net.n)
+    bus = net.bus_bytes_per_s * net.fraction(nbytes)
+    if net.ideal_latency_s is not None:
+        return steps * net.ideal_latency_s + moved * nbytes / bus
+    return min(p.launch_s + steps * 2 * p.hop_latency_s.get(net.kind, 0.0) + moved * nbytes / (bus * p.efficiency)
+               for p in PROTOCOLS.values())
+
+
+class IdealKernels:
+    """The bound's kernels: every GEMM and attention kernel at the padded tensor-core peak or its operands' HBM
+    stream, whichever is slower; memory-bound kernels at the spec HBM rate; no launch cost."""
+
+    def __init__(self, chip: ChipSpec) -> None:
+        self.chip = chip
+
+    def matmul_s(self, m: int, k: int, n: int, dtype: str = "bf16", batch: int = 1) -> float:
+        flops = batch * analytic.padded_matmul_flops(m, k, n, self.chip.mxu_dim, self.chip.sublanes)
+        elem = 1 if dtype in ("fp8", "int8") else 2
+        return max(flops / self.chip.peak_flops_per_s(dtype),
+                   batch * analytic.matmul_bytes(m, k, n, elem) / self.chip.hbm_bandwidth_bytes_per_s)
+
+    def attention_s(self, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
+                    causal: bool = True, backward: bool = False, dtype: str = "bf16", impl: str | None = None) -> float:
+        pairs = q_len * kv_len / (2 if causal else 1)
+        return (2.5 if backward else 1.0) * 4 * batch * heads * head_dim * pairs / self.chip.peak_flops_per_s(dtype)
+
+    def memory_bound_s(self, nbytes: float, kind: str = "elementwise") -> float:
+        return nbytes / self.chip.hbm_bandwidth_bytes_per_s
+
+
+class _Kernels:
+    """The kernel model as a framework runs it: GEMMs and attention at its ``compute_fraction`` of the model's
+    throughput, and the host's dispatch floor (a kernel takes max(GPU time, dispatch); the excess over the GPU
+    time is booked as launch time)."""
+
+    def __init__(self, k: GpuKernels | IdealKernels, dtype: str, c: GpuStepConstants) -> None:
+        self.k, self.dtype, self.dispatch_s, self.compute = k, dtype, c.dispatch_s, c.compute_fraction
+        self.launch = 0.0
+
+    def _floor(self, seconds: float) -> float:
+        extra = max(0.0, self.dispatch_s - seconds)
+        self.launch += extra
+        return seconds + extra
+
+    def gemm(self, m: float, k: float, n: float, batch: int = 1) -> float:
+        r, kk, nn = (max(1, round(x)) for x in (m, k, n))
+        seconds = self._floor(self.k.matmul_s(r, kk, nn, self.dtype, batch) / self.compute)
+        if self.dtype == "fp8":  # FP8 training (Transformer Engine): both operands cast from 16 bits first
+            seconds += self.vector(FP8_CAST_BYTES * batch * (r * kk + kk * nn))
+        return seconds
+
+    def vector(self, nbytes: float, kind: str = "elementwise") -> float:
+        return self._floor(self.k.memory_bound_s(nbytes, kind))
+
+
+def _gemms_s(kern: _Kernels, shapes: list[tuple[float, float, float]], backward: bool) -> float:
+    """Forward GEMMs [m, k] @ [k, n], or their backward: data gradient [m, n] @ [n, k], weight [k, m] @ [m, n]."""
+    if not backward:
+        return sum(kern.gemm(m, k, n) for m, k, n in shapes)
+    return sum(kern.gemm(m, n, k) + kern.gemm(k, m, n) for m, k, n in shapes)
+
+
+def _attention_s(kern: _Kernels, cfg: TransformerConfig, m: int, seqs: float, q_len: int, kv_len: int,
+                 attention: str, backward: bool) -> float:
+    heads = max(1, round(cfg.n_heads / m))
+    kv = max(1, round(kv_heads_per_chip(cfg, m)))
+    b = max(1, round(seqs))
+    if attention in ("flash", "flash2"):  # training runs attention in 16 bits (fp8 GEMMs beside it)
+        impl = {"flash": None, "flash2": "fa2"}[attention]
+        seconds = kern.k.attention_s(b, q_len, kv_len, heads, kv, cfg.head_dim, causal=True, backward=backward,
+                                     dtype="bf16", **({"impl": impl} if impl else {}))
+        return kern._floor(seconds / kern.compute)
+    scores = b * heads * q_len * kv_len * 2  # bytes of the [heads, q, kv] scores in 16 bits
+    passes = 2 if backward else 1
+    bmm = passes * (kern.gemm(q_len, cfg.head_dim, kv_len, b * heads) + kern.gemm(q_len, kv_len, cfg.head_dim,
+                                                                                  b * heads))
+    return bmm + passes * kern.vector(SOFTMAX_PASSES * scores)
+
+
+def _layer_s(cfg: TransformerConfig, kern: _Kernels, plan: MeshPlan, t: float, seqs: float, seq: int,
+             attention: str) -> dict[str, float]:
+    """Forward and backward seconds of one layer's kernels on one GPU for one microbatch (``t`` tokens)."""
+    m, s, e = plan.size("model"), plan.size("sequence"), plan.size("expert")
+    d, e_a = cfg.d_model, cfg.act_elem_bytes
+    q, kv = cfg.q_width / m, kv_heads_per_chip(cfg, m) * cfg.head_dim
+    ff = cfg.d_ff / m
+    up = (2 if cfg.gated_mlp else 1) * ff
+    attn_gemms = [(t, d, q + 2 * kv), (t, q, d)]
+    if cfg.n_experts:
+        local = cfg.n_experts / e
+        rows = t * cfg.experts_per_token * e / cfg.n_experts  # token copies per local expert (balanced routing)
+        mlp = [(rows, d, up), (rows, ff, d)] * round(local) + [(t, d, up), (t, ff, d)] * cfg.n_shared_experts
+        mlp.append((t, d, cfg.n_experts))
+    else:
+        mlp = [(t, d, up), (t, ff, d)]
+    out = {}
+    for name, bwd in (("forward", False), ("backward", True)):
+        start = kern.launch
+        gemm = _gemms_s(kern, attn_gemms + mlp, bwd)
+        attn = _attention_s(kern, cfg, m, seqs, seq // s, seq, attention, bwd)
+        vec_bytes = e_a * t * (ELEMENTWISE_D * d / m + ELEMENTWISE_F * ff + 2 * (q + kv))
+        vec = sum(kern.vector(vec_bytes / KERNELS_PER_LAYER["vector"] * (2 if bwd else 1))
+                  for _ in range(KERNELS_PER_LAYER["vector"]))
+        out[name] = {"gemm": gemm, "attention": attn, "vector": vec, "launch": kern.launch - start}
+    return out
+
+
+def _p2p_s(nbytes: float, net: AxisNet | None) -> float:
+    """One stage-to-stage activation send of ``nbytes`` (NCCL send/recv, Simple protocol)."""
+    if net is None:
+        return 0.0
+    if net.ideal_latency_s is not None:
+        return net.ideal_latency_s + nbytes / net.bus_bytes_per_s
+    simple = PROTOCOLS["Simple"]
+    return simple.launch_s + 2 * simple.hop_latency_s.get(net.kind, 0.0) + nbytes / (net.bus_bytes_per_s *
+                                                                                      net.fraction(nbytes))
+
+
+def _stage_layers(n_layers: int, stages: int) -> list[int]:
+    """Layers per virtual stage: as even as whole layers allow, the extra ones on the earliest stages."""
+    base, extra = divmod(n_layers, stages)
+    return [base + (1 if i < extra else 0) for i in range(stages)]
+
+
+def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
+                     seq: int, c: GpuStepConstants | None, kernels: GpuKernels | IdealKernels,
+                     attention: str = "flash", dtype: str = "bf16") -> dict[str, Any]:
+    """Seconds of each factor of one step on GPUs under constants ``c`` (see the module docstring); ``c`` None
+    with `IdealKernels`: the bound (no fixed costs, collectives at line rate)."""
+    if attention not in ATTENTION:
+        raise PlanError(f"attention {attention!r}; valid: {', '.join(ATTENTION)}")
+    p, mb, v = plan.size("pipeline"), opts.microbatches, opts.chunks if plan.size("pipeline") > 1 else 1
+    seqs = batch / (plan.batch_ways * mb)  # sequences one GPU's model replica takes per microbatch
+    t = seqs * seq / plan.size("sequence")
+    d, e_w, e_a = cfg.d_model, cfg.weight_elem_bytes, cfg.act_elem_bytes
+    nets = axis_nets(chip, plan, c)
+    c = c or GPU_IDEAL
+    kern = _Kernels(kernels, dtype, c)
+    layer = _layer_s(cfg, kern, plan, t, seqs, seq, attention)
+    fwd = sum(x for k, x in layer["forward"].items() if k != "launch")
+    bwd = sum(x for k, x in layer["backward"].items() if k != "launch")
+    policy = opts.checkpoint
+    r = recompute_fraction(cfg, policy) if policy not in ("full", "none", "selective") else 0.0
+    redo = {"full": fwd, "none": 0.0, "selective": layer["forward"]["attention"]}.get(policy, r * fwd)
+    m = plan.size("model")
+    tp_one = nccl_s("all_reduce", t * d * e_a, nets.get("model"))
+    tp_fwd, tp_bwd = 2 * tp_one, (4 if policy == "full" else 2) * tp_one
+    kv_bytes = seqs * seq * 2 * kv_heads_per_chip(cfg, m) * cfg.head_dim * e_a
+    cp_one = nccl_s("all_gather", kv_bytes, nets.get("sequence"))
+    cp_f = max(0.0, cp_one - layer["forward"]["attention"])
+    cp_b = max(0.0, 2 * cp_one - layer["backward"]["attention"])
+    ep_one = nccl_s("all_to_all", t * cfg.experts_per_token * d * e_a, nets.get("expert")) if cfg.n_experts else 0.0
+    dense, routed = layer_split(cfg)
+    layer_w = (dense / m + routed / (m * plan.size("expert"))) * e_w
+    f = plan.size("fsdp")
+    ag = nccl_s("all_gather", layer_w, nets.get("fsdp")) if opts.zero >= 3 and f > 1 else 0.0
+    rs = nccl_s("reduce_scatter", layer_w, nets.get("fsdp")) if opts.zero >= 2 and f > 1 else 0.0
+    ag_b = ag if opts.reshard_after_forward else 0.0  # weights kept from the forward: no second gather
+    seq_f, seq_b = cp_f + 2 * ep_one, cp_b + 2 * ep_one  # these wait on the layer's own work: added to it
+    chunks = _stage_layers(cfg.n_layers, p * v)
+    per_stage: list[float] = []
+    exposed = {"tp": 0.0, "fsdp": 0.0, "cp": 0.0, "ep": 0.0}
+    for stage in range(p):
+        total = 0.0
+        for chunk in range(v):
+            n_l = chunks[chunk * p + stage]
+            tf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, tp_fwd, opts.tp_overlap, c.overlap_interference)
+            tb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, tp_bwd, opts.tp_overlap,
+                                        c.overlap_interference)
+            total += tf + tb
+            if stage == 0:  # exposed: what each collective adds to the layers' compute
+                nf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, 0.0, False, c.overlap_interference)
+                nb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, 0.0, False, c.overlap_interference)
+                exposed["tp"] += max(0.0, tf + tb - nf - nb)
+                exposed["fsdp"] += max(0.0, nf + nb - n_l * (fwd + seq_f + bwd + redo + seq_b))
+                exposed["cp"] += n_l * (cp_f + cp_b)
+                exposed["ep"] += n_l * 4 * ep_one
+        per_stage.append(total)
+    head_gemm = kern.gemm(t, d, cfg.vocab_size / m) + _gemms_s(kern, [(t, d, cfg.vocab_size / m)], True)
+    head_vec = kern.vector(5 * t * cfg.vocab_size / m * 4)  # fp32 logits: softmax, loss and its gradient
+    per_stage[-1] += head_gemm + head_vec
+    per_stage[0] += kern.vector(2 * t * d * e_a)  # the embedding lookup (and its gradient scatter)
+    slowest, sum_s = max(per_stage), sum(per_stage)
+    pipelined = (mb - 1 / v) * slowest + sum_s / v if p > 1 else mb * per_stage[0]
+    bubble = pipelined - mb * sum_s / p if p > 1 else 0.0
+    # each tensor-parallel rank sends its 1/m of the activations (Megatron's scatter-gather: the next stage's ranks
+    # AllGather them over NVLink; with sequence parallelism they are sharded anyway)
+    p2p = 2 * (p * v - 1) * _p2p_s(t * d * e_a / m, nets.get("pipeline")) if p > 1 else 0.0
+    stage_layers = max(sum(chunks[k * p + s] for k in range(v)) for s in range(p))
+    tables = (1 if cfg.tied_embeddings or p > 1 else 2) * cfg.vocab_size * d / m
+    held = stage_layers * (dense / m + routed / (m * plan.size("expert"))) + tables
+    # gradients after the last microbatch: ZeRO-1 reduce-scatters them over fsdp, ZeRO-0 AllReduces them, and the
+    # replicas (data) AllReduce the shard -- bucketed behind that microbatch's backward (DDP, Megatron's
+    # --overlap-grad-reduce); ZeRO-1/2 gather the updated weights behind the next step's first forward
+    # (--overlap-param-gather, FSDP's prefetch). What a window does not cover is exposed; what it covers slows the
+    # compute beside it by overlap_interference.
+    fsdp_net, whole = nets.get("fsdp"), held * e_w
+    after_b = nccl_s("reduce_scatter", whole, fsdp_net) if f > 1 and opts.zero == 1 else 0.0
+    after_b += nccl_s("all_reduce", whole, fsdp_net) if f > 1 and opts.zero == 0 else 0.0
+    before_f = nccl_s("all_gather", whole, fsdp_net) if f > 1 and opts.zero in (1, 2) else 0.0
+    shard = held / (f if opts.zero >= 1 else 1)
+    dp_ar = nccl_s("all_reduce", shard * e_w, nets.get("data"))
+    last = max(1, stage_layers)
+    window_b = stage_layers / v * (bwd + redo) * (1 - 1 / last)  # the last backward after its first bucket
+    window_f = stage_layers / v * fwd * (1 - 1 / last)  # the first forward after its first layer's gather
+    hidden = [(after_b + dp_ar, window_b), (before_f, window_f)]
+    exposed_grads = sum(max(t - w, t / last) for t, w in hidden if t)
+    slowed = c.overlap_interference * sum(min(t, w) for t, w in hidden)
+    optimizer = kern.vector(shard * adamw_bytes_per_param(e_w, opts.master_copy), "optimizer")
+    step = pipelined + p2p + exposed_grads + slowed + optimizer + c.step_overhead_s
+    layers = mb * cfg.n_layers / p  # layer passes of the busiest stage per step
+    lf, lb = layer["forward"], layer["backward"]
+    factors = {
+        "matmul_s": layers * (lf["gemm"] + lb["gemm"]) + mb * head_gemm,
+        "attention_s": layers * (lf["attention"] + lb["attention"]),
+        "vector_s": layers * (lf["vector"] + lb["vector"]) + mb * head_vec,
+        "launch_s": layers * (lf["launch"] + lb["launch"]),
+        "recompute_s": layers * redo,
+        "exposed_tp_s": mb * exposed["tp"], "exposed_fsdp_s": mb * exposed["fsdp"],
+        "exposed_grads_s": exposed_grads + slowed, "exposed_cp_s": mb * exposed["cp"],
+        "exposed_ep_s": mb * exposed["ep"],
+        "bubble_s": max(0.0, bubble), "p2p_s": p2p, "optimizer_s": optimizer, "overhead_s": c.step_overhead_s,
+    }
+    flops = model_flops(cfg, batch, seq)
+    return {"step_time_s": step, "mfu": flops / (plan.chips * chip.peak_flops_per_s() * step), "factors": factors,
+            "tokens_per_s": batch * seq / step, "stage_microbatch_s": per_stage, "layers_per_stage": chunks,
+            "per_layer_s": {"forward": lf, "backward": lb, "tp_all_reduce": tp_one, "fsdp_all_gather": ag,
+                            "fsdp_reduce_scatter": rs, "cp_kv_pass": cp_one, "ep_all_to_all": ep_one,
+                            "dp_all_reduce": dp_ar, "zero_after_backward": after_b, "zero_before_forward": before_f},
+            "axis_bus_bytes_per_s": {a: n.bus_bytes_per_s for a, n in nets.items()},
+            "axis_links": {a: n.kind for a, n in nets.items()}}
+
+
+def require_kernels(chip: ChipSpec) -> GpuKernels:
+    """The chip's GPU kernel model, or `PlanError` naming the chips that have one."""
+    from simulator.hardware.gpu_kernels import kernel_chips
+
+    k = gpu_kernels(chip.name)
+    if k is None:
+        raise PlanError(f"no GPU kernel model for chip {chip.name!r}; GPU chips with one: {', '.join(kernel_chips())}")
+    if k.hbm_bytes_per_s != chip.hbm_bandwidth_bytes_per_s:  # a part with other HBM (a chip file, a 96GB H100)
+        k = replace(k, hbm_bytes_per_s=chip.hbm_bandwidth_bytes_per_s)
+    return k
+
+
+def uncalibrated_parts(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, cfg: TransformerConfig,
+                       framework: str = "") -> list[str]:
+    """What of this step's forecast no published GPU run pinned: the chip (its step constants fitted on other
+    GPUs), and each mesh axis or option no fit row used."""
+    from simulator.hardware.train_calibration import gpu_fit_summary
+
+    fitted = gpu_fit_summary()
+    out = []
+    if chip.name not in fitted.get("fit_chips", []):
+        out.append(f"{chip.name} training-step constants (fitted on {', '.join(fitted.get('fit_chips', [])) or 'no'} "
+                   "runs; its kernels are its own)")
+    if chip.name not in calibrated_chips() or "nvlink" not in get_calibration(chip.name).links:
+        out.append(f"{chip.name} NVLink efficiency (no measurement: collectives at line rate)")
+    alias = fitted.get("aliases", {}).get(framework)
+    if alias:
+        out.append(f"framework {framework} (no fitted runs: takes {alias}'s constants)")
+    axes = set(fitted.get("fit_axes", []))
+    out += [f"{a} axis (no fitted GPU run uses it: priced from the kernel and NCCL models alone)"
+            for a in plan.used if a not in axes]
+    if cfg.n_experts and "moe" not in fitted.get("fit_features", []):
+        out.append("mixture-of-experts layers (no fitted GPU run)")
+    if opts.tp_overlap and "tp_overlap" not in fitted.get("fit_features", []):
+        out.append("tp_overlap (no fitted GPU run overlaps tensor-parallel collectives)")
+    return out
+
+
+def calibrated_gpu_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
+                        seq: int, constants: GpuStepConstants | None = None, framework: str | None = None,
+                        attention: str | None = None, dtype: str = "bf16") -> dict[str, Any]:
+    """The forecast of one GPU training step as ``framework`` runs it (None: the default framework) beside its
+    bound (``ideal``: peak kernels, line-rate links, no fixed costs), with ``uncalibrated`` naming what no fit
+    pinned. ``attention`` (None: the framework's kernel) is one of `ATTENTION`."""
+    c = constants or gpu_step_constants(chip.name, framework)
+    attention = attention or c.attention
+    cal = gpu_step_factors(cfg, chip, plan, opts, batch, seq, c, require_kernels(chip), attention, dtype)
+    ideal = gpu_step_factors(cfg, chip, plan, opts, batch, seq, None, IdealKernels(chip), attention, dtype)
+    return {**cal, "ideal": {k: ideal[k] for k in ("step_time_s", "mfu", "factors")}, "chips": plan.chips,
+            "gpus_per_node": GPUS_PER_NODE, "nodes": max(1, plan.chips // GPUS_PER_NODE), "attention": attention,
+            "framework": c.framework, "compute_dtype": dtype, "checkpoint": opts.checkpoint, "constants": asdict(c),
+            "uncalibrated": uncalibrated_parts(chip, plan, opts, cfg, c.framework)}
+
+
+__all__ = ["ATTENTION", "AxisNet", "IdealKernels", "axis_nets", "calibrated_gpu_step", "gpu_step_factors", "nccl_s",
+           "require_kernels", "uncalibrated_parts"]
