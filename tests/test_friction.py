@@ -15,6 +15,7 @@ import pytest
 from simulator import PodsimError, System, spmd, start_collective
 from simulator.engine.environment import ApiMisuseError
 from simulator.frontend.cli import main
+from simulator.hardware.gpu_kernels import gpu_kernels
 from simulator.hardware.specs import PRESETS
 from simulator.units import parse_tokens
 from simulator.workloads.pipeline import Operand, Step, effective_buffers
@@ -40,38 +41,38 @@ def fails(capsys, *argv: str) -> str:
 
 
 def test_calibrated_roofline_of_a_skinny_h100_matmul(capsys):
-    """64 x 4096 x 4096 on an H100: 1 x 16 output tiles of 128 x 256 fill 16 of 132 SMs in one wave."""
+    """64 x 4096 x 4096 on an H100 runs on the GPU kernel model: its chosen tile's output tiles fill a fraction of
+    the 132 SMs in one wave, and its time is the kernel model's, launch included."""
     m, k, n = 64, 4096, 4096
     fit = CALIBRATION["h100"]
-    mm = fit["matmul"]
+    kernels = gpu_kernels("h100")
     peak, bw = PRESETS["h100"].peak_bf16_flops_per_s, PRESETS["h100"].hbm_bandwidth_bytes_per_s
     flops, nbytes = 2 * m * k * n, 2 * (m * k + k * n + m * n)
-    tiles = math.ceil(m / mm["tile_m"]) * math.ceil(n / mm["tile_n"])
-    fill = tiles / (math.ceil(tiles / mm["units"]) * mm["units"])
-    t_compute = mm["launch_s"] + flops / (peak * mm["peak_fraction"] * fill)  # 64, 4096: no padding on 16 / 8
+    (tm, tn), split = kernels.best_tile(m, k, n)
+    tiles = math.ceil(m / tm) * math.ceil(n / tn)
+    t_compute = kernels.matmul_s(m, k, n)
     t_memory = nbytes / (bw * fit["hbm_fraction"])
     data = run_json(capsys, "roofline", "--chip", "h100", "--matmul", f"{m},{k},{n}", "--calibrated")
     assert data["t_compute_s"] == pytest.approx(flops / peak) and data["bound"] == "memory"  # ideal unchanged
-    assert tiles == 16 and data["output_tiles"] == 16 and data["cores"] == 132
-    assert data["wave_fill"] == pytest.approx(16 / 132)
+    assert data["output_tiles"] == tiles < 132 and data["cores"] == 132 and data["tile"] == [tm, tn]
+    assert data["split_k"] == split
+    assert data["wave_fill"] == pytest.approx(tiles / 132)  # one part-full wave
     assert data["calibrated_t_compute_s"] == pytest.approx(t_compute, rel=1e-12)
     assert data["calibrated_t_memory_s"] == pytest.approx(t_memory, rel=1e-12)
     assert data["calibrated_lower_bound_s"] == pytest.approx(max(t_compute, t_memory))
     assert data["calibrated_upper_bound_s"] == pytest.approx(t_compute + t_memory)
-    assert data["calibrated_bound"] == "compute"  # a sixth of a wave: the fitted kernel is the slower roof
+    assert data["calibrated_bound"] == "compute"  # a part-full wave: the fitted kernel is the slower roof
     assert data["matmul_efficiency"] == pytest.approx(flops / (peak * t_compute))
     assert data["hbm_efficiency"] == fit["hbm_fraction"]
 
 
-def test_calibrated_roofline_pads_the_matmul_as_the_mxu_does(capsys):
-    """100^3 on an H100 runs as 104 x 112 x 112 (m to 8 sublanes, k and n to 16)."""
-    mm = CALIBRATION["h100"]["matmul"]
-    padded = 2 * 104 * 112 * 112
+def test_calibrated_roofline_pads_the_matmul_to_the_kernels_tiles(capsys):
+    """100^3 on an H100 runs in tiles of the kernel's choice, m and n padded to them, k to the bf16 k-tile (64)."""
     data = run_json(capsys, "roofline", "--chip", "h100", "--matmul", "100,100,100", "--calibrated")
-    assert data["padded_flops"] == padded
-    fill = 1 / mm["units"]  # one 128 x 256 tile
-    expected = mm["launch_s"] + padded / (PRESETS["h100"].peak_bf16_flops_per_s * mm["peak_fraction"] * fill)
-    assert data["calibrated_t_compute_s"] == pytest.approx(expected, rel=1e-12)
+    tm, tn = data["tile"]
+    rows, cols = math.ceil(100 / tm), math.ceil(100 / tn)
+    assert data["output_tiles"] == rows * cols and data["padded_flops"] == 2 * rows * tm * cols * tn * 128
+    assert data["calibrated_t_compute_s"] == pytest.approx(gpu_kernels("h100").matmul_s(100, 100, 100), rel=1e-12)
 
 
 def test_calibrated_roofline_of_a_flop_count_has_no_wave_or_launch(capsys):
@@ -82,16 +83,16 @@ def test_calibrated_roofline_of_a_flop_count_has_no_wave_or_launch(capsys):
     assert data["matmul_launch_s"] == 0 and "output_tiles" not in data
 
 
-def test_calibrated_roofline_without_a_fitted_matmul_says_so(capsys):
+def test_calibrated_roofline_on_an_a100_runs_its_kernel_model(capsys):
     data = run_json(capsys, "roofline", "--chip", "a100", "--matmul", "1024,1024,1024", "--calibrated")
-    assert data["calibrated_t_compute_s"] == pytest.approx(2 * 1024**3 / PRESETS["a100"].peak_bf16_flops_per_s)
-    assert any("no fitted matmul model for a100" in n for n in data["calibrated_notes"])
+    assert data["calibrated_t_compute_s"] == pytest.approx(gpu_kernels("a100").matmul_s(1024, 1024, 1024))
+    assert data["calibrated_t_compute_s"] > 2 * 1024**3 / PRESETS["a100"].peak_bf16_flops_per_s
 
 
 def test_calibrated_roofline_text_sets_ideal_beside_calibrated(capsys):
     assert main(["roofline", "--chip", "h100", "--matmul", "1024,1024,1024", "--calibrated"]) == 0
     out = capsys.readouterr().out
-    assert "ideal" in out and "calibrated" in out and "32 output tiles on 132 cores" in out
+    assert "ideal" in out and "calibrated" in out and "output tiles of" in out and "on 132 cores" in out
     assert main(["roofline", "--chip", "h100", "--matmul", "1024,1024,1024"]) == 0
     assert "calibrated" not in capsys.readouterr().out
 

@@ -5,7 +5,8 @@ Timing model: a load (HBM -> VMEM) or store (VMEM -> HBM) moves its bytes throug
 (about 22x HBM) is counted but never the bottleneck of a DMA. A matmul occupies the MXU for its
 padded FLOPs over the MXU peak of its dtype; a vector op occupies the VPU for its FLOPs over
 ``vpu_flops_per_s``. Compute reads and writes VMEM; those bytes are counted, not timed. With a
-calibration (`simulator.hardware.calibration`) matmuls, FLOP counts and HBM run at their fitted efficiencies.
+calibration (`simulator.hardware.calibration`) matmuls, FLOP counts and HBM run at their fitted efficiencies
+(on GPU presets the kernel model of `simulator.hardware.gpu_kernels`: tiles, waves, dtype, HBM roofline, launch).
 """
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ class Chip:
         self.trace.count("vmem_write", elem * m * n)
         peak = self.spec.peak_flops_per_s(dtype)
         model = self.calibration.matmul if self.calibration is not None else None
-        duration = model.time_s(padded, m, n, peak) if model is not None else padded / peak
+        duration = model.matmul_s(m, k, n, dtype, peak, padded) if model is not None else padded / peak
         return self.mxu.run(duration, label, flops)
 
     def compute(self, flops: float, label: str = "compute", dtype: str = "bf16",
@@ -91,8 +92,8 @@ class Chip:
         peak = self._peak.get(dtype)
         if peak is None:
             model = self.calibration.matmul if self.calibration is not None else None
-            fraction = model.peak_fraction if model is not None else 1.0  # a FLOP count has no shape to tile
-            peak = self._peak[dtype] = self.spec.peak_flops_per_s(dtype) * fraction
+            peak = self.spec.peak_flops_per_s(dtype)  # a FLOP count has no shape to tile: the large-tile rate
+            peak = self._peak[dtype] = model.rate(dtype, peak) if model is not None else peak
         return self.mxu.run(flops / peak, label, useful)
 
     def vector(self, flops: float, label: str = "vector") -> simpy.Event:

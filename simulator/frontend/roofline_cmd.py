@@ -163,6 +163,8 @@ def _calibrated(chip: ChipSpec, memory: str, flops: float, nbytes: float, shape:
     """Calibrated T_math and T_mem as `simulator.engine.chip.Chip` runs them on a calibrated system."""
     cal = get_calibration(chip.name)
     model, notes = cal.matmul, []
+    if model is not None and model.kernels is not None:
+        return _calibrated_gpu(cal, memory, flops, nbytes, shape, peak, bandwidth, dtype)
     if dtype == "fp32" and model is not None:  # fitted on the matrix units; fp32 runs on the CUDA cores
         model = None
         notes.append("the fitted matmul model is for the tensor cores; fp32 runs on the CUDA cores at their peak")
@@ -189,6 +191,41 @@ def _calibrated(chip: ChipSpec, memory: str, flops: float, nbytes: float, shape:
             "matmul_peak_fraction": fraction, "wave_fill": fill, "matmul_launch_s": launch,
             "padded_flops": work, "hbm_efficiency": cal.hbm_fraction, "calibrated_notes": notes,
             **_tiles(model, shape)}
+
+
+def _calibrated_gpu(cal: Any, memory: str, flops: float, nbytes: float, shape: tuple[int, int, int] | None,
+                    peak: float, bandwidth: float, dtype: str) -> dict[str, Any]:
+    """The calibrated figures of a GPU preset: its kernel model (`simulator.hardware.gpu_kernels`), as
+    `simulator.engine.chip.Chip.matmul` runs it on a calibrated system."""
+    kernels, notes = cal.matmul.kernels, []
+    fraction = kernels.peak_fraction[dtype] if dtype in kernels.peak_flops_per_s else kernels.peak(dtype)
+    rate = kernels.peak(dtype)  # the tensor-core rate the kernel model uses (fp32: TF32, half the bf16 rate)
+    extra: dict[str, Any] = {}
+    if shape is not None:
+        m, k, n = shape
+        (tm, tn), split = kernels.best_tile(m, k, n, dtype)
+        t_compute = kernels.matmul_s(m, k, n, dtype)
+        tk = kernels.tile_k.get(dtype, 64)  # the FLOPs of the padded tiles the kernel runs
+        work = 2.0 * math.ceil(m / tm) * tm * math.ceil(n / tn) * tn * math.ceil(k / tk) * tk
+        fill, launch = kernels.wave_fill(m, n, (tm, tn)), kernels.launch_s
+        extra = {"output_tiles": math.ceil(m / tm) * math.ceil(n / tn), "cores": kernels.sms, "tile": [tm, tn],
+                 "split_k": split}
+        if dtype == "fp32":
+            notes.append("fp32 runs as TF32 on the tensor cores (half the bf16 rate), where the ideal figures "
+                         "take the CUDA cores; the efficiency is against the TF32 rate")
+    else:
+        t_compute, fill, launch, work = flops / (rate * fraction), 1.0, 0.0, flops
+        notes.append("a FLOP count has no shape: no tile or wave quantization or launch (give --matmul M,K,N)")
+    hbm = cal.hbm_fraction if memory == "hbm" else 1.0
+    if memory != "hbm":
+        notes.append(f"no fitted efficiency for the {memory} roof: its full bandwidth")
+    t_memory = nbytes / (bandwidth * hbm)
+    return {"calibrated_t_compute_s": t_compute, "calibrated_t_memory_s": t_memory,
+            "calibrated_lower_bound_s": max(t_compute, t_memory), "calibrated_upper_bound_s": t_compute + t_memory,
+            "calibrated_bound": "compute" if t_compute >= t_memory else "memory",
+            "matmul_efficiency": flops / (rate * t_compute) if t_compute > 0 else fraction,
+            "matmul_peak_fraction": fraction, "wave_fill": fill, "matmul_launch_s": launch,
+            "padded_flops": work, "hbm_efficiency": cal.hbm_fraction, "calibrated_notes": notes, **extra}
 
 
 def _tiles(model: Any, shape: tuple[int, int, int] | None) -> dict[str, Any]:
@@ -241,8 +278,10 @@ def render(out: dict[str, Any]) -> str:
 def _efficiency_line(out: dict[str, Any]) -> str:
     parts = [f"matmul at {out['matmul_efficiency']:.1%} of peak: fitted {out['matmul_peak_fraction']:.0%}"]
     if "output_tiles" in out:
-        parts.append(f"x wave fill {out['wave_fill']:.1%} ({out['output_tiles']} output tiles on "
-                     f"{out['cores']} cores)")
+        tile = f" of {out['tile'][0]}x{out['tile'][1]}" if "tile" in out else ""
+        split = f", k split {out['split_k']} ways" if out.get("split_k", 1) > 1 else ""
+        parts.append(f"x wave fill {out['wave_fill']:.1%} ({out['output_tiles']} output tiles{tile} on "
+                     f"{out['cores']} cores{split})")
     if out["matmul_launch_s"]:
         parts.append(f"+ {format_quantity(out['matmul_launch_s'], 's')} launch")
     if out["padded_flops"] != out["flops"]:

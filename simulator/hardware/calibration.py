@@ -3,9 +3,11 @@
 Ideal peaks stay the default everywhere; a `System` built with ``calibrated=True`` applies the chip's
 `Calibration`:
 
-- matmuls reach ``peak_fraction`` of the MXU peak, less where the output tiles do not fill a whole
-  wave of the chip's cores (wave quantization: a 1024^3 matmul on an H100 fills 32 of 132 SMs), plus
-  a fixed ``launch_s`` per kernel;
+- on GPU presets, matmuls run on the GPU kernel model (`simulator.hardware.gpu_kernels`): tile quantization
+  (m, n, k padded to the kernel's tile), wave quantization (tiles over SMs), a fitted peak fraction per dtype,
+  the HBM roofline of the operands and a launch per kernel; elsewhere (TPUs) matmuls reach ``peak_fraction``
+  of the MXU peak, less where the output tiles do not fill a whole wave of the chip's cores, plus a fixed
+  ``launch_s`` per kernel;
 - HBM streams at ``hbm_fraction`` of its bandwidth;
 - a collective pays ``collective_launch_s`` once, and its links run at
   ``peak_fraction / (1 + (half_size_bytes / V) ** exponent)`` of their rate for an array of V bytes
@@ -18,6 +20,7 @@ from the measurement files in ``simulator/hardware/data/calibration`` with their
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import PodsimError
+from simulator.hardware.gpu_kernels import gpu_kernels
 
 DATA = Path(__file__).resolve().parent / "data"  #: package data: calibration.json and the measurement files
 
@@ -39,6 +43,9 @@ class MatmulEfficiency:
     tile_m: int = 0  #: output tile rows (0: no wave quantization, e.g. TPUs)
     tile_n: int = 0
     units: int = 0  #: cores the tiles are spread over (SMs)
+    #: the GPU kernel model (`simulator.hardware.gpu_kernels.GpuKernels`) GPU presets' matmuls run on; the fields
+    #: above are then the square-matmul fit in calibration.json (what the decode calibration takes as its input)
+    kernels: Any = field(default=None, compare=False, repr=False)
 
     def wave_fill(self, m: int, n: int) -> float:
         """Fraction of the last-counted waves' core slots that hold a tile (1 = no quantization loss)."""
@@ -50,6 +57,21 @@ class MatmulEfficiency:
     def time_s(self, flops: float, m: int, n: int, peak_flops_per_s: float) -> float:
         """Seconds for ``flops`` of an ``m x n``-output matmul at ``peak_flops_per_s``."""
         return self.launch_s + flops / (peak_flops_per_s * self.peak_fraction * self.wave_fill(m, n))
+
+    def matmul_s(self, m: int, k: int, n: int, dtype: str, peak_flops_per_s: float, padded_flops: float) -> float:
+        """Seconds of one ``[m, k] @ [k, n]`` matmul as the calibrated simulator runs it: the GPU kernel model
+        (`simulator.hardware.gpu_kernels`: tile and wave quantization, per-dtype peak fraction, HBM roofline,
+        launch) where the chip has one, else ``padded_flops`` at the fitted fraction of ``peak_flops_per_s``."""
+        if self.kernels is not None:
+            return self.kernels.matmul_s(m, k, n, dtype)
+        return self.time_s(padded_flops, m, n, peak_flops_per_s)
+
+    def rate(self, dtype: str, peak_flops_per_s: float) -> float:
+        """FLOP/s of matmul work given as a FLOP count (no shape to tile): the kernel model's large-tile rate for
+        ``dtype`` on a GPU preset, else ``peak_fraction`` of ``peak_flops_per_s``."""
+        if self.kernels is not None:
+            return self.kernels.peak(dtype) * self.kernels.peak_fraction[dtype]
+        return peak_flops_per_s * self.peak_fraction
 
 
 @dataclass(frozen=True)
@@ -108,6 +130,10 @@ def get_calibration(chip: str) -> Calibration:
     if data is None:
         raise PodsimError(f"no calibrated model for chip {chip!r}; calibrated chips: {', '.join(calibrated_chips())}")
     matmul = MatmulEfficiency(**data["matmul"]) if data.get("matmul") else None
+    kernels = gpu_kernels(chip)
+    if kernels is not None:  # GPU presets: matmuls run on the kernel model (tile and wave quantization per dtype)
+        matmul = dataclasses.replace(matmul or MatmulEfficiency(kernels.peak_fraction["bf16"], kernels.launch_s,
+                                                                *kernels.tiles[0], kernels.sms), kernels=kernels)
     links = {kind: LinkEfficiency(**v) for kind, v in data.get("links", {}).items()}
     algorithms = {name: {**v, "links": {kind: LinkEfficiency(**e) for kind, e in v.get("links", {}).items()}}
                   for name, v in data.get("algorithms", {}).items()}

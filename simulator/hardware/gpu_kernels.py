@@ -10,16 +10,19 @@ Every number these functions return is a **forecast** (calibrated): seconds of o
   a split of k over ``s`` tiles (split-K) adds ``s`` partial outputs to reduce. The kernel picks the candidate tile
   and split that finishes first (as cuBLAS's heuristics do), and is never faster than streaming its operands
   through HBM at ``matmul_hbm_fraction`` (the roofline: whichever binds). Each kernel pays ``kernel_s`` of fixed
-  device time and ``launch_s`` to launch.
+  device time (plus ``dtype_kernel_s`` for a dtype whose kernels start slower: TF32) and ``launch_s`` to launch.
 - **Attention** (`GpuKernels.attention_s`): a FlashAttention-2 (A100) / -3 (H100, H200; B200 reuses it) kernel.
   Useful FLOPs are the closed form 4 b h q kv d (half of it causal; backward 2.5x forward), as the FlashAttention
-  papers count them; the kernel reaches ``attention[direction][head_dim]`` of the dtype's peak, less a sequence
-  term ``1 / (1 + kv_half / kv)`` (per-block prologue and epilogue over a short key loop), less the causal
-  diagonal blocks computed in full ((T + 1) / T for T query blocks), and less wave quantization of its
-  b h ceil(q / 128) blocks over the SMs.
+  papers count them. The kernel runs waves of thread blocks (b h ceil(q / 128) forward, one per key block
+  backward) over the SMs; each block computes its 128 x 128 tiles at ``attention[direction][head_dim]`` of its
+  SM's share of the dtype's peak after a fixed start worth ``kv_half`` keys (prologue and epilogue); a causal
+  mask skips the tiles above the diagonal and computes the diagonal ones whole. With too few blocks to fill
+  the SMs (decoding) the forward splits its key loop (flash-decoding), a KV head's query heads sharing the
+  tile rows when queries are few (packed GQA, rows in steps of 64); and the kernel is never faster than
+  streaming Q, K, V and O through HBM (K and V per KV head: grouped-query attention reads less).
 - **Memory-bound** (`GpuKernels.memory_bound_s`): element-wise (adds, copies), norm, optimizer and activation
   (SiLU-and-multiply, GELU: element-wise with transcendental math) kernels move their bytes at a fitted share of
-  HBM bandwidth per kind, plus ``memory_kernel_s`` and a launch.
+  HBM bandwidth per kind, plus a fixed time per kind (``memory_kernel_s``) and a launch.
 
 ``launch_s`` is what eager PyTorch pays per kernel; ``graph_launch_s`` what one kernel costs inside a CUDA graph
 (what serving engines use): `GpuKernels.kernel_s` variants leave the launch out so a caller can add either.
@@ -81,9 +84,10 @@ class GpuKernels:
     tile_cost: float = 0.0  #: operand-traffic cost c of small tiles (`tile_efficiency`)
     split_k: tuple[int, ...] = (1,)  #: split-K factors the kernel may choose
     kernel_s: float = 0.0  #: fixed device seconds per GEMM kernel
+    dtype_kernel_s: dict[str, float] = field(default_factory=dict, hash=False)  #: extra fixed seconds per dtype
     matmul_hbm_fraction: float = 1.0  #: share of HBM bandwidth a GEMM's operands stream at
     hbm_fraction: dict[str, float] = field(default_factory=dict, hash=False)  #: per memory-bound kind
-    memory_kernel_s: float = 0.0  #: fixed device seconds per memory-bound kernel
+    memory_kernel_s: dict[str, float] = field(default_factory=dict, hash=False)  #: fixed device s per kernel, per kind
     #: {"forward": {head_dim: fraction}, "backward": {...}, "kv_half": {"forward": tokens, "backward": tokens}}
     attention: dict[str, Any] = field(default_factory=dict, hash=False)
     #: other FlashAttention generations fitted on this chip (e.g. ``"fa2"`` on H100), in ``attention``'s form
@@ -110,7 +114,8 @@ class GpuKernels:
         compute and the HBM roofline of its operands."""
         for value, name in ((m, "m"), (k, "k"), (n, "n"), (batch, "batch")):
             _positive_int(value, name)
-        return self.kernel_s + max(self.tiled_s(m, k, n, dtype, batch), self.operand_s(m, k, n, dtype, batch))
+        fixed = self.kernel_s + self.dtype_kernel_s.get(dtype, 0.0)
+        return fixed + max(self.tiled_s(m, k, n, dtype, batch), self.operand_s(m, k, n, dtype, batch))
 
     def operand_s(self, m: int, k: int, n: int, dtype: str = "bf16", batch: int = 1) -> float:
         """Seconds to stream the operands (inputs at the dtype's width, output at least 2 bytes) through HBM."""
@@ -120,8 +125,14 @@ class GpuKernels:
 
     def tiled_s(self, m: int, k: int, n: int, dtype: str = "bf16", batch: int = 1) -> float:
         """Seconds of the tiled compute: the best of the candidate tiles and split-K factors."""
-        return min(self.tile_s(m, k, n, dtype, batch, tile, split) for tile in self.tiles for split in self.split_k
-                   if split == 1 or k >= 2 * split * self.tile_k.get(dtype, 64))
+        tile, split = self.best_tile(m, k, n, dtype, batch)
+        return self.tile_s(m, k, n, dtype, batch, tile, split)
+
+    def best_tile(self, m: int, k: int, n: int, dtype: str = "bf16", batch: int = 1) -> tuple[tuple[int, int], int]:
+        """The (tile, split-K) the kernel runs: the candidate that finishes first. Every candidate is open to every
+        shape (a part holds at least one k-tile), so a longer k never finishes sooner."""
+        return min(((tile, split) for tile in self.tiles for split in self.split_k),
+                   key=lambda c: self.tile_s(m, k, n, dtype, batch, c[0], c[1]))
 
     def tile_s(self, m: int, k: int, n: int, dtype: str, batch: int, tile: tuple[int, int], split: int = 1) -> float:
         """Seconds of the compute in ``tile`` with k split ``split`` ways: waves x one tile's time, plus the
@@ -157,38 +168,67 @@ class GpuKernels:
     def attention_s(self, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
                     causal: bool = True, backward: bool = False, dtype: str = "bf16", impl: str | None = None) -> float:
         """Seconds of one FlashAttention kernel (forward, or backward with ``backward``), launch included
-        (forecast). ``kv_heads`` (grouped-query attention) changes the bytes, not the FLOPs or the schedule."""
+        (forecast). ``kv_heads`` (grouped-query attention) changes the bytes (the HBM roofline a decode step's
+        attention runs at), not the FLOPs or the schedule."""
         return self.launch_s + self.attention_kernel_s(batch, q_len, kv_len, heads, kv_heads, head_dim, causal,
                                                        backward, dtype, impl)
 
     def attention_kernel_s(self, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
                            causal: bool = True, backward: bool = False, dtype: str = "bf16",
                            impl: str | None = None) -> float:
-        """Device seconds of the attention kernel alone (no launch)."""
+        """Device seconds of the attention kernel alone (no launch): waves of thread blocks, each running its
+        ``BLOCK x BLOCK`` tiles of QK^T and PV (backward: 2.5x the FLOPs) after a fixed start worth
+        ``kv_half / BLOCK`` tiles; a causal mask skips the tiles above the diagonal (the queries aligned to the
+        end of the keys) and computes the diagonal ones whole. ``impl`` (e.g. ``"fa2"``) picks another fitted
+        FlashAttention generation; None or an unfitted one: the chip's own."""
+        table = self.attention_impls.get(impl or "", self.attention)
         for value, name in ((batch, "batch"), (q_len, "q_len"), (kv_len, "kv_len"), (heads, "heads"),
                             (kv_heads, "kv_heads"), (head_dim, "head_dim")):
             _positive_int(value, name)
         if heads % kv_heads:
             raise PodsimError(f"heads={heads} must be a multiple of kv_heads={kv_heads}")
-        flops = attention_flops(batch, q_len, kv_len, heads, head_dim, causal, backward)
-        return flops / (self.peak(dtype) * self.attention_efficiency(batch, q_len, kv_len, heads, head_dim, causal,
-                                                                     backward, impl))
+        direction = "backward" if backward else "forward"
+        kv_blocks, height, lanes = math.ceil(kv_len / BLOCK), 1.0, heads  # lanes: heads with their own blocks
+        if not backward and q_len < BLOCK:  # decoding / short chunks: a KV head's query heads share the tile rows
+            lanes, rows = kv_heads, q_len * (heads // kv_heads)  # (FA3's packed GQA), in rows of 64 (wgmma M)
+            q_blocks = math.ceil(rows / BLOCK)
+            height = min(1.0, math.ceil(rows / 64) * 64 / BLOCK) if q_blocks == 1 else 1.0
+            tiles = q_blocks * kv_blocks  # every query row sees (nearly) every key
+        elif causal:  # query block i sees the keys up to its last row: (kv - q) / BLOCK + i + 1 key tiles
+            q_blocks = math.ceil(q_len / BLOCK)
+            offset = (kv_len - q_len) / BLOCK
+            tiles = sum(min(kv_blocks, max(1, math.ceil(offset + i + 1))) for i in range(q_blocks))
+        else:
+            q_blocks = math.ceil(q_len / BLOCK)
+            tiles = q_blocks * kv_blocks
+        blocks = batch * lanes * (kv_blocks if backward else q_blocks)  # FA2/FA3 backward runs a block per key block
+        # too few blocks to fill the SMs (decoding: one query block per head): the forward splits the key loop
+        # (flash-decoding), at most one key block per part
+        splits = 1 if backward else max(1, min(self.sms // blocks, kv_blocks))
+        tile_flops = 4.0 * BLOCK * BLOCK * head_dim * (2.5 if backward else 1.0)
+        tile_s = height * tile_flops * self.sms / (self.peak(dtype) * _by_head_dim(table[direction], head_dim))
+        start = table["kv_half"][direction] / BLOCK  # a block's fixed cost, in tiles
+        parts = blocks * splits
+        per_part = max(1.0, batch * lanes * tiles / parts)  # a part runs at least one tile
+        compute_s = math.ceil(parts / self.sms) * (start + per_part) * tile_s
+        return max(compute_s, self.attention_bytes(batch, q_len, kv_len, heads, kv_heads, head_dim, backward, dtype)
+                   / (self.hbm_bytes_per_s * self.matmul_hbm_fraction))
+
+    def attention_bytes(self, batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int, head_dim: int,
+                        backward: bool = False, dtype: str = "bf16") -> float:
+        """Bytes an attention kernel moves through HBM at least once: Q and O per query head, K and V per KV head
+        (forward); backward also reads O and dO and writes dQ, dK and dV."""
+        elem = DTYPES[dtype][0] if dtype in DTYPES else 2
+        q_side = batch * heads * q_len * head_dim * elem
+        kv_side = batch * kv_heads * kv_len * head_dim * elem
+        return (4 * q_side + 4 * kv_side) if backward else (2 * q_side + 2 * kv_side)
 
     def attention_efficiency(self, batch: int, q_len: int, kv_len: int, heads: int, head_dim: int,
                              causal: bool = True, backward: bool = False, impl: str | None = None) -> float:
-        """Useful FLOPs per peak-second: head-dim fraction x sequence term x wave fill / causal waste. ``impl``
-        (e.g. ``"fa2"``) picks another fitted FlashAttention generation; None or an unfitted one: the chip's own."""
-        table = self.attention_impls.get(impl or "", self.attention)
-        direction = "backward" if backward else "forward"
-        fraction = _by_head_dim(table[direction], head_dim)
-        span = kv_len / 2 if causal else kv_len  # a causal query block sees half the keys on average
-        sequence = 1 / (1 + table["kv_half"][direction] / span)
-        rows = kv_len if backward else q_len  # FA2/FA3 backward parallelizes over key blocks, forward over queries
-        blocks = batch * heads * math.ceil(rows / BLOCK)
-        fill = blocks / (math.ceil(blocks / self.sms) * self.sms)
-        q_blocks = math.ceil(q_len / BLOCK)
-        waste = (q_blocks + 1) / q_blocks if causal else math.ceil(kv_len / BLOCK) * BLOCK / kv_len
-        return fraction * sequence * fill / waste
+        """Useful FLOPs (`attention_flops`) per peak-second of the bf16 kernel (``impl``: as `attention_kernel_s`)."""
+        seconds = self.attention_kernel_s(batch, q_len, kv_len, heads, heads, head_dim, causal, backward, "bf16",
+                                          impl)
+        return attention_flops(batch, q_len, kv_len, heads, head_dim, causal, backward) / (self.peak("bf16") * seconds)
 
     # -- memory-bound -----------------------------------------------------------------------------------------
     def memory_bound_s(self, nbytes: float, kind: str = "elementwise") -> float:
@@ -202,7 +242,7 @@ class GpuKernels:
             raise PodsimError(f"kind={kind!r}; valid memory-bound kernel kinds: {', '.join(KINDS)}")
         if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not 0 <= nbytes < math.inf:
             raise PodsimError(f"nbytes={nbytes!r} must be a finite number of bytes >= 0")
-        return self.memory_kernel_s + nbytes / (self.hbm_bytes_per_s * self.hbm_fraction[kind])
+        return self.memory_kernel_s[kind] + nbytes / (self.hbm_bytes_per_s * self.hbm_fraction[kind])
 
 
 def _by_head_dim(fractions: dict[int, float], head_dim: int) -> float:
@@ -252,8 +292,9 @@ def build(chip: str, constants: dict[str, Any]) -> GpuKernels:
         peak_flops_per_s=peak_rates(chip), peak_fraction=dict(constants["peak_fraction"]),
         tiles=tuple(tuple(t) for t in constants["tiles"]), tile_k=dict(constants["tile_k"]),
         tile_cost=constants["tile_cost"], split_k=tuple(constants["split_k"]), kernel_s=constants["kernel_s"],
+        dtype_kernel_s=dict(constants.get("dtype_kernel_s", {})),
         matmul_hbm_fraction=constants["matmul_hbm_fraction"], hbm_fraction=dict(constants["hbm_fraction"]),
-        memory_kernel_s=constants["memory_kernel_s"], attention=attention,
+        memory_kernel_s=dict(constants["memory_kernel_s"]), attention=attention,
         attention_impls={name: _attention_table(t) for name, t in constants.get("attention_impls", {}).items()},
         launch_s=constants["launch_s"],
         graph_launch_s=constants["graph_launch_s"], sources=dict(constants.get("sources", {})))
