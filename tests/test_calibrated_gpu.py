@@ -12,15 +12,8 @@ from hypothesis import strategies as st
 from simulator.collectives.protocol import PROTOCOLS
 from simulator.hardware.specs import get_chip
 from simulator.hardware.train_calibration import gpu_step_constants
-from simulator.workloads.plans.calibrated_gpu import (
-    AxisNet,
-    IdealKernels,
-    _stage_layers,
-    axis_nets,
-    calibrated_gpu_step,
-    gpu_step_factors,
-    nccl_s,
-)
+from simulator.workloads.plans.calibrated_gpu import IdealKernels, _stage_layers, calibrated_gpu_step, gpu_step_factors
+from simulator.workloads.plans.gpu_network import AxisNet, axis_nets, nccl_s
 from simulator.workloads.plans.layout import MeshPlan, TrainOptions
 from simulator.workloads.transformer import TransformerConfig, get_model
 

@@ -41,24 +41,17 @@ is a named number of seconds in the breakdown:
 - ``optimizer_s``: AdamW over the local shard (memory-bound kernel);
 - ``overhead_s``: ``step_overhead_s`` per step (host, data loader, logging).
 
-Collectives run as NCCL chooses them: AllGather, ReduceScatter and AllReduce at the algorithm and protocol
-NCCL's own tuning model picks for the group -- GPUs, nodes spanned, NVLS where the NVSwitch reduces -- and at
-its time (`simulator.collectives.nccl_tuner`: Ring, Tree, NVLS, NVLSTree x LL, LL128, Simple); AllToAll (NCCL's
-point-to-point sends) and pipeline sends as rings at the fastest protocol (`simulator.collectives.protocol`:
-(n - 1) steps of step latency, plus the bytes over the bus bandwidth: inside a node a GPU's NVLink egress at the
-chip's fitted NVLink curve, across nodes the NICs the group has in each node (one per member there) at
-``ib_fraction`` of their line rate, or NVLink if slower).
+Collectives run as NCCL chooses them, over the mesh's axes laid on GPU nodes (`gpu_network`: NCCL's own
+tuner for AllGather, ReduceScatter and AllReduce; rings at the fastest protocol for AllToAll and pipeline sends).
 Difference by design from the ideal simulated step (the bound): that runs podsim's own collectives at line
 rate and every kernel at peak; this one is what the fitted kernels and NCCL reach, so it is always slower.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from simulator import analytic
-from simulator.collectives.protocol import PROTOCOLS
 from simulator.hardware.calibration import calibrated_chips, get_calibration
 from simulator.hardware.gpu_kernels import GpuKernels, gpu_kernels
 from simulator.hardware.specs import ChipSpec
@@ -70,97 +63,16 @@ from simulator.workloads.plans.calibrated import (
     adamw_bytes_per_param,
     overlapped_layers_s,
 )
-from simulator.workloads.plans.layout import AXES, MeshPlan, PlanError, TrainOptions
+from simulator.workloads.plans.gpu_network import GPUS_PER_NODE, axis_nets, nccl_s, p2p_s
+from simulator.workloads.plans.layout import MeshPlan, PlanError, TrainOptions
 from simulator.workloads.plans.memory import layer_split, recompute_fraction
 from simulator.workloads.plans.train import model_flops
 from simulator.workloads.transformer import TransformerConfig
 
-GPUS_PER_NODE = 8  #: an HGX / DGX node: 8 GPUs on NVSwitches
 ATTENTION = ("flash", "flash2", "unfused")  #: the chip's FlashAttention, FlashAttention-2, or scores through HBM
 SOFTMAX_PASSES = 4  #: unfused attention: scale + mask + softmax (1 read, 1 write), dropout (1 read, 1 write)
 FP8_CAST_BYTES = 3  #: per element cast to FP8 for a GEMM: 2 read in bf16, 1 written (amax fused)
 VECTOR_KERNELS = 9  #: memory-bound kernels per layer forward (2 norms, 2 residual adds, activation, rotary, ...)
-
-
-@dataclass(frozen=True)
-class AxisNet:
-    """One mesh axis on GPU nodes: ``n`` members, the ring's bus bandwidth and the link kind it crosses."""
-
-    n: int
-    bus_bytes_per_s: float  #: line rate of the ring's slowest hop, per member, one way
-    kind: str  #: "nvlink" (inside a node) or "ib" (across nodes)
-    fraction: Callable[[float], float]  #: bytes -> share of the line rate NCCL reaches
-    ideal_latency_s: float | None = None  #: set for the bound: line rate, this latency per ring step, no protocol
-    nccl: Any = None  #: NCCL's view of the group (`simulator.collectives.nccl_tuner.Comm`), where NCCL tunes it
-
-
-def axis_nets(chip: ChipSpec, plan: MeshPlan, c: GpuStepConstants | None,
-              per_node: int = GPUS_PER_NODE) -> dict[str, AxisNet]:
-    """`AxisNet` of every axis of size > 1: innermost axes fill a node first; an axis whose members span
-    nodes has, in each node, one NIC per member there. ``c`` None: the bound (line rate, wire latency)."""
-    if c is None:
-        return {a: AxisNet(n.n, n.bus_bytes_per_s, n.kind, lambda v: 1.0, 2 * chip.hop_latency_s)
-                for a, n in axis_nets(chip, plan, GPU_IDEAL, per_node).items()}
-    cal = get_calibration(chip.name) if chip.name in calibrated_chips() else None
-    nvlink = chip.ici_egress_bytes_per_s
-    out: dict[str, AxisNet] = {}
-    inner = 1
-    for axis in reversed(AXES):
-        n = plan.size(axis)
-        if n > 1:
-            if inner * n <= per_node:
-                out[axis] = AxisNet(n, nvlink, "nvlink", (lambda v: cal.link_fraction("nvlink", v)) if cal else
-                                    (lambda v: 1.0), nccl=_nccl_comm(chip, n, 1))
-            else:
-                members = max(1, per_node // inner) if inner < per_node else 1
-                nic = members * chip.dcn_bandwidth_bytes_per_s
-                out[axis] = AxisNet(n, min(nvlink, nic), "ib", lambda v: c.ib_fraction,
-                                    nccl=_nccl_comm(chip, n, max(1, n // members)))
-        inner *= n
-    return out
-
-
-def _nccl_comm(chip: ChipSpec, n: int, nodes: int) -> Any:
-    """NCCL's view of a group of ``n`` GPUs over ``nodes`` nodes (one NIC per GPU), or None where NCCL's tuner
-    model has no such GPU or the group does not split evenly over its nodes."""
-    from simulator.collectives import nccl_tuner
-
-    if chip.name not in nccl_tuner.CHIPS or n % nodes:
-        return None
-    arch, cc, link_rate = nccl_tuner.CHIPS[chip.name]
-    ppn = n // nodes
-    nvlink = chip.ici_bandwidth_bytes_per_s / link_rate * nccl_tuner.NVLINK_BW[arch] * chip.ici_links
-    nic = chip.dcn_bandwidth_bytes_per_s / 1e9
-    ring = nccl_tuner.graph(arch, cc, nvlink, nodes, ppn, nic)
-    if ring is None:
-        return None
-    nvls = None
-    if chip.name in nccl_tuner.NVLS_CHIPS and ppn > 1:
-        nvls = nccl_tuner.graph(arch, cc, nvlink, nodes, ppn, nic, nvls=True)
-        nvls = nvls if nvls is not None and nvls.channels >= 2 else None
-    return nccl_tuner.Comm(arch, cc, n, nodes, ring, nvls)
-
-
-def nccl_s(kind: str, nbytes: float, net: AxisNet | None) -> float:
-    """One NCCL collective of a V = ``nbytes`` array (AllGather: gathered size; AllToAll: what a member holds) over
-    ``net``: AllGather, ReduceScatter and AllReduce as NCCL's own tuner picks and prices them (algorithm and
-    protocol: Ring, Tree, NVLS, NVLSTree x LL, LL128, Simple; `simulator.collectives.nccl_tuner`), where NCCL tunes
-    the group; otherwise (AllToAll: NCCL's point-to-point sends) a ring at the fastest protocol."""
-    if net is None or net.n <= 1 or nbytes <= 0:
-        return 0.0
-    if net.nccl is not None and net.ideal_latency_s is None and kind in ("all_gather", "reduce_scatter",
-                                                                         "all_reduce"):
-        from simulator.collectives.nccl_tuner import table
-
-        return min(table(net.nccl, kind, nbytes)[0].values())
-    steps = {"all_reduce": 2 * (net.n - 1), "all_to_all": net.n - 1}.get(kind, net.n - 1)
-    moved = {"all_reduce": 2 * (net.n - 1) / net.n, "all_to_all": (net.n - 1) / net.n}.get(kind,
-                                                                                           (net.n - 1) / net.n)
-    bus = net.bus_bytes_per_s * net.fraction(nbytes)
-    if net.ideal_latency_s is not None:
-        return steps * net.ideal_latency_s + moved * nbytes / bus
-    return min(p.launch_s + steps * 2 * p.hop_latency_s.get(net.kind, 0.0) + moved * nbytes / (bus * p.efficiency)
-               for p in PROTOCOLS.values())
 
 
 class IdealKernels:
@@ -261,17 +173,6 @@ def _layer_s(cfg: TransformerConfig, kern: _Kernels, plan: MeshPlan, t: float, s
     return out
 
 
-def _p2p_s(nbytes: float, net: AxisNet | None) -> float:
-    """One stage-to-stage activation send of ``nbytes`` (NCCL send/recv, Simple protocol)."""
-    if net is None:
-        return 0.0
-    if net.ideal_latency_s is not None:
-        return net.ideal_latency_s + nbytes / net.bus_bytes_per_s
-    simple = PROTOCOLS["Simple"]
-    return simple.launch_s + 2 * simple.hop_latency_s.get(net.kind, 0.0) + nbytes / (net.bus_bytes_per_s *
-                                                                                      net.fraction(nbytes))
-
-
 def _stage_layers(n_layers: int, stages: int) -> list[int]:
     """Layers per virtual stage: as even as whole layers allow, the extra ones on the earliest stages."""
     base, extra = divmod(n_layers, stages)
@@ -341,7 +242,7 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     bubble = pipelined - mb * sum_s / p if p > 1 else 0.0
     # each tensor-parallel rank sends its 1/m of the activations (Megatron's scatter-gather: the next stage's ranks
     # AllGather them over NVLink; with sequence parallelism they are sharded anyway)
-    p2p = 2 * (p * v - 1) * _p2p_s(t * d * e_a / m, nets.get("pipeline")) if p > 1 else 0.0
+    p2p = 2 * (p * v - 1) * p2p_s(t * d * e_a / m, nets.get("pipeline")) if p > 1 else 0.0
     stage_layers = max(sum(chunks[k * p + s] for k in range(v)) for s in range(p))
     tables = (1 if cfg.tied_embeddings or p > 1 else 2) * cfg.vocab_size * d / m
     held = stage_layers * (dense / m + routed / (m * plan.size("expert"))) + tables
@@ -441,5 +342,5 @@ def calibrated_gpu_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, 
             "uncalibrated": uncalibrated_parts(chip, plan, opts, cfg, c.framework)}
 
 
-__all__ = ["ATTENTION", "AxisNet", "IdealKernels", "axis_nets", "calibrated_gpu_step", "gpu_step_factors", "nccl_s",
-           "require_kernels", "uncalibrated_parts"]
+__all__ = ["ATTENTION", "IdealKernels", "calibrated_gpu_step", "gpu_step_factors", "require_kernels",
+           "uncalibrated_parts"]
