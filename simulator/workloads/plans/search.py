@@ -137,6 +137,7 @@ def _row(out: dict[str, Any], plan: MeshPlan, opts: Any, simulated: bool) -> dic
     row = {"mesh": {a: plan.size(a) for a in plan.used} or {"data": 1}, "step_time_s": out["step_time_s"],
            "closed_form_s": out.get("closed_form_s", out["step_time_s"]), "mfu": out["mfu"],
            "memory_per_chip_bytes": out["memory_per_chip_bytes"], "fits": out["fits"], "simulated": simulated,
+           "memory_peak_bytes": out.get("memory_peak_bytes", out["memory_per_chip_bytes"]),
            "exposed_comm_s": out.get("exposed_comm_s", {}), "tokens_per_s": out["tokens_per_s"]}
     row["options"] = options_of(opts, plan) if isinstance(opts, TrainOptions) else dict(opts)
     if "topology" in out:
