@@ -249,6 +249,13 @@ def cmd_collective(args: argparse.Namespace) -> None:
                      calibrated_protocol=cal.protocol, calibrated_alternatives=cal.alternatives)
         if cal.nccl is not None:  # calibrated GPU systems: what stock NCCL would run, and why
             extra["calibrated_nccl"] = cal.nccl
+    from simulator.report.sanity import collective_per_chip_bytes, over_hbm
+
+    warnings = over_hbm(f"the array one chip holds ({args.kind} of V = {format_quantity(nbytes, 'B')} over "
+                        f"{r.group_size} devices)", collective_per_chip_bytes(args.kind, nbytes, r.group_size),
+                        system.spec, "the run times the links only, as if it fit")
+    if warnings:
+        extra["warnings"] = warnings
     result = Result("collective", params, system.metrics(), extra=extra, trace=system.trace,
                     headline=f"{args.kind} of {format_quantity(nbytes, 'B')} on {args.topology}")
     write_outputs(result, args)
@@ -262,6 +269,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
           (f"   book estimate {format_quantity(r.book_s, 's')}" if r.book_s else ""))
     print(f"  topology bound {format_quantity(r.topology_bound_s, 's')} (no algorithm can be faster here)")
     print("".join(f"  note: {note}\n" for note in system.notes), end="")  # not the chip's own topology
+    print("".join(f"  {w}\n" for w in warnings), end="")
     if r.note:  # one chip: no bandwidth to report
         print(f"  {r.note}")
         return
