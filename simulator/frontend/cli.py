@@ -17,6 +17,7 @@ from simulator.collectives import names as algorithm_names
 from simulator.engine.memory_budget import DEFAULT_FRACTION, memory_budget
 from simulator.engine.memory_budget import ENV_VAR as MEMORY_ENV_VAR
 from simulator.errors import NonFiniteError, PodsimError, one_line
+from simulator.frontend.compare_cmd import add_compare_parser, cmd_compare
 from simulator.frontend.hlo_cmd import add_hlo_parser, cmd_hlo
 from simulator.frontend.model_cmd import add_model_parser, cmd_model
 from simulator.frontend.montecarlo import add_fault_args, dispatch
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_fault_args(p)
     add_sweep_parser(sub)
     add_hlo_parser(sub)
+    add_compare_parser(sub)
     for name in MEMORY_COMMANDS:  # the commands that simulate: a memory budget, like the event budget
         sub.choices[name].add_argument(
             "--max-memory", metavar="SIZE",
@@ -337,7 +339,8 @@ def cmd_send(args: argparse.Namespace) -> None:
 COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,
             "collective": cmd_collective, "send": cmd_send, "model": cmd_model, "plan": cmd_plan,
             "validate": cmd_validate,
-            "sweep": cmd_sweep, "algorithms": cmd_algorithms, "hlo": cmd_hlo, "shard": cmd_shard}
+            "sweep": cmd_sweep, "algorithms": cmd_algorithms, "hlo": cmd_hlo, "shard": cmd_shard,
+            "compare": cmd_compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
