@@ -58,6 +58,8 @@ def run(*, blocks: int = 2, buffers: int = 2, load_s: float = 0.4e-3, compute_s:
     serial = analytic.pipeline_time(blocks, a, c, 1)
     clamped = effective < min(buffers, blocks)
     warnings = [_short_note(spec, total_bytes / blocks, buffers, effective)] if clamped else []
+    notes = [] if sized else ["note: blocks given as times (load_s) have no size, so they hold no VMEM and the trace "
+                              "and Gantt show no VMEM live-bytes lane; give load_bytes and compute_flops to size them"]
     if not sized:
         warnings += over_hbm(f"load_s={a * blocks:.4g} s at {format_quantity(spec.hbm_bandwidth_bytes_per_s, 'B/s')} "
                              "reads a task that", total_bytes, spec, "the chip cannot hold it, so some of it is read "
@@ -73,7 +75,7 @@ def run(*, blocks: int = 2, buffers: int = 2, load_s: float = 0.4e-3, compute_s:
         trace=system.trace,
         headline=(f"{_buffers(buffers, effective)} over {blocks} blocks: {metrics['end_to_end_s'] * 1e3:.4g} ms "
                   f"simulated, {expected * 1e3:.4g} ms closed form, {serial * 1e3:.4g} ms serial"),
-        details=warnings,
+        details=warnings + notes,
     )
 
 

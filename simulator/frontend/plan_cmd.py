@@ -52,8 +52,11 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if args.plot:
         from simulator.report.plots import plan_scatter, save
 
+        labels = [",".join(f"{k}={v}" for k, v in r["mesh"].items()) + _options_text(
+            r.get("options", {}), r["mesh"].get("pipeline", 1) > 1) for r in out["plans"] if r["simulated"]]
         save(plan_scatter(out["plans"], chip.hbm_capacity_bytes, title=f"{cfg.name} {args.mode} on {chips} x "
-                          f"{chip.name}"), args.plot)
+                          f"{chip.name} (options: mN microbatches, zN ZeRO stage, ckpt policy, overlap TP)",
+                          labels=labels), args.plot)
     print(dumps_json(out) if args.json else render(out))
 
 
