@@ -100,3 +100,17 @@ def test_plan_text_names_bound_memory_verdict_and_options_legend(capsys):
     assert "options: mN: N microbatches" in text and "run row 1 alone: podsim model gpt2" in text
     rows = [x for x in text.splitlines() if x[:4].strip().isdigit()]
     assert rows and all(" 1f1b" not in x for x in rows if "pipeline=" not in x)
+
+
+@pytest.mark.parametrize("argv", [
+    ["model", "llama-2-7b", "--batch", "4", "--context", "2048", "--chip", "tpu-v5e", "--calibrated"],
+    ["model", "llama-3-8b", "--context", "2048", "--chip", "h100", "--calibrated"],
+    ["collective", "all_reduce", "--chip", "tpu-v5e", "--topology", "torus:4x4", "--bytes", "64MB", "--calibrated"],
+    ["model", "gpt2", "--mode", "train", "--chip", "tpu-v5e", "--mesh", "fsdp=4", "--batch", "8", "--seq", "1024",
+     "--calibrated"],
+], ids=["decode-tpu", "decode-gpu", "collective", "train"])
+def test_outputs_name_the_bound_and_the_forecast(capsys, argv):
+    """Every output that prints an ideal and a calibrated figure says which is the bound and which the forecast."""
+    assert main(argv) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    assert "bound" in text and "forecast" in text, text

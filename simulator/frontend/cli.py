@@ -266,7 +266,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
         return
     print(f"{result.headline} ({r.group_size} devices per group, {r.groups} group(s), {r.mode} simulation, "
           f"algorithm {r.algorithm})")
-    print(f"  simulated   {format_quantity(r.time_s, 's')}")
+    print(f"  simulated   {format_quantity(r.time_s, 's')} (bound: ideal peak links)")
     print(f"  closed form {format_quantity(r.analytic_s, 's')}" +
           (f"   book estimate {format_quantity(r.book_s, 's')}" if r.book_s else ""))
     print(f"  topology bound {format_quantity(r.topology_bound_s, 's')} (no algorithm can be faster here)")
@@ -278,7 +278,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
     print(f"  algbw {format_quantity(r.algbw_bytes_per_s, 'B/s')}, busbw {format_quantity(r.busbw_bytes_per_s, 'B/s')}"
           f", busiest link carried {format_quantity(r.max_link_bytes, 'B')}")
     if args.calibrated:
-        print(f"  calibrated  {format_quantity(extra['calibrated_time_s'], 's')}, busbw "
+        print(f"  forecast (calibrated) {format_quantity(extra['calibrated_time_s'], 's')}, busbw "
               f"{format_quantity(extra['calibrated_busbw_bytes_per_s'], 'B/s')} (fitted efficiencies; algorithm "
               f"{extra['calibrated_algorithm']}" + (f", NCCL protocol {extra['calibrated_protocol']})"
                                                      if extra["calibrated_protocol"] else ")"))

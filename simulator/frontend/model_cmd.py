@@ -329,9 +329,10 @@ def _print_model(out: dict[str, Any]) -> None:
     print(f"  per step {out['flops_per_step'] / 1e9:.3f} GFLOP, {out['hbm_read_bytes_per_step'] / 1e9:.3f} GB read")
     print(f"  per chip: compute {format_quantity(out['t_compute_s'], 's')}, memory "
           f"{format_quantity(out['t_memory_s'], 's')} -> {out['bound']}-bound"
-          + (f"; simulated step {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"] else "")
-          + (f" ({'calibrated kernels' if 'served' in out else 'calibrated'} "
-             f"{format_quantity(out['calibrated_step_time_s'], 's')})" if "calibrated_step_time_s" in out else ""))
+          + (f"; simulated step, bound (ideal peak) {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"]
+             else "")
+          + (f"; forecast ({'calibrated kernels' if 'served' in out else 'calibrated'}) "
+             f"{format_quantity(out['calibrated_step_time_s'], 's')}" if "calibrated_step_time_s" in out else ""))
     print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
     print_served(out)
     _print_notes(out)
