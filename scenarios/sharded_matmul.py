@@ -40,9 +40,12 @@ def run(*, spec: str = DEFAULT_SPEC, I: int = 1024, J: int = 2048, K: int = 4096
     topology = topology or default_topology_for(parse_mesh(mesh), chip_spec)
     try:
         main = sharded_matmul(spec_obj, sizes, mesh, chip_spec, topology, dtype, verify)
-    except PodsimError as err:  # name the user's own input: the spec (said when it is the default) and the mesh
-        default = " (the default; --set spec=... gives another)" if spec == DEFAULT_SPEC else ""
-        raise PodsimError(f"spec {spec}{default} on mesh {mesh}: {err}") from None
+    except PodsimError as err:  # about the spec, which the user never wrote: say it is the default
+        text = str(err)
+        if spec == DEFAULT_SPEC and (text.startswith(("A[", "B[", "C[")) or "is not in mesh" in text):
+            raise PodsimError(f"the default spec {spec} (--set spec=... gives another) on mesh {mesh}: "
+                              f"{text}") from None
+        raise
     system = System(chip_spec, topology=topology, trace=trace)
     chosen = next(s for s in strategies(spec_obj) if s.name == main["chosen"])
     run_strategy(chosen, spec_obj, sizes, system, Mesh(parse_mesh(mesh), system.graph), dtype)

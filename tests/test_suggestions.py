@@ -52,9 +52,11 @@ def test_no_suggestion_when_none_works(capsys):
 def test_sharded_matmul_errors_name_the_users_own_spec_and_mesh(capsys):
     """mesh=Y=8 with the default spec: the error names that spec as the default and the mesh the user gave."""
     err = _error(capsys, ["run", "sharded_matmul", "--set", "mesh=Y=8"])
-    assert "spec A[I,J_X]@B[J_X,K]->C[I,K] (the default" in err and "mesh Y=8" in err
+    assert "the default spec A[I,J_X]@B[J_X,K]->C[I,K] (--set spec=" in err and "mesh Y=8" in err
     err = _error(capsys, ["run", "sharded_matmul", "--set", "mesh=X=3,Y=2"])
-    assert "spec A[I,J_X]@B[J_X,K]->C[I,K]" in err and "J=2048" in err and "X = 3" in err
+    assert "the default spec A[I,J_X]@B[J_X,K]->C[I,K]" in err and "J=2048" in err and "X = 3" in err
+    err = _error(capsys, ["run", "sharded_matmul", "--set", "mesh=X=3,Y=2", "--set", "spec=A[I,J_X]@B[J_X,K]"])
+    assert "default" not in err and err.startswith("podsim: error: A[I, J_X]")  # the user's own spec, as written
 
 
 def test_sharded_matmul_book_case_that_does_not_divide_is_skipped_with_why(capsys):
