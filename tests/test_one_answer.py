@@ -114,3 +114,19 @@ def test_outputs_name_the_bound_and_the_forecast(capsys, argv):
     assert main(argv) == 0, capsys.readouterr().err
     text = capsys.readouterr().out
     assert "bound" in text and "forecast" in text, text
+
+
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+def test_serving_plan_rows_and_model_print_the_same_numbers(capsys, mode):
+    """Decode and prefill: each simulated row (1-D and 2-D layouts) and `podsim model` on it give the same step,
+    memory and verdict; a closed-form 2-D row's step is the model's own upper bound."""
+    out = _json(capsys, "plan", "llama-2-7b", "--chip", "tpu-v5e", "--chips", "8", "--mode", mode, "--batch", "8",
+                "--seq", "512", "--top", "2")
+    rows = [r for r in out["plans"] if r["simulated"]]
+    rows += [r for r in out["plans"] if not r["simulated"] and r["options"]["layout"] != "1d"][:1]
+    assert len(rows) == 3
+    for row in rows:
+        got = _json(capsys, "model", *model_command(out, row))
+        step = got["step_time_s"] if row["simulated"] else got["upper_bound_s"]
+        assert step == pytest.approx(row["step_time_s"], rel=1e-9), row
+        assert got["hbm_needed_per_chip_bytes"] == row["memory_per_chip_bytes"] and got["fits"] == row["fits"]
