@@ -267,7 +267,7 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
             if key in closed:
                 row[key] = closed[key]
     plans = simulated + [r for r, _, _ in rows[len(simulated):]]
-    plans[:len(simulated)] = sorted(plans[:len(simulated)], key=lambda r: r["step_time_s"])
+    plans[:len(simulated)] = sorted(plans[:len(simulated)], key=lambda r: (not r["fits"], r["step_time_s"]))
     return {"model": cfg.name, "chip": chip.name, "chips": chips, "mode": mode, "batch": batch, "seq": seq,
             "candidates": priced, "layouts": len(plans), "fitting": sum(r["fits"] for r in plans), "plans": plans}
 
