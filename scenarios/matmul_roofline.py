@@ -17,6 +17,7 @@ defaults; 617 against 593 on tpu-v6e, whose higher ridge gives A a larger share 
 `simulator.analytic.critical_batch` (``analytic_critical_batch_unpadded``) tends to the peak
 intensity, about 240 on tpu-v5e, as k and n grow.
 
+B's column block ``block_n`` defaults to the divisor of n nearest 256 (256 whenever 256 divides n).
 A lives in VMEM whole, so ``k`` defaults to the largest of 16384, 8192, ... for which A at the largest m
 and two B and C blocks (double buffering) fit the chip's VMEM: 16384 on tpu-v5e (128 MiB), 8192 on
 tpu-v4 and the GPUs' 33-38 MB of shared memory, 4096 on the A100's 17.7 MB. A ``k`` given explicitly
@@ -95,6 +96,17 @@ def _critical(spec: ChipSpec, k: int, n: int, block_n: int, dtype: str, hi: int)
     return hi
 
 
+DEFAULT_BLOCK_N = 256  #: B's column block when n allows it (two MXU widths on a v5e)
+
+
+def default_block_n(n: int) -> int:
+    """The divisor of ``n`` nearest `DEFAULT_BLOCK_N` by ratio (the smaller on a tie): 256 for n = 16384, 683 for
+    n = 2049 = 3 x 683 (3 would run 683 blocks, 683 runs 3)."""
+    divisors = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    divisors += [n // d for d in divisors]
+    return min(sorted(set(divisors)), key=lambda d: abs(math.log(d / DEFAULT_BLOCK_N)))
+
+
 DEFAULT_K = 16384  #: k when VMEM holds A at the largest m with room to double-buffer (halved until it does)
 MIN_K = 128  #: the smallest default k (one MXU width); below it the defaults give up and VMEM's error stands
 
@@ -109,14 +121,17 @@ def default_k(spec: ChipSpec, m: int, n: int, block_n: int, dtype: str) -> int:
 
 
 def run(*, k: int | None = None, n: int = 16384, m_values: tuple = (16, 32, 64, 128, 192, 256, 384, 512, 1024),
-        block_n: int = 256, dtype: str = "bf16", chip: str | ChipSpec = "tpu-v5e", trace: bool = True) -> Result:
+        block_n: int | None = None, dtype: str = "bf16", chip: str | ChipSpec = "tpu-v5e",
+        trace: bool = True) -> Result:
     """Sweep m; report each point and the critical batch, simulated beside the closed form.
 
-    ``k=None`` picks the largest k up to 16384 that double-buffers in the chip's VMEM (`default_k`)."""
+    ``k=None`` picks the largest k up to 16384 that double-buffers in the chip's VMEM (`default_k`);
+    ``block_n=None`` the divisor of n nearest 256 (`default_block_n`), so any n has a block that divides it."""
     spec = resolve_chip(chip)
     check_dtype(dtype)
-    for name, value in (("n", n), ("block_n", block_n)):
-        positive_int(value, name=name)
+    positive_int(n, name="n")
+    chosen_block = block_n is None
+    block_n = default_block_n(n) if chosen_block else positive_int(block_n, name="block_n")
     if n % block_n:
         raise PodsimError(f"block_n={block_n} must divide n={n}")
     if not m_values or any(m < 1 for m in m_values):
@@ -142,9 +157,11 @@ def run(*, k: int | None = None, n: int = 16384, m_values: tuple = (16, 32, 64, 
         headline=(f"compute-bound from m = {_m(critical, max(m_values))} (simulated end to end) vs {_m(padded)} "
                   f"(closed form with MXU padding; {_m(closed)} unpadded); "
                   f"peak intensity {spec.peak_flops_per_s(dtype) / spec.hbm_bandwidth_bytes_per_s:.1f} FLOP/byte"),
-        details=[] if effective == 2 else
-        [f"note: at m = {max(m_values)} VMEM holds A and only {effective} B/C block(s) at once, not the 2 double "
-         f"buffering needs (buffers_effective): loads wait for VMEM; use a smaller k or block_n"],
+        details=([] if effective == 2 else
+                 [f"note: at m = {max(m_values)} VMEM holds A and only {effective} B/C block(s) at once, not the 2 "
+                  f"double buffering needs (buffers_effective): loads wait for VMEM; use a smaller k or block_n"])
+        + ([f"note: block_n={block_n}, the divisor of n={n} nearest {DEFAULT_BLOCK_N} (--set block_n=B to choose)"]
+           if chosen_block and block_n != DEFAULT_BLOCK_N else []),
     )
 
 

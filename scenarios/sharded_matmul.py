@@ -27,7 +27,10 @@ BOOK_CASES = {
 }
 
 
-def run(*, spec: str = "A[I,J_X]@B[J_X,K]->C[I,K]", I: int = 1024, J: int = 2048, K: int = 4096,  # noqa: E741
+DEFAULT_SPEC = "A[I,J_X]@B[J_X,K]->C[I,K]"
+
+
+def run(*, spec: str = DEFAULT_SPEC, I: int = 1024, J: int = 2048, K: int = 4096,  # noqa: E741
         mesh: str = "X=4,Y=2", topology: str | None = None, dtype: str = "bf16", verify: bool = True,
         cases: bool = True, chip: str | ChipSpec = "tpu-v5e", trace: bool = True) -> Result:
     """Compare the strategies of ``spec`` (and, with ``cases``, of the four book cases)."""
@@ -35,7 +38,14 @@ def run(*, spec: str = "A[I,J_X]@B[J_X,K]->C[I,K]", I: int = 1024, J: int = 2048
     sizes = _sizes(spec_obj, I, J, K)
     chip_spec = resolve_chip(chip)
     topology = topology or default_topology_for(parse_mesh(mesh), chip_spec)
-    main = sharded_matmul(spec_obj, sizes, mesh, chip_spec, topology, dtype, verify)
+    try:
+        main = sharded_matmul(spec_obj, sizes, mesh, chip_spec, topology, dtype, verify)
+    except PodsimError as err:  # about the spec, which the user never wrote: say it is the default
+        text = str(err)
+        if spec == DEFAULT_SPEC and (text.startswith(("A[", "B[", "C[")) or "is not in mesh" in text):
+            raise PodsimError(f"the default spec {spec} (--set spec=... gives another) on mesh {mesh}: "
+                              f"{text}") from None
+        raise
     system = System(chip_spec, topology=topology, trace=trace)
     chosen = next(s for s in strategies(spec_obj) if s.name == main["chosen"])
     run_strategy(chosen, spec_obj, sizes, system, Mesh(parse_mesh(mesh), system.graph), dtype)
@@ -44,16 +54,21 @@ def run(*, spec: str = "A[I,J_X]@B[J_X,K]->C[I,K]", I: int = 1024, J: int = 2048
     if cases:  # the book cases use X and Y; on a mesh without both, those that need a missing axis are skipped
         axes = set(parse_mesh(mesh).names)
         runnable = {name: text for name, text in BOOK_CASES.items() if _axes(parse_matmul(text)) <= axes}
-        extra["cases"] = {name: _summary(sharded_matmul(text, _sizes(parse_matmul(text), I, J, K), mesh, chip_spec,
-                                                        topology, dtype, verify))
-                          for name, text in runnable.items()}
-        extra["cases_skipped"] = [name for name in BOOK_CASES if name not in runnable]
+        extra["cases"], why = {}, {name: "needs mesh axes X and Y" for name in BOOK_CASES if name not in runnable}
+        for name, text in runnable.items():  # a book case the sizes do not divide is skipped with its reason
+            try:
+                extra["cases"][name] = _summary(sharded_matmul(text, _sizes(parse_matmul(text), I, J, K), mesh,
+                                                               chip_spec, topology, dtype, verify))
+            except PodsimError as err:
+                why[name] = f"{text}: {err}"
+        extra["cases_skipped"] = [name for name in BOOK_CASES if name in why]
+        extra["cases_skipped_why"] = why
     best = min(main["strategies"], key=lambda s: s["analytic_s"])
     return Result(
         scenario="sharded_matmul",
         params=dict(spec=spec, I=I, J=J, K=K, mesh=mesh, topology=topology, dtype=dtype, chip=chip_spec.name),
         metrics=system.metrics(), extra=extra, trace=system.trace,
-        headline=_headline(main, best), details=_details(main, extra.get("cases"), extra.get("cases_skipped")),
+        headline=_headline(main, best), details=_details(main, extra.get("cases"), extra.get("cases_skipped_why")),
     )
 
 
@@ -91,7 +106,7 @@ def strategy_table(strategies: list[dict[str, Any]], chosen: str) -> list[str]:
     return lines
 
 
-def _details(main: dict[str, Any], cases: dict[str, Any] | None, skipped: list[str] | None = None) -> list[str]:
+def _details(main: dict[str, Any], cases: dict[str, Any] | None, skipped: dict[str, str] | None = None) -> list[str]:
     verified = {True: "matches numpy", False: "DOES NOT match numpy", None: "not run on arrays"}[main["verified"]]
     small = main.get("verified_sizes")
     if main["verified"] is not None and small and small != main["sizes"]:
@@ -103,8 +118,8 @@ def _details(main: dict[str, Any], cases: dict[str, Any] | None, skipped: list[s
         for name, case in cases.items():
             best = next(s for s in case["strategies"] if s["name"] == case["chosen"])
             lines.append(f"  {name}: {case['spec']}: {case['chosen']}, {format_quantity(best['time_s'], 's')}")
-    if skipped:
-        lines.append(f"  skipped (they need mesh axes X and Y): {', '.join(skipped)}")
+    for name, why in (skipped or {}).items():
+        lines.append(f"  skipped {name}: {why}")
     return lines
 
 

@@ -148,7 +148,7 @@ def test_size_one_meshes_run_verify_and_report_no_communication(argv, capsys):
 def test_the_book_cases_that_need_a_missing_axis_are_skipped_and_named(capsys):
     status, out, _ = _cli(["run", "sharded_matmul", "--set", "mesh=X=1"], capsys)
     assert status == 0
-    assert "skipped (they need mesh axes X and Y): no communication" in out
+    assert "skipped no communication: needs mesh axes X and Y" in out
 
 
 def test_a_matmul_that_never_turns_compute_bound_says_so(capsys):

@@ -17,6 +17,7 @@ from simulator.collectives import names as algorithm_names
 from simulator.engine.memory_budget import DEFAULT_FRACTION, memory_budget
 from simulator.engine.memory_budget import ENV_VAR as MEMORY_ENV_VAR
 from simulator.errors import NonFiniteError, PodsimError, one_line
+from simulator.frontend.compare_cmd import add_compare_parser, cmd_compare
 from simulator.frontend.hlo_cmd import add_hlo_parser, cmd_hlo
 from simulator.frontend.model_cmd import add_model_parser, cmd_model
 from simulator.frontend.montecarlo import add_fault_args, dispatch
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_fault_args(p)
     add_sweep_parser(sub)
     add_hlo_parser(sub)
+    add_compare_parser(sub)
     for name in MEMORY_COMMANDS:  # the commands that simulate: a memory budget, like the event budget
         sub.choices[name].add_argument(
             "--max-memory", metavar="SIZE",
@@ -249,6 +251,13 @@ def cmd_collective(args: argparse.Namespace) -> None:
                      calibrated_protocol=cal.protocol, calibrated_alternatives=cal.alternatives)
         if cal.nccl is not None:  # calibrated GPU systems: what stock NCCL would run, and why
             extra["calibrated_nccl"] = cal.nccl
+    from simulator.report.sanity import collective_per_chip_bytes, over_hbm
+
+    warnings = over_hbm(f"the array one chip holds ({args.kind} of V = {format_quantity(nbytes, 'B')} over "
+                        f"{r.group_size} devices)", collective_per_chip_bytes(args.kind, nbytes, r.group_size),
+                        system.spec, "the run times the links only, as if it fit")
+    if warnings:
+        extra["warnings"] = warnings
     result = Result("collective", params, system.metrics(), extra=extra, trace=system.trace,
                     headline=f"{args.kind} of {format_quantity(nbytes, 'B')} on {args.topology}")
     write_outputs(result, args)
@@ -257,18 +266,19 @@ def cmd_collective(args: argparse.Namespace) -> None:
         return
     print(f"{result.headline} ({r.group_size} devices per group, {r.groups} group(s), {r.mode} simulation, "
           f"algorithm {r.algorithm})")
-    print(f"  simulated   {format_quantity(r.time_s, 's')}")
+    print(f"  simulated   {format_quantity(r.time_s, 's')} (bound: ideal peak links)")
     print(f"  closed form {format_quantity(r.analytic_s, 's')}" +
           (f"   book estimate {format_quantity(r.book_s, 's')}" if r.book_s else ""))
     print(f"  topology bound {format_quantity(r.topology_bound_s, 's')} (no algorithm can be faster here)")
     print("".join(f"  note: {note}\n" for note in system.notes), end="")  # not the chip's own topology
+    print("".join(f"  {w}\n" for w in warnings), end="")
     if r.note:  # one chip: no bandwidth to report
         print(f"  {r.note}")
         return
     print(f"  algbw {format_quantity(r.algbw_bytes_per_s, 'B/s')}, busbw {format_quantity(r.busbw_bytes_per_s, 'B/s')}"
           f", busiest link carried {format_quantity(r.max_link_bytes, 'B')}")
     if args.calibrated:
-        print(f"  calibrated  {format_quantity(extra['calibrated_time_s'], 's')}, busbw "
+        print(f"  forecast (calibrated) {format_quantity(extra['calibrated_time_s'], 's')}, busbw "
               f"{format_quantity(extra['calibrated_busbw_bytes_per_s'], 'B/s')} (fitted efficiencies; algorithm "
               f"{extra['calibrated_algorithm']}" + (f", NCCL protocol {extra['calibrated_protocol']})"
                                                      if extra["calibrated_protocol"] else ")"))
@@ -329,7 +339,8 @@ def cmd_send(args: argparse.Namespace) -> None:
 COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,
             "collective": cmd_collective, "send": cmd_send, "model": cmd_model, "plan": cmd_plan,
             "validate": cmd_validate,
-            "sweep": cmd_sweep, "algorithms": cmd_algorithms, "hlo": cmd_hlo, "shard": cmd_shard}
+            "sweep": cmd_sweep, "algorithms": cmd_algorithms, "hlo": cmd_hlo, "shard": cmd_shard,
+            "compare": cmd_compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

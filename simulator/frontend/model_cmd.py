@@ -329,9 +329,10 @@ def _print_model(out: dict[str, Any]) -> None:
     print(f"  per step {out['flops_per_step'] / 1e9:.3f} GFLOP, {out['hbm_read_bytes_per_step'] / 1e9:.3f} GB read")
     print(f"  per chip: compute {format_quantity(out['t_compute_s'], 's')}, memory "
           f"{format_quantity(out['t_memory_s'], 's')} -> {out['bound']}-bound"
-          + (f"; simulated step {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"] else "")
-          + (f" ({'calibrated kernels' if 'served' in out else 'calibrated'} "
-             f"{format_quantity(out['calibrated_step_time_s'], 's')})" if "calibrated_step_time_s" in out else ""))
+          + (f"; simulated step, bound (ideal peak) {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"]
+             else "")
+          + (f"; forecast ({'calibrated kernels' if 'served' in out else 'calibrated'}) "
+             f"{format_quantity(out['calibrated_step_time_s'], 's')}" if "calibrated_step_time_s" in out else ""))
     print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
     print_served(out)
     _print_notes(out)
@@ -352,9 +353,12 @@ def _print_train(out: dict[str, Any]) -> None:
     print(f"  state {out['train_state_bytes'] / gib:.2f} GiB (params {out['params_bytes'] / gib:.2f}, grads "
           f"{out['grads_bytes'] / gib:.2f}, optimizer {out['optimizer_bytes'] / gib:.2f}, activations "
           f"{out['activations_bytes'] / gib:.2f}); fewest chips that hold it: {out['min_chips']}")
-    print(f"  per chip {out['memory_per_chip_bytes'] / gib:.2f} GiB of {out['hbm_capacity_bytes'] / gib:.0f} GiB: "
-          + ("fits" if out["fits"] else "does NOT fit") + f" ({out['hbm_spare_bytes'] / gib:+.2f} GiB spare)"
-          + (f"; simulated peak {out['simulated_memory_peak_bytes'] / gib:.2f} GiB" if out["simulated"] else ""))
+    print(f"  memory per chip: peak {out['memory_peak_bytes'] / gib:.2f} GiB ({out['memory_peak_source']}: state "
+          f"{out['memory_state_bytes'] / gib:.2f} + transient {out['memory_transient_peak_bytes'] / gib:.2f}) of "
+          f"{out['hbm_capacity_bytes'] / gib:.0f} GiB: " + ("fits" if out["fits"] else "does NOT fit")
+          + f" ({out['hbm_spare_bytes'] / gib:+.2f} GiB spare)"
+          + (f"; closed-form estimate {out['memory_per_chip_bytes'] / gib:.2f} GiB"
+             if out["memory_peak_source"] == "simulated" else ""))
     exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in out["exposed_comm_s"].items()) or "none"
     print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}")
     print(f"  ({EXPOSED_MEANING})")

@@ -52,8 +52,11 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if args.plot:
         from simulator.report.plots import plan_scatter, save
 
+        labels = [",".join(f"{k}={v}" for k, v in r["mesh"].items()) + _options_text(
+            r.get("options", {}), r["mesh"].get("pipeline", 1) > 1) for r in out["plans"] if r["simulated"]]
         save(plan_scatter(out["plans"], chip.hbm_capacity_bytes, title=f"{cfg.name} {args.mode} on {chips} x "
-                          f"{chip.name}"), args.plot)
+                          f"{chip.name} (options: mN microbatches, zN ZeRO stage, ckpt policy, overlap TP)",
+                          labels=labels), args.plot)
     print(dumps_json(out) if args.json else render(out))
 
 
@@ -71,29 +74,69 @@ def render(out: dict[str, Any], limit: int = 15) -> str:
     """The ranked table: mesh, step time (simulated or closed form), MFU, memory per chip, exposed comm."""
     lines = [f"{out['model']} {out['mode']} on {out['chips']} x {out['chip']}, batch {out['batch']}, seq {out['seq']}: "
              f"{out['fitting']} of {out['layouts']} layouts fit ({out['candidates']:,} candidates priced)"]
-    lines.append(f"  {'#':>2}  {'mesh and options':<50}{'step':>11}  {'':<4}{'MFU':>6}{'GiB/chip':>10}  "
+    lines.append(f"  {'#':>2}  {'mesh and options':<50}{'step bound':>11}  {'':<4}{'MFU':>6}{'GiB peak':>10}  "
                  "exposed communication")
     for i, r in enumerate(out["plans"][:limit], 1):
-        mesh = ",".join(f"{k}={v}" for k, v in r["mesh"].items()) + _options_text(r.get("options", {}))
+        mesh = ",".join(f"{k}={v}" for k, v in r["mesh"].items()) + \
+            _options_text(r.get("options", {}), r["mesh"].get("pipeline", 1) > 1)
         kind = "sim" if r["simulated"] else "cf"
         exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in r["exposed_comm_s"].items() if t) or "-"
         fit = "" if r["fits"] else " (does not fit)"
         lines.append(f"  {i:>2}  {mesh:<50}{format_quantity(r['step_time_s'], 's'):>11}  {kind:<4}{r['mfu']:>6.1%}"
-                     f"{r['memory_per_chip_bytes'] / 2**30:>10.2f}  {exposed}{fit}")
+                     f"{r.get('memory_peak_bytes', r['memory_per_chip_bytes']) / 2**30:>10.2f}  {exposed}{fit}")
     if len(out["plans"]) > limit:
         lines.append(f"  ... {len(out['plans']) - limit} more (--json lists them all)")
-    return "\n".join([*lines, f"  ({EXPOSED_MEANING})"])
+    if out["plans"]:
+        lines.append("  run row 1 alone: podsim model " + " ".join(model_command(out, out["plans"][0])))
+    legend = ("  step and MFU: bound (ideal peak), sim simulated, cf closed form; GiB peak: the memory verdict "
+              "(simulated peak: state + transient, else the closed form)")
+    return "\n".join([*lines, legend, f"  options: {OPTIONS_LEGEND}", f"  ({EXPOSED_MEANING})"])
 
 
-def _options_text(options: dict[str, Any]) -> str:
+def model_command(out: dict[str, Any], row: dict[str, Any]) -> list[str]:
+    """The ``podsim model`` arguments that run ``row`` of plan ``out`` (its mesh, options and topology): the same
+    computation, so it prints the row's numbers (``--no-simulate`` for a closed-form row)."""
+    args = [out["model"], "--chip", out["chip"], "--mode", out["mode"], "--batch", str(out["batch"])]
+    mesh = ",".join(f"{k}={v}" for k, v in row["mesh"].items())
+    args += ["--mesh", mesh] + (["--topology", row["topology"]] if row.get("topology") else [])
+    opts = row.get("options", {})
+    if out["mode"] == "train":
+        args += ["--seq", str(out["seq"]), "--microbatches", str(opts["microbatches"]),
+                 "--checkpoints-per-layer", str(opts["checkpoint"])]
+        if row["mesh"].get("pipeline", 1) > 1:
+            args += ["--schedule", opts["schedule"]]
+            if "virtual_stages" in opts:
+                args += ["--virtual-stages", str(opts["virtual_stages"])]
+        if opts.get("zero") is not None:
+            args += ["--zero", str(opts["zero"])]
+        if opts.get("tp_overlap"):
+            args.append("--tp-overlap")
+    else:
+        args += ["--context", str(out["seq"])] if out["mode"] == "decode" else ["--seq", str(out["seq"])]
+        args += ["--layout", opts.get("layout", "1d")]
+        if opts.get("layout", "1d") == "1d":
+            args += ["--kv-sharding", "auto"]
+    return args + ([] if row["simulated"] else ["--no-simulate"])
+
+
+#: What each word of a row's options means (`_options_text`), printed under the table as its legend.
+OPTIONS_LEGEND = ("mN: N microbatches; gpipe / 1f1b / interleavedxV: the pipeline schedule (V layer chunks per "
+                  "device; shown only with a pipeline axis); zN: ZeRO stage on the fsdp axis (1 optimizer, 2 + "
+                  "gradients, 3 + weights); ckpt P: activation checkpoint policy P; overlap: tensor-parallel "
+                  "collectives overlapped with the matmuls; 2d:XxY: a 2-D weight-stationary grid")
+
+
+def _options_text(options: dict[str, Any], pipeline: bool = True) -> str:
     """The options a row was priced with, briefly: the layout (decode, prefill), or the pipeline schedule,
-    microbatches, ZeRO stage (none shown without an fsdp axis), checkpoint policy and TP overlap (train)."""
+    microbatches, ZeRO stage (none shown without an fsdp axis), checkpoint policy and TP overlap (train); no
+    schedule without a pipeline axis (``pipeline`` False), where there is none to order."""
     if "layout" in options:
         return "" if options["layout"] == "1d" else f" {options['layout']}"
     if not options:
         return ""
     schedule = options["schedule"] + (f"x{options['virtual_stages']}" if "virtual_stages" in options else "")
-    parts = [f"m{options['microbatches']}", schedule] + ([f"z{options['zero']}"] if options["zero"] else [])
+    parts = [f"m{options['microbatches']}"] + ([schedule] if pipeline else []) + \
+        ([f"z{options['zero']}"] if options["zero"] else [])
     if options["checkpoint"] != "none":
         parts.append(f"ckpt {options['checkpoint']}")
     if options["tp_overlap"]:

@@ -72,7 +72,7 @@ def print_served(out: dict[str, Any]) -> None:
         parts = ", ".join(f"{name} {format_quantity(f['calibrated_s'], 's')} ({format_quantity(f['ideal_s'], 's')})"
                           for name, f in served["breakdown"].items() if f["calibrated_s"] or f["ideal_s"])
         mesh = "one GPU" if served["data"] * served["model"] == 1 else f"data={served['data']}, model={served['model']}"
-        print(f"  served ({served['engine']}, {mesh}; fitted to published runs): "
+        print(f"  served, forecast ({served['engine']}, {mesh}; fitted to published runs): "
               f"{format_quantity(out['served_step_time_s'], 's')}, {out['served_tokens_per_s']:,.0f} tokens/s; "
               f"calibrated (ideal): {parts}")
         ar = served["allreduce"]

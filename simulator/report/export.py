@@ -5,6 +5,8 @@ events with times in microseconds, named by ``process_name`` / ``thread_name`` m
 Under the spans, counter ("C") tracks: each memory pool's live bytes (``hbm live bytes``, ``vmem live
 bytes``) after every change, and each link direction's utilisation (``link 0->1 utilisation``: the
 fraction of its nominal bandwidth in use, 0 when idle) at the start and end of every busy period.
+``otherData.podsim`` keeps the run's bytes per interface and each link's kind, axis and direction, so a
+saved trace can be measured again (`podsim compare`).
 """
 from __future__ import annotations
 
@@ -54,7 +56,13 @@ def chrome_trace(trace: Trace, counters: bool = True) -> dict[str, Any]:
         })
     if counters:
         events += memory_counters(pools, pids) + link_counters(trace, pids)
-    return {"traceEvents": events, "displayTimeUnit": "ns"}
+    links = {unit: {k: v for k, v in info.items() if k in LINK_KEYS} for unit, info in trace.links.items()}
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"podsim": {"bytes": dict(trace.bytes_by_interface), "links": links}}}
+
+
+#: The link attributes a trace file keeps (`otherData.podsim.links`), for `podsim compare`'s link groups.
+LINK_KEYS = ("kind", "axis", "direction", "src_role", "dst_role", "bandwidth_bytes_per_s")
 
 
 def used_pools(trace: Trace) -> list[PoolTimeline]:

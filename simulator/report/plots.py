@@ -302,25 +302,45 @@ def sweep(points: Sequence[dict[str, Any]], x: str, simulated: str, closed_form:
 
 
 def plan_scatter(plans: Sequence[dict[str, Any]], capacity_bytes: float | None = None, ax: Any = None,
-                 title: str = "") -> Any:
-    """Step time against memory per chip for every candidate layout of a plan search; simulated ones marked,
-    layouts that do not fit greyed, the chip's HBM capacity as a line."""
-    ax = _axes(ax, (7, 4.5))
+                 title: str = "", labels: Sequence[str] = ()) -> Any:
+    """Step time (the bound) against the memory verdict per chip (``memory_peak_bytes``: simulated peak, else the
+    closed form) for every candidate layout of a plan search; simulated ones marked and numbered by rank, with
+    ``labels`` (one per simulated row: its mesh and options) in the legend, layouts that do not fit greyed, the
+    chip's HBM capacity as a line. An axis whose values span more than a decade is logarithmic (`_scale`)."""
+    ax = _axes(ax, (8, 5))
+    memory = [p.get("memory_peak_bytes", p["memory_per_chip_bytes"]) / 2**30 for p in plans]
     for simulated, marker, label in ((False, "o", "closed form"), (True, "*", "simulated")):
-        chosen = [p for p in plans if p["simulated"] == simulated]
-        colors = ["#4C72B0" if p["fits"] else "#BBBBBB" for p in chosen]
-        ax.scatter([p["memory_per_chip_bytes"] / 2**30 for p in chosen], [p["step_time_s"] * 1e3 for p in chosen],
+        chosen = [(p, m) for p, m in zip(plans, memory, strict=True) if p["simulated"] == simulated]
+        colors = ["#4C72B0" if p["fits"] else "#BBBBBB" for p, _ in chosen]
+        ax.scatter([m for _, m in chosen], [p["step_time_s"] * 1e3 for p, _ in chosen],
                    marker=marker, s=120 if simulated else 25, c=colors, edgecolors="#C44E52" if simulated else "none",
                    label=label, zorder=3 if simulated else 2)
+    ranked = [(i, p, m) for i, (p, m) in enumerate(zip(plans, memory, strict=True), 1) if p["simulated"]]
+    for (i, p, m), text in zip(ranked, labels, strict=False):
+        ax.annotate(str(i), (m, p["step_time_s"] * 1e3), textcoords="offset points", xytext=(6, 4), fontsize="small")
+        ax.plot([], [], " ", label=f"{i}: {text}")  # a legend row naming the simulated layout
     if capacity_bytes:
         ax.axvline(capacity_bytes / 2**30, color="#C44E52", linewidth=0.8, linestyle="--", label="HBM per chip")
-    ax.set_xlabel("memory per chip (GiB)")
-    ax.set_ylabel("step time (ms)")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small")
+    ax.set_xscale(_scale(memory + ([capacity_bytes / 2**30] if capacity_bytes else [])))
+    ax.set_yscale(_scale([p["step_time_s"] * 1e3 for p in plans]))
+    if ax.get_yscale() == "linear":
+        ax.set_ylim(bottom=0)
+    ax.set_xlabel("memory per chip, peak (GiB)" + (", log" if ax.get_xscale() == "log" else ""))
+    ax.set_ylabel("step time, bound (ms)" + (", log" if ax.get_yscale() == "log" else ""))
+    ax.legend(fontsize="x-small")
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
     _title(ax, title)
     return ax
+
+
+DECADE_SPAN = 10.0  #: an axis whose positive values span more than this ratio is drawn logarithmic
+
+
+def _scale(values: Sequence[float]) -> str:
+    """``"log"`` when the positive ``values`` span more than a decade (max / min > `DECADE_SPAN`), else
+    ``"linear"``."""
+    positive = [v for v in values if v > 0]
+    return "log" if positive and max(positive) / min(positive) > DECADE_SPAN else "linear"
 
 
 def picture_formats() -> list[str]:

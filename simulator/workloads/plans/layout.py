@@ -15,7 +15,8 @@ them (``fsdp=4@1,model=2@0``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from simulator.units import check_int
 from simulator.workloads.budget import MAX_REQUESTS
@@ -133,6 +134,18 @@ def nearest(value: int, valid: list[int]) -> int:
     return min(valid, key=lambda v: (abs(v - value), v))
 
 
+def _nearest_that_passes(value: int, valid: list[int], check: Any) -> int | None:
+    """The choice closest to ``value`` (the smaller on a tie) among ``valid`` for which ``check(choice)`` raises no
+    `PlanError` -- a suggestion is tried before it is printed -- or None when none passes."""
+    for choice in sorted(valid, key=lambda v: (abs(v - value), v)):
+        try:
+            check(choice)
+        except PlanError:
+            continue
+        return choice
+    return None
+
+
 def check_model_axes(cfg: TransformerConfig, plan: MeshPlan, even_stages: bool = True) -> None:
     """Raise `PlanError` naming the nearest valid size when an axis does not divide the model (``even_stages``
     False: pipeline stages may hold unequal layer counts, as Megatron's do)."""
@@ -160,23 +173,32 @@ def check_model_axes(cfg: TransformerConfig, plan: MeshPlan, even_stages: bool =
 
 
 def check_train_plan(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
-                     even_stages: bool = True) -> None:
+                     even_stages: bool = True, *, suggest: bool = True) -> None:
     """Every divisibility rule of a training step; each error names the nearest valid choice (``even_stages``
-    False: the calibrated GPU step's uneven pipeline stages are allowed)."""
+    False: the calibrated GPU step's uneven pipeline stages are allowed). A suggested batch or microbatch count
+    passes every rule itself (tried with ``suggest`` False, which names none)."""
     check_int(batch, name="batch", maximum=MAX_REQUESTS, error=PlanError)
     check_int(seq, name="seq", maximum=2**24, error=PlanError)
     check_int(opts.microbatches, name="microbatches", maximum=MAX_REQUESTS, error=PlanError)
     check_int(opts.virtual_stages, name="virtual_stages", maximum=1024, error=PlanError)
     opts.check()
     check_model_axes(cfg, plan, even_stages)
+    def trial(b: int = batch, **changes: Any) -> None:  # every rule again, for a suggestion (naming none)
+        check_train_plan(cfg, plan, replace(opts, **changes), b, seq, even_stages, suggest=False)
+
     ways = plan.batch_ways
     if batch % ways:
-        raise PlanError(f"batch={batch} does not split over data x fsdp x expert = {ways} chips; the nearest valid "
-                        f"batch is {max(ways, round(batch / ways) * ways)}")
+        near = [ways * k for k in range(1, min(MAX_REQUESTS, 2 * batch + 64 * ways) // ways + 1)]
+        good = _nearest_that_passes(batch, near, trial) if suggest else None
+        raise PlanError(f"batch={batch} does not split over data x fsdp x expert = {ways} chips; " +
+                        (f"the nearest valid batch is {good}" if good else f"a batch must be a multiple of {ways}, "
+                         "and none near it also suits the other flags"))
     per_group, m = batch // ways, opts.microbatches
     if per_group % m:
+        good = _nearest_that_passes(m, divisors(per_group), lambda k: trial(microbatches=k)) if suggest else None
         raise PlanError(f"--microbatches {m} does not divide the {per_group} sequences each data-parallel group "
-                        f"holds; the nearest valid choice is --microbatches {nearest(m, divisors(per_group))}")
+                        "holds; " + (f"the nearest valid choice is --microbatches {good}" if good else
+                                     f"valid: a divisor of {per_group}, none of which suits the other flags"))
     p, v = plan.size("pipeline"), opts.chunks
     if opts.schedule == "interleaved" and p > 1:
         if even_stages and cfg.n_layers % (p * v):
@@ -185,8 +207,12 @@ def check_train_plan(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions,
                             f"{cfg.n_layers} layers of {cfg.name}; the nearest valid choice is {nearest(v, good)} "
                             "virtual stages")
         if m % p:
-            raise PlanError(f"the interleaved schedule needs --microbatches a multiple of pipeline={p}; the nearest "
-                            f"valid choice is --microbatches {max(p, round(m / p) * p)}")
+            good = _nearest_that_passes(m, [d for d in divisors(per_group) if d % p == 0],
+                                        lambda k: trial(microbatches=k)) if suggest else None
+            raise PlanError(f"the interleaved schedule needs --microbatches a multiple of pipeline={p}; " +
+                            (f"the nearest valid choice is --microbatches {good}" if good else
+                             f"no multiple of {p} divides the {per_group} sequences each data-parallel group holds "
+                             "(use --schedule 1f1b, or a batch that is)"))
     s = plan.size("sequence")
     if seq % s:
         raise PlanError(f"sequence={s} cannot split the {seq} positions of each sequence evenly (attention is split "

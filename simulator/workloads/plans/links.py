@@ -53,7 +53,7 @@ def build_system(chip: ChipSpec, plan: MeshPlan, topology: str | None = None, tr
     for spec_text in [topology] if topology else _default_topologies(spec, chip):
         try:
             system = System(chip, topology=spec_text, trace=trace, calibrated=calibrated)
-            return system, place(spec, system.graph, split=topology is None)
+            return system, place(spec, system.graph)
         except (PodsimError, TopologyError) as err:
             if topology:
                 raise
@@ -75,8 +75,9 @@ def _default_topologies(spec: MeshSpec, chip: ChipSpec) -> list[str]:
 
 def place(spec: MeshSpec, graph: nx.DiGraph, split: bool = True) -> Mesh:
     """A `Mesh` of ``spec`` on ``graph``: whole physical axes in order, else in the first permutation that fits,
-    else (``split``: on a default slice; a given ``--topology`` keeps whole axes, its error naming the layouts
-    that fit) factors of the physical axes in order (`simulator.workloads.mesh.place_split`)."""
+    else (``split``) factors of the physical axes in order (`simulator.workloads.mesh.place_split`). A training
+    plan splits on a given ``--topology`` as on its default slice, so `podsim plan` (`price.Pricer`) and
+    `podsim model` lay a mesh the same way; a 2-D serving grid keeps whole axes of a given topology."""
     shape = tuple(graph.graph.get("shape", ())) if is_grid(graph) else ()
     chips = sum(1 for _, role in graph.nodes(data="role") if role == "chip")
     if any(p is not None for p in spec.placement) or not shape or spec.n_devices != chips or \

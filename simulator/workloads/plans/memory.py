@@ -94,10 +94,10 @@ def in_flight_layers(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions)
     """Layer-microbatches of saved activations stage 0 holds at its peak."""
     p, m, v = plan.size("pipeline"), opts.microbatches, opts.chunks
     per_stage = cfg.n_layers / p
-    if p == 1:
-        return per_stage
-    if opts.schedule == "gpipe":
+    if opts.schedule == "gpipe":  # every forward before any backward (`schedules.tasks`), a pipeline or none
         return m * per_stage
+    if p == 1:  # gradient accumulation: one microbatch's forward, then its backward
+        return per_stage
     if opts.schedule == "1f1b" or v == 1:
         return min(m, p) * per_stage
     return min(m * v, 2 * (p - 1) + (v - 1) * p + 1) * per_stage / v

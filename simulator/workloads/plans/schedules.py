@@ -5,6 +5,8 @@ the device runs (always 0 unless interleaved; with v virtual stages device r hol
 ..., so chunk c of device r is virtual stage c * p + r).
 
 - GPipe: every forward, then every backward. Each stage holds all M microbatches' activations.
+- Without a pipeline (p = 1) 1F1B is gradient accumulation: each microbatch's forward, then its backward, so
+  one microbatch's activations are held at a time (as `memory.in_flight_layers` counts them).
 - 1F1B (PipeDream-flush): p - r - 1 warm-up forwards, then one forward and one backward in turn, then
   the remaining backwards; at most p microbatches in flight. Same bubble as GPipe.
 - Interleaved 1F1B (Megatron-LM): v chunks per device, microbatches in groups of p per chunk; warm-up
@@ -28,7 +30,7 @@ def bubble_fraction(schedule: str, p: int, m: int, v: int = 1) -> float:
 
 def tasks(schedule: str, p: int, rank: int, m: int, v: int = 1) -> list[Task]:
     """The ordered tasks of device ``rank`` of ``p``."""
-    if schedule == "gpipe" or p == 1:
+    if schedule == "gpipe":
         return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
     if schedule == "1f1b" or v == 1:
         return _one_f_one_b([("F", i, 0) for i in range(m)], [("B", i, 0) for i in range(m)], min(p - rank - 1, m))

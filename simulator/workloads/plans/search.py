@@ -137,6 +137,7 @@ def _row(out: dict[str, Any], plan: MeshPlan, opts: Any, simulated: bool) -> dic
     row = {"mesh": {a: plan.size(a) for a in plan.used} or {"data": 1}, "step_time_s": out["step_time_s"],
            "closed_form_s": out.get("closed_form_s", out["step_time_s"]), "mfu": out["mfu"],
            "memory_per_chip_bytes": out["memory_per_chip_bytes"], "fits": out["fits"], "simulated": simulated,
+           "memory_peak_bytes": out.get("memory_peak_bytes", out["memory_per_chip_bytes"]),
            "exposed_comm_s": out.get("exposed_comm_s", {}), "tokens_per_s": out["tokens_per_s"]}
     row["options"] = options_of(opts, plan) if isinstance(opts, TrainOptions) else dict(opts)
     if "topology" in out:
@@ -266,7 +267,7 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
             if key in closed:
                 row[key] = closed[key]
     plans = simulated + [r for r, _, _ in rows[len(simulated):]]
-    plans[:len(simulated)] = sorted(plans[:len(simulated)], key=lambda r: r["step_time_s"])
+    plans[:len(simulated)] = sorted(plans[:len(simulated)], key=lambda r: (not r["fits"], r["step_time_s"]))
     return {"model": cfg.name, "chip": chip.name, "chips": chips, "mode": mode, "batch": batch, "seq": seq,
             "candidates": priced, "layouts": len(plans), "fitting": sum(r["fits"] for r in plans), "plans": plans}
 

@@ -9,7 +9,9 @@ batches for this mesh (``critical_batch_per_chip``: 0.0 / None where the batch c
 ``critical_batch_notes``, and the book's alpha, M_X and M_Y behind them in ``critical_batch_axes``), and
 the cost when a price per chip-hour is given.
 A simulated step adds the busiest chip's HBM peak and timeline (``simulated_memory_peak_bytes``,
-``memory_timeline``: [seconds, bytes]) beside the closed-form ``memory_per_chip_bytes``.
+``memory_timeline``: [seconds, bytes]) beside the closed-form ``memory_per_chip_bytes``. The verdict
+(``memory_peak_bytes``, ``fits``, ``hbm_spare_bytes``; `memory_verdict`) reads the simulated peak where there
+is one, the closed form otherwise.
 """
 from __future__ import annotations
 
@@ -102,6 +104,7 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
         out.update(measured, simulated=True)
         out["_system"] = sim.system
         sim.system.step_metrics = sim.metrics  # the finished run's metrics, for callers that report them
+    out.update(memory_verdict(out))
     flops = model_flops(cfg, batch, seq)
     step = out["step_time_s"]
     out.update(model_flops_per_step=flops, mfu=flops / (plan.chips * chip.peak_flops_per_s() * step),
@@ -110,6 +113,21 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
         out.update(price_per_chip_hour_usd=price_per_chip_hour,
                    **step_cost(price_per_chip_hour, plan.chips, step, batch * seq))
     return out
+
+
+def memory_verdict(out: dict[str, Any]) -> dict[str, Any]:
+    """The one memory verdict of a step: ``memory_peak_bytes`` -- the simulated peak where the step was simulated
+    (the static state, ``memory_state_bytes``, plus the transient peak of activations, gathered weights and
+    unreduced gradients), else the closed-form ``memory_per_chip_bytes`` -- and ``fits`` and ``hbm_spare_bytes``
+    from it, so a "fits" never sits beside a simulated peak over capacity."""
+    state = out["memory_per_chip"]
+    static = state["params_bytes"] + state["grads_bytes"] + state["optimizer_bytes"]
+    simulated = bool(out.get("simulated")) and out.get("simulated_memory_peak_bytes", 0.0) > 0
+    peak = out["simulated_memory_peak_bytes"] if simulated else out["memory_per_chip_bytes"]
+    cap = out["hbm_capacity_bytes"]
+    return {"memory_peak_bytes": peak, "memory_peak_source": "simulated" if simulated else "closed form",
+            "memory_state_bytes": static, "memory_transient_peak_bytes": peak - static,
+            "fits": peak <= cap, "hbm_spare_bytes": cap - peak}
 
 
 def _p2p(system: Any, mesh: Any, plan: MeshPlan, cfg: TransformerConfig, batch: int, seq: int,
