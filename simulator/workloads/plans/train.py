@@ -39,8 +39,9 @@ def critical_batches(chip: ChipSpec, links: dict[str, AxisLink], d_ff: int, d_mo
     """The book's per-chip batch (tokens) above which each strategy on this mesh is compute-bound, and notes
     (`simulator.workloads.critical`): data parallelism and FSDP at C / W (W: what a chip moves per second
     along the axis, both ways, over every physical axis under it), tensor parallelism at any batch or none
-    (F / Y against C / W), FSDP + tensor parallelism at 4 (C / W_fsdp)(C / W_model) / F (the book's
-    4 alpha^2 / (F M_X M_Y)), and 2-D weight-stationary inference over the model axis at any batch or none."""
+    (F / Y against C / W), FSDP + tensor parallelism at (C / W_fsdp)(C / W_model) / F (the book's current
+    alpha^2 / (M_X M_Y F); its older edition's 4x that is in the note),
+    and 2-D weight-stationary inference over the model axis at any batch or none."""
     c = chip.peak_flops_per_s()
     out: dict[str, float | None] = {axis: critical.weight_traffic(c, links[axis].bandwidth_bytes_per_s)
                                     for axis in ("data", "fsdp") if axis in links}
@@ -49,7 +50,13 @@ def critical_batches(chip: ChipSpec, links: dict[str, AxisLink], d_ff: int, d_mo
         w_model = links["model"].bandwidth_bytes_per_s
         out["model"], notes["model"] = critical.tensor(c, w_model, d_ff, model_ways)
         if "fsdp" in links:
-            out["fsdp+model"] = critical.fsdp_tensor(c, links["fsdp"].bandwidth_bytes_per_s, w_model, d_ff)
+            w_fsdp = links["fsdp"].bandwidth_bytes_per_s
+            out["fsdp+model"] = critical.fsdp_tensor(c, w_fsdp, w_model, d_ff)
+            older = critical.fsdp_tensor_older_edition(c, w_fsdp, w_model, d_ff)
+            notes["fsdp+model"] = (f"the book's current edition: alpha^2 / (M_X M_Y F) = {out['fsdp+model']:,.0f} "
+                                   "tokens per chip (T_math above the larger of the FSDP and tensor-parallel "
+                                   f"terms); its older edition summed the two terms: 4 alpha^2 / (F M_X M_Y) = "
+                                   f"{older:,.0f}")
         if d_model:
             out["2d_weight_stationary"], notes["2d_weight_stationary"], _ = critical.weight_stationary_2d(
                 c, w_model, d_model, d_ff, model_ways)
@@ -96,6 +103,8 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                                                      {a: links[a].bandwidth_bytes_per_s for a in links})
     if notes:
         out["critical_batch_notes"] = notes
+    if out["critical_batch_per_chip"].get("fsdp+model") is not None:  # the older edition's, beside the current one
+        out["critical_batch_per_chip_older_edition"] = {"fsdp+model": 4 * out["critical_batch_per_chip"]["fsdp+model"]}
     if simulate:
         sim, measured = simulate_step(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast,
                                       (system, mesh) if reuse else None)
