@@ -58,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = _Parser(prog="podsim", description="Discrete-event simulator of ML accelerator chips and links.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    p = sub.add_parser("chips", help="list the chip presets")
+    p = sub.add_parser("chips", help="list the chip presets; with a NAME, that chip's facts (pod, hosts, SMs, clocks)")
+    p.add_argument("name", nargs="?", default=None, help="one preset: its spec and derived facts "
+                   "(TPU pod and hosts, per TensorCore and MXU, GPU CUDA cores, clocks and node)")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("list", help="list the scenarios and the question each answers")
     p.add_argument("--json", action="store_true")
@@ -158,8 +160,16 @@ def _resolve_chip(args: argparse.Namespace, default: str | None = None) -> ChipS
 
 
 def cmd_chips(args: argparse.Namespace) -> None:
+    from simulator.hardware.facts import chip_facts
+
+    if args.name is not None:
+        spec = get_chip(args.name)
+        out = {**spec.to_dict(), "facts": chip_facts(spec)}
+        print(json.dumps(out, indent=2) if args.json else _render_facts(spec.name, out["facts"]))
+        return
     if args.json:
-        print(json.dumps({name: spec.to_dict() for name, spec in PRESETS.items()}, indent=2))
+        print(json.dumps({name: {**spec.to_dict(), "facts": chip_facts(spec)} for name, spec in PRESETS.items()},
+                         indent=2))
         return
     header = f"{'chip':<9}{'bf16 TF/s':>10}{'int8 TOP/s':>11}{'HBM GiB':>9}{'HBM TB/s':>9}" \
              f"{'ICI GB/s':>9}{'links':>6}  wraparound"
@@ -168,6 +178,15 @@ def cmd_chips(args: argparse.Namespace) -> None:
         print(f"{s.name:<9}{s.peak_bf16_flops_per_s / 1e12:>10.0f}{s.peak_int8_flops_per_s / 1e12:>11.0f}"
               f"{s.hbm_capacity_bytes / 2**30:>9.0f}{s.hbm_bandwidth_bytes_per_s / 1e12:>9.2f}"
               f"{s.ici_bandwidth_bytes_per_s / 1e9:>9.0f}{s.ici_links:>6}  {s.wraparound}")
+
+
+def _render_facts(name: str, facts: dict[str, Any]) -> str:
+    """One chip's derived facts, a line each (peaks: bounds)."""
+    lines = [f"{name} (bounds: peaks and counts)"]
+    for group, values in facts.items():
+        lines += [f"  {group}.{key}: {value:,.4g}" if isinstance(value, float) else f"  {group}.{key}: {value}"
+                  for key, value in values.items()]
+    return "\n".join(lines)
 
 
 def cmd_list(args: argparse.Namespace) -> None:

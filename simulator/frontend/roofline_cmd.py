@@ -21,6 +21,7 @@ from typing import Any
 from simulator import analytic
 from simulator.errors import PodsimError
 from simulator.hardware.calibration import get_calibration
+from simulator.hardware.facts import GPUS_PER_NODE
 from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import check_derived, format_quantity, parse_int, parse_positive
@@ -140,7 +141,8 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
     (``axes`` ICI axes at once), and with ``calibrated`` the fitted figures beside it (``calibrated_*``
     keys, efficiencies, notes). Against a network roof the ridge C / W is the book's batch (tokens) above
     which data parallelism and FSDP over it are compute-bound: ``critical_batch_per_chip`` over ICI and
-    NVLink, ``critical_batch_per_slice`` over DCN and ``critical_batch_per_node`` over IB (`NETWORKS`)."""
+    NVLink, ``critical_batch_per_slice`` over DCN and ``critical_batch_per_node`` over IB (`NETWORKS`), with
+    ``critical_batch_per_gpu`` beside it (the book's C / W_node: a node's 8 NICs carry its 8 GPUs' share)."""
     peak = peak_flops(chip, dtype)
     bandwidth, roof = roof_bandwidth(chip, memory, axes)
     out = {"chip": chip.name, "dtype": dtype, "memory": memory, "roof": roof, "flops": flops, "bytes": nbytes,
@@ -153,6 +155,10 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
     if memory in NETWORKS:
         ridge = out["peak_intensity_flops_per_byte"]
         out[f"critical_batch_per_{NETWORKS[memory]}"] = {"data_parallel": ridge, "fsdp": ridge}
+        if memory == "ib":  # a node's 8 NICs carry its 8 GPUs' share: the book's C / W_node per GPU (2,475 on H100)
+            per_gpu = ridge / GPUS_PER_NODE
+            out["critical_batch_per_gpu"] = {"data_parallel": per_gpu, "fsdp": per_gpu}
+            out["node_egress_bytes_per_s"] = GPUS_PER_NODE * bandwidth
     if calibrated:
         out.update(_calibrated(chip, memory, flops, nbytes, shape, peak, bandwidth, dtype))
     return out
@@ -222,6 +228,8 @@ def render(out: dict[str, Any]) -> str:
         line = f"  critical batch C/W = {c:.4g} tokens per {per} (data parallelism, FSDP)"
         if per == "chip":  # tensor parallelism lives on the fast network
             line += f"; tensor parallelism over Y chips needs F/Y > {c:.4g}; FSDP x TP needs B/chip > {c:.4g}^2/(2F)"
+        elif "critical_batch_per_gpu" in out:  # the book's per-GPU figure, C / node egress
+            line += f"; {out['critical_batch_per_gpu']['data_parallel']:.4g} per GPU (C / node egress)"
         else:  # each chip of the slice or node has its own NIC
             line += f"; per chip divide by the chips of a {per}"
         lines.append(line)

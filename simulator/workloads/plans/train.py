@@ -13,6 +13,7 @@ A simulated step adds the busiest chip's HBM peak and timeline (``simulated_memo
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from simulator.engine.faults import current_plan
@@ -63,6 +64,26 @@ def critical_batches(chip: ChipSpec, links: dict[str, AxisLink], d_ff: int, d_mo
     return out, notes
 
 
+def book_gpu_critical_batches(chip: ChipSpec, links: dict[str, AxisLink]) -> dict[str, float]:
+    """The book's GPU rule (ch. gpus, "Data Parallelism") for the data and FSDP axes of a GPU mesh: C /
+    W_collective tokens per GPU, W_collective the GPU's NVLink egress inside a node and the node's egress
+    (GPUs of the node under the axis x one NIC each) across nodes: 990e12 / 450e9 = 2,200 and 990e12 / 400e9
+    = 2,475 on H100. podsim's ``critical_batch_per_chip`` is C / W with W what a large AllGather over both
+    levels achieves (the node and network rings one after the other): higher than the book's."""
+    if chip.wraparound != "switch":
+        return {}
+    out = {}
+    for axis in ("data", "fsdp"):
+        if axis in links:
+            stages = sorted(links[axis].stages, key=lambda st: st.bandwidth_bytes_per_s)
+            slow, inner = stages[0], stages[1:]
+            w = slow.bandwidth_bytes_per_s * math.prod(st.length for st in inner)  # the node's egress
+            if inner:
+                w = min(w, min(st.bandwidth_bytes_per_s for st in inner))
+            out[axis] = chip.peak_flops_per_s() / w
+    return out
+
+
 def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan,
                opts: TrainOptions | None = None, topology: str | None = None, simulate: bool = True,
                trace: bool = True, calibrated: bool = False,
@@ -103,6 +124,9 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                                                      {a: links[a].bandwidth_bytes_per_s for a in links})
     if notes:
         out["critical_batch_notes"] = notes
+    book = book_gpu_critical_batches(chip, links)
+    if book:
+        out["critical_batch_per_chip_book"] = book
     if out["critical_batch_per_chip"].get("fsdp+model") is not None:  # the older edition's, beside the current one
         out["critical_batch_per_chip_older_edition"] = {"fsdp+model": 4 * out["critical_batch_per_chip"]["fsdp+model"]}
     if simulate:

@@ -1,0 +1,72 @@
+"""The book's own figures beside podsim's where they differ by design (issue 32): each oracle is the book's
+arithmetic typed here from its chapters (jax-ml/scaling-book, gpus.md and tpus.md), not podsim's output."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator.frontend.cli import main
+
+
+def podsim_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+# --- chips: pods, hosts, SMs, CUDA cores, clocks -----------------------------------------------------------
+
+def test_tpu_pod_summaries(capsys):
+    """tpus, question 2: v5e 16x16 pod of 4x2 hosts: 32 hosts, 256 TensorCores, 256 x 1.97e14 FLOP/s, 256 x 16 GiB;
+    v5p 16x20x28 of 2x2x1 hosts: 2,240 hosts, 17,920 TensorCores, 8960 x 4.59e14 FLOP/s."""
+    v5e = podsim_json(capsys, "chips", "tpu-v5e")["facts"]["pod"]
+    assert (v5e["chips_per_pod"], v5e["hosts_per_pod"], v5e["tensor_cores_per_pod"]) == (256, 32, 256)
+    assert v5e["pod_peak_bf16_flops_per_s"] == pytest.approx(256 * 1.97e14)
+    assert v5e["pod_hbm_capacity_bytes"] == pytest.approx(256 * 16 * 2**30)
+    assert v5e["pcie_bytes_per_s_per_host"] == pytest.approx(8 * 1.6e10)
+    v5p = podsim_json(capsys, "chips", "tpu-v5p")["facts"]["pod"]
+    assert (v5p["chips_per_pod"], v5p["hosts_per_pod"], v5p["tensor_cores_per_pod"]) == (8960, 2240, 17920)
+    assert v5p["pod_peak_bf16_flops_per_s"] == pytest.approx(8960 * 4.59e14)
+
+
+def test_gpu_cuda_cores_and_clocks(capsys):
+    """gpus, quiz 1: 132 x 4 x 32 = 16,896 CUDA cores (B200 18,944); x 1.59 GHz = 26.9 TFLOP/s, 33.5 at the
+    1.98 GHz boost; the datasheet's 67 counts an FMA as 2; 990e12 / (132 x 4 x 1.76e9) ~ 1024 FLOPs per TC cycle."""
+    h100 = podsim_json(capsys, "chips", "h100")
+    gpu = h100["facts"]["gpu"]
+    assert gpu["cuda_cores"] == 16896
+    assert gpu["cuda_core_flops_per_s_base"] == pytest.approx(26.9e12, rel=0.01)
+    assert gpu["cuda_core_flops_per_s_boost"] == pytest.approx(33.5e12, rel=0.01)
+    assert gpu["cuda_core_fma_flops_per_s_boost"] == pytest.approx(h100["vpu_flops_per_s"], rel=0.01)  # 67e12
+    assert gpu["tensor_core_bf16_flops_per_cycle"] == pytest.approx(1024, rel=0.05)
+    assert gpu["node_egress_bytes_per_s"] == pytest.approx(400e9)
+    assert gpu["node_nvlink_bytes_per_s"] == pytest.approx(3.6e12)  # quiz 2, question 1
+    assert podsim_json(capsys, "chips", "b200")["facts"]["gpu"]["cuda_cores"] == 18944
+
+
+def test_chips_json_carries_facts_and_unknown_name_is_refused(capsys):
+    data = podsim_json(capsys, "chips")
+    assert data["tpu-v5e"]["facts"]["per_core"]["bf16_flops_per_s_per_mxu"] == pytest.approx(1.97e14 / 4)
+    assert main(["chips", "tpu-v99"]) == 2
+    assert "tpu-v99" in capsys.readouterr().err
+
+
+# --- critical batches over InfiniBand ----------------------------------------------------------------------
+
+def test_roofline_ib_gives_the_books_per_gpu_critical_batch(capsys):
+    """gpus, data parallelism: beyond a node, per-GPU token batch > 990e12 / 400e9 = 2,475 (19,800 per node)."""
+    out = podsim_json(capsys, "roofline", "--chip", "h100", "--memory", "ib", "--flops", "1e12", "--bytes", "1e9")
+    assert out["critical_batch_per_node"]["data_parallel"] == pytest.approx(8 * 990e12 / 400e9)
+    assert out["critical_batch_per_gpu"]["data_parallel"] == pytest.approx(990e12 / 400e9)
+
+
+@pytest.mark.parametrize(("n", "book"), [(8, 990e12 / 450e9), (16, 990e12 / 400e9)])
+def test_train_data_axis_gives_the_books_gpu_figure_beside_podsims(capsys, n, book):
+    """Inside a node 2,200 tokens per GPU, across nodes 2,475; podsim's own figure (both levels' rings one
+    after the other) is at least the book's."""
+    out = podsim_json(capsys, "model", "llama-2-7b", "--mode", "train", "--chip", "h100", "--mesh", f"data={n}",
+                      "--batch", "64", "--seq", "1024", "--no-simulate")
+    assert out["critical_batch_per_chip_book"]["data"] == pytest.approx(book)
+    assert out["critical_batch_per_chip"]["data"] >= book * (1 - 1e-9)
