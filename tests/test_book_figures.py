@@ -70,3 +70,22 @@ def test_train_data_axis_gives_the_books_gpu_figure_beside_podsims(capsys, n, bo
                       "--batch", "64", "--seq", "1024", "--no-simulate")
     assert out["critical_batch_per_chip_book"]["data"] == pytest.approx(book)
     assert out["critical_batch_per_chip"]["data"] >= book * (1 - 1e-9)
+
+
+# --- a decode step, each op by its own roofline ------------------------------------------------------------
+
+def test_decode_per_op_sum_beside_max_of_totals(capsys):
+    """The MLP compute-bound while attention reads the KV cache: each op's max(T_math, T_mem) with v5e's 1.97e14
+    FLOP/s and 8.2e11 B/s (REFERENCE.md), added, exceeds max(total compute, total memory); the two ops' FLOPs and
+    bytes add up to the step's per-chip totals."""
+    out = podsim_json(capsys, "model", "llama-2-7b", "--chip", "tpu-v5e", "--mesh", "model=8", "--batch", "256",
+                      "--context", "4096", "--no-simulate")
+    ops = out["per_op"]
+    assert sum(op["flops"] for op in ops.values()) == pytest.approx(out["per_chip"]["flops_per_step"], rel=1e-9)
+    assert sum(op["hbm_bytes"] for op in ops.values()) == pytest.approx(out["per_chip"]["hbm_bytes_per_step"],
+                                                                         rel=1e-9)
+    book = sum(max(op["flops"] / 1.97e14, op["hbm_bytes"] / 8.2e11) for op in ops.values())
+    assert out["lower_bound_per_op_s"] == pytest.approx(book, rel=1e-9)
+    assert (ops["weight_matmuls"]["bound"], ops["attention"]["bound"]) == ("compute", "memory")
+    assert out["lower_bound_per_op_s"] > out["lower_bound_s"] == pytest.approx(
+        max(out["per_chip"]["flops_per_step"] / 1.97e14, out["per_chip"]["hbm_bytes_per_step"] / 8.2e11), rel=1e-9)

@@ -332,6 +332,11 @@ def _print_model(out: dict[str, Any]) -> None:
           + (f"; simulated step {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"] else "")
           + (f" ({'calibrated kernels' if 'served' in out else 'calibrated'} "
              f"{format_quantity(out['calibrated_step_time_s'], 's')})" if "calibrated_step_time_s" in out else ""))
+    if "lower_bound_per_op_s" in out:
+        ops = ", ".join(f"{name.replace('_', ' ')} {format_quantity(op['bound_s'], 's')} ({op['bound']})"
+                        for name, op in out["per_op"].items())
+        print(f"  each op by its own roofline, summed (the book's): {format_quantity(out['lower_bound_per_op_s'], 's')}"
+              f" = {ops}; max(total compute, total memory) {format_quantity(out['lower_bound_s'], 's')}")
     print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
     print_served(out)
     _print_notes(out)
