@@ -89,3 +89,16 @@ def test_decode_per_op_sum_beside_max_of_totals(capsys):
     assert (ops["weight_matmuls"]["bound"], ops["attention"]["bound"]) == ("compute", "memory")
     assert out["lower_bound_per_op_s"] > out["lower_bound_s"] == pytest.approx(
         max(out["per_chip"]["flops_per_step"] / 1.97e14, out["per_chip"]["hbm_bytes_per_step"] / 8.2e11), rel=1e-9)
+
+
+# --- a three-level collective on the SuperPOD --------------------------------------------------------------
+
+def test_superpod_allgather_gives_the_books_overlapped_levels_beside_podsims(capsys):
+    """gpus, cross-node collectives: min(450e9 x 8/7, 400e9 x 32/31, 12.8e12 x 4/3) = 413 GB/s at the leaf."""
+    out = podsim_json(capsys, "collective", "all_gather", "--chip", "h100", "--topology", "superpod:4", "--bytes",
+                      "1GB")
+    book = min(450e9 * 8 / 7, 400e9 * 32 / 31, 12.8e12 * 4 / 3)
+    assert out["book_levels_bandwidth_bytes_per_s"] == pytest.approx(book, rel=1e-9)
+    assert out["book_levels_s"] == pytest.approx(1e9 / book, rel=1e-9)
+    assert out["book_levels_bottleneck"] == "leaf"
+    assert out["algbw_bytes_per_s"] < book  # podsim's levels do not overlap perfectly (about 295 GB/s)

@@ -260,6 +260,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
               "axes": axes, "algorithm": args.algorithm, "multi_axis": args.multi_axis, "chunks": chunks,
               "switching": args.switching, "mode": args.mode, "protocol": protocol}
     extra = r.to_json()
+    extra.update(_book_levels(args.kind, system, r))
     if args.calibrated:
         cal = run_collective(args.kind, _system(args, calibrated=True), nbytes, axes=axes, algorithm=args.algorithm,
                              multi_axis=args.multi_axis, chunks=chunks, root=root, mode=args.mode, protocol=protocol)
@@ -280,6 +281,10 @@ def cmd_collective(args: argparse.Namespace) -> None:
     print(f"  closed form {format_quantity(r.analytic_s, 's')}" +
           (f"   book estimate {format_quantity(r.book_s, 's')}" if r.book_s else ""))
     print(f"  topology bound {format_quantity(r.topology_bound_s, 's')} (no algorithm can be faster here)")
+    if "book_levels_s" in extra:
+        print(f"  book, fabric levels overlapped {format_quantity(extra['book_levels_s'], 's')} "
+              f"({format_quantity(extra['book_levels_bandwidth_bytes_per_s'], 'B/s')}, bound at the "
+              f"{extra['book_levels_bottleneck']}; no latency)")
     print("".join(f"  note: {note}\n" for note in system.notes), end="")  # not the chip's own topology
     if r.note:  # one chip: no bandwidth to report
         print(f"  {r.note}")
@@ -293,6 +298,13 @@ def cmd_collective(args: argparse.Namespace) -> None:
                                                      if extra["calibrated_protocol"] else ")"))
         if extra.get("calibrated_nccl"):
             print(f"  chosen as NCCL would: {extra['calibrated_nccl']['reason']}")
+
+
+def _book_levels(kind: str, system: Any, r: Any) -> dict[str, Any]:
+    """The book's multi-level fat-tree figure (`simulator.collectives.book_levels`) where it applies."""
+    from simulator.collectives.book_levels import book_levels
+
+    return book_levels(kind, dict(system.graph.graph), r.group_size, r.nbytes) or {}
 
 
 def _protocol(args: argparse.Namespace) -> str:
