@@ -102,3 +102,14 @@ def test_superpod_allgather_gives_the_books_overlapped_levels_beside_podsims(cap
     assert out["book_levels_s"] == pytest.approx(1e9 / book, rel=1e-9)
     assert out["book_levels_bottleneck"] == "leaf"
     assert out["algbw_bytes_per_s"] < book  # podsim's levels do not overlap perfectly (about 295 GB/s)
+
+
+# --- advice ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["llama-3-70b"], ["--params", "70e9", "--kv-bytes-per-token", "1e5"]])
+def test_int8_weights_are_not_told_to_use_8_bit_weights(capsys, argv):
+    base = ["model", *argv, "--chip", "tpu-v5e", "--no-simulate"]
+    int8 = podsim_json(capsys, *base, "--weight-dtype", "int8")["fit_note"]
+    bf16 = podsim_json(capsys, *base)["fit_note"]
+    assert "or 8-bit weights" not in int8 and "already 8-bit" in int8
+    assert "or 8-bit weights" in bf16

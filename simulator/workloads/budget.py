@@ -278,6 +278,11 @@ def _critical_batch(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int],
     return hi
 
 
+def fewer_bytes_advice(weight_elem_bytes: float) -> str:
+    """The tail of a does-not-fit note: 8-bit weights as a remedy only when the weights are wider than 8 bits."""
+    return " or 8-bit weights" if weight_elem_bytes > 1 else " (the weights are already 8-bit)"
+
+
 def smallest_model_axis(cfg: TransformerConfig, at_least: float) -> int:
     """The smallest valid model-parallel size >= ``at_least`` (dividing heads and MLP width)."""
     for m in range(max(1, math.ceil(at_least)), cfg.n_heads + 1):
@@ -303,7 +308,8 @@ def _fit(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Paral
     elif weights > cap:
         least = smallest_model_axis(cfg, cfg.params() * cfg.weight_elem_bytes / cap)
         note = (f"does not fit: the weights alone need {weights / GiB:.3f} GiB per chip, {(weights - cap) / GiB:.3f} "
-                f"GiB more than the {cap / GiB:.3f} GiB of HBM; use at least model={least} chips or 8-bit weights")
+                f"GiB more than the {cap / GiB:.3f} GiB of HBM; use at least model={least} chips"
+                f"{fewer_bytes_advice(cfg.weight_elem_bytes)}")
     else:
         note = (f"does not fit: {need / GiB:.3f} GiB per chip is {(need - cap) / GiB:.3f} GiB over the "
                 f"{cap / GiB:.3f} GiB of HBM; at this context a batch of {max_batch} fits")

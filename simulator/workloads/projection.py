@@ -22,6 +22,7 @@ from typing import Any
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec, check_dtype
 from simulator.units import check_bytes, check_derived, positive
+from simulator.workloads.budget import fewer_bytes_advice
 
 GiB = 2.0**30
 DAY_S = 86_400.0
@@ -93,7 +94,8 @@ def abstract_budget(params: float, kv_bytes_per_token: float, chip: ChipSpec, ba
         note = f"fits: {need / GiB:.3f} GiB of {cap / GiB:.3f} GiB per chip, {(cap - need) / GiB:.3f} GiB spare"
     elif weights / model > cap:
         note = (f"does not fit: the weights alone need {weights / model / GiB:.3f} GiB per chip of "
-                f"{cap / GiB:.3f} GiB; use at least model={math.ceil(weights / cap)} chips or 8-bit weights")
+                f"{cap / GiB:.3f} GiB; use at least model={math.ceil(weights / cap)} chips"
+                f"{fewer_bytes_advice(weights / params if params else 2)}")
     else:
         note = (f"does not fit: {need / GiB:.3f} GiB per chip is {(need - cap) / GiB:.3f} GiB over the "
                 f"{cap / GiB:.3f} GiB of HBM; at this context a batch of {max_batch} fits")
