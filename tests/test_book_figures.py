@@ -113,3 +113,14 @@ def test_int8_weights_are_not_told_to_use_8_bit_weights(capsys, argv):
     bf16 = podsim_json(capsys, *base)["fit_note"]
     assert "or 8-bit weights" not in int8 and "already 8-bit" in int8
     assert "or 8-bit weights" in bf16
+
+
+# --- the pipeline bubble -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("schedule", "chunks"), [("gpipe", 1), ("interleaved", 2)])
+def test_book_equal_stage_bubble_beside_podsims(capsys, schedule, chunks):
+    """p = 4, M = 16: (p - 1) / (M + p - 1) = 3/19 with equal stages; interleaved v = 2: 3 / 35."""
+    out = podsim_json(capsys, "model", "llama-2-7b", "--mode", "train", "--chip", "tpu-v5p", "--mesh", "pipeline=4",
+                      "--microbatches", "16", "--batch", "16", "--seq", "512", "--schedule", schedule, "--no-simulate")
+    assert out["book_bubble_fraction"] == pytest.approx(3 / (chunks * 16 + 3))
+    assert 0 < out["bubble_fraction"] < 1

@@ -361,7 +361,9 @@ def _print_train(out: dict[str, Any]) -> None:
           + ("fits" if out["fits"] else "does NOT fit") + f" ({out['hbm_spare_bytes'] / gib:+.2f} GiB spare)"
           + (f"; simulated peak {out['simulated_memory_peak_bytes'] / gib:.2f} GiB" if out["simulated"] else ""))
     exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in out["exposed_comm_s"].items()) or "none"
-    print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}")
+    book = (f" (the book's equal stages, (p-1)/(M+p-1): {out['book_bubble_fraction']:.1%})"
+            if out.get("book_bubble_fraction") else "")
+    print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}{book}")
     print(f"  ({EXPOSED_MEANING})")
     if "calibrated_step_time_s" in out:
         print(f"  forecast (calibrated): {format_quantity(out['calibrated_step_time_s'], 's')}, MFU "

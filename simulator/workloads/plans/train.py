@@ -64,6 +64,13 @@ def critical_batches(chip: ChipSpec, links: dict[str, AxisLink], d_ff: int, d_mo
     return out, notes
 
 
+def book_bubble_fraction(stages: int, microbatches: int, chunks: int = 1) -> float:
+    """The book's pipeline bubble with equal stages: (p - 1) / (M + p - 1) of the step idle (3/19 for p = 4,
+    M = 16); with ``chunks`` layer chunks per device (interleaved), (p - 1) / (v M + p - 1). podsim's
+    ``bubble_fraction`` prices the real, uneven stages (the embedding and head on the end stages)."""
+    return (stages - 1) / (chunks * microbatches + stages - 1)
+
+
 def book_gpu_critical_batches(chip: ChipSpec, links: dict[str, AxisLink]) -> dict[str, float]:
     """The book's GPU rule (ch. gpus, "Data Parallelism") for the data and FSDP axes of a GPU mesh: C /
     W_collective tokens per GPU, W_collective the GPU's NVLink egress inside a node and the node's egress
@@ -113,6 +120,7 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                            "microbatches": opts.microbatches, "schedule": opts.schedule, "zero": opts.zero,
                            "checkpoint": opts.checkpoint, "tp_overlap": opts.tp_overlap}
     out.update(train_memory(cfg, chip, plan, opts, batch, seq))
+    out["book_bubble_fraction"] = book_bubble_fraction(plan.size("pipeline"), opts.microbatches, opts.chunks)
     past = cfg.position_note(seq, f"seq={seq:,}")
     if past:
         out["notes"] = [past]
