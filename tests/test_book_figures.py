@@ -124,3 +124,36 @@ def test_book_equal_stage_bubble_beside_podsims(capsys, schedule, chunks):
                       "--microbatches", "16", "--batch", "16", "--seq", "512", "--schedule", schedule, "--no-simulate")
     assert out["book_bubble_fraction"] == pytest.approx(3 / (chunks * 16 + 3))
     assert 0 < out["bubble_fraction"] < 1
+
+
+# --- no longer refused: MFU from chip-hours, prefill at an assumed MFU, no KV cache -----------------------
+
+def test_mfu_from_measured_chip_hours(capsys):
+    """transformers, question 7: DeepSeek v3, 37B active, 14.8T tokens, 2.79M H800-hours: 6 N T / (H x 3600 x
+    peak). The book divides by 1.513e15 (an H800 PCIe sheet: 21.7%); podsim's h100 fp8 peak is 2.0e15."""
+    out = podsim_json(capsys, "model", "--params", "37e9", "--mode", "train", "--tokens-total", "14.8e12",
+                      "--measured-chip-hours", "2.79e6", "--chip", "h100")
+    flops = 6 * 37e9 * 14.8e12
+    assert out["measured_mfu_8bit"] == pytest.approx(flops / (2.79e6 * 3600 * 2.0e15), rel=1e-9)
+    assert out["measured_mfu"] == pytest.approx(flops / (2.79e6 * 3600 * 9.9e14), rel=1e-9)
+    assert out["chip_hours"] == pytest.approx(2.79e6, rel=1e-9)  # projected back at the measured MFU
+    assert main(["model", "--params", "37e9", "--mode", "train", "--tokens-total", "14.8e12",
+                 "--measured-chip-hours", "1", "--chip", "h100"]) == 2  # an MFU above the peak
+    assert "above the peak" in capsys.readouterr().err
+
+
+def test_prefill_at_an_assumed_mfu(capsys):
+    out = podsim_json(capsys, "model", "llama-2-7b", "--mode", "prefill", "--seq", "2048", "--batch", "4",
+                      "--assume-mfu", "0.4", "--chip", "tpu-v5e", "--mesh", "model=8", "--no-simulate")
+    assert out["assumed_mfu_step_time_s"] == pytest.approx(out["flops_per_step"] / (8 * 1.97e14 * 0.4), rel=1e-9)
+    assert main(["model", "llama-2-7b", "--mode", "decode", "--assume-mfu", "0.4", "--chip", "tpu-v5e"]) == 2
+    capsys.readouterr()
+
+
+def test_a_model_with_no_kv_cache(capsys):
+    """--kv-bytes-per-token 0: weights alone; the critical batch is the chip's ridge C / W_hbm = 240 on v5e."""
+    out = podsim_json(capsys, "model", "--params", "1e9", "--kv-bytes-per-token", "0", "--chip", "tpu-v5e",
+                      "--batch", "64")
+    assert out["critical_batch"] == pytest.approx(1.97e14 / 8.2e11, rel=1e-9)
+    assert out["max_batch"] is None and "no KV cache" in out["fit_note"]
+    assert out["lower_bound_s"] == pytest.approx(2e9 / 8.2e11, rel=1e-9)

@@ -67,7 +67,11 @@ def add_model_parser(sub: Any) -> None:
                                                                   "layers (e.g. 100e3 or 100kB)")
     p.add_argument("--tokens-total", metavar="T", help="train: project a whole run of T tokens (time_to_train_s)")
     p.add_argument("--assume-mfu", metavar="F", help="train: project at this utilisation, 6 N T / (chips peak F), "
-                                                     "as the book estimates")
+                                                     "as the book estimates; prefill: the step at this utilisation, "
+                                                     "FLOPs / (chips peak F) (assumed_mfu_step_time_s)")
+    p.add_argument("--measured-chip-hours", metavar="H", help="train, with --tokens-total T: the MFU a run of T "
+                   "tokens in H measured chip-hours achieved, 6 N T / (H x 3600 x peak) (measured_mfu at the bf16 "
+                   "peak, measured_mfu_8bit at the int8/fp8 peak)")
     p.add_argument("--chips", metavar="N", help="train: chips the run is projected on (default: the mesh's)")
     p.add_argument("--price-per-chip-hour", metavar="USD", help="price of one chip-hour, for the cost of a step")
     p.add_argument("--no-simulate", action="store_true", help="closed forms only (skip the simulated step)")
@@ -130,6 +134,7 @@ def cmd_model(args: argparse.Namespace) -> None:
     else:
         out = _train(args, cfg, chip) if args.mode == "train" else _serve(args, cfg, chip)
         projection.add_projection(args, out, cfg, chip, _price(args))
+    projection.add_measured(args, out, chip, cfg)
     if args.json:
         print(dumps_json(out))
     elif out.get("abstract") and args.mode == "train":
