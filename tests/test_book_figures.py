@@ -157,3 +157,33 @@ def test_a_model_with_no_kv_cache(capsys):
     assert out["critical_batch"] == pytest.approx(1.97e14 / 8.2e11, rel=1e-9)
     assert out["max_batch"] is None and "no KV cache" in out["fit_note"]
     assert out["lower_bound_s"] == pytest.approx(2e9 / 8.2e11, rel=1e-9)
+
+
+def test_collective_root_takes_a_coordinate_as_send_does(capsys):
+    """--root 1,2 on torus:4x4 is chip 6 (row-major), as send --src 1,2 reads it."""
+    by_coord = podsim_json(capsys, "collective", "gather", "--chip", "tpu-v5e", "--topology", "torus:4x4",
+                           "--bytes", "1MB", "--root", "1,2")
+    by_index = podsim_json(capsys, "collective", "gather", "--chip", "tpu-v5e", "--topology", "torus:4x4",
+                           "--bytes", "1MB", "--root", "6")
+    corner = podsim_json(capsys, "collective", "gather", "--chip", "tpu-v5e", "--topology", "mesh:4x4",
+                         "--bytes", "1MB", "--root", "0,0")
+    middle = podsim_json(capsys, "collective", "gather", "--chip", "tpu-v5e", "--topology", "mesh:4x4",
+                         "--bytes", "1MB", "--root", "1,1")
+    assert by_coord["time_s"] == by_index["time_s"]
+    assert corner["book_s"] == pytest.approx(2 * middle["book_s"])  # 2 links out of a corner, 4 in the middle
+    assert main(["collective", "gather", "--chip", "tpu-v5e", "--topology", "torus:4x4", "--bytes", "1MB",
+                 "--root", "9,9"]) == 2
+    assert "(9, 9)" in capsys.readouterr().err
+
+
+def test_snippet_helpers_are_public_again(tmp_path):
+    """load_config_file and train_budget (and decode_budget) import from the package top, as snippets used them."""
+    import simulator
+
+    path = tmp_path / "tiny.toml"
+    path.write_text('name = "tiny"\nd_model = 256\nd_ff = 1024\nn_layers = 2\nn_heads = 4\nvocab_size = 1000\n')
+    cfg = simulator.load_config_file(path)
+    assert (cfg.d_model, cfg.n_layers) == (256, 2)
+    out = simulator.train_budget(cfg, simulator.get_chip("tpu-v5e"), batch=4, seq=128)
+    assert out["t_compute_s"] > 0
+    assert {"load_config_file", "train_budget", "decode_budget"} <= set(simulator.__all__)

@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--axes", help="topology axis indices, e.g. 0,1 (default: all axes)")
     p.add_argument("--algorithm", default="auto", choices=algorithm_names(), help="see `podsim algorithms`")
     p.add_argument("--multi-axis", default="parallel", help="parallel (split over axes at once) or sequential")
-    p.add_argument("--root", help="root chip of broadcast, gather, scatter, reduce (default: chip 0)")
+    p.add_argument("--root", help="root chip of broadcast, gather, scatter, reduce: an index or a coordinate "
+                   "such as 0,0 (default: chip 0)")
     p.add_argument("--mode", default="auto", help="auto, full or reduced (one representative ring per axis)")
     p.add_argument("--calibrated", action="store_true",
                    help="also run the chip's calibrated model (fitted efficiencies) beside the ideal one")
@@ -253,7 +254,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
     nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
     axes = _int_list(args.axes, "--axes") if args.axes else None
     chunks = None if args.chunks is None else _parse_count(args.chunks, "--chunks")
-    root = None if args.root is None else parse_int(args.root, name="--root", minimum=0, maximum=MAX_INDEX)
+    root = _root(system.graph, args.root)
     r = run_collective(args.kind, system, nbytes, axes=axes, algorithm=args.algorithm, multi_axis=args.multi_axis,
                        chunks=chunks, root=root, mode=args.mode)
     params = {"kind": args.kind, "chip": system.spec.name, "topology": args.topology, "bytes": nbytes,
@@ -326,6 +327,15 @@ def cmd_algorithms(args: argparse.Namespace) -> None:
 
 def _parse_count(text: str, flag: str, minimum: int = 1) -> int:
     return parse_int(text, name=flag, minimum=minimum)
+
+
+def _root(graph: Any, text: str | None) -> Any:
+    """--root: a chip index (``3``) or, as ``send --src`` takes, a coordinate in the topology's notation (``0,0``)."""
+    if text is None:
+        return None
+    if "," in text:
+        return _chip_at(graph, text, "--root")
+    return parse_int(text, name="--root", minimum=0, maximum=MAX_INDEX)
 
 
 def _chip_at(graph: Any, text: str, flag: str) -> int:
