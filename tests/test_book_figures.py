@@ -187,3 +187,25 @@ def test_snippet_helpers_are_public_again(tmp_path):
     out = simulator.train_budget(cfg, simulator.get_chip("tpu-v5e"), batch=4, seq=128)
     assert out["t_compute_s"] > 0
     assert {"load_config_file", "train_budget", "decode_budget"} <= set(simulator.__all__)
+
+
+# --- roofline --find batch ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("dtype", "weight", "peak", "w_bytes", "a_bytes"), [
+    ("int8", None, 3.94e14, 1, 1),  # roofline question 1: B > 486 / 2 = 243 with the book's 8.1e11
+    ("bf16", "int8", 1.97e14, 1, 2),  # question 2: int8 weights under bf16 compute, B > 120
+    ("bf16", None, 1.97e14, 2, 2),  # the chapter's 240
+])
+def test_roofline_find_batch(capsys, dtype, weight, peak, w_bytes, a_bytes):
+    k, n, hbm = 4096, 16384, 8.2e11
+    argv = ["roofline", "--chip", "tpu-v5e", "--matmul", f"1,{k},{n}", "--dtype", dtype, "--find", "batch"]
+    out = podsim_json(capsys, *argv, *(["--weight-dtype", weight] if weight else []))
+    assert out["critical_batch_book"] == pytest.approx(peak / hbm * w_bytes / 2)
+    b = out["critical_batch"]  # the smallest whole B with 2BKN/C >= (a B K + w K N + a B N)/W
+    t = [(2 * x * k * n / peak, (a_bytes * x * (k + n) + w_bytes * k * n) / hbm) for x in (b - 1, b)]
+    assert t[0][0] < t[0][1] and t[1][0] >= t[1][1]
+
+
+def test_roofline_find_needs_a_matmul(capsys):
+    assert main(["roofline", "--chip", "tpu-v5e", "--flops", "1e9", "--bytes", "1e6", "--find", "batch"]) == 2
+    assert "--matmul" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from typing import Any
 
 from simulator import analytic
 from simulator.errors import PodsimError
+from simulator.frontend.roofline_find import check_find, find_batch
 from simulator.hardware.calibration import get_calibration
 from simulator.hardware.facts import GPUS_PER_NODE
 from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype, get_chip, load_chip_file
@@ -44,6 +45,10 @@ def add_roofline_parser(sub: Any, chip_args: Callable[[argparse.ArgumentParser],
     p.add_argument("--bytes", help="bytes moved by the task (e.g. 1GB)")
     p.add_argument("--matmul", metavar="M,K,N", help="a [M,K] @ [K,N] matmul instead of --flops/--bytes")
     p.add_argument("--dtype", default="bf16", help=f"one of {', '.join(DTYPE_BYTES)}")
+    p.add_argument("--weight-dtype", help="--matmul: dtype of the [K,N] operand if not --dtype (e.g. int8 weights "
+                                          "under bf16 compute)")
+    p.add_argument("--find", metavar="WHAT", help="batch: with --matmul, the batch M at which the matmul turns "
+                                                  "compute-bound (critical_batch, and the book's B << K,N rule)")
     p.add_argument("--memory", default="hbm", choices=MEMORIES,
                    help="which bandwidth roof: hbm, vmem, ici (both ways per axis), dcn, pcie, nvlink, ib (GPUs)")
     p.add_argument("--axes", help="ICI axes used at once (default 1; at most the chip's torus axes)")
@@ -73,9 +78,12 @@ def _task(args: argparse.Namespace) -> tuple[float, float, tuple[int, int, int] 
     """(FLOPs, bytes, the matmul's shape or None) from --matmul or --flops/--bytes."""
     if args.matmul and (args.flops or args.bytes):
         raise PodsimError("give either --matmul M,K,N or --flops F --bytes Q, not both")
+    if args.weight_dtype and not args.matmul:
+        raise PodsimError("--weight-dtype sets the bytes of a matmul's [K,N] operand; give --matmul M,K,N")
     if args.matmul:
         m, k, n = matmul_shape(args.matmul)
-        return analytic.matmul_flops(m, k, n), analytic.matmul_bytes(m, k, n, check_dtype(args.dtype)), (m, k, n)
+        a, w = check_dtype(args.dtype), check_dtype(args.weight_dtype or args.dtype)
+        return analytic.matmul_flops(m, k, n), a * (m * k + m * n) + w * k * n, (m, k, n)
     if args.flops and args.bytes:  # either may be 0 (pure memory traffic, pure compute), not both
         flops = parse_positive(args.flops, "flops_count", name="--flops", allow_zero=True)
         nbytes = parse_positive(args.bytes, "bytes", name="--bytes", allow_zero=True)
@@ -209,8 +217,14 @@ def cmd_roofline(args: argparse.Namespace) -> None:
     chip = _chip(args)
     flops, nbytes, shape = _task(args)
     axes = 1 if args.axes is None else parse_int(args.axes, name="--axes", maximum=MAX_AXES)
+    check_find(args.find, args.matmul)
     out = roofline_figures(chip, args.dtype, args.memory, flops, nbytes, shape, args.calibrated, axes)
-    print(dumps_json(out) if args.json else render(out))
+    if args.find and shape is not None:
+        out.update(find_batch(shape[1], shape[2], check_dtype(args.dtype), check_dtype(args.weight_dtype or args.dtype),
+                              out["peak_flops_per_s"], out["bandwidth_bytes_per_s"]))
+    if args.weight_dtype:
+        out["weight_dtype"] = args.weight_dtype
+    print(dumps_json(out) if args.json else render(out) + (f"\n  {out['find_note']}" if "find_note" in out else ""))
 
 
 def render(out: dict[str, Any]) -> str:
