@@ -114,6 +114,7 @@ def gpu_summary(chip: ChipSpec) -> dict[str, Any] | None:
            "cuda_core_flops_per_s_base": cores * facts.base_clock_hz,
            "cuda_core_flops_per_s_boost": cores * facts.boost_clock_hz,
            "cuda_core_fma_flops_per_s_boost": 2 * cores * facts.boost_clock_hz,
+           "fma_clock_hz_from_vpu": chip.vpu_flops_per_s / (2 * cores),  # the preset's FP32 rate / 2 FLOPs a core
            "tensor_core_bf16_flops_per_cycle": chip.peak_bf16_flops_per_s / (
                facts.sms * facts.subpartitions_per_sm * facts.tensor_clock_hz),
            "smem_bytes": chip.vmem_capacity_bytes, "gpus_per_node": g, "nvswitches_per_node": facts.nvswitches_per_node,
