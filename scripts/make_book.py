@@ -141,7 +141,17 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("inference", "Q1 the chapter's LLaMA-2-13B-like model: parameters (18.4e9)",
      "model --config docs/book_models/inference_worked.toml --chip tpu-v5e --no-simulate", "params_total", 18.4e9,
      "match 1%"),
-    ("inference", "Q2-Q6 the same model's fit, load time and sharding on v5e", None, None, None,
+    ("inference", "Q3 int8 weights from HBM on a v5e 4x4 (no printed answer; the chapter's method: 18.4e9 B / (16 x "
+     "8.1e11) = 1.42 ms)", "model --config docs/book_models/inference_worked.toml --chip tpu-v5e --mesh model=16 "
+     "--weight-dtype int8 --kv-dtype int8 --no-simulate", "t_memory_s", 1.42e-3, "match 2%"),
+    ("inference", "Q5.1 the model as an MoE, E=16, k=2: parameters (no printed answer; L (3DFE + 2DH(N+K)) + DV "
+     "= 211.7e9)", "model --config docs/book_models/inference_moe.toml --chip tpu-v5e --no-simulate", "params_total",
+     211.7e9, "match 1%"),
+    ("inference", "Q5.2 the MoE's compute-bound batch (no printed answer; the dense 240 scaled by E / k: 1,920)",
+     "model --config docs/book_models/inference_moe.toml --chip tpu-v5e --no-simulate", "critical_batch", 1920,
+     "differs: podsim reads only the experts a batch's tokens reach, E (1 - (1 - k/E)^B) of them, so fewer weight "
+     "bytes per token than all E experts"),
+    ("inference", "Q2, Q4, Q6 fit, sharding and free HBM of the same models on v5e", None, None, None,
      "none: the questions' model is given by its dimensions; podsim model --config F.toml answers each part "
      "(params_total, kv_bytes_per_position, max_batch, t_memory_s)"),
     # --- gpus ------------------------------------------------------------------------------------------------
