@@ -45,6 +45,8 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("tpus", "Q1 200B bf16 parameters on 32 v4p: time to load them from HBM (about 10 ms)",
      "model --params 200e9 --kv-bytes-per-token 0 --chip tpu-v4 --mesh model=32 --batch 1 --context 0",
      "t_memory_s", 10e-3, "match 5%"),
+    ("tpus", "Q1 the same as a roofline of the whole model's bytes over 32 chips (about 10 ms)",
+     "roofline --chip tpu-v4 --flops 0 --bytes 400e9 --chips 32", "lower_bound_s", 10e-3, "match 5%"),
     ("tpus", "Q2 v5e pod: CPU hosts (32)", "chips tpu-v5e", "facts.pod.hosts_per_pod", 32, "match 0%"),
     ("tpus", "Q2 v5e pod: TensorCores (256)", "chips tpu-v5e", "facts.pod.tensor_cores_per_pod", 256, "match 0%"),
     ("tpus", "Q2 v5e pod: bf16 FLOP/s (5.1e16)", "chips tpu-v5e", "facts.pod.pod_peak_bf16_flops_per_s", 5.1e16,

@@ -209,3 +209,12 @@ def test_roofline_find_batch(capsys, dtype, weight, peak, w_bytes, a_bytes):
 def test_roofline_find_needs_a_matmul(capsys):
     assert main(["roofline", "--chip", "tpu-v5e", "--flops", "1e9", "--bytes", "1e6", "--find", "batch"]) == 2
     assert "--matmul" in capsys.readouterr().err
+
+
+def test_roofline_chips_shares_a_whole_models_work(capsys):
+    """tpus, question 1: 200B bf16 parameters over 32 v4p: 400e9 / 32 / 1.2e12 B/s, no per-chip arithmetic."""
+    out = podsim_json(capsys, "roofline", "--chip", "tpu-v4", "--flops", "0", "--bytes", "400e9", "--chips", "32")
+    assert out["per_chip_bytes"] == pytest.approx(400e9 / 32)
+    assert out["lower_bound_s"] == pytest.approx(400e9 / 32 / 1.2e12)
+    assert main(["roofline", "--chip", "tpu-v4", "--matmul", "8,8,8", "--chips", "4"]) == 2
+    assert "--chips" in capsys.readouterr().err

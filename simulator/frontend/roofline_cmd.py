@@ -47,6 +47,8 @@ def add_roofline_parser(sub: Any, chip_args: Callable[[argparse.ArgumentParser],
     p.add_argument("--dtype", default="bf16", help=f"one of {', '.join(DTYPE_BYTES)}")
     p.add_argument("--weight-dtype", help="--matmul: dtype of the [K,N] operand if not --dtype (e.g. int8 weights "
                                           "under bf16 compute)")
+    p.add_argument("--chips", metavar="N", help="--flops and --bytes are a whole model's, evenly sharded over N chips: "
+                                                "the roofline of each chip's share (per_chip_flops, per_chip_bytes)")
     p.add_argument("--find", metavar="WHAT", help="batch: with --matmul, the batch M at which the matmul turns "
                                                   "compute-bound (critical_batch, and the book's B << K,N rule)")
     p.add_argument("--memory", default="hbm", choices=MEMORIES,
@@ -218,12 +220,20 @@ def cmd_roofline(args: argparse.Namespace) -> None:
     flops, nbytes, shape = _task(args)
     axes = 1 if args.axes is None else parse_int(args.axes, name="--axes", maximum=MAX_AXES)
     check_find(args.find, args.matmul)
+    chips = 1 if args.chips is None else parse_int(args.chips, name="--chips", maximum=10**7)
+    if chips > 1 and args.matmul:
+        raise PodsimError("--chips shares whole-model --flops and --bytes over chips; for a sharded matmul give each "
+                          "chip's --matmul shape (podsim shard gives it)")
+    flops, nbytes = flops / chips, nbytes / chips
     out = roofline_figures(chip, args.dtype, args.memory, flops, nbytes, shape, args.calibrated, axes)
     if args.find and shape is not None:
         out.update(find_batch(shape[1], shape[2], check_dtype(args.dtype), check_dtype(args.weight_dtype or args.dtype),
                               out["peak_flops_per_s"], out["bandwidth_bytes_per_s"]))
     if args.weight_dtype:
         out["weight_dtype"] = args.weight_dtype
+    if chips > 1:  # the figures above are one chip's share; the whole task's beside them
+        out.update(chips=chips, whole_flops=flops * chips, whole_bytes=nbytes * chips, per_chip_flops=flops,
+                   per_chip_bytes=nbytes)
     print(dumps_json(out) if args.json else render(out) + (f"\n  {out['find_note']}" if "find_note" in out else ""))
 
 
