@@ -76,8 +76,9 @@ def book_gpu_critical_batches(chip: ChipSpec, links: dict[str, AxisLink]) -> dic
     W_collective tokens per GPU, W_collective the GPU's NVLink egress inside a node and the node's egress
     (GPUs of the node under the axis x one NIC each) across nodes: 990e12 / 450e9 = 2,200 and 990e12 / 400e9
     = 2,475 on H100. podsim's ``critical_batch_per_chip`` is C / W with W what a large AllGather over both
-    levels achieves (the node and network rings one after the other): higher than the book's."""
-    if chip.wraparound != "switch":
+    levels achieves (the node and network rings one after the other): higher than the book's. Pure data
+    parallelism and FSDP only (the book's case): nothing where the mesh has other axes."""
+    if chip.wraparound != "switch" or set(links) - {"data", "fsdp"}:
         return {}
     out = {}
     for axis in ("data", "fsdp"):
