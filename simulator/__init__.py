@@ -43,13 +43,13 @@ from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.report import plots
 from simulator.report.result import Result
-from simulator.workloads.budget import Parallelism
+from simulator.workloads.budget import Parallelism, decode_budget, train_budget
 from simulator.workloads.mesh import Mesh
 from simulator.workloads.pipeline import Operand, Step, run_steps
 from simulator.workloads.served import served_concurrent, served_request
 from simulator.workloads.sharding import sharded_matmul
 from simulator.workloads.simulate import simulate_decode, simulate_train
-from simulator.workloads.transformer import TransformerConfig, get_model
+from simulator.workloads.transformer import TransformerConfig, get_model, load_config_file
 
 __version__ = "0.1.0"
 
@@ -87,6 +87,7 @@ if not any(isinstance(f, _Moved) for f in sys.meta_path):
 __all__ = [
     "ChipFail", "ChipPause", "ChipSlow", "ChipSpec", "FaultPlan", "Jitter", "LinkDegraded", "LinkDown", "LinkLatency",
     "Mesh", "Operand", "Parallelism", "PodsimError", "Result", "Step", "System", "TransformerConfig", "analytic",
-    "applying", "get_chip", "get_model", "plots", "run_collective", "run_steps", "served_concurrent", "served_request",
-    "sharded_matmul", "simulate_decode", "simulate_train", "spmd", "start_collective",
+    "applying", "decode_budget", "get_chip", "get_model", "load_config_file", "plots", "run_collective", "run_steps",
+    "served_concurrent", "served_request", "sharded_matmul", "simulate_decode", "simulate_train", "spmd",
+    "start_collective", "train_budget",
 ]

@@ -152,3 +152,23 @@ def test_gqa_attention_splits_requests_when_that_shards_the_kv_cache_further():
     assert out["attention_split"] == "requests"
     whole = 2 * 80 * 8 * 128 * 2 * 8 * 4096  # K and V, layers, KV heads, head_dim, bytes, requests, positions
     assert out["kv_cache_bytes"] == whole and out["per_chip"]["kv_cache_bytes"] == pytest.approx(whole / 32)
+
+
+def test_crossovers_and_the_hbm_bound_chip_count_as_numbers():
+    """The book's 1-D/2-D crossover N > 32 (F/D)(3/4)^2 (81 for F = 4D), podsim's F'/D and 4F'/D beside it,
+    and the model-axis size past which 1-D's two AllReduces of [T, D] (4 T D e / W) outlast the layer's HBM
+    reads (P_layer e_w + KV_layer) / (M W_hbm)."""
+    cfg = get_model("llama-3-8b")
+    batch, context = 8, 1024
+    out = budget_2d(cfg, V5E, batch, context, Parallelism(1, 8), "2d", topology="torus:2x4")
+    d, q, kv, f, layers = 4096, 4096, 1024, 14336, 32
+    f_prime = 2 * q + 2 * kv + 3 * f
+    crit = out["comm_bound_chips"]
+    assert crit["crossover_1d_2d_book"] == pytest.approx(32 * f / d * 9 / 16)
+    assert (crit["crossover_1d_2d"], crit["crossover_1d_2d_torus"]) == (pytest.approx(f_prime / d),
+                                                                        pytest.approx(4 * f_prime / d))
+    p_layer = d * (q + 2 * kv) + q * d + 3 * d * f
+    kv_layer = 2 * kv * 2 * batch * (context + 1)  # K and V, bf16, every request's context and its new token
+    w = 2 * B
+    assert crit["1d_vs_hbm"] == pytest.approx((2 * p_layer + kv_layer) * w / (4 * batch * d * 2 * 8.2e11), rel=1e-9)
+    assert layers == cfg.n_layers

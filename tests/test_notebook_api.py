@@ -138,7 +138,7 @@ def test_validate_rows_are_the_tables_lines():
 @pytest.mark.parametrize("mesh,m_x,m_y", [("fsdp=16,model=4", 2, 1), ("fsdp=4,model=16", 1, 2)])
 def test_critical_batch_axes_give_the_books_m_x_and_m_y(capsys, mesh, m_x, m_y):
     """v5p torus:4x4x4: fsdp=16 spans two wrapped axes of 4 (M_X = 2), model=4 one (M_Y = 1); alpha = C / W_ici =
-    4.59e14 / (2 x 9e10) = 2550, and FSDP + TP turns compute-bound at 4 alpha^2 / (F M_X M_Y)."""
+    4.59e14 / (2 x 9e10) = 2550, and FSDP + TP turns compute-bound at alpha^2 / (M_X M_Y F) (the current edition)."""
     from simulator.frontend.cli import main
 
     assert main(["model", "llama-3-8b", "--mode", "train", "--chip", "tpu-v5p", "--mesh", mesh, "--batch", "64",
@@ -150,7 +150,7 @@ def test_critical_batch_axes_give_the_books_m_x_and_m_y(capsys, mesh, m_x, m_y):
     assert axes["M"] == {"fsdp": pytest.approx(m_x), "model": pytest.approx(m_y)}
     crit = out["critical_batch_per_chip"]
     assert set(crit) == {"fsdp", "model", "fsdp+model", "2d_weight_stationary"}  # still keyed by strategy only
-    assert crit["fsdp+model"] == pytest.approx(4 * 2550**2 / (14336 * m_x * m_y))
+    assert crit["fsdp+model"] == pytest.approx(2550**2 / (14336 * m_x * m_y))
 
 
 # 5. the serving functions at the package top

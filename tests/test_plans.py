@@ -83,14 +83,16 @@ def test_compute_bound_above_c_over_w_and_communication_bound_below(axis):
 
 def test_fsdp_plus_model_minimum_batch_is_2_alpha_squared_over_f():
     """The book (training chapter): the discriminant of the FSDP/model split vanishes at a per-chip batch of
-    4 alpha^2 / (F M_X M_Y) -- 2 alpha^2 / F with FSDP over two axes and the model over one."""
+    alpha^2 / (M_X M_Y F) in the current edition (max of the two terms) -- alpha^2 / (2F) with FSDP over two
+    axes and the model over one; the older edition's 4 alpha^2 / (F M_X M_Y) beside it."""
     cfg = TransformerConfig(name="wide", d_model=2048, d_ff=16384, n_layers=2, n_heads=16, vocab_size=256,
                             tied_embeddings=True)
     out = train_plan(cfg, V5P, 64, 1024, parse_plan_mesh("fsdp=16,model=4"), TrainOptions(), "torus:4x4x4",
                      simulate=False)
     alpha = C / W
     assert out["critical_batch_per_chip"]["fsdp"] == pytest.approx(alpha / 2)  # fsdp over two axes
-    assert out["critical_batch_per_chip"]["fsdp+model"] == pytest.approx(4 * alpha**2 / (16384 * 2 * 1))
+    assert out["critical_batch_per_chip"]["fsdp+model"] == pytest.approx(alpha**2 / (16384 * 2 * 1))
+    assert out["critical_batch_per_chip_older_edition"]["fsdp+model"] == pytest.approx(4 * alpha**2 / (16384 * 2))
 
 
 def test_fsdp_plus_model_hides_its_communication_only_above_the_minimum_batch():

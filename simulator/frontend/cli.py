@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = _Parser(prog="podsim", description="Discrete-event simulator of ML accelerator chips and links.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    p = sub.add_parser("chips", help="list the chip presets")
+    p = sub.add_parser("chips", help="list the chip presets; with a NAME, that chip's facts (pod, hosts, SMs, clocks)")
+    p.add_argument("name", nargs="?", default=None, help="one preset: its spec and derived facts "
+                   "(TPU pod and hosts, per TensorCore and MXU, GPU CUDA cores, clocks and node)")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("list", help="list the scenarios and the question each answers")
     p.add_argument("--json", action="store_true")
@@ -86,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--axes", help="topology axis indices, e.g. 0,1 (default: all axes)")
     p.add_argument("--algorithm", default="auto", choices=algorithm_names(), help="see `podsim algorithms`")
     p.add_argument("--multi-axis", default="parallel", help="parallel (split over axes at once) or sequential")
-    p.add_argument("--root", help="root chip of broadcast, gather, scatter, reduce (default: chip 0)")
+    p.add_argument("--root", help="root chip of broadcast, gather, scatter, reduce: an index or a coordinate "
+                   "such as 0,0 (default: chip 0)")
     p.add_argument("--mode", default="auto", help="auto, full or reduced (one representative ring per axis)")
     p.add_argument("--calibrated", action="store_true",
                    help="also run the chip's calibrated model (fitted efficiencies) beside the ideal one")
@@ -160,8 +163,16 @@ def _resolve_chip(args: argparse.Namespace, default: str | None = None) -> ChipS
 
 
 def cmd_chips(args: argparse.Namespace) -> None:
+    from simulator.hardware.facts import chip_facts
+
+    if args.name is not None:
+        spec = get_chip(args.name)
+        out = {**spec.to_dict(), "facts": chip_facts(spec)}
+        print(json.dumps(out, indent=2) if args.json else _render_facts(spec.name, out["facts"]))
+        return
     if args.json:
-        print(json.dumps({name: spec.to_dict() for name, spec in PRESETS.items()}, indent=2))
+        print(json.dumps({name: {**spec.to_dict(), "facts": chip_facts(spec)} for name, spec in PRESETS.items()},
+                         indent=2))
         return
     header = f"{'chip':<9}{'bf16 TF/s':>10}{'int8 TOP/s':>11}{'HBM GiB':>9}{'HBM TB/s':>9}" \
              f"{'ICI GB/s':>9}{'links':>6}  wraparound"
@@ -170,6 +181,15 @@ def cmd_chips(args: argparse.Namespace) -> None:
         print(f"{s.name:<9}{s.peak_bf16_flops_per_s / 1e12:>10.0f}{s.peak_int8_flops_per_s / 1e12:>11.0f}"
               f"{s.hbm_capacity_bytes / 2**30:>9.0f}{s.hbm_bandwidth_bytes_per_s / 1e12:>9.2f}"
               f"{s.ici_bandwidth_bytes_per_s / 1e9:>9.0f}{s.ici_links:>6}  {s.wraparound}")
+
+
+def _render_facts(name: str, facts: dict[str, Any]) -> str:
+    """One chip's derived facts, a line each (peaks: bounds)."""
+    lines = [f"{name} (bounds: peaks and counts)"]
+    for group, values in facts.items():
+        lines += [f"  {group}.{key}: {value:,.4g}" if isinstance(value, float) else f"  {group}.{key}: {value}"
+                  for key, value in values.items()]
+    return "\n".join(lines)
 
 
 def cmd_list(args: argparse.Namespace) -> None:
@@ -236,13 +256,14 @@ def cmd_collective(args: argparse.Namespace) -> None:
     nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
     axes = _int_list(args.axes, "--axes") if args.axes else None
     chunks = None if args.chunks is None else _parse_count(args.chunks, "--chunks")
-    root = None if args.root is None else parse_int(args.root, name="--root", minimum=0, maximum=MAX_INDEX)
+    root = _root(system.graph, args.root)
     r = run_collective(args.kind, system, nbytes, axes=axes, algorithm=args.algorithm, multi_axis=args.multi_axis,
                        chunks=chunks, root=root, mode=args.mode)
     params = {"kind": args.kind, "chip": system.spec.name, "topology": args.topology, "bytes": nbytes,
               "axes": axes, "algorithm": args.algorithm, "multi_axis": args.multi_axis, "chunks": chunks,
               "switching": args.switching, "mode": args.mode, "protocol": protocol}
     extra = r.to_json()
+    extra.update(_book_levels(args.kind, system, r))
     if args.calibrated:
         cal = run_collective(args.kind, _system(args, calibrated=True), nbytes, axes=axes, algorithm=args.algorithm,
                              multi_axis=args.multi_axis, chunks=chunks, root=root, mode=args.mode, protocol=protocol)
@@ -270,6 +291,10 @@ def cmd_collective(args: argparse.Namespace) -> None:
     print(f"  closed form {format_quantity(r.analytic_s, 's')}" +
           (f"   book estimate {format_quantity(r.book_s, 's')}" if r.book_s else ""))
     print(f"  topology bound {format_quantity(r.topology_bound_s, 's')} (no algorithm can be faster here)")
+    if "book_levels_s" in extra:
+        print(f"  book, fabric levels overlapped {format_quantity(extra['book_levels_s'], 's')} "
+              f"({format_quantity(extra['book_levels_bandwidth_bytes_per_s'], 'B/s')}, bound at the "
+              f"{extra['book_levels_bottleneck']}; no latency)")
     print("".join(f"  note: {note}\n" for note in system.notes), end="")  # not the chip's own topology
     print("".join(f"  {w}\n" for w in warnings), end="")
     if r.note:  # one chip: no bandwidth to report
@@ -284,6 +309,13 @@ def cmd_collective(args: argparse.Namespace) -> None:
                                                      if extra["calibrated_protocol"] else ")"))
         if extra.get("calibrated_nccl"):
             print(f"  chosen as NCCL would: {extra['calibrated_nccl']['reason']}")
+
+
+def _book_levels(kind: str, system: Any, r: Any) -> dict[str, Any]:
+    """The book's multi-level fat-tree figure (`simulator.collectives.book_levels`) where it applies."""
+    from simulator.collectives.book_levels import book_levels
+
+    return book_levels(kind, dict(system.graph.graph), r.group_size, r.nbytes) or {}
 
 
 def _protocol(args: argparse.Namespace) -> str:
@@ -305,6 +337,15 @@ def cmd_algorithms(args: argparse.Namespace) -> None:
 
 def _parse_count(text: str, flag: str, minimum: int = 1) -> int:
     return parse_int(text, name=flag, minimum=minimum)
+
+
+def _root(graph: Any, text: str | None) -> Any:
+    """--root: a chip index (``3``) or, as ``send --src`` takes, a coordinate in the topology's notation (``0,0``)."""
+    if text is None:
+        return None
+    if "," in text:
+        return _chip_at(graph, text, "--root")
+    return parse_int(text, name="--root", minimum=0, maximum=MAX_INDEX)
 
 
 def _chip_at(graph: Any, text: str, flag: str) -> int:

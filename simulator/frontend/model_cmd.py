@@ -67,7 +67,11 @@ def add_model_parser(sub: Any) -> None:
                                                                   "layers (e.g. 100e3 or 100kB)")
     p.add_argument("--tokens-total", metavar="T", help="train: project a whole run of T tokens (time_to_train_s)")
     p.add_argument("--assume-mfu", metavar="F", help="train: project at this utilisation, 6 N T / (chips peak F), "
-                                                     "as the book estimates")
+                                                     "as the book estimates; prefill: the step at this utilisation, "
+                                                     "FLOPs / (chips peak F) (assumed_mfu_step_time_s)")
+    p.add_argument("--measured-chip-hours", metavar="H", help="train, with --tokens-total T: the MFU a run of T "
+                   "tokens in H measured chip-hours achieved, 6 N T / (H x 3600 x peak) (measured_mfu at the bf16 "
+                   "peak, measured_mfu_8bit at the int8/fp8 peak)")
     p.add_argument("--chips", metavar="N", help="train: chips the run is projected on (default: the mesh's)")
     p.add_argument("--price-per-chip-hour", metavar="USD", help="price of one chip-hour, for the cost of a step")
     p.add_argument("--no-simulate", action="store_true", help="closed forms only (skip the simulated step)")
@@ -130,6 +134,7 @@ def cmd_model(args: argparse.Namespace) -> None:
     else:
         out = _train(args, cfg, chip) if args.mode == "train" else _serve(args, cfg, chip)
         projection.add_projection(args, out, cfg, chip, _price(args))
+    projection.add_measured(args, out, chip, cfg)
     if args.json:
         print(dumps_json(out))
     elif out.get("abstract") and args.mode == "train":
@@ -333,6 +338,11 @@ def _print_model(out: dict[str, Any]) -> None:
              else "")
           + (f"; forecast ({'calibrated kernels' if 'served' in out else 'calibrated'}) "
              f"{format_quantity(out['calibrated_step_time_s'], 's')}" if "calibrated_step_time_s" in out else ""))
+    if "lower_bound_per_op_s" in out:
+        ops = ", ".join(f"{name.replace('_', ' ')} {format_quantity(op['bound_s'], 's')} ({op['bound']})"
+                        for name, op in out["per_op"].items())
+        print(f"  each op by its own roofline, summed (the book's): {format_quantity(out['lower_bound_per_op_s'], 's')}"
+              f" = {ops}; max(total compute, total memory) {format_quantity(out['lower_bound_s'], 's')}")
     print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
     print_served(out)
     _print_notes(out)
@@ -360,7 +370,9 @@ def _print_train(out: dict[str, Any]) -> None:
           + (f"; closed-form estimate {out['memory_per_chip_bytes'] / gib:.2f} GiB"
              if out["memory_peak_source"] == "simulated" else ""))
     exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in out["exposed_comm_s"].items()) or "none"
-    print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}")
+    book = (f" (the book's equal stages, (p-1)/(M+p-1): {out['book_bubble_fraction']:.1%})"
+            if out.get("book_bubble_fraction") else "")
+    print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}{book}")
     print(f"  ({EXPOSED_MEANING})")
     if "calibrated_step_time_s" in out:
         print(f"  forecast (calibrated): {format_quantity(out['calibrated_step_time_s'], 's')}, MFU "

@@ -17,7 +17,10 @@ MAX_PROJECTED_CHIPS = 10**7  #: chips a projected run may use (the book's estima
 def check_flags(args: argparse.Namespace) -> None:
     """Refuse flag combinations with no meaning, naming what would work."""
     projecting = [f for f, v in (("--tokens-total", args.tokens_total), ("--assume-mfu", args.assume_mfu),
-                                 ("--chips", args.chips)) if v is not None]
+                                 ("--chips", args.chips), ("--measured-chip-hours", args.measured_chip_hours))
+                  if v is not None]
+    if args.mode == "prefill" and projecting == ["--assume-mfu"]:  # the prefill step at an assumed utilisation
+        projecting = []
     if projecting and args.mode != "train":
         raise PodsimError(f"{projecting[0]} projects a training run; add --mode train")
     if projecting and args.tokens_total is None:
@@ -30,9 +33,10 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.mode != "train" and args.kv_bytes_per_token is None:
         raise PodsimError(f"--params N in --mode {args.mode} needs --kv-bytes-per-token BYTES (all layers' K and V "
                           "of one token, e.g. 100e3)")
-    if args.mode == "train" and (args.tokens_total is None or args.assume_mfu is None):
+    if args.mode == "train" and (args.tokens_total is None or (args.assume_mfu is None and
+                                                               args.measured_chip_hours is None)):
         raise PodsimError("--params N in --mode train projects a run from an assumed utilisation: give "
-                          "--tokens-total T and --assume-mfu F (e.g. 0.4)")
+                          "--tokens-total T and --assume-mfu F (e.g. 0.4), or --measured-chip-hours H")
     if args.kv_dtype:
         raise PodsimError("--kv-dtype has no meaning with --kv-bytes-per-token, which already gives bytes; drop it")
 
@@ -44,7 +48,8 @@ def abstract_model(args: argparse.Namespace, chip: Any, price: float | None) -> 
 
     params = check_params(parse_positive(args.params, "number", name="--params"))
     if args.mode == "train":
-        mfu = parse_positive(args.assume_mfu, "number", name="--assume-mfu")
+        mfu = (parse_positive(args.assume_mfu, "number", name="--assume-mfu") if args.assume_mfu is not None else
+               measured_mfu(args, params, chip))
         chips = _chips(args)
         out = {"model": f"abstract {params / 1e9:.4g}B", "chip": chip.name, "mode": "train", "abstract": True,
                "params_total": params, "chips": chips,
@@ -63,7 +68,7 @@ def abstract_model(args: argparse.Namespace, chip: Any, price: float | None) -> 
     elif len(contexts) != batch:
         raise PodsimError(f"got {len(contexts)} context lengths for batch={batch}; give one per request")
     new = 1 if args.mode == "decode" else parse_tokens(args.seq or "1024", name="--seq", maximum=2**24)
-    kv = parse_positive(args.kv_bytes_per_token, "bytes", name="--kv-bytes-per-token")
+    kv = parse_quantity_at_least_zero(args.kv_bytes_per_token)
     out = abstract_budget(params, kv, chip, batch, contexts, par.data, par.model, args.weight_dtype, new,
                           args.compute_dtype)
     step = out["lower_bound_s"]
@@ -89,6 +94,46 @@ def add_projection(args: argparse.Namespace, out: dict[str, Any], cfg: Any, chip
     same = chips == out["chips"]
     out.update(train_projection(_tokens_total(args), cfg.params(active=True), chips, chip.peak_flops_per_s("bf16"),
                                 mfu, out["step_time_s"] if same else None, out["batch"] * out["seq"], price))
+
+
+def parse_quantity_at_least_zero(text: str) -> float:
+    """--kv-bytes-per-token: bytes, 0 allowed (a model with no KV cache: an MLP, a state-space model)."""
+    if text.strip() in ("0", "0.0", "0B"):
+        return 0.0
+    return parse_positive(text, "bytes", name="--kv-bytes-per-token")
+
+
+def measured_mfu(args: argparse.Namespace, params: float, chip: Any, dtype: str = "bf16") -> float:
+    """6 N T / (H x 3600 x peak): the MFU of a run of ``--tokens-total`` T tokens that took
+    ``--measured-chip-hours`` H, at the ``dtype`` peak (bf16, or int8 / fp8 for the 8-bit rate)."""
+    from simulator.workloads.projection import check_fraction_mfu
+
+    hours = parse_positive(args.measured_chip_hours, "number", name="--measured-chip-hours")
+    if args.tokens_total is None:
+        raise PodsimError("--measured-chip-hours H needs the run's --tokens-total T to count its 6 N T FLOPs")
+    return check_fraction_mfu(6.0 * params * _tokens_total(args) / (hours * 3600 * chip.peak_flops_per_s(dtype)),
+                              hours)
+
+
+def add_measured(args: argparse.Namespace, out: dict[str, Any], chip: Any, cfg: Any = None) -> None:
+    """``measured_mfu`` at the bf16 peak and ``measured_mfu_8bit`` at the int8 / fp8 peak (train,
+    ``--measured-chip-hours``; N the active parameters) and ``assumed_mfu_step_time_s`` (prefill,
+    ``--assume-mfu``): the step's FLOPs at that fraction of the peak, all chips together."""
+    if args.measured_chip_hours is not None:
+        params = float(cfg.params(active=True) if cfg is not None else out["params_total"])
+        out["measured_mfu"] = measured_mfu(args, params, chip)
+        out["measured_mfu_8bit"] = 6.0 * params * _tokens_total(args) / (
+            parse_positive(args.measured_chip_hours, "number", name="--measured-chip-hours") * 3600
+            * chip.peak_flops_per_s("int8"))
+    if args.mode == "prefill" and args.assume_mfu is not None:
+        mfu = parse_positive(args.assume_mfu, "number", name="--assume-mfu")
+        if not 0 < mfu <= 1:
+            raise PodsimError(f"--assume-mfu {mfu:g} must be a fraction in (0, 1], e.g. 0.4")
+        chips = out.get("data", 1) * out.get("model_parallel", 1)
+        peak = chip.peak_flops_per_s(out.get("compute_dtype") or "bf16")
+        step = out["flops_per_step"] / (chips * peak * mfu)
+        out.update(assumed_mfu=mfu, assumed_mfu_step_time_s=step,
+                   assumed_mfu_tokens_per_s=out["batch"] * out["new_tokens"] / step)
 
 
 def _chips(args: argparse.Namespace, default: int | None = None) -> int:

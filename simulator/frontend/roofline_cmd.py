@@ -20,7 +20,9 @@ from typing import Any
 
 from simulator import analytic
 from simulator.errors import PodsimError
+from simulator.frontend.roofline_find import check_find, find_batch
 from simulator.hardware.calibration import get_calibration
+from simulator.hardware.facts import GPUS_PER_NODE
 from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import check_derived, format_quantity, parse_int, parse_positive
@@ -43,6 +45,12 @@ def add_roofline_parser(sub: Any, chip_args: Callable[[argparse.ArgumentParser],
     p.add_argument("--bytes", help="bytes moved by the task (e.g. 1GB)")
     p.add_argument("--matmul", metavar="M,K,N", help="a [M,K] @ [K,N] matmul instead of --flops/--bytes")
     p.add_argument("--dtype", default="bf16", help=f"one of {', '.join(DTYPE_BYTES)}")
+    p.add_argument("--weight-dtype", help="--matmul: dtype of the [K,N] operand if not --dtype (e.g. int8 weights "
+                                          "under bf16 compute)")
+    p.add_argument("--chips", metavar="N", help="--flops and --bytes are a whole model's, evenly sharded over N chips: "
+                                                "the roofline of each chip's share (per_chip_flops, per_chip_bytes)")
+    p.add_argument("--find", metavar="WHAT", help="batch: with --matmul, the batch M at which the matmul turns "
+                                                  "compute-bound (critical_batch, and the book's B << K,N rule)")
     p.add_argument("--memory", default="hbm", choices=MEMORIES,
                    help="which bandwidth roof: hbm, vmem, ici (both ways per axis), dcn, pcie, nvlink, ib (GPUs)")
     p.add_argument("--axes", help="ICI axes used at once (default 1; at most the chip's torus axes)")
@@ -72,9 +80,12 @@ def _task(args: argparse.Namespace) -> tuple[float, float, tuple[int, int, int] 
     """(FLOPs, bytes, the matmul's shape or None) from --matmul or --flops/--bytes."""
     if args.matmul and (args.flops or args.bytes):
         raise PodsimError("give either --matmul M,K,N or --flops F --bytes Q, not both")
+    if args.weight_dtype and not args.matmul:
+        raise PodsimError("--weight-dtype sets the bytes of a matmul's [K,N] operand; give --matmul M,K,N")
     if args.matmul:
         m, k, n = matmul_shape(args.matmul)
-        return analytic.matmul_flops(m, k, n), analytic.matmul_bytes(m, k, n, check_dtype(args.dtype)), (m, k, n)
+        a, w = check_dtype(args.dtype), check_dtype(args.weight_dtype or args.dtype)
+        return analytic.matmul_flops(m, k, n), a * (m * k + m * n) + w * k * n, (m, k, n)
     if args.flops and args.bytes:  # either may be 0 (pure memory traffic, pure compute), not both
         flops = parse_positive(args.flops, "flops_count", name="--flops", allow_zero=True)
         nbytes = parse_positive(args.bytes, "bytes", name="--bytes", allow_zero=True)
@@ -140,7 +151,8 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
     (``axes`` ICI axes at once), and with ``calibrated`` the fitted figures beside it (``calibrated_*``
     keys, efficiencies, notes). Against a network roof the ridge C / W is the book's batch (tokens) above
     which data parallelism and FSDP over it are compute-bound: ``critical_batch_per_chip`` over ICI and
-    NVLink, ``critical_batch_per_slice`` over DCN and ``critical_batch_per_node`` over IB (`NETWORKS`)."""
+    NVLink, ``critical_batch_per_slice`` over DCN and ``critical_batch_per_node`` over IB (`NETWORKS`), with
+    ``critical_batch_per_gpu`` beside it (the book's C / W_node: a node's 8 NICs carry its 8 GPUs' share)."""
     peak = peak_flops(chip, dtype)
     bandwidth, roof = roof_bandwidth(chip, memory, axes)
     out = {"chip": chip.name, "dtype": dtype, "memory": memory, "roof": roof, "flops": flops, "bytes": nbytes,
@@ -153,6 +165,10 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
     if memory in NETWORKS:
         ridge = out["peak_intensity_flops_per_byte"]
         out[f"critical_batch_per_{NETWORKS[memory]}"] = {"data_parallel": ridge, "fsdp": ridge}
+        if memory == "ib":  # a node's 8 NICs carry its 8 GPUs' share: the book's C / W_node per GPU (2,475 on H100)
+            per_gpu = ridge / GPUS_PER_NODE
+            out["critical_batch_per_gpu"] = {"data_parallel": per_gpu, "fsdp": per_gpu}
+            out["node_egress_bytes_per_s"] = GPUS_PER_NODE * bandwidth
     if calibrated:
         out.update(_calibrated(chip, memory, flops, nbytes, shape, peak, bandwidth, dtype))
     return out
@@ -240,8 +256,22 @@ def cmd_roofline(args: argparse.Namespace) -> None:
     chip = _chip(args)
     flops, nbytes, shape = _task(args)
     axes = 1 if args.axes is None else parse_int(args.axes, name="--axes", maximum=MAX_AXES)
+    check_find(args.find, args.matmul)
+    chips = 1 if args.chips is None else parse_int(args.chips, name="--chips", maximum=10**7)
+    if chips > 1 and args.matmul:
+        raise PodsimError("--chips shares whole-model --flops and --bytes over chips; for a sharded matmul give each "
+                          "chip's --matmul shape (podsim shard gives it)")
+    flops, nbytes = flops / chips, nbytes / chips
     out = roofline_figures(chip, args.dtype, args.memory, flops, nbytes, shape, args.calibrated, axes)
-    print(dumps_json(out) if args.json else render(out))
+    if args.find and shape is not None:
+        out.update(find_batch(shape[1], shape[2], check_dtype(args.dtype), check_dtype(args.weight_dtype or args.dtype),
+                              out["peak_flops_per_s"], out["bandwidth_bytes_per_s"]))
+    if args.weight_dtype:
+        out["weight_dtype"] = args.weight_dtype
+    if chips > 1:  # the figures above are one chip's share; the whole task's beside them
+        out.update(chips=chips, whole_flops=flops * chips, whole_bytes=nbytes * chips, per_chip_flops=flops,
+                   per_chip_bytes=nbytes)
+    print(dumps_json(out) if args.json else render(out) + (f"\n  {out['find_note']}" if "find_note" in out else ""))
 
 
 def render(out: dict[str, Any]) -> str:
@@ -259,6 +289,8 @@ def render(out: dict[str, Any]) -> str:
         line = f"  critical batch C/W = {c:.4g} tokens per {per} (data parallelism, FSDP)"
         if per == "chip":  # tensor parallelism lives on the fast network
             line += f"; tensor parallelism over Y chips needs F/Y > {c:.4g}; FSDP x TP needs B/chip > {c:.4g}^2/(2F)"
+        elif "critical_batch_per_gpu" in out:  # the book's per-GPU figure, C / node egress
+            line += f"; {out['critical_batch_per_gpu']['data_parallel']:.4g} per GPU (C / node egress)"
         else:  # each chip of the slice or node has its own NIC
             line += f"; per chip divide by the chips of a {per}"
         lines.append(line)

@@ -137,6 +137,25 @@ def decode_flops(cfg: TransformerConfig, contexts: Sequence[int], new_tokens: in
             "attention_av_flops": per_source * sources, "flops": weights + 2 * per_source * sources}
 
 
+def per_op_bound(flops: dict[str, float], par: Parallelism, weight_bytes: float, kv_bytes: float,
+                 peak_flops_per_s: float, hbm_bytes_per_s: float) -> dict[str, Any]:
+    """The step priced as the book (and a real kernel) does: each operation by its own roofline, then added.
+
+    Per chip: the weight matmuls (every projection, MLP and head: their FLOPs against the weights they stream)
+    and attention (QK^T and AV against the KV cache they read and the step's new K and V) each take
+    max(T_math, T_mem); ``lower_bound_per_op_s`` is their sum, never below ``lower_bound_s`` = max(total
+    compute, total memory), which lets the MLP's compute hide under attention's reads. A bound, like it."""
+    chips = par.chips
+    ops = {"weight_matmuls": (flops["weight_matmul_flops"] / chips, weight_bytes),
+           "attention": ((flops["attention_qk_flops"] + flops["attention_av_flops"]) / chips, kv_bytes)}
+    per_op = {}
+    for name, (f, b) in ops.items():
+        t_c, t_m = f / peak_flops_per_s, b / hbm_bytes_per_s
+        per_op[name] = {"flops": f, "hbm_bytes": b, "t_compute_s": t_c, "t_memory_s": t_m, "bound_s": max(t_c, t_m),
+                        "bound": "compute" if t_c >= t_m else "memory"}
+    return {"per_op": per_op, "lower_bound_per_op_s": sum(op["bound_s"] for op in per_op.values())}
+
+
 def request_contexts(batch: int, context: int | Sequence[int]) -> list[int]:
     check_int(batch, name="batch", maximum=MAX_REQUESTS, error=PodsimError,
               hint=f"podsim accounts for at most {MAX_REQUESTS:,} requests in one step")
@@ -200,6 +219,8 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
         "critical_batch": _critical_batch(cfg, chip, contexts, par, kv_share, dtype),
         "kv_sharding": kv_layout, "compute_dtype": dtype,
     }
+    out.update(per_op_bound(flops, par, read_per_group / par.model, (history + growth) * kv_share, peak,
+                            chip.hbm_bandwidth_bytes_per_s))
     if out["critical_batch"] == math.inf:  # a report holds no inf: None, and why
         out.update(critical_batch=None, critical_batch_note=NEVER_COMPUTE_BOUND)
     out.update(_fit(cfg, chip, contexts, par, kv_share))
@@ -257,6 +278,11 @@ def _critical_batch(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int],
     return hi
 
 
+def fewer_bytes_advice(weight_elem_bytes: float) -> str:
+    """The tail of a does-not-fit note: 8-bit weights as a remedy only when the weights are wider than 8 bits."""
+    return " or 8-bit weights" if weight_elem_bytes > 1 else " (the weights are already 8-bit)"
+
+
 def smallest_model_axis(cfg: TransformerConfig, at_least: float) -> int:
     """The smallest valid model-parallel size >= ``at_least`` (dividing heads and MLP width)."""
     for m in range(max(1, math.ceil(at_least)), cfg.n_heads + 1):
@@ -282,7 +308,8 @@ def _fit(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Paral
     elif weights > cap:
         least = smallest_model_axis(cfg, cfg.params() * cfg.weight_elem_bytes / cap)
         note = (f"does not fit: the weights alone need {weights / GiB:.3f} GiB per chip, {(weights - cap) / GiB:.3f} "
-                f"GiB more than the {cap / GiB:.3f} GiB of HBM; use at least model={least} chips or 8-bit weights")
+                f"GiB more than the {cap / GiB:.3f} GiB of HBM; use at least model={least} chips"
+                f"{fewer_bytes_advice(cfg.weight_elem_bytes)}")
     else:
         note = (f"does not fit: {need / GiB:.3f} GiB per chip is {(need - cap) / GiB:.3f} GiB over the "
                 f"{cap / GiB:.3f} GiB of HBM; at this context a batch of {max_batch} fits")

@@ -10,9 +10,13 @@ the book's alpha / M is C / W here. D is d_model, F d_ff. Per layer and per toke
 - tensor (Megatron) parallelism over Y chips moves activations, which grow with the batch as the FLOPs
   do: T_math / T_comms = (F / Y) / (C / W_model), whatever the batch. It is compute-bound at any batch
   when F / Y >= C / W_model (the book: comms-bound once Y > M_Y F / alpha) and at none otherwise;
-- mixed FSDP (W_X) and tensor parallelism (W_Y): at the best split the traffic is 8 D sqrt(B F / (N M_X
-  M_Y)) / W, compute-bound once the per-chip batch exceeds ``4 (C / W_X)(C / W_Y) / F`` -- the book's
-  4 alpha^2 / (F M_X M_Y), 2 alpha^2 / F with FSDP over two axes and the model over one;
+- mixed FSDP (W_X) and tensor parallelism (W_Y): the current edition overlaps the two axes' traffic, so
+  the step is compute-bound when T_math exceeds the larger of the two communication terms: B / X > C / W_X
+  and F / Y > C / W_Y with X Y = N, i.e. a per-chip batch above ``(C / W_X)(C / W_Y) / F`` -- the book's
+  alpha^2 / (M_X M_Y F), alpha^2 / (2F) with FSDP over two axes and the model over one (`fsdp_tensor`).
+  The older edition (Feb 2025) added the two terms and minimised their sum over the split: 8 D sqrt(B F /
+  (N M_X M_Y)) / W, compute-bound above ``4 (C / W_X)(C / W_Y) / F`` = 4 alpha^2 / (F M_X M_Y)
+  (`fsdp_tensor_older_edition`, four times the current figure);
 - 2-D weight-stationary inference over N = X x YZ chips (D split over X, F over YZ; the book's
   inference chapter, question 7): T_math = 4 B D F / (N C) against T_comms = 2 B D / (X W) + 4 B F /
   (YZ W); both grow with the batch, so again any batch or none, at the split with the least traffic.
@@ -33,8 +37,15 @@ def weight_traffic(c_flops_per_s: float, w_bytes_per_s: float) -> float:
 
 
 def fsdp_tensor(c_flops_per_s: float, w_fsdp: float, w_model: float, d_ff: int) -> float:
-    """Mixed FSDP + tensor parallelism: ``4 (C / W_fsdp)(C / W_model) / F`` tokens per chip."""
-    return 4 * (c_flops_per_s / w_fsdp) * (c_flops_per_s / w_model) / d_ff
+    """Mixed FSDP + tensor parallelism, the book's current edition (max of the two communication terms):
+    ``(C / W_fsdp)(C / W_model) / F`` tokens per chip = alpha^2 / (M_X M_Y F)."""
+    return (c_flops_per_s / w_fsdp) * (c_flops_per_s / w_model) / d_ff
+
+
+def fsdp_tensor_older_edition(c_flops_per_s: float, w_fsdp: float, w_model: float, d_ff: int) -> float:
+    """Mixed FSDP + tensor parallelism, the book's older edition (sum of the two communication terms,
+    minimised over the split): ``4 (C / W_fsdp)(C / W_model) / F`` tokens per chip = 4 alpha^2 / (F M_X M_Y)."""
+    return 4 * fsdp_tensor(c_flops_per_s, w_fsdp, w_model, d_ff)
 
 
 def tensor(c_flops_per_s: float, w_model: float, d_ff: int, ways: int) -> tuple[float | None, str]:
@@ -67,7 +78,8 @@ def axis_terms(c_flops_per_s: float, link_bytes_per_s: float, w_by_axis: dict[st
     """The book's terms of the thresholds: ``alpha`` = C / W_ici with W_ici = 2 x ``link_bytes_per_s`` (one
     link, one way: a wrapped axis moves both ways), ``w_ici_bytes_per_s``, ``M`` per axis (its W / W_ici; a
     fraction where an axis is slower than a wrapped ICI axis, e.g. over DCN or a line), and ``M_X`` (fsdp) and
-    ``M_Y`` (model) where the mesh has those axes, so 4 alpha^2 / (F M_X M_Y) is the FSDP + TP threshold."""
+    ``M_Y`` (model) where the mesh has those axes, so alpha^2 / (M_X M_Y F) is the FSDP + TP threshold
+    (4 alpha^2 / (F M_X M_Y) in the older edition)."""
     w_ici = 2 * link_bytes_per_s
     m = {axis: w / w_ici for axis, w in w_by_axis.items()}
     out: dict[str, Any] = {"alpha": c_flops_per_s / w_ici, "w_ici_bytes_per_s": w_ici, "M": m}

@@ -294,19 +294,34 @@ def comm_1d_s(cfg: TransformerConfig, chip: ChipSpec, data: int, model: int, tok
     return 2 * cfg.n_layers * links["model"].all_reduce_s(v), 2 * cfg.n_layers * 2 * (model - 1) / model * v
 
 
-def comm_bound_chips(cfg: TransformerConfig, chip: ChipSpec, bandwidth_bytes_per_s: float) -> dict[str, float]:
-    """Model-axis chip counts past which a layer's collectives (at ``bandwidth_bytes_per_s`` per chip) take
-    longer than its matmuls at peak: 1-D at M_1D, 2-D (best grid, ignoring divisibility) at M_1D^2 4D/F'."""
+def comm_bound_chips(cfg: TransformerConfig, chip: ChipSpec, bandwidth_bytes_per_s: float, tokens: float = 0.0,
+                     kv_bytes_per_layer: float = 0.0) -> dict[str, float]:
+    """Model-axis chip counts (ignoring divisibility) where the layouts cross (see the module docstring):
+
+    - ``1d``, ``2d``: past them a layer's collectives (at ``bandwidth_bytes_per_s`` per chip) outlast its
+      matmuls at peak: M_1D, and M_1D^2 4D/F' for the best 2-D grid;
+    - ``1d_vs_hbm`` (with ``tokens`` T > 0 in the step): past it the 1-D layer's two AllReduces of [T, D]
+      (4 T D e / W for large M) outlast its HBM reads, (weights + ``kv_bytes_per_layer``) / (M W_hbm);
+    - ``crossover_1d_2d``: 2-D moves fewer bytes than 1-D once M > F'/D; ``crossover_1d_2d_torus``: with X
+      and Y each on one torus axis, 2-D is faster once M > 4 F'/D;
+    - ``crossover_1d_2d_book``: the book's (inference, question 7) N > 32 (F/D) (3/4)^2 = 81 for F = 4D, which
+      prices the MLP alone and 1-D over three axes (4 T D / (3 W))."""
     d_side, f_side = widths(cfg)
     mats = 3 if cfg.gated_mlp else 2
     d = cfg.d_model
     per_layer = d * (cfg.q_width + 2 * cfg.kv_width) + cfg.q_width * d + mats * d * cfg.d_ff
     flops_per_token = 2 * per_layer  # the layer's matmuls (the LM head is not per layer)
-    m1 = flops_per_token * bandwidth_bytes_per_s / (chip.peak_flops_per_s() * d_side * cfg.act_elem_bytes)
+    e = cfg.act_elem_bytes
+    m1 = flops_per_token * bandwidth_bytes_per_s / (chip.peak_flops_per_s() * d_side * e)
     # 2-D: T flops / (M C) = 2 T sqrt(d_side f_side / M) e / W  <=>  M = (flops W / (2 C e))^2 / (d_side f_side)
-    m2 = (flops_per_token * bandwidth_bytes_per_s / (2 * chip.peak_flops_per_s() * cfg.act_elem_bytes)) ** 2 / \
-        (d_side * f_side)
-    return {"1d": m1, "2d": m2}
+    m2 = (flops_per_token * bandwidth_bytes_per_s / (2 * chip.peak_flops_per_s() * e)) ** 2 / (d_side * f_side)
+    f_prime = f_side  # 2q + 2kv + mats F, the per-chip width sum
+    out = {"1d": m1, "2d": m2, "crossover_1d_2d": f_prime / d, "crossover_1d_2d_torus": 4 * f_prime / d,
+           "crossover_1d_2d_book": 32 * cfg.d_ff / d * (3 / 4) ** 2}
+    if tokens > 0:
+        hbm_bytes = per_layer * cfg.weight_elem_bytes + kv_bytes_per_layer
+        out["1d_vs_hbm"] = hbm_bytes * bandwidth_bytes_per_s / (4 * tokens * d * e * chip.hbm_bandwidth_bytes_per_s)
+    return out
 
 
 def budget_2d(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, context: int | Sequence[int] = 0,
@@ -355,7 +370,8 @@ def budget_2d(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, context: i
             "hbm_read_bytes_per_step": weight_bytes_read(cfg, batch * new_tokens) + history,
             "per_chip": per_chip, "t_compute_s": t_compute, "t_memory_s": t_memory, "t_comm_s": t_comm,
             "lower_bound_s": bound[0], "upper_bound_s": max(t_compute, t_memory) + t_comm, "bound": bound[1],
-            **one_d, "comm_bound_chips": comm_bound_chips(cfg, chip, _axis_bandwidth(chip)),
+            **one_d, "comm_bound_chips": comm_bound_chips(cfg, chip, _axis_bandwidth(chip), group_tokens,
+                                                            (history + growth) / par.data / cfg.n_layers),
             "compute_dtype": dtype, "fits": need <= cap, "hbm_needed_per_chip_bytes": need, "hbm_capacity_bytes": cap,
             "hbm_spare_bytes": cap - need, "max_batch": max_batch, "fit_note": note}
 

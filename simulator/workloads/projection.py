@@ -22,6 +22,7 @@ from typing import Any
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec, check_dtype
 from simulator.units import check_bytes, check_derived, positive
+from simulator.workloads.budget import fewer_bytes_advice
 
 GiB = 2.0**30
 DAY_S = 86_400.0
@@ -87,13 +88,18 @@ def abstract_budget(params: float, kv_bytes_per_token: float, chip: ChipSpec, ba
     cap = chip.hbm_capacity_bytes
     per_request = (max(contexts) + new_tokens) * kv_bytes_per_token / chips
     need = weights / model + sum(c + new_tokens for c in contexts) * kv_bytes_per_token / chips
-    max_batch = math.floor((cap - weights / model) / per_request) if cap > weights / model else 0
-    max_batch -= max_batch % data
+    if per_request == 0:  # no KV cache: HBM bounds the weights, not the batch
+        max_batch: int | None = None
+    else:
+        max_batch = math.floor((cap - weights / model) / per_request) if cap > weights / model else 0
+        max_batch -= max_batch % data
     if need <= cap:
-        note = f"fits: {need / GiB:.3f} GiB of {cap / GiB:.3f} GiB per chip, {(cap - need) / GiB:.3f} GiB spare"
+        note = f"fits: {need / GiB:.3f} GiB of {cap / GiB:.3f} GiB per chip, {(cap - need) / GiB:.3f} GiB spare" + (
+            " (no KV cache: HBM does not bound the batch)" if max_batch is None else "")
     elif weights / model > cap:
         note = (f"does not fit: the weights alone need {weights / model / GiB:.3f} GiB per chip of "
-                f"{cap / GiB:.3f} GiB; use at least model={math.ceil(weights / cap)} chips or 8-bit weights")
+                f"{cap / GiB:.3f} GiB; use at least model={math.ceil(weights / cap)} chips"
+                f"{fewer_bytes_advice(weights / params if params else 2)}")
     else:
         note = (f"does not fit: {need / GiB:.3f} GiB per chip is {(need - cap) / GiB:.3f} GiB over the "
                 f"{cap / GiB:.3f} GiB of HBM; at this context a batch of {max_batch} fits")
@@ -116,6 +122,14 @@ def step_cost(price_per_chip_hour: float, chips: int, step_s: float, tokens: flo
     per_million = check_derived(cost / tokens * 1e6, what="the cost per million tokens (USD)", given=given,
                                 minimum=1e-300, hint=PRICE_HINT)
     return {"cost_per_step_usd": cost, "cost_per_million_tokens_usd": per_million}
+
+
+def check_fraction_mfu(mfu: float, chip_hours: float) -> float:
+    """A measured MFU, refused above 1 (the chip-hours cannot have done more than the peak)."""
+    if not 0 < mfu <= 1:
+        raise PodsimError(f"--measured-chip-hours {chip_hours:g} gives an MFU of {mfu:.3g}, above the peak; give the "
+                          "run's chip-hours (or check --tokens-total, the parameters and --compute-dtype)")
+    return mfu
 
 
 def train_projection(tokens_total: float, params: float, chips: int, peak_flops_per_s: float,

@@ -15,6 +15,7 @@ is one, the closed form otherwise.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from simulator.engine.faults import current_plan
@@ -41,8 +42,9 @@ def critical_batches(chip: ChipSpec, links: dict[str, AxisLink], d_ff: int, d_mo
     """The book's per-chip batch (tokens) above which each strategy on this mesh is compute-bound, and notes
     (`simulator.workloads.critical`): data parallelism and FSDP at C / W (W: what a chip moves per second
     along the axis, both ways, over every physical axis under it), tensor parallelism at any batch or none
-    (F / Y against C / W), FSDP + tensor parallelism at 4 (C / W_fsdp)(C / W_model) / F (the book's
-    4 alpha^2 / (F M_X M_Y)), and 2-D weight-stationary inference over the model axis at any batch or none."""
+    (F / Y against C / W), FSDP + tensor parallelism at (C / W_fsdp)(C / W_model) / F (the book's current
+    alpha^2 / (M_X M_Y F); its older edition's 4x that is in the note),
+    and 2-D weight-stationary inference over the model axis at any batch or none."""
     c = chip.peak_flops_per_s()
     out: dict[str, float | None] = {axis: critical.weight_traffic(c, links[axis].bandwidth_bytes_per_s)
                                     for axis in ("data", "fsdp") if axis in links}
@@ -51,11 +53,45 @@ def critical_batches(chip: ChipSpec, links: dict[str, AxisLink], d_ff: int, d_mo
         w_model = links["model"].bandwidth_bytes_per_s
         out["model"], notes["model"] = critical.tensor(c, w_model, d_ff, model_ways)
         if "fsdp" in links:
-            out["fsdp+model"] = critical.fsdp_tensor(c, links["fsdp"].bandwidth_bytes_per_s, w_model, d_ff)
+            w_fsdp = links["fsdp"].bandwidth_bytes_per_s
+            out["fsdp+model"] = critical.fsdp_tensor(c, w_fsdp, w_model, d_ff)
+            older = critical.fsdp_tensor_older_edition(c, w_fsdp, w_model, d_ff)
+            notes["fsdp+model"] = (f"the book's current edition: alpha^2 / (M_X M_Y F) = {out['fsdp+model']:,.0f} "
+                                   "tokens per chip (T_math above the larger of the FSDP and tensor-parallel "
+                                   f"terms); its older edition summed the two terms: 4 alpha^2 / (F M_X M_Y) = "
+                                   f"{older:,.0f}")
         if d_model:
             out["2d_weight_stationary"], notes["2d_weight_stationary"], _ = critical.weight_stationary_2d(
                 c, w_model, d_model, d_ff, model_ways)
     return out, notes
+
+
+def book_bubble_fraction(stages: int, microbatches: int, chunks: int = 1) -> float:
+    """The book's pipeline bubble with equal stages: (p - 1) / (M + p - 1) of the step idle (3/19 for p = 4,
+    M = 16); with ``chunks`` layer chunks per device (interleaved), (p - 1) / (v M + p - 1). podsim's
+    ``bubble_fraction`` prices the real, uneven stages (the embedding and head on the end stages)."""
+    return (stages - 1) / (chunks * microbatches + stages - 1)
+
+
+def book_gpu_critical_batches(chip: ChipSpec, links: dict[str, AxisLink]) -> dict[str, float]:
+    """The book's GPU rule (ch. gpus, "Data Parallelism") for the data and FSDP axes of a GPU mesh: C /
+    W_collective tokens per GPU, W_collective the GPU's NVLink egress inside a node and the node's egress
+    (GPUs of the node under the axis x one NIC each) across nodes: 990e12 / 450e9 = 2,200 and 990e12 / 400e9
+    = 2,475 on H100. podsim's ``critical_batch_per_chip`` is C / W with W what a large AllGather over both
+    levels achieves (the node and network rings one after the other): higher than the book's. Pure data
+    parallelism and FSDP only (the book's case): nothing where the mesh has other axes."""
+    if chip.wraparound != "switch" or set(links) - {"data", "fsdp"}:
+        return {}
+    out = {}
+    for axis in ("data", "fsdp"):
+        if axis in links:
+            stages = sorted(links[axis].stages, key=lambda st: st.bandwidth_bytes_per_s)
+            slow, inner = stages[0], stages[1:]
+            w = slow.bandwidth_bytes_per_s * math.prod(st.length for st in inner)  # the node's egress
+            if inner:
+                w = min(w, min(st.bandwidth_bytes_per_s for st in inner))
+            out[axis] = chip.peak_flops_per_s() / w
+    return out
 
 
 def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan,
@@ -87,6 +123,7 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                            "microbatches": opts.microbatches, "schedule": opts.schedule, "zero": opts.zero,
                            "checkpoint": opts.checkpoint, "tp_overlap": opts.tp_overlap}
     out.update(train_memory(cfg, chip, plan, opts, batch, seq))
+    out["book_bubble_fraction"] = book_bubble_fraction(plan.size("pipeline"), opts.microbatches, opts.chunks)
     past = cfg.position_note(seq, f"seq={seq:,}")
     if past:
         out["notes"] = [past]
@@ -98,6 +135,11 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                                                      {a: links[a].bandwidth_bytes_per_s for a in links})
     if notes:
         out["critical_batch_notes"] = notes
+    book = book_gpu_critical_batches(chip, links)
+    if book:
+        out["critical_batch_per_chip_book"] = book
+    if out["critical_batch_per_chip"].get("fsdp+model") is not None:  # the older edition's, beside the current one
+        out["critical_batch_per_chip_older_edition"] = {"fsdp+model": 4 * out["critical_batch_per_chip"]["fsdp+model"]}
     if simulate:
         sim, measured = simulate_step(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast,
                                       (system, mesh) if reuse else None)

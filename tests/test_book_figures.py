@@ -1,0 +1,220 @@
+"""The book's own figures beside podsim's where they differ by design (issue 32): each oracle is the book's
+arithmetic typed here from its chapters (jax-ml/scaling-book, gpus.md and tpus.md), not podsim's output."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator.frontend.cli import main
+
+
+def podsim_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+# --- chips: pods, hosts, SMs, CUDA cores, clocks -----------------------------------------------------------
+
+def test_tpu_pod_summaries(capsys):
+    """tpus, question 2: v5e 16x16 pod of 4x2 hosts: 32 hosts, 256 TensorCores, 256 x 1.97e14 FLOP/s, 256 x 16 GiB;
+    v5p 16x20x28 of 2x2x1 hosts: 2,240 hosts, 17,920 TensorCores, 8960 x 4.59e14 FLOP/s."""
+    v5e = podsim_json(capsys, "chips", "tpu-v5e")["facts"]["pod"]
+    assert (v5e["chips_per_pod"], v5e["hosts_per_pod"], v5e["tensor_cores_per_pod"]) == (256, 32, 256)
+    assert v5e["pod_peak_bf16_flops_per_s"] == pytest.approx(256 * 1.97e14)
+    assert v5e["pod_hbm_capacity_bytes"] == pytest.approx(256 * 16 * 2**30)
+    assert v5e["pcie_bytes_per_s_per_host"] == pytest.approx(8 * 1.6e10)
+    v5p = podsim_json(capsys, "chips", "tpu-v5p")["facts"]["pod"]
+    assert (v5p["chips_per_pod"], v5p["hosts_per_pod"], v5p["tensor_cores_per_pod"]) == (8960, 2240, 17920)
+    assert v5p["pod_peak_bf16_flops_per_s"] == pytest.approx(8960 * 4.59e14)
+
+
+def test_gpu_cuda_cores_and_clocks(capsys):
+    """gpus, quiz 1: 132 x 4 x 32 = 16,896 CUDA cores (B200 18,944); x 1.59 GHz = 26.9 TFLOP/s, 33.5 at the
+    1.98 GHz boost; the datasheet's 67 counts an FMA as 2; 990e12 / (132 x 4 x 1.76e9) ~ 1024 FLOPs per TC cycle."""
+    h100 = podsim_json(capsys, "chips", "h100")
+    gpu = h100["facts"]["gpu"]
+    assert gpu["cuda_cores"] == 16896
+    assert gpu["cuda_core_flops_per_s_base"] == pytest.approx(26.9e12, rel=0.01)
+    assert gpu["cuda_core_flops_per_s_boost"] == pytest.approx(33.5e12, rel=0.01)
+    assert gpu["cuda_core_fma_flops_per_s_boost"] == pytest.approx(h100["vpu_flops_per_s"], rel=0.01)  # 67e12
+    assert gpu["tensor_core_bf16_flops_per_cycle"] == pytest.approx(1024, rel=0.05)
+    assert gpu["node_egress_bytes_per_s"] == pytest.approx(400e9)
+    assert gpu["node_nvlink_bytes_per_s"] == pytest.approx(3.6e12)  # quiz 2, question 1
+    assert podsim_json(capsys, "chips", "b200")["facts"]["gpu"]["cuda_cores"] == 18944
+
+
+def test_chips_json_carries_facts_and_unknown_name_is_refused(capsys):
+    data = podsim_json(capsys, "chips")
+    assert data["tpu-v5e"]["facts"]["per_core"]["bf16_flops_per_s_per_mxu"] == pytest.approx(1.97e14 / 4)
+    assert main(["chips", "tpu-v99"]) == 2
+    assert "tpu-v99" in capsys.readouterr().err
+
+
+# --- critical batches over InfiniBand ----------------------------------------------------------------------
+
+def test_roofline_ib_gives_the_books_per_gpu_critical_batch(capsys):
+    """gpus, data parallelism: beyond a node, per-GPU token batch > 990e12 / 400e9 = 2,475 (19,800 per node)."""
+    out = podsim_json(capsys, "roofline", "--chip", "h100", "--memory", "ib", "--flops", "1e12", "--bytes", "1e9")
+    assert out["critical_batch_per_node"]["data_parallel"] == pytest.approx(8 * 990e12 / 400e9)
+    assert out["critical_batch_per_gpu"]["data_parallel"] == pytest.approx(990e12 / 400e9)
+
+
+@pytest.mark.parametrize(("n", "book"), [(8, 990e12 / 450e9), (16, 990e12 / 400e9)])
+def test_train_data_axis_gives_the_books_gpu_figure_beside_podsims(capsys, n, book):
+    """Inside a node 2,200 tokens per GPU, across nodes 2,475; podsim's own figure (both levels' rings one
+    after the other) is at least the book's."""
+    out = podsim_json(capsys, "model", "llama-2-7b", "--mode", "train", "--chip", "h100", "--mesh", f"data={n}",
+                      "--batch", "64", "--seq", "1024", "--no-simulate")
+    assert out["critical_batch_per_chip_book"]["data"] == pytest.approx(book)
+    assert out["critical_batch_per_chip"]["data"] >= book * (1 - 1e-9)
+
+
+# --- a decode step, each op by its own roofline ------------------------------------------------------------
+
+def test_decode_per_op_sum_beside_max_of_totals(capsys):
+    """The MLP compute-bound while attention reads the KV cache: each op's max(T_math, T_mem) with v5e's 1.97e14
+    FLOP/s and 8.2e11 B/s (REFERENCE.md), added, exceeds max(total compute, total memory); the two ops' FLOPs and
+    bytes add up to the step's per-chip totals."""
+    out = podsim_json(capsys, "model", "llama-2-7b", "--chip", "tpu-v5e", "--mesh", "model=8", "--batch", "256",
+                      "--context", "4096", "--no-simulate")
+    ops = out["per_op"]
+    assert sum(op["flops"] for op in ops.values()) == pytest.approx(out["per_chip"]["flops_per_step"], rel=1e-9)
+    assert sum(op["hbm_bytes"] for op in ops.values()) == pytest.approx(out["per_chip"]["hbm_bytes_per_step"],
+                                                                         rel=1e-9)
+    book = sum(max(op["flops"] / 1.97e14, op["hbm_bytes"] / 8.2e11) for op in ops.values())
+    assert out["lower_bound_per_op_s"] == pytest.approx(book, rel=1e-9)
+    assert (ops["weight_matmuls"]["bound"], ops["attention"]["bound"]) == ("compute", "memory")
+    assert out["lower_bound_per_op_s"] > out["lower_bound_s"] == pytest.approx(
+        max(out["per_chip"]["flops_per_step"] / 1.97e14, out["per_chip"]["hbm_bytes_per_step"] / 8.2e11), rel=1e-9)
+
+
+# --- a three-level collective on the SuperPOD --------------------------------------------------------------
+
+def test_superpod_allgather_gives_the_books_overlapped_levels_beside_podsims(capsys):
+    """gpus, cross-node collectives: min(450e9 x 8/7, 400e9 x 32/31, 12.8e12 x 4/3) = 413 GB/s at the leaf."""
+    out = podsim_json(capsys, "collective", "all_gather", "--chip", "h100", "--topology", "superpod:4", "--bytes",
+                      "1GB")
+    book = min(450e9 * 8 / 7, 400e9 * 32 / 31, 12.8e12 * 4 / 3)
+    assert out["book_levels_bandwidth_bytes_per_s"] == pytest.approx(book, rel=1e-9)
+    assert out["book_levels_s"] == pytest.approx(1e9 / book, rel=1e-9)
+    assert out["book_levels_bottleneck"] == "leaf"
+    assert out["algbw_bytes_per_s"] < book  # podsim's levels do not overlap perfectly (about 295 GB/s)
+
+
+# --- advice ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["llama-3-70b"], ["--params", "70e9", "--kv-bytes-per-token", "1e5"]])
+def test_int8_weights_are_not_told_to_use_8_bit_weights(capsys, argv):
+    base = ["model", *argv, "--chip", "tpu-v5e", "--no-simulate"]
+    int8 = podsim_json(capsys, *base, "--weight-dtype", "int8")["fit_note"]
+    bf16 = podsim_json(capsys, *base)["fit_note"]
+    assert "or 8-bit weights" not in int8 and "already 8-bit" in int8
+    assert "or 8-bit weights" in bf16
+
+
+# --- the pipeline bubble -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("schedule", "chunks"), [("gpipe", 1), ("interleaved", 2)])
+def test_book_equal_stage_bubble_beside_podsims(capsys, schedule, chunks):
+    """p = 4, M = 16: (p - 1) / (M + p - 1) = 3/19 with equal stages; interleaved v = 2: 3 / 35."""
+    out = podsim_json(capsys, "model", "llama-2-7b", "--mode", "train", "--chip", "tpu-v5p", "--mesh", "pipeline=4",
+                      "--microbatches", "16", "--batch", "16", "--seq", "512", "--schedule", schedule, "--no-simulate")
+    assert out["book_bubble_fraction"] == pytest.approx(3 / (chunks * 16 + 3))
+    assert 0 < out["bubble_fraction"] < 1
+
+
+# --- no longer refused: MFU from chip-hours, prefill at an assumed MFU, no KV cache -----------------------
+
+def test_mfu_from_measured_chip_hours(capsys):
+    """transformers, question 7: DeepSeek v3, 37B active, 14.8T tokens, 2.79M H800-hours: 6 N T / (H x 3600 x
+    peak). The book divides by 1.513e15 (an H800 PCIe sheet: 21.7%); podsim's h100 fp8 peak is 2.0e15."""
+    out = podsim_json(capsys, "model", "--params", "37e9", "--mode", "train", "--tokens-total", "14.8e12",
+                      "--measured-chip-hours", "2.79e6", "--chip", "h100")
+    flops = 6 * 37e9 * 14.8e12
+    assert out["measured_mfu_8bit"] == pytest.approx(flops / (2.79e6 * 3600 * 2.0e15), rel=1e-9)
+    assert out["measured_mfu"] == pytest.approx(flops / (2.79e6 * 3600 * 9.9e14), rel=1e-9)
+    assert out["chip_hours"] == pytest.approx(2.79e6, rel=1e-9)  # projected back at the measured MFU
+    assert main(["model", "--params", "37e9", "--mode", "train", "--tokens-total", "14.8e12",
+                 "--measured-chip-hours", "1", "--chip", "h100"]) == 2  # an MFU above the peak
+    assert "above the peak" in capsys.readouterr().err
+
+
+def test_prefill_at_an_assumed_mfu(capsys):
+    out = podsim_json(capsys, "model", "llama-2-7b", "--mode", "prefill", "--seq", "2048", "--batch", "4",
+                      "--assume-mfu", "0.4", "--chip", "tpu-v5e", "--mesh", "model=8", "--no-simulate")
+    assert out["assumed_mfu_step_time_s"] == pytest.approx(out["flops_per_step"] / (8 * 1.97e14 * 0.4), rel=1e-9)
+    assert main(["model", "llama-2-7b", "--mode", "decode", "--assume-mfu", "0.4", "--chip", "tpu-v5e"]) == 2
+    capsys.readouterr()
+
+
+def test_a_model_with_no_kv_cache(capsys):
+    """--kv-bytes-per-token 0: weights alone; the critical batch is the chip's ridge C / W_hbm = 240 on v5e."""
+    out = podsim_json(capsys, "model", "--params", "1e9", "--kv-bytes-per-token", "0", "--chip", "tpu-v5e",
+                      "--batch", "64")
+    assert out["critical_batch"] == pytest.approx(1.97e14 / 8.2e11, rel=1e-9)
+    assert out["max_batch"] is None and "no KV cache" in out["fit_note"]
+    assert out["lower_bound_s"] == pytest.approx(2e9 / 8.2e11, rel=1e-9)
+
+
+def test_collective_root_takes_a_coordinate_as_send_does(capsys):
+    """--root 1,2 on torus:4x4 is chip 6 (row-major), as send --src 1,2 reads it."""
+    by_coord = podsim_json(capsys, "collective", "gather", "--chip", "tpu-v5e", "--topology", "torus:4x4",
+                           "--bytes", "1MB", "--root", "1,2")
+    by_index = podsim_json(capsys, "collective", "gather", "--chip", "tpu-v5e", "--topology", "torus:4x4",
+                           "--bytes", "1MB", "--root", "6")
+    corner = podsim_json(capsys, "collective", "gather", "--chip", "tpu-v5e", "--topology", "mesh:4x4",
+                         "--bytes", "1MB", "--root", "0,0")
+    middle = podsim_json(capsys, "collective", "gather", "--chip", "tpu-v5e", "--topology", "mesh:4x4",
+                         "--bytes", "1MB", "--root", "1,1")
+    assert by_coord["time_s"] == by_index["time_s"]
+    assert corner["book_s"] == pytest.approx(2 * middle["book_s"])  # 2 links out of a corner, 4 in the middle
+    assert main(["collective", "gather", "--chip", "tpu-v5e", "--topology", "torus:4x4", "--bytes", "1MB",
+                 "--root", "9,9"]) == 2
+    assert "(9, 9)" in capsys.readouterr().err
+
+
+def test_snippet_helpers_are_public_again(tmp_path):
+    """load_config_file and train_budget (and decode_budget) import from the package top, as snippets used them."""
+    import simulator
+
+    path = tmp_path / "tiny.toml"
+    path.write_text('name = "tiny"\nd_model = 256\nd_ff = 1024\nn_layers = 2\nn_heads = 4\nvocab_size = 1000\n')
+    cfg = simulator.load_config_file(path)
+    assert (cfg.d_model, cfg.n_layers) == (256, 2)
+    out = simulator.train_budget(cfg, simulator.get_chip("tpu-v5e"), batch=4, seq=128)
+    assert out["t_compute_s"] > 0
+    assert {"load_config_file", "train_budget", "decode_budget"} <= set(simulator.__all__)
+
+
+# --- roofline --find batch ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("dtype", "weight", "peak", "w_bytes", "a_bytes"), [
+    ("int8", None, 3.94e14, 1, 1),  # roofline question 1: B > 486 / 2 = 243 with the book's 8.1e11
+    ("bf16", "int8", 1.97e14, 1, 2),  # question 2: int8 weights under bf16 compute, B > 120
+    ("bf16", None, 1.97e14, 2, 2),  # the chapter's 240
+])
+def test_roofline_find_batch(capsys, dtype, weight, peak, w_bytes, a_bytes):
+    k, n, hbm = 4096, 16384, 8.2e11
+    argv = ["roofline", "--chip", "tpu-v5e", "--matmul", f"1,{k},{n}", "--dtype", dtype, "--find", "batch"]
+    out = podsim_json(capsys, *argv, *(["--weight-dtype", weight] if weight else []))
+    assert out["critical_batch_book"] == pytest.approx(peak / hbm * w_bytes / 2)
+    b = out["critical_batch"]  # the smallest whole B with 2BKN/C >= (a B K + w K N + a B N)/W
+    t = [(2 * x * k * n / peak, (a_bytes * x * (k + n) + w_bytes * k * n) / hbm) for x in (b - 1, b)]
+    assert t[0][0] < t[0][1] and t[1][0] >= t[1][1]
+
+
+def test_roofline_find_needs_a_matmul(capsys):
+    assert main(["roofline", "--chip", "tpu-v5e", "--flops", "1e9", "--bytes", "1e6", "--find", "batch"]) == 2
+    assert "--matmul" in capsys.readouterr().err
+
+
+def test_roofline_chips_shares_a_whole_models_work(capsys):
+    """tpus, question 1: 200B bf16 parameters over 32 v4p: 400e9 / 32 / 1.2e12 B/s, no per-chip arithmetic."""
+    out = podsim_json(capsys, "roofline", "--chip", "tpu-v4", "--flops", "0", "--bytes", "400e9", "--chips", "32")
+    assert out["per_chip_bytes"] == pytest.approx(400e9 / 32)
+    assert out["lower_bound_s"] == pytest.approx(400e9 / 32 / 1.2e12)
+    assert main(["roofline", "--chip", "tpu-v4", "--matmul", "8,8,8", "--chips", "4"]) == 2
+    assert "--chips" in capsys.readouterr().err
