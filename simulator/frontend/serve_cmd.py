@@ -81,7 +81,9 @@ def _setup(args: argparse.Namespace, cfg: Any, chip: Any) -> ServeSetup:
     sched = SchedulerConfig(max_batch=parse_int(args.max_batch, name="--max-batch", maximum=65_536),
                             chunk_tokens=parse_int(args.chunked_prefill, name="--chunked-prefill", minimum=0,
                                                    maximum=1_048_576),
-                            preempt=args.preempt, prefix_hit=_fraction(args.prefix_hit, "--prefix-hit", 0.999))
+                            preempt=args.preempt, prefix_hit=_fraction(args.prefix_hit, "--prefix-hit", 0.999),
+                            whole_budget_tokens=max(parse_int(args.max_model_len, name="--max-model-len",
+                                                              maximum=2**24), 2048))
     mem = _fraction(args.memory_fraction, "--memory-fraction")
     if mem <= 0:
         raise PodsimError(f"--memory-fraction {args.memory_fraction!r} must be > 0")

@@ -11,16 +11,18 @@ chunks (chunk i: ``c_i`` new prompt tokens after ``p_i`` already cached). Two pr
 
 - **forecast** (calibrated): `simulator.workloads.served.served_step` (fitted HBM fraction, batch slowdown,
   per-layer launches, the engine's AllReduce) for a decode step of ``D`` requests at their mean context,
-  plus, per prefill chunk, what folding it into the step adds -- its prefill less one decode token of one
-  request at that context (the weights and launches the step pays once), as
-  `simulator.workloads.served.served_concurrent` prices a mixed step; no fitted constant of its own. A step
-  with no decode token pays its first chunk whole. Chips without serving factors (TPUs), or model axes wider
+  plus what folding the prefill chunks into it adds: the ``n`` chunks priced together as one prefill step
+  of ``n`` requests of their mean length at their mean context (one pass over the weights for all their
+  tokens), less one decode token of one request at that context (the weights and launches the step pays
+  once) -- as `simulator.workloads.served.served_concurrent` prices a mixed step; no fitted constant of its
+  own. A step of prefills alone pays the prefill step whole. Chips without serving factors (TPUs), or model axes wider
   than one NVLink node, forecast the ideal step plus each AllReduce's hop latencies on the ring
   (`simulator.analytic.all_reduce_time`), and say so in ``uncalibrated``.
 
 The forecast is cached per batch shape: ``D`` exactly, contexts on a grid of quarter octaves above 64
 positions, interpolated linearly between grid points (the KV part of a step is linear in context), and
-chunk lengths on the same grid -- so an hour of traffic prices a few thousand distinct steps, not millions.
+mean chunk lengths on the same grid (``n`` exactly) -- so an hour of traffic prices a few thousand distinct
+steps, not millions.
 """
 from __future__ import annotations
 
@@ -74,7 +76,7 @@ class StepCosts:
         self._attn = 4.0 * cfg.n_layers * cfg.q_width
         self._ar_bytes = cfg.d_model * cfg.act_elem_bytes
         self._decode = lru_cache(maxsize=None)(self._decode_s)
-        self._chunk = lru_cache(maxsize=None)(self._chunk_s)
+        self._prefill = lru_cache(maxsize=None)(self._prefill_s)
 
     @property
     def uncalibrated(self) -> list[str]:
@@ -131,37 +133,39 @@ class StepCosts:
     def _decode_s(self, batch: int, context: int) -> float:
         return self._price(batch, context, 1)
 
-    def _chunk_s(self, tokens: int, context: int) -> float:
-        """What a prefill chunk adds to a step that already runs one decode token at ``context``."""
-        return max(self._price(1, context, tokens) - self._price(1, context, 1), 0.0)
+    def _prefill_s(self, n: int, tokens: int, context: int) -> float:
+        return self._price(n, context, tokens)
 
     def _decode_at(self, batch: int, mean_ctx: float) -> float:
         lo, hi, w = _below(mean_ctx)
         return (1 - w) * self._decode(batch, lo) + w * self._decode(batch, hi)
 
-    def _chunk_at(self, tokens: int, ctx: int) -> float:
-        tl, th, wt = _below(tokens)
-        cl, ch, wc = _below(ctx)
-        f = self._chunk
-        return ((1 - wt) * ((1 - wc) * f(max(tl, 1), cl) + wc * f(max(tl, 1), ch)) +
-                wt * ((1 - wc) * f(th, cl) + wc * f(th, ch)))
+    def _prefill_at(self, n: int, mean_tokens: float, mean_ctx: float) -> float:
+        """``n`` prefill chunks of ``mean_tokens`` new tokens after ``mean_ctx`` cached ones, as one step."""
+        tl, th, wt = _below(mean_tokens)
+        cl, ch, wc = _below(mean_ctx)
+        f = self._prefill
+        tl = max(tl, 1)
+        return ((1 - wt) * ((1 - wc) * f(n, tl, cl) + wc * f(n, tl, ch)) +
+                wt * ((1 - wc) * f(n, th, cl) + wc * f(n, th, ch)))
 
     def forecast_s(self, n_decode: int, decode_ctx: int, chunks: list[tuple[int, int]]) -> float:
         """Calibrated seconds of one iteration (arguments as `bound_s`); the bound when not ``calibrated``."""
         if not self.calibrated:
             return self.bound_s(n_decode, decode_ctx, chunks)
-        if n_decode:
-            step = self._decode_at(n_decode, decode_ctx / n_decode)
-        elif chunks:
-            step = self._decode_at(1, chunks[0][1])
-        else:
-            return 0.0
-        return step + sum(self._chunk_at(c, p) for c, p in chunks)
+        step = self._decode_at(n_decode, decode_ctx / n_decode) if n_decode else 0.0
+        if chunks:
+            n = len(chunks)
+            tokens = sum(c for c, _ in chunks)
+            ctx = sum(p for _, p in chunks) / n
+            prefill = self._prefill_at(n, tokens / n, ctx)
+            step = prefill if not n_decode else step + max(prefill - self._decode_at(1, ctx), 0.0)
+        return step
 
     @property
     def distinct_shapes(self) -> int:
         """Step shapes priced so far (the cache's size)."""
-        return self._decode.cache_info().currsize + self._chunk.cache_info().currsize
+        return self._decode.cache_info().currsize + self._prefill.cache_info().currsize
 
 
 def kv_capacity_tokens(cfg: TransformerConfig, chip: ChipSpec, model: int, memory_fraction: float = 0.9) -> int:

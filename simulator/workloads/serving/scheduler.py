@@ -13,8 +13,9 @@ Every iteration (one forward pass of the model on the replica's chips):
    budget is left and their first chunk's blocks are free; a prompt's cached prefix (``prefix_hit``
    fraction) is not recomputed, though its blocks are held.
 
-With ``chunk_tokens`` = 0 (chunking off) a prompt is prefilled whole, in an iteration of prefills alone
-(no decode token rides along: vLLM V0's prefill-first policy). The iteration's time is `StepCosts`'
+With ``chunk_tokens`` = 0 (chunking off) a prompt is prefilled whole, in an iteration of prefills alone of
+at most ``whole_budget_tokens`` (vLLM V0's ``max_num_batched_tokens``, max(max_model_len, 2048)) -- no
+decode token rides along: vLLM V0's prefill-first policy. The iteration's time is `StepCosts`'
 (bound or forecast) plus any swap; a request's first token comes at the end of the iteration that
 finishes its prompt, each later token one iteration later. Stretches of pure decode (every running
 request decoding, nothing to admit) run as one segment up to the next completion or admissible
@@ -29,7 +30,6 @@ from dataclasses import dataclass, field
 
 from simulator.workloads.serving.kvcache import BlockPool, blocks_for
 
-WHOLE_BUDGET_TOKENS = 8192  #: chunking off: prompt tokens per prefill iteration (a longer prompt runs alone)
 StepPrice = Callable[[int, int, list[tuple[int, int]]], float]
 
 
@@ -69,6 +69,7 @@ class SchedulerConfig:
     kv_bytes_per_token: float = 0.0
     prefill_only: bool = False
     prefix_hit: float = 0.0
+    whole_budget_tokens: int = 8192  #: chunking off: prompt tokens per prefill iteration (a longer prompt runs alone)
 
 
 @dataclass
@@ -149,7 +150,7 @@ class Replica:
 
     def _schedule(self) -> tuple[list[tuple[Request, int]], float]:
         whole = not self.cfg.chunk_tokens
-        budget: float = self.cfg.chunk_tokens or WHOLE_BUDGET_TOKENS
+        budget: float = self.cfg.chunk_tokens or self.cfg.whole_budget_tokens
         prefill_first = whole and bool(self.waiting or any(r.need > 1 for r in self.running))
         chosen: list[tuple[Request, int]] = []
         swap, before = 0.0, self.preemptions
