@@ -123,3 +123,13 @@ def test_validation_rows_carry_sources_and_are_all_held_out():
     assert {r["run"] for r in rows} <= runs
     assert len(run_requests("lambda-h100-llama3-8b-p80")) == 80
     assert sum(a.prompt_tokens for a in run_requests("lambda-h100-llama3-8b-p80")) == 19504  # the file's total
+
+
+def test_plan_serve_ranks_layouts_by_chips_needed(capsys):
+    out = run_json(capsys, "plan", "llama-3-8b", "--chip", "h100", "--chips", "8", "--mode", "serve", "--rate", "30",
+                   "--batch", "256", "--seq", "512", "--output-len", "64", "--slo-ttft", "500ms", "--slo-tpot", "20ms")
+    rows = [r for r in out["plans"] if r["chips_needed"] is not None]
+    assert rows and [r["chips_needed"] for r in rows] == sorted(r["chips_needed"] for r in rows)
+    for r in rows:
+        assert r["replicas"] == -(-30 // r["per_replica_rate_per_s"])  # ceil(rate / per-replica rate)
+        assert r["chips_needed"] == r["replicas"] * r["mesh"]["model"]

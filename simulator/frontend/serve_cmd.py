@@ -282,3 +282,52 @@ def render(out: dict[str, Any]) -> str:
 
 def _mesh_text(mesh: dict[str, int]) -> str:
     return f"data={mesh['data']}, model={mesh['model']}"
+
+
+# -- podsim plan --mode serve ---------------------------------------------------------------------------------
+def add_plan_serve_args(p: argparse.ArgumentParser) -> None:
+    """The flags ``podsim plan --mode serve`` adds (the rate and SLOs a layout must meet)."""
+    p.add_argument("--rate", help="--mode serve: requests per second to serve (Poisson)")
+    p.add_argument("--slo-ttft", help="--mode serve: time-to-first-token target")
+    p.add_argument("--slo-tpot", help="--mode serve: time-per-output-token target")
+    p.add_argument("--output-len", default="128", help="--mode serve: output tokens per request (--seq: prompt)")
+    p.add_argument("--calibrated", action="store_true", help="--mode serve: rank by the forecast (else the bound)")
+
+
+def cmd_plan_serve(args: argparse.Namespace) -> None:
+    """``podsim plan MODEL --mode serve --rate R --slo-ttft T --slo-tpot T --batch MAX_SEQS --seq PROMPT``:
+    model-axis layouts ranked by the chips they need (`simulator.workloads.serving.plan`)."""
+    from simulator.frontend.model_cmd import model_config
+    from simulator.workloads.serving.plan import plan_serving
+
+    cfg = model_config(args)
+    chip = load_chip_file(args.chip_file) if args.chip_file else get_chip(args.chip)
+    if args.rate is None:
+        raise PodsimError("--mode serve needs --rate R (requests per second to serve)")
+    rate = parse_quantity(args.rate, "number", name="--rate")
+    if not 0 < rate < float("inf"):
+        raise PodsimError(f"--rate {args.rate!r} must be a finite number of requests per second > 0")
+    prompt, output = parse_length(args.seq, "--seq"), parse_length(args.output_len, "--output-len")
+    sched = SchedulerConfig(max_batch=parse_int(args.batch, name="--batch", maximum=65_536))
+    setup = ServeSetup(cfg, chip, sched=sched)
+    chips = parse_int(args.chips, name="--chips", maximum=65_536) if args.chips else None
+    rows = plan_serving(setup, lambda r: poisson_arrivals(r, 120.0, prompt, output, 0), rate,
+                        "forecast" if args.calibrated else "bound", _slo(args.slo_ttft, "--slo-ttft"),
+                        _slo(args.slo_tpot, "--slo-tpot"))
+    for row in rows:
+        row["fits_chips"] = None if chips is None or row["chips_needed"] is None else row["chips_needed"] <= chips
+    out = {"model": cfg.name, "chip": chip.name, "mode": "serve", "rate_per_s": rate, "chips": chips,
+           "kind": "forecast" if args.calibrated else "bound", "plans": rows}
+    if args.json:
+        print(dumps_json(out))
+        return
+    print(f"{cfg.name} serving {rate:g} req/s on {chip.name} ({out['kind']}; prompts {args.seq}, outputs "
+          f"{args.output_len}): layouts by chips needed")
+    for i, r in enumerate(rows, 1):
+        if r["chips_needed"] is None:
+            print(f"  {i:>2}  model={r['mesh']['model']:<3} cannot serve: {r['reason']}")
+            continue
+        fit = "" if r["fits_chips"] in (None, True) else f" (more than --chips {chips})"
+        print(f"  {i:>2}  data={r['replicas']},model={r['mesh']['model']:<3} {r['chips_needed']:>5} chips  "
+              f"{r['per_replica_rate_per_s']:.3g} req/s a replica, TTFT p50 {_ms(r['ttft_p50_s'])}, TPOT p50 "
+              f"{_ms(r['tpot_p50_s'])}{fit}")
