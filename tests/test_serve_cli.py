@@ -133,3 +133,14 @@ def test_plan_serve_ranks_layouts_by_chips_needed(capsys):
     for r in rows:
         assert r["replicas"] == -(-30 // r["per_replica_rate_per_s"])  # ceil(rate / per-replica rate)
         assert r["chips_needed"] == r["replicas"] * r["mesh"]["model"]
+
+
+def test_the_docs_example_prints_what_the_page_shows(capsys):
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text()
+    block = page.split("## Example\n\n```\n", 1)[1].split("```", 1)[0]
+    command, shown = block.split("\n", 1)
+    code, out, err = run(capsys, *command.removeprefix("$ podsim ").split())
+    assert code == 0, err
+    assert out == shown

@@ -284,3 +284,8 @@ def test_find_rate_brackets_the_slo_edge():
     assert rate and found["at_rate"]["slo_attainment"] >= 0.9
     fails = [p["rate_per_s"] for p in found["probes"] if not p["passes"]]
     assert fails and min(fails) <= rate * 1.05 + 1e-9 and min(fails) > rate
+
+
+def test_prefix_hits_skip_the_cached_part_of_the_prompt():
+    r = _serve([Request(0, 0.0, 1000, 3, hit=500)], chunk_tokens=256, prefix_hit=0.5)[0]
+    assert r.first_token_s == math.ceil(500 / 256)  # only the 500 uncached tokens are prefilled
