@@ -289,3 +289,13 @@ def test_find_rate_brackets_the_slo_edge():
 def test_prefix_hits_skip_the_cached_part_of_the_prompt():
     r = _serve([Request(0, 0.0, 1000, 3, hit=500)], chunk_tokens=256, prefix_hit=0.5)[0]
     assert r.first_token_s == math.ceil(500 / 256)  # only the 500 uncached tokens are prefilled
+
+
+def test_find_rate_with_an_unreachable_slo_says_none():
+    setup = ServeSetup(LLAMA, H100)
+
+    def stream(rate):
+        return poisson_arrivals(rate, 20.0, parse_length("512"), parse_length("8"), seed=0)
+
+    found = find_rate(setup, stream, "bound", 1e-4, None)  # a first token in 0.1 ms: no rate makes it
+    assert found["rate_per_s"] is None and not any(p["passes"] for p in found["probes"])

@@ -20,6 +20,10 @@ from simulator.workloads.serving.simulate import ServeSetup, check_stream, run_s
 MAX_PROBES = 40
 
 
+class _TooLow(Exception):
+    """A probe's stream holds no request."""
+
+
 def find_rate(setup: ServeSetup, stream: Callable[[float], list[Arrival]], kind: str, slo_ttft_s: float | None,
               slo_tpot_s: float | None, attainment: float = 0.9, start: float = 1.0, tolerance: float = 0.02,
               transfer: tuple[float, float] | None = None) -> dict[str, Any]:
@@ -31,23 +35,29 @@ def find_rate(setup: ServeSetup, stream: Callable[[float], list[Arrival]], kind:
 
     def probe(rate: float) -> tuple[bool, dict[str, Any]]:
         arrivals = stream(rate)
+        if not arrivals:  # halved below one request in the run: nothing lower can be told apart
+            raise _TooLow
         check_stream(setup, arrivals)
         summary = summarize(run_stream(setup, arrivals, kind, transfer).done, slo_ttft_s, slo_tpot_s)
         ok = summary["slo_attainment"] >= attainment
         probes.append({"rate_per_s": rate, "slo_attainment": summary["slo_attainment"], "passes": ok})
         return ok, summary
 
-    ok, best = probe(start)
+    try:
+        ok, best = probe(start)
+    except _TooLow:
+        raise PodsimError(f"--find-rate: no request arrives at {start:g} req/s in the run; raise --duration") from None
     lo, hi = (start, None) if ok else (None, start)
     while len(probes) < MAX_PROBES and (lo is None or hi is None):
         rate = lo * 2 if hi is None else hi / 2  # type: ignore[operator]
-        ok, summary = probe(rate)
+        try:
+            ok, summary = probe(rate)
+        except _TooLow:
+            break
         if ok:
             lo, best = rate, summary
         else:
             hi = rate
-        if lo is None and rate < 1e-4:
-            break
     while lo is not None and hi is not None and hi - lo > tolerance * lo and len(probes) < MAX_PROBES:
         mid = (lo + hi) / 2
         ok, summary = probe(mid)
