@@ -111,7 +111,8 @@ MISSES = ("AllReduce, A100 one node (PyTorch)", "AllReduce, A100 two nodes (PyTo
 HELD_OUT_WHOLE = ("AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)",
                   "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
                   "Serving decode, batch 32-64, one GPU (tensorrt-llm)",
-                  "Multi-GPU prefill (first token, tensor parallel)", "Multi-GPU decode, batch 32-64 (tensor parallel)")
+                  "Multi-GPU prefill (first token, tensor parallel)", "Multi-GPU decode, batch 32-64 (tensor parallel)",
+                  "Serving request streams (vLLM, one GPU)")  # issue 33: misses its own 15% target, reported
 FIT_WHOLE = ("AllGather, TPU v5e ICI (the book's profiles)",)  # two measurements, two constants
 
 
@@ -141,6 +142,7 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
     ones = {tuple(r[k] for k in setup) for r in serving if r["gpus"] == "1" and r["metric"] in ("tpot", "request")}
     rows["1 -> 8 GPU speed-ups"] = sum(r["gpus"] == "8" and tuple(r[k] for k in setup) in ones for r in serving)
     rows["gpu_training.csv"] = len(list(csv.DictReader((DATA / "calibration" / "gpu_training.csv").open())))
+    rows["serving_latency.csv"] = len(list(csv.DictReader((DATA / "calibration" / "serving_latency.csv").open())))
     assert len(result["cases"]) == sum(rows.values())  # no measurement dropped
     families = result["families"]
     assert sorted(families) == sorted(set((*MEETS, *MISSES, *HELD_OUT_WHOLE, *FIT_WHOLE)))

@@ -144,3 +144,14 @@ def test_the_docs_example_prints_what_the_page_shows(capsys):
     code, out, err = run(capsys, *command.removeprefix("$ podsim ").split())
     assert code == 0, err
     assert out == shown
+
+
+def test_the_stream_family_reports_its_miss_of_its_own_target():
+    from simulator.frontend.validate import render, validate
+    from simulator.frontend.validate_serving import FAMILY
+
+    result = validate()
+    held = result["families"][FAMILY]["held_out"]
+    assert held["target_error"] == 0.15 and held["meets_target"] is False and "misses the 15% target" in \
+        result["notes"][FAMILY]
+    assert any(line.startswith(FAMILY) and "MISSES the 15% target" in line for line in render(result).splitlines())
