@@ -121,7 +121,8 @@ MISSES = ("matmul, H100 bf16 square", *FIT_MISSES,
 HELD_OUT_WHOLE = ("AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)",
                   "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
                   "Serving decode, batch 32-64, one GPU (tensorrt-llm)",
-                  "Multi-GPU prefill (first token, tensor parallel)", "Multi-GPU decode, batch 32-64 (tensor parallel)")
+                  "Multi-GPU prefill (first token, tensor parallel)", "Multi-GPU decode, batch 32-64 (tensor parallel)",
+                  "Serving request streams (vLLM, one GPU)")  # issue 33: misses its own 15% target, reported
 FIT_WHOLE = ("AllGather, TPU v5e ICI (the book's profiles)",  # two measurements, two constants
              "Attention, A100 FlashAttention-2")  # the FA2 paper's one A100 figure scales FA2's shape
 
@@ -156,6 +157,7 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
         rows[name] = len(list(csv.DictReader((DATA / "calibration" / name).open())))
     attention = list(csv.DictReader((DATA / "calibration" / "flash_attention.csv").open()))
     rows["flash_attention.csv"] = sum(r["chip"] != "h100" or r["impl"] == "fa3" for r in attention)  # FA2 on H100:
+    rows["serving_latency.csv"] = len(list(csv.DictReader((DATA / "calibration" / "serving_latency.csv").open())))
     assert len(result["cases"]) == sum(rows.values())  # no measurement dropped        # the A100's shape, no case
     families = result["families"]
     assert sorted(families) == sorted(set((*MEETS, *MISSES, *HELD_OUT_WHOLE, *FIT_WHOLE)))

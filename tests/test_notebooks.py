@@ -11,7 +11,7 @@ pytest.importorskip("ipykernel")  # provides the "python3" kernel the notebooks 
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = ("01_roofline.ipynb", "02_memory_hierarchy.ipynb", "03_collectives.ipynb", "04_sharding.ipynb",
-             "05_transformer_decode.ipynb", "06_training_plans.ipynb", "07_calibrated_steps.ipynb")
+             "05_transformer_decode.ipynb", "06_training_plans.ipynb", "07_calibrated_steps.ipynb", "08_serving.ipynb")
 
 
 def _read(name: str) -> nbformat.NotebookNode:

@@ -27,6 +27,7 @@ from simulator.frontend.plan_cmd import add_plan_parser, cmd_plan
 from simulator.frontend.progress import command_watch
 from simulator.frontend.roofline_cmd import add_roofline_parser, cmd_roofline
 from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, run_scenario, scenario_params
+from simulator.frontend.serve_cmd import add_serve_parser, cmd_serve
 from simulator.frontend.shard_cmd import add_shard_parser, cmd_shard
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
 from simulator.hardware.specs import PRESETS, ChipSpec, get_chip, load_chip_file
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_shard_parser(sub, _chip_args)
     add_model_parser(sub)
     add_plan_parser(sub)
+    add_serve_parser(sub)
     p = sub.add_parser("collective", help="simulate one collective on a topology")
     p.add_argument("kind", help="all_gather, reduce_scatter, all_reduce, all_to_all, broadcast, gather, scatter "
                                 "or reduce")
@@ -349,7 +351,7 @@ def cmd_send(args: argparse.Namespace) -> None:
 
 
 COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,
-            "collective": cmd_collective, "send": cmd_send, "model": cmd_model, "plan": cmd_plan,
+            "collective": cmd_collective, "send": cmd_send, "model": cmd_model, "plan": cmd_plan, "serve": cmd_serve,
             "validate": cmd_validate,
             "sweep": cmd_sweep, "algorithms": cmd_algorithms, "hlo": cmd_hlo, "shard": cmd_shard,
             "compare": cmd_compare}

@@ -10,7 +10,7 @@ from simulator.hardware.specs import PRESETS, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import format_quantity, parse_int, parse_tokens
 
-MODES = ("train", "prefill", "decode")
+MODES = ("train", "prefill", "decode", "serve")
 
 
 def add_plan_parser(sub: Any) -> None:
@@ -30,6 +30,9 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--workers", default="1", help="processes simulating the best layouts at once (joblib)")
     p.add_argument("--plot", metavar="OUT.png", help="step time against memory per chip, simulated marked")
     p.add_argument("--json", action="store_true")
+    from simulator.frontend.serve_cmd import add_plan_serve_args
+
+    add_plan_serve_args(p)  # --mode serve: --rate, --slo-ttft, --slo-tpot, --output-len, --calibrated
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
@@ -38,6 +41,10 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
     if args.mode not in MODES:
         raise PodsimError(f"--mode {args.mode!r}; valid modes: {', '.join(MODES)}")
+    if args.mode == "serve":  # layouts ranked by chips needed for a rate and SLOs (issue 33)
+        from simulator.frontend.serve_cmd import cmd_plan_serve
+
+        return cmd_plan_serve(args)
     cfg = model_config(args)
     chip = load_chip_file(args.chip_file) if args.chip_file else get_chip(args.chip)
     chips = _chip_count(args, chip)

@@ -260,10 +260,14 @@ def validate() -> dict[str, Any]:
 
     TARGETS.update(validate_decode.TARGETS)
     cases += validate_decode.decode_cases(Case) + validate_kernels.kernel_cases(Case)
+    from simulator.frontend import validate_serving  # serving: published request streams (issue 33)
+
+    TARGETS.update(validate_serving.TARGETS)
+    cases += validate_serving.serving_cases(Case)
     return {"cases": [{"family": c.family, "case": c.name, "measured": c.measured, "predicted": c.predicted,
                        "unit": c.unit, "error": c.error, "set": "held out" if c.held_out else "fit"} for c in cases],
             "families": summarize(cases), "target_error": TARGET_ERROR,
-            "notes": {**NOTES, **validate_decode.NOTES, **validate_kernels.NOTES}}
+            "notes": {**NOTES, **validate_decode.NOTES, **validate_kernels.NOTES, **validate_serving.NOTES}}
 
 
 def case_rows(result: dict[str, Any]) -> list[dict[str, Any]]:

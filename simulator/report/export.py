@@ -151,3 +151,23 @@ def write_csv_rows(trace: Trace, f: Any) -> None:
     writer.writerow(CSV_COLUMNS)
     for s in trace.spans:
         writer.writerow([s.chip, s.unit, s.label, s.kind, repr(s.start), repr(s.end), s.nbytes, s.flops])
+
+
+def counter_trace(tracks: dict[str, dict[str, list[tuple[float, float]]]]) -> dict[str, Any]:
+    """A Chrome trace-event document of counter ("C") tracks alone: ``tracks[process][counter]`` is a list of
+    ``(time s, value)`` points (each value holds until the next), one process per key (a serving replica),
+    times in µs."""
+    events: list[dict[str, Any]] = []
+    for pid, (process, counters) in enumerate(tracks.items()):
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": process}})
+        for name, points in counters.items():
+            events += [{"ph": "C", "name": name, "pid": pid, "ts": t * 1e6, "args": {"value": v}} for t, v in points]
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_counter_trace(tracks: dict[str, dict[str, list[tuple[float, float]]]], path: str | Path) -> Path:
+    """Write `counter_trace` to ``path`` (open it at ui.perfetto.dev)."""
+    path = open_for_write(path)
+    with writing(path):
+        path.write_text(json.dumps(counter_trace(tracks)))
+    return path

@@ -1,5 +1,5 @@
 """What every picture shares: lazy pyplot on the Agg backend, a fresh or given axes, readable time units,
-titles wrapped to the figure's width. Only `plots` and `heatmap` import this module.
+titles wrapped to the figure's width. Only `plots`, `heatmap` and `serving_plots` import this module.
 """
 from __future__ import annotations
 

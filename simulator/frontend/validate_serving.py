@@ -1,0 +1,88 @@
+"""`podsim validate`'s request-stream family: published serving benchmarks (median TTFT, median TPOT and output
+throughput of a whole request stream) against `simulator.workloads.serving` forecasts.
+
+``serving_latency.csv`` holds one row per published figure (source, engine version, chip, model, the run it
+belongs to, the engine's settings, the metric, the measured value, ``set``); ``serving_requests.csv`` the
+requests of each run (arrival, prompt and output tokens as the benchmark sent and counted them). Each run is
+replayed through the iteration-level scheduler with the engine's settings (chunked prefill off and a prefill
+budget of max(max_model_len, 2048) tokens, as vLLM 0.6 ran with a 2,048-token context; 256 sequences) and
+every step priced by the calibrated served model for the row's engine. Metrics as ``vllm bench serve``
+reports them: medians over requests, output tokens over the run's span.
+"""
+from __future__ import annotations
+
+import csv
+from functools import cache
+from typing import Any
+
+from simulator.frontend.validate_decode import VARIANTS
+from simulator.hardware.calibration import DATA
+from simulator.hardware.specs import get_chip
+from simulator.workloads.budget import Parallelism
+from simulator.workloads.serving.arrivals import Arrival
+from simulator.workloads.serving.metrics import summarize
+from simulator.workloads.serving.scheduler import SchedulerConfig
+from simulator.workloads.serving.simulate import ServeSetup, run_stream
+from simulator.workloads.transformer import get_model
+
+FAMILY = "Serving request streams (vLLM, one GPU)"
+UNITS = {"median_ttft": "ms", "median_tpot": "ms", "output_throughput": "tokens/s"}
+TARGETS = {FAMILY: 0.15}  #: issue 33: held-out throughput and p50 latencies within 15% geomean
+
+
+def _read(name: str) -> list[dict[str, str]]:
+    with (DATA / "calibration" / name).open() as f:
+        return list(csv.DictReader(f))
+
+
+def serving_rows() -> list[dict[str, str]]:
+    """The published figures, as read."""
+    return _read("serving_latency.csv")
+
+
+def run_requests(run: str) -> list[Arrival]:
+    """The requests of ``run`` (an output of 0 tokens counted by the benchmark served as 1)."""
+    return [Arrival(float(r["arrival_s"]), int(r["prompt_tokens"]), max(int(r["output_tokens"]), 1))
+            for r in _read("serving_requests.csv") if r["run"] == run]
+
+
+def _model(name: str) -> Any:
+    base, changes = VARIANTS.get(name, (name, {}))
+    return get_model(base).replace(**changes) if changes else get_model(base)
+
+
+@cache
+def predict_run(run: str, chip: str, model: str, gpus: int, max_model_len: int) -> dict[str, float]:
+    """The forecast of ``run``: median TTFT and TPOT (ms) and output tokens/s."""
+    sched = SchedulerConfig(max_batch=256, chunk_tokens=0, whole_budget_tokens=max(max_model_len, 2048))
+    setup = ServeSetup(_model(model), get_chip(chip), Parallelism(1, gpus), sched=sched, max_model_len=max_model_len,
+                       engine="vllm")
+    s = summarize(run_stream(setup, run_requests(run), "forecast").done)
+    return {"median_ttft": 1e3 * s["ttft_s"]["p50"], "median_tpot": 1e3 * s["tpot_s"]["p50"],
+            "output_throughput": s["output_tokens_per_s"]}
+
+
+def predict(row: dict[str, str]) -> float:
+    """The row's metric as forecast."""
+    out = predict_run(row["run"], row["chip"], row["model"], int(row["gpus"] or 1), int(row["max_model_len"]))
+    return out[row["metric"]]
+
+
+def serving_cases(case: Any) -> list[Any]:
+    """One ``case`` (`simulator.frontend.validate.Case`) per published figure."""
+    return [case(FAMILY, f"{r['run']} {r['metric']}", float(r["measured"]), predict(r), UNITS[r["metric"]],
+                 r["set"] != "fit") for r in serving_rows()]
+
+
+NOTES = {FAMILY: (
+    "misses the 15% target on its held-out rows (every row is held out: the serving simulator fits nothing, its "
+    "steps are the decode family's fitted vLLM factors). LambdaLabs' vLLM 0.6.0 runs of 10 and 80 ShareGPT "
+    "requests sent at once on one H100 / A100, replayed request by request: output throughput 9-18% high and "
+    "median TPOT 10-13% low (the per-step host cost of vLLM 0.6 that the decode family names is not modelled), "
+    "median TTFT 25-61% low: the measured first token is 31-38 ms later than the forecast on every 10-request "
+    "run, on both chips -- a fixed per-request cost (the OpenAI server's tokenizing and streaming, multi-step "
+    "scheduling's 10-step windows) that no step model holds; the prefill matmul fraction itself is fitted to "
+    "TensorRT-LLM's first tokens, not vLLM's. The first error seen (TTFT 51-82% low) came from a defect: "
+    "the prefill chunks of one iteration were priced chunk by chunk, so many short prompts cost less than "
+    "the ideal bound; pricing them as one prefill step (the forecast is now never below the bound, a test "
+    "checks) was changed after that error was seen, so these rows no longer check it independently")}
