@@ -33,7 +33,6 @@ from simulator.engine.faults import FaultPlan, applying
 from simulator.errors import IncompleteRunError, PodsimError, one_line
 from simulator.frontend.fault_args import FaultOptions, add_fault_args, fault_options
 from simulator.report.result import dumps_json
-from simulator.report.tails import critical_element, critical_shares, save_tail_figure, tail_stats
 from simulator.units import format_quantity
 
 __all__ = ["EXIT_INCOMPLETE", "TIME_KEY", "add_fault_args", "applied", "dispatch", "run_draw"]
@@ -133,6 +132,8 @@ def run_draw(args: argparse.Namespace, opts: FaultOptions, index: int) -> tuple[
 
 def _critical(plan: FaultPlan) -> str | None:
     """The critical element of the draw's longest-running traced system."""
+    from simulator.report.tails import critical_element  # NumPy and Matplotlib: only when draws ran
+
     traced = [s for s in plan.systems if s.trace.enabled and s.trace.spans]
     return critical_element(max(traced, key=lambda s: s.env.now).trace) if traced else None
 
@@ -155,6 +156,7 @@ def _draws(args: argparse.Namespace, opts: FaultOptions) -> list[tuple[float, st
 
 def _monte_carlo(args: argparse.Namespace, command: Command, opts: FaultOptions) -> None:
     from simulator.frontend.outputs import check_outputs
+    from simulator.report.tails import critical_shares, save_tail_figure, tail_stats  # NumPy: only after draws
 
     if hasattr(args, "gantt"):
         check_outputs(args)
