@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.engine.faults import FaultPlan, applying
+from simulator.engine.watch import count_steps
 from simulator.errors import IncompleteRunError, PodsimError, one_line
 from simulator.frontend.fault_args import FaultOptions, add_fault_args, fault_options
 from simulator.report.result import dumps_json
@@ -141,16 +142,22 @@ def _critical(plan: FaultPlan) -> str | None:
 def _draws(args: argparse.Namespace, opts: FaultOptions) -> list[tuple[float, str | None]]:
     """Every draw: the first here, timed; the rest here or on joblib's process pool."""
     draw = _quiet(args)
+    total = opts.samples or 1
     start = time.perf_counter()
     results = [run_draw(draw, opts, 0)]
-    rest = range(1, opts.samples or 1)
+    count_steps("draws", 1, total)  # the progress line counts the draws as they finish
+    rest = range(1, total)
     workers = min(os.cpu_count() or 1, len(rest))
     if workers > 1 and (time.perf_counter() - start) * len(rest) > PARALLEL_AFTER_S:
         from joblib import Parallel, delayed
 
-        results += Parallel(n_jobs=workers, backend="loky")(delayed(run_draw)(draw, opts, i) for i in rest)
+        done = Parallel(n_jobs=workers, backend="loky", return_as="generator")(
+            delayed(run_draw)(draw, opts, i) for i in rest)
     else:
-        results += [run_draw(draw, opts, i) for i in rest]
+        done = (run_draw(draw, opts, i) for i in rest)
+    for result in done:
+        results.append(result)
+        count_steps("draws", len(results), total)
     return results
 
 

@@ -70,7 +70,8 @@ def _chip_count(args: argparse.Namespace, chip: Any) -> int:
 def render(out: dict[str, Any], limit: int = 15) -> str:
     """The ranked table: mesh, step time (simulated or closed form), MFU, memory per chip, exposed comm."""
     lines = [f"{out['model']} {out['mode']} on {out['chips']} x {out['chip']}, batch {out['batch']}, seq {out['seq']}: "
-             f"{out['fitting']} of {out['layouts']} layouts fit ({out['candidates']:,} candidates priced)"]
+             f"{out['fitting']} of {out['layouts']} layouts fit ({out['layouts']:,} layouts and {out['candidates']:,} "
+             f"candidates priced by closed form, {out.get('finalists_simulated', 0)} finalists simulated)"]
     lines.append(f"  {'#':>2}  {'mesh and options':<50}{'step':>11}  {'':<4}{'MFU':>6}{'GiB/chip':>10}  "
                  "exposed communication")
     for i, r in enumerate(out["plans"][:limit], 1):

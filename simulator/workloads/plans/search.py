@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
+from simulator.engine.watch import count_steps
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.plans.layout import AXES, MeshPlan, PlanError, TrainOptions, check_model_axes, divisors
@@ -241,8 +242,10 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
 
         pricer = Pricer(cfg, chip, batch, seq, topology)
         rows = []
-        for plan in train_meshes(cfg, chips, batch, seq):
+        meshes = train_meshes(cfg, chips, batch, seq)
+        for i, plan in enumerate(meshes, 1):
             found = best_options(pricer, plan)
+            count_steps("layouts priced", i, len(meshes))
             if found is not None:
                 out, opts, n = found
                 priced += n
@@ -268,17 +271,26 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
     plans = simulated + [r for r, _, _ in rows[len(simulated):]]
     plans[:len(simulated)] = sorted(plans[:len(simulated)], key=lambda r: r["step_time_s"])
     return {"model": cfg.name, "chip": chip.name, "chips": chips, "mode": mode, "batch": batch, "seq": seq,
-            "candidates": priced, "layouts": len(plans), "fitting": sum(r["fits"] for r in plans), "plans": plans}
+            "candidates": priced, "layouts": len(plans), "fitting": sum(r["fits"] for r in plans),
+            "finalists_simulated": len(simulated), "plans": plans}
 
 
 def _simulate(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, best: list, workers: int,
               topology: str | None) -> list[dict[str, Any]]:
     jobs = [(cfg, chip, mode, batch, seq, plan, opts, topology) for _, plan, opts in best]
+    count_steps("finalists simulated", 0, len(jobs))
     if workers <= 1 or len(jobs) <= 1:
-        return [simulate_one(*job) for job in jobs]
-    from joblib import Parallel, delayed
+        done: Any = (simulate_one(*job) for job in jobs)
+    else:
+        from joblib import Parallel, delayed
 
-    return Parallel(n_jobs=min(workers, len(jobs)))(delayed(simulate_one)(*job) for job in jobs)
+        done = Parallel(n_jobs=min(workers, len(jobs)), return_as="generator")(
+            delayed(simulate_one)(*job) for job in jobs)
+    rows = []
+    for row in done:  # (in the jobs' order)
+        rows.append(row)
+        count_steps("finalists simulated", len(rows), len(jobs))
+    return rows
 
 
 def simulate_one(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, plan: MeshPlan | dict[str, int],
