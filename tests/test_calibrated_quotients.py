@@ -61,3 +61,32 @@ def test_calibration_slows_the_step_it_keeps_fast():
     (_, ideal), (_, cal) = [simulate_step(cfg, get_chip("h100"), plan, TrainOptions(), 8, 128, "nodes:4:8",
                                           calibrated=c) for c in (False, True)]
     assert cal["step_time_s"] > ideal["step_time_s"]
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_a_multislice_step_runs_on_the_quotient_by_slice_rotations(calibrated):
+    """data=2 x fsdp=256 on two v5e-256 slices over DCN: the slice rotation maps every fsdp group (a slice) onto
+    the other and every data group (a chip and its twin) onto itself; the step runs one slice's transfers and
+    matches the full simulation of all 512 chips."""
+    cfg = dataclasses.replace(get_model("llama-2-7b"), n_layers=1)
+    plan, opts = parse_plan_mesh("data=2,fsdp=256"), TrainOptions(checkpoint="full")
+    (full, exact), (fast, quick) = [simulate_step(cfg, get_chip("tpu-v5e"), plan, opts, 512, 256,
+                                                  "multislice:2:16x16", trace=False, calibrated=calibrated, fast=f)
+                                    for f in (False, True)]
+    assert fast.sym.quotiented and fast.sym.node_action.name.startswith("slices")
+    assert_same(exact, quick)
+    assert math.isclose(fast.metrics["end_to_end_s"], full.metrics["end_to_end_s"], rel_tol=1e-9)
+    full_links, fast_links = full.system.network.link_bytes(), fast.system.network.link_bytes()
+    assert full_links.keys() == fast_links.keys()
+    assert all(math.isclose(fast_links[k], v, rel_tol=1e-9) for k, v in full_links.items())
+
+
+def test_slice_actions_are_the_products_of_slice_rotations_and_wrapped_slice_axes():
+    from simulator.collectives.slice_symmetry import slice_actions
+    from simulator.engine.system import System
+
+    orders = {a.name: a.order for a in slice_actions(System("tpu-v5e", topology="multislice:4:16x16").network)}
+    assert orders["slices"] == 4 and orders["slice axis 0+slice axis 1"] == 256  # both 16-chip axes wrap
+    assert max(orders.values()) == 4 * 16 * 16
+    unwrapped = {a.name for a in slice_actions(System("tpu-v5e", topology="multislice:4:4x4").network)}
+    assert unwrapped == {"slices"}  # 4x4 v5e slices have no wraparound: only the slices rotate

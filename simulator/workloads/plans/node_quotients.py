@@ -1,4 +1,5 @@
-"""Whole steps on GPU node systems on the quotient by node and rail symmetries: `NodeQuotients`, a part of
+"""Whole steps on GPU node systems on the quotient by node and rail symmetries (and multislice systems by slice
+rotations and translations inside the slices): `NodeQuotients`, a part of
 `simulator.workloads.plans.symmetry.Symmetry` (its state is set there), and `Rerun`."""
 from __future__ import annotations
 
@@ -49,13 +50,14 @@ class NodeQuotients:
     def _candidates(self) -> list[Any]:
         """The node system's symmetry groups, largest first (those named in ``node_allowed``)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
+            from simulator.collectives.slice_symmetry import slice_actions
             from simulator.collectives.symmetry import block_actions, node_actions
 
             net, allowed = self.system.network, self.node_allowed
             every = self.shared.get(("node candidates",))
             if every is None:
                 every = self.shared[("node candidates",)] = sorted(
-                    itertools.chain(node_actions(net), block_actions(net)), key=lambda a: -a.order)
+                    itertools.chain(node_actions(net), block_actions(net), slice_actions(net)), key=lambda a: -a.order)
             self._node_candidates = [a for a in every if allowed is None or a.name in allowed]
         return self._node_candidates
 
