@@ -32,7 +32,7 @@ class NodeQuotients:
         if self.node_action is not None:
             q = quotient(net, transfers, self.node_action)
             if q is None:  # the run stops here: the groups this one and the first are both equivariant under
-                self.node_next = self._fits(self._first) & self._fits(transfers)
+                self.node_next = self._fits(self._first, among=self._fits(transfers))
                 self.mixed = True
                 raise Rerun("a collective is not equivariant under the step's group")  # no use running on
         elif self._first is None:
@@ -61,7 +61,9 @@ class NodeQuotients:
             self._node_candidates = [a for a in every if allowed is None or a.name in allowed]
         return self._node_candidates
 
-    def _fits(self, transfers: list[Any]) -> frozenset:
-        """The names of the candidate groups ``transfers`` is equivariant under."""
+    def _fits(self, transfers: list[Any], among: frozenset | None = None) -> frozenset:
+        """The names of the candidate groups (of those named in ``among``, if given) ``transfers`` is equivariant
+        under."""
         net = self.system.network
-        return frozenset(a.name for a in self._candidates() if quotient(net, transfers, a) is not None)
+        return frozenset(a.name for a in self._candidates() if (among is None or a.name in among)
+                         and quotient(net, transfers, a) is not None)
