@@ -14,7 +14,7 @@ import sys
 import pytest
 
 HEAVY = ("numpy", "networkx", "scipy", "simpy", "matplotlib", "topologies", "simulator.collectives",
-         "simulator.workloads.plans.train", "scenarios.collective_matmul")
+         "simulator.workloads.hlo", "simulator.workloads.plans.train", "scenarios.collective_matmul")
 
 PROBE = """
 import contextlib, io, json, sys
@@ -61,3 +61,10 @@ def test_the_lazy_public_api_resolves_every_name():
     assert all(getattr(simulator, name) is not None for name in simulator.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         simulator.nothing  # noqa: B018
+
+
+def test_the_parser_s_hlo_dtype_policies_are_the_cost_model_s():
+    from simulator.frontend import hlo_cmd
+    from simulator.workloads.hlo import cost
+
+    assert hlo_cmd.DTYPE_POLICIES == cost.DTYPE_POLICIES
