@@ -246,13 +246,9 @@ def _start(kind: str, system: Any, nbytes: float, aggregate: bool, kwargs: dict[
 
 
 def start_planned(system: Any, plan: Plan, quotient: Quotient | None = None, aggregate: bool = True) -> Completion:
-    """Start ``plan`` (a timing-only `plan_collective` of ``system``) now, on ``quotient`` of its schedule where
-    given (`simulator.collectives.quotient`); its completion event. On a calibrated system it pays the launch
-    latency and, where no link carries bytes, sets the links' calibrated efficiency: a function of the link's
-    kind and the array's size, so a quotient by symmetries that keep link kinds runs as the full schedule does
-    (the network is idle exactly when the representatives' links are)."""
-    done = _execute_calibrated(system, plan, None, set_links=system.network.idle(), aggregate=aggregate,
-                               quotient=quotient)
+    """`start_collective` of a timing-only ``plan``, on ``quotient`` of its schedule where given: a calibration
+    (per link kind and size, set where the network is idle) keeps the quotient exact."""
+    done = _execute_calibrated(system, plan, None, system.network.idle(), aggregate, quotient)
     done.algorithm, done.protocol = plan.algorithm.name, plan.protocol
     return done
 
