@@ -23,33 +23,46 @@ import sys
 import warnings
 from importlib.machinery import ModuleSpec
 from types import ModuleType
+from typing import Any
 
-from simulator import analytic
-from simulator.collectives import run_collective, start_collective
-from simulator.engine.faults import (
-    ChipFail,
-    ChipPause,
-    ChipSlow,
-    FaultPlan,
-    Jitter,
-    LinkDegraded,
-    LinkDown,
-    LinkLatency,
-    applying,
-)
-from simulator.engine.spmd import spmd
-from simulator.engine.system import System
-from simulator.errors import PodsimError
-from simulator.hardware.specs import ChipSpec, get_chip
-from simulator.report import plots
-from simulator.report.result import Result
-from simulator.workloads.budget import Parallelism, decode_budget, train_budget
-from simulator.workloads.mesh import Mesh
-from simulator.workloads.pipeline import Operand, Step, run_steps
-from simulator.workloads.served import served_concurrent, served_request
-from simulator.workloads.sharding import sharded_matmul
-from simulator.workloads.simulate import simulate_decode, simulate_train
-from simulator.workloads.transformer import TransformerConfig, get_model, load_config_file
+#: The public API by name: the module each name lives in. They load on first use (PEP 562), so that
+#: ``import simulator`` -- and with it ``podsim --help`` -- does not import every layer, NetworkX and SciPy.
+PUBLIC = {name: module for module, names in (
+    ("simulator.collectives", ("run_collective", "start_collective")),
+    ("simulator.engine.faults", ("ChipFail", "ChipPause", "ChipSlow", "FaultPlan", "Jitter", "LinkDegraded",
+                                 "LinkDown", "LinkLatency", "applying")),
+    ("simulator.engine.spmd", ("spmd",)),
+    ("simulator.engine.system", ("System",)),
+    ("simulator.errors", ("PodsimError",)),
+    ("simulator.hardware.specs", ("ChipSpec", "get_chip")),
+    ("simulator.report.result", ("Result",)),
+    ("simulator.workloads.budget", ("Parallelism", "decode_budget", "train_budget")),
+    ("simulator.workloads.mesh", ("Mesh",)),
+    ("simulator.workloads.pipeline", ("Operand", "Step", "run_steps")),
+    ("simulator.workloads.served", ("served_concurrent", "served_request")),
+    ("simulator.workloads.sharding", ("sharded_matmul",)),
+    ("simulator.workloads.simulate", ("simulate_decode", "simulate_train")),
+    ("simulator.workloads.transformer", ("TransformerConfig", "get_model", "load_config_file")),
+) for name in names}
+SUBMODULES = ("analytic", "plots")  #: public names that are modules: simulator.analytic, simulator.report.plots
+_SUBMODULE_PATHS = {"analytic": "simulator.analytic", "plots": "simulator.report.plots"}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name on first use (and keep it, so the next use is a plain attribute)."""
+    if name in PUBLIC:
+        value = getattr(importlib.import_module(PUBLIC[name]), name)
+    elif name in _SUBMODULE_PATHS:
+        value = importlib.import_module(_SUBMODULE_PATHS[name])
+    else:
+        raise AttributeError(f"module 'simulator' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(PUBLIC) | set(SUBMODULES))
+
 
 __version__ = "0.1.0"
 

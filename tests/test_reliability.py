@@ -270,7 +270,8 @@ def test_progress_without_a_terminal_is_one_line_now_and_then():
     watch = RunWatch(estimate=5_000_000)
     progress(watch)  # a run younger than DELAY_S shows nothing
     assert stream.getvalue() == ""
-    watch.started, watch.events, watch.now_s = time.monotonic() - 12.0, 1_234_567, 3.5e-3
+    watch.started, watch.events = time.monotonic() - 12.0, 1_234_567
+    watch.clock(3.5e-3)
     progress(watch)
     progress(watch)  # the next line waits LINE_EVERY_S
     line = stream.getvalue()
@@ -292,7 +293,8 @@ def test_progress_on_a_terminal_is_a_bar_of_events_against_the_estimate():
     progress = Progress(stream)
     watch = RunWatch(estimate=2_000_000)
     watch.started -= 5.0
-    watch.events, watch.now_s = 1_000_000, 2e-3
+    watch.events = 1_000_000
+    watch.clock(2e-3)
     progress(watch)
     progress.close()
     drawn = stream.getvalue()

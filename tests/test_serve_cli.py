@@ -155,3 +155,11 @@ def test_the_stream_family_reports_its_miss_of_its_own_target():
     assert held["target_error"] == 0.15 and held["meets_target"] is False and "misses the 15% target" in \
         result["notes"][FAMILY]
     assert any(line.startswith(FAMILY) and "MISSES the 15% target" in line for line in render(result).splitlines())
+
+
+def test_the_cli_names_the_preemption_modes_the_simulator_runs():
+    """serve_cmd spells them itself so the parser does not import the simulator (`podsim --help` stays light)."""
+    from simulator.frontend.serve_cmd import PREEMPT_MODES
+    from simulator.workloads.serving.simulate import PREEMPT_MODES as RUN
+
+    assert PREEMPT_MODES == RUN

@@ -242,7 +242,13 @@ def _start(kind: str, system: Any, nbytes: float, aggregate: bool, kwargs: dict[
         done = Completion(system.env)
         done.algorithm = "none"
         return done.succeed(system.env.now)
-    done = _execute_calibrated(system, plan, None, set_links=system.network.idle(), aggregate=aggregate)
+    return start_planned(system, plan, aggregate=aggregate)
+
+
+def start_planned(system: Any, plan: Plan, quotient: Quotient | None = None, aggregate: bool = True) -> Completion:
+    """`start_collective` of a timing-only ``plan``, on ``quotient`` of its schedule where given: a calibration
+    (per link kind and size, set where the network is idle) keeps the quotient exact."""
+    done = _execute_calibrated(system, plan, None, system.network.idle(), aggregate, quotient)
     done.algorithm, done.protocol = plan.algorithm.name, plan.protocol
     return done
 

@@ -26,15 +26,14 @@ import contextvars
 import math
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-import numpy as np
-
-import topologies
 from simulator.errors import FaultError
 from simulator.units import check_derived, check_int, check_number, show
-from topologies import TopologyError
+
+if TYPE_CHECKING:  # NetworkX, NumPy and topologies load where they are used: the CLI's parser reads this module
+    import networkx as nx
+    import numpy as np
 
 Node = int | str | tuple  #: a chip index, a grid coordinate, or a switch's name
 CHIP_UNITS = ("mxu", "vpu", "hbm")
@@ -208,6 +207,8 @@ class FaultPlan:
 
     def next_seed(self) -> np.random.SeedSequence:
         """The seed of the next system built under this plan."""
+        import numpy as np
+
         return np.random.SeedSequence(self.seed, spawn_key=(*self.spawn_key, len(self.systems)))
 
 
@@ -232,6 +233,9 @@ def applying(plan: FaultPlan) -> Iterator[FaultPlan]:
 # -- faults on the topology graph -------------------------------------------------------------------
 def resolve_node(graph: nx.DiGraph, node: Any, what: str = "chip", chips_only: bool = True) -> Hashable:
     """The graph node that ``node`` names: a chip index, a grid coordinate, or (links) a switch's name."""
+    import topologies
+    from topologies import TopologyError
+
     chips = sorted(v for v, role in graph.nodes(data="role") if role == "chip")
     shape = tuple(graph.graph.get("shape", ()))
     key = node
@@ -345,6 +349,8 @@ def _cut(graph: nx.DiGraph, u: Hashable, v: Hashable, wrap: list[bool], origin: 
 
 
 def _check_reachable(g: nx.DiGraph) -> None:
+    import networkx as nx
+
     chips = sorted(v for v, role in g.nodes(data="role") if role == "chip")
     reach = nx.descendants(g, chips[0]) | {chips[0]}
     back = nx.ancestors(g, chips[0]) | {chips[0]}

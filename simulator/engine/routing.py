@@ -11,19 +11,26 @@ networkx, whose tie-breaking then decides as before.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import networkx as nx
 import numpy as np
 
-try:  # an accelerator only: without it every route is networkx's, as before
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import dijkstra
-except ImportError:  # pragma: no cover - scipy comes with the dev tools
-    dijkstra = None
-
 TIE = 1e-9  #: paths whose costs differ by less than this fraction are ties (networkx breaks them)
+
+
+@functools.cache
+def _scipy() -> tuple[Any, Any] | None:
+    """SciPy's ``(csr_matrix, dijkstra)``, imported on first use (a tenth of a second that a run without a
+    cost-routed fabric never pays); None without SciPy -- an accelerator only: every route is then networkx's."""
+    try:
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import dijkstra
+    except ImportError:  # pragma: no cover - scipy comes with the dev tools
+        return None
+    return csr_matrix, dijkstra
 
 
 class QuickestPaths:
@@ -39,8 +46,9 @@ class QuickestPaths:
 
     def path(self, src: Any, dst: Any) -> list[Any] | None:
         """The quickest path ``src`` .. ``dst`` (None: a tie on the way, no path, or no SciPy: ask networkx)."""
-        if dijkstra is None or src == dst:
+        if src == dst or _scipy() is None:
             return None
+        dijkstra = _scipy()[1]
         if self._matrix is None:
             self._prepare()
         if src not in self._trees:
@@ -68,7 +76,7 @@ class QuickestPaths:
             cols.append(self._index[v])
             costs.append(self.cost(u, v, data))
         n = len(self._nodes)
-        self._matrix = csr_matrix((costs, (rows, cols)), shape=(n, n))
+        self._matrix = _scipy()[0]((costs, (rows, cols)), shape=(n, n))
         rows_a, cols_a, costs_a = np.array(rows, dtype=int), np.array(cols, dtype=int), np.array(costs, dtype=float)
         order = np.argsort(cols_a, kind="stable")
         bounds = np.searchsorted(cols_a[order], np.arange(n + 1))

@@ -128,7 +128,7 @@ class System:
             raise misuse from None
         except KeyboardInterrupt:  # Ctrl-C: say how far the simulation got
             if watch is not None:
-                watch.now_s = self.env.now
+                watch.clock(self.env.now, id(self))
             metrics = compute_metrics(self.trace, self.env.now) if self.trace.enabled else None
             progress = watch.so_far(metrics) if watch is not None else f"t={self.env.now:.6g} s of simulated time"
             raise SimulationInterrupted(f"interrupted; simulated so far: {progress}") from None
@@ -151,7 +151,7 @@ class System:
                 except IndexError:
                     self.events_processed += count & (TICK - 1)
                     if watch is not None:
-                        watch.tick(env._now, count & (TICK - 1))
+                        watch.tick(env._now, count & (TICK - 1), id(self))
                     return
                 callbacks, event.callbacks = event.callbacks, None
                 for callback in callbacks:
@@ -178,7 +178,7 @@ class System:
             except simpy.core.EmptySchedule:
                 self.events_processed += count & (TICK - 1)
                 if watch is not None:
-                    watch.tick(self.env.now, count & (TICK - 1))
+                    watch.tick(self.env.now, count & (TICK - 1), id(self))
                 return
             except KeyboardInterrupt:
                 if watch is not None:  # count the events since the last report
@@ -192,7 +192,7 @@ class System:
         """Every `TICK` events: count them, report to the watch, enforce the event and wall-clock limits."""
         self.events_processed += TICK
         if watch is not None:  # the command's budget, progress bar and estimate
-            watch.tick(self.env.now, TICK)
+            watch.tick(self.env.now, TICK, id(self))
         if self.events_processed > limit:
             raise RunawayError(f"simulation passed max_events={limit:,} events at t={self.env.now:.6g} s; "
                                "use fewer, larger blocks or raise System(max_events=...)")
@@ -207,7 +207,7 @@ class System:
         enforced, which `_tick` checks only every `TICK` events."""
         watch = current_watch()
         if watch is not None:
-            watch.tick(self.env.now, units)
+            watch.tick(self.env.now, units, id(self))
         started = self._run_started
         if started is not None and time.perf_counter() - started > self.wall_clock_limit_s:
             raise RunawayError(f"simulation ran past wall_clock_limit_s={self.wall_clock_limit_s:g} s of real time "

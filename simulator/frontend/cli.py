@@ -13,7 +13,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
-from simulator.collectives import names as algorithm_names
 from simulator.engine.memory_budget import DEFAULT_FRACTION, memory_budget
 from simulator.engine.memory_budget import ENV_VAR as MEMORY_ENV_VAR
 from simulator.errors import NonFiniteError, PodsimError, one_line
@@ -89,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     _network_args(p)
     p.add_argument("--bytes", required=True, help="V: the full gathered / unreduced array of one group (e.g. 64MB)")
     p.add_argument("--axes", help="topology axis indices, e.g. 0,1 (default: all axes)")
-    p.add_argument("--algorithm", default="auto", choices=algorithm_names(), help="see `podsim algorithms`")
+    p.add_argument("--algorithm", default="auto", help="auto or a name from `podsim algorithms`")
     p.add_argument("--multi-axis", default="parallel", help="parallel (split over axes at once) or sequential")
     p.add_argument("--root", help="root chip of broadcast, gather, scatter, reduce: an index or a coordinate "
                    "such as 0,0 (default: chip 0)")
@@ -224,6 +223,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
     from simulator.collectives import run_collective
 
     check_outputs(args)
+    _check_algorithm(args.algorithm)
     protocol = _protocol(args)
     system = _system(args)
     nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
@@ -289,6 +289,16 @@ def _book_levels(kind: str, system: Any, r: Any) -> dict[str, Any]:
     from simulator.collectives.book_levels import book_levels
 
     return book_levels(kind, dict(system.graph.graph), r.group_size, r.nbytes) or {}
+
+
+def _check_algorithm(name: str) -> None:
+    """--algorithm, checked against the registry (here, not as argparse choices: listing them would import every
+    algorithm, NetworkX and SciPy before ``podsim --help`` could print)."""
+    from simulator.collectives import names
+
+    if name not in names():
+        raise PodsimError(f"podsim collective: argument --algorithm: invalid choice: {name!r} "
+                          f"(choose from {', '.join(map(repr, names()))})")
 
 
 def _protocol(args: argparse.Namespace) -> str:
@@ -386,9 +396,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _input_errors() -> tuple[type[Exception], ...]:
-    from topologies import TopologyError
-
-    return (PodsimError, TopologyError)
+    """PodsimError, and TopologyError once the topologies package is loaded (no TopologyError exists before it; the
+    clause is read for every exception, ``--help``'s SystemExit included, and importing it costs NetworkX)."""
+    topology_errors = sys.modules.get("topologies.errors")
+    return (PodsimError,) if topology_errors is None else (PodsimError, topology_errors.TopologyError)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,12 @@ from typing import Any
 from simulator.errors import PodsimError
 from simulator.hardware.specs import PRESETS, get_chip, load_chip_file
 from simulator.units import parse_int
-from simulator.workloads.hlo.cost import DTYPE_POLICIES
 
 MAX_CHIP = 10**6  #: largest chip index a placement names
+
+#: `simulator.workloads.hlo.cost.DTYPE_POLICIES`, spelled here so that building the parser does not load the HLO
+#: reader (tests/test_startup_imports.py holds the two equal)
+DTYPE_POLICIES = ("source", "compiled")
 
 
 def add_hlo_parser(sub: Any) -> None:

@@ -30,10 +30,10 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.engine.faults import FaultPlan, applying
+from simulator.engine.watch import count_steps
 from simulator.errors import IncompleteRunError, PodsimError, one_line
 from simulator.frontend.fault_args import FaultOptions, add_fault_args, fault_options
 from simulator.report.result import dumps_json
-from simulator.report.tails import critical_element, critical_shares, save_tail_figure, tail_stats
 from simulator.units import format_quantity
 
 __all__ = ["EXIT_INCOMPLETE", "TIME_KEY", "add_fault_args", "applied", "dispatch", "run_draw"]
@@ -133,6 +133,8 @@ def run_draw(args: argparse.Namespace, opts: FaultOptions, index: int) -> tuple[
 
 def _critical(plan: FaultPlan) -> str | None:
     """The critical element of the draw's longest-running traced system."""
+    from simulator.report.tails import critical_element  # NumPy and Matplotlib: only when draws ran
+
     traced = [s for s in plan.systems if s.trace.enabled and s.trace.spans]
     return critical_element(max(traced, key=lambda s: s.env.now).trace) if traced else None
 
@@ -140,21 +142,28 @@ def _critical(plan: FaultPlan) -> str | None:
 def _draws(args: argparse.Namespace, opts: FaultOptions) -> list[tuple[float, str | None]]:
     """Every draw: the first here, timed; the rest here or on joblib's process pool."""
     draw = _quiet(args)
+    total = opts.samples or 1
     start = time.perf_counter()
     results = [run_draw(draw, opts, 0)]
-    rest = range(1, opts.samples or 1)
+    count_steps("draws", 1, total)  # the progress line counts the draws as they finish
+    rest = range(1, total)
     workers = min(os.cpu_count() or 1, len(rest))
     if workers > 1 and (time.perf_counter() - start) * len(rest) > PARALLEL_AFTER_S:
         from joblib import Parallel, delayed
 
-        results += Parallel(n_jobs=workers, backend="loky")(delayed(run_draw)(draw, opts, i) for i in rest)
+        done = Parallel(n_jobs=workers, backend="loky", return_as="generator")(
+            delayed(run_draw)(draw, opts, i) for i in rest)
     else:
-        results += [run_draw(draw, opts, i) for i in rest]
+        done = (run_draw(draw, opts, i) for i in rest)
+    for result in done:
+        results.append(result)
+        count_steps("draws", len(results), total)
     return results
 
 
 def _monte_carlo(args: argparse.Namespace, command: Command, opts: FaultOptions) -> None:
     from simulator.frontend.outputs import check_outputs
+    from simulator.report.tails import critical_shares, save_tail_figure, tail_stats  # NumPy: only after draws
 
     if hasattr(args, "gantt"):
         check_outputs(args)

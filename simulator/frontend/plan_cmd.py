@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from simulator.analytic import EXPOSED_MEANING
@@ -28,11 +30,17 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--seq", required=True, help="tokens per sequence (train), prompt (prefill) or context (decode)")
     p.add_argument("--top", default="3", help="how many of the best layouts to simulate")
     p.add_argument("--workers", default="1", help="processes simulating the best layouts at once (joblib)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="simulate the best layouts on this existing Dask cluster (e.g. tcp://host:8786), as "
+                        "`podsim sweep --scheduler` does")
+    p.add_argument("--calibrated", action="store_true",
+                   help="train and serve: rank by the calibrated forecast (fitted to published runs), the ideal bound "
+                        "beside it")
     p.add_argument("--plot", metavar="OUT.png", help="step time against memory per chip, simulated marked")
     p.add_argument("--json", action="store_true")
     from simulator.frontend.serve_cmd import add_plan_serve_args
 
-    add_plan_serve_args(p)  # --mode serve: --rate, --slo-ttft, --slo-tpot, --output-len, --calibrated
+    add_plan_serve_args(p)  # --mode serve: --rate, --slo-ttft, --slo-tpot, --output-len
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
@@ -52,9 +60,16 @@ def cmd_plan(args: argparse.Namespace) -> None:
         from simulator.report.plots import check_picture_path
 
         check_picture_path(args.plot)
-    out = search(cfg, chip, chips, args.mode, parse_int(args.batch, name="--batch"),
-                 parse_tokens(args.seq, name="--seq", maximum=2**24), parse_int(args.top, name="--top", minimum=0),
-                 parse_int(args.workers, name="--workers", maximum=1024), args.topology)
+    workers = parse_int(args.workers, name="--workers", maximum=1024)
+    if args.scheduler is not None and workers != 1:
+        raise PodsimError("--workers is not allowed with --scheduler (the Dask cluster's workers simulate the "
+                          "finalists)")
+    batch = parse_int(args.batch, name="--batch")
+    seq = parse_tokens(args.seq, name="--seq", maximum=2**24)
+    top = parse_int(args.top, name="--top", minimum=0)
+    with _client(args.scheduler) as client:
+        out = search(cfg, chip, chips, args.mode, batch, seq, top, workers, args.topology,
+                     calibrated=args.calibrated, client=client)
     out["topology"] = args.topology
     if args.plot:
         from simulator.report.plots import plan_scatter, save
@@ -65,6 +80,21 @@ def cmd_plan(args: argparse.Namespace) -> None:
                           f"{chip.name} (options: mN microbatches, zN ZeRO stage, ckpt policy, overlap TP)",
                           labels=labels), args.plot)
     print(dumps_json(out) if args.json else render(out))
+
+
+@contextlib.contextmanager
+def _client(address: str | None) -> Iterator[Any]:
+    """A Dask client of the cluster at ``address`` for the command's length (None without --scheduler)."""
+    if address is None:
+        yield None
+        return
+    from simulator.frontend.sweep import dask_client
+
+    client = dask_client(address)
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def _chip_count(args: argparse.Namespace, chip: Any) -> int:
@@ -79,17 +109,24 @@ def _chip_count(args: argparse.Namespace, chip: Any) -> int:
 
 def render(out: dict[str, Any], limit: int = 15) -> str:
     """The ranked table: mesh, step time (simulated or closed form), MFU, memory per chip, exposed comm."""
+    calibrated = out.get("ranked_by") == "calibrated forecast"
     lines = [f"{out['model']} {out['mode']} on {out['chips']} x {out['chip']}, batch {out['batch']}, seq {out['seq']}: "
-             f"{out['fitting']} of {out['layouts']} layouts fit ({out['candidates']:,} candidates priced)"]
-    lines.append(f"  {'#':>2}  {'mesh and options':<50}{'step bound':>11}  {'':<4}{'MFU':>6}{'GiB peak':>10}  "
-                 "exposed communication")
+             f"{out['fitting']} of {out['layouts']} layouts fit ({out['layouts']:,} layouts and {out['candidates']:,} "
+             f"candidates priced by closed form, {out.get('finalists_simulated', 0)} finalists simulated)"]
+    if calibrated:
+        lines.append("  ranked by the calibrated forecast (fitted to published runs); bound: the ideal step at peak "
+                     "(sim: simulated, cf: closed form)")
+    forecast_head = f"{'forecast':>11}{'MFU':>6}" if calibrated else ""
+    lines.append(f"  {'#':>2}  {'mesh and options':<50}{forecast_head}{'step bound':>11}  "
+                 f"{'':<4}{'MFU':>6}{'GiB peak':>10}  exposed communication")
     for i, r in enumerate(out["plans"][:limit], 1):
         mesh = ",".join(f"{k}={v}" for k, v in r["mesh"].items()) + \
             _options_text(r.get("options", {}), r["mesh"].get("pipeline", 1) > 1)
         kind = "sim" if r["simulated"] else "cf"
         exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in r["exposed_comm_s"].items() if t) or "-"
         fit = "" if r["fits"] else " (does not fit)"
-        lines.append(f"  {i:>2}  {mesh:<50}{format_quantity(r['step_time_s'], 's'):>11}  {kind:<4}{r['mfu']:>6.1%}"
+        lines.append(f"  {i:>2}  {mesh:<50}{_forecast_text(r) if calibrated else ''}"
+                     f"{format_quantity(r['step_time_s'], 's'):>11}  {kind:<4}{r['mfu']:>6.1%}"
                      f"{r.get('memory_peak_bytes', r['memory_per_chip_bytes']) / 2**30:>10.2f}  {exposed}{fit}")
     if len(out["plans"]) > limit:
         lines.append(f"  ... {len(out['plans']) - limit} more (--json lists them all)")
@@ -98,6 +135,13 @@ def render(out: dict[str, Any], limit: int = 15) -> str:
     legend = ("  step and MFU: bound (ideal peak), sim simulated, cf closed form; GiB peak: the memory verdict "
               "(simulated peak: state + transient, else the closed form)")
     return "\n".join([*lines, legend, f"  options: {OPTIONS_LEGEND}", f"  ({EXPOSED_MEANING})"])
+
+
+def _forecast_text(row: dict[str, Any]) -> str:
+    """A row's calibrated forecast and its MFU, or dashes where the calibrated model does not price it."""
+    if row.get("calibrated_step_time_s") is None:
+        return f"{'-':>11}{'-':>6}"
+    return f"{format_quantity(row['calibrated_step_time_s'], 's'):>11}{row['calibrated_mfu']:>6.1%}"
 
 
 def model_command(out: dict[str, Any], row: dict[str, Any]) -> list[str]:

@@ -54,9 +54,9 @@ class Progress:
 
     def long_run(self, watch: RunWatch, hint: str) -> None:
         """The one warning before a long run: events, a rough duration, and ``hint``."""
-        seconds = watch.estimate / EVENTS_PER_S
+        seconds = (watch.total or 0) / EVENTS_PER_S
         rough = f"{seconds / 60:.0f} minute(s)" if seconds >= 90 else f"{seconds:.0f} s"
-        print(f"podsim: this run will simulate about {watch.estimate:,} events (roughly {rough}); {hint}",
+        print(f"podsim: this run will simulate about {watch.total or 0:,} events (roughly {rough}); {hint}",
               file=self.stream, flush=True)
 
     def __call__(self, watch: RunWatch) -> None:
@@ -70,20 +70,15 @@ class Progress:
         if self.bar is None and _is_terminal(self.stream):
             self.bar = _tqdm_bar(self.stream)
         if self.bar is not None:
-            self.bar.total = max(watch.estimate or 0, watch.events) or None
+            self.bar.total = watch.total
             self.bar.n = watch.events
             self.bar.set_description_str("simulating" if watch.events else "preparing", refresh=False)
-            self.bar.set_postfix_str(f"t={format_quantity(watch.now_s, 's')} simulated", refresh=False)
+            counted = f", {watch.counted()}" if watch.counts else ""
+            self.bar.set_postfix_str(f"t={format_quantity(watch.simulated_s, 's')} simulated{counted}", refresh=False)
             self.bar.refresh()
         elif elapsed - self.last_line_s >= LINE_EVERY_S:
             self.last_line_s = elapsed
-            if not watch.events:
-                print(f"podsim: preparing the run: {elapsed:.0f} s, nothing simulated yet", file=self.stream,
-                      flush=True)
-                return
-            of = f" of about {watch.estimate:,}" if watch.estimate else ""
-            print(f"podsim: simulating: {watch.events:,}{of} events, t={format_quantity(watch.now_s, 's')} "
-                  f"simulated, {elapsed:.0f} s", file=self.stream, flush=True)
+            print(line(watch, elapsed), file=self.stream, flush=True)
 
     def close(self) -> None:
         """Stop the heartbeat and clear the bar."""
@@ -93,6 +88,17 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def line(watch: RunWatch, elapsed_s: float) -> str:
+    """One plain progress line: events against the estimate (never below them), the simulated time of every
+    run so far (it never goes back), the command's own counts (draws, layouts priced, finalists simulated)."""
+    counted = f"; {watch.counted()}" if watch.counts else ""
+    if not watch.events:
+        return f"podsim: preparing the run: {elapsed_s:.0f} s, nothing simulated yet{counted}"
+    of = f" of about {watch.total:,}" if watch.estimate is not None else ""
+    return (f"podsim: simulating: {watch.events:,}{of} events, t={format_quantity(watch.simulated_s, 's')} simulated, "
+            f"{elapsed_s:.0f} s{counted}")
 
 
 def _is_terminal(stream: IO[str]) -> bool:

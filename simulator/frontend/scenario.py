@@ -28,16 +28,19 @@ _SUFFIX_KIND = (("_per_s", "bandwidth"), ("_s", "time"), ("_bytes", "bytes"), ("
 TOKEN_PARAMS = frozenset({"context", "seq", "prompt", "tokens", "tokens_per_chip", "seq_len"})
 
 
-def list_scenarios() -> dict[str, str]:
-    """Built-in scenario names mapped to the first line of their docstring."""
+def scenario_names() -> list[str]:
+    """The built-in scenarios' names, sorted, read from the package without importing any of them."""
     import scenarios
 
+    return sorted(info.name for info in pkgutil.iter_modules(scenarios.__path__) if not info.name.startswith("_"))
+
+
+def list_scenarios() -> dict[str, str]:
+    """Built-in scenario names mapped to the first line of their docstring (this imports every scenario)."""
     out = {}
-    for info in sorted(pkgutil.iter_modules(scenarios.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"scenarios.{info.name}")
-        out[info.name] = (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else ""
+    for name in scenario_names():
+        module = importlib.import_module(f"scenarios.{name}")
+        out[name] = (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else ""
     return out
 
 
@@ -45,7 +48,7 @@ def load_scenario(name: str) -> types.ModuleType:
     """The scenario module called ``name``, or loaded from the file at path ``name``."""
     if name.endswith(".py") or "/" in name:
         return _load_file(Path(name))
-    known = list_scenarios()
+    known = scenario_names()  # one scenario is imported, not all of them (and all their layers)
     if name not in known:
         raise ScenarioError(f"unknown scenario {name!r}; valid scenarios: {', '.join(known)} (or a path to a .py file)")
     return importlib.import_module(f"scenarios.{name}")

@@ -7,25 +7,18 @@ the Perfetto counters (``--trace OUT.json``): the suffix says which; give it twi
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import PodsimError
 from simulator.hardware.specs import PRESETS, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import format_quantity, parse_int, parse_positive, parse_quantity
 from simulator.workloads.budget import Parallelism, check_layout, parse_parallelism
-from simulator.workloads.serving.arrivals import parse_length, poisson_arrivals, read_trace
-from simulator.workloads.serving.costs import StepCosts, kv_capacity_tokens
-from simulator.workloads.serving.scheduler import SchedulerConfig
-from simulator.workloads.serving.simulate import (
-    PREEMPT_MODES,
-    ServeSetup,
-    check_setup,
-    check_stream,
-    kv_transfer_line,
-    report,
-    run_stream,
-)
+
+if TYPE_CHECKING:
+    from simulator.workloads.serving.simulate import ServeSetup
+
+PREEMPT_MODES = ("recompute", "swap")  #: `simulator.workloads.serving.simulate.PREEMPT_MODES` (held equal by a test)
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -78,6 +71,9 @@ def _mesh(text: str | None, flag: str, cfg: Any) -> Parallelism:
 
 
 def _setup(args: argparse.Namespace, cfg: Any, chip: Any) -> ServeSetup:
+    from simulator.workloads.serving.scheduler import SchedulerConfig
+    from simulator.workloads.serving.simulate import ServeSetup, check_setup
+
     sched = SchedulerConfig(max_batch=parse_int(args.max_batch, name="--max-batch", maximum=65_536),
                             chunk_tokens=parse_int(args.chunked_prefill, name="--chunked-prefill", minimum=0,
                                                    maximum=1_048_576),
@@ -108,6 +104,8 @@ def _traces(args: argparse.Namespace) -> tuple[str | None, str | None]:
 
 
 def _stream_maker(args: argparse.Namespace, trace_in: str | None) -> Any:
+    from simulator.workloads.serving.arrivals import parse_length, poisson_arrivals, read_trace
+
     duration = parse_positive(args.duration, "time", name="--duration")
     prompt, output = parse_length(args.prompt_len, "--prompt-len"), parse_length(args.output_len, "--output-len")
     cv = parse_quantity(args.burstiness, "number", name="--burstiness")
@@ -136,6 +134,7 @@ def _slo(text: str | None, flag: str) -> float | None:
 
 def cmd_serve(args: argparse.Namespace) -> None:
     from simulator.frontend.model_cmd import model_config
+    from simulator.workloads.serving.simulate import check_stream, kv_transfer_line, report, run_stream
 
     cfg = model_config(args)
     chip = load_chip_file(args.chip_file) if args.chip_file else get_chip(args.chip)
@@ -187,6 +186,8 @@ def _check_outputs(args: argparse.Namespace, trace_out: str | None) -> None:
 
 
 def _header(setup: ServeSetup, args: argparse.Namespace, rate: float | None, trace_in: str | None) -> dict[str, Any]:
+    from simulator.workloads.serving.costs import StepCosts, kv_capacity_tokens
+
     meshes = ({"prefill_mesh": vars(setup.prefill_mesh), "decode_mesh": vars(setup.decode_mesh)}
               if setup.disaggregated else {"mesh": vars(setup.mesh)})
     par = setup.decode_mesh or setup.mesh
@@ -216,6 +217,7 @@ def _samples(run: Any) -> dict[str, Any]:
 
 def _write_outputs(args: argparse.Namespace, trace_out: str | None, runs: dict[str, Any], out: dict[str, Any],
                    slo_ttft: float | None, slo_tpot: float | None) -> None:
+
     main = runs.get("forecast") or runs["bound"]
     if trace_out:
         from simulator.report.export import write_counter_trace
@@ -293,14 +295,16 @@ def add_plan_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo-ttft", help="--mode serve: time-to-first-token target")
     p.add_argument("--slo-tpot", help="--mode serve: time-per-output-token target")
     p.add_argument("--output-len", default="128", help="--mode serve: output tokens per request (--seq: prompt)")
-    p.add_argument("--calibrated", action="store_true", help="--mode serve: rank by the forecast (else the bound)")
 
 
 def cmd_plan_serve(args: argparse.Namespace) -> None:
     """``podsim plan MODEL --mode serve --rate R --slo-ttft T --slo-tpot T --batch MAX_SEQS --seq PROMPT``:
     model-axis layouts ranked by the chips they need (`simulator.workloads.serving.plan`)."""
     from simulator.frontend.model_cmd import model_config
+    from simulator.workloads.serving.arrivals import parse_length, poisson_arrivals
     from simulator.workloads.serving.plan import plan_serving
+    from simulator.workloads.serving.scheduler import SchedulerConfig
+    from simulator.workloads.serving.simulate import ServeSetup
 
     cfg = model_config(args)
     chip = load_chip_file(args.chip_file) if args.chip_file else get_chip(args.chip)

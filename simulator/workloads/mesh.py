@@ -27,13 +27,13 @@ import itertools
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import PodsimError
 from simulator.units import parse_int, show
-from topologies.shapes import orientations, slice_shapes
+
+if TYPE_CHECKING:  # the topologies package (NetworkX) loads where a mesh meets a graph, not for a parser's constants
+    import networkx as nx
 
 _AXIS = re.compile(r"^\s*(?P<name>[A-Za-z][A-Za-z0-9_]*)\s*=\s*(?P<size>\d+)\s*(?:@\s*(?P<phys>\d+(?:\+\d+)*))?\s*$",
                    re.ASCII)  # ASCII digits only: "X=²" is not a size
@@ -303,6 +303,8 @@ def default_topology_for(mesh: MeshSpec, chip: Any) -> str:
         return f"switch:{n}" if n <= GPUS_PER_NODE or n % GPUS_PER_NODE else f"nodes:{n // GPUS_PER_NODE}:8"
     if any(p is not None for p in mesh.placement):
         return "slice:" + "x".join(map(str, _explicit_lengths(mesh)))
+    from topologies.shapes import orientations, slice_shapes
+
     real = [laid for shape in (slice_shapes(n, rule) if rule in ("length16", "multiple4") else [])
             for laid in orientations(tuple(a for a in shape if a > 1) or (1,))]
     for fits in (place_in_order, place_split):

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import math
 import re
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from simulator.workloads.hlo.syntax import SyntaxFault, closing, split_top
+
+if TYPE_CHECKING:  # NumPy loads where a device array is built: `podsim --help` reads the HLO package
+    import numpy as np
 
 _IOTA = re.compile(r"\[([\d,\s]+)\]<=\[([\d,\s]+)\](?:T\(([\d,\s]+)\))?")
 _MESH_AXIS = re.compile(r"'?([A-Za-z_][\w.]*)'?\s*=\s*(\d+)")
@@ -66,11 +68,15 @@ def _iota_groups(text: str) -> list[list[int]]:
     if len(shape) != 2 or math.prod(shape) != math.prod(dims) or sorted(perm) != list(range(len(dims))):
         raise SyntaxFault(f"iota replica groups {text!r}: [G,N] must hold as many ids as the iota dims, and T(...) "
                           "must permute them", 0)
+    import numpy as np
+
     return np.arange(math.prod(dims)).reshape(dims).transpose(perm).reshape(shape).tolist()
 
 
 def _device_array(spec: str, sizes: list[int]) -> np.ndarray:
     """Device ids laid on the mesh: iota, or ``device_ids=(...)`` as an iota with transpose or a list."""
+    import numpy as np
+
     n = math.prod(sizes)
     if not spec:
         return np.arange(n).reshape(sizes)

@@ -8,6 +8,9 @@ and decode), ``search`` (`podsim plan`).
 """
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from simulator.workloads.plans.layout import (
     AXES,
     KV_SHARDINGS,
@@ -19,7 +22,16 @@ from simulator.workloads.plans.layout import (
     check_train_plan,
     parse_plan_mesh,
 )
-from simulator.workloads.plans.train import train_plan
 
 __all__ = ["AXES", "KV_SHARDINGS", "POLICIES", "SCHEDULES", "MeshPlan", "PlanError", "TrainOptions",
            "check_train_plan", "parse_plan_mesh", "train_plan"]
+
+
+def __getattr__(name: str) -> Any:
+    """`train_plan` loads on first use: it pulls in the collectives (NetworkX, SciPy), which a parser reading
+    `SCHEDULES` does not need."""
+    if name == "train_plan":
+        value = importlib.import_module("simulator.workloads.plans.train").train_plan
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

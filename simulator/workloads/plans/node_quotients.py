@@ -1,4 +1,5 @@
-"""Whole steps on GPU node systems on the quotient by node and rail symmetries: `NodeQuotients`, a part of
+"""Whole steps on GPU node systems on the quotient by node and rail symmetries (and multislice systems by slice
+rotations and translations inside the slices): `NodeQuotients`, a part of
 `simulator.workloads.plans.symmetry.Symmetry` (its state is set there), and `Rerun`."""
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class NodeQuotients:
         if self.node_action is not None:
             q = quotient(net, transfers, self.node_action)
             if q is None:  # the run stops here: the groups this one and the first are both equivariant under
-                self.node_next = self._fits(self._first) & self._fits(transfers)
+                self.node_next = self._fits(self._first, among=self._fits(transfers))
                 self.mixed = True
                 raise Rerun("a collective is not equivariant under the step's group")  # no use running on
         elif self._first is None:
@@ -49,17 +50,20 @@ class NodeQuotients:
     def _candidates(self) -> list[Any]:
         """The node system's symmetry groups, largest first (those named in ``node_allowed``)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
+            from simulator.collectives.slice_symmetry import slice_actions
             from simulator.collectives.symmetry import block_actions, node_actions
 
             net, allowed = self.system.network, self.node_allowed
             every = self.shared.get(("node candidates",))
             if every is None:
                 every = self.shared[("node candidates",)] = sorted(
-                    itertools.chain(node_actions(net), block_actions(net)), key=lambda a: -a.order)
+                    itertools.chain(node_actions(net), block_actions(net), slice_actions(net)), key=lambda a: -a.order)
             self._node_candidates = [a for a in every if allowed is None or a.name in allowed]
         return self._node_candidates
 
-    def _fits(self, transfers: list[Any]) -> frozenset:
-        """The names of the candidate groups ``transfers`` is equivariant under."""
+    def _fits(self, transfers: list[Any], among: frozenset | None = None) -> frozenset:
+        """The names of the candidate groups (of those named in ``among``, if given) ``transfers`` is equivariant
+        under."""
         net = self.system.network
-        return frozenset(a.name for a in self._candidates() if quotient(net, transfers, a) is not None)
+        return frozenset(a.name for a in self._candidates() if (among is None or a.name in among)
+                         and quotient(net, transfers, a) is not None)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
+from simulator.engine.watch import count_steps
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.plans.layout import AXES, MeshPlan, PlanError, TrainOptions, check_model_axes, divisors
@@ -233,17 +234,31 @@ def _price_2d(cfg: Any, chip: ChipSpec, batch: int, context: int, new: int, plan
 
 
 def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int, top: int = 3,
-           workers: int = 1, topology: str | None = None) -> dict[str, Any]:
+           workers: int = 1, topology: str | None = None, calibrated: bool = False,
+           client: Any = None) -> dict[str, Any]:
     """Every layout and option set priced; the layouts ranked by step time (fitting first), the best ``top``
-    simulated. ``candidates`` counts the (layout, options) pairs priced, ``layouts`` the rows."""
+    simulated. ``candidates`` counts the (layout, options) pairs priced, ``layouts`` the rows.
+
+    ``calibrated`` (training): every row also carries its calibrated forecast (`forecast.forecast`), and the
+    layouts rank by it, the bound beside it. ``client``: a `distributed.Client` whose cluster simulates the
+    finalists (in place of ``workers`` local processes)."""
+    if calibrated:
+        from simulator.workloads.plans.forecast import check_calibrated_chip
+
+        if mode != "train":
+            raise PodsimError(f"--calibrated ranks training layouts by the calibrated step; --mode {mode} has no "
+                              "calibrated plan search (drop --calibrated)")
+        check_calibrated_chip(chip)
     priced = 0
     if mode == "train":
         from simulator.workloads.plans.price import Pricer
 
         pricer = Pricer(cfg, chip, batch, seq, topology)
         rows = []
-        for plan in train_meshes(cfg, chips, batch, seq):
+        meshes = train_meshes(cfg, chips, batch, seq)
+        for i, plan in enumerate(meshes, 1):
             found = best_options(pricer, plan)
+            count_steps("layouts priced", i, len(meshes))
             if found is not None:
                 out, opts, n = found
                 priced += n
@@ -259,27 +274,50 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
     if not rows:
         raise PodsimError(f"no layout of {chips} chips divides {cfg.name}, batch {batch} and seq {seq}; try a batch "
                           "that is a multiple of the chip count")
-    rows.sort(key=lambda t: (not t[0]["fits"], not t[0].get("real_slice", True), t[0]["step_time_s"]))
+    if calibrated:
+        from simulator.workloads.plans.forecast import forecast, rank_key
+
+        for row, plan, opts in rows:
+            row.update(forecast(cfg, chip, batch, seq, plan, opts, topology) if row["fits"] else
+                       {"calibrated_step_time_s": None, "calibrated_mfu": None})
+        rows.sort(key=lambda t: rank_key(t[0]))
+    else:
+        rows.sort(key=lambda t: (not t[0]["fits"], not t[0].get("real_slice", True), t[0]["step_time_s"]))
     best = [t for t in rows[:top] if t[0]["fits"]]
-    simulated = _simulate(cfg, chip, mode, batch, seq, best, workers, topology)
+    simulated = _simulate(cfg, chip, mode, batch, seq, best, workers, topology, client)
     for row, (closed, _, _) in zip(simulated, best, strict=True):
-        for key in ("options_priced", "real_slice"):
+        for key in ("options_priced", "real_slice", "calibrated_step_time_s", "calibrated_mfu", "calibrated_note"):
             if key in closed:
                 row[key] = closed[key]
     plans = simulated + [r for r, _, _ in rows[len(simulated):]]
-    plans[:len(simulated)] = sorted(plans[:len(simulated)], key=lambda r: (not r["fits"], r["step_time_s"]))
+    plans[:len(simulated)] = sorted(plans[:len(simulated)], key=rank_key if calibrated else
+                                    lambda r: (not r["fits"], r["step_time_s"]))
     return {"model": cfg.name, "chip": chip.name, "chips": chips, "mode": mode, "batch": batch, "seq": seq,
-            "candidates": priced, "layouts": len(plans), "fitting": sum(r["fits"] for r in plans), "plans": plans}
+            "candidates": priced, "layouts": len(plans), "fitting": sum(r["fits"] for r in plans),
+            "finalists_simulated": len(simulated), "ranked_by": "calibrated forecast" if calibrated else "bound",
+            "plans": plans}
 
 
 def _simulate(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, best: list, workers: int,
-              topology: str | None) -> list[dict[str, Any]]:
+              topology: str | None, client: Any = None) -> list[dict[str, Any]]:
     jobs = [(cfg, chip, mode, batch, seq, plan, opts, topology) for _, plan, opts in best]
-    if workers <= 1 or len(jobs) <= 1:
-        return [simulate_one(*job) for job in jobs]
-    from joblib import Parallel, delayed
+    count_steps("finalists simulated", 0, len(jobs))
+    if client is not None and jobs:
+        from simulator.workloads.plans.on_dask import simulate_on_dask
 
-    return Parallel(n_jobs=min(workers, len(jobs)))(delayed(simulate_one)(*job) for job in jobs)
+        return simulate_on_dask(client, simulate_one, jobs)
+    if workers <= 1 or len(jobs) <= 1:
+        done: Any = (simulate_one(*job) for job in jobs)
+    else:
+        from joblib import Parallel, delayed
+
+        done = Parallel(n_jobs=min(workers, len(jobs)), return_as="generator")(
+            delayed(simulate_one)(*job) for job in jobs)
+    rows = []
+    for row in done:  # (in the jobs' order)
+        rows.append(row)
+        count_steps("finalists simulated", len(rows), len(jobs))
+    return rows
 
 
 def simulate_one(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, plan: MeshPlan | dict[str, int],

@@ -42,7 +42,8 @@ from typing import Any
 
 import simpy
 
-from simulator.collectives import collective_groups, plan_collective, start_collective
+from simulator.collectives import collective_groups, plan_collective
+from simulator.collectives.api import start_planned
 from simulator.collectives.quotient import Translations, execute_quotient, quotient
 from simulator.collectives.schedule import execute
 from simulator.workloads.plans.node_quotients import NodeQuotients, Rerun  # noqa: F401  (Rerun: re-exported)
@@ -110,8 +111,9 @@ class Symmetry(NodeQuotients):
         self._plans: dict[tuple, tuple[Any, dict[str, Any], dict[str, float], Any, Any]] = {}
         self.shared: dict[tuple, Any] = shared if shared is not None else {}  #: plans reruns of the step reuse
         self.quotients = quotients and self.group_reduce  #: run collectives on the quotient by translations
-        self.node_quotients = quotients and self.active and not self.group_reduce and len(self.members) == 1 \
-            and system.calibration is None  #: on a GPU node system: by node and rail rotations (one for the step)
+        #: on a GPU node system: by node and rail rotations (one for the step); calibrated too (their efficiency is
+        #: a function of link kind and size, and the rotations keep kinds; no multiplicities, `node_actions`)
+        self.node_quotients = quotients and self.active and not self.group_reduce and len(self.members) == 1
         self.node_allowed = node_allowed  #: names of the node groups this run may use (None: any)
         self.node_next: frozenset | None = None  #: a rerun's groups: the first and the stopping collective's
         self._node_candidates: list[Any] | None = None
@@ -153,8 +155,8 @@ class Symmetry(NodeQuotients):
         system = self.system
         if plan.schedule is None:
             return system.env.event().succeed(system.env.now)
-        if system.calibration is not None:  # launch latency and link efficiency: the API's own path
-            return start_collective(kind, system, nbytes, **kwargs)
+        if system.calibration is not None:  # launch latency and link efficiency: the API's own path, on the quotient
+            return start_planned(system, plan, q)  # (no replay: a calibrated run's rate is the network's state)
         net = system.network
         run = (lambda: execute_quotient(net, q, kind)) if q is not None else \
             (lambda: execute(net, plan.schedule.transfers, None, kind))
@@ -207,7 +209,7 @@ class Symmetry(NodeQuotients):
         onto one another (`simulator.collectives.quotient`), or None (run it as planned): along each physical
         axis under ``close``, by the smallest step that maps every factor's groups onto its groups (a factor of
         ``n`` chips at stride ``s`` that is not the whole axis: multiples of ``n * s``), on wrapped axes only."""
-        if not self.quotients or plan.schedule is None or "pipeline" in close or self.system.calibration is not None:
+        if not self.quotients or plan.schedule is None or "pipeline" in close:
             return None
         key = frozenset(close)
         if key not in self._actions:
