@@ -17,8 +17,8 @@ from simulator import analytic
 from simulator.collectives import fault_routes, layout, payload
 from simulator.collectives import protocol as protocols
 from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, get_algorithm
-from simulator.collectives.book import book_estimate
-from simulator.collectives.bounds import topology_bound
+from simulator.collectives.book import NO_BOOK_UNDER_FAULTS, book_estimate
+from simulator.collectives.bounds import own_links_bound, topology_bound
 from simulator.collectives.fault_routes import AS_FAULTED
 from simulator.collectives.groups import Group, collective_groups, nic_rings, root_position
 from simulator.collectives.quotient import Quotient, execute_quotient, unfold
@@ -68,12 +68,14 @@ class CollectiveResult:
     #: calibrated GPU systems: NCCL's own choice and why (`simulator.collectives.tuner.nccl_select`)
     nccl: dict[str, Any] | None = None
     quotient_order: int | None = None  #: mode "quotient": transfers (and links) each simulated one stands for
+    #: grids: the bound for algorithms whose hops all join two members of one group (`bounds.own_links_bound`)
+    own_links_bound_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The figures as a flat dict (without the numeric outputs; ``note`` and ``quotient_order`` only when
         there is one)."""
         return {k: v for k, v in self.__dict__.items()
-                if k != "outputs" and not (k in ("note", "quotient_order", "nccl") and v is None)}
+                if k != "outputs" and not (k in ("note", "quotient_order", "nccl", "own_links_bound_s") and v is None)}
 
 
 @dataclass
@@ -339,8 +341,9 @@ def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: 
         system.trace.count(next(iter(net.links.values())).kind, total - sum(link_bytes.values()))
     return CollectiveResult(
         kind=kind, time_s=time_s, analytic_s=_analytic_s(plan),
-        book_s=book_estimate(kind, job.group, net, job.parts, plan.nbytes, job.root_pos),
+        book_s=None if net.faulted else book_estimate(kind, job.group, net, job.parts, plan.nbytes, job.root_pos),
         topology_bound_s=topology_bound(kind, net, plan.groups, plan.nbytes, job.root_pos),
+        own_links_bound_s=own_links_bound(kind, net, plan.groups, plan.nbytes, job.root_pos),
         algorithm=plan.algorithm.name, nbytes=plan.nbytes, padded_bytes=_padded_bytes(plan),
         group_size=job.group.n, groups=len(plan.groups), algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw,
         max_link_bytes=max(link_bytes.values(), default=0.0), total_link_bytes=total,
@@ -358,6 +361,8 @@ def _fault_note(system: Any, plan: Plan, link_bytes: dict[str, float]) -> str | 
     fault on a chip whose links carried nothing. None where there is nothing to say."""
     notes = [f"around the link faults: {plan.route} (chosen by closed form over the network as faulted)"] \
         if plan.route else []
+    if system.network.faulted:
+        notes.append(NO_BOOK_UNDER_FAULTS)
     model = getattr(system, "faults", None)
     for record in getattr(model, "applied", []):
         if "link" in record:

@@ -261,6 +261,9 @@ def cmd_collective(args: argparse.Namespace) -> None:
     print(f"  closed form {format_quantity(r.analytic_s, 's')}" +
           (f"   book estimate {format_quantity(r.book_s, 's')}" if r.book_s else ""))
     print(f"  topology bound {format_quantity(r.topology_bound_s, 's')} (no algorithm can be faster here)")
+    if r.own_links_bound_s is not None and r.own_links_bound_s > r.topology_bound_s * (1 + 1e-6):
+        print(f"  own-links bound {format_quantity(r.own_links_bound_s, 's')} (no algorithm that stays on the "
+              "groups' own links can be faster)")
     print("".join(f"  note: {note}\n" for note in system.notes), end="")  # not the chip's own topology
     if r.note:  # one chip: no bandwidth to report
         print(f"  {r.note}")
