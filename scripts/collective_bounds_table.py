@@ -54,7 +54,8 @@ BY_ALGORITHM = {
     "root_direct": "the root talks to every chip over its own links one pair at a time",
 }
 #: (topology, kind) -> reason, for slack that is the shape's, not one algorithm's
-BY_SHAPE: dict[tuple[str, str], str] = {}
+BY_SHAPE: dict[tuple[str, ...], str] = {}
+BY_KIND_ALGORITHM: dict[tuple[str, str], str] = {}
 
 
 def rows(shapes: list[tuple[str, str, list[int] | None]]) -> list[dict]:
@@ -63,7 +64,7 @@ def rows(shapes: list[tuple[str, str, list[int] | None]]) -> list[dict]:
         probe = System(chip, topology=topology)
         groups = collective_groups(probe.network, axes)
         for kind in KINDS:
-            for name in applicable(kind, probe.network, groups):
+            for name in ["auto", *applicable(kind, probe.network, groups)]:
                 start = time.perf_counter()
                 try:
                     r = run_collective(kind, System(chip, topology=topology), NBYTES, axes=axes, algorithm=name)
@@ -71,8 +72,9 @@ def rows(shapes: list[tuple[str, str, list[int] | None]]) -> list[dict]:
                     out.append({"chip": chip, "topology": topology, "axes": axes, "kind": kind, "algorithm": name,
                                 "error": str(err).split(";")[0]})
                     continue
-                out.append({"chip": chip, "topology": topology, "axes": axes, "kind": kind, "algorithm": name,
-                            "time_s": r.time_s, "bound_s": r.topology_bound_s, "own_s": r.own_links_bound_s,
+                label = f"auto ({r.algorithm})" if name == "auto" else name
+                out.append({"chip": chip, "topology": topology, "axes": axes, "kind": kind, "algorithm": label,
+                            "chosen": r.algorithm, "time_s": r.time_s, "bound_s": r.topology_bound_s, "own_s": r.own_links_bound_s,
                             "wall_s": time.perf_counter() - start})
     return out
 
@@ -81,7 +83,8 @@ def reason(row: dict) -> str:
     ratio = row["time_s"] / row["bound_s"] if row.get("bound_s") else 1.0
     if ratio <= FLAG:
         return ""
-    return BY_SHAPE.get((row["topology"], row["kind"])) or BY_ALGORITHM.get(row["algorithm"], "")
+    return BY_SHAPE.get((row["topology"], row["kind"], row["chosen"])) or BY_SHAPE.get((row["topology"], row["kind"])) \
+        or BY_KIND_ALGORITHM.get((row["kind"], row["chosen"])) or BY_ALGORITHM.get(row["chosen"], "")
 
 
 def render(table: list[dict]) -> str:

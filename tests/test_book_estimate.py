@@ -59,3 +59,13 @@ def test_one_group_alone_may_borrow_other_links_and_the_own_links_bound_says_how
     assert r.own_links_bound_s == pytest.approx(0.75e9 / (2 * 90e9), rel=1e-3)
     assert r.topology_bound_s == pytest.approx(0.75e9 / (6 * 90e9), rel=5e-3)  # (+ the detours' latency)
     assert r.time_s >= r.own_links_bound_s * (1 - 1e-9)
+
+
+def test_roots_of_every_row_share_the_plane_they_sit_in() -> None:
+    """Issue 31: v5p slice:4x4x4 ``--axes 0`` Gather to position 0: the 16 roots form the plane x = 0, whose
+    only links in from outside are its 32 axis-0 link directions; the roots need 16 x 3/4 V through them:
+    T >= 12 V / (32 b) = 4.17 ms at 1 GB (each root's six links alone said 1.39 ms)."""
+    r = run_collective("gather", System("tpu-v5p", topology="slice:4x4x4"), 1e9, axes=[0])
+    hand = 12e9 / (32 * 90e9)
+    assert r.topology_bound_s >= hand * (1 - 1e-9)
+    assert r.time_s >= r.topology_bound_s * (1 - 1e-9)

@@ -47,6 +47,7 @@ from simulator.collectives import (  # noqa: F401
     rail_gather,
     recursive,
     root,
+    slice_direct,
     slice_gather,
     slice_rails,
     spanning_trees,

@@ -70,6 +70,8 @@ def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, 
         bound = max(bound, fill(into_group, together))  # holders are the members for these kinds
     bound = max(bound, _region_bound(kind, net, groups, nbytes, root_pos))
     bound = max(bound, _axis_load_bound(kind, net, groups, nbytes))
+    if kind in ROOTED and len(groups) > 1:
+        bound = max(bound, _roots_together(kind, g, groups, nbytes, root_pos))
     if kind == "all_to_all":
         bound = max(bound, _link_load_bound(net, groups, nbytes / n**2))
         if net.grid:
@@ -111,6 +113,21 @@ def _axis_load_bound(kind: str, net: Network, groups: list[Group], nbytes: float
         crossings = sum(len({g.nodes[c]["coord"][a] for c in group.members.values()}) - 1 for group in groups)
         bound = max(bound, fill(along, per * crossings * nbytes))
     return bound
+
+
+def _roots_together(kind: str, g: nx.DiGraph, groups: list[Group], nbytes: float, root_pos: tuple[int, ...]) -> float:
+    """The roots of all groups at once (issue 31): groups are disjoint, so every other member of a group lies
+    outside the set R of roots. What the roots must receive from their members (Gather (n-1)V/n, Reduce V) enters
+    R through the links into it, and what they must give (Scatter (n-1)V/n; Broadcast V, one copy per group at
+    least) leaves through the links out of it. When every group's root sits in one plane (position 0 of an axis
+    across a cube) those links are the plane's few axis links, not each root's six."""
+    n = groups[0].n
+    roots = {group.members[root_pos] for group in groups}
+    per = {"gather": (n - 1) * nbytes / n, "reduce": nbytes, "scatter": (n - 1) * nbytes / n, "broadcast": nbytes}[kind]
+    inward = kind in ("gather", "reduce")
+    links = [(d["latency_s"], d["bandwidth_bytes_per_s"]) for u, v, d in g.edges(data=True)
+             if ((v if inward else u) in roots) and ((u if inward else v) not in roots)]
+    return fill(links, per * len(groups))
 
 
 def own_links_bound(kind: str, net: Network, groups: list[Group], nbytes: float,
