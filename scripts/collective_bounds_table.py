@@ -41,8 +41,8 @@ SHAPES = [
 #: why an algorithm is slower than the bound by design (applies wherever it runs)
 BY_ALGORITHM = {
     "unidirectional": "one direction of each ring link: half the bandwidth by design",
-    "line": "on a ring it ignores the wraparound link; on a line each phase loads the end links with n - 1 shards "
-            "(2(n-1)/n x the AllReduce bound)",
+    "line": "one way along each line: on a ring it leaves the wraparound idle (2x); on a line a chip's shard "
+            "crosses every link once, the ends' links carrying n - 1 shards a phase",
     "binary_tree": "a tree: the root's links carry every piece, depth x latency",
     "double_binary_tree": "two trees: interior chips' links carry each piece twice",
     "recursive_doubling": "log2(n) steps of the whole array: V per step, latency-optimal, not bandwidth",
@@ -54,8 +54,46 @@ BY_ALGORITHM = {
     "root_direct": "the root talks to every chip over its own links one pair at a time",
 }
 #: (topology, kind) -> reason, for slack that is the shape's, not one algorithm's
-BY_SHAPE: dict[tuple[str, ...], str] = {}
-BY_KIND_ALGORITHM: dict[tuple[str, str], str] = {}
+BY_KIND_ALGORITHM: dict[tuple[str, str], str] = {
+    ("broadcast", "bidirectional"): "a ring broadcast sends the whole array as one piece, hop after hop (n/2 hops "
+                                    "each way); spanning_trees pipelines pieces and is what auto runs",
+    ("all_to_all", "bidirectional"): "chunks forwarded round rings one axis at a time, each chunk stored at every "
+                                     "hop; dimension_order routes them and is what auto runs",
+    ("gather", "root_chains"): "axis by axis along the root's lines: only the root's own axis links carry the "
+                               "last stage; spanning_trees uses all of the root's links and is what auto runs",
+    ("scatter", "root_chains"): "axis by axis along the root's lines (the Gather reversed); spanning_trees is what "
+                                "auto runs",
+    ("reduce", "root_chains"): "axis by axis along the root's lines, pipelined: the root's axis links carry every "
+                               "piece; spanning_trees is what auto runs",
+    ("reduce", "root_rings"): "half the pieces round each ring: the root's two ring links carry V/2 each, not its "
+                              "four; spanning_trees is what auto runs",
+    ("all_reduce", "nvls"): "NVLS moves V (1 + 1/n) out of each GPU port (its contributions, then the store of its "
+                            "own shard's sum: 1.125x the per-port bound on 8 GPUs by design) and pipelines 4 chunks "
+                            "whose fill adds the rest (nvls.py)",
+    ("all_reduce", "nvls_tree"): "NVLS inside each node (its V (1 + 1/n) per port, above) then a double binary "
+                                 "tree per rail over InfiniBand, whose interior nodes carry each piece twice; "
+                                 "open: issue 31 item 5 (<= 1.2x) not met",
+    ("all_reduce", "hierarchical_pipelined"): "4 chunks through three stages: the pipeline's fill and drain "
+                                              "(1.58x on nodes:2:8); nvls_tree is what auto runs there",
+    ("broadcast", "rail_chains"): "a piece per rail chained over InfiniBand node after node: K - 1 IB hops deep "
+                                  "plus the NVLink relay in the root's node and the spread in the last; "
+                                  "open: issue 31 item 5 (<= 1.3x) not met on nodes:4:8 (1.33x)",
+    ("reduce", "rail_chains"): "the Broadcast reversed (same depth and relays); open: 1.33x on nodes:4:8",
+}
+for _kind in ("all_gather", "reduce_scatter", "all_reduce"):
+    BY_KIND_ALGORITHM[(_kind, "hierarchical")] = ("two levels one after the other (reduce-scatter inside, rails "
+                                                  "across, all-gather inside): the fast level idles while the "
+                                                  "slow one runs; hierarchical_pipelined overlaps them")
+#: (topology, kind[, algorithm]) -> reason, for slack that is the shape's, not one algorithm's
+BY_SHAPE: dict[tuple[str, ...], str] = {
+    ("slice:4x4x4", "all_to_all", "bidirectional"): "chunks forwarded round the axis-0 rings, stored at every hop; "
+                                                    "dimension_order is what auto runs (1.00x)",
+    ("slice:4x4x4", "broadcast", "bidirectional"): "one piece hop after hop round each ring; spanning_trees "
+                                                   "pipelines and is what auto runs",
+    ("mesh:2x4x4", "all_reduce", "line"): "each axis's ReduceScatter then AllGather on lines loads the end links "
+                                          "with 2 (n-1)/n V; grid_pipelined (the pipelined line on 2-D grids) is "
+                                          "2-D only -- open: issue 31 item 5, a 3-D pipelined grid AllReduce",
+}
 
 
 def rows(shapes: list[tuple[str, str, list[int] | None]]) -> list[dict]:
@@ -74,7 +112,8 @@ def rows(shapes: list[tuple[str, str, list[int] | None]]) -> list[dict]:
                     continue
                 label = f"auto ({r.algorithm})" if name == "auto" else name
                 out.append({"chip": chip, "topology": topology, "axes": axes, "kind": kind, "algorithm": label,
-                            "chosen": r.algorithm, "time_s": r.time_s, "bound_s": r.topology_bound_s, "own_s": r.own_links_bound_s,
+                            "chosen": r.algorithm, "time_s": r.time_s, "bound_s": r.topology_bound_s,
+                            "own_s": r.own_links_bound_s,
                             "wall_s": time.perf_counter() - start})
     return out
 
@@ -83,8 +122,10 @@ def reason(row: dict) -> str:
     ratio = row["time_s"] / row["bound_s"] if row.get("bound_s") else 1.0
     if ratio <= FLAG:
         return ""
-    return BY_SHAPE.get((row["topology"], row["kind"], row["chosen"])) or BY_SHAPE.get((row["topology"], row["kind"])) \
+    auto = "auto: " if row["algorithm"].startswith("auto") else ""
+    text = BY_SHAPE.get((row["topology"], row["kind"], row["chosen"])) or BY_SHAPE.get((row["topology"], row["kind"])) \
         or BY_KIND_ALGORITHM.get((row["kind"], row["chosen"])) or BY_ALGORITHM.get(row["chosen"], "")
+    return auto + text if text else ""
 
 
 def render(table: list[dict]) -> str:
