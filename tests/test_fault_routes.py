@@ -56,3 +56,13 @@ def test_named_algorithm_is_not_rerouted() -> None:
                             64e6, algorithm="bidirectional")
     assert "around the link faults" not in (result.note or "")
     assert all("route" not in alt for alt in result.alternatives)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topology=st.sampled_from(sorted(CABLES)), kind=st.sampled_from(KINDS), chip=st.integers(0, 4),
+       factor=st.floats(min_value=0.05, max_value=0.99))
+def test_a_slow_chip_never_speeds_a_collective_up(topology: str, kind: str, chip: int, factor: float) -> None:
+    from simulator.engine.faults import ChipSlow
+    healthy = _time(topology, kind, [])
+    slow = _time(topology, kind, [ChipSlow(chip, factor)])
+    assert healthy <= slow * (1 + TOL)

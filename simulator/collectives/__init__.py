@@ -35,6 +35,7 @@ from __future__ import annotations
 # every algorithm module registers itself on import (issues 12-14 and 21); the registry is the API
 from simulator.collectives import (  # noqa: F401
     bidirectional,
+    borrowed_rings,
     dimension_order,
     direct,
     grid_pipelined,
