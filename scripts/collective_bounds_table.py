@@ -88,6 +88,10 @@ for _kind in ("all_gather", "reduce_scatter", "all_reduce"):
                                                   "slow one runs; hierarchical_pipelined overlaps them")
 #: (topology, kind[, algorithm]) -> reason, for slack that is the shape's, not one algorithm's
 BY_SHAPE: dict[tuple[str, ...], str] = {
+    ("slice:4x4x4", "all_to_all", "dimension_order"): "one row of 4 alone: its 8 own link directions must carry 16 "
+                                                      "chunk-hops of V/16 (2 each: V / (8 b), what it takes); the "
+                                                      "own-links column counts each chip's 2 links in (1.5 chunks) "
+                                                      "and the bound all 6; borrowing rows is not built for AllToAll",
     ("slice:4x4x4", "all_to_all", "bidirectional"): "chunks forwarded round the axis-0 rings, stored at every hop; "
                                                     "dimension_order is what auto runs (1.00x)",
     ("slice:4x4x4", "broadcast", "bidirectional"): "one piece hop after hop round each ring; spanning_trees "
