@@ -53,3 +53,11 @@ def test_numeric_data_is_refused_by_name_and_auto_runs_a_ring() -> None:
     assert r.algorithm != "borrowed_rings"
     row = [system.network.chip_at((i, 0, 0)) for i in range(N)]
     np.testing.assert_array_equal(r.outputs[row[0]], np.full(8, N, dtype=np.float32))
+
+
+def test_book_estimate_is_the_rows_own() -> None:
+    """The book's estimate does not depend on how the algorithm cuts the array: the row's ring, V / (2 b)."""
+    system = System("tpu-v5p", topology="slice:4x4x4")
+    r = run_collective("all_gather", system, V, groups=[_row(system)])
+    assert r.algorithm == "borrowed_rings" and r.book_s == pytest.approx(V / (2 * B), rel=1e-9)
+    assert abs(r.padded_bytes) < N  # whole bytes per key at most

@@ -116,8 +116,9 @@ class BorrowedRings(Algorithm):
                               "give nbytes, or another --algorithm")
         helpers = helper_rows(job.net, job.groups) or []
         job.cache["helpers"] = helpers
-        job.parts = (OWN_WEIGHT + len(helpers)) * job.chunks
-        job.key_bytes = math.ceil(job.nbytes / (job.group.n * job.parts))
+        # one unit of a share's chunk: a shard (V / n) over the (2 + H) weights and c chunks; the keys stay the
+        # array's n shards (as `payload` cuts it), the transfers carry these bytes
+        job.cache["unit_bytes"] = job.nbytes / (job.group.n * (OWN_WEIGHT + len(helpers)) * job.chunks)
 
     # -- the schedule ----------------------------------------------------------------------------------
     def build(self, job: Job, s: Schedule) -> None:
@@ -127,14 +128,16 @@ class BorrowedRings(Algorithm):
         for lane, (chips, weight, helper) in enumerate(lanes):
             prior: dict[int, int] = {}  # member position -> its last up hop of the chunk before (chunks in turn)
             for chunk in range(job.chunks):
-                prior = _Lane(job.kind, s, row, chips, weight, helper, ("borrowed", lane, chunk), prior).build()
+                prior = _Lane(job.kind, s, row, chips, weight, helper, ("borrowed", lane, chunk), prior,
+                              job.cache["unit_bytes"]).build()
 
     # -- the closed form -------------------------------------------------------------------------------
     def closed_form(self, job: Job) -> float:
         net, n = job.net, job.group.n
         row = [job.group.members[(i,)] for i in range(n)]
-        helpers = job.cache.get("helpers") or helper_rows(net, job.groups) or []
-        unit = job.key_bytes * job.chunks  # one unit of a share: a shard's keys of weight 1, all chunks
+        helpers = job.cache["helpers"]
+        chunk = job.cache["unit_bytes"]  # one chunk of a weight-1 share of one shard
+        unit = chunk * job.chunks  # all its chunks
         phases = 2 if job.kind == "all_reduce" else 1
         ring_units = phases * (n - 1) / 2
         down = {"all_gather": n - 1, "reduce_scatter": 1, "all_reduce": n}[job.kind]
@@ -144,7 +147,6 @@ class BorrowedRings(Algorithm):
         steps = phases * math.ceil((n - 1) / 2)
         alpha = route_latency(net, [(row[0], row[1])])
         chain = steps * alpha
-        chunk = job.key_bytes
         for h in helpers:
             b_ring, b_cross = _bandwidth(net, h[0], h[1]), _bandwidth(net, row[0], h[0])
             busiest = max(busiest, ring_units * unit / b_ring, max(down, up) * unit / b_cross)
@@ -168,8 +170,8 @@ class _Lane:
     """The transfers of one chunk of one lane (the own ring, or a helper row with its up and down hops)."""
 
     def __init__(self, kind: str, s: Schedule, row: list[Any], chips: list[Any], weight: int, helper: bool,
-                 tag: Any, prior: dict[int, int]) -> None:
-        self.kind, self.s, self.row, self.chips, self.w = kind, s, row, chips, weight
+                 tag: Any, prior: dict[int, int], unit_bytes: float) -> None:
+        self.kind, self.s, self.row, self.chips, self.w, self.unit_bytes = kind, s, row, chips, weight, unit_bytes
         self.helper, self.tag, self.prior = helper, tag, prior
         self.n = len(row)
         self.last_up: dict[int, int] = {}
@@ -203,7 +205,7 @@ class _Lane:
         return t
 
     def _add(self, src: Any, dst: Any, units: float, op: str, deps: list[int]) -> int:
-        return self.s.add(src, dst, self.w, op, deps, self.tag, dst, nbytes=units * self.w * self.s.key_bytes)
+        return self.s.add(src, dst, 1, op, deps, self.tag, dst, nbytes=units * self.w * self.unit_bytes)
 
     def _up_own(self) -> dict[int, list[int]]:
         return {i: [self._up(i, "copy")] for i in range(self.n)}
