@@ -52,6 +52,7 @@ from simulator.collectives import (  # noqa: F401
     slice_gather,
     slice_rails,
     spanning_trees,
+    split_ring,
     switch_relay,
     tree,
     unidirectional,
