@@ -21,17 +21,18 @@ from simulator import System
 from simulator.collectives import run_collective
 from simulator.collectives.algorithm import applicable
 from simulator.collectives.groups import Group, collective_groups
-from simulator.engine.faults import LinkDegraded
+from simulator.engine.faults import LinkDegraded, LinkDown
 from simulator.errors import PodsimError
 
 NBYTES = 1e9
 FLAG = 1.3
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "reduce", "gather", "scatter")
-#: (chip, topology, axes: None for all, a list, "row": one group along axis 0, or "slow": all axes with cable 0-1 at
-#: half speed) in table order
+#: (chip, topology, axes: None for all, a list, "row": one group along axis 0, "slow": all axes with cable 0-1 at
+#: half speed, or "dead": axis 1 with cable (0,0)-(0,1) down) in table order
 SHAPES: list[tuple[str, str, Any]] = [
     ("tpu-v5e", "torus:8", None),
     ("tpu-v5e", "torus:8", "slow"),  # one cable (0 - 1) at half speed: where split_ring applies
+    ("tpu-v5e", "torus:4x4", "dead"),  # --axes 1, cable (0,0)-(0,1) down: where detour_split applies
     ("tpu-v5e", "torus:4x4", None),
     ("tpu-v5e", "slice:4x4", None),
     ("tpu-v5p", "slice:2x2x4", None),
@@ -95,7 +96,15 @@ _ROOT_ON_SLOW = ("the root (chip 0) sits on the slow cable: its trees take even 
 #: the faulted row (cable 0-1 at half speed): (kind, algorithm) -> reason
 FAULTED: dict[tuple[str, str], str] = {
     ("all_gather", "bidirectional"): "the ring through the slow cable: every step behind it waits (split_ring "
-                                     "runs a share of it and is what auto runs)",
+                                     "runs a share of it and is what auto runs); or, the cable dead, every row's "
+                                     "ring with the broken row's detour through row 1's link (twice its load)",
+    ("all_gather", "detour_split"): "the broken row's detoured steps wait on the borrowed link (15.3 ms simulated, "
+                                    "12.5 ms its closed form); the bound counts the idle axis-0 links -- open",
+    ("reduce_scatter", "detour_split"): "as the AllGather row",
+    ("all_reduce", "line_pipelined"): "every row a line: line_pipelined reaches V / b; the rings' 2 a V / (2 b) "
+                                      "would need the broken row's detour (detour_split: 20.8 ms by closed form, "
+                                      "within the margin for unlike links of the line's 22.7 ms, so not chosen)",
+    ("all_reduce", "detour_split"): "as the AllGather row",
     ("reduce_scatter", "bidirectional"): "the ring through the slow cable (see the AllGather row)",
     ("all_reduce", "bidirectional"): "the ring through the slow cable (see the AllGather row)",
     ("all_to_all", "dimension_order"): "chunks on their shortest routes, the slow cable's as many as any other's "
@@ -106,6 +115,16 @@ FAULTED: dict[tuple[str, str], str] = {
     ("gather", "spanning_trees"): _ROOT_ON_SLOW,
     ("scatter", "spanning_trees"): _ROOT_ON_SLOW,
     ("reduce", "root_rings"): _ROOT_ON_SLOW.replace("its trees take", "its two rings take"),
+}
+_ROOT_ON_LINE = ("the dead cable unwrapped axis 1 for every row, so each row's root sends along a line of 4 (one or "
+                 "two links); the bound also counts the idle axis-0 links a detour could use -- open: root "
+                 "collectives round a dead cable are not built")
+#: the shape with a dead cable (torus:4x4 --axes 1, cable (0,0)-(0,1) down): (kind, algorithm) -> reason
+DEAD: dict[tuple[str, str], str] = {
+    **{(kind, alg): _ROOT_ON_LINE for kind in ("broadcast", "reduce", "gather", "scatter")
+       for alg in ("spanning_trees", "root_chains", "root_rings")},
+    ("all_to_all", "dimension_order"): "every row a line (the dead cable unwrapped axis 1): a line's middle links "
+                                       "carry what a ring splits both ways -- open: a detoured AllToAll is not built",
 }
 #: (topology, kind[, algorithm]) -> reason, for slack that is the shape's, not one algorithm's
 BY_SHAPE: dict[tuple[str, ...], str] = {
@@ -126,15 +145,15 @@ BY_SHAPE: dict[tuple[str, ...], str] = {
 def rows(shapes: list[tuple[str, str, Any]]) -> list[dict]:
     out = []
     for chip, topology, axes in shapes:
-        faults = [LinkDegraded(0, 1, 0.5)] if axes == "slow" else []
+        faults = [LinkDegraded(0, 1, 0.5)] if axes == "slow" else [LinkDown((0, 0), (0, 1))] if axes == "dead" else []
         probe = System(chip, topology=topology, faults=faults)
-        groups = _row(probe) if axes == "row" else collective_groups(probe.network, None if axes == "slow" else axes)
+        groups = _row(probe) if axes == "row" else collective_groups(probe.network, _axes(axes))
         for kind in KINDS:
             for name in ["auto", *applicable(kind, probe.network, groups)]:
                 start = time.perf_counter()
                 try:
                     system = System(chip, topology=topology, faults=faults)
-                    where = {"groups": _row(system)} if axes == "row" else {} if axes == "slow" else {"axes": axes}
+                    where = {"groups": _row(system)} if axes == "row" else {"axes": _axes(axes)}
                     r = run_collective(kind, system, NBYTES, algorithm=name, **where)
                 except PodsimError as err:
                     out.append({"chip": chip, "topology": topology, "axes": axes, "kind": kind, "algorithm": name,
@@ -146,6 +165,11 @@ def rows(shapes: list[tuple[str, str, Any]]) -> list[dict]:
                             "own_s": r.own_links_bound_s,
                             "wall_s": time.perf_counter() - start})
     return out
+
+
+def _axes(axes: Any) -> list[int] | None:
+    """The axes of a shape's collective ("slow": all; "dead": axis 1)."""
+    return {"slow": None, "dead": [1]}.get(axes, axes) if isinstance(axes, str) else axes
 
 
 def _row(system: System) -> list[Group]:
@@ -160,7 +184,8 @@ def reason(row: dict) -> str:
     if ratio <= FLAG:
         return ""
     auto = "auto: " if row["algorithm"].startswith("auto") else ""
-    faulted = FAULTED.get((row["kind"], row["chosen"])) if row["axes"] == "slow" else None
+    faulted = {"slow": FAULTED, "dead": {**FAULTED, **DEAD}}.get(row["axes"], {}).get((row["kind"], row["chosen"])) \
+        if isinstance(row["axes"], str) else None
     text = faulted or BY_SHAPE.get((row["topology"], row["kind"], row["chosen"])) \
         or BY_SHAPE.get((row["topology"], row["kind"])) or BY_KIND_ALGORITHM.get((row["kind"], row["chosen"])) \
         or BY_ALGORITHM.get(row["chosen"], "")
@@ -182,8 +207,9 @@ def render(table: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for row in table:
         axes = row["axes"]
-        where = row["topology"] + (" one row (groups=)" if axes == "row" else " link 0-1 at 0.5" if axes == "slow"
-                                   else f" --axes {','.join(map(str, axes))}" if axes else "")
+        where = row["topology"] + {"row": " one row (groups=)", "slow": " link 0-1 at 0.5",
+                                   "dead": " --axes 1, link 0,0-0,1 down"}.get(axes, "") if isinstance(axes, str) \
+            else row["topology"] + (f" --axes {','.join(map(str, axes))}" if axes else "")
         if "error" in row:
             lines.append(f"| {row['chip']} | {where} | {row['kind']} | {row['algorithm']} | - | - | - | - | "
                          f"refused: {row['error']} |")

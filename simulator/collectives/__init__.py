@@ -36,6 +36,7 @@ from __future__ import annotations
 from simulator.collectives import (  # noqa: F401
     bidirectional,
     borrowed_rings,
+    detour_split,
     dimension_order,
     direct,
     grid_pipelined,
