@@ -203,6 +203,11 @@ def render(table: list[dict]) -> str:
              "every registered algorithm that applies; the bound is `topology_bound_s`, a **bound**; times are "
              "simulated). `own` is the bound for "
              f"algorithms that stay on their groups' own links, where higher. Rows over {FLAG}x carry a reason.", "",
+             "The bound counts what must move (issue 31): each chip's bytes in and out over its links; the group's "
+             "2(n-1)V for AllReduce; hop-weighted link load along each axis over every group at once (a shard must "
+             "cross k - 1 links of an axis to reach k coordinates, detour or not); the roots of all groups together; "
+             "the nodes or slices a group spans, 2(K-1)/K x V through their links in (AllReduce); AllToAll's "
+             "link-load and cut bounds. `book_s` (not shown) is the book's estimate on healthy hardware only.", "",
              "| chip | topology | kind | algorithm | time | bound | time / bound | own / bound | reason |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in table:
