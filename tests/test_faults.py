@@ -85,7 +85,8 @@ def test_a_ring_with_one_dead_link_takes_the_lines_time(dead):
     system = System("tpu-v5e", topology=f"torus:{n}", faults=[LinkDown(*dead)])
     r = run_collective("all_gather", system, nbytes)
     assert r.time_s == pytest.approx((n - 1) * (ALPHA + nbytes / n / B), rel=1e-12)
-    assert r.algorithm == "line" and {a["algorithm"] for a in r.alternatives} == {"line"}  # re-chosen
+    assert r.algorithm == "line" and {a["algorithm"] for a in r.alternatives if "route" not in a} == {"line"}
+    assert all("detour" in a["route"] for a in r.alternatives if "route" in a)  # a ring detouring: priced, slower
     dead_links = {f"link {dead[0]}->{dead[1]}", f"link {dead[1]}->{dead[0]}"}
     assert not dead_links & {s.unit for s in system.trace.spans}
     nominal = run_collective("all_gather", System("tpu-v5e", topology=f"torus:{n}"), nbytes)
@@ -137,10 +138,37 @@ def test_extra_latency_on_one_hop():
 # -- chips -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("factor", [0.5, 0.8])
 def test_one_slow_chip_delays_a_synchronous_step_by_its_extra_compute(factor):
+    """A chip slowed on its MXU alone: the step waits for its compute; its links (through HBM) are untouched."""
     compute_s = 2e12 / V5E.peak_flops_per_s()
-    base, slow = dp_step(), dp_step(faults=[ChipSlow(3, factor)])
+    base, slow = dp_step(), dp_step(faults=[ChipSlow(3, factor, ("mxu",))])
     assert slow.env.now - base.env.now == pytest.approx(compute_s * (1 / factor - 1), rel=1e-9)
     assert critical_element(slow.trace) == "chip 3"
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.8])
+def test_a_slow_chip_slows_its_links_in_a_collective(factor):
+    """Issue 31: ``chip:3=slow:F`` (HBM included) scales chip 3's link directions by F (its DMA feeds them): on
+    torus:8 chip 3 then receives an AllReduce's V over two links of F W -- at least V / (2 F W) -- where a
+    healthy chip's bound is V / (2 W); an MXU-only slowdown leaves the collective as it was, with a note."""
+    nbytes = 64e6
+    healthy = run_collective("all_reduce", System("tpu-v5e", topology="torus:8"), nbytes)
+    slow = run_collective("all_reduce", System("tpu-v5e", topology="torus:8", faults=[ChipSlow(3, factor)]), nbytes)
+    assert slow.time_s >= nbytes / (2 * factor * B) and slow.time_s > healthy.time_s
+    assert slow.topology_bound_s >= nbytes / (2 * factor * B) * (1 - 1e-9)
+    graph = System("tpu-v5e", topology="torus:8", faults=[ChipSlow(3, factor)]).network.graph
+    assert graph.edges[3, 4]["bandwidth_bytes_per_s"] == pytest.approx(factor * B)
+    assert graph.edges[2, 3]["bandwidth_bytes_per_s"] == pytest.approx(factor * B)
+    assert graph.edges[4, 5]["bandwidth_bytes_per_s"] == pytest.approx(B)
+    mxu = run_collective("all_reduce", System("tpu-v5e", topology="torus:8", faults=[ChipSlow(3, factor, ("mxu",))]),
+                         nbytes)
+    assert mxu.time_s == healthy.time_s and "touches nothing" in (mxu.note or "")
+
+
+def test_a_fault_off_the_collective_says_so():
+    """A slow hop on axis 0 of torus:4x4 carries nothing of an AllGather over axis 1: the run says so."""
+    system = System("tpu-v5e", topology="torus:4x4", faults=[LinkLatency((0, 0), (1, 0), 1e-6)])
+    r = run_collective("all_gather", system, 4e6, axes=[1])
+    assert "touches nothing" in (r.note or "") and "0->4" in r.note
 
 
 def test_slow_hbm_only_slows_dma():

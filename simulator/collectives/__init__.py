@@ -35,6 +35,8 @@ from __future__ import annotations
 # every algorithm module registers itself on import (issues 12-14 and 21); the registry is the API
 from simulator.collectives import (  # noqa: F401
     bidirectional,
+    borrowed_rings,
+    detour_split,
     dimension_order,
     direct,
     grid_pipelined,
@@ -47,9 +49,11 @@ from simulator.collectives import (  # noqa: F401
     rail_gather,
     recursive,
     root,
+    slice_direct,
     slice_gather,
     slice_rails,
     spanning_trees,
+    split_ring,
     switch_relay,
     tree,
     unidirectional,

@@ -61,7 +61,7 @@ def closed_form(job: Job, on_axis: OnAxis) -> float:
     for a, n_a in enumerate(sizes):
         chunk_bytes = job.key_bytes * job.group.n / n_a  # all a device sends to one position on the axis
         algorithm = on_axis(job.group.wraps[a])
-        rings = [r for groups in job.rings for r in rings_along(groups, tuple(0 for _ in sizes), a)]
+        rings = [r for groups in job.rings for r in rings_along(groups, tuple(0 for _ in sizes), a, job.net.faulted)]
         total += chain_phase_time(job.net, rings, algorithm.closed, algorithm.steps(n_a),
                                   algorithm.all_to_all_units, chunk_bytes)
     return total

@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 
 from simulator import analytic
-from simulator.collectives import layout, payload
+from simulator.collectives import fault_routes, layout, payload
 from simulator.collectives import protocol as protocols
 from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, get_algorithm
-from simulator.collectives.book import book_estimate
-from simulator.collectives.bounds import topology_bound
+from simulator.collectives.book import NO_BOOK_UNDER_FAULTS, book_estimate
+from simulator.collectives.bounds import own_links_bound, topology_bound
+from simulator.collectives.fault_routes import AS_FAULTED
 from simulator.collectives.groups import Group, collective_groups, nic_rings, root_position
 from simulator.collectives.quotient import Quotient, execute_quotient, unfold
 from simulator.collectives.ring import RingAlgorithm
@@ -67,12 +68,14 @@ class CollectiveResult:
     #: calibrated GPU systems: NCCL's own choice and why (`simulator.collectives.tuner.nccl_select`)
     nccl: dict[str, Any] | None = None
     quotient_order: int | None = None  #: mode "quotient": transfers (and links) each simulated one stands for
+    #: grids: the bound for algorithms whose hops all join two members of one group (`bounds.own_links_bound`)
+    own_links_bound_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The figures as a flat dict (without the numeric outputs; ``note`` and ``quotient_order`` only when
         there is one)."""
         return {k: v for k, v in self.__dict__.items()
-                if k != "outputs" and not (k in ("note", "quotient_order", "nccl") and v is None)}
+                if k != "outputs" and not (k in ("note", "quotient_order", "nccl", "own_links_bound_s") and v is None)}
 
 
 @dataclass
@@ -90,6 +93,7 @@ class Plan:
     protocol: str | None = None  #: the NCCL protocol it runs with (None: ideal links, or none applies)
     nccl: dict[str, Any] | None = None  #: NCCL's choice and why (calibrated GPU systems)
     quotient: Any = None  #: (quotient, group) built in place of the schedule (then empty): `run_collective` only
+    route: str = ""  #: how it goes round link faults (`simulator.collectives.fault_routes`; "": as faulted)
 
     @property
     def groups(self) -> list[Group]:
@@ -137,6 +141,10 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     reduced = _use_reduced(mode, kind, data, group, net, not explicit)
     nccl = None if price is None else nccl_select(kind, net, groups, _nbytes(nbytes, data), protocol)
     choice = tune(algorithm, kind, net, groups, make_job, price, nccl)
+    route = AS_FAULTED
+    if algorithm == AUTO and price is None and not explicit and mesh is None:
+        choice, route = _round_faults(system, choice, kind, axes, root, algorithm, nbytes, data, multi_axis,
+                                      chunks, rings)
     job = choice.job
     job.reduced = reduced
     schedule = Schedule(job.key_bytes)
@@ -144,7 +152,37 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     if built is None:
         choice.algorithm.build(job, schedule)
     return Plan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule, choice.alternatives,
-                choice.protocol, choice.nccl, built)
+                choice.protocol, choice.nccl, built, route)
+
+
+def _round_faults(system: Any, choice: Any, kind: str, axes: Any, root: Any, algorithm: str, nbytes: float | None,
+                  data: Any, multi_axis: str, chunks: int | None, rings: int | None) -> tuple[Any, str]:
+    """``auto`` under link faults: the choice on the network as faulted, or on a way round the faults
+    (`simulator.collectives.fault_routes`) where that is faster by closed form (a way over unlike links by
+    `fault_routes.INEXACT_MARGIN`); every way's alternatives are listed, each labelled with its ``route``
+    (absent: as faulted)."""
+    ways = fault_routes.alternatives(system)
+    best, label, score = choice, AS_FAULTED, ways[0].score(choice.alternatives[0]["time_s"])
+    listed = list(choice.alternatives)
+    for way in ways[1:]:
+        groups = collective_groups(way.net, axes, None)
+        root_pos = root_position(groups, root)
+
+        def make_job(chosen: Algorithm | None, net: Network = way.net, groups: list[Group] = groups,
+                     root_pos: tuple[int, ...] = root_pos) -> Job:
+            return _job(chosen, kind, net, groups, nbytes, data, multi_axis, chunks, root_pos, rings, axes, None)
+
+        try:
+            other = tune(algorithm, kind, way.net, groups, make_job)
+        except PodsimError:
+            continue
+        listed += [{**alt, "route": way.label} for alt in other.alternatives]
+        if way.score(other.alternatives[0]["time_s"]) < score * (1 - 1e-9):
+            best, label, score = other, way.label, way.score(other.alternatives[0]["time_s"])
+    if len(listed) > len(choice.alternatives):
+        listed.sort(key=lambda alt: alt["time_s"])
+        best.alternatives = listed
+    return best, label
 
 
 def _nbytes(nbytes: float | None, data: np.ndarray | None) -> float:
@@ -309,8 +347,9 @@ def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: 
         system.trace.count(next(iter(net.links.values())).kind, total - sum(link_bytes.values()))
     return CollectiveResult(
         kind=kind, time_s=time_s, analytic_s=_analytic_s(plan),
-        book_s=book_estimate(kind, job.group, net, job.parts, plan.nbytes, job.root_pos),
+        book_s=None if net.faulted else book_estimate(kind, job.group, net, job.parts, plan.nbytes, job.root_pos),
         topology_bound_s=topology_bound(kind, net, plan.groups, plan.nbytes, job.root_pos),
+        own_links_bound_s=own_links_bound(kind, net, plan.groups, plan.nbytes, job.root_pos),
         algorithm=plan.algorithm.name, nbytes=plan.nbytes, padded_bytes=_padded_bytes(plan),
         group_size=job.group.n, groups=len(plan.groups), algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw,
         max_link_bytes=max(link_bytes.values(), default=0.0), total_link_bytes=total,
@@ -318,7 +357,33 @@ def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: 
         n_transfers=on_quotient[0].represented if on_quotient else len(plan.schedule.transfers),
         link_bytes=link_bytes, outputs=_outputs(plan, buffers),
         alternatives=plan.alternatives, protocol=plan.protocol, nccl=plan.nccl,
-        quotient_order=None if on_quotient is None else on_quotient[0].order)
+        quotient_order=None if on_quotient is None else on_quotient[0].order,
+        note=_fault_note(system, plan, link_bytes))
+
+
+def _fault_note(system: Any, plan: Plan, link_bytes: dict[str, float]) -> str | None:
+    """How the run went round link faults (`Plan.route`), and each fault that touches nothing it used: a link
+    that carried none of its bytes, a chip slowed only on units a collective never runs (its MXU, VPU), a chip
+    fault on a chip whose links carried nothing. None where there is nothing to say."""
+    notes = [f"around the link faults: {plan.route} (chosen by closed form over the network as faulted)"] \
+        if plan.route else []
+    if system.network.faulted:
+        notes.append(NO_BOOK_UNDER_FAULTS)
+    model = getattr(system, "faults", None)
+    for record in getattr(model, "applied", []):
+        if "link" in record:
+            if not plan.route and not any(d in link_bytes for d in record["directions"]):  # (a route avoids it)
+                notes.append(f"fault {record['fault']} on link {record['link']} touches nothing this collective "
+                             "uses (the link carried none of its bytes)")
+            continue
+        chip = record["chip"]
+        if record["fault"] == "chip_slow" and "hbm" not in record["units"]:
+            notes.append(f"fault chip_slow on chip {chip} ({'+'.join(record['units'])}) touches nothing this "
+                         "collective uses: a collective moves bytes over links through HBM (slow:F:hbm slows them)")
+        elif not any(k.startswith(f"{chip}->") or k.endswith(f"->{chip}") for k in link_bytes):
+            notes.append(f"fault {record['fault']} on chip {chip} touches nothing this collective uses (none "
+                         "of its links carried bytes)")
+    return "; ".join(notes) or None
 
 
 def _analytic_s(plan: Plan) -> float:
@@ -352,7 +417,7 @@ def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool =
     """`execute` (`execute_quotient` of ``quotient`` where given), after the calibrated launch latency and
     (with ``set_links``) with links at their calibrated efficiency for an array of this size (and the hop
     latency of the plan's protocol, if any); plain `execute` on an ideal system."""
-    net, cal = system.network, system.calibration
+    net, cal = plan.job.net, system.calibration  # the plan's network: the system's, or a way round its faults
 
     def execute(*args: Any) -> Completion:
         return execute_all(*args) if quotient is None else execute_quotient(net, quotient, plan.kind)

@@ -4,8 +4,12 @@ Where every axis of the group wraps (tori, rings), `simulator.collectives.multi_
 book's own ``max(latency x sum(n) / 2, V / (k W_ici))``. Everywhere else the estimate is the
 bandwidth-only form the book writes for that network (V as `run_collective` defines it, n chips):
 
-- grids with a line among the axes: ``V / sum(W_a)`` for AllGather and ReduceScatter, W_a = 2b on an axis
-  that wraps and b on one that does not (a line carries the array one way: "about twice a ring");
+- grids with a line among the axes: ``(n - 1) / n x V / sum(W_a)`` for AllGather and ReduceScatter, W_a = 2b
+  on an axis that wraps and b on one that does not (a line carries the array one way: "about twice a ring";
+  the book's own v5e example, 34 MB over an unwrapped axis of 4, is 3/4 x 34 MB / 45 GB/s = 560 us);
+
+Only on healthy hardware: under faults (a dead or slow link, a slow chip) the book has no formula, and
+`book_estimate_under_faults` says why ``book_s`` is absent.
 - one switch (an NVLink node; book, gpus): ``(n - 1) / n x V / W`` with W a chip's egress;
 - two levels -- K domains (GPU nodes, TPU slices) of m chips -- the slower level (book, gpus: "bounded by
   the node level" or by the node egress): ``max(inner, (K - 1) / K x V / (m W_out))``, where ``m W_out`` is
@@ -24,6 +28,8 @@ from simulator.collectives.multi_axis import book_time
 from simulator.engine.network import Network
 
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
+NO_BOOK_UNDER_FAULTS = ("book_s absent: the book's formulas are for healthy hardware (every link alike), and this "
+                        "system has faults or jitter")
 
 
 def book_estimate(kind: str, group: Group, net: Network, parts: int, nbytes: float,
@@ -61,14 +67,14 @@ def _grid(kind: str, net: Network, group: Group, nbytes: float, root_pos: tuple[
     zero = tuple(0 for _ in group.sizes)
     bandwidth = [_axis_bandwidth(net, group, a, zero) for a in range(len(group.sizes))]
     one_way = sum(bw * (2 if wrap else 1) for bw, wrap in zip(bandwidth, group.wraps, strict=True))
-    gather = nbytes / one_way
+    gather = (group.n - 1) / group.n * nbytes / one_way  # the book's (N - 1) / N: each chip lacks all but its shard
     if kind in ROOTED:  # the root's out (or in) directions: 2 along an axis unless it sits at a line's end
         pos = root_pos or zero
         out = sum(bw * (2 if w or 0 < p < s - 1 else 1) for bw, w, p, s in
                   zip(bandwidth, group.wraps, pos, group.sizes, strict=True) if s > 1)
         return _gather_bytes(kind, group.n, nbytes) / out
     return {"all_gather": gather, "reduce_scatter": gather, "all_reduce": 2 * gather,
-            "all_to_all": gather / 4}.get(kind)
+            "all_to_all": nbytes / one_way / 4}.get(kind)
 
 
 def _two_level(kind: str, net: Network, group: Group, domains: dict[Any, list[Any]], nbytes: float,

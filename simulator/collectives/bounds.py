@@ -21,7 +21,10 @@ group, the collective needs at least:
   inside and those outside to leave the slab through the links that cross its boundary (the cut bound:
   on a line the middle links, on a torus with axes of different lengths the longest axis's links, which
   the link-load bound averages with the idle short axes);
-- the farthest member's data (the root's, for Broadcast) to arrive: its route's latency.
+- the farthest member's data (the root's, for Broadcast) to arrive: its route's latency;
+- on multi-level systems (GPU nodes, slices over DCN), the K nodes or slices a group spans, whose fabric
+  between them cannot add, to receive together (K - 1)V (ReduceScatter) or 2(K - 1)V (AllReduce) through
+  the links into them (`_levels_together`).
 
 A link that can first move bytes at time d, with bandwidth b, carries at most b (T - d) by time T; each
 bound is the smallest T at which its links can have carried its bytes. The result is the largest.
@@ -66,10 +69,90 @@ def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, 
             bound = max(bound, fill(into, receive), fill(_out_links(g, c, members, first_out), send))
         bound = max(bound, fill(into_group, together))  # holders are the members for these kinds
     bound = max(bound, _region_bound(kind, net, groups, nbytes, root_pos))
+    bound = max(bound, _axis_load_bound(kind, net, groups, nbytes))
+    if kind in ROOTED and len(groups) > 1:
+        bound = max(bound, _roots_together(kind, g, groups, nbytes, root_pos))
     if kind == "all_to_all":
         bound = max(bound, _link_load_bound(net, groups, nbytes / n**2))
         if net.grid:
             bound = max(bound, _cut_bound(net, groups, nbytes / n**2))
+    return bound
+
+
+#: axis-a byte-hops per byte of V and per step between coordinate classes (see `_axis_load_bound`)
+AXIS_CROSSINGS = {"all_gather": 1.0, "reduce_scatter": 1.0, "all_reduce": 2.0, "broadcast": 1.0}
+
+
+def _axis_load_bound(kind: str, net: Network, groups: list[Group], nbytes: float,
+                     own: bool = False) -> float:
+    """Hop-weighted link load along each grid axis, over every group that runs at once (issue 31).
+
+    Only a link of axis a changes a chip's coordinate along a, by one. Class a group's members by their
+    coordinate along a (k_a classes); a tree reaching all k_a classes has at least k_a - 1 axis-a links. An
+    AllGather shard reaches every class from its own (a copy that detours through chips outside the group still
+    steps along a on axis-a links), so each of the group's V bytes crosses at least k_a - 1 axis-a links;
+    ReduceScatter is the AllGather reversed (each output needs inputs from every class), Broadcast the root's V
+    to every class; AllReduce sums onto every class, with classes as members that add inside themselves for
+    free: 2 (k_a - 1) one-way messages per element (the gossip bound of the module docstring), each crossing an
+    axis-a link. All groups' byte-hops share every axis-a link of the system (``own``: only links between two
+    members of one group, the links of algorithms that stay on their group's axes).
+    """
+    per = AXIS_CROSSINGS.get(kind)
+    if per is None or not net.grid:
+        return 0.0
+    g = net.graph
+    where = {c: i for i, group in enumerate(groups) for c in group.members.values()} if own else {}
+    links: dict[int, list[Link]] = {}
+    for u, v, data in g.edges(data=True):
+        a = data.get("axis")
+        if a is None or (own and (u not in where or where.get(v, -1) != where[u])):
+            continue
+        links.setdefault(a, []).append((data["latency_s"], data["bandwidth_bytes_per_s"]))
+    bound = 0.0
+    for a, along in links.items():
+        crossings = sum(len({g.nodes[c]["coord"][a] for c in group.members.values()}) - 1 for group in groups)
+        bound = max(bound, fill(along, per * crossings * nbytes))
+    return bound
+
+
+def _roots_together(kind: str, g: nx.DiGraph, groups: list[Group], nbytes: float, root_pos: tuple[int, ...]) -> float:
+    """The roots of all groups at once (issue 31): groups are disjoint, so every other member of a group lies
+    outside the set R of roots. What the roots must receive from their members (Gather (n-1)V/n, Reduce V) enters
+    R through the links into it, and what they must give (Scatter (n-1)V/n; Broadcast V, one copy per group at
+    least) leaves through the links out of it. When every group's root sits in one plane (position 0 of an axis
+    across a cube) those links are the plane's few axis links, not each root's six."""
+    n = groups[0].n
+    roots = {group.members[root_pos] for group in groups}
+    per = {"gather": (n - 1) * nbytes / n, "reduce": nbytes, "scatter": (n - 1) * nbytes / n, "broadcast": nbytes}[kind]
+    inward = kind in ("gather", "reduce")
+    links = [(d["latency_s"], d["bandwidth_bytes_per_s"]) for u, v, d in g.edges(data=True)
+             if ((v if inward else u) in roots) and ((u if inward else v) not in roots)]
+    return fill(links, per * len(groups))
+
+
+def own_links_bound(kind: str, net: Network, groups: list[Group], nbytes: float,
+                    root_pos: tuple[int, ...]) -> float | None:
+    """Seconds below which no algorithm whose every hop joins two members of one group (rings and lines on the
+    group's own axes) can finish: the per-chip and group-together bounds of `topology_bound` over those links
+    alone, and `_axis_load_bound` on them. None off grids (where every link is a group's own). Beside the
+    topology bound it shows what borrowing other chips' links could win."""
+    n = groups[0].n
+    if n <= 1 or not net.grid:
+        return None
+    g = _fabric(net)
+    bound = _axis_load_bound(kind, net, groups, nbytes, own=True)
+    together = {"reduce_scatter": (n - 1) * nbytes, "all_reduce": 2 * (n - 1) * nbytes}.get(kind, 0.0)
+    for group in groups:
+        members = set(group.members.values())
+        root = group.members[root_pos] if kind in ROOTED else None
+        into_group: list[Link] = []
+        for c in members:
+            receive, send = _chip_bytes(kind, n, nbytes, c == root)
+            into = [(d["latency_s"], d["bandwidth_bytes_per_s"]) for u, d in g.pred[c].items() if u in members]
+            out = [(d["latency_s"], d["bandwidth_bytes_per_s"]) for v, d in g.succ[c].items() if v in members]
+            into_group += into
+            bound = max(bound, fill(into, receive), fill(out, send))
+        bound = max(bound, fill(into_group, together))
     return bound
 
 
@@ -241,4 +324,22 @@ def _region_bound(kind: str, net: Network, groups: list[Group], nbytes: float, r
                 into[b].append(link)
             if a is not None:
                 out[a].append(link)
-    return max(max(fill(into[k], receive), fill(out[k], send)) for k, (receive, send) in need.items())
+    each = max(max(fill(into[k], receive), fill(out[k], send)) for k, (receive, send) in need.items())
+    return max(each, _levels_together(kind, groups, region, into, nbytes))
+
+
+def _levels_together(kind: str, groups: list[Group], region: dict[Any, Any], into: dict[Any, list[Link]],
+                     nbytes: float) -> float:
+    """The regions together (issue 31): a fabric between nodes or slices forwards data, it never adds it, so
+    the K regions a group spans act as K members of a ReduceScatter (which needs (K - 1) V to enter them) or an
+    AllReduce (2 (K - 1) V: summing one element onto all of K holders takes 2 (K - 1) one-way messages), all
+    through the links into the regions at once: 2 (K - 1) / K x V over a region's ingress, where the per-region
+    cut above gives V."""
+    per = {"reduce_scatter": 1.0, "all_reduce": 2.0}.get(kind)
+    if per is None:
+        return 0.0
+    total = 0.0
+    for group in groups:
+        k = len({region.get(c) for c in group.members.values()} - {None})
+        total += per * max(k - 1, 0) * nbytes
+    return fill([link for links in into.values() for link in links], total)

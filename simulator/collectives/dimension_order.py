@@ -50,7 +50,7 @@ from collections import defaultdict
 from typing import Any
 
 from simulator.collectives.algorithm import Algorithm, Job, register
-from simulator.collectives.groups import Group, Ring, keys_where, ring_bases
+from simulator.collectives.groups import Group, Ring, keys_where, ring_bases, rings_along
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.timing import route_latency, step_edges
 from simulator.engine.network import Network
@@ -125,17 +125,22 @@ class DimensionOrder(Algorithm):
         busiest, latency, farthest = 0.0, 0.0, 0.0
         for a, k in enumerate(sizes):
             unit = bundle / k
-            ring = group.ring(tuple(0 for _ in sizes), a)
-            chain = chains_on(ring.wrap, k)
+            # faulted: every ring of every group (one crosses the slow link, another carries a detour), their loads
+            # summed where their routes share links; else the ring through position 0 stands for them all
+            rings = rings_along(job.groups, tuple(0 for _ in sizes), a, True) if net.faulted \
+                else [group.ring(tuple(0 for _ in sizes), a)]
+            chain = chains_on(rings[0].wrap, k)
             load: dict[Any, float] = defaultdict(float)
-            for i, d in ((i, d) for i in range(k) for d in (1, -1)):
-                if not chain and not 0 <= i + d < k:
-                    continue
-                units = ring_load(k) if chain else line_load(k, min(i, i + d))
-                for e in step_edges(net, ring, i, d):
-                    load[e] += units * unit
+            for ring in rings:
+                for i, d in ((i, d) for i in range(k) for d in (1, -1)):
+                    if not chain and not 0 <= i + d < k:
+                        continue
+                    units = ring_load(k) if chain else line_load(k, min(i, i + d))
+                    for e in step_edges(net, ring, i, d):
+                        load[e] += units * unit
             busiest = max([busiest] + [b / net.graph.edges[e]["bandwidth_bytes_per_s"] for e, b in load.items()])
-            alpha = max(route_latency(net, step_edges(net, ring, i, 1)) for i in range(k if chain else k - 1))
+            alpha = max(route_latency(net, step_edges(net, ring, i, 1)) for ring in rings
+                        for i in range(k if chain else k - 1))
             latency += alpha * (k // 2 if chain else (k + 1) // 2)
             farthest += alpha * (k // 2 if chain else k - 1)
         return max(busiest + latency, farthest)

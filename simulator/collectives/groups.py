@@ -145,11 +145,12 @@ def _grid_groups(shape: list[int], wrap: list[bool], axes: list[int], node: Call
     return groups
 
 
-def rings_along(groups: list[Group], pos: tuple[int, ...], axis: int) -> list[Ring]:
+def rings_along(groups: list[Group], pos: tuple[int, ...], axis: int, every: bool = False) -> list[Ring]:
     """The rings a closed form prices for ``axis``: the one through ``pos`` in the first group, or, where the
-    groups are `Group.shared` (a strided factor of a physical axis), every ring of every group along it, as
-    their multi-hop routes share links."""
-    if not groups[0].shared:
+    groups are `Group.shared` (a strided factor of a physical axis) or ``every`` is asked for (a faulted network,
+    whose rings differ: one crosses a slow link, another carries a detour), every ring of every group along
+    it, as their routes share links."""
+    if not groups[0].shared and not every:
         return [groups[0].ring(pos, axis)]
     return [g.ring(base, axis) for g in groups for base in ring_bases(g, axis, {}, False)]
 

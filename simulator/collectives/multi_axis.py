@@ -119,7 +119,8 @@ class _Pricer:
         split = units[0] / sum(units) if sum(units) and algorithm.splits(job.group.sizes[a]) else 0.5
         key = (what, a, split)
         if key not in self.profiles:
-            rings = [r for groups in job.rings for r in rings_along(groups, tuple(0 for _ in job.group.sizes), a)]
+            zero = tuple(0 for _ in job.group.sizes)
+            rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
             per_step = algorithm.split_gather_units if what == "ag" else algorithm.split_reduce_units
             table = _table(algorithm, what, split)
             self.profiles[key] = chain_phase_profile(job.net, rings, algorithm.closed,

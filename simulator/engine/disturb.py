@@ -143,7 +143,8 @@ class FaultModel:
             self._env_trace = (system.env, system.trace)
             net.make_channel = self._link_channel
             net.uniform = not (self._jittered("link") or self._pauses or self.failed
-                               or any(isinstance(f, LINK_FAULTS) for f in self.faults))
+                               or any(isinstance(f, LINK_FAULTS) for f in self.faults)
+                               or any(isinstance(f, ChipSlow) and "hbm" in f.units for f in self.faults))
 
     def _chip_graph(self, system: Any) -> nx.DiGraph:
         """A graph of the system's unconnected chips, to resolve chip names against; link faults are refused."""

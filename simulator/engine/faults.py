@@ -16,8 +16,19 @@ together). `apply_to_graph` writes them into a copy of the topology graph before
 - `LinkDegraded` scales the cable's bandwidth by ``fraction``; `LinkLatency` adds ``extra_s`` per hop.
 - `ChipFail` at t = 0 marks the chip (``graph["failed_chips"]``): routes go round it where they can. Routes
   are chosen once, so a chip that fails later takes the messages crossing it down with it.
+- `ChipSlow` with ``hbm`` among its units (the default: all units) also scales the bandwidth of every link
+  direction into and out of the chip by its factor: a chip's DMA engines move what its links inject and
+  eject (and the operands of a collective's reductions) through its HBM, so a chip whose HBM runs at f moves
+  its collective traffic at f too. A link between two slow chips runs at the slower one's factor (times any
+  `LinkDegraded` of its own).
 
 Chip faults and jitter act on the running units (`simulator.engine.disturb`).
+
+What each fault kind means in a collective (which moves bytes over links and nothing else: the adds of a
+reduction are priced as hidden under the link time, as the book does): ``link=down`` removes the cable,
+``link=FRACTION`` slows it, ``link=latency:T`` adds T per hop over it, ``chip=slow:F`` slows its links as
+above (``slow:F:mxu`` or ``:vpu`` alone touches nothing a collective uses, and the run says so),
+``chip=pause`` stops its links for the window, ``chip=fail`` loses what crosses it.
 """
 from __future__ import annotations
 
@@ -300,11 +311,31 @@ def apply_to_graph(graph: nx.DiGraph, faults: Sequence[Fault]) -> tuple[nx.DiGra
                 if g.has_edge(a, b):
                     g.edges[a, b]["latency_s"] += f.extra_s
         applied.append(record)
+    _slow_chip_links(g, faults)
     if wrap:
         g.graph.update(links_wrap=tuple(g.graph["wrap"]), wrap=tuple(wrap), origin=tuple(origin))
     g.graph.update(faults=True, failed_chips=tuple(failed))
     _check_reachable(g)
     return g, applied
+
+
+def slow_chip_factors(graph: nx.DiGraph, faults: Sequence[Fault]) -> dict[Hashable, float]:
+    """Each chip whose HBM a `ChipSlow` slows, and the share of speed its DMA is left (the product of its faults)."""
+    out: dict[Hashable, float] = {}
+    for f in faults:
+        if isinstance(f, ChipSlow) and "hbm" in f.units:
+            chip = resolve_node(graph, f.chip)
+            out[chip] = out.get(chip, 1.0) * f.factor
+    return out
+
+
+def _slow_chip_links(g: nx.DiGraph, faults: Sequence[Fault]) -> None:
+    """Scale the links into and out of each HBM-slowed chip by its factor (the slower end's, where both are)."""
+    slow = slow_chip_factors(g, faults)
+    for u, v, data in g.edges(data=True):
+        factor = min(slow.get(u, 1.0), slow.get(v, 1.0))
+        if factor < 1.0:
+            data["bandwidth_bytes_per_s"] *= factor
 
 
 _KIND = {LinkDown: "link_down", LinkDegraded: "link_degraded", LinkLatency: "link_latency",

@@ -20,6 +20,7 @@ of the axes it must cross), so ``links_used`` links leave the source at once.
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Generator, Mapping
 from types import MappingProxyType
@@ -99,6 +100,22 @@ class Network:
             if self._efficiency is not None or self._latency is not None:  # (else: its own rate and latency)
                 self._apply_efficiency(channel)
         return channel
+
+    def sibling(self, graph: nx.DiGraph) -> Network:
+        """A network over ``graph`` (this one's graph with some cables left out, or its axes' wrap and origin
+        changed) that shares this one's channels: a collective planned on it routes by ``graph`` and its bytes
+        land on the same links (`simulator.collectives.fault_routes`). ``graph`` may only drop links, never add
+        or change one."""
+        other = copy.copy(self)
+        other.graph = graph
+        other._routes, other._link_cache, other._plain_routes = {}, {}, {}
+        hosts = [v for v, role in graph.nodes(data="role") if role == "host"]
+        other._fabric = nx.restricted_view(graph, hosts, []) if hosts else graph
+        other._quickest = QuickestPaths(other._fabric, _route_cost)
+        other.wrap = tuple(graph.graph.get("wrap", ()))
+        other.origin = tuple(graph.graph.get("origin", (0,) * len(self.shape)))
+        other._route_wrap = tuple(graph.graph.get("links_wrap", other.wrap))
+        return other
 
     @property
     def links(self) -> Mapping[tuple[Any, Any], Channel]:

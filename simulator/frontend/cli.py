@@ -268,6 +268,9 @@ def cmd_collective(args: argparse.Namespace) -> None:
         print(f"  book, fabric levels overlapped {format_quantity(extra['book_levels_s'], 's')} "
               f"({format_quantity(extra['book_levels_bandwidth_bytes_per_s'], 'B/s')}, bound at the "
               f"{extra['book_levels_bottleneck']}; no latency)")
+    if r.own_links_bound_s is not None and r.own_links_bound_s > r.topology_bound_s * (1 + 1e-6):
+        print(f"  own-links bound {format_quantity(r.own_links_bound_s, 's')} (no algorithm that stays on the "
+              "groups' own links can be faster)")
     print("".join(f"  note: {note}\n" for note in system.notes), end="")  # not the chip's own topology
     print("".join(f"  {w}\n" for w in warnings), end="")
     if r.note:  # one chip: no bandwidth to report

@@ -1,0 +1,115 @@
+"""Ways round a fault: the networks ``auto`` also prices a collective on when links are degraded or down.
+
+A fault changes what the fastest collective is, and the fault as written into the graph
+(`simulator.engine.faults.apply_to_graph`) gives only one answer: a dead cable unwraps its axis (every
+ring on that axis runs as a line) and a slow cable stays in every ring that crosses it. Hardware can do
+better, and two alternatives are always available:
+
+- **avoid** a degraded cable: plan as if it were down (the axis runs as a line starting after it, routes
+  go round it). Whatever runs with the cable removed can run with it merely slow, byte for byte the same,
+  so with this alternative priced a degraded link never makes ``auto`` slower than a dead one;
+- **detour** round a dead (or avoided) cable: keep the axis a ring, whose step across the missing cable
+  takes the quickest surviving route (over other axes). Every group's rings are priced together
+  (`simulator.collectives.groups.rings_along`), so the detour's bytes count on the links they share.
+
+Each alternative is a `Network.sibling` of the system's network: same channels, its own graph (cables left
+out, or an axis's wrap and origin changed), so the collective's bytes land on the real links and the
+bound and link counts are the system's own. Only on grids (tori, meshes, slices) with link faults, for
+collectives over axes (not a mesh or explicit groups).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.engine.faults import LinkDegraded, _check_reachable, _cut, link_ends, slow_chip_factors
+from simulator.engine.network import Network
+from simulator.errors import FaultError
+
+AS_FAULTED = ""  #: the label of the network as the faults left it
+
+
+INEXACT_MARGIN = 0.25
+"""How much faster by closed form a way over non-uniform links (a ring through a degraded cable, a detour) must
+be to be chosen over one whose links are all alike. The ring closed forms price a phase as the longer of its
+slowest chain and its busiest link's work (`simulator.collectives.timing`); on alike links that is exact, but
+where one link is slower or carries a detour the steps behind it wait on it and the simulation runs longer:
+16.7% on torus:4x4 (``--axes 1`` AllGather, one link at half speed: 19.45 ms simulated, 16.67 ms priced), 14%
+on torus:8 AllReduce (44.45 ms, 38.89 ms). A margin above those keeps ``auto`` from trading an exactly priced
+plan for one that only looks faster."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One network a collective may be planned on, what it does about the faults (in words), and whether its
+    links are all alike (closed forms exact) or not (a degraded cable or a detour on the way)."""
+
+    net: Network
+    label: str
+    exact: bool = True
+
+    def score(self, time_s: float) -> float:
+        """The closed form ``time_s`` as ``auto`` ranks it on this way (see `INEXACT_MARGIN`)."""
+        return time_s if self.exact else time_s * (1 + INEXACT_MARGIN)
+
+
+def alternatives(system: Any) -> list[Route]:
+    """The system's network as faulted, then each way round its link faults (see the module docstring)."""
+    net = system.network
+    if net is None or not net.faulted or not net.grid or system.faults is None:
+        return [Route(net, AS_FAULTED)]
+    slow = _degraded_cables(net, system.faults.faults)
+    chips = slow_chip_factors(net.graph, system.faults.faults)
+    routes = [Route(net, AS_FAULTED, exact=not slow and not chips)]
+    if slow:
+        avoided = _without(net, slow)
+        if avoided is not None:
+            names = ", ".join(f"{u}-{v}" for u, v in slow)
+            routes.append(Route(avoided, f"avoids the degraded link{'s' if len(slow) > 1 else ''} {names}"))
+    for route in list(routes):
+        ring = _rewrapped(route.net)
+        if ring is not None:
+            label = f"{route.label}; " if route.label else ""
+            routes.append(Route(ring, f"{label}keeps every axis a ring, detouring round the missing links",
+                                exact=False))
+    return routes
+
+
+def _degraded_cables(net: Network, faults: Any) -> list[tuple[Any, Any]]:
+    """The cables (u, v) a `LinkDegraded` slows, each once, that lie on a grid axis."""
+    out: list[tuple[Any, Any]] = []
+    for f in faults:
+        if not isinstance(f, LinkDegraded):
+            continue
+        u, v = link_ends(net.graph, f.src, f.dst)
+        edge = net.graph.edges[(u, v) if net.graph.has_edge(u, v) else (v, u)]
+        if edge.get("axis") is not None and {u, v} not in [set(c) for c in out]:
+            out.append((u, v))
+    return out
+
+
+def _without(net: Network, cables: list[tuple[Any, Any]]) -> Network | None:
+    """``net`` with ``cables`` out, each unwrapping its axis as a dead cable does (None: they cut a chip off)."""
+    g = net.graph.copy()
+    wrap = list(g.graph.get("wrap", ()))
+    origin = list(g.graph.get("origin", (0,) * len(wrap)))
+    g.graph["wrap"] = tuple(g.graph.get("links_wrap", wrap))  # `_cut` asks whether the cabling wrapped
+    for u, v in cables:
+        _cut(g, u, v, wrap, origin)
+    g.remove_edges_from([e for u, v in cables for e in ((u, v), (v, u))])
+    g.graph.update(links_wrap=g.graph["wrap"], wrap=tuple(wrap), origin=tuple(origin))
+    try:
+        _check_reachable(g)
+    except FaultError:
+        return None
+    return net.sibling(g)
+
+
+def _rewrapped(net: Network) -> Network | None:
+    """``net`` with every axis the cabling wraps kept a ring (origin 0); None where no axis was unwrapped."""
+    cabled = tuple(net.graph.graph.get("links_wrap", net.wrap))
+    if cabled == net.wrap and not any(net.origin):
+        return None
+    g = net.graph.copy()
+    g.graph.update(wrap=cabled, origin=(0,) * len(cabled))
+    return net.sibling(g)
