@@ -58,7 +58,10 @@ def test_one_group_alone_may_borrow_other_links_and_the_own_links_bound_says_how
     r = run_collective("all_gather", system, 1e9, groups=[row])
     assert r.own_links_bound_s == pytest.approx(0.75e9 / (2 * 90e9), rel=1e-3)
     assert r.topology_bound_s == pytest.approx(0.75e9 / (6 * 90e9), rel=5e-3)  # (+ the detours' latency)
-    assert r.time_s >= r.own_links_bound_s * (1 - 1e-9)
+    assert r.time_s >= r.topology_bound_s * (1 - 1e-9)
+    own = run_collective("all_gather", system, 1e9, groups=[row], algorithm="bidirectional")  # stays on its links
+    assert own.time_s >= own.own_links_bound_s * (1 - 1e-9)
+    assert r.algorithm == "borrowed_rings" and r.time_s < own.own_links_bound_s  # borrowing beats its own links
 
 
 def test_roots_of_every_row_share_the_plane_they_sit_in() -> None:

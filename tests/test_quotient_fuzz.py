@@ -158,8 +158,9 @@ FIXED = [
 @pytest.mark.parametrize("case", FIXED, ids=[c.text() for c in FIXED])
 def test_a_step_on_quotients_is_the_same_fast_and_full(case):
     diff, fast = differences(case)
-    # a calibrated system runs its collectives through the API (launch latency, link efficiency): no quotient
-    assert fast.sym.active and bool(fast.sym.quotiented) != case.calibrated, fast.sym.quotiented
+    # a calibrated system runs its collectives on the quotient too (issue 29: a calibration is a function of the link
+    # class and the message, so equal classes stay equal), through the API's own path (launch latency, efficiency)
+    assert fast.sym.active and fast.sym.quotiented, fast.sym.quotiented
     assert not diff, diff
 
 

@@ -17,11 +17,12 @@ from simulator import analytic
 from simulator.collectives import fault_routes, layout, payload
 from simulator.collectives import protocol as protocols
 from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, get_algorithm
-from simulator.collectives.book import NO_BOOK_UNDER_FAULTS, book_estimate
+from simulator.collectives.book import book_estimate
 from simulator.collectives.bounds import own_links_bound, topology_bound
 from simulator.collectives.fault_routes import AS_FAULTED
 from simulator.collectives.groups import Group, collective_groups, nic_rings, root_position
 from simulator.collectives.quotient import Quotient, execute_quotient, unfold
+from simulator.collectives.result import CollectiveResult, no_op
 from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.ring_quotient import plan_quotient, run_quotient
 from simulator.collectives.schedule import Completion, Schedule, check_arrived, gc_paused
@@ -34,48 +35,6 @@ from simulator.units import check_bytes, positive_int
 MULTI_AXIS = ("parallel", "sequential")
 MODES = ("auto", "full", "reduced")
 MAX_CHUNKS = 10_000  #: pieces per message; more is a units mistake and would take minutes
-ONE_CHIP_NOTE = "one chip per group: the collective takes no time and moves no bytes, so it has no bandwidth"
-
-
-@dataclass
-class CollectiveResult:
-    """Simulated and closed-form figures of one collective (seconds, bytes, bytes/s).
-
-    ``algbw_bytes_per_s`` and ``busbw_bytes_per_s`` are None for one-chip groups (``note`` says why).
-    """
-
-    kind: str
-    time_s: float
-    analytic_s: float
-    book_s: float | None
-    topology_bound_s: float
-    algorithm: str
-    nbytes: float
-    padded_bytes: float
-    group_size: int
-    groups: int
-    algbw_bytes_per_s: float | None
-    busbw_bytes_per_s: float | None
-    max_link_bytes: float
-    total_link_bytes: float
-    mode: str
-    n_transfers: int
-    link_bytes: dict[str, float] = field(default_factory=dict)
-    outputs: dict[Any, np.ndarray] | None = None
-    note: str | None = None
-    alternatives: list[dict[str, Any]] = field(default_factory=list)  #: every applicable algorithm's closed form
-    protocol: str | None = None  #: NCCL protocol (calibrated GPU systems; `simulator.collectives.protocol`)
-    #: calibrated GPU systems: NCCL's own choice and why (`simulator.collectives.tuner.nccl_select`)
-    nccl: dict[str, Any] | None = None
-    quotient_order: int | None = None  #: mode "quotient": transfers (and links) each simulated one stands for
-    #: grids: the bound for algorithms whose hops all join two members of one group (`bounds.own_links_bound`)
-    own_links_bound_s: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The figures as a flat dict (without the numeric outputs; ``note`` and ``quotient_order`` only when
-        there is one)."""
-        return {k: v for k, v in self.__dict__.items()
-                if k != "outputs" and not (k in ("note", "quotient_order", "nccl", "own_links_bound_s") and v is None)}
 
 
 @dataclass
@@ -320,7 +279,7 @@ def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: 
     data = kwargs.get("data")
     job, net = plan.job, system.network
     if plan.schedule is None:
-        result = _no_op(kind, plan.nbytes, len(plan.groups))
+        result = no_op(kind, plan.nbytes, len(plan.groups))
         if data is not None:  # one chip per group: every collective leaves each chip's row as it was
             result.outputs = {dev: data[dev].copy() for g in plan.groups for dev in g.members.values()}
         return result
@@ -358,32 +317,7 @@ def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: 
         link_bytes=link_bytes, outputs=_outputs(plan, buffers),
         alternatives=plan.alternatives, protocol=plan.protocol, nccl=plan.nccl,
         quotient_order=None if on_quotient is None else on_quotient[0].order,
-        note=_fault_note(system, plan, link_bytes))
-
-
-def _fault_note(system: Any, plan: Plan, link_bytes: dict[str, float]) -> str | None:
-    """How the run went round link faults (`Plan.route`), and each fault that touches nothing it used: a link
-    that carried none of its bytes, a chip slowed only on units a collective never runs (its MXU, VPU), a chip
-    fault on a chip whose links carried nothing. None where there is nothing to say."""
-    notes = [f"around the link faults: {plan.route} (chosen by closed form over the network as faulted)"] \
-        if plan.route else []
-    if system.network.faulted:
-        notes.append(NO_BOOK_UNDER_FAULTS)
-    model = getattr(system, "faults", None)
-    for record in getattr(model, "applied", []):
-        if "link" in record:
-            if not plan.route and not any(d in link_bytes for d in record["directions"]):  # (a route avoids it)
-                notes.append(f"fault {record['fault']} on link {record['link']} touches nothing this collective "
-                             "uses (the link carried none of its bytes)")
-            continue
-        chip = record["chip"]
-        if record["fault"] == "chip_slow" and "hbm" not in record["units"]:
-            notes.append(f"fault chip_slow on chip {chip} ({'+'.join(record['units'])}) touches nothing this "
-                         "collective uses: a collective moves bytes over links through HBM (slow:F:hbm slows them)")
-        elif not any(k.startswith(f"{chip}->") or k.endswith(f"->{chip}") for k in link_bytes):
-            notes.append(f"fault {record['fault']} on chip {chip} touches nothing this collective uses (none "
-                         "of its links carried bytes)")
-    return "; ".join(notes) or None
+        note=fault_routes.fault_note(system, plan, link_bytes))
 
 
 def _analytic_s(plan: Plan) -> float:
@@ -475,10 +409,3 @@ def _total_link_bytes(net: Network, groups: list[Group], group: Group, link_byte
         n_axis = net.shape[net.graph.edges[u, v]["axis"]]
         total += link_bytes.get(f"{u}->{v}", 0.0) * len(groups) * group.n / n_axis
     return total
-
-
-def _no_op(kind: str, nbytes: float, n_groups: int) -> CollectiveResult:
-    return CollectiveResult(kind=kind, time_s=0.0, analytic_s=0.0, book_s=0.0, topology_bound_s=0.0,
-                            algorithm="none", nbytes=nbytes, padded_bytes=0.0, group_size=1, groups=n_groups,
-                            algbw_bytes_per_s=None, busbw_bytes_per_s=None, max_link_bytes=0.0,
-                            total_link_bytes=0.0, mode="full", n_transfers=0, note=ONE_CHIP_NOTE)

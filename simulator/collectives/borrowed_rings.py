@@ -1,5 +1,8 @@
 """Borrowed rings: a one-axis collective that also runs rings on idle neighbouring rows (issue 31, item 4).
 
+A standalone collective only: inside a training or serving step the network is marked ``rows_in_use`` (the
+step's other groups and stages run on every row), and the rows are not borrowed.
+
 A group on one axis of a torus (a row) has two links per chip along that axis; its chips have more (six on a
 3-D torus), whose far ends lie in the neighbouring rows. When no group runs on a neighbouring row (the
 collective's groups leave it idle: one replica group, say), that row's ring links are free, and the row can
@@ -53,7 +56,8 @@ def _coords(net: Network) -> dict[Any, tuple[int, ...]]:
 def helper_rows(net: Network, groups: list[Group]) -> list[list[Any]] | None:
     """Per helper row, the chip across from each member (position order) of the one group; None where the
     collective cannot borrow (not one one-axis group on a grid ring)."""
-    if not net.grid or len(groups) != 1 or len(groups[0].sizes) != 1 or not groups[0].wraps[0] or net.faulted:
+    if not net.grid or len(groups) != 1 or len(groups[0].sizes) != 1 or not groups[0].wraps[0] or net.faulted \
+            or getattr(net, "rows_in_use", False):  # a step's other groups run there: no row is idle to borrow
         return None
     group = groups[0]
     coords = _coords(net)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.collectives.book import NO_BOOK_UNDER_FAULTS
 from simulator.engine.faults import LinkDegraded, _check_reachable, _cut, link_ends, slow_chip_factors
 from simulator.engine.network import Network
 from simulator.errors import FaultError
@@ -113,3 +114,28 @@ def _rewrapped(net: Network) -> Network | None:
     g = net.graph.copy()
     g.graph.update(wrap=cabled, origin=(0,) * len(cabled))
     return net.sibling(g)
+
+
+def fault_note(system: Any, plan: Any, link_bytes: dict[str, float]) -> str | None:
+    """How the run went round link faults (`Plan.route`), and each fault that touches nothing it used: a link
+    that carried none of its bytes, a chip slowed only on units a collective never runs (its MXU, VPU), a chip
+    fault on a chip whose links carried nothing. None where there is nothing to say."""
+    notes = [f"around the link faults: {plan.route} (chosen by closed form over the network as faulted)"] \
+        if plan.route else []
+    if system.network.faulted:
+        notes.append(NO_BOOK_UNDER_FAULTS)
+    model = getattr(system, "faults", None)
+    for record in getattr(model, "applied", []):
+        if "link" in record:
+            if not plan.route and not any(d in link_bytes for d in record["directions"]):  # (a route avoids it)
+                notes.append(f"fault {record['fault']} on link {record['link']} touches nothing this collective "
+                             "uses (the link carried none of its bytes)")
+            continue
+        chip = record["chip"]
+        if record["fault"] == "chip_slow" and "hbm" not in record["units"]:
+            notes.append(f"fault chip_slow on chip {chip} ({'+'.join(record['units'])}) touches nothing this "
+                         "collective uses: a collective moves bytes over links through HBM (slow:F:hbm slows them)")
+        elif not any(k.startswith(f"{chip}->") or k.endswith(f"->{chip}") for k in link_bytes):
+            notes.append(f"fault {record['fault']} on chip {chip} touches nothing this collective uses (none "
+                         "of its links carried bytes)")
+    return "; ".join(notes) or None

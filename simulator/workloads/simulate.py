@@ -160,6 +160,7 @@ class StepSimulation:
             self.system = System(spec, topology=topology or default_topology_for(mesh_spec, spec), trace=trace,
                                  calibrated=calibrated)
             self.mesh = Mesh(mesh_spec, self.system.graph)
+            self.system.network.rows_in_use = True  # every row carries the step's own groups: none is idle to borrow
         self.env = self.system.env
 
     def run(self, ops_per_group: list[list[LayerOp]], layer_of: list[int]) -> None:
