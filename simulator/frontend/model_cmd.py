@@ -80,6 +80,9 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--framework", default=None,
                    help="train --calibrated on GPUs: whose fitted constants (megatron-core, the default; "
                         "megatron-lm, llm-foundry, torchtitan, llama3-meta)")
+    p.add_argument("--ignore-memory", action="store_true",
+                   help="price a state that does not fit the chips' HBM anyway (exit 0; every output says so); "
+                        "without it such a state is refused (exit 2)")
     p.add_argument("--json", action="store_true")
     add_fault_args(p)
 
@@ -126,9 +129,9 @@ def cmd_model(args: argparse.Namespace) -> None:
     check_mode_flags(args)
     chip = _chip(args)
     if cfg is None:
-        out = projection.abstract_model(args, chip, _price(args))
+        out = check_fit(args, projection.abstract_model(args, chip, _price(args)))
     else:
-        out = _train(args, cfg, chip) if args.mode == "train" else _serve(args, cfg, chip)
+        out = check_fit(args, _train(args, cfg, chip) if args.mode == "train" else _serve(args, cfg, chip))
         projection.add_projection(args, out, cfg, chip, _price(args))
     if args.json:
         print(dumps_json(out))
@@ -175,6 +178,27 @@ def check_mode_flags(args: argparse.Namespace) -> None:
     args.context = "0" if args.context is None else args.context
     args.kv_sharding = args.kv_sharding or "heads"
     args.schedule = args.schedule or "1f1b"
+
+
+IGNORED_MEMORY = "priced anyway (--ignore-memory): this state does NOT fit in HBM, so no real run takes this step"
+
+
+def check_fit(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
+    """Refuse a state that does not fit the chips' HBM (`PodsimError`, naming what it needs and has), unless
+    --ignore-memory: then ``out`` gains ``ignore_memory`` and a first note saying it was priced anyway."""
+    if out.get("fits", True):
+        return out
+    gib = 2**30
+    need = out.get("memory_per_chip_bytes", out.get("hbm_needed_per_chip_bytes"))
+    cap = out.get("hbm_capacity_bytes")
+    what = f"{out.get('model', 'the model')} {args.mode} on {out.get('chip', 'the chip')}"
+    size = f"needs {need / gib:.2f} GiB per chip of {cap / gib:.2f} GiB HBM" if need and cap else "needs more HBM"
+    note = out.get("fit_note", "more chips (--mesh) or smaller dtypes").removeprefix("does not fit: ")
+    hint = (f"fewest chips that hold it: {out['min_chips']} (more --mesh chips, --zero, checkpointing)"
+            if "min_chips" in out else note)
+    if not getattr(args, "ignore_memory", False):
+        raise PodsimError(f"{what} does not fit: it {size}; {hint}; or --ignore-memory to price it anyway")
+    return {**out, "ignore_memory": True, "notes": [f"{IGNORED_MEMORY} ({size})", *out.get("notes", [])]}
 
 
 def train_options(args: argparse.Namespace) -> Any:
@@ -224,7 +248,8 @@ def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
                                   f"step on {chip.name} is fitted to published TPU runs (drop --framework)")
             gpu["framework"] = args.framework
         cal = calibrated_train_step(cfg, chip, plan, train_options(args), batch, seq,
-                                    slice_shape_for(args.topology, plan), gpu=gpu)
+                                    slice_shape_for(args.topology, plan), gpu=gpu,
+                                    check_memory=not args.ignore_memory)
         out.update(calibrated_step_time_s=cal["step_time_s"], calibrated_mfu=cal["mfu"],
                    calibrated_tokens_per_s=cal["tokens_per_s"], calibrated_step=cal,
                    uncalibrated=cal.get("uncalibrated", []))
