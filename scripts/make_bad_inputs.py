@@ -205,6 +205,11 @@ CASES: list[tuple[str, str]] = [
     ("2-D layouts", "run transformer_step --set mesh=model=8 --set layout=2d --set kv_sharding=batch"),
     ("model configs", "model llama-3-70b --mode train --chip tpu-v5e --mesh data=1 --no-simulate"),
     ("model configs", "model llama-3-70b --chip tpu-v5e --no-simulate"),
+    ("parallelism plans", "model gpt2 --batch 4 --zero 2 --no-simulate"),
+    ("parallelism plans", "model gpt2 --mode prefill --seq 128 --microbatches 4 --no-simulate"),
+    ("parallelism plans", "model gpt2 --seq 128 --no-simulate"),
+    ("model configs", "model --params 7e9 --mode train --tokens-total 1e18 --assume-mfu 1e-300"),
+    ("model configs", "model --params 7e9 --kv-bytes-per-token 1e-300"),
 ]
 
 

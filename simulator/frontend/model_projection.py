@@ -9,7 +9,7 @@ import argparse
 from typing import Any
 
 from simulator.errors import PodsimError
-from simulator.units import format_quantity, parse_int, parse_positive, parse_tokens
+from simulator.units import check_derived, format_quantity, parse_int, parse_positive, parse_tokens
 
 MAX_PROJECTED_CHIPS = 10**7  #: chips a projected run may use (the book's estimates reach 10^5)
 
@@ -63,7 +63,9 @@ def abstract_model(args: argparse.Namespace, chip: Any, price: float | None) -> 
     elif len(contexts) != batch:
         raise PodsimError(f"got {len(contexts)} context lengths for batch={batch}; give one per request")
     new = 1 if args.mode == "decode" else parse_tokens(args.seq or "1024", name="--seq", maximum=2**24)
-    kv = parse_positive(args.kv_bytes_per_token, "bytes", name="--kv-bytes-per-token")
+    kv = check_derived(parse_positive(args.kv_bytes_per_token, "bytes", name="--kv-bytes-per-token"),
+                       what="the KV-cache bytes of one token", given=f"--kv-bytes-per-token {args.kv_bytes_per_token}",
+                       minimum=1.0, hint="a token's K and V over all layers are bytes, e.g. 100e3 or 100kB")
     out = abstract_budget(params, kv, chip, batch, contexts, par.data, par.model, args.weight_dtype, new,
                           args.compute_dtype)
     step = out["lower_bound_s"]
