@@ -17,9 +17,9 @@ def _cost(u, v, data):  # the oracle's own cost: latency plus a megabyte over th
     return data["latency_s"] + 1e6 / data["bandwidth_bytes_per_s"]
 
 
-@pytest.mark.parametrize("topology", ["superpod:2", "fattree:64:4", "nodes:4:8"])
+@pytest.mark.parametrize("topology", ["superpod:2", "fattree:64:4", "nodes:4:8", "multislice:4:4x4"])
 def test_routes_moved_from_unit_zero_are_networkx_routes(topology):
-    net = System("h100", topology=topology, trace=False).network
+    net = System("tpu-v5p" if "slice" in topology else "h100", topology=topology, trace=False).network
     rotation = UnitRotation.of(net.graph)
     assert rotation is not None and rotation.period >= 2
     chips = net.chips
@@ -43,7 +43,7 @@ def test_the_rotation_is_a_bijection_that_keeps_every_link():
                                                                         data["latency_s"])
 
 
-@pytest.mark.parametrize("topology", ["torus:4x4", "multislice:2:2x2", "ring:8"])
+@pytest.mark.parametrize("topology", ["torus:4x4", "ring:8", "slice:4x4"])
 def test_no_rotation_where_there_is_no_node_system(topology):
     assert UnitRotation.of(System("tpu-v5e", topology=topology, trace=False).network.graph) is None
 

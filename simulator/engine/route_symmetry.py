@@ -1,5 +1,7 @@
 """Routes of a node system by symmetry: a route from any scalable unit is a unit-0 route moved over.
 
+(A multislice system likewise: every slice moves to the next, the DCN switch stays.)
+
 A GPU node system (``nodes:K:G``, ``fattree:K:G``, ``superpod:N``) looks the same from every unit of
 nodes: rotating every unit to the next one (its chips keep their rails; each node's NVLink switch and
 each unit's leaves move with it; the spine and any other switch stay) maps every link onto a like one
@@ -37,8 +39,9 @@ class UnitRotation:
     def of(cls, graph: nx.DiGraph) -> UnitRotation | None:
         """The rotation of ``graph``'s units, checked to map every link onto a like one; None where ``graph``
         is not a node system of two or more units, or the rotation is not an automorphism."""
-        shape = graph.graph.get("shape", ())
-        if graph.graph.get("kind") != "nodes" or len(shape) != 2 or graph.graph.get("faults"):
+        shape, kind = graph.graph.get("shape", ()), graph.graph.get("kind")
+        if not ((kind == "nodes" and len(shape) == 2) or (kind == "multislice" and len(shape) >= 2)) \
+                or graph.graph.get("faults"):
             return None
         step = graph.graph.get("nodes_per_unit", 1) if graph.graph.get("fabric") == "fattree" else 1
         if not step or shape[0] % step or shape[0] // step < 2:
@@ -64,8 +67,8 @@ class UnitRotation:
         """Node ``v`` moved ``units`` units on (negative: back)."""
         d = self._data[v]
         if d.get("role") == "chip":
-            k, g = d["coord"]
-            return self._chip[((k + units * self.step) % self.count, g)]
+            k, *rest = d["coord"]
+            return self._chip[((k + units * self.step) % self.count, *rest)]
         if d.get("role") == "switch" and "group" in d:
             return self._group[(d["group"] + units * self.step) % self.count]
         if "unit" in d and "rail" in d:

@@ -12,7 +12,7 @@ networkx, whose tie-breaking then decides as before.
 Memory and time grow with what is asked, not with sources x nodes. A route first searches near its
 source, in Python, stopping once everything within its destination's cost (and the tie margin) is
 settled: a ring neighbour behind one NVLink switch or one leaf settles a few dozen nodes, where a
-whole-graph search crosses a spine that reaches every chip. Past `LOCAL` settled nodes it hands over
+whole-graph search crosses a spine that reaches every chip. Past `LOCAL` links relaxed it hands over
 to the compiled whole-graph search, of which only the latest `TREE_BYTES` worth are kept (keeping one per source
 held 25,600 x 29,601 distances on superpod:100: 9 GB, and the run died in std::bad_alloc). Both are
 exact: a node left unsettled costs more than the destination by the tie margin, so it can be no second
@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - scipy comes with the dev tools
     dijkstra = None
 
 TIE = 1e-9  #: paths whose costs differ by less than this fraction are ties (networkx breaks them)
-LOCAL = 256  #: nodes a search near its source settles before it hands over to a whole-graph search
+LOCAL = 1024  #: links a search near its source relaxes before it hands over to a whole-graph search
 TREE_BYTES = 128 * 2**20  #: memory of the whole-graph searches kept (the latest; 12 bytes a node each)
 
 
@@ -80,12 +80,13 @@ class QuickestPaths:
 
     def _near(self, s: int, v: int) -> tuple[dict[int, float], dict[int, int]] | None:
         """(settled distances, predecessors) of a search from ``s`` that settles every node within ``v``'s cost
-        and the tie margin; None where ``v`` is not reached within `LOCAL` settled nodes."""
+        and the tie margin; None where that takes more than `LOCAL` links (a switch with a link to every chip:
+        the compiled search is quicker)."""
         settled: dict[int, float] = {}
         before: dict[int, int] = {}
         best = {s: 0.0}
         heap = [(0.0, s)]
-        bound = np.inf
+        bound, relaxed = np.inf, 0
         while heap:
             d, u = heapq.heappop(heap)
             if u in settled:
@@ -95,7 +96,8 @@ class QuickestPaths:
             settled[u] = d
             if u == v:
                 bound = d * (1 + 2 * TIE)
-            elif len(settled) > LOCAL and bound == np.inf:
+            relaxed += len(self._out[u])
+            if relaxed > LOCAL:
                 return None
             for cost, w in self._out[u]:
                 nd = d + cost
