@@ -81,3 +81,25 @@ def test_a_tier_rings_one_row_table_is_its_per_entry_units(name, what):
         for d in (1, -1):
             by_entry = [[units(n, i, d, h) for h in range(1, algorithm.steps(n) + 1)] for i in range(n)]
             assert np.asarray(table(n, d)).tolist() == by_entry
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("topology", ["multislice:4:4x4", "multislice:3:2x4"])
+def test_a_multislice_quotient_run_is_the_full_run(kind, topology):
+    """Slice rotations (symmetry.slice_actions) make a multislice collective run one slice's transfers: the
+    same time, bytes and busy times as every transfer run (mode full)."""
+    from simulator.collectives.api import run_collective
+    from simulator.collectives.symmetry import slice_actions
+
+    results = {}
+    for mode in ("auto", "full"):
+        system = System("tpu-v5p", topology=topology, trace=True)
+        results[mode] = run_collective(kind, system, 1e6, mode=mode)
+    auto, full = results["auto"], results["full"]
+    assert slice_actions(System("tpu-v5p", topology=topology, trace=False).network)
+    assert auto.mode == "quotient" and full.mode != "quotient"
+    assert auto.time_s == pytest.approx(full.time_s, rel=1e-12)
+    assert auto.max_link_bytes == pytest.approx(full.max_link_bytes) and \
+        auto.total_link_bytes == pytest.approx(full.total_link_bytes)
+    assert auto.link_bytes.keys() == full.link_bytes.keys()
+    assert all(auto.link_bytes[k] == pytest.approx(v) for k, v in full.link_bytes.items())
