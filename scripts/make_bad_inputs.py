@@ -184,7 +184,8 @@ CASES: list[tuple[str, str]] = [
     ("model configs", "model gpt2 --calibrated --no-simulate"),
     ("calibrated training", "model gpt2 --mode train --chip tpu-v5e --batch 128 --seq 1024 --calibrated"),
     ("calibrated training", "model gpt2 --mode train --checkpoints-per-layer sometimes --calibrated"),
-    ("calibrated training", "model gpt2 --mode train --chip b200 --batch 8 --seq 512 --calibrated"),
+    ("calibrated training",
+     "model gpt2 --mode train --chip h100 --batch 8 --seq 512 --calibrated --framework nonsense"),
     ("host memory", "run host_offload --set topology=torus:4x4"),
     ("topology specs", "collective all_gather --topology torus:4x4+host:4 --bytes 1MB"),
     ("calibrated serving", "model llama-3-8b --chip tpu-v5e --weight-dtype int8 --calibrated --engine vllm"),
@@ -202,6 +203,13 @@ CASES: list[tuple[str, str]] = [
     ("2-D layouts", "model llama-3-8b --chip h100 --mesh model=8 --layout 2d --calibrated --engine vllm"),
     ("2-D layouts", "model gpt2 --mode train --batch 8 --seq 512 --mesh model=4 --layout 2d"),
     ("2-D layouts", "run transformer_step --set mesh=model=8 --set layout=2d --set kv_sharding=batch"),
+    ("model configs", "model llama-3-70b --mode train --chip tpu-v5e --mesh data=1 --no-simulate"),
+    ("model configs", "model llama-3-70b --chip tpu-v5e --no-simulate"),
+    ("parallelism plans", "model gpt2 --batch 4 --zero 2 --no-simulate"),
+    ("parallelism plans", "model gpt2 --mode prefill --seq 128 --microbatches 4 --no-simulate"),
+    ("parallelism plans", "model gpt2 --seq 128 --no-simulate"),
+    ("model configs", "model --params 7e9 --mode train --tokens-total 1e18 --assume-mfu 1e-300"),
+    ("model configs", "model --params 7e9 --kv-bytes-per-token 1e-300"),
 ]
 
 

@@ -216,6 +216,11 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      None, "none: symbolic or design answers; podsim collective on nodes:K:G or superpod:N prices concrete sizes"),
 ]
 
+#: a `podsim model` question asks for the book's figures whether or not its state fits one chip's HBM (the
+#: book's own examples often do not): priced anyway, as `--ignore-memory` says in its output
+QUESTIONS = [(ch, q, f"{c} --ignore-memory" if c and c.startswith("model ") else c, f, a, v)
+             for ch, q, c, f, a, v in QUESTIONS]
+
 
 def field(out: dict[str, Any], path: str) -> Any:
     """``out``'s value at a dotted ``path`` (keys may hold '+', e.g. critical_batch_per_chip.fsdp+model)."""

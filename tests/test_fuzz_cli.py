@@ -6,7 +6,9 @@ Each generated invocation must exit 0 (a result) or 2 (one line per problem on s
 ``inf`` or ``nan``, and stay inside its event budget: every command runs under a `RunWatch` of `BUDGET`
 events, so a generated run that would be long is refused (status 2) instead of running. Boundary values
 come from hand-written lists (unicode digits, 60-digit integers, 1e300, size-1 axes) mixed with
-hypothesis text.
+hypothesis text. One fuzz per command family (model, plan, shard, hlo, collective, send, roofline, sweep and the
+fault flags: several hundred fixed invocations, about 15 s) also refuses an exit 0 with a result the run itself
+flags as impossible (`check_possible`); the large sizes are benchmark-marked (tests/test_large_sizes.py).
 """
 from __future__ import annotations
 
@@ -275,3 +277,248 @@ def run(*, n: int = 1) -> Result:
     status = check(["run", str(path), "--set", f"n={n}", "--json"], user_traceback=True)
     if status == 0:
         assert returns == "a Result" and raises == "nothing"
+
+
+# -- one fuzz per command family (issue 34 item 7) ---------------------------------------------------------
+# Several hundred fixed (derandomized) invocations across model, plan, shard, hlo, collective (with send),
+# roofline, sweep and the fault flags, each held to `check` and to `check_possible`: a result the run itself
+# flags as impossible (a state that does not fit at exit 0 without --ignore-memory, a negative time) fails.
+
+FAMILY = settings(FUZZ, max_examples=EXAMPLES or 80)
+#: keys ending in _s that may be negative (signed differences)
+SIGNED_S = {"hbm_spare_s"}
+
+
+def check_possible(argv: list[str], status: int, out: str) -> None:
+    """No exit 0 with a result the run flags as impossible: a state over HBM priced without --ignore-memory,
+    or a negative duration (a key ending in ``_s``)."""
+    if status != 0:
+        return
+    if "--json" not in argv:
+        if "does NOT fit" in out or "does not fit" in out:
+            assert "--ignore-memory" in argv, (argv, out)
+        return
+    data = json.loads(out)
+
+    def walk(value, key=""):
+        if isinstance(value, dict):
+            if value.get("fits") is False and argv[0] == "model":
+                assert value.get("ignore_memory") is True or key, (argv, "does not fit yet exit 0")
+            for k, v in value.items():
+                walk(v, str(k))
+        elif isinstance(value, list):
+            for v in value:
+                walk(v, key)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and key.endswith("_s"):
+            assert value >= 0 or key in SIGNED_S, (argv, key, value)
+
+    walk(data)
+
+
+def check_family(argv: list[str]) -> int:
+    """`check`, then `check_possible` on the same invocation's output."""
+    status, out, err = run(argv)
+    check_output(argv, status, out, err)
+    check_possible(argv, status, out)
+    return status
+
+
+def check_output(argv: list[str], status: int, out: str, err: str) -> None:
+    """The contract `check` holds a run to (status 0 or 2, podsim's one-line errors, finite numbers); status 3
+    where a failed chip (``--fault chip:ID=fail``) left the collective incomplete, which it says."""
+    if status == 3 and any("=fail" in a for a in argv):
+        assert err.startswith("podsim: incomplete: failed chip "), (argv, err)
+        return
+    assert status in (0, 2), (argv, status, err)
+    lines = err.splitlines()
+    assert "Traceback" not in err, (argv, err)
+    assert all(line.startswith("podsim: ") for line in lines), (argv, err)
+    if status == 2:
+        assert lines and lines[-1].startswith("podsim: error: "), (argv, err)
+    assert not NON_FINITE.search(out), (argv, out)
+    if status == 0 and "--json" in argv:
+        json.loads(out, parse_constant=lambda name: pytest_fail(f"{name} in JSON of {argv}"))
+
+
+def mostly(valid: list[str], odd: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """One of ``valid`` three times in four, else an ``odd`` value."""
+    return st.integers(0, 3).flatmap(lambda k: odd if k == 0 else st.sampled_from(valid))
+
+
+def _flags(draw: st.DrawFn, options: dict[str, list[str] | None], most: int = 4) -> list[str]:
+    """A few of ``options`` (flag -> values; None: a switch), each with a listed or an odd value."""
+    argv: list[str] = []
+    for flag in draw(st.lists(st.sampled_from(sorted(options)), max_size=most, unique=True)):
+        values = options[flag]
+        if values is None:
+            argv.append(flag)
+        else:
+            argv += [flag, draw(st.sampled_from(ODD if draw(st.integers(0, 3)) == 0 else values))]
+    return argv
+
+
+MODELS = ["gpt2", "llama-2-7b", "llama-3-8b", "llama-3-70b", "mixtral-8x7b"]
+MESHES = ["data=2", "model=2", "fsdp=2", "pipeline=2", "sequence=2", "expert=2", "data=1", "model=4",
+          "fsdp=2,model=2", "data=2,pipeline=2", "model=3", "data=0"]
+MODEL_FLAGS: dict[str, list[str] | None] = {
+    "--batch": ["1", "2", "4", "8", "3"], "--context": ["0", "128", "1Ki", "2000,10", "1e9"],
+    "--seq": ["128", "1024", "2Ki", "1"], "--mesh": MESHES, "--zero": ["0", "1", "2", "3", "4"],
+    "--microbatches": ["1", "2", "4"], "--checkpoints-per-layer": ["none", "selective", "full", "2"],
+    "--virtual-stages": ["1", "2", "3"], "--tp-overlap": None, "--no-master-copy": None,
+    "--kv-dtype": ["bf16", "int8", "fp8", "fp4"], "--weight-dtype": ["bf16", "int8"],
+    "--compute-dtype": ["bf16", "int8", "fp8"], "--price-per-chip-hour": ["1.5", "1e308", "1e-320"],
+    "--tokens-total": ["1e9", "1e30"], "--assume-mfu": ["0.4", "1.5", "0"], "--chips": ["2", "8", "0"],
+    "--ignore-memory": None, "--layout": ["1d", "2d", "2d:2x1"], "--kv-sharding": ["heads", "batch", "sequence"],
+    "--schedule": ["1f1b", "gpipe", "interleaved"], "--chip": ["tpu-v5e", "tpu-v5p", "h100"],
+    "--sequence-attention": ["ring", "allgather"],
+}
+
+
+@st.composite
+def model_lines(draw: st.DrawFn) -> list[str]:
+    """``podsim model``: a preset (or an abstract --params), a mode, and a few flags; closed forms mostly."""
+    head = [draw(st.sampled_from(MODELS))]
+    if draw(st.integers(0, 4)) == 0:  # an abstract model now and then
+        head = ["--params", draw(st.sampled_from(["7e9", "1e300", "0"])), "--kv-bytes-per-token", "1e5"]
+    argv = ["model", *head, "--mode", draw(st.sampled_from(["decode", "prefill", "train"]))]
+    argv += _flags(draw, MODEL_FLAGS)
+    if head != ["gpt2"] or draw(st.integers(0, 3)):  # simulate only the small model, now and then
+        argv.append("--no-simulate")
+    return [*argv, "--json"] if draw(st.booleans()) else argv
+
+
+@settings(FUZZ, max_examples=EXAMPLES or 150)
+@given(argv=model_lines())
+def test_model_family(argv):
+    check_family(argv)
+
+
+@settings(FUZZ, max_examples=EXAMPLES or 12)  # plans price every layout: a few, tiny
+@given(chips=st.sampled_from(["1", "2", "4", "0", "3", "1e9"]), mode=st.sampled_from(["train", "decode", "prefill"]),
+       batch=st.sampled_from(["4", "8", "0", "3"]), seq=st.sampled_from(["64", "128", "1", "2k"]),
+       top=st.sampled_from(["0", "1", "-1"]), as_json=st.booleans())
+def test_plan_family(chips, mode, batch, seq, top, as_json):
+    argv = ["plan", "gpt2", "--chips", chips, "--mode", mode, "--batch", batch, "--seq", seq, "--top", top,
+            "--workers", "1"]
+    check_family(argv + (["--json"] if as_json else []))
+
+
+SPECS = ["A[I_X,J]", "A[I_XY,J]", "A[I,J_Y]", "A[I_X,J_Y]", "A[I]", "A[I_X]", "A[I_Z,J]", "A[I_X,J_X]"]
+ARRAYS = ["fp32[1024,4096]", "bf16[8]", "fp32[0,4]", "int8[" + "9" * 20 + ",2]", "fp32[]", "fp33[4,4]",
+          "bf16[64,64,64]", "fp32[1024;4096]", "fp32[-4,4]"]
+
+
+@FAMILY
+@given(array=mostly(ARRAYS[:2] * 3 + ARRAYS, st.text(alphabet="fpbint3268[],x0-9", max_size=12)),
+       spec=mostly(SPECS, SHARDINGS), mesh=mostly(["X=8,Y=2", "X=4", "X=2,Y=2", "X=1"], MESH_SPECS),
+       as_json=st.booleans())
+def test_shard_family(array, spec, mesh, as_json):
+    check_family(["shard", array, spec.split("@")[0] or spec, "--mesh", mesh] + (["--json"] if as_json else []))
+
+
+HLO_FILES = ["matmul_case1.txt", "matmul_case2.txt", "all_to_all.txt", "async_tpu_style.txt", "bad_syntax.txt",
+             "missing.txt"]
+HLO_FLAGS: dict[str, list[str] | None] = {
+    "--mesh": ["X=4,Y=2", "X=8", "X=2,Y=4", "X=4,Y=2@0", "Y=2"], "--topology": ["slice:4x2", "ring:8", "torus:2x4",
+                                                                                "ring:4"],
+    "--placement": ["0,1,2,3,4,5,6,7", "7,6,5,4,3,2,1,0", "0,0,1,2,3,4,5,6", "0,1"],
+    "--dtype": ["source", "compiled"], "--async-collectives": None, "--top": ["0", "3", "10001"],
+    "--calibrated": None, "--links": ["grouped", "all"], "--chip": ["tpu-v5e", "h100"],
+}
+
+
+@settings(FUZZ, max_examples=EXAMPLES or 40)
+@given(data=st.data(), name=st.sampled_from(HLO_FILES))
+def test_hlo_family(data, name):
+    argv = ["hlo", f"tests/data/hlo/{name}", *_flags(data.draw, HLO_FLAGS, 3)]
+    if "--placement" not in argv and "--mesh" not in argv and data.draw(st.integers(0, 5)):
+        argv += ["--mesh", "X=4,Y=2"]  # mostly a program's own mesh, so the run gets past its flags
+    check_family(argv + (["--json"] if data.draw(st.booleans()) else []))
+
+
+ALGORITHMS = ["auto", "bidirectional", "direct", "dimension_order", "binary_tree", "hierarchical", "nope"]
+COLLECTIVE_FLAGS: dict[str, list[str] | None] = {
+    "--chunks": ["1", "2", "8", "0"], "--axes": ["0", "1", "0,1", "2"], "--algorithm": ALGORITHMS,
+    "--multi-axis": ["parallel", "sequential", "both"], "--root": ["0", "1", "3", "99"],
+    "--mode": ["auto", "full", "reduced"], "--switching": ["cut_through", "store_and_forward", "wormhole"],
+    "--calibrated": None, "--protocol": ["LL", "LL128", "Simple", "auto", "ll"],
+    "--chip": ["tpu-v5e", "h100", "tpu-v5p"], "--max-memory": ["1GiB", "1kB", "0", "1e30"],
+}
+COLLECTIVE_KINDS = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "gather", "scatter",
+                    "reduce"]
+
+
+@settings(FUZZ, max_examples=EXAMPLES or 100)
+@given(data=st.data(), kind=st.sampled_from(COLLECTIVE_KINDS), topology=st.sampled_from(SMALL_TOPOLOGIES),
+       nbytes=mostly(["1kB", "64kB", "1MB"], QUANTITIES))
+def test_collective_family(data, kind, topology, nbytes):
+    argv = ["collective", kind, "--topology", topology, "--bytes", nbytes, *_flags(data.draw, COLLECTIVE_FLAGS, 3)]
+    check_family(argv + (["--json"] if data.draw(st.booleans()) else []))
+
+
+@settings(FUZZ, max_examples=EXAMPLES or 30)
+@given(topology=st.sampled_from(SMALL_TOPOLOGIES), src=st.sampled_from(["0", "1", "0,0", "9", "-1", "²"]),
+       dst=st.sampled_from(["0", "1", "1,1", "3", "1e3"]), nbytes=mostly(["1MB", "1kB"], QUANTITIES),
+       chunks=st.sampled_from(["1", "4", "0", "1e9"]))
+def test_send_family(topology, src, dst, nbytes, chunks):
+    check_family(["send", "--topology", topology, "--src", src, "--dst", dst, "--bytes", nbytes, "--chunks", chunks,
+                  "--json"])
+
+
+ROOFLINE_FLAGS: dict[str, list[str] | None] = {
+    "--dtype": ["fp32", "bf16", "fp8", "int8", "fp4"], "--memory": ["hbm", "vmem", "ici", "dcn", "pcie", "nvlink",
+                                                                     "ib"],
+    "--axes": ["1", "2", "3", "0"], "--calibrated": None, "--chip": ["tpu-v5e", "h100", "tpu-v5p", "b200"],
+}
+
+
+@FAMILY
+@given(data=st.data())
+def test_roofline_family(data):
+    argv = ["roofline", "--chip", "tpu-v5e"]
+    if data.draw(st.booleans()):
+        argv += ["--matmul", data.draw(mostly(["64,64,64", "1,1,1", "4096,8192,128", "8,8"], st.sampled_from(ODD)))]
+    if argv[-2:-1] != ["--matmul"] or not data.draw(st.integers(0, 5)):  # both now and then: refused
+        argv += ["--flops", data.draw(mostly(["2e12", "1", "1e30"], NUMBERS)),
+                 "--bytes", data.draw(mostly(["1GB", "1e-300", "1", "64kB"], QUANTITIES))]
+    argv += _flags(data.draw, ROOFLINE_FLAGS, 3)
+    check_family(argv + (["--json"] if data.draw(st.booleans()) else []))
+
+
+GRIDS = ["blocks=1,2", "blocks=1;2", "blocks=0,1", "buffers=1,2,3", "blocks=" + ",".join(["1"] * 3), "nope=1,2",
+         "blocks=", "blocks=1e30", "load_s=1us,1ms"]
+
+
+@settings(FUZZ, max_examples=EXAMPLES or 15)
+@given(grids=st.lists(st.sampled_from(GRIDS), min_size=0, max_size=2),
+       fixed=st.lists(st.builds(lambda k, v: f"{k}={v}", st.sampled_from(["blocks", "buffers", "load_s", "nope"]),
+                                st.sampled_from(ODD)), max_size=1), as_json=st.booleans())
+def test_sweep_family(grids, fixed, as_json):
+    argv = ["sweep", "double_buffer", "--workers", "1"]
+    argv += [x for g in grids for x in ("--grid", g)] + [x for s in fixed for x in ("--set", s)]
+    check_family(argv + (["--json"] if as_json else []))
+
+
+FAULTS = st.one_of(
+    st.builds(lambda a, b, v: f"link:{a}->{b}={v}", st.sampled_from(["0", "1", "0,0", "9"]),
+              st.sampled_from(["1", "0,1", "2", "0"]),
+              st.sampled_from(["down", "0.5", "1e-300", "1e-5", "1.5", "0", "latency:1us", "latency:-1s", "50%"])),
+    st.builds(lambda c, v: f"chip:{c}={v}", st.sampled_from(["0", "1", "0,0", "99"]),
+              st.sampled_from(["slow:0.5", "slow:2", "slow:0.5:mxu", "slow:1e-300", "pause:1us:1us", "pause:0:-1s",
+                               "fail", "fail:1us", "slow:0"])),
+    st.text(alphabet="linkchp:0123->=,.downslowfai", max_size=16))
+
+
+@FAMILY
+@given(faults=st.lists(FAULTS, max_size=2), jitter=st.sampled_from([None, "5%", "gamma:0.05", "uniform:90%", "-5%"]),
+       samples=st.sampled_from([None, "2", "0", "1e9"]), seed=st.sampled_from([None, "0", "-1", "3"]),
+       command=st.sampled_from([["collective", "all_gather", "--topology", "ring:4", "--bytes", "64kB"],
+                                ["collective", "all_reduce", "--topology", "torus:2x2", "--bytes", "64kB"],
+                                ["send", "--topology", "ring:4", "--src", "0", "--dst", "2", "--bytes", "1MB"],
+                                ["run", "double_buffer", "--set", "blocks=2"]]),
+       as_json=st.booleans())
+def test_fault_family(faults, jitter, samples, seed, command, as_json):
+    argv = [*command, *[x for f in faults for x in ("--fault", f)]]
+    for flag, value in (("--jitter", jitter), ("--samples", samples), ("--seed", seed)):
+        argv += [flag, value] if value is not None else []
+    check_family(argv + (["--json"] if as_json else []))

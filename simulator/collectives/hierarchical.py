@@ -52,6 +52,8 @@ import math
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from simulator.collectives import payload
 from simulator.collectives.algorithm import Algorithm, Job, get_algorithm, register
 from simulator.collectives.chains import gather_phase, reduce_phase
@@ -191,8 +193,9 @@ class Hierarchical(Algorithm):
                 units = algorithm.reduce_units if what == "rs" else algorithm.gather_units
                 free = math.prod(lv.tiers[j + 1:])  # positions of the slower tiers a bundle still holds
                 steps = algorithm.steps(lv.tiers[j])
-                profile = _profile(job, ("out", what, j), lambda j=j, units=units, steps=steps: chain_phase_profile(
-                    job.net, _tier_rings(job.net, lv, j), True, steps, units))
+                table = _uniform_table(algorithm, what, units)
+                profile = _profile(job, ("out", what, j), lambda j=j, units=units, steps=steps, table=table:
+                                   chain_phase_profile(job.net, _tier_rings(job.net, lv, j), True, steps, units, table))
                 out.append(("out", profile.time(key * PARTS * free)))
                 continue
             times = []
@@ -266,6 +269,25 @@ def _directions(name: str, n: int) -> int:
     algorithm = get_algorithm(name)
     assert isinstance(algorithm, RingAlgorithm)
     return max(1, sum(1 for hops in algorithm.longest_chain(n).values() if hops > 0))
+
+
+def _uniform_table(algorithm: Any, what: str, units: Any) -> Any:
+    """``units`` of every position at every step as one row (`chain_phase_profile`'s ``table``), where the
+    algorithm's rows are all alike (``uniform_rows``) and its table is ``units`` itself, entry by entry, on
+    small rings (checked here); else None (each entry is evaluated alone)."""
+    if not getattr(algorithm, "uniform_rows", False):
+        return None
+    for n in (2, 3, 5, 8):
+        for d in (1, -1):
+            table = np.asarray(algorithm.units_table(what, n, d))
+            if table.tolist() != [[units(n, i, d, h) for h in range(1, algorithm.steps(n) + 1)] for i in range(n)]:
+                return None
+
+    def table(n: int, d: int) -> np.ndarray:
+        return algorithm.units_table(what, n, d)
+
+    table.uniform = True  # type: ignore[attr-defined]  # one row for every position
+    return table
 
 
 def _profile(job: Job, key: tuple, make: Any) -> PhaseProfile:

@@ -310,9 +310,9 @@ def run_on_quotient(net: Network, transfers: list[Transfer],
                     multiplicities: bool = False) -> tuple[Quotient, Any] | None:
     """The quotient of ``transfers`` by the largest symmetry group of a GPU node system that it is equivariant
     under (`simulator.collectives.symmetry.node_actions`), with that group; None where there is none."""
-    from simulator.collectives.symmetry import node_actions
+    from simulator.collectives.symmetry import node_actions, slice_actions
 
-    actions = node_actions(net, multiplicities)
+    actions = node_actions(net, multiplicities) or slice_actions(net)
     if not actions:
         return None
     chips = set(net.chips)

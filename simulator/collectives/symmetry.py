@@ -195,6 +195,36 @@ def node_actions(net: Network, multiplicities: bool = False) -> list[Automorphis
     return out
 
 
+def slice_rotation(net: Network) -> dict[Any, Any]:
+    """The permutation moving every chip of a multislice system to the same place in the next slice (mod the
+    slice count); the DCN switch and any other switch stay. Not checked here (`Automorphisms` checks it)."""
+    graph = net.graph
+    count = graph.graph["shape"][0]
+    at = {c: v for v, c in graph.nodes(data="coord") if c is not None}
+    perm = {}
+    for v, d in graph.nodes(data=True):
+        if d.get("role") == "chip":
+            k, *rest = d["coord"]
+            perm[v] = at[((k + 1) % count, *rest)]
+        else:
+            perm[v] = v
+    return perm
+
+
+def slice_actions(net: Network) -> list[Automorphisms]:
+    """The rotations of a multislice system's slices (one generator, of order the slice count), where they are
+    an automorphism; none elsewhere (another kind, one slice, faults, hosts)."""
+    graph = net.graph
+    if graph.graph.get("kind") != "multislice" or net.faulted or graph.graph["shape"][0] < 2:
+        return []
+    try:
+        action = Automorphisms(net, [(slice_rotation(net), graph.graph["shape"][0])], "slices")
+    except (ValueError, KeyError):
+        return []
+    action.scaled = None  # every link a schedule uses has a chip at one end: carried, no multiplicities
+    return [action]
+
+
 def block_actions(net: Network) -> Iterator[Automorphisms]:
     """On ``nodes:K:G`` (one InfiniBand switch; not a fat tree, whose leaves a rotation inside units would fix):
     node rotations inside blocks of b consecutive nodes (every b > 1 dividing K) times rail rotations by r (every

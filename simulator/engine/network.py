@@ -31,6 +31,7 @@ import simpy
 
 from simulator import analytic
 from simulator.engine.channel import Channel
+from simulator.engine.route_symmetry import UnitRotation
 from simulator.engine.routing import QuickestPaths
 from simulator.engine.trace import Trace
 from simulator.errors import PodsimError
@@ -64,6 +65,8 @@ class Network:
         hosts = [v for v, role in graph.nodes(data="role") if role == "host"]
         self._fabric = nx.restricted_view(graph, hosts, []) if hosts else graph  # chips never route via a host
         self._quickest = QuickestPaths(self._fabric, _route_cost)  # many routes from one source: one search
+        self._symmetry: Any = False  # a node system's `UnitRotation` (None: none; False: not looked for yet)
+        self._unit_routes: dict[tuple[Any, Any], list[Any] | None] = {}  # unit-0 pairs' quickest paths
         self._plain_routes: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> plain channels or None (`delivery`)
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
@@ -161,10 +164,26 @@ class Network:
             if self.faulted:
                 paths = self._fault_routes(src, dst, multipath)
             else:
-                paths = self._grid_routes(src, dst, multipath) if self.grid else \
-                    [self._quickest.path(src, dst) or nx.shortest_path(self._fabric, src, dst, weight=_route_cost)]
+                paths = self._grid_routes(src, dst, multipath) if self.grid else [self._switched_route(src, dst)]
             self._routes[key] = paths
         return paths
+
+    def _switched_route(self, src: Any, dst: Any) -> list[Any]:
+        """The quickest path on a routed (not grid) fabric: on a node system, unit 0's moved over
+        (`simulator.engine.route_symmetry`) where unit 0's is the one quickest; else searched directly."""
+        if self._symmetry is False:
+            self._symmetry = UnitRotation.of(self._fabric) if self._fabric is self.graph else None
+        sym = self._symmetry
+        if sym is not None:
+            shift = sym.offset(src)
+            if shift:
+                a, b = sym.move(src, -shift), sym.move(dst, -shift)
+                if (a, b) not in self._unit_routes:
+                    self._unit_routes[(a, b)] = self._quickest.path(a, b)
+                path = self._unit_routes[(a, b)]
+                if path is not None:
+                    return [sym.move(v, shift) for v in path]
+        return self._quickest.path(src, dst) or nx.shortest_path(self._fabric, src, dst, weight=_route_cost)
 
     def _fault_routes(self, src: Any, dst: Any, multipath: bool) -> list[list[Any]]:
         """Routes where links are down or chips failed: the usual ones that survive (no dead link, no failed

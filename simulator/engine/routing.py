@@ -8,10 +8,21 @@ installed), and gives the path to any destination only where it is the one quick
 margin: no node on it has a second way in whose cost is within a relative `TIE` of its own. Any exact
 search returns that path too; on a tie (or without SciPy) it answers None and the caller asks
 networkx, whose tie-breaking then decides as before.
+
+Memory and time grow with what is asked, not with sources x nodes. A route first searches near its
+source, in Python, stopping once everything within its destination's cost (and the tie margin) is
+settled: a ring neighbour behind one NVLink switch or one leaf settles a few dozen nodes, where a
+whole-graph search crosses a spine that reaches every chip. Past `LOCAL` links relaxed it hands over
+to the compiled whole-graph search, of which only the latest `TREE_BYTES` worth are kept (keeping one per source
+held 25,600 x 29,601 distances on superpod:100: 9 GB, and the run died in std::bad_alloc). Both are
+exact: a node left unsettled costs more than the destination by the tie margin, so it can be no second
+way in.
 """
 from __future__ import annotations
 
 import functools
+import heapq
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +30,8 @@ import networkx as nx
 import numpy as np
 
 TIE = 1e-9  #: paths whose costs differ by less than this fraction are ties (networkx breaks them)
+LOCAL = 1024  #: links a search near its source relaxes before it hands over to a whole-graph search
+TREE_BYTES = 128 * 2**20  #: memory of the whole-graph searches kept (the latest; 12 bytes a node each)
 
 
 @functools.cache
@@ -42,30 +55,75 @@ class QuickestPaths:
         self._index: dict[Any, int] = {}
         self._matrix: Any = None
         self._into: list[tuple[np.ndarray, np.ndarray]] = []  # node -> (its in-neighbours, their link costs)
-        self._trees: dict[Any, tuple[np.ndarray, np.ndarray]] = {}  # source -> (distances, predecessors)
+        self._out: list[list[tuple[float, int]]] = []  # node -> (link cost, next node) of its links out
+        #: source -> (distances, predecessors) of its whole-graph search, the latest `TREE_BYTES` of them
+        self._trees: OrderedDict[Any, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
     def path(self, src: Any, dst: Any) -> list[Any] | None:
         """The quickest path ``src`` .. ``dst`` (None: a tie on the way, no path, or no SciPy: ask networkx)."""
         if src == dst or _scipy() is None:
             return None
-        dijkstra = _scipy()[1]
         if self._matrix is None:
             self._prepare()
-        if src not in self._trees:
-            dist, pred = dijkstra(self._matrix, indices=self._index[src], return_predecessors=True)
-            self._trees[src] = (dist, pred)
-        dist, pred = self._trees[src]
         v, s = self._index[dst], self._index[src]
-        if not np.isfinite(dist[v]):
+        near = None if src in self._trees else self._near(s, v)
+        if near is not None:
+            settled, before = near
+            dist = lambda nodes: np.array([settled.get(int(u), np.inf) for u in nodes])  # noqa: E731
+            pred = before.__getitem__
+        else:
+            tree, before_a = self._tree(src)
+            dist, pred = tree.__getitem__, before_a.__getitem__
+        if not np.isfinite(dist([v])[0]):
             return None
         out = [v]
         while v != s:
             into, costs = self._into[v]
-            if np.count_nonzero(dist[into] + costs <= dist[v] * (1 + TIE)) != 1:
+            if np.count_nonzero(dist(into) + costs <= dist([v])[0] * (1 + TIE)) != 1:
                 return None  # two ways in within the margin: networkx breaks the tie
-            v = int(pred[v])
+            v = int(pred(v))
             out.append(v)
         return [self._nodes[i] for i in reversed(out)]
+
+    def _near(self, s: int, v: int) -> tuple[dict[int, float], dict[int, int]] | None:
+        """(settled distances, predecessors) of a search from ``s`` that settles every node within ``v``'s cost
+        and the tie margin; None where that takes more than `LOCAL` links (a switch with a link to every chip:
+        the compiled search is quicker)."""
+        settled: dict[int, float] = {}
+        before: dict[int, int] = {}
+        best = {s: 0.0}
+        heap = [(0.0, s)]
+        bound, relaxed = np.inf, 0
+        while heap:
+            d, u = heapq.heappop(heap)
+            if u in settled:
+                continue
+            if d > bound:
+                return settled, before
+            settled[u] = d
+            if u == v:
+                bound = d * (1 + 2 * TIE)
+            relaxed += len(self._out[u])
+            if relaxed > LOCAL:
+                return None
+            for cost, w in self._out[u]:
+                nd = d + cost
+                if nd < best.get(w, np.inf):
+                    best[w] = nd
+                    before[w] = u
+                    heapq.heappush(heap, (nd, w))
+        return (settled, before) if v in settled else None
+
+    def _tree(self, src: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The whole-graph search from ``src`` (kept among the latest, `TREE_BYTES` in all)."""
+        tree = self._trees.get(src)
+        if tree is None:
+            tree = _scipy()[1](self._matrix, indices=self._index[src], return_predecessors=True)
+            self._trees[src] = tree
+            while len(self._trees) > max(8, TREE_BYTES // (12 * len(self._nodes))):
+                self._trees.popitem(last=False)
+        self._trees.move_to_end(src)
+        return tree
 
     def _prepare(self) -> None:
         self._nodes = list(self.graph)
@@ -77,6 +135,9 @@ class QuickestPaths:
             costs.append(self.cost(u, v, data))
         n = len(self._nodes)
         self._matrix = _scipy()[0]((costs, (rows, cols)), shape=(n, n))
+        self._out = [[] for _ in range(n)]
+        for u, v, c in zip(rows, cols, costs, strict=True):
+            self._out[u].append((c, v))
         rows_a, cols_a, costs_a = np.array(rows, dtype=int), np.array(cols, dtype=int), np.array(costs, dtype=float)
         order = np.argsort(cols_a, kind="stable")
         bounds = np.searchsorted(cols_a[order], np.arange(n + 1))

@@ -31,7 +31,7 @@ from simulator.frontend.shard_cmd import add_shard_parser, cmd_shard
 from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
 from simulator.hardware.specs import PRESETS, ChipSpec, get_chip, load_chip_file
 from simulator.report.result import Result, dumps_json
-from simulator.units import format_quantity, parse_int, parse_positive
+from simulator.units import check_derived, format_quantity, parse_int, parse_positive
 
 EXIT_BAD_INPUT = 2
 MEMORY_COMMANDS = ("run", "collective", "model", "plan", "sweep", "hlo")  #: the commands with --max-memory
@@ -128,7 +128,9 @@ def _max_memory(args: argparse.Namespace) -> Iterator[None]:
     """Run the command under ``--max-memory`` (bytes; not given: the default budget); the worker processes
     of a sweep inherit it through the environment, restored afterwards."""
     text = getattr(args, "max_memory", None)
-    value = None if text is None else parse_positive(text, "bytes", name="--max-memory")
+    value = None if text is None else check_derived(
+        parse_positive(text, "bytes", name="--max-memory"), what="the memory budget (bytes)",
+        given=f"--max-memory {text}", minimum=1.0, hint="give a size such as 8GiB")
     before = os.environ.get(MEMORY_ENV_VAR)
     if value is not None:
         os.environ[MEMORY_ENV_VAR] = repr(value)

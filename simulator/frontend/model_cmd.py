@@ -40,20 +40,20 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--topology", help="topology spec (default: the chip's slice of the mesh's shape)")
     p.add_argument("--mesh", help="axes data, pipeline, fsdp, expert, sequence, model (train), data and model "
                                   "(decode, prefill), e.g. fsdp=4,model=2")
-    p.add_argument("--microbatches", default="1", help="train: microbatches per step (pipeline, accumulation)")
+    p.add_argument("--microbatches", help="train: microbatches per step (pipeline, accumulation; default 1)")
     p.add_argument("--schedule", help=f"train: pipeline schedule, one of {', '.join(SCHEDULES)} (default 1f1b)")
-    p.add_argument("--virtual-stages", default="2", help="train: layer chunks per device (interleaved schedule)")
-    p.add_argument("--checkpoints-per-layer", default="none", metavar="K|POLICY",
-                   help="train: saved [tokens, d_model] tensors per layer, or none, selective, full")
-    p.add_argument("--zero", default="3", help="train: what the fsdp axis shards: 1 optimizer, 2 + gradients, "
-                                               "3 + weights")
+    p.add_argument("--virtual-stages", help="train: layer chunks per device (interleaved schedule; default 2)")
+    p.add_argument("--checkpoints-per-layer", metavar="K|POLICY",
+                   help="train: saved [tokens, d_model] tensors per layer, or none (the default), selective, full")
+    p.add_argument("--zero", help="train: what the fsdp axis shards: 1 optimizer, 2 + gradients, 3 + weights "
+                                 "(the default)")
     p.add_argument("--no-master-copy", action="store_true", help="train: no fp32 master weights (4 B/param less)")
     p.add_argument("--no-reshard-after-forward", action="store_true",
                    help="train, --zero 3: keep each layer's gathered weights from its forward to its backward (FSDP "
                         "SHARD_GRAD_OP: one gather per layer and microbatch; closed forms only)")
     p.add_argument("--tp-overlap", action="store_true", help="train: overlap tensor-parallel collectives "
                                                               "with the matmuls")
-    p.add_argument("--sequence-attention", default="ring", help="train: ring or allgather (sequence axis)")
+    p.add_argument("--sequence-attention", help="train: ring (the default) or allgather (sequence axis)")
     p.add_argument("--kv-sharding", help=f"decode/prefill: one of {', '.join(KV_SHARDINGS)} (default heads)")
     p.add_argument("--layout", default="1d", help="decode/prefill: 1d (model axis, Megatron), 2d (weight-stationary "
                                                 "over an X x Y grid of the model axis, the best grid) or 2d:XxY")
@@ -84,6 +84,9 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--framework", default=None,
                    help="train --calibrated on GPUs: whose fitted constants (megatron-core, the default; "
                         "megatron-lm, llm-foundry, torchtitan, llama3-meta)")
+    p.add_argument("--ignore-memory", action="store_true",
+                   help="price a state that does not fit the chips' HBM anyway (exit 0; every output says so); "
+                        "without it such a state is refused (exit 2)")
     p.add_argument("--json", action="store_true")
     add_fault_args(p)
 
@@ -130,9 +133,9 @@ def cmd_model(args: argparse.Namespace) -> None:
     check_mode_flags(args)
     chip = _chip(args)
     if cfg is None:
-        out = projection.abstract_model(args, chip, _price(args))
+        out = check_fit(args, projection.abstract_model(args, chip, _price(args)))
     else:
-        out = _train(args, cfg, chip) if args.mode == "train" else _serve(args, cfg, chip)
+        out = check_fit(args, _train(args, cfg, chip) if args.mode == "train" else _serve(args, cfg, chip))
         projection.add_projection(args, out, cfg, chip, _price(args))
     projection.add_measured(args, out, chip, cfg)
     if args.json:
@@ -158,9 +161,41 @@ TRAIN_IGNORES = {
 }
 
 
+#: Flags only a training step reads, and why decode and prefill refuse them (`check_mode_flags`).
+SERVE_IGNORES = {
+    "zero": "--zero sets what a training step's fsdp axis shards; a {mode} step keeps no gradients or optimizer",
+    "microbatches": "--microbatches splits a training step's batch; a {mode} step runs its --batch at once",
+    "checkpoints_per_layer": "--checkpoints-per-layer saves a training step's activations for its backward pass; "
+                             "a {mode} step has no backward pass",
+    "virtual_stages": "--virtual-stages interleaves a training pipeline; a {mode} step has no pipeline axis",
+    "tp_overlap": "--tp-overlap overlaps a training step's tensor-parallel collectives; a {mode} step does not model "
+                  "it",
+    "sequence_attention": "--sequence-attention prices a training step's sequence axis; a {mode} step has none "
+                          "(shard the KV cache with --kv-sharding sequence)",
+    "no_master_copy": "--no-master-copy drops a training step's fp32 master weights; a {mode} step keeps none",
+    "no_reshard_after_forward": "--no-reshard-after-forward keeps a training step's gathered weights for its "
+                                "backward pass; a {mode} step has none",
+    "framework": "--framework names a GPU training framework's fitted constants; a {mode} step's are --engine's",
+}
+#: Defaults of the training flags, filled in once `check_mode_flags` has told a given flag from its default.
+TRAIN_DEFAULTS = {"microbatches": "1", "virtual_stages": "2", "checkpoints_per_layer": "none", "zero": "3",
+                  "sequence_attention": "ring"}
+
+
 def check_mode_flags(args: argparse.Namespace) -> None:
     """Refuse a flag the mode does not read (rather than run without it), then fill in the defaults of those
-    given no value: --context 0, --kv-sharding heads, --schedule 1f1b."""
+    given no value: --context 0, --kv-sharding heads, --schedule 1f1b, and the training flags'."""
+    if args.mode != "train":
+        given = next((k for k in SERVE_IGNORES if getattr(args, k, None) not in (None, False)), None)
+        if given is not None:
+            raise PodsimError(f"{SERVE_IGNORES[given].format(mode=args.mode)} (drop --{given.replace('_', '-')}, "
+                              "or add --mode train)")
+        if args.mode == "decode" and args.seq is not None:
+            raise PodsimError("--seq is prefill's prompt tokens or a training step's sequence; a decode step adds "
+                              "one token to each request's --context (drop --seq, or add --mode prefill)")
+    for key, value in TRAIN_DEFAULTS.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
     if args.mode == "train":
         fp8_forecast = args.calibrated and args.compute_dtype == "fp8"  # FP8 training: the GPU forecast reads it
         given = next((k for k in TRAIN_IGNORES if getattr(args, k, None) is not None
@@ -180,6 +215,27 @@ def check_mode_flags(args: argparse.Namespace) -> None:
     args.context = "0" if args.context is None else args.context
     args.kv_sharding = args.kv_sharding or "heads"
     args.schedule = args.schedule or "1f1b"
+
+
+IGNORED_MEMORY = "priced anyway (--ignore-memory): this state does NOT fit in HBM, so no real run takes this step"
+
+
+def check_fit(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
+    """Refuse a state that does not fit the chips' HBM (`PodsimError`, naming what it needs and has), unless
+    --ignore-memory: then ``out`` gains ``ignore_memory`` and a first note saying it was priced anyway."""
+    if out.get("fits", True):
+        return out
+    gib = 2**30
+    need = out.get("memory_per_chip_bytes", out.get("hbm_needed_per_chip_bytes"))
+    cap = out.get("hbm_capacity_bytes")
+    what = f"{out.get('model', 'the model')} {args.mode} on {out.get('chip', 'the chip')}"
+    size = f"needs {need / gib:.2f} GiB per chip of {cap / gib:.2f} GiB HBM" if need and cap else "needs more HBM"
+    note = out.get("fit_note", "more chips (--mesh) or smaller dtypes").removeprefix("does not fit: ")
+    hint = (f"fewest chips that hold it: {out['min_chips']} (more --mesh chips, --zero, checkpointing)"
+            if "min_chips" in out else note)
+    if not getattr(args, "ignore_memory", False):
+        raise PodsimError(f"{what} does not fit: it {size}; {hint}; or --ignore-memory to price it anyway")
+    return {**out, "ignore_memory": True, "notes": [f"{IGNORED_MEMORY} ({size})", *out.get("notes", [])]}
 
 
 def train_options(args: argparse.Namespace) -> Any:
@@ -229,7 +285,8 @@ def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
                                   f"step on {chip.name} is fitted to published TPU runs (drop --framework)")
             gpu["framework"] = args.framework
         cal = calibrated_train_step(cfg, chip, plan, train_options(args), batch, seq,
-                                    slice_shape_for(args.topology, plan), gpu=gpu)
+                                    slice_shape_for(args.topology, plan), gpu=gpu,
+                                    check_memory=not args.ignore_memory)
         out.update(calibrated_step_time_s=cal["step_time_s"], calibrated_mfu=cal["mfu"],
                    calibrated_tokens_per_s=cal["tokens_per_s"], calibrated_step=cal,
                    uncalibrated=cal.get("uncalibrated", []))

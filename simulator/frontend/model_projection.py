@@ -69,6 +69,9 @@ def abstract_model(args: argparse.Namespace, chip: Any, price: float | None) -> 
         raise PodsimError(f"got {len(contexts)} context lengths for batch={batch}; give one per request")
     new = 1 if args.mode == "decode" else parse_tokens(args.seq or "1024", name="--seq", maximum=2**24)
     kv = parse_quantity_at_least_zero(args.kv_bytes_per_token)
+    if 0 < kv < 1:  # a fraction of a byte underflows what a KV cache can hold: 0 (none) or a byte and up
+        raise PodsimError(f"--kv-bytes-per-token {args.kv_bytes_per_token}: a token's K and V over all layers are "
+                          "0 (a model with no KV cache) or at least 1 byte, e.g. 100e3 or 100kB")
     out = abstract_budget(params, kv, chip, batch, contexts, par.data, par.model, args.weight_dtype, new,
                           args.compute_dtype)
     step = out["lower_bound_s"]

@@ -124,6 +124,9 @@ def step_cost(price_per_chip_hour: float, chips: int, step_s: float, tokens: flo
     return {"cost_per_step_usd": cost, "cost_per_million_tokens_usd": per_million}
 
 
+MAX_TRAIN_S = 1e15  #: seconds (30 million years): a projected run past this is refused, not printed
+
+
 def check_fraction_mfu(mfu: float, chip_hours: float) -> float:
     """A measured MFU, refused above 1 (the chip-hours cannot have done more than the peak)."""
     if not 0 < mfu <= 1:
@@ -147,6 +150,8 @@ def train_projection(tokens_total: float, params: float, chips: int, peak_flops_
     positive(tokens_total, name="--tokens-total")
     if tokens_total > 1e18:
         raise PodsimError(f"--tokens-total {tokens_total:.4g} is more tokens than any run trains on; give up to 1e18")
+    if tokens_total < 1:
+        raise PodsimError(f"--tokens-total {tokens_total:.4g} is less than one token; give a token count such as 1e12")
     flops = 6.0 * params * tokens_total
     out: dict[str, Any] = {"tokens_total": tokens_total, "train_flops": flops, "projection_chips": chips}
     from_step = None
@@ -157,7 +162,9 @@ def train_projection(tokens_total: float, params: float, chips: int, peak_flops_
     if assume_mfu is not None:
         if not 0 < assume_mfu <= 1:
             raise PodsimError(f"--assume-mfu {assume_mfu:g} must be a fraction in (0, 1], e.g. 0.4")
-        seconds = flops / (chips * peak_flops_per_s * assume_mfu)
+        seconds = check_derived(flops / (chips * peak_flops_per_s * assume_mfu), what="the time to train (s)",
+                                given=f"--assume-mfu {assume_mfu:g}", minimum=1e-300, maximum=MAX_TRAIN_S,
+                                hint="give a utilisation such as 0.4 (a real run's is 0.2 to 0.6)")
         basis = f"6 N T / (chips x peak x MFU) at an assumed MFU of {assume_mfu:g}"
         out["assumed_mfu"] = assume_mfu
     elif from_step is not None:

@@ -160,7 +160,8 @@ class StepSimulation:
             self.system = System(spec, topology=topology or default_topology_for(mesh_spec, spec), trace=trace,
                                  calibrated=calibrated)
             self.mesh = Mesh(mesh_spec, self.system.graph)
-            self.system.network.rows_in_use = True  # every row carries the step's own groups: none is idle to borrow
+            if self.system.network is not None:  # every row carries the step's own groups: none is idle to borrow
+                self.system.network.rows_in_use = True
         self.env = self.system.env
 
     def run(self, ops_per_group: list[list[LayerOp]], layer_of: list[int]) -> None:

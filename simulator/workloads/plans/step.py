@@ -53,7 +53,8 @@ class TrainStep:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
         self.system, self.mesh = built or build_system(chip, plan, topology, trace, calibrated)
-        self.system.network.rows_in_use = True  # every row carries the step's own groups: none is idle to borrow
+        if self.system.network is not None:  # every row carries the step's own groups: none is idle to borrow
+            self.system.network.rows_in_use = True
         self.env = self.system.env
         self.p = plan.size("pipeline")
         self.v = opts.virtual_stages if opts.schedule == "interleaved" and self.p > 1 else 1
