@@ -121,3 +121,21 @@ def test_plan_counts_layouts_priced_and_finalists_simulated_and_prints_them(monk
     assert status == 0 and [d for d, _ in layouts] == list(range(1, layouts[-1][1] + 1))
     assert seen["finalists simulated"] == [(0, 2), (1, 2), (2, 2)]
     assert "2 finalists simulated" in text.splitlines()[0] and " sim " in text
+
+
+def test_without_a_terminal_the_first_line_comes_after_two_seconds():
+    """Issue 34: runs of 9-13 s printed nothing (the first plain line waited ten seconds)."""
+    import io
+    import time
+
+    from simulator.engine.watch import RunWatch
+    from simulator.frontend.progress import FIRST_LINE_S, LINE_EVERY_S, Progress
+
+    stream = io.StringIO()
+    progress = Progress(stream)
+    watch = RunWatch(estimate=1_000)
+    watch.started, watch.events = time.monotonic() - (FIRST_LINE_S + 0.5), 10
+    progress(watch)
+    assert stream.getvalue().count("\n") == 1
+    progress(watch)  # the next one a whole LINE_EVERY_S later
+    assert stream.getvalue().count("\n") == 1 and LINE_EVERY_S > FIRST_LINE_S

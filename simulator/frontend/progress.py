@@ -4,7 +4,7 @@
 (pipelines, collectives) reports its estimate, and once the estimate passes `LONG_RUN_EVENTS` one line
 says how many events are coming, roughly how long that takes, and how to make the run shorter. A run
 still going after `DELAY_S` seconds shows a tqdm bar (events against the estimate, and simulated time)
-on a terminal, or one plain line every `LINE_EVERY_S` seconds otherwise. Ctrl-C is handled by the
+on a terminal, or otherwise one plain line after `FIRST_LINE_S` and then every `LINE_EVERY_S` seconds. Ctrl-C is handled by the
 engine (`SimulationInterrupted`), whose message says what was simulated so far.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from simulator.units import format_quantity
 DELAY_S = 1.0  #: runs shorter than this show nothing
 HEARTBEAT_S = 1.0  #: how often the display is redrawn while nothing reports (preparing a run)
 LINE_EVERY_S = 10.0  #: without a terminal, one progress line this often
+FIRST_LINE_S = 2.0  #: without a terminal, the first line this soon (a 9 s run says what it does)
 MAX_EVENTS = 50_000_000  #: a command's event budget (as `System`'s own guard): about ten minutes
 
 __all__ = ["LONG_RUN_EVENTS", "Progress", "command_watch"]
@@ -38,7 +39,7 @@ class Progress:
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stderr
         self.bar: Any = None
-        self.last_line_s = 0.0
+        self.last_line_s = FIRST_LINE_S - LINE_EVERY_S  # the first plain line at FIRST_LINE_S
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
