@@ -4,9 +4,8 @@
 (pipelines, collectives) reports its estimate, and once the estimate passes `LONG_RUN_EVENTS` one line
 says how many events are coming, roughly how long that takes, and how to make the run shorter. A run
 still going after `DELAY_S` seconds shows a tqdm bar (events against the estimate, and simulated time)
-on a terminal, or otherwise one plain line after `FIRST_LINE_S` and then every `LINE_EVERY_S` seconds. Ctrl-C is
-handled by the
-engine (`SimulationInterrupted`), whose message says what was simulated so far.
+on a terminal, or otherwise one plain line after `FIRST_LINE_S` and then every `LINE_EVERY_S` seconds.
+Ctrl-C is handled by the engine (`SimulationInterrupted`), whose message says what was simulated so far.
 """
 from __future__ import annotations
 
