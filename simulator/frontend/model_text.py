@@ -1,0 +1,84 @@
+"""``podsim model``'s text output: the presets, a decode or prefill budget, a training step (bound and forecast)."""
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.analytic import EXPOSED_MEANING
+from simulator.frontend.served_cmd import print_served
+from simulator.report.result import dumps_json
+from simulator.units import format_quantity
+
+
+def print_presets(as_json: bool) -> None:
+    from simulator.workloads.transformer import PRESETS as MODELS
+
+    if as_json:
+        print(dumps_json({n: {"params": c.params(), "layers": c.n_layers, "d_model": c.d_model}
+                          for n, c in MODELS.items()}))
+        return
+    for name, c in MODELS.items():
+        print(f"{name:<14} {c.params() / 1e9:>7.2f}B params, {c.n_layers} layers, d_model {c.d_model}")
+
+
+def print_model(out: dict[str, Any]) -> None:
+    gib = 2**30
+    print(f"{out['model']} {out['mode']} on {out['chip']} (data={out['data']}, model={out['model_parallel']}, KV by "
+          f"{out['kv_sharding']}), batch {out['batch']}, context {out['context']}")
+    print(f"  params {out['params_total']:,} total, {out['params_active']:,} active; weights "
+          f"{out['weight_bytes'] / gib:.3f} GiB, KV cache {out['kv_cache_bytes'] / gib:.3f} GiB")
+    print(f"  per step {out['flops_per_step'] / 1e9:.3f} GFLOP, {out['hbm_read_bytes_per_step'] / 1e9:.3f} GB read")
+    print(f"  per chip: compute {format_quantity(out['t_compute_s'], 's')}, memory "
+          f"{format_quantity(out['t_memory_s'], 's')} -> {out['bound']}-bound"
+          + (f"; simulated step, bound (ideal peak) {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"]
+             else "")
+          + (f"; forecast ({'calibrated kernels' if 'served' in out else 'calibrated'}) "
+             f"{format_quantity(out['calibrated_step_time_s'], 's')}" if "calibrated_step_time_s" in out else ""))
+    if "lower_bound_per_op_s" in out:
+        ops = ", ".join(f"{name.replace('_', ' ')} {format_quantity(op['bound_s'], 's')} ({op['bound']})"
+                        for name, op in out["per_op"].items())
+        print(f"  each op by its own roofline, summed (the book's): {format_quantity(out['lower_bound_per_op_s'], 's')}"
+              f" = {ops}; max(total compute, total memory) {format_quantity(out['lower_bound_s'], 's')}")
+    print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
+    print_served(out)
+    _print_notes(out)
+
+
+def _print_notes(out: dict[str, Any]) -> None:
+    for note in out.get("notes", ()):
+        print(f"  note: {note}")
+
+
+def print_train(out: dict[str, Any]) -> None:
+    gib = 2**30
+    mesh = ",".join(f"{k}={v}" for k, v in out["mesh"].items()) or "one chip"
+    kind = "simulated" if out["simulated"] else "closed form"
+    print(f"{out['model']} train step on {out['chips']} x {out['chip']} ({mesh}), batch {out['batch']} x "
+          f"seq {out['seq']}: bound (ideal peak) {format_quantity(out['step_time_s'], 's')} {kind} (closed form "
+          f"{format_quantity(out['closed_form_s'], 's')}), MFU {out['mfu']:.1%}, {out['tokens_per_s']:,.0f} tokens/s")
+    print(f"  state {out['train_state_bytes'] / gib:.2f} GiB (params {out['params_bytes'] / gib:.2f}, grads "
+          f"{out['grads_bytes'] / gib:.2f}, optimizer {out['optimizer_bytes'] / gib:.2f}, activations "
+          f"{out['activations_bytes'] / gib:.2f}); fewest chips that hold it: {out['min_chips']}")
+    print(f"  memory per chip: peak {out['memory_peak_bytes'] / gib:.2f} GiB ({out['memory_peak_source']}: state "
+          f"{out['memory_state_bytes'] / gib:.2f} + transient {out['memory_transient_peak_bytes'] / gib:.2f}) of "
+          f"{out['hbm_capacity_bytes'] / gib:.0f} GiB: " + ("fits" if out["fits"] else "does NOT fit")
+          + f" ({out['hbm_spare_bytes'] / gib:+.2f} GiB spare)"
+          + (f"; closed-form estimate {out['memory_per_chip_bytes'] / gib:.2f} GiB"
+             if out["memory_peak_source"] == "simulated" else ""))
+    exposed = ", ".join(f"{a} {format_quantity(t, 's')}" for a, t in out["exposed_comm_s"].items()) or "none"
+    book = (f" (the book's equal stages, (p-1)/(M+p-1): {out['book_bubble_fraction']:.1%})"
+            if out.get("book_bubble_fraction") else "")
+    print(f"  exposed communication: {exposed}; pipeline bubble {out['bubble_fraction']:.1%}{book}")
+    print(f"  ({EXPOSED_MEANING})")
+    if "calibrated_step_time_s" in out:
+        print(f"  forecast (calibrated): {format_quantity(out['calibrated_step_time_s'], 's')}, MFU "
+              f"{out['calibrated_mfu']:.1%}, {out['calibrated_tokens_per_s']:,.0f} tokens/s")
+    if out.get("uncalibrated"):
+        print(f"  uncalibrated (ideal or unfitted in the forecast): {'; '.join(out['uncalibrated'])}")
+    if "calibrated_step" in out:
+        from simulator.workloads.plans.calibrated import breakdown_lines
+
+        print("\n".join("  " + line for line in breakdown_lines(out["calibrated_step"])))
+    _print_notes(out)
+    if "cost_per_step_usd" in out:
+        print(f"  cost ${out['cost_per_step_usd']:.4g} per step, ${out['cost_per_million_tokens_usd']:.4g} per "
+              "million tokens")
