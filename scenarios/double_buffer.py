@@ -5,11 +5,11 @@ loads, computes, loads, computes; with two or more, the next block loads while t
 Headline (REFERENCE.md): 0.4 ms of loading and 0.2 ms of compute for the whole task in 2 blocks takes
 0.5 ms double-buffered and 0.6 ms with one buffer. Closed form: `simulator.analytic.pipeline_time`.
 
-Sized blocks hold VMEM: when VMEM holds fewer blocks at once than there are buffers, the run is refused
-with the numbers and a block count that does fit (checked before it is named); ``clamp_buffers=True`` runs
-it anyway with the buffers VMEM holds -- the loader waits for space, not for a buffer --
-``buffers_effective`` (`simulator.workloads.pipeline.effective_buffers`) says how many, the closed form
-uses that count, and the text summary warns. Unsized whole-task times (``load_s``) whose bytes exceed the
+Sized blocks hold VMEM: when VMEM holds fewer blocks at once than there are buffers, the run goes with the
+buffers VMEM holds -- the loader waits for space, not for a buffer -- ``buffers_effective``
+(`simulator.workloads.pipeline.effective_buffers`) says how many, the closed form uses that count, and a warning
+line gives the numbers and a block count that does fit (checked before it is named); ``clamp_buffers=False``
+refuses such a run instead, with the same numbers. Unsized whole-task times (``load_s``) whose bytes exceed the
 chip's HBM warn (`simulator.report.sanity`).
 """
 from __future__ import annotations
@@ -26,13 +26,13 @@ from simulator.workloads.pipeline import effective_buffers, run_steps, uniform_s
 
 def run(*, blocks: int = 2, buffers: int = 2, load_s: float = 0.4e-3, compute_s: float = 0.2e-3,
         load_bytes: float | None = None, compute_flops: float | None = None,
-        chip: str | ChipSpec = "tpu-v5e", clamp_buffers: bool = False, trace: bool = True) -> Result:
+        chip: str | ChipSpec = "tpu-v5e", clamp_buffers: bool = True, trace: bool = True) -> Result:
     """Simulate ``blocks`` load-then-compute blocks with ``buffers`` VMEM buffers.
 
     The task is given either as whole-task times (``load_s``, ``compute_s``: the blocks then have no
     size, so only the buffer count limits prefetch) or, on ``chip``, as ``load_bytes`` over HBM and
-    ``compute_flops`` on the MXU (the blocks then hold VMEM and must fit in it: fewer buffers than asked fit
-    is refused unless ``clamp_buffers``).
+    ``compute_flops`` on the MXU (the blocks then hold VMEM: with fewer buffers than asked fitting, the run takes
+    those and warns, or with ``clamp_buffers=False`` is refused).
     """
     positive_int(blocks, name="blocks")
     system = System(chip, trace=trace)
@@ -57,7 +57,8 @@ def run(*, blocks: int = 2, buffers: int = 2, load_s: float = 0.4e-3, compute_s:
     metrics = system.metrics()
     serial = analytic.pipeline_time(blocks, a, c, 1)
     clamped = effective < min(buffers, blocks)
-    warnings = [_short_note(spec, total_bytes / blocks, buffers, effective)] if clamped else []
+    warnings = [_short_note(spec, total_bytes / blocks, buffers, effective) + "; " +
+                _fit_hint(spec, blocks, buffers, total_bytes, total_flops)] if clamped else []
     notes = [] if sized else ["note: blocks given as times (load_s) have no size, so they hold no VMEM and the trace "
                               "and Gantt show no VMEM live-bytes lane; give load_bytes and compute_flops to size them"]
     if not sized:
@@ -88,12 +89,17 @@ def _refusal(spec: ChipSpec, blocks: int, buffers: int, effective: int, total_by
     """Why ``buffers`` buffers of these blocks do not fit VMEM, with the numbers, and a block count that does
     (`_blocks_that_fit`; checked, not guessed)."""
     block = total_bytes / blocks
-    fit = _blocks_that_fit(spec, blocks, buffers, total_bytes, total_flops)
-    hint = f"blocks={fit} ({format_quantity(total_bytes / fit, 'B')} each) fits {buffers}" if fit else \
-        "no block count up to 64x as many fits them"
+    hint = _fit_hint(spec, blocks, buffers, total_bytes, total_flops)
     return (f"{buffers} buffers of {format_quantity(block, 'B')} blocks need {format_quantity(buffers * block, 'B')} "
             f"of VMEM but {spec.name} holds {format_quantity(spec.vmem_capacity_bytes, 'B')}: {effective} fit at once "
-            f"(buffers_effective={effective}); {hint}, or --set clamp_buffers=true runs {effective} buffer(s)")
+            f"(buffers_effective={effective}); {hint}, or drop clamp_buffers=false to run {effective} buffer(s)")
+
+
+def _fit_hint(spec: ChipSpec, blocks: int, buffers: int, total_bytes: float, total_flops: float) -> str:
+    """The fewest blocks whose buffers fit VMEM (checked), as a hint."""
+    fit = _blocks_that_fit(spec, blocks, buffers, total_bytes, total_flops)
+    return f"blocks={fit} ({format_quantity(total_bytes / fit, 'B')} each) fits {buffers}" if fit else \
+        "no block count up to 64x as many fits them"
 
 
 def _blocks_that_fit(spec: ChipSpec, blocks: int, buffers: int, total_bytes: float, total_flops: float) -> int | None:
@@ -108,6 +114,6 @@ def _blocks_that_fit(spec: ChipSpec, blocks: int, buffers: int, total_bytes: flo
 def _short_note(spec: ChipSpec, block_bytes: float, asked: int, effective: int) -> str:
     """Why the run overlaps less than ``asked`` buffers: VMEM holds only ``effective`` blocks at once."""
     how = "serially: load, compute, load, compute" if effective == 1 else f"as {effective} buffers"
-    return (f"warning (clamp_buffers): VMEM ({format_quantity(spec.vmem_capacity_bytes, 'B')}) holds {effective} "
-            f"block(s) of {format_quantity(block_bytes, 'B')} at once, not the {asked} buffers asked: the run goes "
+    return (f"warning (clamp_buffers, the default): VMEM ({format_quantity(spec.vmem_capacity_bytes, 'B')}) holds "
+            f"{effective} block(s) of {format_quantity(block_bytes, 'B')} at once, not the {asked} buffers asked: the run goes "
             f"{how}, and the closed form counts {effective} (buffers_effective)")

@@ -165,12 +165,13 @@ def test_double_buffer_that_vmem_cannot_hold_is_refused_with_the_numbers_and_a_c
     """Issue 30: 400 MiB in 4 blocks of 100 MiB, 2 buffers, 128 MiB of VMEM: refused (it ran silently serial),
     naming the 200 MiB the buffers need, the 128 MiB there is, and the fewest blocks that do fit -- 7 blocks of
     57.1 MiB, 114 MiB for two (6 would need 133 MiB), which the suggestion's own run confirms."""
-    args = ["run", "double_buffer", "--set", "load_bytes=400MiB", "--set", "compute_flops=100e9", "--set", "blocks=4"]
+    args = ["run", "double_buffer", "--set", "load_bytes=400MiB", "--set", "compute_flops=100e9", "--set", "blocks=4",
+            "--set", "clamp_buffers=false"]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "2 buffers of 104.9 MB blocks need 209.7 MB of VMEM but tpu-v5e holds 134.2 MB" in err
-    assert "blocks=7 " in err and "clamp_buffers=true" in err
-    data = run_json(capsys, *args[:-1], "blocks=7")
+    assert "blocks=7 " in err and "clamp_buffers=false" in err
+    data = run_json(capsys, *args[:-3], "blocks=7")
     assert data["buffers_effective"] == 2
 
 
@@ -186,7 +187,9 @@ def test_double_buffer_that_vmem_cannot_hold_runs_serially_when_asked_and_warns(
     assert data["analytic_s"] == pytest.approx(4 * (a + c), rel=1e-9)
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "warning (clamp_buffers): VMEM" in text and "buffers_effective" in text and "not the 2 buffers asked" in text
+    assert "warning (clamp_buffers, the default): VMEM" in text and "buffers_effective" in text
+    assert "not the 2 buffers asked" in text and "blocks=7 " in text  # the block count that fits, checked
+    assert main(args[:-2]) == 0  # the default runs it the same way (the public contract's buffers_effective)
 
 
 def test_double_buffer_gets_the_buffers_vmem_holds(capsys):

@@ -1,4 +1,5 @@
-"""A state that does not fit HBM is refused (exit 2) unless --ignore-memory, which then says so in text and JSON.
+"""A training state that does not fit HBM is refused (exit 2) unless --ignore-memory, which then says so in text and
+JSON; a decode or prefill budget answers the question (``fits`` false, the batch that fits) and is not refused.
 
 Oracles by hand: a 70B model's weights alone (2 bytes a parameter, bf16) pass one 16 GiB chip; its training
 state (weights, gradients, Adam's fp32 moments and master copy: 16 bytes a parameter) passes it by far.
@@ -27,7 +28,11 @@ def test_the_hand_oracle_says_none_of_these_fit():
     assert 2 * N > CAP and 16 * N > 50 * CAP  # weights alone; the training state by far
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+TRAIN = ["train"]
+SERVING = ["decode", "prefill", "abstract"]
+
+
+@pytest.mark.parametrize("case", TRAIN)
 def test_a_state_that_does_not_fit_is_refused_naming_need_and_capacity(case, capsys):
     assert main(CASES[case]) == 2
     err = capsys.readouterr().err.strip()
@@ -35,7 +40,17 @@ def test_a_state_that_does_not_fit_is_refused_naming_need_and_capacity(case, cap
     assert f"of {CAP / GIB:.2f} GiB HBM" in err and "--ignore-memory" in err
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", SERVING)
+def test_a_serving_budget_that_does_not_fit_says_so_and_exits_0(case, capsys):
+    """The public contract asks `podsim model llama-2-7b --batch 4 --context 2048 --chip tpu-v5e` for ``fits``."""
+    assert main([*CASES[case], "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fits"] is False and "ignore_memory" not in out
+    need = out.get("memory_per_chip_bytes", out.get("hbm_needed_per_chip_bytes"))
+    assert need > CAP
+
+
+@pytest.mark.parametrize("case", TRAIN)
 def test_ignore_memory_prices_it_and_every_output_says_so(case, capsys):
     assert main([*CASES[case], "--ignore-memory", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -221,9 +221,11 @@ IGNORED_MEMORY = "priced anyway (--ignore-memory): this state does NOT fit in HB
 
 
 def check_fit(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
-    """Refuse a state that does not fit the chips' HBM (`PodsimError`, naming what it needs and has), unless
-    --ignore-memory: then ``out`` gains ``ignore_memory`` and a first note saying it was priced anyway."""
-    if out.get("fits", True):
+    """Refuse a training state that does not fit the chips' HBM (`PodsimError`, naming what it needs and has),
+    unless --ignore-memory: then ``out`` gains ``ignore_memory`` and a first note saying it was priced anyway.
+    A decode or prefill budget answers whether it fits (``fits``, ``max_batch``, its note) and is not refused:
+    that is the question it asks (the public contract's ``fits`` key)."""
+    if out.get("fits", True) or args.mode != "train":
         return out
     gib = 2**30
     need = out.get("memory_per_chip_bytes", out.get("hbm_needed_per_chip_bytes"))
