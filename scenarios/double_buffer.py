@@ -115,5 +115,5 @@ def _short_note(spec: ChipSpec, block_bytes: float, asked: int, effective: int) 
     """Why the run overlaps less than ``asked`` buffers: VMEM holds only ``effective`` blocks at once."""
     how = "serially: load, compute, load, compute" if effective == 1 else f"as {effective} buffers"
     return (f"warning (clamp_buffers, the default): VMEM ({format_quantity(spec.vmem_capacity_bytes, 'B')}) holds "
-            f"{effective} block(s) of {format_quantity(block_bytes, 'B')} at once, not the {asked} buffers asked: the run "
-            f"goes {how}, and the closed form counts {effective} (buffers_effective)")
+            f"{effective} block(s) of {format_quantity(block_bytes, 'B')} at once, not the {asked} buffers asked: "
+            f"the run goes {how}, and the closed form counts {effective} (buffers_effective)")
