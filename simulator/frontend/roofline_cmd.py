@@ -196,17 +196,8 @@ def _calibrated(chip: ChipSpec, memory: str, flops: float, nbytes: float, shape:
     if model is None and not notes:
         notes.append(f"no fitted matmul model for {chip.name}: the MXU runs at its peak")
     t_compute = launch + work / (peak * fraction * fill)
-    hbm = cal.hbm_fraction if memory == "hbm" else 1.0
-    if memory != "hbm":
-        notes.append(f"no fitted efficiency for the {memory} roof: its full bandwidth")
-    t_memory = nbytes / (bandwidth * hbm)
-    return {"calibrated_t_compute_s": t_compute, "calibrated_t_memory_s": t_memory,
-            "calibrated_lower_bound_s": max(t_compute, t_memory), "calibrated_upper_bound_s": t_compute + t_memory,
-            "calibrated_bound": "compute" if t_compute >= t_memory else "memory",
-            "matmul_efficiency": flops / (peak * t_compute) if t_compute > 0 else fraction,
-            "matmul_peak_fraction": fraction, "wave_fill": fill, "matmul_launch_s": launch,
-            "padded_flops": work, "hbm_efficiency": cal.hbm_fraction, "calibrated_notes": notes,
-            **_tiles(model, shape)}
+    return _with_memory_roof(cal, memory, nbytes, bandwidth, notes, t_compute=t_compute, flops=flops, peak=peak,
+                             fraction=fraction, fill=fill, launch=launch, work=work, **_tiles(model, shape))
 
 
 def _calibrated_gpu(cal: Any, memory: str, flops: float, nbytes: float, shape: tuple[int, int, int] | None,
@@ -232,6 +223,15 @@ def _calibrated_gpu(cal: Any, memory: str, flops: float, nbytes: float, shape: t
     else:
         t_compute, fill, launch, work = flops / (rate * fraction), 1.0, 0.0, flops
         notes.append("a FLOP count has no shape: no tile or wave quantization or launch (give --matmul M,K,N)")
+    return _with_memory_roof(cal, memory, nbytes, bandwidth, notes, t_compute=t_compute, flops=flops, peak=rate,
+                             fraction=fraction, fill=fill, launch=launch, work=work, **extra)
+
+
+def _with_memory_roof(cal: Any, memory: str, nbytes: float, bandwidth: float, notes: list[str], *,
+                      t_compute: float, flops: float, peak: float, fraction: float, fill: float, launch: float,
+                      work: float, **extra: Any) -> dict[str, Any]:
+    """The calibrated figures from a compute time and the memory roof (HBM at its fitted share; the other roofs
+    at full bandwidth, noted); ``peak`` is the rate the matmul efficiency is measured against."""
     hbm = cal.hbm_fraction if memory == "hbm" else 1.0
     if memory != "hbm":
         notes.append(f"no fitted efficiency for the {memory} roof: its full bandwidth")
@@ -239,7 +239,7 @@ def _calibrated_gpu(cal: Any, memory: str, flops: float, nbytes: float, shape: t
     return {"calibrated_t_compute_s": t_compute, "calibrated_t_memory_s": t_memory,
             "calibrated_lower_bound_s": max(t_compute, t_memory), "calibrated_upper_bound_s": t_compute + t_memory,
             "calibrated_bound": "compute" if t_compute >= t_memory else "memory",
-            "matmul_efficiency": flops / (rate * t_compute) if t_compute > 0 else fraction,
+            "matmul_efficiency": flops / (peak * t_compute) if t_compute > 0 else fraction,
             "matmul_peak_fraction": fraction, "wave_fill": fill, "matmul_launch_s": launch,
             "padded_flops": work, "hbm_efficiency": cal.hbm_fraction, "calibrated_notes": notes, **extra}
 
