@@ -57,7 +57,7 @@ def helper_rows(net: Network, groups: list[Group]) -> list[list[Any]] | None:
     """Per helper row, the chip across from each member (position order) of the one group; None where the
     collective cannot borrow (not one one-axis group on a grid ring)."""
     if not net.grid or len(groups) != 1 or len(groups[0].sizes) != 1 or not groups[0].wraps[0] or net.faulted \
-            or getattr(net, "rows_in_use", False):  # a step's other groups run there: no row is idle to borrow
+            or net.rows_in_use:  # a step's other groups run there: no row is idle to borrow
         return None
     group = groups[0]
     coords = _coords(net)
