@@ -72,9 +72,7 @@ class Network:
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
         self.grid = graph.graph.get("kind") in _GRID_KINDS and len(self.shape) > 0
         self.chip: Any = None  #: the system's ChipSpec (set by `System`): what its switches can do (NVLS)
-        #: set by a training or serving step: its own groups and stages run on every row, so no row is idle for a
-        #: collective to borrow (`simulator.collectives.borrowed_rings`)
-        self.rows_in_use = False
+        self.rows_in_use = False  #: a step's groups run on every row: none idle to borrow (`borrowed_rings`)
         # Faults (`simulator.engine.faults`): a dead cable unwraps its axis for collectives (``wrap``), whose
         # positions then count from ``origin``; routes follow the cabling (``links_wrap``) and avoid dead links.
         self.faulted = bool(graph.graph.get("faults"))

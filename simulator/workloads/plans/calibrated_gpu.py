@@ -54,7 +54,7 @@ from typing import Any
 from simulator import analytic
 from simulator.hardware.calibration import calibrated_chips, get_calibration
 from simulator.hardware.gpu_kernels import GpuKernels, gpu_kernels
-from simulator.hardware.specs import ChipSpec
+from simulator.hardware.specs import DTYPE_BYTES, ChipSpec
 from simulator.hardware.train_calibration import GPU_IDEAL, GpuStepConstants, gpu_step_constants
 from simulator.workloads.budget import kv_heads_per_chip
 from simulator.workloads.plans.calibrated import (
@@ -84,7 +84,7 @@ class IdealKernels:
 
     def matmul_s(self, m: int, k: int, n: int, dtype: str = "bf16", batch: int = 1) -> float:
         flops = batch * analytic.padded_matmul_flops(m, k, n, self.chip.mxu_dim, self.chip.sublanes)
-        elem = 1 if dtype in ("fp8", "int8") else 2
+        elem = DTYPE_BYTES.get(dtype, 2)
         return max(flops / self.chip.peak_flops_per_s(dtype),
                    batch * analytic.matmul_bytes(m, k, n, elem) / self.chip.hbm_bandwidth_bytes_per_s)
 
