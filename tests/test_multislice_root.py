@@ -14,7 +14,7 @@ import pytest
 from simulator import System
 from simulator.collectives import get_algorithm, run_collective, topology_bound
 from simulator.collectives.groups import collective_groups
-from simulator.collectives.slice_rails import Plan, slice_rails_time
+from simulator.collectives.slice_rails import RailPlan, slice_rails_time
 
 W = 4.5e10  # tpu-v5e ICI, one way per link (REFERENCE.md)
 W_D = 3.125e9  # tpu-v5e DCN per chip, each way
@@ -57,7 +57,7 @@ def _closed_form(kind: str, topology: str, nbytes: float) -> tuple[float, float,
     groups = collective_groups(net, None)
     algorithm = get_algorithm("slice_rails")
     chunks = algorithm.default_chunks(kind, net, groups, nbytes)
-    plan = Plan(net, groups[0], (0,))
+    plan = RailPlan(net, groups[0], (0,))
     batches = chunks // (plan.m * plan.parts)
     t = slice_rails_time(plan, batches, nbytes / chunks)
     return t, topology_bound(kind, net, groups, nbytes, (0,)), algorithm.name
@@ -193,7 +193,7 @@ def test_gather_scatter_against_the_bound(topology, nbytes):
     groups = collective_groups(net, None)
     algorithm = get_algorithm("slice_gather")
     rounds = algorithm.default_chunks("gather", net, groups, nbytes)
-    t = gather_time(Plan(net, groups[0], (0,)), rounds, nbytes / groups[0].n)
+    t = gather_time(RailPlan(net, groups[0], (0,)), rounds, nbytes / groups[0].n)
     bound = gather_bound(k, shape, nbytes)
     for kind in ("gather", "scatter"):
         assert topology_bound(kind, net, groups, nbytes, (0,)) == pytest.approx(bound, rel=1e-9)

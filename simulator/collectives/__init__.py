@@ -76,8 +76,8 @@ from simulator.collectives.algorithm import (
 from simulator.collectives.api import (
     MODES,
     MULTI_AXIS,
+    CollectivePlan,
     CollectiveResult,
-    Plan,
     plan_collective,
     run_collective,
     start_collective,
@@ -88,8 +88,19 @@ from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.schedule import Completion, Schedule, Transfer, check_arrived, execute
 
 __all__ = [
-    "AUTO", "AUTO_RULE", "KINDS", "MODES", "MULTI_AXIS", "Algorithm", "CollectiveResult", "Completion", "Group",
-    "Job", "Plan", "Ring", "RingAlgorithm", "Schedule", "Transfer", "algorithms", "applicable", "check_arrived",
-    "collective_groups", "execute", "get_algorithm", "listing", "names", "plan_collective", "register",
+    "AUTO", "AUTO_RULE", "KINDS", "MODES", "MULTI_AXIS", "Algorithm", "CollectivePlan", "CollectiveResult",
+    "Completion", "Group", "Job", "Ring", "RingAlgorithm", "Schedule", "Transfer", "algorithms", "applicable",
+    "check_arrived", "collective_groups", "execute", "get_algorithm", "listing", "names", "plan_collective", "register",
     "render_listing", "run_collective", "start_collective", "topology_bound", "unregister",
 ]
+
+
+def __getattr__(name: str):
+    """`Plan` was this package's name for `CollectivePlan` until 2026-12; kept with a warning until 2027-06."""
+    if name == "Plan":
+        import warnings
+
+        warnings.warn("simulator.collectives.Plan is now CollectivePlan; the old name goes in 2027-06",
+                      DeprecationWarning, stacklevel=2)
+        return CollectivePlan
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,7 +38,7 @@ MAX_CHUNKS = 10_000  #: pieces per message; more is a units mistake and would ta
 
 
 @dataclass
-class Plan:
+class CollectivePlan:
     """A validated, compiled collective, ready to execute."""
 
     kind: str
@@ -64,7 +64,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
                     algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
                     data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
                     rings: int | None = None, groups: Sequence[Group] | None = None, protocol: str = "auto",
-                    _quotient: bool = False) -> Plan:
+                    _quotient: bool = False) -> CollectivePlan:
     """Validate the arguments of `run_collective` and compile its schedule.
 
     ``groups`` names the groups explicitly (`Group` objects of chips, all of one shape) in place of ``axes``
@@ -96,7 +96,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
 
     if group.n <= 1:
         job = make_job(None)
-        return Plan(kind, None, job, job.nbytes, _n_keys(job), False, None)
+        return CollectivePlan(kind, None, job, job.nbytes, _n_keys(job), False, None)
     reduced = _use_reduced(mode, kind, data, group, net, not explicit)
     nccl = None if price is None else nccl_select(kind, net, groups, _nbytes(nbytes, data), protocol)
     choice = tune(algorithm, kind, net, groups, make_job, price, nccl)
@@ -110,8 +110,8 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     built = plan_quotient(system, choice.algorithm, job) if _quotient and mode == "auto" and data is None else None
     if built is None:
         choice.algorithm.build(job, schedule)
-    return Plan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule, choice.alternatives,
-                choice.protocol, choice.nccl, built, route)
+    return CollectivePlan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule,
+                          choice.alternatives, choice.protocol, choice.nccl, built, route)
 
 
 def _round_faults(system: Any, choice: Any, kind: str, axes: Any, root: Any, algorithm: str, nbytes: float | None,
@@ -211,7 +211,7 @@ def _n_keys(job: Job) -> int:
     return payload.n_keys(job.kind, job.group.n, job.parts, job.chunks)
 
 
-def _padded_bytes(plan: Plan) -> float:
+def _padded_bytes(plan: CollectivePlan) -> float:
     """Bytes the keys hold beyond V, over every NIC ring (whole bytes per key, even halves)."""
     job = plan.job
     if job.layout is not None:
@@ -242,7 +242,8 @@ def _start(kind: str, system: Any, nbytes: float, aggregate: bool, kwargs: dict[
     return start_planned(system, plan, aggregate=aggregate)
 
 
-def start_planned(system: Any, plan: Plan, quotient: Quotient | None = None, aggregate: bool = True) -> Completion:
+def start_planned(system: Any, plan: CollectivePlan, quotient: Quotient | None = None,
+                  aggregate: bool = True) -> Completion:
     """`start_collective` of a timing-only ``plan``, on ``quotient`` of its schedule where given: a calibration
     (per link kind and size, set where the network is idle) keeps the quotient exact."""
     done = _execute_calibrated(system, plan, None, system.network.idle(), aggregate, quotient)
@@ -320,7 +321,7 @@ def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: 
         note=fault_routes.fault_note(system, plan, link_bytes))
 
 
-def _analytic_s(plan: Plan) -> float:
+def _analytic_s(plan: CollectivePlan) -> float:
     """The closed form of the algorithm run: with a protocol, as the tuner priced it (calibrated links)."""
     if plan.protocol is None:
         return plan.algorithm.closed_form(plan.job)
@@ -328,7 +329,7 @@ def _analytic_s(plan: Plan) -> float:
     return mine.get("protocols", {}).get(plan.protocol, mine["time_s"])
 
 
-def _outputs(plan: Plan, buffers: dict[Any, dict[Any, np.ndarray]] | None) -> dict[Any, np.ndarray] | None:
+def _outputs(plan: CollectivePlan, buffers: dict[Any, dict[Any, np.ndarray]] | None) -> dict[Any, np.ndarray] | None:
     """Each device's result in numeric mode (None when timing only)."""
     job = plan.job
     if buffers is None:
@@ -346,7 +347,7 @@ def _aggregate(kwargs: dict[str, Any]) -> bool:
     return aggregate
 
 
-def _execute_calibrated(system: Any, plan: Plan, buffers: Any, set_links: bool = True,
+def _execute_calibrated(system: Any, plan: CollectivePlan, buffers: Any, set_links: bool = True,
                         aggregate: bool = True, quotient: Quotient | None = None) -> Completion:
     """`execute` (`execute_quotient` of ``quotient`` where given), after the calibrated launch latency and
     (with ``set_links``) with links at their calibrated efficiency for an array of this size (and the hop

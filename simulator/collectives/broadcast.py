@@ -8,7 +8,7 @@ Closed form (`closed_form`): the critical path runs from the root to the farthes
 each hop costs its route latency plus a piece's bytes over the hop's share of its slowest link (a link
 that two chains of the ring cross, such as a root's switch port sending both ways, gives each a share),
 and ``c`` pieces pipelined along hops of ``t_h`` seconds take ``sum(t_h) + (c - 1) max(t_h)``
-(`simulator.collectives.timing.pipeline_time`): ``(H + c - 1)(latency + piece / b)`` for H equal hops.
+(`simulator.collectives.timing.chain_time`): ``(H + c - 1)(latency + piece / b)`` for H equal hops.
 NIC rings (GPU nodes) each start at their own position 0 and move in step, so they never meet on a link;
 each is priced alone. Exact on tori, lines and switches; on two-level rings within a few percent (tested).
 """
@@ -21,7 +21,7 @@ from simulator.collectives.algorithm import Job
 from simulator.collectives.chains import broadcast_phase
 from simulator.collectives.groups import Group, Ring, ring_bases
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import hop_costs, link_use, pipeline_time
+from simulator.collectives.timing import chain_time, hop_costs, link_use
 
 OnAxis = Callable[[bool], Any]
 
@@ -62,5 +62,5 @@ def closed_form(job: Job, on_axis: OnAxis) -> float:
         rings = [groups[0].ring(root[:a] + (0,) + root[a + 1:], a) for groups in job.rings]
         costs = [c for ring in rings for c in hop_costs(job.net, ring, chains, job.key_bytes,
                                                         link_use(job.net, ring, chains))]
-        path += max(costs, key=lambda c: pipeline_time(c, job.chunks), default=[])
-    return pipeline_time(path, job.chunks)
+        path += max(costs, key=lambda c: chain_time(c, job.chunks), default=[])
+    return chain_time(path, job.chunks)

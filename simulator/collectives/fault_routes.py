@@ -117,7 +117,7 @@ def _rewrapped(net: Network) -> Network | None:
 
 
 def fault_note(system: Any, plan: Any, link_bytes: dict[str, float]) -> str | None:
-    """How the run went round link faults (`Plan.route`), and each fault that touches nothing it used: a link
+    """How the run went round link faults (`CollectivePlan.route`), and each fault that touches nothing it used: a link
     that carried none of its bytes, a chip slowed only on units a collective never runs (its MXU, VPU), a chip
     fault on a chip whose links carried nothing. None where there is nothing to say."""
     notes = [f"around the link faults: {plan.route} (chosen by closed form over the network as faulted)"] \

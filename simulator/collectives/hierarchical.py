@@ -41,7 +41,7 @@ Two variants (each for two and three levels):
   simulation shares the fast links fairly between the reduce-scatter of one chunk and the all-gather of
   another, which packs them tighter than the closed form's period: it runs up to about 15% faster on two
   levels, within -12% / +13% of it on three (fat trees and pods, every kind, 1 KB to 1 GB)
-  (tests/test_issue14.py, tests/test_three_levels.py). The sequential variant equals its closed form exactly
+  (tests/test_switched_algorithms.py, tests/test_three_levels.py). The sequential variant equals its closed form exactly
   on two levels with one switch above the domains and on three levels; where two-level rails cross a shared
   core or spine link, within 4%.
 """

@@ -22,7 +22,7 @@ Closed form (`LinePipelined.closed_form`): the array in c pieces of V / c, each 
 after another in order; a hop costs t = alpha + (V / c) / W (its route latency, then the piece over the
 link). A piece's longest chain of hops runs from the farther end to m and back out to an end:
 H = 2 max(m, n - 1 - m) = 2 ceil((n - 1) / 2) hops (n - 1 on an odd line, n on an even one), and c pieces
-pipelined along it take ``sum(t_h) + (c - 1) max(t_h)`` (`simulator.collectives.timing.pipeline_time`):
+pipelined along it take ``sum(t_h) + (c - 1) max(t_h)`` (`simulator.collectives.timing.chain_time`):
 
     T = (H + c - 1)(alpha + V / (c W)),   best c about sqrt((H - 1) V / (W alpha)),
 
@@ -37,7 +37,7 @@ from typing import Any
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import pipeline_time, route_latency
+from simulator.collectives.timing import chain_time, route_latency
 from simulator.engine.network import Network
 
 TRANSFER_BUDGET = 50_000  #: default pieces stop where the schedule would pass this many transfers
@@ -128,12 +128,12 @@ class LinePipelined(Algorithm):
                         got[k] = [behind[(i, k)]]
 
     def closed_form(self, job: Job) -> float:
-        """The slowest of the four hop chains (`chains`), each ``pipeline_time`` of its c pieces."""
+        """The slowest of the four hop chains (`chains`), each ``chain_time`` of its c pieces."""
         group, net = job.group, job.net
         c = len(self._pieces(job))
         piece = job.nbytes / c
         dev = [group.members[p] for p in group.positions()]
-        return max((pipeline_time([_hop(net, dev[i], dev[k], piece) for i, k in chain], c)
+        return max((chain_time([_hop(net, dev[i], dev[k], piece) for i, k in chain], c)
                     for chain in chains(group.n)), default=0.0)
 
 

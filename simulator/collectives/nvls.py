@@ -21,7 +21,7 @@ contributions of the next. Closed form: the first chunk's four hops, ``4 a + (S 
 for chunk S, then one period per further chunk: a contribution's hop ``a + (S + 2 S/n) / b`` (it shares
 the uplink with stores, which fair sharing lets overtake it) -- AllReduce; ReduceScatter pays
 ``a + S / b`` per chunk, AllGather the longer of a store and a multicast. On 8 GPUs within about 4%
-of the simulation, on 3-5 GPUs up to 15% above it (the stores overtake less); tests/test_issue14.py.
+of the simulation, on 3-5 GPUs up to 15% above it (the stores overtake less); tests/test_switched_algorithms.py.
 
 Bounds: in-switch reduction breaks `simulator.collectives.bounds`' rule that switches never add data,
 so the bound drops the "the group receives 2(n-1)V together" term where the switch can reduce

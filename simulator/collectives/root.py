@@ -20,11 +20,11 @@ sum of the n arrays, V). Two algorithms:
   Reduce (Broadcast reversed, adding on the way): the array cut into c pieces; each member adds the
   partial sums that reach it into its own piece and forwards it, so the pieces pipeline along the critical
   path of H = sum_a m_a hops: ``sum(t_h) + (c - 1) max(t_h)``, t_h = alpha + V / (c b)
-  (`simulator.collectives.timing.pipeline_time`), c chosen to minimise it.
+  (`simulator.collectives.timing.chain_time`), c chosen to minimise it.
 
 - ``root_rings`` (Reduce on rings and tori whose axes all wrap): pieces j < c/2 go all the way round one way,
   the others the other way, each along n_a - 1 hops per axis, so each of the root's links carries V/2 and the
-  halves never share a link: ``pipeline_time`` of c/2 pieces of V/c along sum_a (n_a - 1) hops. Slower than
+  halves never share a link: ``chain_time`` of c/2 pieces of V/c along sum_a (n_a - 1) hops. Slower than
   root_chains for small arrays (twice the hops), up to twice as fast for large ones; auto picks by size.
 
 - ``root_direct`` (switches, GPU nodes): every member sends its shard (Gather), or the root sends each
@@ -41,7 +41,7 @@ from typing import Any
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import pipeline_time
+from simulator.collectives.timing import chain_time
 from simulator.engine.network import Network
 
 ROOT_KINDS = ("gather", "scatter", "reduce")
@@ -109,7 +109,7 @@ class RootChains(Algorithm):
         for a in range(len(group.sizes)):
             m, lat, bw = self._axis_hops(net, group, root, a)
             path += [lat + piece / bw] * m
-        return pipeline_time(path, c)
+        return chain_time(path, c)
 
     def closed_form(self, job: Job) -> float:
         group, root = job.group, job.root_pos
@@ -215,7 +215,7 @@ class RootRings(RootChains):
     @staticmethod
     def _time(group: Group, hops: list[tuple[float, float]], piece: float, c: int) -> float:
         path = [lat + piece / bw for (lat, bw), n in zip(hops, group.sizes, strict=True) for _ in range(n - 1)]
-        return pipeline_time(path, math.ceil(c / 2))
+        return chain_time(path, math.ceil(c / 2))
 
     @staticmethod
     def _ring_hop(net: Network, group: Group, a: int) -> tuple[float, float]:

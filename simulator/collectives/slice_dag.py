@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from simulator.collectives.slice_rails import Plan
+    from simulator.collectives.slice_rails import RailPlan
 
 Pos = tuple[int, ...]
 
@@ -26,7 +26,7 @@ class _Dag:
         return self.add(None, None, (), deps)
 
 
-def broadcast_dag(plan: Plan, sizes: list[int], g: int) -> _Dag:
+def broadcast_dag(plan: RailPlan, sizes: list[int], g: int) -> _Dag:
     """The messages of the module docstring's Broadcast (batches of ``sizes`` rows, tree messages of ``g`` pieces),
     in an order where every dependency comes first."""
     dag, m, a, d = _Dag(), plan.m, plan.parts, len(plan.forest)
@@ -64,7 +64,7 @@ def broadcast_dag(plan: Plan, sizes: list[int], g: int) -> _Dag:
     return dag
 
 
-def _gather_phase(dag: _Dag, plan: Plan, s: int, rows: range, f: int, start: int) -> list[int]:
+def _gather_phase(dag: _Dag, plan: RailPlan, s: int, rows: range, f: int, start: int) -> list[int]:
     """Phase ``f`` of the gather of the batch of ``rows`` in slice ``s``: every part's bidirectional lines; the
     messages sent."""
     sent: list[int] = []
@@ -91,7 +91,7 @@ def _gather_phase(dag: _Dag, plan: Plan, s: int, rows: range, f: int, start: int
     return sent
 
 
-def _ring_ways(dag: _Dag, plan: Plan, s: int, ring: list[Pos], bundles: list[tuple[int, ...]], start: int,
+def _ring_ways(dag: _Dag, plan: RailPlan, s: int, ring: list[Pos], bundles: list[tuple[int, ...]], start: int,
                sent: list[int]) -> None:
     """A wrapped axis: every bundle n // 2 hops one way round, (n - 1) // 2 the other; link i -> i + 1 sends its own
     bundle, then the one from 1 behind, 2 behind, ... (by induction the k-th is in at (k + 1) h: no gap)."""

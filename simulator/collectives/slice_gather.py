@@ -40,7 +40,7 @@ from typing import Any
 from simulator.collectives.algorithm import Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.slice_rails import Plan, SliceRails, hop_time
+from simulator.collectives.slice_rails import RailPlan, SliceRails, hop_time
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
 
@@ -48,7 +48,8 @@ Pos = tuple[int, ...]
 MAX_ROUNDS = 64  #: DCN rounds the default tries
 
 
-def _orders(plan: Plan, parents: dict[Pos, Pos], depth: dict[Pos, int], own: dict[Pos, list[Any]]) -> dict[Pos, list]:
+def _orders(plan: RailPlan, parents: dict[Pos, Pos], depth: dict[Pos, int],
+            own: dict[Pos, list[Any]]) -> dict[Pos, list]:
     """Per position x, the items link x -> parent(x) carries, in order: x's own, then its children's merged
     round-robin."""
     kids: dict[Pos, list[Pos]] = {}
@@ -62,7 +63,7 @@ def _orders(plan: Plan, parents: dict[Pos, Pos], depth: dict[Pos, int], own: dic
     return order
 
 
-def gather_time(plan: Plan, rounds: int, shard: float) -> float:
+def gather_time(plan: RailPlan, rounds: int, shard: float) -> float:
     """The closed form of the module docstring (timing mode: every item in d parts, one per tree)."""
     net, k, d = plan.net, len(plan.order), len(plan.forest)
     x0 = plan.positions[0]
@@ -93,7 +94,7 @@ class SliceGather(SliceRails):
         """R, the DCN rounds of the fastest closed form (up to `MAX_ROUNDS`); numeric mode: 1."""
         if nbytes is None:
             return 1
-        plan = Plan(net, groups[0], tuple(0 for _ in groups[0].sizes))
+        plan = RailPlan(net, groups[0], tuple(0 for _ in groups[0].sizes))
         shard = nbytes / groups[0].n
         return min(range(1, MAX_ROUNDS + 1), key=lambda r: (gather_time(plan, r, shard), r))
 
@@ -128,7 +129,7 @@ class SliceGather(SliceRails):
             ids[i] = emit(dst, src, origins, nbytes, [ids[k] for k in after[i]])
 
 
-def _gather_dag(job: Job, plan: Plan) -> list[tuple[Any, Any, tuple, float, list[int]]]:
+def _gather_dag(job: Job, plan: RailPlan) -> list[tuple[Any, Any, tuple, float, list[int]]]:
     """Gather's messages (src, dst, origin chips, bytes, deps), every dependency first; barriers have no ends."""
     ops: list[tuple[Any, Any, tuple, float, list[int]]] = []
 
@@ -159,7 +160,8 @@ def _gather_dag(job: Job, plan: Plan) -> list[tuple[Any, Any, tuple, float, list
     return ops
 
 
-def _tree_round(plan: Plan, own: dict[Pos, list[Any]], part: float, start: int, numeric: bool, add: Any) -> list[int]:
+def _tree_round(plan: RailPlan, own: dict[Pos, list[Any]], part: float, start: int, numeric: bool,
+                add: Any) -> list[int]:
     """One round up the trees: items (origin chips) of each position, a part of each per tree (numeric: the whole
     item on the tree of its origin's chip id modulo d); the messages sent."""
     d, s0 = len(plan.forest), plan.order[0]

@@ -54,7 +54,7 @@ of its largest message: at least ``2 sqrt(2 alpha_d (K - 2) V / (m W_d))`` over 
 ms on 1.29 ms), a cost of one message at a time on a link; relaying sub-shares two hops deep instead (each slice
 forwarding a (K - 1)-th to the others) puts K - 1 messages a batch on every link and measured no better by this
 closed form. R minimises the closed form within `MAX_TRANSFERS`; g and the ramp's cap are the fastest by closed
-form for that R (`Plan.layout`).
+form for that R (`RailPlan.layout`).
 """
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def hop_time(net: Network, src: Any, dst: Any, nbytes: float) -> float:
     return route_latency(net, edges) + nbytes / min(net.graph.edges[e]["bandwidth_bytes_per_s"] for e in edges)
 
 
-class Plan:
+class RailPlan:
     """The geometry of one job: slices in chain order, local positions, the root slice's trees, the parts' axes."""
 
     def __init__(self, net: Network, group: Group, root_pos: Pos) -> None:
@@ -213,14 +213,14 @@ def _trees(local: Pos, wraps: tuple[bool, ...], axes: list[int], root: Pos) -> t
                  for parents, depth in squeezed)
 
 
-def slice_rails_time(plan: Plan, rows: int, piece: float) -> float:
+def slice_rails_time(plan: RailPlan, rows: int, piece: float) -> float:
     """The closed form of the module docstring for ``rows`` rows of pieces of ``piece`` bytes (batches and tree
-    messages as `Plan.layout` lays them)."""
+    messages as `RailPlan.layout` lays them)."""
     sizes, g = plan.layout(rows, piece)
     return _time(plan, sizes, piece, g)
 
 
-def _time(plan: Plan, sizes: list[int], piece: float, g: int) -> float:
+def _time(plan: RailPlan, sizes: list[int], piece: float, g: int) -> float:
     """`slice_rails_time` with batches of ``sizes`` rows and tree messages of ``g`` pieces."""
     m, a, d = plan.m, plan.parts, len(plan.forest)
     chunks = sum(sizes) * m * a // g  # tree messages
@@ -292,16 +292,16 @@ class SliceRails(Algorithm):
             return "it needs two slices or more of two chips or more"
         return None
 
-    def _plan(self, job: Job) -> Plan:
+    def _plan(self, job: Job) -> RailPlan:
         key = ("slice_rails", job.root_pos)
         if key not in job.cache:
-            job.cache[key] = Plan(job.net, job.group, job.root_pos)
+            job.cache[key] = RailPlan(job.net, job.group, job.root_pos)
         return job.cache[key]
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
         """R m A pieces, R (up to `MAX_ROWS`, within `MAX_TRANSFERS`) the rows of the fastest closed form (each
-        laid out by `Plan.layout`); numeric mode: one row."""
-        plan = Plan(net, groups[0], tuple(0 for _ in groups[0].sizes))  # the default root's; others differ little
+        laid out by `RailPlan.layout`); numeric mode: one row."""
+        plan = RailPlan(net, groups[0], tuple(0 for _ in groups[0].sizes))  # the default root's; others differ little
         each = plan.m * plan.parts
         if nbytes is None:
             return each
@@ -320,7 +320,7 @@ class SliceRails(Algorithm):
             raise PodsimError(f"slice_rails sends rows of {each} pieces (a share of {plan.parts} per chip of a "
                               f"slice); numeric chunks={job.chunks} must be a multiple of {each}")
 
-    def _piece(self, job: Job, plan: Plan) -> float:
+    def _piece(self, job: Job, plan: RailPlan) -> float:
         return job.key_bytes if job.numeric else job.nbytes / (plan.rows(job.chunks) * plan.m * plan.parts)
 
     def closed_form(self, job: Job) -> float:

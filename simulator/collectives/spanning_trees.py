@@ -36,7 +36,7 @@ root's d incoming links each carry V / d. Every dependency of the broadcast reve
 
 Closed form (`closed_form`): a tree is a set of chains from the root; along a chain whose hops cost
 ``t_h = latency + piece / b`` (no other tree shares them) ``c`` pieces arrive after
-``sum(t_h) + (c - 1) max(t_h)`` (`simulator.collectives.timing.pipeline_time`). The broadcast ends with
+``sum(t_h) + (c - 1) max(t_h)`` (`simulator.collectives.timing.chain_time`). The broadcast ends with
 the slowest tree's deepest device: ``(depth + c - 1)(alpha + V / (P b))`` on uniform links, against the
 bound ``V / (d W)`` a factor of about ``(1 + (depth - 1)/c)(1 + c alpha d W / V)``. Exact on grids, where
 every hop is one link; on a logical axis laid over several physical axes a hop may cross links other hops
@@ -61,7 +61,7 @@ from simulator.collectives import tree_gather
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import pipeline_time, route_latency
+from simulator.collectives.timing import chain_time, route_latency
 from simulator.engine.network import Network
 
 Pos = tuple[int, ...]
@@ -313,7 +313,7 @@ class SpanningTrees(Algorithm):
                     behind = [tid]
 
     def closed_form(self, job: Job) -> float:
-        """The slowest tree's deepest chain (`pipeline_time` of its pieces); Reduce is the same chains run
+        """The slowest tree's deepest chain (`chain_time` of its pieces); Reduce is the same chains run
         backwards (each link again carries one tree's pieces in order), so the same time."""
         group, net = job.group, job.net
         forest = shape_trees(group, job.root_pos)
@@ -329,7 +329,7 @@ class SpanningTrees(Algorithm):
                 ends = (group.members[x], group.members[parents[x]])
                 hop = _hop(net, *(ends if job.kind == "reduce" else ends[::-1]), job.key_bytes)
                 cost[x] = cost[parents[x]] + [hop]
-                worst = max(worst, pipeline_time(cost[x], c))
+                worst = max(worst, chain_time(cost[x], c))
         return worst
 
 

@@ -28,12 +28,12 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
-Plan = list[tuple[tuple[int, ...], int, float]]  #: (axis order, first stage, weight) of each part
+StagePlan = list[tuple[tuple[int, ...], int, float]]  #: (axis order, first stage, weight) of each part
 EXTRA_STAGES = 4  #: stages `balanced` may add in front of the k a part needs
 _SLICES = 16  #: pieces a filler is cut into, each given to the order whose previous step is least busy
 
 
-def sequential(n_axes: int) -> tuple[Plan, int]:
+def sequential(n_axes: int) -> tuple[StagePlan, int]:
     """One part over every axis in turn: ``k`` stages."""
     return [(tuple(range(n_axes)), 0, 1.0)], n_axes
 
@@ -43,7 +43,7 @@ def stage_counts(n_axes: int) -> list[int]:
     return [1] if n_axes <= 1 else list(range(n_axes, n_axes + EXTRA_STAGES + 1))
 
 
-def balanced(sizes: Sequence[int], beta: Sequence[float], stages: int) -> Plan:
+def balanced(sizes: Sequence[int], beta: Sequence[float], stages: int) -> StagePlan:
     """Parts whose steps keep every axis equally busy in every stage but the first ``k - 1`` (see the module).
 
     ``sizes``: the group's axis lengths; ``beta``: seconds per byte of each axis's phase (> 0);
@@ -79,7 +79,7 @@ def balanced(sizes: Sequence[int], beta: Sequence[float], stages: int) -> Plan:
 
 
 
-def rotated(n_axes: int) -> tuple[Plan, int]:
+def rotated(n_axes: int) -> tuple[StagePlan, int]:
     """Equal parts, part p taking the axes p, p+1, ...: ``k`` stages."""
     axes = tuple(range(n_axes))
     return [(axes[p:] + axes[:p], 0, 1.0 / n_axes) for p in range(n_axes)], n_axes

@@ -10,7 +10,7 @@ the network's routes and prices them:
   On a ring whose steps are all alike the slowest chain is ``steps x (latency + unit / b)``: exact;
 - a pipelined broadcast of ``c`` pieces along a chain of hops costing ``t_h`` each (latency plus the
   piece's bytes over the hop's share of bandwidth) takes ``sum(t_h) + (c - 1) max(t_h)``
-  (`pipeline_time`): the first piece crosses every hop, the others follow one slowest hop apart.
+  (`chain_time`): the first piece crosses every hop, the others follow one slowest hop apart.
 """
 from __future__ import annotations
 
@@ -306,6 +306,6 @@ def link_use(net: Network, ring: Ring, chains: list[tuple[int, int, int]]) -> di
     return use
 
 
-def pipeline_time(costs: list[float], pieces: int) -> float:
+def chain_time(costs: list[float], pieces: int) -> float:
     """``pieces`` pieces store-and-forwarded along hops of ``costs`` seconds each."""
     return sum(costs) + (pieces - 1) * max(costs) if costs else 0.0

@@ -16,7 +16,7 @@ of (latency + S / b)``, and the others follow one slowest edge apart, ``(c - 1) 
 (latency + k S / b)`` with k the chunk streams (up and down, both trees) sharing the edge's busiest link:
 ``2 D (a + S / b) + (c - 1)(a + k S / b)`` for depth D and chunk S. The first chunks share ports less
 than the steady state does and the streams drift out of step, so the simulation runs within about
--15% / +25% of it (tests/test_issue14.py).
+-15% / +25% of it (tests/test_switched_algorithms.py).
 """
 from __future__ import annotations
 

@@ -26,9 +26,9 @@ from simulator.errors import PodsimError, one_line
 from simulator.frontend.scenario import load_scenario, parse_sets
 from simulator.frontend.sweep_table import (
     LiveCsv,
-    Plan,
     Row,
     SweepError,
+    SweepPlan,
     cell,
     grid_values,
     in_grid_order,
@@ -133,7 +133,7 @@ def _run_points(scenario: str, run_kwargs: dict[str, Any],
     return rows
 
 
-def _execute(plan: Plan, todo: list[int], workers: int, client: Any,
+def _execute(plan: SweepPlan, todo: list[int], workers: int, client: Any,
              chunk_size: int | None) -> Iterator[tuple[int, Row]]:
     """``(index, row)`` for each point of ``todo`` as it finishes; Ctrl-C here or in a worker stops it."""
     if client is not None:
@@ -154,7 +154,8 @@ def _execute(plan: Plan, todo: list[int], workers: int, client: Any,
                          "--resume runs the rest") from None
 
 
-def _on_joblib(plan: Plan, todo: list[int], workers: int, chunk_size: int | None) -> Iterator[tuple[int, Row | None]]:
+def _on_joblib(plan: SweepPlan, todo: list[int], workers: int,
+               chunk_size: int | None) -> Iterator[tuple[int, Row | None]]:
     """In this process (one worker or one point) or on joblib's loky processes, which it batches by the
     measured time per point and ends (cancelling what is queued) when the sweep stops early."""
     import joblib  # here, not at the top: every podsim command imports this module
@@ -172,7 +173,7 @@ def _on_joblib(plan: Plan, todo: list[int], workers: int, chunk_size: int | None
         raise
 
 
-def _on_dask(plan: Plan, todo: list[int], client: Any, chunk_size: int | None) -> Iterator[tuple[int, Row | None]]:
+def _on_dask(plan: SweepPlan, todo: list[int], client: Any, chunk_size: int | None) -> Iterator[tuple[int, Row | None]]:
     """Points in chunks (about four per Dask thread) as tasks on the cluster behind ``client``, through
     distributed's futures: a task whose worker died raises here (joblib 1.6's Dask backend waits forever)."""
     from distributed import as_completed
@@ -220,7 +221,7 @@ def _check_address(address: str) -> None:
         raise SweepError(f"--scheduler {address!r} names no host; e.g. tcp://host:8786")
 
 
-def _collect(plan: Plan, old: list[tuple[int, Row]], todo: list[int], results: Iterator[tuple[int, Row]],
+def _collect(plan: SweepPlan, old: list[tuple[int, Row]], todo: list[int], results: Iterator[tuple[int, Row]],
              path: Path | None, progress: bool) -> list[Row]:
     """Take rows as they finish, keep the file current, and return every row in grid order (rows from
     the file that are not in this grid last); the file is rewritten in that order however the sweep ends."""

@@ -44,7 +44,7 @@ class SweepError(PodsimError):
 
 
 @dataclass(frozen=True)
-class Plan:
+class SweepPlan:
     """A checked sweep: what to load, the parameter columns and every point in grid order."""
 
     scenario: str  #: a built-in scenario name or an absolute path: what each worker loads
@@ -119,7 +119,7 @@ def parse_grid(pairs: list[str]) -> dict[str, list[str]]:
     return grid
 
 
-def make_plan(module: types.ModuleType, grid: dict[str, Any], fixed: dict[str, Any] | None = None) -> Plan:
+def make_plan(module: types.ModuleType, grid: dict[str, Any], fixed: dict[str, Any] | None = None) -> SweepPlan:
     """Check ``grid`` and ``fixed`` against the scenario's parameters and list the points in grid order."""
     fixed = dict(fixed or {})
     if not grid:
@@ -141,7 +141,7 @@ def make_plan(module: types.ModuleType, grid: dict[str, Any], fixed: dict[str, A
                          "use fewer values per --grid or split the sweep")
     check_memory(size * ROW_BYTES, f"a sweep of {size:,} points (their rows)", "use fewer values per --grid")
     extra = {"trace": False} if "trace" in accepted and "trace" not in grid and "trace" not in fixed else {}
-    return Plan(_reference(module), (*axes, *fixed), points, extra, tuple(accepted))
+    return SweepPlan(_reference(module), (*axes, *fixed), points, extra, tuple(accepted))
 
 
 def _axis(module: types.ModuleType, key: str, values: Any, default: Any) -> list[Any]:
@@ -328,7 +328,7 @@ class LiveCsv:
             self.stream = None
 
 
-def read_resume(path: Path, plan: Plan) -> list[tuple[int, Row]]:
+def read_resume(path: Path, plan: SweepPlan) -> list[tuple[int, Row]]:
     """Rows already in ``path`` with their place: a grid index, or after the grid for rows not in it.
     Raises `SweepError`, leaving the file as it was, unless it is a sweep CSV with this sweep's keys."""
     if not path.is_file() or path.stat().st_size == 0:
@@ -348,7 +348,7 @@ def read_resume(path: Path, plan: Plan) -> list[tuple[int, Row]]:
     return out
 
 
-def _sweep_csv(path: Path, plan: Plan) -> tuple[list[str], list[list[str]]]:
+def _sweep_csv(path: Path, plan: SweepPlan) -> tuple[list[str], list[list[str]]]:
     """The header and complete records of a CSV a sweep with ``plan``'s keys wrote (a last line cut short
     by a sweep killed mid-write is dropped: that point runs again)."""
     try:

@@ -1,4 +1,4 @@
-"""Issue 14's algorithms: hierarchical, tree, recursive, direct and NVLS collectives.
+"""Switched-fabric algorithms: hierarchical, tree, recursive, direct and NVLS collectives.
 
 Oracles: numpy for numeric mode; closed forms written here from first principles (bytes per port over
 its bandwidth, hops times latency) for the hierarchical optimum and the simple direct/recursive steps.
