@@ -103,9 +103,8 @@ def _check_step(step: Step, previous: dict[str, float]) -> None:
         positive(flops, name=f"block {step.name!r} flops", allow_zero=True)
 
 
-def _succeed(event: simpy.Event) -> None:
-    """Trigger ``event``, known to be untriggered, now (`simpy_door.succeed_urgent`: at URGENT priority)."""
-    succeed_urgent(event)
+#: ``event.succeed()`` for an event known to be untriggered, queued at URGENT priority, one call fewer
+_succeed = succeed_urgent
 
 
 class _Slots:
