@@ -20,12 +20,15 @@ collectives over axes (not a mesh or explicit groups).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.collectives.book import NO_BOOK_UNDER_FAULTS
 from simulator.engine.faults import LinkDegraded, _check_reachable, _cut, link_ends, slow_chip_factors
 from simulator.engine.network import Network
 from simulator.errors import FaultError
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 AS_FAULTED = ""  #: the label of the network as the faults left it
 
@@ -54,7 +57,7 @@ class Route:
         return time_s if self.exact else time_s * (1 + INEXACT_MARGIN)
 
 
-def alternatives(system: Any) -> list[Route]:
+def alternatives(system: System) -> list[Route]:
     """The system's network as faulted, then each way round its link faults (see the module docstring)."""
     net = system.network
     if net is None or not net.faulted or not net.grid or system.faults is None:
@@ -116,7 +119,7 @@ def _rewrapped(net: Network) -> Network | None:
     return net.sibling(g)
 
 
-def fault_note(system: Any, plan: Any, link_bytes: dict[str, float]) -> str | None:
+def fault_note(system: System, plan: Any, link_bytes: dict[str, float]) -> str | None:
     """How the run went round link faults (`CollectivePlan.route`), and each fault that touches nothing it used: a link
     that carried none of its bytes, a chip slowed only on units a collective never runs (its MXU, VPU), a chip
     fault on a chip whose links carried nothing. None where there is nothing to say."""

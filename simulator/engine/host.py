@@ -14,7 +14,7 @@ DRAM, never the chip's compute units, so they overlap compute (scenarios/host_of
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -22,6 +22,9 @@ from simulator.engine.channel import Channel
 from simulator.engine.memory import Allocation, MemoryPool
 from simulator.errors import PodsimError
 from simulator.units import check_bytes
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 DEFAULT_HOST_MEMORY_BYTES = 2**40
 """Host DRAM per host (bytes) when the topology does not say (``memory_bytes`` on the host node): an
@@ -42,7 +45,7 @@ class HostTransferError(PodsimError):
 class HostMemory:
     """The hosts of ``system``'s topology: their DRAM pools and channels, and the bytes each chip holds there."""
 
-    def __init__(self, system: Any) -> None:
+    def __init__(self, system: System) -> None:
         graph = system.graph
         hosts = [] if graph is None else [(h, d) for h, d in graph.nodes(data=True) if d.get("role") == "host"]
         if not hosts:

@@ -24,7 +24,7 @@ import copy
 import math
 from collections.abc import Generator, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import simpy
@@ -36,6 +36,9 @@ from simulator.engine.routing import QuickestPaths
 from simulator.engine.trace import Trace
 from simulator.errors import PodsimError
 from simulator.units import MAX_BYTES, check_bytes, positive, positive_int
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 SWITCHING = ("cut_through", "store_and_forward")
 MAX_CHUNKS = 10_000  #: pieces per message; more is a units mistake and would take minutes
@@ -391,7 +394,8 @@ def _check_connected(graph: nx.DiGraph, chips: list[Any]) -> None:
                       f"every other chip; every chip must reach every other over links")
 
 
-def send(system: Any, src: Any, dst: Any, nbytes: float, *, chunks: int = 1, multipath: bool = True) -> dict[str, Any]:
+def send(system: System, src: Any, dst: Any, nbytes: float, *, chunks: int = 1,
+         multipath: bool = True) -> dict[str, Any]:
     """Simulate one point-to-point message on ``system`` and report it beside the closed form.
 
     ``first_byte_s`` is when bytes start arriving at ``dst`` (the first byte on the last link);

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,11 +23,14 @@ from simulator.collectives import Group
 from simulator.errors import PodsimError
 from simulator.workloads.mesh import Mesh, MeshSpec, parse_mesh
 
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
+
 
 class Placement:
     """Device ids of a program -> chips of ``system``'s topology, with the mesh used to match groups."""
 
-    def __init__(self, system: Any, n_devices: int, mesh: str | MeshSpec | None = None,
+    def __init__(self, system: System, n_devices: int, mesh: str | MeshSpec | None = None,
                  chips: Sequence[Any] | None = None) -> None:
         graph = system.graph
         self.system = system

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import partial
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -45,6 +45,9 @@ from simulator.engine.trace import (
     new_span,
 )
 from simulator.workloads.plans.templates import Template, _union
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 _WINDOW = (float("-inf"), None)
 TIE = 1e-12  #: relative: events this close to a replayed completion might come before or after it in the full run
@@ -94,7 +97,7 @@ class _Run:
 class Replays:
     """Templates of the lone collectives of one run, the links' claims, and whether a replay was disturbed."""
 
-    def __init__(self, system: Any, enabled: bool, avoid: frozenset = frozenset()) -> None:
+    def __init__(self, system: System, enabled: bool, avoid: frozenset = frozenset()) -> None:
         self.system, self.env, self.net, self.trace = system, system.env, system.network, system.trace
         self.enabled = enabled and self.net is not None and system.calibration is None
         self._active: dict[Channel, int] = {}  #: claims under way on the link (collectives and messages running)

@@ -7,7 +7,7 @@ same strategy and collectives run on small arrays.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from simulator.hardware.specs import DTYPE_BYTES
 from simulator.workloads.mesh import Mesh
 from simulator.workloads.sharding.candidates import Reshard, Strategy
 from simulator.workloads.sharding.notation import MatmulSpec
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 
 def _block(mesh: Mesh, dev: Any, axes: tuple[str, ...]) -> tuple[int, int]:
@@ -47,7 +50,7 @@ def _shard(mesh: Mesh, full: np.ndarray, axes: tuple[tuple[str, ...], tuple[str,
 class _Runner:
     """Runs one strategy's collectives and matmul on a system; with arrays, moves them for real."""
 
-    def __init__(self, system: Any, mesh: Mesh, elem_bytes: int, dtype: str) -> None:
+    def __init__(self, system: System, mesh: Mesh, elem_bytes: int, dtype: str) -> None:
         self.system, self.mesh, self.elem, self.dtype = system, mesh, elem_bytes, dtype
         self.log: list[dict[str, Any]] = []
 
@@ -88,7 +91,7 @@ class _Runner:
         return closed
 
 
-def run_strategy(strategy: Strategy, spec: MatmulSpec, sizes: dict[str, int], system: Any, mesh: Mesh,
+def run_strategy(strategy: Strategy, spec: MatmulSpec, sizes: dict[str, int], system: System, mesh: Mesh,
                  dtype: str = "bf16", arrays: tuple[np.ndarray, np.ndarray] | None = None,
                  concatenate_partials: bool = False) -> dict[str, Any]:
     """Simulate ``strategy``; with ``arrays`` (A, B) also compute every device's C block.
