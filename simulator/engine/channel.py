@@ -52,6 +52,9 @@ def _arrival(entry: tuple[float, int, _Flow]) -> int:
 
 class _Flow:
     __slots__ = ("nbytes", "remaining", "event", "start", "label", "kind", "then", "arg", "generation")
+    then: Callable[[Any], Any]  #: a `send` flow's callback (set by `Channel.send`), called with ``arg``
+    arg: Any
+    generation: int  #: the channel's generation when the flow's end timer was set
 
     def __init__(self, nbytes: float, event: simpy.Event | None, label: str, kind: str) -> None:
         self.nbytes = nbytes
@@ -86,6 +89,10 @@ class Channel:
     #: latency``: no flow sent later arrives sooner), and sets only its end timer -- one timer where there were
     #: two, the same float times. False: a latency timer, then `_enter` (the aggregated path before this).
     admit_ahead = True
+    #: set on a network's links by `simulator.engine.network.Network` (the link's kind and nominal figures)
+    kind: str
+    nominal_bandwidth_bytes_per_s: float
+    nominal_latency_s: float
 
     def __init__(self, env: simpy.Environment, name: str, bandwidth_bytes_per_s: float,
                  latency_s: float = 0.0, *, chip: int | str = 0, trace: Trace | None = None) -> None:

@@ -158,7 +158,7 @@ class FaultModel:
                              "topology); link faults need a topology such as torus:8")
         graph = nx.DiGraph(spec=f"{len(system.chips)} unconnected chip(s)")
         graph.add_nodes_from((c.index, {"role": "chip"}) for c in system.chips)
-        self.applied = [chip_record(f, resolve_node(graph, f.chip)) for f in self.faults]
+        self.applied = [chip_record(f, resolve_node(graph, f.chip)) for f in self.faults if isinstance(f, CHIP_FAULTS)]
         return graph
 
     def _jittered(self, unit: str) -> bool:

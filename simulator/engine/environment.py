@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from typing import Any
 
 import simpy
@@ -38,7 +39,10 @@ class Environment(simpy.Environment):
         super().__init__(initial_time)
         bind_event_classes(self, skip=("process",))
 
-    def process(self, generator: Any) -> simpy.Process:  # type: ignore[override]
+    #: `System.pulse`, set by the `System` that owns the environment (work done inside few events reports there)
+    podsim_pulse: Callable[[int], None]
+
+    def process(self, generator: Any) -> simpy.Process:
         """Start ``generator`` (a called generator function) as a SimPy process."""
         if not hasattr(generator, "throw"):  # what SimPy checks: the generator protocol
             raise ApiMisuseError(not_a_generator(generator))

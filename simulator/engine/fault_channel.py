@@ -151,9 +151,9 @@ class FaultChannel(ListChannel):
             flow.generation = self._generation
             at, fn = start + flow.remaining / self._bandwidth, self._lone_done
         try:  # `call_at(env, at, fn, flow)` (``at`` is later than now)
-            pending = env._podsim_calls
+            pending = env._podsim_calls  # type: ignore[attr-defined]  # podsim's, kept on the env
         except AttributeError:
-            pending = env._podsim_calls = {}
+            pending = env._podsim_calls = {}  # type: ignore[attr-defined]
         calls = pending.get(at)
         if calls is not None:
             calls.append((fn, flow))
@@ -163,7 +163,8 @@ class FaultChannel(ListChannel):
     def transfer(self, nbytes: float, label: str = "", kind: str = "transfer") -> simpy.Event:
         if nbytes <= 0:
             return self.env.event().succeed(self.env.now)
-        flow = _Flow(nbytes, Lost(self.env, f"{self.name} ({label or kind})"), label, kind)
+        event = Lost(self.env, f"{self.name} ({label or kind})")
+        flow = _Flow(nbytes, event, label, kind)
         if self.noise is not None:
             flow.remaining = nbytes * self.noise()
         if self.latency_s > 0:
@@ -171,7 +172,7 @@ class FaultChannel(ListChannel):
             self.env.timeout(self.latency_s).callbacks.append(lambda _e: self._admit(flow))
         else:
             self._admit(flow)
-        return flow.event
+        return event
 
     #: Jitter alone (a constant rate: no pause, no failure): a flow joining a busy channel and the end timers
     #: do what `ListChannel`'s `_advance`, `_admit`, `_schedule` and `_on_timer` do, in one call each (the same

@@ -291,7 +291,7 @@ def apply_to_graph(graph: nx.DiGraph, faults: Sequence[Fault]) -> tuple[nx.DiGra
             applied.append(chip_record(f, resolve_node(g, f.chip)))
             continue
         u, v = link_ends(graph, f.src, f.dst)
-        record = {"fault": _KIND[type(f)], "link": f"{u}->{v}", "directions": _directions(graph, u, v)}
+        record: dict[str, Any] = {"fault": _KIND[type(f)], "link": f"{u}->{v}", "directions": _directions(graph, u, v)}
         if isinstance(f, LinkDown):
             record["effect"] = _cut(graph, u, v, wrap, origin)
             g.remove_edges_from([(u, v), (v, u)])

@@ -53,6 +53,8 @@ class HostMemory:
             raise HostTransferError(f"offload and reload need a topology with hosts; this one ({spec!r}) has none: "
                                     f"{HOSTS_HINT}")
         self.system, self.env = system, system.env
+        assert system.network is not None  # a graph with hosts: the system has a network
+        self.network = system.network
         self.host_of: dict[Any, Any] = {chip: h for h, d in hosts for chip in d.get("chips", ())}
         self.pools: dict[Any, MemoryPool] = {}
         self.dram: dict[Any, Channel] = {}
@@ -110,14 +112,14 @@ class HostMemory:
 
     def _offload(self, chip: Any, host: Any, nbytes: float, label: str) -> Any:
         allocation = yield self.pools[host].allocate(nbytes, label)
-        yield simpy.AllOf(self.env, [self.system.network.hop(chip, host, nbytes, label),
+        yield simpy.AllOf(self.env, [self.network.hop(chip, host, nbytes, label),
                                      self.dram[host].transfer(nbytes, label, "write")])
         self.held[chip].append(_Held(allocation, nbytes))
         return self.env.now
 
     def _reload(self, chip: Any, host: Any, nbytes: float, label: str, taken: list[_Held]) -> Any:
         yield simpy.AllOf(self.env, [self.dram[host].transfer(nbytes, label, "read"),
-                                     self.system.network.hop(host, chip, nbytes, label)])
+                                     self.network.hop(host, chip, nbytes, label)])
         for entry in taken:
             entry.in_flight -= 1
             if entry.unclaimed == 0.0 and entry.in_flight == 0:  # the whole offload is back: free its bytes

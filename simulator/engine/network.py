@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -351,8 +351,11 @@ class Network:
             return link.transfer(piece, label, "send")
         done = self.env.event()
 
+        def arrived(ev: simpy.Event) -> None:
+            done.succeed(ev.value)
+
         def start(_e: Any) -> None:
-            link.transfer(piece, label, "send").callbacks.append(lambda ev: done.succeed(ev.value))
+            link.transfer(piece, label, "send").callbacks.append(arrived)
 
         simpy.AllOf(self.env, waits).callbacks.append(start)
         return done
@@ -369,7 +372,7 @@ def _route_cost(u: Any, v: Any, data: dict[str, Any]) -> float:
     return data["latency_s"] + 1e6 / data["bandwidth_bytes_per_s"]
 
 
-def _all_of(env: simpy.Environment, events: list[simpy.Event]) -> Generator[Any, Any, float]:
+def _all_of(env: simpy.Environment, events: Sequence[simpy.Event]) -> Generator[Any, Any, float]:
     yield simpy.AllOf(env, events)
     return env.now
 
@@ -401,7 +404,7 @@ def send(system: System, src: Any, dst: Any, nbytes: float, *, chunks: int = 1,
     ``first_byte_s`` is when bytes start arriving at ``dst`` (the first byte on the last link);
     ``links_used`` is how many link-disjoint routes carry a share; ``hops`` counts links per route.
     """
-    net: Network = system.network
+    net = system.network
     if net is None:
         raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
     positive(nbytes, name="bytes")

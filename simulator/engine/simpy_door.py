@@ -56,7 +56,7 @@ class SimPyChanged(PodsimError):
 
 def clock(env: simpy.Environment) -> float:
     """The simulated time of ``env`` (s): ``env.now`` without the property call."""
-    return env._now  # type: ignore[no-any-return]  # internal: Environment._now
+    return env._now  # internal: Environment._now
 
 
 def queued(env: simpy.Environment) -> Iterator[tuple[float, Event]]:
@@ -150,7 +150,7 @@ def run_until_empty(env: simpy.Environment, every: int, tick: Callable[[], None]
                 env._now, _, _, event = pop(queue)  # internal: Environment._now, queue entry layout
             except IndexError:
                 return count & mask
-            callbacks, event.callbacks = event.callbacks, None
+            callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]  # as step does
             for callback in callbacks:
                 callback(event)
             if not event._ok and not hasattr(event, "_defused"):  # internal: _ok, _value, _defused

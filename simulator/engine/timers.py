@@ -25,9 +25,9 @@ def call_after(env: simpy.Environment, delay: float, fn: Callable[[Any], Any], a
     are exactly those of separate timeouts; only the order of events within one instant can differ."""
     at = clock(env) + delay
     try:
-        pending = env._podsim_calls
+        pending = env._podsim_calls  # type: ignore[attr-defined]  # podsim's, kept on the env
     except AttributeError:  # the environment's first call
-        pending = env._podsim_calls = {}
+        pending = env._podsim_calls = {}  # type: ignore[attr-defined]
     calls = pending.get(at)
     if calls is not None:  # a timer for that time is set (a dict miss by `get`: no exception raised)
         calls.append((fn, arg))
@@ -40,9 +40,9 @@ def call_after(env: simpy.Environment, delay: float, fn: Callable[[Any], Any], a
 def call_at(env: simpy.Environment, at: float, fn: Callable[[Any], Any], arg: Any) -> None:
     """`call_after`, at the time ``at`` (not before now): the calls due at one float time share one timer."""
     try:
-        pending = env._podsim_calls
+        pending = env._podsim_calls  # type: ignore[attr-defined]  # podsim's, kept on the env
     except AttributeError:
-        pending = env._podsim_calls = {}
+        pending = env._podsim_calls = {}  # type: ignore[attr-defined]
     calls = pending.get(at)
     if calls is not None:
         calls.append((fn, arg))
