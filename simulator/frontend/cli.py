@@ -203,10 +203,10 @@ def cmd_run(args: argparse.Namespace) -> None:
     print(result.dumps() if args.json else result.summary(links=args.links))
 
 
-def _system(args: argparse.Namespace, calibrated: bool = False) -> Any:
+def _system(args: argparse.Namespace, calibrated: bool = False) -> System:
     from simulator.engine.system import System
 
-    return System(_resolve_chip(args, "tpu-v5e"), topology=args.topology, switching=args.switching,
+    return System(_resolve_chip(args, "tpu-v5e") or "tpu-v5e", topology=args.topology, switching=args.switching,
                   calibrated=calibrated)
 
 
@@ -281,6 +281,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
     if r.note:  # one chip: no bandwidth to report
         print(f"  {r.note}")
         return
+    assert r.algbw_bytes_per_s is not None and r.busbw_bytes_per_s is not None  # more than one chip
     print(f"  algbw {format_quantity(r.algbw_bytes_per_s, 'B/s')}, busbw {format_quantity(r.busbw_bytes_per_s, 'B/s')}"
           f", busiest link carried {format_quantity(r.max_link_bytes, 'B')}")
     if args.calibrated:
@@ -296,6 +297,7 @@ def _book_levels(kind: str, system: System, r: Any) -> dict[str, Any]:
     """The book's multi-level fat-tree figure (`simulator.collectives.book_levels`) where it applies."""
     from simulator.collectives.book_levels import book_levels
 
+    assert system.graph is not None  # a collective ran on its links
     return book_levels(kind, dict(system.graph.graph), r.group_size, r.nbytes) or {}
 
 

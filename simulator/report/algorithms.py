@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
 
 def _choice(kind: str, system: System, nbytes: float) -> tuple[str, str | None, list[dict[str, Any]]]:
     plan = plan_collective(kind, system, nbytes)
+    assert plan.algorithm is not None  # compared on groups of two or more devices
     return plan.algorithm.name, plan.protocol, plan.alternatives
 
 
