@@ -346,7 +346,7 @@ def decide(comm: Comm, kind: str, nbytes: float, asked: str, name: str,
         a, p = mine[0]
         return {**info, "plugin": name, "algorithm": a, "protocol": p, "model_time_s": times[(a, p)],
                 "reason": f"{name} asked for (NCCL_ALGO={a}): NCCL's tuner picks {p} for it at {where}"}
-    skipped = []
+    skipped: list[tuple[str, str]] = []
     for a, p in ranked:
         plugin = PLUGINS[a]
         if plugin in priced and p in priced[plugin]["protocols"]:

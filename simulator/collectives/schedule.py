@@ -203,7 +203,8 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
                   (len(transfers) - rest), LONG_RUN_HINT)
     remaining = [len(transfers)]
     if not transfers:
-        return done.succeed(net.env.now)
+        done.succeed(net.env.now)
+        return done
     waiting = [len(t.deps) for t in transfers]
     chips = set(net.chips)  # a transfer to a switch crosses one link (`Network.hop`); from one, too
     done.pending = _Pending(transfers, waiting, remaining, label)
@@ -243,7 +244,8 @@ def _execute_aggregated(net: Network, transfers: list[Transfer], buffers: dict[A
     done = Completion(net.env)
     expect_events(AGGREGATED_EVENTS_PER_TRANSFER * (len(transfers) % TICK), LONG_RUN_HINT)  # the rest `add` did not
     if not transfers:
-        return done.succeed(net.env.now)
+        done.succeed(net.env.now)
+        return done
     run = _Aggregated(net, transfers, buffers, label, done)
     for t in transfers:
         if not t.deps:
