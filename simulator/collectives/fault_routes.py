@@ -48,7 +48,7 @@ class Route:
     """One network a collective may be planned on, what it does about the faults (in words), and whether its
     links are all alike (closed forms exact) or not (a degraded cable or a detour on the way)."""
 
-    net: Network
+    net: Network | None  #: None: a system without links (its one route, as it is)
     label: str
     exact: bool = True
 
@@ -71,6 +71,7 @@ def alternatives(system: System) -> list[Route]:
             names = ", ".join(f"{u}-{v}" for u, v in slow)
             routes.append(Route(avoided, f"avoids the degraded link{'s' if len(slow) > 1 else ''} {names}"))
     for route in list(routes):
+        assert route.net is not None  # the routes of a network
         ring = _rewrapped(route.net)
         if ring is not None:
             label = f"{route.label}; " if route.label else ""
@@ -125,7 +126,7 @@ def fault_note(system: System, plan: Any, link_bytes: dict[str, float]) -> str |
     fault on a chip whose links carried nothing. None where there is nothing to say."""
     notes = [f"around the link faults: {plan.route} (chosen by closed form over the network as faulted)"] \
         if plan.route else []
-    if system.network.faulted:
+    if system.network is not None and system.network.faulted:
         notes.append(NO_BOOK_UNDER_FAULTS)
     model = getattr(system, "faults", None)
     for record in getattr(model, "applied", []):

@@ -221,6 +221,7 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
 
     def arrive(t: Transfer, payload: dict[Any, np.ndarray] | None) -> None:
         if payload is not None:
+            assert buffers is not None  # a payload is copied from the buffers
             store = buffers[t.dst]
             for k, value in payload.items():
                 store[k] = store[k] + value if t.op == "add" and k in store else value  # a switch starts empty
