@@ -35,6 +35,8 @@ class Placement:
         graph = system.graph
         self.system = system
         self.n_devices = n_devices
+        if system.network is None:
+            raise PodsimError("an HLO placement needs a system with a topology (System(chip, topology=...))")
         topology_chips = list(system.network.chips)
         if mesh is not None and chips is not None:
             raise PodsimError("give a mesh or an explicit placement of devices on chips, not both")
@@ -77,7 +79,8 @@ class Placement:
 
     def _ring(self, devices: list[int]) -> Group:
         chips = [self.chips[d] for d in devices]
-        wrap = len(chips) <= 2 or self.system.graph.has_edge(chips[-1], chips[0])
+        graph = self.system.graph
+        wrap = len(chips) <= 2 or (graph is not None and graph.has_edge(chips[-1], chips[0]))
         return Group((len(chips),), (wrap,), {(i,): c for i, c in enumerate(chips)})
 
     def _all_axis_groups(self) -> dict[frozenset, tuple[str, ...]]:

@@ -254,7 +254,7 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
         from simulator.workloads.plans.price import Pricer
 
         pricer = Pricer(cfg, chip, batch, seq, topology)
-        rows = []
+        rows: list[tuple[dict[str, Any], MeshPlan, Any]] = []
         meshes = train_meshes(cfg, chips, batch, seq)
         for i, plan in enumerate(meshes, 1):
             found = best_options(pricer, plan)
@@ -269,7 +269,7 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
     else:
         priced_rows = [(price_serve(cfg, chip, batch, seq, p, mode, False, topology, lay), p, lay)
                        for p, lay in serve_candidates(cfg, chips, batch)]
-        rows = [t for t in priced_rows if t[0] is not None]
+        rows = [(r, p, lay) for r, p, lay in priced_rows if r is not None]
         priced = len(priced_rows)
     if not rows:
         raise PodsimError(f"no layout of {chips} chips divides {cfg.name}, batch {batch} and seq {seq}; try a batch "
@@ -339,5 +339,6 @@ def simulate_one(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, plan
         out = train_plan(cfg, chip, batch, seq, plan, opts, topology, simulate=True, trace=False)
         out.pop("_system", None)
         row = _row(out, plan, opts, simulated=True)
+    assert row is not None  # a layout the search priced prices again
     row["simulation_cpu_s"] = time.process_time() - start
     return row

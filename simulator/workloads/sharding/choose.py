@@ -65,7 +65,7 @@ def _price(s: Strategy, spec: MatmulSpec, sizes: dict[str, int], system: System,
     run = run_strategy(s, spec, sizes, system, mesh, dtype)
     comm = [e for e in run["log"] if e["kind"] != "matmul"]
     compute = [e for e in run["log"] if e["kind"] == "matmul"]
-    links = system.network.link_bytes()
+    links = system.network.link_bytes() if system.network is not None else {}
     return {"name": s.name, "collectives": [e["step"] for e in comm], "time_s": run["time_s"],
             "analytic_s": sum(e["analytic_s"] for e in run["log"]),
             "compute_s": sum(e["time_s"] for e in compute), "communication_s": sum(e["time_s"] for e in comm),

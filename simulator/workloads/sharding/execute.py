@@ -75,6 +75,7 @@ class _Runner:
                          "algorithm": r.algorithm})
         if local is None:
             return None, new_shape
+        assert r.outputs is not None  # a collective given data returns data
         blocks = {d: np.moveaxis(r.outputs[d].reshape(new0, moved[1]), 0, dim) for d in sorted(local)}
         return blocks, new_shape
 
@@ -102,8 +103,8 @@ def run_strategy(strategy: Strategy, spec: MatmulSpec, sizes: dict[str, int], sy
 
     runner = _Runner(system, mesh, DTYPE_BYTES[dtype], dtype)
     (i, j), (_, k) = ((sizes[d.name] for d in spec.a.dims), (sizes[d.name] for d in spec.b.dims))
-    orig_a = tuple(d.axes for d in spec.a.dims)
-    orig_b = tuple(d.axes for d in spec.b.dims)
+    orig_a = (spec.a.dims[0].axes, spec.a.dims[1].axes)  # a matrix: two dimensions
+    orig_b = (spec.b.dims[0].axes, spec.b.dims[1].axes)
     a_loc = _shard(mesh, arrays[0], orig_a) if arrays else None
     b_loc = _shard(mesh, arrays[1], orig_b) if arrays else None
     a_shape = (i // _n(mesh, orig_a[0]), j // _n(mesh, orig_a[1]))
@@ -123,6 +124,7 @@ def run_strategy(strategy: Strategy, spec: MatmulSpec, sizes: dict[str, int], sy
             step = Reshard("all_gather", "C", step.axes, 0, "rows")
         if step.kind == "slice":  # each device keeps its own part of its block: no communication
             d, parts = step.dim, _n(mesh, step.axes)
+            assert d is not None  # a slice names its dimension
             c_shape = (c_shape[0] // parts, c_shape[1]) if d == 0 else (c_shape[0], c_shape[1] // parts)
             if c_loc is not None:
                 c_loc = {dev: _take(block, d, *_block(mesh, dev, step.axes)) for dev, block in c_loc.items()}
