@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from simulator.engine.channel import Channel, call_after
+from simulator.engine.channel import Channel
 from simulator.engine.network import Network
 from simulator.engine.simpy_door import clock
+from simulator.engine.timers import call_after
 from simulator.units import MAX_BYTES, check_bytes
 
 Then = Callable[[Any], Any]

@@ -53,7 +53,7 @@ def _members(system: System, chips: Iterable[int | Chip] | None) -> list[Chip]:
 
 
 def _started(program: Callable[[Chip], Any], chip: Chip) -> Generator[Any, Any, Any]:
-    gen = program(chip)
+    gen: Generator[Any, Any, Any] = program(chip)
     if not hasattr(gen, "throw"):
         raise ApiMisuseError(f"spmd(): {getattr(program, '__name__', 'the program')}(chip) returned "
                              f"{type(gen).__name__}, not a generator; put at least one `yield` in it "

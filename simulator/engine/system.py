@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import numpy as np
@@ -28,6 +28,9 @@ from simulator.engine.what_if import topology_notes
 from simulator.errors import DeadlockError, PodsimError, RunawayError, SimulationInterrupted
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.units import positive, positive_int
+
+if TYPE_CHECKING:  # annotations only (host imports system)
+    from simulator.engine.host import HostMemory
 
 
 def resolve_chip(chip: str | ChipSpec) -> ChipSpec:
@@ -88,7 +91,7 @@ class System:
         if plan is not None:
             plan.systems.append(self)
         self._processes: list[tuple[str, simpy.Process]] = []
-        self._host_memory: Any = None
+        self._host_memory: HostMemory | None = None
 
     @property
     def chip(self) -> Chip:
@@ -197,7 +200,7 @@ class System:
         return self.host_memory.reload(chip, nbytes, label)
 
     @property
-    def host_memory(self) -> Any:
+    def host_memory(self) -> HostMemory:
         """The hosts' memory (`simulator.engine.host.HostMemory`), built on first use."""
         if self._host_memory is None:
             from simulator.engine.host import HostMemory

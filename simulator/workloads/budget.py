@@ -106,7 +106,7 @@ def experts_touched(cfg: TransformerConfig, tokens: float) -> float:
     if not cfg.n_experts:
         return 0.0
     e, k = cfg.n_experts, cfg.experts_per_token
-    return e * (1 - (1 - k / e) ** tokens) + cfg.n_shared_experts
+    return float(e * (1 - (1 - k / e) ** tokens) + cfg.n_shared_experts)
 
 
 def weight_bytes_read(cfg: TransformerConfig, tokens: float) -> float:
