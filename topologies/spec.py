@@ -175,7 +175,7 @@ def _ici(chip: object) -> dict[str, Any]:
 
 def _egress(chip: object) -> float:
     """Per-chip egress each way (bytes/s): per-link one-way bandwidth times the number of links."""
-    return chip_attr(chip, "ici_bandwidth_bytes_per_s") * chip_attr(chip, "ici_links")
+    return float(chip_attr(chip, "ici_bandwidth_bytes_per_s") * chip_attr(chip, "ici_links"))
 
 
 def _switch_link(chip: object) -> dict[str, Any]:
