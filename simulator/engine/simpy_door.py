@@ -16,7 +16,8 @@ Pinned: ``simpy>=4.1,<4.2`` (pyproject.toml); tested with SimPy 4.1.2. The inter
   ``Timeout._delay``; a failed event is "defused" when it has a ``_defused`` attribute.
 * ``simpy.events.URGENT`` (0) and ``NORMAL`` (1) -- the priorities; a lower one pops first at one time.
 * ``simpy.core.BoundClass`` -- the descriptor that binds ``env.timeout``, ``env.event``... per environment.
-* ``Environment.step`` -- `run_until_empty` is its body, inlined (the loop runs once per event).
+* ``Environment.step`` -- `run_until_empty` is its body, inlined (the loop runs once per event), without its
+  ``StopSimulation`` branch (``env.run(until=...)``; `System.run` runs until no event is left).
 
 What breaks on an upgrade, and how it shows: a renamed or re-typed internal makes `check_internals` raise at
 import (``SimPyChanged``, naming the internal and the tested version); a change in what ``step``,
