@@ -16,7 +16,7 @@ import numpy as np
 from simulator import analytic
 from simulator.collectives import fault_routes, layout, payload
 from simulator.collectives import protocol as protocols
-from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, get_algorithm
+from simulator.collectives.algorithm import AUTO, KINDS, REDUCED_KINDS, Algorithm, Job, algorithms, get_algorithm
 from simulator.collectives.book import book_estimate
 from simulator.collectives.bounds import own_links_bound, topology_bound
 from simulator.collectives.fault_routes import AS_FAULTED
@@ -97,7 +97,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     if group.n <= 1:
         job = make_job(None)
         return CollectivePlan(kind, None, job, job.nbytes, _n_keys(job), False, None)
-    reduced = _use_reduced(mode, kind, data, group, net, not explicit)
+    eligible = _reduced_eligible(mode, kind, data, group, net, not explicit)
     nccl = None if price is None else nccl_select(kind, net, groups, _nbytes(nbytes, data), protocol)
     choice = tune(algorithm, kind, net, groups, make_job, price, nccl)
     route = AS_FAULTED
@@ -105,9 +105,10 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
         choice, route = _round_faults(system, choice, kind, axes, root, algorithm, nbytes, data, multi_axis,
                                       chunks, rings)
     job = choice.job
-    job.reduced = reduced
+    job.reduced = _use_reduced(mode, eligible, choice.algorithm)
     schedule = Schedule(job.key_bytes)
-    built = plan_quotient(system, choice.algorithm, job) if _quotient and mode == "auto" and data is None else None
+    direct = _quotient and mode == "auto" and data is None and choice.algorithm.capabilities.direct_quotient
+    built = plan_quotient(system, choice.algorithm, job) if direct else None
     if built is None:
         choice.algorithm.build(job, schedule)
     return CollectivePlan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule,
@@ -169,6 +170,9 @@ def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group],
     what `Algorithm.prepare` settles. Ring algorithms cut AllGather, ReduceScatter and AllReduce arrays by
     `simulator.collectives.layout`; other algorithms and kinds by `simulator.collectives.payload`."""
     group = groups[0]
+    if data is not None and chosen is not None and not chosen.capabilities.numeric:
+        raise PodsimError(f"algorithm {chosen.name!r} moves timing and bytes only (capabilities.numeric=False); "
+                          f"give nbytes instead of data, or another algorithm")
     by_layout = isinstance(chosen, RingAlgorithm) and kind in layout.RING_KINDS
     parts = 1 if chosen is None or by_layout else chosen.parts(kind, group, multi_axis)
     shard_units, unit_bytes = None, 1.0
@@ -390,16 +394,27 @@ def _explicit_groups(net: Network, groups: Sequence[Group], axes: Any, mesh: Any
     return groups
 
 
-def _use_reduced(mode: str, kind: str, data: Any, group: Group, net: Network, one_to_one: bool = True) -> bool:
-    """Whether to simulate one representative ring per axis: every ring of an axis behaves alike where every
-    axis wraps or has two chips (both ways are then the one link)."""
+def _reduced_eligible(mode: str, kind: str, data: Any, group: Group, net: Network, one_to_one: bool = True) -> bool:
+    """Whether the network and job allow one representative ring per axis: every ring of an axis behaves alike
+    where every axis wraps or has two chips (both ways are then the one link)."""
     symmetric = all(w or n == 2 for n, w in zip(group.sizes, group.wraps, strict=True))
-    eligible = data is None and kind in ("all_gather", "reduce_scatter", "all_reduce") and net.grid \
+    eligible = data is None and kind in REDUCED_KINDS and net.grid \
         and symmetric and one_to_one and net.uniform and not group.shared  # faults, jitter, shared links: differ
     if mode == "reduced" and not eligible:
         raise PodsimError("mode='reduced' needs a timing-only AllGather, ReduceScatter or AllReduce over axes that "
                           "all wrap (or have two chips), none a strided factor of a physical axis; use mode='full'")
-    return eligible and mode != "full"
+    return eligible
+
+
+def _use_reduced(mode: str, eligible: bool, algorithm: Algorithm) -> bool:
+    """Reduced mode where the job allows it and ``algorithm`` declares it (`Capabilities.reduced`): an
+    algorithm that builds every group whatever ``Job.reduced`` says would have its bytes counted again
+    for rings it built already. ``mode='reduced'`` with an algorithm that does not declare it is an error."""
+    if mode == "reduced" and not algorithm.capabilities.reduced:
+        able = [a.name for a in algorithms() if a.capabilities.reduced]
+        raise PodsimError(f"mode='reduced': algorithm {algorithm.name!r} does not declare reduced mode "
+                          f"(capabilities.reduced=False); algorithms that do: {', '.join(able)}; or use mode='full'")
+    return eligible and mode != "full" and algorithm.capabilities.reduced
 
 
 def _total_link_bytes(net: Network, groups: list[Group], group: Group, link_bytes: dict[str, float]) -> float:
