@@ -303,9 +303,12 @@ class Symmetry(NodeQuotients):
 
     # -- the whole system's figures --------------------------------------------------------------------
     def finish(self, trace: Any) -> None:
-        """Scale ``trace``'s counters from the representatives to every chip; check the transfers' arrivals."""
+        """Scale ``trace``'s counters from the representatives to every chip, and name the chips each representative
+        stood for (`Trace.chip_images`); check the transfers' arrivals."""
         if not self.active:
             return
+        trace.chip_images = {rep: [c for c in self.members[stage] if c != rep] for stage, rep in self.reps.items()
+                             if len(self.members[stage]) > 1}  # exports and pictures show every chip (`Trace.unfolded`)
         if self.node_action is not None:  # every link of a representative's orbit: its bytes and busy time
             from types import SimpleNamespace
 
