@@ -63,6 +63,7 @@ from simulator.collectives.algorithm import (
     AUTO_RULE,
     KINDS,
     Algorithm,
+    Capabilities,
     Job,
     algorithms,
     applicable,
@@ -88,10 +89,11 @@ from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.schedule import Completion, Schedule, Transfer, check_arrived, execute
 
 __all__ = [
-    "AUTO", "AUTO_RULE", "KINDS", "MODES", "MULTI_AXIS", "Algorithm", "CollectivePlan", "CollectiveResult",
-    "Completion", "Group", "Job", "Ring", "RingAlgorithm", "Schedule", "Transfer", "algorithms", "applicable",
-    "check_arrived", "collective_groups", "execute", "get_algorithm", "listing", "names", "plan_collective", "register",
-    "render_listing", "run_collective", "start_collective", "topology_bound", "unregister",
+    "AUTO", "AUTO_RULE", "KINDS", "MODES", "MULTI_AXIS", "Algorithm", "Capabilities", "CollectivePlan",
+    "CollectiveResult", "Completion", "Group", "Job", "Ring", "RingAlgorithm", "Schedule", "Transfer", "algorithms",
+    "applicable", "check_arrived", "collective_groups", "execute", "get_algorithm", "listing", "names",
+    "plan_collective", "register", "render_listing", "run_collective", "start_collective", "topology_bound",
+    "unregister",
 ]
 
 

@@ -63,13 +63,25 @@ class CollectivePlan:
 def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
                     algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
                     data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
-                    rings: int | None = None, groups: Sequence[Group] | None = None, protocol: str = "auto",
-                    _quotient: bool = False) -> CollectivePlan:
+                    rings: int | None = None, groups: Sequence[Group] | None = None,
+                    protocol: str = "auto") -> CollectivePlan:
     """Validate the arguments of `run_collective` and compile its schedule.
 
     ``groups`` names the groups explicitly (`Group` objects of chips, all of one shape) in place of ``axes``
-    and ``mesh``: for groups that follow no axis, such as a compiled program's replica groups.
+    and ``mesh``: for groups that follow no axis, such as a compiled program's replica groups. The plan holds
+    every transfer; `run_collective` plans through `_plan`, which may build a quotient in their place.
     """
+    return _plan(kind, system, nbytes, axes=axes, algorithm=algorithm, multi_axis=multi_axis, chunks=chunks,
+                 root=root, data=data, mode=mode, mesh=mesh, rings=rings, groups=groups, protocol=protocol)
+
+
+def _plan(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
+          algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
+          data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None, rings: int | None = None,
+          groups: Sequence[Group] | None = None, protocol: str = "auto", direct_quotient: bool = False
+          ) -> CollectivePlan:
+    """`plan_collective`; ``direct_quotient`` (`run_collective`'s aggregated runs, mode ``auto``) lets an
+    algorithm that declares `Capabilities.direct_quotient` build its quotient in place of the schedule."""
     net = system.network
     if net is None:
         raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
@@ -105,9 +117,9 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
         choice, route = _round_faults(system, choice, kind, axes, root, algorithm, nbytes, data, multi_axis,
                                       chunks, rings)
     job = choice.job
-    job.reduced = _use_reduced(mode, eligible, choice.algorithm)
+    job.reduced = _use_reduced(mode, eligible, choice.algorithm, algorithm == AUTO)
     schedule = Schedule(job.key_bytes)
-    direct = _quotient and mode == "auto" and data is None and choice.algorithm.capabilities.direct_quotient
+    direct = direct_quotient and mode == "auto" and data is None and choice.algorithm.capabilities.direct_quotient
     built = plan_quotient(system, choice.algorithm, job) if direct else None
     if built is None:
         choice.algorithm.build(job, schedule)
@@ -280,7 +292,7 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
 
 
 def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: dict[str, Any]) -> CollectiveResult:
-    plan = plan_collective(kind, system, nbytes, **kwargs, _quotient=aggregate)
+    plan = _plan(kind, system, nbytes, **kwargs, direct_quotient=aggregate)
     data = kwargs.get("data")
     job, net = plan.job, system.network
     if plan.schedule is None:
@@ -406,11 +418,12 @@ def _reduced_eligible(mode: str, kind: str, data: Any, group: Group, net: Networ
     return eligible
 
 
-def _use_reduced(mode: str, eligible: bool, algorithm: Algorithm) -> bool:
+def _use_reduced(mode: str, eligible: bool, algorithm: Algorithm, auto: bool = False) -> bool:
     """Reduced mode where the job allows it and ``algorithm`` declares it (`Capabilities.reduced`): an
     algorithm that builds every group whatever ``Job.reduced`` says would have its bytes counted again
-    for rings it built already. ``mode='reduced'`` with an algorithm that does not declare it is an error."""
-    if mode == "reduced" and not algorithm.capabilities.reduced:
+    for rings it built already. ``mode='reduced'`` with an algorithm asked for by name that does not declare
+    it is an error; with ``auto`` (the fastest algorithm, whichever it is) it runs that algorithm in full."""
+    if mode == "reduced" and not algorithm.capabilities.reduced and not auto:
         able = [a.name for a in algorithms() if a.capabilities.reduced]
         raise PodsimError(f"mode='reduced': algorithm {algorithm.name!r} does not declare reduced mode "
                           f"(capabilities.reduced=False); algorithms that do: {', '.join(able)}; or use mode='full'")
