@@ -163,3 +163,23 @@ def test_every_algorithm_that_declares_reduced_mode_agrees_with_its_full_run(kin
             assert auto.total_link_bytes == pytest.approx(full.total_link_bytes, rel=1e-9), (algorithm.name, topology)
             checked += auto.mode == "reduced"
     assert checked >= 2
+
+
+def test_a_step_whose_collective_auto_runs_without_reduced_mode_counts_its_bytes_once():
+    """decode on torus:2x4x2, data=2 x model=8: the step's symmetry asks for reduced mode, and auto picks an
+    AllReduce for the 2x4 model groups that does not declare it, so every group runs; the fast step used to
+    add the other group's bytes again (twice the exact run's ICI bytes)."""
+    import dataclasses
+
+    from simulator.hardware.specs import get_chip
+    from simulator.workloads.budget import Parallelism
+    from simulator.workloads.simulate import simulate_decode
+    from simulator.workloads.transformer import get_model
+
+    cfg = dataclasses.replace(get_model("llama-2-7b"), n_layers=2)
+    fast, exact = (simulate_decode(cfg, get_chip("tpu-v5e"), 8, 2048, Parallelism(2, 8), topology="torus:2x4x2",
+                                   fast=f) for f in (True, False))
+    assert fast.sym is not None and fast.sym.active
+    for interface, nbytes in exact.system.trace.bytes_by_interface.items():
+        assert fast.system.trace.bytes_by_interface[interface] == pytest.approx(nbytes, rel=1e-9), interface
+    assert fast.summary()["step_time_s"] == pytest.approx(exact.summary()["step_time_s"], rel=1e-9)
