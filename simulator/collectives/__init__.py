@@ -25,8 +25,9 @@ Sizes are in bytes; a size that does not split evenly into keys is padded up to 
 
 Scale: on groups whose axes all wrap, every ring of an axis behaves identically (the schedule is
 translation-invariant), so ``mode="reduced"`` (chosen automatically for timing-only AllGather,
-ReduceScatter and AllReduce) simulates one representative ring per axis with all parts sharing its
-links; it gives the same time as the full simulation (tested at small sizes). Its trace and
+ReduceScatter and AllReduce, by algorithms that declare it: `Capabilities`, docs/acceleration.md)
+simulates one representative ring per axis with all parts sharing its links; it gives the same time as
+the full simulation (tested at small sizes). Its trace and
 ``link_bytes`` show the representative links only; ``max_link_bytes``, ``total_link_bytes`` and the
 ``bytes`` metric count the whole system.
 """

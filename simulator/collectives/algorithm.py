@@ -81,7 +81,7 @@ class Job:
     chunks: int
     root_pos: tuple[int, ...]
     key_bytes: float
-    reduced: bool = False  #: build one representative ring per axis (translation-invariant groups)
+    reduced: bool = False  #: build one representative ring per axis (set only where `Capabilities.reduced`)
     numeric: bool = False  #: bundles are key lists (real data), not key counts
     nbytes: float = 0.0  #: V, the collective's array (see `simulator.collectives.run_collective`)
     multi_axis: str = "parallel"  #: parallel (every axis busy at once) or sequential
