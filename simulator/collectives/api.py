@@ -78,7 +78,7 @@ def plan_collective(kind: str, system: System, nbytes: float | None = None, *, a
                  root=root, data=data, mode=mode, mesh=mesh, rings=rings, groups=groups, protocol=protocol)
 
 
-def _plan(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
+def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
           algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
           data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None, rings: int | None = None,
           groups: Sequence[Group] | None = None, protocol: str = "auto", direct_quotient: bool = False
