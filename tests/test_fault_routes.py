@@ -6,12 +6,13 @@ the line's closed form from first principles for the torus:8 AllReduce of the is
 """
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator import System
 from simulator.collectives import run_collective
-from simulator.engine.faults import LinkDegraded, LinkDown
+from simulator.engine.faults import ChipSlow, LinkDegraded, LinkDown
 
 CABLES = {"torus:8": (0, 1), "torus:6": (2, 3), "torus:4x4": ((0, 0), (0, 1)), "torus:3x4": ((1, 2), (1, 3)),
           "mesh:4x4": ((1, 1), (1, 2)), "ring:5": (4, 0)}
@@ -80,7 +81,21 @@ def test_named_algorithm_is_not_rerouted() -> None:
 @given(topology=st.sampled_from(sorted(CABLES)), kind=st.sampled_from(KINDS), chip=st.integers(0, 4),
        factor=st.floats(min_value=0.05, max_value=0.99))
 def test_a_slow_chip_never_speeds_a_collective_up(topology: str, kind: str, chip: int, factor: float) -> None:
-    from simulator.engine.faults import ChipSlow
     healthy = _time(topology, kind, [])
     slow = _time(topology, kind, [ChipSlow(chip, factor)])
     assert healthy <= slow * (1 + TOL)
+
+
+def test_a_slow_chip_goes_to_the_end_of_a_line_where_that_is_faster() -> None:
+    """torus:8 AllReduce of 1 GB, chip 3 at half speed (its two cables at W / 2): the bidirectional ring through it
+    takes 54.2 ms. Leaving out its cable to chip 4 puts it at the end of a pipelined line whose one slow link
+    carries the whole array each way: V / (W / 2) = 44.4 ms plus the pipeline's fill, from first principles --
+    slower than the healthy 19.45 ms, faster than the ring round the slow chip. Never below the bound: the slow
+    chip must still send V and take V back over 2 x W / 2 (22.2 ms)."""
+    result = run_collective("all_reduce", System("tpu-v5e", topology="torus:8", faults=[ChipSlow(3, 0.5)]), 1e9)
+    ring = run_collective("all_reduce", System("tpu-v5e", topology="torus:8", faults=[ChipSlow(3, 0.5)]), 1e9,
+                          algorithm="bidirectional")
+    line_floor_s = 1e9 / (0.5 * 45e9)
+    assert line_floor_s <= result.time_s <= 1.05 * line_floor_s < ring.time_s
+    assert result.topology_bound_s == pytest.approx(1e9 / 45e9, rel=1e-3)
+    assert "slow chip at a line's end" in (result.note or "")

@@ -96,6 +96,13 @@ def ways(net: Network, faults: Any) -> list[Route]:
         if avoided is not None:
             names = ", ".join(f"{u}-{v}" for u, v in slow)
             routes.append(Route(avoided, f"avoids the degraded link{'s' if len(slow) > 1 else ''} {names}"))
+    ends = _slow_chip_cables(net, chips)
+    if ends:
+        avoided = _without(net, ends)
+        if avoided is not None:
+            names = ", ".join(f"{u}-{v}" for u, v in ends)
+            routes.append(Route(avoided, f"puts the slow chip{'s' if len(chips) > 1 else ''} at a line's end "
+                                         f"(avoids {names})", exact=False))
     for route in list(routes):
         ring = _rewrapped(route.net)
         if ring is not None:
@@ -132,6 +139,23 @@ def _degraded_cables(net: Network, faults: Any) -> list[tuple[Any, Any]]:
         edge = net.graph.edges[(u, v) if net.graph.has_edge(u, v) else (v, u)]
         if edge.get("axis") is not None and {u, v} not in [set(c) for c in out]:
             out.append((u, v))
+    return out
+
+
+def _slow_chip_cables(net: Network, chips: dict[Any, float]) -> list[tuple[Any, Any]]:
+    """For each HBM-slowed chip, its cable to the next chip along each axis that still wraps (one per ring through
+    it): left out, the ring runs as a line with the slow chip at its end, its other cable the only slow one."""
+    out: list[tuple[Any, Any]] = []
+    for chip in chips:
+        coord = net.graph.nodes[chip].get("coord")
+        if coord is None:
+            continue
+        for axis, n in enumerate(net.shape):
+            if not net.wrap[axis] or n < 3:
+                continue
+            nxt = net.chip_at(tuple((c + 1) % n if a == axis else c for a, c in enumerate(coord)))
+            if net.graph.has_edge(chip, nxt) and {chip, nxt} not in [set(c) for c in out]:
+                out.append((chip, nxt))
     return out
 
 
