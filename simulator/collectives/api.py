@@ -141,7 +141,7 @@ def _round_faults(system: Any, choice: Any, kind: str, axes: Any, root: Any, alg
               for i, (way, other, _, _) in enumerate(tuned) for rank, alt in enumerate(other.alternatives)]
     candidates = sorted((c for c in listed if c[2] < 2), key=lambda c: (c[0], c[1]))
     best = candidates[0]
-    tried = candidates[:fault_routes.TRIALS] \
+    tried = _worth_trying(candidates, tuned) \
         if (len(tuned) > 1 or not ways[0].exact) and fault_routes.trials_apply(system, data) else []
     for _, i, _, alt in tried:
         alt["simulated_s"] = _trial(system, kind, tuned[i][0].label, alt["algorithm"], axes, root, nbytes,
@@ -155,6 +155,15 @@ def _round_faults(system: Any, choice: Any, kind: str, axes: Any, root: Any, alg
         other.alternatives = [c[3] for c in sorted(tried, key=lambda c: c[3]["simulated_s"])] + \
             sorted((c[3] for c in listed if "simulated_s" not in c[3]), key=lambda alt: alt["time_s"])
     return other, way.label
+
+
+def _worth_trying(candidates: list[Any], tuned: list[Any]) -> list[Any]:
+    """The first `fault_routes.TRIALS` candidates whose closed form is within `fault_routes.TRIAL_SPAN` of the best
+    one's, or that are the best of a way over like links (exactly priced); none where that leaves one."""
+    fastest = min(c[3]["time_s"] for c in candidates)
+    near = [c for c in candidates if c[3]["time_s"] <= fastest * fault_routes.TRIAL_SPAN][:fault_routes.TRIALS]
+    tried = [c for c in candidates if c in near or (tuned[c[1]][0].exact and c[2] == 0)]
+    return tried if len(tried) > 1 else []
 
 
 def _trial(system: Any, kind: str, label: str, name: str, axes: Any, root: Any, nbytes: float | None,
