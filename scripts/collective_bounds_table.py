@@ -208,6 +208,9 @@ def render(table: list[dict]) -> str:
              "cross k - 1 links of an axis to reach k coordinates, detour or not); the roots of all groups together; "
              "the nodes or slices a group spans, 2(K-1)/K x V through their links in (AllReduce); AllToAll's "
              "link-load and cut bounds. `book_s` (not shown) is the book's estimate on healthy hardware only.", "",
+             "On the faulted shapes `auto` prices every way round the fault by closed form, simulates the leading "
+             "candidates (`simulator.collectives.fault_routes.TRIALS`) and runs the fastest, so its row can differ "
+             "from the algorithm with the least closed form (docs/collective_faults.md).", "",
              "| chip | topology | kind | algorithm | time | bound | time / bound | own / bound | reason |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in table:

@@ -69,6 +69,9 @@ a way over like links, whose closed form is exact): the closed forms over unlike
 their simulation (the ring through a chip at half speed: 38.9 ms priced, 54.2 ms simulated)."""
 
 
+TRIAL_TIE = 1e-3  #: trial runs this close (relative) to the fastest are a tie, settled by closed-form score
+
+
 @dataclass(frozen=True)
 class Route:
     """One network a collective may be planned on, what it does about the faults (in words), and whether its
