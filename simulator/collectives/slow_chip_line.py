@@ -1,0 +1,145 @@
+"""AllReduce on a ring through one slow chip: the others run the pipelined line, the slow chip feeds both its ends.
+
+A chip whose HBM runs at f (`simulator.engine.faults.ChipSlow`) moves its links' bytes at f: both its ring cables
+carry f W. The ring through it runs every step at the slow chip's pace (torus:8 AllReduce of 1 GB on tpu-v5e at
+f = 0.5: 54.2 ms, healthy 19.45 ms), and the pipelined line with the slow chip at one end (`line_pipelined`, the
+slow chip's cable to one neighbour left out) sends the whole array each way over its one slow cable: V / (f W),
+44.4 ms. Yet the slow chip need only send its array and take the sum back, V each way over its two cables:
+V / (2 f W) = 22.2 ms (the topology bound).
+
+Here the n - 1 other chips run `line_pipelined`'s AllReduce on the line between the slow chip's neighbours
+e0 = s + 1 and e1 = s - 1 (piece j added hop by hop from both ends toward the middle chip and its total copied back
+out), and the slow chip s takes part in every piece through one end: piece j's contribution goes s -> e_(j mod 2)
+as an ``add`` before that end sends its sum on, and the total comes back e_(j mod 2) -> s once that end holds it.
+Each of s's cables carries every other piece, V / 2 each way; each line link carries V each way as on a plain line.
+
+Closed form (`SlowChipLine.closed_form`), from first principles: a hop costs t = alpha + (V / c) / b for c pieces
+over a link of bandwidth b. A piece's longest chain runs from s through its end to the middle and back out, to s
+again if it leaves by the same end; the pieces pipeline behind the busiest link, which works c t (a line link) or
+(c / 2) t_s (a cable of s, t_s = alpha + (V / c) / (f W)), so
+
+    T = max over chains (sum of their hops' t) + max(c t, (c / 2) t_s) - (that link's one piece),
+
+about max(V / W, V / (2 f W)) plus the fill: 1 GB on torus:8 at f = 0.5, 23.6 ms against 44.4 and 54.2 ms.
+Timing only; one group on a one-axis ring of four chips or more whose links are all alike but for the two cables
+of one chip, both slower by the same factor.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.collectives.algorithm import Algorithm, Job, register
+from simulator.collectives.groups import Group
+from simulator.collectives.line_pipelined import LINE_PIPELINED, middle
+from simulator.collectives.schedule import Schedule
+from simulator.collectives.timing import route_latency
+from simulator.engine.network import Network
+from simulator.errors import PodsimError
+
+
+def slow_chip(net: Network, group: Group) -> tuple[int, float] | None:
+    """(ring position s of the one chip whose two ring cables are slower than every other cable of the ring, their
+    share f of the others' bandwidth); None unless exactly that."""
+    n = group.n
+    chips = [group.members[(i,)] for i in range(n)]
+    bw = []
+    for i in range(n):
+        a, b = chips[i], chips[(i + 1) % n]
+        if not (net.graph.has_edge(a, b) and net.graph.has_edge(b, a)):
+            return None
+        bw.append(min(net.graph.edges[a, b]["bandwidth_bytes_per_s"], net.graph.edges[b, a]["bandwidth_bytes_per_s"]))
+    top = max(bw)
+    slow = [i for i, x in enumerate(bw) if x < top * (1 - 1e-9)]
+    if len(slow) != 2 or (slow[0] + 1) % n != slow[1] and (slow[1] + 1) % n != slow[0]:
+        return None
+    if abs(bw[slow[0]] - bw[slow[1]]) > top * 1e-9:
+        return None
+    s = slow[1] if (slow[0] + 1) % n == slow[1] else slow[0]  # the chip between the two slow cables
+    return s, bw[slow[0]] / top
+
+
+class SlowChipLine(Algorithm):
+    """The others' pipelined line, the slow chip feeding each piece into one of its ends (see the module)."""
+
+    name = "slow_chip_line"
+    summary = ("AllReduce on a ring through one slow chip: the others run the pipelined line, the slow chip adds "
+               "each piece in at one end and takes its total back (V/2 per slow cable each way)")
+    kinds = ("all_reduce",)
+    topologies = ("ring", "torus")
+    nic_rings = False
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        why = super().unfit(kind, net, groups)
+        if why is None and (not net.grid or len(groups) != 1 or len(groups[0].sizes) != 1 or not groups[0].wraps[0]
+                            or groups[0].n < 4 or slow_chip(net, groups[0]) is None):
+            return "it needs one ring (one wrapped axis, four chips or more) through exactly one slow chip"
+        return why
+
+    def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
+        """`line_pipelined`'s pieces for the line of the other chips (at least two: one per end)."""
+        return max(2, LINE_PIPELINED.default_chunks(kind, net, groups, nbytes))
+
+    def prepare(self, job: Job) -> None:
+        if job.numeric:
+            raise PodsimError("slow_chip_line is timing only; give nbytes, or another --algorithm")
+        s, f = slow_chip(job.net, job.group)
+        n = job.group.n
+        line = [job.group.members[((s + 1 + p) % n,)] for p in range(n - 1)]  # e0 = s + 1 ... e1 = s - 1
+        job.cache["slow"] = (job.group.members[(s,)], f, line)
+
+    def build(self, job: Job, sch: Schedule) -> None:
+        slow, _, dev = job.cache["slow"]
+        n, piece = len(dev), job.nbytes / job.chunks
+        m = middle(n)
+        behind: dict[tuple[Any, Any], int] = {}  # link (from, to) -> its last transfer
+
+        def send(src: Any, dst: Any, op: str, deps: list[int], j: int) -> int:
+            deps = deps + ([behind[(src, dst)]] if (src, dst) in behind else [])
+            behind[(src, dst)] = sch.add(src, dst, 1, op, deps, ("slow chip line", j), dst, nbytes=piece)
+            return behind[(src, dst)]
+
+        for j in range(job.chunks):
+            end = 0 if j % 2 == 0 else n - 1
+            added: dict[int, list[int]] = {end: [send(slow, dev[end], "add", [], j)]}
+            for side in (range(m), range(n - 1, m, -1)):  # each end in toward m
+                for i in side:
+                    k = i + 1 if i < m else i - 1
+                    added.setdefault(k, []).append(send(dev[i], dev[k], "add", added.get(i, []), j))
+            got = {m: added.get(m, [])}
+            for side in (range(m, 0, -1), range(m, n - 1)):  # the total back out to each end
+                for i in side:
+                    k = i - 1 if side.step < 0 else i + 1
+                    got[k] = [send(dev[i], dev[k], "copy", got[i], j)]
+            send(dev[end], slow, "copy", got[end], j)
+
+    def closed_form(self, job: Job) -> float:
+        slow, f, dev = job.cache["slow"]
+        net, c = job.net, job.chunks
+        n, piece = len(dev), job.nbytes / job.chunks
+        m = middle(n)
+
+        def hop(a: Any, b: Any) -> float:
+            edge = net.graph.edges[a, b]
+            return route_latency(net, [(a, b)]) + piece / edge["bandwidth_bytes_per_s"]
+
+        into = {0: [(dev[i], dev[i + 1]) for i in range(m)],
+                n - 1: [(dev[i], dev[i - 1]) for i in range(n - 1, m, -1)]}
+        out = {0: [(dev[i], dev[i - 1]) for i in range(m, 0, -1)],
+               n - 1: [(dev[i], dev[i + 1]) for i in range(m, n - 1)]}
+        chains = []
+        for a in (0, n - 1):  # the piece enters at end a, from s
+            for b in (0, n - 1):  # ... starts (or not) at end b, leaves at end b (to s if b == a)
+                for start in (a, b if b != a else a):
+                    chain = ([(slow, dev[a])] if start == a else []) + into[start] + out[b]
+                    chain += [(dev[b], slow)] if b == a else []
+                    chains.append(chain)
+        first = max(sum(hop(u, v) for u, v in chain) for chain in chains)
+        line_links = [(dev[i], dev[i + d]) for i in range(n) for d in (1, -1) if 0 <= i + d < n]
+        busiest = [(c * hop(u, v), hop(u, v)) for u, v in line_links]
+        busiest += [(((c + 1) // 2) * hop(u, v), hop(u, v)) for u, v in ((slow, dev[0]), (dev[0], slow))]
+        busiest += [((c // 2) * hop(u, v), hop(u, v)) for u, v in ((slow, dev[-1]), (dev[-1], slow))]
+        work, one = max(busiest)
+        return first + work - one
+
+
+SLOW_CHIP_LINE = register(SlowChipLine())
