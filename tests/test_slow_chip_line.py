@@ -65,3 +65,27 @@ def test_only_for_one_slow_chip_on_a_ring() -> None:
         run_collective("all_reduce", two, V, algorithm="slow_chip_line")
     with pytest.raises(PodsimError, match="timing only"):
         run_collective("all_reduce", _slow(), algorithm="slow_chip_line", data=__import__("numpy").ones((N, 16)))
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
+def test_gather_and_scatter_reach_the_slow_chips_bound(kind: str) -> None:
+    """AllGather / ReduceScatter: the slow chip must take in (or send out) the other (n - 1)/n V over its two cables
+    at f b: (n - 1) V / (2 n f b) = 19.44 ms at f = 1/2 -- twice the healthy ring's 9.72 ms, and what this reaches;
+    the line's busiest links carry (n - 3/2)/n V at b (18.1 ms), under it. The ring through the slow chip: 27.8 ms."""
+    hand = (N - 1) * V / (2 * N * 0.5 * B)
+    r = run_collective(kind, _slow(), V)
+    ring = run_collective(kind, _slow(), V, algorithm="bidirectional")
+    assert r.algorithm == "slow_chip_line"
+    assert hand <= r.time_s <= hand + N * ALPHA * 1.01 < 0.75 * ring.time_s
+    assert r.topology_bound_s == pytest.approx(hand, rel=1e-3)
+    cables = [r.link_bytes[k] for k in (("4->3", "2->3") if kind == "all_gather" else ("3->4", "3->2"))]
+    assert cables == pytest.approx([(N - 1) / (2 * N) * V] * 2, rel=1e-6)  # half the other shards over each
+
+
+def test_gather_where_the_line_is_busier_than_the_slow_cables() -> None:
+    """At f = 0.8 the line's links next to its ends carry the most, (n - 3/2)/n V at b: 18.06 ms; the ring through
+    the slow chip is faster then (auto runs it)."""
+    r = run_collective("all_gather", _slow(0.8), V, algorithm="slow_chip_line")
+    line_s = (N - 1.5) / N * V / B
+    assert line_s <= r.time_s <= 1.001 * line_s
+    assert run_collective("all_gather", _slow(0.8), V).time_s < r.time_s

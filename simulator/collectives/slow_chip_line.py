@@ -1,4 +1,4 @@
-"""AllReduce on a ring through one slow chip: the others run the pipelined line, the slow chip feeds both its ends.
+"""A ring through one slow chip: the others run a line, the slow chip feeds both its ends (AllReduce, AllGather, RS).
 
 A chip whose HBM runs at f (`simulator.engine.faults.ChipSlow`) moves its links' bytes at f: both its ring cables
 carry f W. The ring through it runs every step at the slow chip's pace (torus:8 AllReduce of 1 GB on tpu-v5e at
@@ -21,6 +21,17 @@ again if it leaves by the same end; the pieces pipeline behind the busiest link,
     T = max over chains (sum of their hops' t) + max(c t, (c / 2) t_s) - (that link's one piece),
 
 about max(V / W, V / (2 f W)) plus the fill: 1 GB on torus:8 at f = 0.5, 23.6 ms against 44.4 and 54.2 ms.
+AllGather (ReduceScatter: the same hops reversed in time, each an ``add`` the other way). The others' line passes
+every shard, in two halves, both ways along it (each chip's own first, then nearer shards before farther ones);
+the slow chip sends one half of its shard into each end, which the line passes on last; and each end forwards to the
+slow chip the n - 1 halves nearest it (shards 0, 1, ... from e0; ..., n - 2 from e1). Each slow cable then carries
+(n - 1)/(2n) V at f W and the line's busiest links n - 2 shards and a half, (n - 3/2)/n V at W, so
+
+    T = max((n - 1) V / (2 n f W), (n - 3/2) V / (n W)) + (n - 1) alpha,
+
+the slow chip's bound (it must take in the other (n - 1)/n V over its two cables) wherever f <= (n - 1)/(2n - 3):
+torus:8 at f = 0.5, 19.45 ms against 27.8 ms round the ring through it.
+
 Timing only; one group on a one-axis ring of four chips or more whose links are all alike but for the two cables
 of one chip, both slower by the same factor.
 """
@@ -62,9 +73,9 @@ class SlowChipLine(Algorithm):
     """The others' pipelined line, the slow chip feeding each piece into one of its ends (see the module)."""
 
     name = "slow_chip_line"
-    summary = ("AllReduce on a ring through one slow chip: the others run the pipelined line, the slow chip adds "
-               "each piece in at one end and takes its total back (V/2 per slow cable each way)")
-    kinds = ("all_reduce",)
+    summary = ("a ring through one slow chip: the others run a line, the slow chip feeds both its ends and takes "
+               "what it needs from them (about half its bytes over each slow cable)")
+    kinds = ("all_gather", "reduce_scatter", "all_reduce")
     topologies = ("ring", "torus")
     nic_rings = False
 
@@ -76,7 +87,10 @@ class SlowChipLine(Algorithm):
         return why
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
-        """`line_pipelined`'s pieces for the line of the other chips (at least two: one per end)."""
+        """AllReduce: `line_pipelined`'s pieces for the line of the other chips (at least two: one per end);
+        AllGather, ReduceScatter: two halves of every shard."""
+        if kind != "all_reduce":
+            return 2
         return max(2, LINE_PIPELINED.default_chunks(kind, net, groups, nbytes))
 
     def prepare(self, job: Job) -> None:
@@ -88,6 +102,9 @@ class SlowChipLine(Algorithm):
         job.cache["slow"] = (job.group.members[(s,)], f, line)
 
     def build(self, job: Job, sch: Schedule) -> None:
+        if job.kind != "all_reduce":
+            _build_gather(job, sch)
+            return
         slow, _, dev = job.cache["slow"]
         n, piece = len(dev), job.nbytes / job.chunks
         m = middle(n)
@@ -113,6 +130,8 @@ class SlowChipLine(Algorithm):
             send(dev[end], slow, "copy", got[end], j)
 
     def closed_form(self, job: Job) -> float:
+        if job.kind != "all_reduce":
+            return _gather_closed_form(job)
         slow, f, dev = job.cache["slow"]
         net, c = job.net, job.chunks
         n, piece = len(dev), job.nbytes / job.chunks
@@ -140,6 +159,79 @@ class SlowChipLine(Algorithm):
         busiest += [((c // 2) * hop(u, v), hop(u, v)) for u, v in ((slow, dev[-1]), (dev[-1], slow))]
         work, one = max(busiest)
         return first + work - one
+
+
+Hop = tuple[Any, Any, float, list[int]]  #: (from chip, to chip, bytes, indices of the hops it waits for)
+
+
+def gather_hops(job: Job) -> list[Hop]:
+    """The AllGather's hops in an order every link keeps (see the module docstring): shard halves along the line both
+    ways (each chip's own first, then nearer shards before farther ones, the slow chip's halves last), the slow
+    chip's halves into the two ends, and each end forwarding to the slow chip its side's shards (the middle shard of
+    an odd line half from each end)."""
+    slow, _, dev = job.cache["slow"]
+    m, half = len(dev), job.nbytes / (2 * job.group.n)
+    hops: list[Hop] = []
+    at: dict[tuple[Any, int, int], int] = {}  # (chip, shard, half) -> the hop that brought it (absent: its own)
+
+    behind: dict[tuple[Any, Any], int] = {}  # link -> its last hop (a link sends its hops one after another)
+
+    def hop(src: Any, dst: Any, shard: int, h: int) -> None:
+        deps = [at[(src, shard, h)]] if (src, shard, h) in at else []
+        deps += [behind[(src, dst)]] if (src, dst) in behind else []
+        hops.append((src, dst, half, deps))
+        at[(dst, shard, h)] = behind[(src, dst)] = len(hops) - 1
+
+    s_shard = m  # the slow chip's shard: half 0 enters at end 0, half 1 at end m - 1
+    for h, end in ((0, 0), (1, m - 1)):
+        hop(slow, dev[end], s_shard, h)
+    for q in range(m - 1):  # rightward link q -> q + 1: shards q, q - 1, ..., 0, then the slow chip's half 0
+        for shard in [*range(q, -1, -1), s_shard]:
+            for h in ((0, 1) if shard != s_shard else (0,)):
+                hop(dev[q], dev[q + 1], shard, h)
+    for q in range(m - 1, 0, -1):  # leftward link q -> q - 1: shards q, ..., m - 1, then the slow chip's half 1
+        for shard in [*range(q, m), s_shard]:
+            for h in ((0, 1) if shard != s_shard else (1,)):
+                hop(dev[q], dev[q - 1], shard, h)
+    halves = [(shard, h) for shard in range(m) for h in (0, 1)]  # the slow chip takes the first m from end 0
+    for shard, h in halves[:m]:  # ... nearest first
+        hop(dev[0], slow, shard, h)
+    for shard, h in reversed(halves[m:]):  # and the rest from end m - 1, nearest first
+        hop(dev[m - 1], slow, shard, h)
+    return hops
+
+
+def _build_gather(job: Job, sch: Schedule) -> None:
+    """AllGather as `gather_hops`; ReduceScatter as the same hops reversed in time (each an ``add`` the other way,
+    waiting for the hops that waited for it)."""
+    hops = gather_hops(job)
+    ids: list[int] = []
+    if job.kind == "all_gather":
+        for src, dst, nbytes, deps in hops:
+            ids.append(sch.add(src, dst, 1, "copy", [ids[d] for d in deps], ("slow chip line",), dst, nbytes=nbytes))
+        return
+    after: list[list[int]] = [[] for _ in hops]
+    for i, (_, _, _, deps) in enumerate(hops):
+        for d in deps:
+            after[d].append(i)
+    done: dict[int, int] = {}
+    for i in range(len(hops) - 1, -1, -1):
+        src, dst, nbytes, _ = hops[i]
+        done[i] = sch.add(dst, src, 1, "add", [done[k] for k in after[i]], ("slow chip line",), src, nbytes=nbytes)
+
+
+def _gather_closed_form(job: Job) -> float:
+    """The busiest link's bytes over its bandwidth plus n - 1 hops' latency (the longest chain: a far shard along
+    the line to the end that hands it to the slow chip, or the slow chip's half across the line). Each slow cable
+    carries half of the n - 1 other shards, (n - 1) / (2n) V at f W; the line's busiest links (next to its ends)
+    carry n - 2 shards and the slow chip's half: (n - 3/2) / n V at W. The same for ReduceScatter, reversed."""
+    slow, f, dev = job.cache["slow"]
+    net, n = job.net, job.group.n
+    full = net.graph.edges[dev[0], dev[1]]["bandwidth_bytes_per_s"]
+    alpha = max(net.graph.edges[e]["latency_s"] for e in ((slow, dev[0]), (dev[0], dev[1])))
+    slow_s = (n - 1) / (2 * n) * job.nbytes / (f * full)
+    line_s = (n - 1.5) / n * job.nbytes / full
+    return max(slow_s, line_s) + (n - 1) * alpha
 
 
 SLOW_CHIP_LINE = register(SlowChipLine())
