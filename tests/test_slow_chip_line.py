@@ -58,10 +58,10 @@ def test_never_below_the_bound_and_near_its_closed_form(f: float) -> None:
 
 
 def test_only_for_one_slow_chip_on_a_ring() -> None:
-    with pytest.raises(PodsimError, match="exactly one slow chip"):
+    with pytest.raises(PodsimError, match="through one slow chip"):
         run_collective("all_reduce", System("tpu-v5e", topology=f"torus:{N}"), V, algorithm="slow_chip_line")
     two = System("tpu-v5e", topology=f"torus:{N}", faults=[ChipSlow(1, 0.5), ChipSlow(5, 0.5)])
-    with pytest.raises(PodsimError, match="exactly one slow chip"):
+    with pytest.raises(PodsimError, match="through one slow chip"):
         run_collective("all_reduce", two, V, algorithm="slow_chip_line")
     with pytest.raises(PodsimError, match="timing only"):
         run_collective("all_reduce", _slow(), algorithm="slow_chip_line", data=__import__("numpy").ones((N, 16)))
@@ -89,3 +89,18 @@ def test_gather_where_the_line_is_busier_than_the_slow_cables() -> None:
     line_s = (N - 1.5) / N * V / B
     assert line_s <= r.time_s <= 1.001 * line_s
     assert run_collective("all_gather", _slow(0.8), V).time_s < r.time_s
+
+
+def test_one_row_through_a_slow_chip_among_healthy_rows() -> None:
+    """torus:4x4 --axes 1, chip 5 (row 1) at half speed: row 1 runs the line with chip 5 feeding its ends, rows 0, 2
+    and 3 their bidirectional rings. AllReduce on row 1 (n = 4, line of 3, middle 1 hop from each end): the slow
+    chip's two cables carry V / 2 each way at b / 2 (V / b = 22.2 ms), the line's links V (22.2 ms); the healthy rows
+    take 2 (n - 1)/n V / (2 b) = 16.7 ms, under it. The rings through the slow chip: 41.7 ms."""
+    system = System("tpu-v5e", topology="torus:4x4", faults=[ChipSlow(5, 0.5)])
+    r = run_collective("all_reduce", system, V, axes=[1])
+    ring = run_collective("all_reduce", System("tpu-v5e", topology="torus:4x4", faults=[ChipSlow(5, 0.5)]), V,
+                          axes=[1], algorithm="bidirectional")
+    assert r.algorithm == "slow_chip_line"
+    assert V / B <= r.time_s <= 1.05 * V / B < 0.6 * ring.time_s
+    assert r.link_bytes["5->6"] == pytest.approx(V / 2, rel=1e-6)  # a slow cable: every other piece
+    assert r.link_bytes["0->1"] == pytest.approx(2 * (4 - 1) / 4 * V / 2, rel=1e-6)  # a healthy row's ring link

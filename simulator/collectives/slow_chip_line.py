@@ -32,20 +32,41 @@ slow chip the n - 1 halves nearest it (shards 0, 1, ... from e0; ..., n - 2 from
 the slow chip's bound (it must take in the other (n - 1)/n V over its two cables) wherever f <= (n - 1)/(2n - 3):
 torus:8 at f = 0.5, 19.45 ms against 27.8 ms round the ring through it.
 
-Timing only; one group on a one-axis ring of four chips or more whose links are all alike but for the two cables
-of one chip, both slower by the same factor.
+Timing only; groups on one wrapped axis of four chips or more, one of them a ring whose links are all alike but for
+the two cables of one chip (both slower by the same factor), every other a ring of alike links, which runs the
+bidirectional ring alongside (torus:4x4 ``--axes 1`` with a slow chip: its row so, the other rows as rings).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from simulator.collectives.algorithm import Algorithm, Job, register
+from simulator.collectives.algorithm import Algorithm, Job, get_algorithm, register
 from simulator.collectives.groups import Group
 from simulator.collectives.line_pipelined import LINE_PIPELINED, middle
 from simulator.collectives.schedule import Schedule
+from simulator.collectives.split_ring import _merge
 from simulator.collectives.timing import route_latency
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
+
+
+def _slow_group(net: Network, groups: list[Group]) -> int | None:
+    """The index of the one group whose ring runs through one slow chip (`slow_chip`), every other group's ring
+    links all alike; None otherwise."""
+    found = [k for k, g in enumerate(groups) if slow_chip(net, g) is not None]
+    if len(found) != 1:
+        return None
+    for k, group in enumerate(groups):
+        chips = [group.members[(i,)] for i in range(group.n)]
+        pairs = [(chips[i], chips[(i + 1) % group.n]) for i in range(group.n)]
+        if k == found[0]:
+            continue
+        if not all(net.graph.has_edge(a, b) and net.graph.has_edge(b, a) for a, b in pairs):
+            return None
+        bw = {net.graph.edges[e]["bandwidth_bytes_per_s"] for a, b in pairs for e in ((a, b), (b, a))}
+        if max(bw) > min(bw) * (1 + 1e-9):
+            return None
+    return found[0]
 
 
 def slow_chip(net: Network, group: Group) -> tuple[int, float] | None:
@@ -81,27 +102,42 @@ class SlowChipLine(Algorithm):
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
         why = super().unfit(kind, net, groups)
-        if why is None and (not net.grid or len(groups) != 1 or len(groups[0].sizes) != 1 or not groups[0].wraps[0]
-                            or groups[0].n < 4 or slow_chip(net, groups[0]) is None):
-            return "it needs one ring (one wrapped axis, four chips or more) through exactly one slow chip"
+        if why is None and (not net.grid or len(groups[0].sizes) != 1 or not groups[0].wraps[0] or groups[0].n < 4
+                            or _slow_group(net, groups) is None):
+            return ("it needs rings on one wrapped axis (four chips or more), exactly one of them through one slow "
+                    "chip and every other ring's links alike")
         return why
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
-        """AllReduce: `line_pipelined`'s pieces for the line of the other chips (at least two: one per end);
+        """AllReduce: `line_pipelined`'s pieces for the line of the other chips, made even (one end each in turn);
         AllGather, ReduceScatter: two halves of every shard."""
         if kind != "all_reduce":
             return 2
-        return max(2, LINE_PIPELINED.default_chunks(kind, net, groups, nbytes))
+        c = max(2, LINE_PIPELINED.default_chunks(kind, net, groups, nbytes))
+        return c + c % 2  # even: the two ends take as many pieces each
 
     def prepare(self, job: Job) -> None:
         if job.numeric:
             raise PodsimError("slow_chip_line is timing only; give nbytes, or another --algorithm")
-        s, f = slow_chip(job.net, job.group)
-        n = job.group.n
-        line = [job.group.members[((s + 1 + p) % n,)] for p in range(n - 1)]  # e0 = s + 1 ... e1 = s - 1
-        job.cache["slow"] = (job.group.members[(s,)], f, line)
+        from simulator.collectives.api import _job  # (the api builds the other rings' job as its own)
+
+        g = _slow_group(job.net, job.groups)
+        group = job.groups[g]
+        s, f = slow_chip(job.net, group)
+        n = group.n
+        line = [group.members[((s + 1 + p) % n,)] for p in range(n - 1)]  # e0 = s + 1 ... e1 = s - 1
+        job.cache["slow"] = (group.members[(s,)], f, line)
+        others = [grp for k, grp in enumerate(job.groups) if k != g]
+        ring = get_algorithm("bidirectional")
+        job.cache["others"] = _job(ring, job.kind, job.net, others, job.nbytes, None, job.multi_axis, None,
+                                   job.root_pos, None, None, None) if others else None
 
     def build(self, job: Job, sch: Schedule) -> None:
+        others = job.cache["others"]
+        if others is not None:  # every other ring: the bidirectional ring, alongside
+            sub = Schedule(others.key_bytes)
+            get_algorithm("bidirectional").build(others, sub)
+            _merge(sch, sub)
         if job.kind != "all_reduce":
             _build_gather(job, sch)
             return
@@ -130,6 +166,12 @@ class SlowChipLine(Algorithm):
             send(dev[end], slow, "copy", got[end], j)
 
     def closed_form(self, job: Job) -> float:
+        """The slow chip's ring as below; the other rings (on links of their own) as the bidirectional ring."""
+        others = job.cache["others"]
+        rest = get_algorithm("bidirectional").closed_form(others) if others is not None else 0.0
+        return max(rest, self._slow_ring(job))
+
+    def _slow_ring(self, job: Job) -> float:
         if job.kind != "all_reduce":
             return _gather_closed_form(job)
         slow, f, dev = job.cache["slow"]
