@@ -63,7 +63,7 @@ def test_only_for_one_slow_chip_on_a_ring() -> None:
     two = System("tpu-v5e", topology=f"torus:{N}", faults=[ChipSlow(1, 0.5), ChipSlow(5, 0.5)])
     with pytest.raises(PodsimError, match="through one slow chip"):
         run_collective("all_reduce", two, V, algorithm="slow_chip_line")
-    with pytest.raises(PodsimError, match="timing only"):
+    with pytest.raises(PodsimError, match="timing and bytes only"):
         run_collective("all_reduce", _slow(), algorithm="slow_chip_line", data=__import__("numpy").ones((N, 16)))
 
 

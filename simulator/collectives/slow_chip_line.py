@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.collectives.algorithm import Algorithm, Job, get_algorithm, register
+from simulator.collectives.algorithm import Algorithm, Capabilities, Job, get_algorithm, register
 from simulator.collectives.groups import Group
 from simulator.collectives.line_pipelined import LINE_PIPELINED, middle
 from simulator.collectives.schedule import Schedule
@@ -98,6 +98,7 @@ class SlowChipLine(Algorithm):
                "what it needs from them (about half its bytes over each slow cable)")
     kinds = ("all_gather", "reduce_scatter", "all_reduce")
     topologies = ("ring", "torus")
+    capabilities = Capabilities(numeric=False)  #: timing and bytes only (`prepare` refuses data)
     nic_rings = False
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
