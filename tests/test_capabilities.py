@@ -183,3 +183,16 @@ def test_a_step_whose_collective_auto_runs_without_reduced_mode_counts_its_bytes
     for interface, nbytes in exact.system.trace.bytes_by_interface.items():
         assert fast.system.trace.bytes_by_interface[interface] == pytest.approx(nbytes, rel=1e-9), interface
     assert fast.summary()["step_time_s"] == pytest.approx(exact.summary()["step_time_s"], rel=1e-9)
+
+
+def test_every_algorithm_whose_prepare_refuses_data_declares_it():
+    """An algorithm that declares ``numeric`` must not refuse a numeric job in ``prepare`` (it would be offered
+    to `data=` callers and then fail): its source may not hold a 'timing only' refusal."""
+    import inspect
+
+    from simulator.collectives.algorithm import algorithms
+
+    for alg in algorithms():
+        source = inspect.getsource(type(alg).prepare) if "prepare" in vars(type(alg)) else ""
+        if "timing only" in source and "raise" in source:
+            assert not alg.capabilities.numeric, f"{alg.name} refuses data in prepare but declares numeric"

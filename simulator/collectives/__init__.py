@@ -53,6 +53,7 @@ from simulator.collectives import (  # noqa: F401
     slice_direct,
     slice_gather,
     slice_rails,
+    slow_chip_line,
     spanning_trees,
     split_ring,
     switch_relay,
