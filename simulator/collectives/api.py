@@ -184,7 +184,7 @@ def _worth_trying(candidates: list[Any], tuned: list[Any]) -> list[Any]:
     return tried if len(tried) > 1 else []
 
 
-def _trial(system: Any, kind: str, label: str, name: str, axes: Any, root: Any, nbytes: float | None,
+def _trial(system: System, kind: str, label: str, name: str, axes: Any, root: Any, nbytes: float | None,
            multi_axis: str, chunks: int | None, rings: int | None) -> float:
     """Seconds ``name`` takes on the way labelled ``label`` round ``system``'s faults, simulated on a fresh copy of
     its network (`fault_routes.trial_system`; flow-level aggregation, the path `run_collective` takes there)."""

@@ -125,7 +125,7 @@ def ways(net: Network, faults: Any) -> list[Route]:
     return routes
 
 
-def trials_apply(system: Any, data: Any) -> bool:
+def trials_apply(system: System, data: Any) -> bool:
     """Whether ``auto`` may settle its choice round ``system``'s faults by simulating its candidates (`trial_system`):
     timing only, and faults the graph holds entirely (link faults and HBM-slowed chips; not a pause, a failure
     or jitter, which act while a run goes on)."""
@@ -136,9 +136,10 @@ def trials_apply(system: Any, data: Any) -> bool:
                for f in model.faults)
 
 
-def trial_system(system: Any) -> Any:
+def trial_system(system: System) -> System:
     """A fresh, idle copy of ``system``'s network for a trial run: its faulted graph (faults already written in) in a
     new untraced `System` of the same chip, nothing else applied (``seed=0``: no `applying` plan either)."""
+    assert system.network is not None  # trials run only under link faults, on a network
     return System(system.spec, topology=system.graph, trace=False, switching=system.network.switching, seed=0)
 
 
