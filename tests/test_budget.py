@@ -175,3 +175,16 @@ def test_moe_critical_batch_reads_every_expert_a_large_batch_touches():
     assert at["t_compute_s"] == pytest.approx(at["t_memory_s"], rel=0.01)
     below = decode_budget(cfg, chip, batch=round(0.8 * crit), context=0)
     assert below["bound"] == "memory"
+
+
+def test_params_by_part_is_the_books_quarter_attention():
+    """The book (transformers, question 1): D = 4096, F = 4D, N H = D, L = 64: attention 4 D^2 L, the three MLP
+    matrices 3 D F L, so attention is 4D^2 / (4D^2 + 12D^2) = 1/4 of the layers' parameters."""
+    d, f, layers, vocab = 4096, 4 * 4096, 64, 32000
+    cfg = TransformerConfig(name="q1", d_model=d, d_ff=f, n_layers=layers, n_heads=32, vocab_size=vocab)
+    parts = decode_budget(cfg, V5E)["params_by_part"]
+    assert parts["attention"] == 4 * d * d * layers
+    assert parts["mlp"] == 3 * d * f * layers
+    assert parts["embeddings"] == 2 * d * vocab
+    assert parts["attention_fraction"] == 0.25
+    assert sum(v for k, v in parts.items() if k != "attention_fraction") == cfg.params()
