@@ -91,25 +91,31 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("sharding", "Pop quiz the same: bytes over all devices (512 KiB)",
      'shard "int8[128,2048]" "A[I_XY,J]" --mesh X=2,Y=8,Z=2', "total_bytes", 524288, "match 0%"),
     ("sharding", "Pop quiz 2 AllGather_Y([E_Y, F]) on v5e {X: 8, Y: 4}, E=2048, F=8192 bf16, no wraparound (560 us)",
-     "collective all_gather --chip tpu-v5e --topology mesh:8x4 --axes 1 --bytes 33554432", "book_s", 560e-6,
+     "collective all_gather --chip tpu-v5e --topology mesh:8x4 --array bf16[2048,8192] --sharding A[E_Y,F] "
+     "--mesh X=8,Y=4", "book_s", 560e-6,
      "match 1%"),
     ("sharding", "Pop quiz 2 the same with E = F = 256: latency-bound, 3 hops (about 3 us)",
-     "collective all_gather --chip tpu-v5e --topology mesh:8x4 --axes 1 --bytes 131072", "book_s", 3e-6,
+     "collective all_gather --chip tpu-v5e --topology mesh:8x4 --array bf16[256,256] --sharding A[E_Y,F] "
+     "--mesh X=8,Y=4", "book_s", 3e-6,
      "match 1%"),
     ("sharding", "Q1 A[I_X,J,K] on X=4,Y=8,Z=2: total bytes over one copy (16)",
      'shard "bf16[1024,512,256]" "A[I_X,J,K]" --mesh X=4,Y=8,Z=2', "replication", 16, "match 0%"),
     ("sharding", "Q2.1 AllGather_X([B_X, D_Y]) on v4p 4x4x4, B=1024, D=4096 bf16 (23 us)",
-     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --axes 0 --bytes 2097152", "book_s", 23e-6,
+     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --array bf16[1024,4096] --sharding A[B_X,D_Y] "
+     "--mesh X=4,Y=4,Z=4 --axes X", "book_s", 23e-6,
      "match 2%"),
     ("sharding", "Q2.2 AllGather_XY([B_X, D_Y]) (46 us)",
-     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --axes 0,1 --bytes 8388608", "book_s", 46e-6,
+     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --array bf16[1024,4096] --sharding A[B_X,D_Y] "
+     "--mesh X=4,Y=4,Z=4 --axes X,Y", "book_s", 46e-6,
      "match 2%"),
     ("sharding", "Q2.3 AllReduce_Z([B_X, D_Y]{U_Z}) (190 us)",
-     "collective all_reduce --chip tpu-v4 --topology torus:4x4x4 --axes 2 --bytes 524288", "book_s", 190e-6,
+     "collective all_reduce --chip tpu-v4 --topology torus:4x4x4 --array bf16[1024,4096] "
+     "--sharding A[B_X,D_Y]{U_Z} --mesh X=4,Y=4,Z=4", "book_s", 190e-6,
      "differs: the book's 4BD/W moves the whole array; sharded over X and Y only 1/16 of it (2BD/16 bytes) "
      "moves over Z, 2 x 524,288 / 9e10 = 11.7 us"),
     ("sharding", "Q3 AllGather_X([B_X]) of bf16[128] on v4p 4x4x4: latency-bound (about 2 us)",
-     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --axes 0 --bytes 256", "book_s", 2e-6,
+     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --array bf16[128] --sharding A[B_X] "
+     "--mesh X=4,Y=4,Z=4", "book_s", 2e-6,
      "match 1%"),
     ("sharding", "Q4 AllGather-then-matmul against matmul-then-AllReduce", None, None, None,
      "none: symbolic (D > 2 C / W_ici = 5,100); podsim's shard and collective price each strategy at given sizes"),
