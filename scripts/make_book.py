@@ -47,6 +47,8 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "roofline --chip tpu-v5e --flops 1 --bytes 1", "peak_intensity_flops_per_byte", 240, "match 1%"),
     ("roofline", "In-text: bf16 [B, 8192] x [8192, 32768] on v5e is compute-bound past B = 240",
      "roofline --chip tpu-v5e --matmul 1,8192,32768 --find batch", "critical_batch_book", 240, "match 1%"),
+    ("roofline", "Problem 5 H100 (990e12 without sparsity, 3.35e12 B/s): compute-bound batch (298)",
+     "roofline --chip h100 --matmul 1,8192,32768 --find batch", "critical_batch_book", 298, "match 1%"),
     # --- tpus ------------------------------------------------------------------------------------------------
     ("tpus", "Q1 200B bf16 parameters on 32 v4p: time to load them from HBM (about 10 ms)",
      "model --params 200e9 --kv-bytes-per-token 0 --chip tpu-v4 --mesh model=32 --batch 1 --context 0",
@@ -82,9 +84,20 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("tpus", "Q5.2 the whole transfer (194 us)",
      "send --chip tpu-v5e --topology mesh:4x4 --src 0,0 --dst 3,3 --bytes 16777216", "time_s", 194e-6,
      "match 2%"),
+    ("tpus", "Q6 stage 1: each chip's 1 GB over its own PCIe link (8 GB over 8 links at 1.5e10: 66 ms)",
+     "roofline --chip tpu-v5e --memory pcie --flops 0 --bytes 1e9", "lower_bound_s", 66e-3,
+     "differs: podsim's v5e PCIe is 1.6e10 B/s per chip (REFERENCE.md, 1.28e11 per host of 8), the question's "
+     "1.5e10, so 62.5 ms"),
+    ("tpus", "Q6 stage 2: gather the 16 GB array to TPU{0,0} over its 2 ICI links, 15e9 / 9e10 (167 ms)",
+     "collective gather --chip tpu-v5e --topology mesh:4x4 --root 0,0 --bytes 16e9", "book_s", 167e-3,
+     "match 1%"),
+    ("tpus", "Q6 stage 3: 16e9 bytes from HBM into the MXU, 16e9 / 8.1e11 (19 ms)",
+     "roofline --chip tpu-v5e --flops 0 --bytes 16e9", "lower_bound_s", 19e-3, "match 3%"),
+    ("tpus", "Q6 stage 4: 2 x 8 x 131072^2 = 2.7e11 FLOPs at 1.97e14 (1.3 ms)",
+     "roofline --chip tpu-v5e --flops 2.7e11 --bytes 0", "t_compute_s", 1.3e-3, "match 6%"),
     ("tpus", "Q6 16 GB int8 matrix from host DRAM to TPU{0,0} and a matmul (150-200 ms)", None, None, None,
-     "none: a four-stage pipeline (PCIe, ICI gather, HBM, FLOPs); podsim prices each stage (roofline --memory "
-     "pcie, collective gather --root 0,0, roofline) but not their overlap in one command"),
+     "none: the four stages overlapped (PCIe, ICI gather, HBM, FLOPs: the rows above); podsim prices each "
+     "stage (roofline --memory pcie, collective gather --root 0,0, roofline) but not their overlap in one command"),
     # --- sharding --------------------------------------------------------------------------------------------
     ("sharding", "Pop quiz int8[128, 2048] as A[I_XY, J] on X=2, Y=8, Z=2: bytes per device (16,384)",
      'shard "int8[128,2048]" "A[I_XY,J]" --mesh X=2,Y=8,Z=2', "bytes_per_device", 16384, "match 0%"),
