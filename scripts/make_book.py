@@ -148,7 +148,10 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("transformers", "Q1 the same model: attention's share of the layers' parameters, 4D^2 / (4D^2 + 12D^2) (1/4)",
      "model --config docs/book_models/transformers_q1.toml --chip tpu-v5e --no-simulate",
      "params_by_part.attention_fraction", 0.25, "match 0%"),
-    ("transformers", "Q2-Q6 FLOP and intensity algebra", None, None, None,
+    ("transformers", "Q5 the context where attention FLOPs equal the QKVO projections', T = 2D (8,192 for D = 4096)",
+     "model --config docs/book_models/transformers_q1.toml --chip tpu-v5e --no-simulate",
+     "context_attention_equals_projections", 8192, "match 0%"),
+    ("transformers", "Q2-Q4, Q6 FLOP and intensity algebra", None, None, None,
      "none: closed-form algebra on symbols; podsim model --config F.toml gives params_total and flops_per_token "
      "for any concrete model"),
     ("transformers", "Q7 DeepSeek v3: MFU from 2.79M H800-hours, 14.8T tokens, 37B active (21.7%)",

@@ -147,6 +147,13 @@ def params_by_part(cfg: TransformerConfig) -> dict[str, float]:
             "embeddings": cfg.embedding_params(), "attention_fraction": attention / (attention + mlp)}
 
 
+def attention_equals_projections_context(cfg: TransformerConfig) -> float:
+    """Positions a token attends to where its attention FLOPs (QK^T and AV, 4 q S per layer) equal its Q, K, V
+    and O projections' (2 (2 D q + 2 D kv) per layer): S = D (1 + kv / q), the book's T = 2D for multi-head
+    attention (transformers, question 5: 8,192 for D = 4096)."""
+    return cfg.d_model * (1 + cfg.kv_width / cfg.q_width)
+
+
 def per_op_bound(flops: dict[str, float], par: Parallelism, weight_bytes: float, kv_bytes: float,
                  peak_flops_per_s: float, hbm_bytes_per_s: float) -> dict[str, Any]:
     """The step priced as the book (and a real kernel) does: each operation by its own roofline, then added.
@@ -219,6 +226,7 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
         contexts[0], "data": par.data, "model_parallel": par.model,
         "params_total": cfg.params(), "params_active": cfg.params(active=True),
         "params_by_part": params_by_part(cfg),
+        "context_attention_equals_projections": attention_equals_projections_context(cfg),
         "weight_bytes": weights, "kv_cache_bytes": history, "kv_bytes_per_position": kv_pos,
         "kv_growth_bytes_per_step": growth,
         "weights_plus_kv_bytes": weights + history, "new_tokens": new_tokens,
