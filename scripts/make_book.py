@@ -130,8 +130,8 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --array bf16[128] --sharding A[B_X] "
      "--mesh X=4,Y=4,Z=4", "book_s", 2e-6,
      "match 1%"),
-    ("sharding", "Q4 AllGather-then-matmul against matmul-then-AllReduce", None, None, None,
-     "none: symbolic (D > 2 C / W_ici = 5,100); podsim's shard and collective price each strategy at given sizes"),
+    ("sharding", "Q4 matmul-then-AllReduce beats AllGather-then-matmul once D > 2 C / W_ici (5,100 on v5p)",
+     "roofline --chip tpu-v5p --memory ici --flops 1 --bytes 1", "contracting_dim_crossover", 5100, "match 0.1%"),
     ("sharding", "Q5-Q7 choose shardings for the lowest latency / a memory limit", None, None, None,
      "none: design questions with no single number; podsim plan ranks layouts for a model"),
     ("sharding", "Q8 benchmark the four collectives in JAX", None, None, None,

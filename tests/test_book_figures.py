@@ -220,3 +220,12 @@ def test_roofline_chips_shares_a_whole_models_work(capsys):
     assert out["lower_bound_s"] == pytest.approx(400e9 / 32 / 1.2e12)
     assert main(["roofline", "--chip", "tpu-v4", "--matmul", "8,8,8", "--chips", "4"]) == 2
     assert "--chips" in capsys.readouterr().err
+
+
+def test_contracting_dim_crossover_is_twice_the_ici_ridge(capsys):
+    """sharding, question 4: A[B, D_X] x W[D_X, F] as local matmuls and an AllReduce of [B, F] (4BF / W_ici) beats
+    AllGather(W) then the whole matmul (2BDF / C) once D > 2 C / W_ici = 2 x 4.59e14 / 1.8e11 = 5,100 on v5p."""
+    out = podsim_json(capsys, "roofline", "--chip", "tpu-v5p", "--memory", "ici", "--flops", "1", "--bytes", "1")
+    assert out["contracting_dim_crossover"] == pytest.approx(2 * 4.59e14 / (2 * 9e10), rel=1e-12)
+    hbm = podsim_json(capsys, "roofline", "--chip", "tpu-v5p", "--flops", "1", "--bytes", "1")
+    assert "contracting_dim_crossover" not in hbm  # only against a chip-to-chip network

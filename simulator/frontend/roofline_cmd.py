@@ -152,7 +152,10 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
     keys, efficiencies, notes). Against a network roof the ridge C / W is the book's batch (tokens) above
     which data parallelism and FSDP over it are compute-bound: ``critical_batch_per_chip`` over ICI and
     NVLink, ``critical_batch_per_slice`` over DCN and ``critical_batch_per_node`` over IB (`NETWORKS`), with
-    ``critical_batch_per_gpu`` beside it (the book's C / W_node: a node's 8 NICs carry its 8 GPUs' share)."""
+    ``critical_batch_per_gpu`` beside it (the book's C / W_node: a node's 8 NICs carry its 8 GPUs' share).
+    Over a per-chip network ``contracting_dim_crossover`` = 2 C / W is the contracting dimension D above which
+    A[B, D_X] x W[D_X, F] is quicker as local matmuls and an AllReduce of [B, F] (4BF / W) than as an AllGather
+    of W and a whole matmul (2BDF / C): the book's sharding question 4, 5,100 on v5p."""
     peak = peak_flops(chip, dtype)
     bandwidth, roof = roof_bandwidth(chip, memory, axes)
     out = {"chip": chip.name, "dtype": dtype, "memory": memory, "roof": roof, "flops": flops, "bytes": nbytes,
@@ -165,6 +168,8 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
     if memory in NETWORKS:
         ridge = out["peak_intensity_flops_per_byte"]
         out[f"critical_batch_per_{NETWORKS[memory]}"] = {"data_parallel": ridge, "fsdp": ridge}
+        if NETWORKS[memory] == "chip":  # the book's sharding question 4: 4BF / W < 2BDF / C once D > 2 C / W
+            out["contracting_dim_crossover"] = 2 * ridge
         if memory == "ib":  # a node's 8 NICs carry its 8 GPUs' share: the book's C / W_node per GPU (2,475 on H100)
             per_gpu = ridge / GPUS_PER_NODE
             out["critical_batch_per_gpu"] = {"data_parallel": per_gpu, "fsdp": per_gpu}
@@ -288,7 +293,9 @@ def render(out: dict[str, Any]) -> str:
         c = out["peak_intensity_flops_per_byte"]
         line = f"  critical batch C/W = {c:.4g} tokens per {per} (data parallelism, FSDP)"
         if per == "chip":  # tensor parallelism lives on the fast network
-            line += f"; tensor parallelism over Y chips needs F/Y > {c:.4g}; FSDP x TP needs B/chip > {c:.4g}^2/(2F)"
+            line += (f"; tensor parallelism over Y chips needs F/Y > {c:.4g}; FSDP x TP needs B/chip > {c:.4g}^2/(2F)"
+                     f"\n  A[B, D_X] x W[D_X, F]: multiply the shards and AllReduce [B, F] rather than AllGather W "
+                     f"once D > 2C/W = {out['contracting_dim_crossover']:.4g}")
         elif "critical_batch_per_gpu" in out:  # the book's per-GPU figure, C / node egress
             line += f"; {out['critical_batch_per_gpu']['data_parallel']:.4g} per GPU (C / node egress)"
         else:  # each chip of the slice or node has its own NIC
