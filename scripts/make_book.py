@@ -39,7 +39,8 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "roofline --chip tpu-v5e --matmul 1,8192,32768 --dtype bf16 --weight-dtype int8 --find batch",
      "critical_batch_book", 120, "match 2%"),
     ("roofline", "Q3 roofline plot of FLOP/s against B for several D, F", None, None, None,
-     "none: a plot (podsim sweep or roofline per batch gives its points)"),
+     "none: a plot, no number; its points are one command each: podsim roofline --matmul 1,D,F --batches "
+     "1,16,64,240,1024 (achieved FLOP/s per batch)"),
     ("roofline", "Q4 int8[B,D] x int8[B,D,F]: arithmetic intensity (about 2)",
      "roofline --chip tpu-v5e --dtype int8 --flops 17179869184 --bytes 8592031744", "intensity_flops_per_byte", 2,
      "match 1%"),

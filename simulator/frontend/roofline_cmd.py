@@ -20,7 +20,7 @@ from typing import Any
 
 from simulator import analytic
 from simulator.errors import PodsimError
-from simulator.frontend.roofline_find import check_find, find_batch
+from simulator.frontend.roofline_find import batch_points, check_find, find_batch, parse_batches
 from simulator.hardware.calibration import get_calibration
 from simulator.hardware.facts import GPUS_PER_NODE
 from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype, get_chip, load_chip_file
@@ -51,6 +51,8 @@ def add_roofline_parser(sub: Any, chip_args: Callable[[argparse.ArgumentParser],
                                                 "the roofline of each chip's share (per_chip_flops, per_chip_bytes)")
     p.add_argument("--find", metavar="WHAT", help="batch: with --matmul, the batch M at which the matmul turns "
                                                   "compute-bound (critical_batch, and the book's B << K,N rule)")
+    p.add_argument("--batches", metavar="B1,B2,..", help="with --matmul: the roofline at each batch (its K, N): "
+                                                         "FLOPs, bytes, bound and achieved FLOP/s per point")
     p.add_argument("--memory", default="hbm", choices=MEMORIES,
                    help="which bandwidth roof: hbm, vmem, ici (both ways per axis), dcn, pcie, nvlink, ib (GPUs)")
     p.add_argument("--axes", help="ICI axes used at once (default 1; at most the chip's torus axes)")
@@ -271,12 +273,22 @@ def cmd_roofline(args: argparse.Namespace) -> None:
     if args.find and shape is not None:
         out.update(find_batch(shape[1], shape[2], check_dtype(args.dtype), check_dtype(args.weight_dtype or args.dtype),
                               out["peak_flops_per_s"], out["bandwidth_bytes_per_s"]))
+    if args.batches is not None:
+        if shape is None:
+            raise PodsimError("--batches prices a matmul at several batches: give --matmul B,K,N (K and N are kept)")
+        out["batches"] = batch_points(parse_batches(args.batches), shape[1], shape[2], check_dtype(args.dtype),
+                                      check_dtype(args.weight_dtype or args.dtype), out["peak_flops_per_s"],
+                                      out["bandwidth_bytes_per_s"])
     if args.weight_dtype:
         out["weight_dtype"] = args.weight_dtype
     if chips > 1:  # the figures above are one chip's share; the whole task's beside them
         out.update(chips=chips, whole_flops=flops * chips, whole_bytes=nbytes * chips, per_chip_flops=flops,
                    per_chip_bytes=nbytes)
-    print(dumps_json(out) if args.json else render(out) + (f"\n  {out['find_note']}" if "find_note" in out else ""))
+    text = "" if args.json else render(out) + (f"\n  {out['find_note']}" if "find_note" in out else "")
+    for point in [] if args.json else out.get("batches", []):
+        text += (f"\n  B={point['batch']:<8} {format_quantity(point['flops_per_s'], 'FLOP/s'):>14} "
+                 f"{point['bound']}-bound, {format_quantity(point['lower_bound_s'], 's')}")
+    print(dumps_json(out) if args.json else text)
 
 
 def render(out: dict[str, Any]) -> str:
