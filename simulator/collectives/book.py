@@ -96,7 +96,7 @@ def _two_level(kind: str, net: Network, group: Group, domains: dict[Any, list[An
     m = n // k
     out = _egress(net, root, outer=True)
     if kind == "all_to_all":  # each chip sends V/n^2 to each chip: m - 1 of them at home, n - m away
-        inner = (m - 1) * nbytes / n**2 / _egress(net, root, outer=False)
+        inner = (m - 1) * nbytes / n**2 / _egress(net, root, outer=False) if m > 1 else 0.0  # one chip a domain
         return max(inner, (n - m) * nbytes / n**2 / out)
     moved = _gather_bytes(kind, k, nbytes)
     if moved is None:
