@@ -149,9 +149,11 @@ def _run(r: dict[str, str]) -> PublishedGpuRun:
     megatron_core = r.get("flops_convention", "").startswith("megatron-core")
     remat = r["remat"].strip() or ("selective" if megatron_core else "none")
     zero = _int(r["zero"], 3 if plan.size("fsdp") > 1 else 0)
-    # PyTorch FSDP's SHARD_GRAD_OP (the file's zero = 2 for FSDP runs) shards the weights outside computation:
-    # gathered for each forward and kept to the backward -- ZeRO-3 without re-sharding after the forward
-    sgo = zero == 2 and "fsdp" in r.get("framework", "").lower()  # (also Llama 3's FSDP: weights kept to the backward)
+    # PyTorch FSDP's SHARD_GRAD_OP (the file's zero = 2 for FSDP runs, torchtitan's included) shards the weights
+    # outside computation: gathered for each forward and kept to the backward -- ZeRO-3 without re-sharding after
+    # the forward
+    fsdp_framework = "fsdp" in r.get("framework", "").lower() or framework_of(r.get("framework", "")) == "torchtitan"
+    sgo = zero == 2 and fsdp_framework
     opts = TrainOptions(microbatches=max(1, per_replica // max(1, device_mb)), checkpoint=remat,
                         zero=3 if sgo else zero, reshard_after_forward=not sgo,
                         tp_overlap=r.get("tp_comm_overlap", "").strip() == "1",
