@@ -94,6 +94,13 @@ kernels over the [tokens, vocab] logits the head GEMM wrote in 16 bits:
 6 + 4 + 8 + 8 + 4 + 8 + 8 + 6 = 52 bytes, priced as memory-bound kernels at the kernel model's share of HBM (not
 fitted). At a 128k vocabulary this is 6.7 MB per token on one GPU: as much time as a few layers' norms."""
 GRAD_REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  #: dtypes a framework reduces gradients in -> bytes
+#: what each framework reduces 16-bit gradients in by default (the forecast's default; a published row names its own):
+#: Megatron-LM / Megatron-Core force fp32 under bf16 (arguments.py: "bfloat16 requires gradient accumulation and
+#: all-reduce to be done in fp32"), NeMo's recipes set grad_reduce_in_fp32=True, torchtitan's mixed_precision_reduce
+#: is float32, PyTorch FSDP's DEFAULT mixed precision (llm-foundry's default MP mode) reduces in fp32, Llama 3's FSDP
+#: reduce-scatters in FP32
+FRAMEWORK_GRAD_REDUCE = {"megatron-lm": "fp32", "megatron-core": "fp32", "llm-foundry": "fp32", "torchtitan": "fp32",
+                         "llama3-meta": "fp32"}
 
 
 class IdealKernels:
@@ -363,9 +370,11 @@ def calibrated_gpu_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, 
     """The forecast of one GPU training step as ``framework`` runs it (None: the default framework) beside its
     bound (``ideal``: peak kernels, line-rate links, no fixed costs), with ``uncalibrated`` naming what no fit
     pinned. ``attention`` (None: the framework's kernel) is one of `ATTENTION`; ``grad_reduce_bytes`` as in
-    `gpu_step_factors`."""
+    `gpu_step_factors` (None: the framework's default, `FRAMEWORK_GRAD_REDUCE`, for 16-bit weights)."""
     c = constants or gpu_step_constants(chip.name, framework)
     attention = attention or c.attention
+    if grad_reduce_bytes is None and cfg.weight_elem_bytes < 4:  # 16-bit weights: the framework's reduce dtype
+        grad_reduce_bytes = GRAD_REDUCE_DTYPES[FRAMEWORK_GRAD_REDUCE.get(framework or c.framework, "fp32")]
     cal = gpu_step_factors(cfg, chip, plan, opts, batch, seq, c, require_kernels(chip), attention, dtype,
                            grad_reduce_bytes)
     ideal = gpu_step_factors(cfg, chip, plan, opts, batch, seq, None, IdealKernels(chip), attention, dtype,
@@ -376,5 +385,5 @@ def calibrated_gpu_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, 
             "uncalibrated": uncalibrated_parts(chip, plan, opts, cfg, c.framework)}
 
 
-__all__ = ["ATTENTION", "GRAD_REDUCE_DTYPES", "LOSS_BYTES_PER_LOGIT", "IdealKernels", "calibrated_gpu_step",
-           "gpu_step_factors", "require_kernels", "uncalibrated_parts"]
+__all__ = ["ATTENTION", "FRAMEWORK_GRAD_REDUCE", "GRAD_REDUCE_DTYPES", "LOSS_BYTES_PER_LOGIT", "IdealKernels",
+           "calibrated_gpu_step", "gpu_step_factors", "require_kernels", "uncalibrated_parts"]
