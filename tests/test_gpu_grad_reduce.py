@@ -6,9 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.workloads.plans.calibrated_gpu import LOSS_BYTES_PER_LOGIT, IdealKernels, gpu_step_factors
+from simulator.hardware.train_calibration import gpu_fit_summary
+from simulator.workloads.plans.calibrated_gpu import (
+    FRAMEWORK_GRAD_REDUCE,
+    LOSS_BYTES_PER_LOGIT,
+    IdealKernels,
+    gpu_step_factors,
+)
 from simulator.workloads.plans.layout import PlanError
-from simulator.workloads.plans.published_gpu import palm_flops, predict_run, published_gpu_runs
+from simulator.workloads.plans.published_gpu import predict_run, published_gpu_runs
+from simulator.workloads.plans.train import palm_flops
 
 
 def _run(name: str):
@@ -48,3 +55,19 @@ def test_palm_flops_by_hand():
     per_token = 6 * cfg.params() + 12 * 126 * 128 * 128 * 131072
     assert palm_flops(cfg, 128, 131072) == pytest.approx(per_token * 128 * 131072, rel=1e-12)
     assert 400e9 < cfg.params() < 410e9
+
+
+def test_every_calibrated_framework_has_a_gradient_reduce_dtype():
+    fitted = gpu_fit_summary()
+    assert set(FRAMEWORK_GRAD_REDUCE) == set(fitted["frameworks"]) | set(fitted["aliases"])
+
+
+def test_palm_mfu_beside_the_default_count():
+    """The step reports MFU in PaLM's count too: at 131k tokens its non-causal attention counts more FLOPs, so a
+    higher MFU for the same step, by exactly the ratio of the two counts."""
+    run = _run("llama3 llama3.1-405b s131072 16384xh100")
+    out = predict_run(run)
+    by = out["mfu_by_convention"]
+    ratio = palm_flops(run.cfg, run.batch, run.seq) / (by["podsim"] * run.plan.chips
+                                                       * run.chip.peak_flops_per_s() * out["step_time_s"])
+    assert by["palm"] / by["podsim"] == pytest.approx(ratio, rel=1e-9) and by["palm"] > 1.3 * by["podsim"]

@@ -99,3 +99,14 @@ def test_llama3_rows_match_the_papers_table():
         # both printed rounded (TFLOP/s to tens: 400 is 40.4% of 989, printed 41%): one point between them
         assert abs(float(r["measured"]) / 989 * 100 - mfu) <= 1.0
         assert r["grad_reduce_dtype"] == "fp32" and r["flops_convention"].startswith("palm")
+
+
+def test_every_row_names_its_flop_convention():
+    """Each row records the FLOP count its source's TFLOP/s or MFU uses (one of the conventions the predictor
+    knows), so a published MFU is compared in the paper's own count."""
+    from simulator.workloads.plans.published_gpu import CONVENTIONS
+
+    for r in ROWS:
+        assert r["flops_convention"].startswith(CONVENTIONS), r["run"]
+        if r["metric"] in ("tflops_per_gpu", "mfu"):
+            assert not r["flops_convention"].startswith("none"), r["run"]

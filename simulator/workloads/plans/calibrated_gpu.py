@@ -70,7 +70,7 @@ from simulator.workloads.plans.calibrated import (
 from simulator.workloads.plans.gpu_network import GPUS_PER_NODE, axis_nets, nccl_s, p2p_s
 from simulator.workloads.plans.layout import MeshPlan, PlanError, TrainOptions
 from simulator.workloads.plans.memory import layer_split, recompute_fraction
-from simulator.workloads.plans.train import model_flops
+from simulator.workloads.plans.train import model_flops, palm_flops
 from simulator.workloads.transformer import TransformerConfig
 
 ATTENTION = ("flash", "flash2", "unfused")  #: the chip's FlashAttention, FlashAttention-2, or scores through HBM
@@ -313,7 +313,9 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
         "bubble_s": max(0.0, bubble), "p2p_s": p2p, "optimizer_s": optimizer, "overhead_s": c.step_overhead_s,
     }
     flops = model_flops(cfg, batch, seq)
-    return {"step_time_s": step, "mfu": flops / (plan.chips * chip.peak_flops_per_s() * step), "factors": factors,
+    peak = plan.chips * chip.peak_flops_per_s() * step
+    return {"step_time_s": step, "mfu": flops / peak, "factors": factors,
+            "mfu_by_convention": {"podsim": flops / peak, "palm": palm_flops(cfg, batch, seq) / peak},
             "tokens_per_s": batch * seq / step, "stage_microbatch_s": per_stage, "layers_per_stage": chunks,
             "per_layer_s": {"forward": lf, "backward": lb, "tp_all_reduce": tp_one, "fsdp_all_gather": ag,
                             "fsdp_reduce_scatter": rs, "cp_kv_pass": cp_one, "ep_all_to_all": ep_one,

@@ -43,7 +43,7 @@ from simulator.hardware.calibration import DATA
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.workloads.plans.calibrated_gpu import GRAD_REDUCE_DTYPES
 from simulator.workloads.plans.layout import MeshPlan, TrainOptions
-from simulator.workloads.plans.train import model_flops
+from simulator.workloads.plans.train import model_flops, palm_flops
 from simulator.workloads.transformer import TransformerConfig
 
 CSV_PATH = DATA / "calibration" / "gpu_training.csv"
@@ -103,12 +103,6 @@ class PublishedGpuRun:
         if self.metric == "tokens_per_s":
             return tokens / step_time_s
         return self._source_flops() / (gpus * self.chip.peak_flops_per_s("bf16") * step_time_s)  # a fraction
-
-
-def palm_flops(cfg: TransformerConfig, batch: int, seq: int) -> float:
-    """PaLM's model FLOPs of one step (Chowdhery et al. 2022, appendix B): (6 N + 12 L H Q T) per token, N every
-    parameter, H heads of Q dims (``q_width`` = H Q), T the sequence -- attention without the causal half."""
-    return (6 * cfg.params() + 12 * cfg.n_layers * cfg.q_width * seq) * batch * seq
 
 
 #: the FLOP conventions rows may name (``flops_convention``'s first word); others count podsim's model FLOPs
