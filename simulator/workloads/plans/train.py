@@ -37,6 +37,13 @@ def model_flops(cfg: TransformerConfig, batch: int, seq: int) -> float:
     return 3 * forward
 
 
+def palm_flops(cfg: TransformerConfig, batch: int, seq: int) -> float:
+    """PaLM's model FLOPs of one step (Chowdhery et al. 2022, appendix B, where MFU is defined): (6 N + 12 L H Q T)
+    per token, N every parameter, H heads of Q dims (``q_width`` = H Q), T the sequence -- attention counted without
+    the causal half, so long sequences count more than `model_flops` does."""
+    return (6 * cfg.params() + 12 * cfg.n_layers * cfg.q_width * seq) * batch * seq
+
+
 def critical_batches(chip: ChipSpec, links: dict[str, AxisLink], d_ff: int, d_model: int = 0,
                      model_ways: int = 1) -> tuple[dict[str, float | None], dict[str, str]]:
     """The book's per-chip batch (tokens) above which each strategy on this mesh is compute-bound, and notes
