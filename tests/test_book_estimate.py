@@ -21,6 +21,15 @@ def test_unwrapped_axis_is_the_books_example() -> None:
     assert 555e-6 < r.book_s < 565e-6
 
 
+def test_small_array_on_an_unwrapped_axis_is_latency_bound_as_the_book_says() -> None:
+    """The book's pop quiz 2, part 2: bf16[256, 256] over the unwrapped axis of 4 of a v5e {X: 8, Y: 4} has
+    32 kB shards (0.7 us each at 45 GB/s), so it is latency-bound: 3 hops of 1 us, "roughly 3 us"."""
+    r = run_collective("all_gather", System("tpu-v5e", topology="mesh:8x4"), 256 * 256 * 2, axes=[1])
+    assert r.book_s == pytest.approx(3 * 1e-6, rel=1e-12)
+    big = run_collective("all_gather", System("tpu-v5e", topology="mesh:8x4"), 2**25, axes=[1])
+    assert big.book_s == pytest.approx(3 / 4 * 2**25 / B, rel=1e-12)  # bandwidth-bound: the floor does not bind
+
+
 def test_no_book_estimate_under_faults_and_the_run_says_why() -> None:
     r = run_collective("all_reduce", System("tpu-v5e", topology="torus:8", faults=[LinkDegraded(0, 1, 0.5)]), 1e9)
     assert r.book_s is None and "book_s absent" in (r.note or "")

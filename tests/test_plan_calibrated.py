@@ -63,7 +63,7 @@ def test_the_text_shows_the_forecast_and_the_bound(capsys):
 @pytest.mark.parametrize(("argv", "message"), [
     (["--chip", "tpu-v5e", "--mode", "decode", "--calibrated"], "--mode decode has no calibrated plan search"),
     (["--chip", "tpu-v5e", "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"], "--workers is not allowed"),
-    (["--chip", "tpu-v5e", "--scheduler", "nonsense://"], "Dask"),
+    (["--chip", "tpu-v5e", "--scheduler", "nonsense://"], "unknown scheme 'nonsense'; Dask takes tcp://"),
 ])
 def test_bad_combinations_are_one_line(capsys, argv, message):
     assert main(["plan", *GPT2_ON_8, *argv]) == 2

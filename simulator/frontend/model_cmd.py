@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from simulator.errors import PodsimError
 from simulator.frontend.fault_args import add_fault_args
 from simulator.frontend.model_text import print_model, print_presets, print_train
-from simulator.frontend.served_cmd import add_engine_arg, served_extras
+from simulator.frontend.served_cmd import add_engine_arg, check_served, served_extras
 from simulator.hardware.specs import DTYPE_BYTES, PRESETS, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import parse_int, parse_positive, parse_tokens
@@ -315,6 +315,7 @@ def _serve(args: argparse.Namespace, cfg: TransformerConfig, chip: ChipSpec) -> 
                           "on data and model axes (shard the KV cache with --kv-sharding batch or sequence)")
     par = Parallelism(plan.size("data"), plan.size("model"))
     calibrated = _calibrated(args)
+    check_served(args, par)
     batch = parse_int(args.batch, name="--batch")
     contexts = [parse_tokens(c, name="--context", minimum=0) for c in args.context.split(",")]
     context = contexts[0] if len(contexts) == 1 else contexts

@@ -70,6 +70,15 @@ def served_extras(args: argparse.Namespace, cfg: TransformerConfig, chip: ChipSp
                        "breakdown": step["breakdown"], "allreduce": step["allreduce"]}}
 
 
+def check_served(args: argparse.Namespace, par: Any) -> None:
+    """Refuse up front, before any simulation, an ``--engine`` mesh the served model cannot price
+    (`simulator.workloads.served_tp.check_gpus`): a refusal is one line, not a line after a run's progress."""
+    if getattr(args, "engine", None) is not None and args.calibrated:
+        from simulator.workloads.served_tp import check_gpus
+
+        check_gpus(par.model)
+
+
 def print_served(out: dict[str, Any]) -> None:
     """The served step and where its time goes, calibrated (ideal); its AllReduce on a mesh; what is uncalibrated."""
     if "served" in out:

@@ -193,8 +193,16 @@ def _on_dask(plan: SweepPlan, todo: list[int], client: Any,
         client.cancel(futures)
 
 
+#: the comm schemes `distributed` registers (distributed.comm.registry; ucx needs its extra package)
+DASK_SCHEMES = ("tcp", "tls", "inproc", "ws", "wss", "ucx")
+
+
 def dask_client(address: str, timeout_s: float = 3.0) -> Any:
     """A `distributed.Client` connected to ``address``, or a one-line `SweepError` within ``timeout_s``."""
+    scheme = address.split("://", 1)[0] if "://" in address else "tcp"
+    if scheme not in DASK_SCHEMES:  # before importing distributed (seconds on a loaded box): a prompt refusal
+        raise SweepError(f"--scheduler {address!r}: unknown scheme {scheme!r}; Dask takes "
+                         f"{', '.join(s + '://' for s in DASK_SCHEMES)} (e.g. tcp://host:8786)")
     try:
         from distributed import Client
     except ImportError:

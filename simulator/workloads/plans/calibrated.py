@@ -408,6 +408,10 @@ def breakdown_lines(cal: dict[str, Any]) -> list[str]:
              f"(ideal {ideal['step_time_s']:.4g} s, MFU {ideal['mfu']:.1%}); {where}"]
     lines += [f"  {name.removesuffix('_s'):<12} {sec:>10.4g} s   ideal {ideal['factors'][name]:>10.4g} s"
               for name, sec in cal["factors"].items()]
+    if "grad_reduce" in cal:
+        g = cal["grad_reduce"]
+        lines.append(f"  gradient reductions at {g['bytes_per_element']:g} bytes per element: {g['total_s']:.4g} s of "
+                     "collectives (in the factors above where exposed)")
     return lines
 
 

@@ -38,6 +38,10 @@ is a named number of seconds in the breakdown:
   microbatch plus every stage's once over v (GPipe, 1F1B; interleaved v > 1), and 2 (p v - 1) activation
   transfers on the fill-and-drain path, each tensor-parallel rank sending its 1/m of them (Megatron's
   scatter-gather);
+- the loss (``vector_s`` of the last stage): `LOSS_BYTES_PER_LOGIT` bytes per logit through HBM;
+- ``grad_reduce``: gradient reductions (FSDP's per-layer reduce-scatter, ZeRO-1's after the backward, the data
+  axis's AllReduce) move ``grad_reduce_bytes`` per element -- 4 where the framework reduces in fp32 (Megatron-LM
+  and Megatron-Core under bf16, PyTorch FSDP with an fp32 ``reduce_dtype``), else the weights' bytes;
 - ``optimizer_s``: AdamW over the local shard (memory-bound kernel);
 - ``overhead_s``: ``step_overhead_s`` per step (host, data loader, logging).
 
@@ -66,13 +70,37 @@ from simulator.workloads.plans.calibrated import (
 from simulator.workloads.plans.gpu_network import GPUS_PER_NODE, axis_nets, nccl_s, p2p_s
 from simulator.workloads.plans.layout import MeshPlan, PlanError, TrainOptions
 from simulator.workloads.plans.memory import layer_split, recompute_fraction
-from simulator.workloads.plans.train import model_flops
+from simulator.workloads.plans.train import model_flops, palm_flops
 from simulator.workloads.transformer import TransformerConfig
 
 ATTENTION = ("flash", "flash2", "unfused")  #: the chip's FlashAttention, FlashAttention-2, or scores through HBM
 SOFTMAX_PASSES = 4  #: unfused attention: scale + mask + softmax (1 read, 1 write), dropout (1 read, 1 write)
 FP8_CAST_BYTES = 3  #: per element cast to FP8 for a GEMM: 2 read in bf16, 1 written (amax fused)
 VECTOR_KERNELS = 9  #: memory-bound kernels per layer forward (2 norms, 2 residual adds, activation, rotary, ...)
+LOSS_BYTES_PER_LOGIT = 52
+"""HBM bytes the loss moves per logit (one token x one vocabulary entry of the GPU's shard), from first principles:
+Megatron's vocab-parallel cross-entropy (and PyTorch's ``F.cross_entropy`` on upcast logits) runs unfused, fp32
+kernels over the [tokens, vocab] logits the head GEMM wrote in 16 bits:
+
+- upcast 16 -> 32 bits: read 2, write 4 (6);
+- row max (numerical stability): read 4 (4);
+- subtract the max: read 4, write 4 (8);
+- exp: read 4, write 4 (8);
+- row sum: read 4 (4);
+- divide by the sum, the softmax kept for the backward: read 4, write 4 (8);
+- backward, softmax minus the one-hot times the loss gradient: read 4, write 4 (8);
+- downcast the gradient to 16 bits for the head's backward GEMMs: read 4, write 2 (6).
+
+6 + 4 + 8 + 8 + 4 + 8 + 8 + 6 = 52 bytes, priced as memory-bound kernels at the kernel model's share of HBM (not
+fitted). At a 128k vocabulary this is 6.7 MB per token on one GPU: as much time as a few layers' norms."""
+GRAD_REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  #: dtypes a framework reduces gradients in -> bytes
+#: what each framework reduces 16-bit gradients in by default (the forecast's default; a published row names its own):
+#: Megatron-LM / Megatron-Core force fp32 under bf16 (arguments.py: "bfloat16 requires gradient accumulation and
+#: all-reduce to be done in fp32"), NeMo's recipes set grad_reduce_in_fp32=True, torchtitan's mixed_precision_reduce
+#: is float32, PyTorch FSDP's DEFAULT mixed precision (llm-foundry's default MP mode) reduces in fp32, Llama 3's FSDP
+#: reduce-scatters in FP32
+FRAMEWORK_GRAD_REDUCE = {"megatron-lm": "fp32", "megatron-core": "fp32", "llm-foundry": "fp32", "torchtitan": "fp32",
+                         "llama3-meta": "fp32"}
 
 
 class IdealKernels:
@@ -182,15 +210,21 @@ def _stage_layers(n_layers: int, stages: int) -> list[int]:
 
 def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
                      seq: int, c: GpuStepConstants | None, kernels: GpuKernels | IdealKernels,
-                     attention: str = "flash", dtype: str = "bf16") -> dict[str, Any]:
+                     attention: str = "flash", dtype: str = "bf16", grad_reduce_bytes: float | None = None
+                     ) -> dict[str, Any]:
     """Seconds of each factor of one step on GPUs under constants ``c`` (see the module docstring); ``c`` None
-    with `IdealKernels`: the bound (no fixed costs, collectives at line rate)."""
+    with `IdealKernels`: the bound (no fixed costs, collectives at line rate). ``grad_reduce_bytes``: bytes per
+    gradient element the reductions move (None: the weights' bytes; 4 for frameworks that reduce in fp32)."""
     if attention not in ATTENTION:
         raise PlanError(f"attention {attention!r}; valid: {', '.join(ATTENTION)}")
+    if grad_reduce_bytes is not None and not grad_reduce_bytes > 0:
+        raise PlanError(f"grad_reduce_bytes {grad_reduce_bytes!r}; valid: a positive number of bytes per element "
+                        f"(e.g. {GRAD_REDUCE_DTYPES})")
     p, mb, v = plan.size("pipeline"), opts.microbatches, opts.chunks if plan.size("pipeline") > 1 else 1
     seqs = batch / (plan.batch_ways * mb)  # sequences one GPU's model replica takes per microbatch
     t = seqs * seq / plan.size("sequence")
     d, e_w, e_a = cfg.d_model, cfg.weight_elem_bytes, cfg.act_elem_bytes
+    e_g = e_w if grad_reduce_bytes is None else float(grad_reduce_bytes)  # bytes per gradient element reduced
     nets = axis_nets(chip, plan, c)
     c = c or GPU_IDEAL
     kern = _Kernels(kernels, dtype, c)
@@ -213,7 +247,7 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     layer_w = (dense / m + routed / (m * plan.size("expert"))) * e_w
     f = plan.size("fsdp")
     ag = nccl_s("all_gather", layer_w, nets.get("fsdp")) if opts.zero >= 3 and f > 1 else 0.0
-    rs = nccl_s("reduce_scatter", layer_w, nets.get("fsdp")) if opts.zero >= 2 and f > 1 else 0.0
+    rs = nccl_s("reduce_scatter", layer_w * e_g / e_w, nets.get("fsdp")) if opts.zero >= 2 and f > 1 else 0.0
     ag_b = ag if opts.reshard_after_forward else 0.0  # weights kept from the forward: no second gather
     seq_f, seq_b = cp_f + 2 * ep_one, cp_b + 2 * ep_one  # these wait on the layer's own work: added to it
     chunks = _stage_layers(cfg.n_layers, p * v)
@@ -236,7 +270,7 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
                 exposed["ep"] += n_l * 4 * ep_one
         per_stage.append(total)
     head_gemm = kern.gemm(t, d, cfg.vocab_size / m) + _gemms_s(kern, [(t, d, cfg.vocab_size / m)], True)
-    head_vec = kern.vector(5 * t * cfg.vocab_size / m * 4)  # fp32 logits: softmax, loss and its gradient
+    head_vec = kern.vector(LOSS_BYTES_PER_LOGIT * t * cfg.vocab_size / m)  # the fp32 loss over the logits
     per_stage[-1] += head_gemm + head_vec
     per_stage[0] += kern.vector(2 * t * d * e_a)  # the embedding lookup (and its gradient scatter)
     slowest, sum_s = max(per_stage), sum(per_stage)
@@ -253,12 +287,12 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     # --overlap-grad-reduce); ZeRO-1/2 gather the updated weights behind the next step's first forward
     # (--overlap-param-gather, FSDP's prefetch). What a window does not cover is exposed; what it covers slows the
     # compute beside it by overlap_interference.
-    fsdp_net, whole = nets.get("fsdp"), held * e_w
-    after_b = nccl_s("reduce_scatter", whole, fsdp_net) if f > 1 and opts.zero == 1 else 0.0
-    after_b += nccl_s("all_reduce", whole, fsdp_net) if f > 1 and opts.zero == 0 else 0.0
+    fsdp_net, whole, grads = nets.get("fsdp"), held * e_w, held * e_g
+    after_b = nccl_s("reduce_scatter", grads, fsdp_net) if f > 1 and opts.zero == 1 else 0.0
+    after_b += nccl_s("all_reduce", grads, fsdp_net) if f > 1 and opts.zero == 0 else 0.0
     before_f = nccl_s("all_gather", whole, fsdp_net) if f > 1 and opts.zero in (1, 2) else 0.0
     shard = held / (f if opts.zero >= 1 else 1)
-    dp_ar = nccl_s("all_reduce", shard * e_w, nets.get("data"))
+    dp_ar = nccl_s("all_reduce", shard * e_g, nets.get("data"))
     last = max(1, stage_layers)
     window_b = stage_layers / v * (bwd + redo) * (1 - 1 / last)  # the last backward after its first bucket
     window_f = stage_layers / v * fwd * (1 - 1 / last)  # the first forward after its first layer's gather
@@ -281,11 +315,16 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
         "bubble_s": max(0.0, bubble), "p2p_s": p2p, "optimizer_s": optimizer, "overhead_s": c.step_overhead_s,
     }
     flops = model_flops(cfg, batch, seq)
-    return {"step_time_s": step, "mfu": flops / (plan.chips * chip.peak_flops_per_s() * step), "factors": factors,
+    peak = plan.chips * chip.peak_flops_per_s() * step
+    return {"step_time_s": step, "mfu": flops / peak, "factors": factors,
+            "mfu_by_convention": {"podsim": flops / peak, "palm": palm_flops(cfg, batch, seq) / peak},
             "tokens_per_s": batch * seq / step, "stage_microbatch_s": per_stage, "layers_per_stage": chunks,
             "per_layer_s": {"forward": lf, "backward": lb, "tp_all_reduce": tp_one, "fsdp_all_gather": ag,
                             "fsdp_reduce_scatter": rs, "cp_kv_pass": cp_one, "ep_all_to_all": ep_one,
                             "dp_all_reduce": dp_ar, "zero_after_backward": after_b, "zero_before_forward": before_f},
+            "grad_reduce": {"bytes_per_element": e_g, "per_layer_reduce_scatter_s": rs,
+                            "after_backward_s": after_b + dp_ar,
+                            "total_s": layers * rs + after_b + dp_ar},
             "axis_bus_bytes_per_s": {a: n.bus_bytes_per_s for a, n in nets.items()},
             "axis_links": {a: n.kind for a, n in nets.items()}}
 
@@ -330,19 +369,25 @@ def uncalibrated_parts(chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, cfg: 
 
 def calibrated_gpu_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
                         seq: int, constants: GpuStepConstants | None = None, framework: str | None = None,
-                        attention: str | None = None, dtype: str = "bf16") -> dict[str, Any]:
+                        attention: str | None = None, dtype: str = "bf16", grad_reduce_bytes: float | None = None
+                        ) -> dict[str, Any]:
     """The forecast of one GPU training step as ``framework`` runs it (None: the default framework) beside its
     bound (``ideal``: peak kernels, line-rate links, no fixed costs), with ``uncalibrated`` naming what no fit
-    pinned. ``attention`` (None: the framework's kernel) is one of `ATTENTION`."""
+    pinned. ``attention`` (None: the framework's kernel) is one of `ATTENTION`; ``grad_reduce_bytes`` as in
+    `gpu_step_factors` (None: the framework's default, `FRAMEWORK_GRAD_REDUCE`, for 16-bit weights)."""
     c = constants or gpu_step_constants(chip.name, framework)
     attention = attention or c.attention
-    cal = gpu_step_factors(cfg, chip, plan, opts, batch, seq, c, require_kernels(chip), attention, dtype)
-    ideal = gpu_step_factors(cfg, chip, plan, opts, batch, seq, None, IdealKernels(chip), attention, dtype)
+    if grad_reduce_bytes is None and cfg.weight_elem_bytes < 4:  # 16-bit weights: the framework's reduce dtype
+        grad_reduce_bytes = GRAD_REDUCE_DTYPES[FRAMEWORK_GRAD_REDUCE.get(framework or c.framework, "fp32")]
+    cal = gpu_step_factors(cfg, chip, plan, opts, batch, seq, c, require_kernels(chip), attention, dtype,
+                           grad_reduce_bytes)
+    ideal = gpu_step_factors(cfg, chip, plan, opts, batch, seq, None, IdealKernels(chip), attention, dtype,
+                             grad_reduce_bytes)
     return {**cal, "ideal": {k: ideal[k] for k in ("step_time_s", "mfu", "factors")}, "chips": plan.chips,
             "gpus_per_node": GPUS_PER_NODE, "nodes": max(1, plan.chips // GPUS_PER_NODE), "attention": attention,
             "framework": c.framework, "compute_dtype": dtype, "checkpoint": opts.checkpoint, "constants": asdict(c),
             "uncalibrated": uncalibrated_parts(chip, plan, opts, cfg, c.framework)}
 
 
-__all__ = ["ATTENTION", "IdealKernels", "calibrated_gpu_step", "gpu_step_factors", "require_kernels",
-           "uncalibrated_parts"]
+__all__ = ["ATTENTION", "FRAMEWORK_GRAD_REDUCE", "GRAD_REDUCE_DTYPES", "LOSS_BYTES_PER_LOGIT", "IdealKernels",
+           "calibrated_gpu_step", "gpu_step_factors", "require_kernels", "uncalibrated_parts"]

@@ -10,6 +10,9 @@ like for like:
 - ``tflops_per_gpu`` with the ``megatron`` convention (Narayanan et al. 2021, eq. 3): 96 B s l h^2
   (1 + s / 6h + V / 16 l h) FLOPs per iteration, counting the recomputed forward; with Megatron-Core's
   model FLOPs (``megatron-core``), the same without recomputation: 72 B s l h^2 (1 + s / 6h + V / 12 l h);
+  with the ``palm`` convention (Chowdhery et al. 2022, appendix B, the definition of MFU): 6 N + 12 L H Q T
+  per token (N every parameter, attention counted without the causal half), the TPU family's PaLM count;
+  with no convention named, podsim's own model FLOPs (`simulator.workloads.plans.train.model_flops`);
 - ``tokens_per_s_per_gpu``: B s / (GPUs x step); ``tokens_per_s``: B s / step; ``mfu`` (a fraction): the
   source's model FLOPs (Korthikanti et al. 2022: the Megatron-Core count above) over GPUs x bf16 peak x step.
 
@@ -18,7 +21,9 @@ with a pipeline means one sequence per microbatch (Megatron's usual), without on
 at once; no virtual stages means 1F1B, or 2 virtual stages where ``schedule`` says interleaved; no
 recompute policy means Megatron's selective recomputation for Megatron-Core rows and none otherwise.
 Megatron's distributed optimizer (``zero`` >= 1 with the ``data`` ranks unsharded) is podsim's fsdp axis
-at that ZeRO stage; ``tp_comm_overlap`` (the source says ``--tp-comm-overlap``) is ``tp_overlap``; a
+at that ZeRO stage; ``tp_comm_overlap`` (the source says ``--tp-comm-overlap``) is ``tp_overlap``;
+``grad_reduce_dtype`` is the dtype the framework reduces gradients in (fp32: 4 bytes per element, else the
+weights' 2), decided per source from its framework's defaults (calibration/gpu_training_sources.md); a
 ``hbm_bytes_per_s`` replaces the preset's HBM bandwidth (the part the run had).
 
 Each row's ``framework`` column names its training framework; `framework_of` maps it to the constants' name
@@ -36,8 +41,9 @@ from typing import Any
 
 from simulator.hardware.calibration import DATA
 from simulator.hardware.specs import ChipSpec, get_chip
+from simulator.workloads.plans.calibrated_gpu import GRAD_REDUCE_DTYPES
 from simulator.workloads.plans.layout import MeshPlan, TrainOptions
-from simulator.workloads.plans.train import model_flops
+from simulator.workloads.plans.train import model_flops, palm_flops
 from simulator.workloads.transformer import TransformerConfig
 
 CSV_PATH = DATA / "calibration" / "gpu_training.csv"
@@ -62,6 +68,7 @@ class PublishedGpuRun:
     batch: int
     seq: int
     dtype: str  #: the GEMMs' compute dtype: bf16 (fp16 runs at the same peak) or fp8
+    grad_reduce_bytes: float | None  #: bytes per gradient element reduced (None: the weights' bytes)
     attention: str  #: "" (the framework's kernel), or one of `calibrated_gpu.ATTENTION`
     metric: str
     measured: float
@@ -82,6 +89,8 @@ class PublishedGpuRun:
             return 96 * b * s * l_ * h * h * (1 + s / (6 * h) + v / (16 * l_ * h))
         if convention.startswith("megatron-core") or convention.startswith("korthikanti"):
             return 72 * b * s * l_ * h * h * (1 + s / (6 * h) + v / (12 * l_ * h))
+        if convention.startswith("palm"):
+            return palm_flops(cfg, b, s)
         return model_flops(cfg, b, s)
 
     def predicted(self, step_time_s: float) -> float:
@@ -94,6 +103,11 @@ class PublishedGpuRun:
         if self.metric == "tokens_per_s":
             return tokens / step_time_s
         return self._source_flops() / (gpus * self.chip.peak_flops_per_s("bf16") * step_time_s)  # a fraction
+
+
+#: the FLOP conventions rows may name (``flops_convention``'s first word); others count podsim's model FLOPs
+CONVENTIONS = ("megatron:", "megatron-core", "korthikanti", "palm", "nemo", "llm-foundry", "none")
+GRAD_REDUCE_BYTES = GRAD_REDUCE_DTYPES  #: a row's grad_reduce_dtype -> bytes per element
 
 
 FRAMEWORKS = {"megatron-core": "megatron-core", "nemo": "megatron-core", "megatron-lm": "megatron-lm",
@@ -129,19 +143,24 @@ def _run(r: dict[str, str]) -> PublishedGpuRun:
     megatron_core = r.get("flops_convention", "").startswith("megatron-core")
     remat = r["remat"].strip() or ("selective" if megatron_core else "none")
     zero = _int(r["zero"], 3 if plan.size("fsdp") > 1 else 0)
-    # PyTorch FSDP's SHARD_GRAD_OP (the file's zero = 2 for FSDP runs) shards the weights outside computation:
-    # gathered for each forward and kept to the backward -- ZeRO-3 without re-sharding after the forward
-    sgo = zero == 2 and "fsdp" in r.get("framework", "").lower()
+    # PyTorch FSDP's SHARD_GRAD_OP (the file's zero = 2 for FSDP runs, torchtitan's included) shards the weights
+    # outside computation: gathered for each forward and kept to the backward -- ZeRO-3 without re-sharding after
+    # the forward
+    fsdp_framework = "fsdp" in r.get("framework", "").lower() or framework_of(r.get("framework", "")) == "torchtitan"
+    sgo = zero == 2 and fsdp_framework
     opts = TrainOptions(microbatches=max(1, per_replica // max(1, device_mb)), checkpoint=remat,
                         zero=3 if sgo else zero, reshard_after_forward=not sgo,
                         tp_overlap=r.get("tp_comm_overlap", "").strip() == "1",
                         schedule="interleaved" if v > 1 else "1f1b", virtual_stages=max(2, v))
     attention = ""  # the framework's kernel (its constants' ``attention``)
     dtype = "fp8" if r["dtype"].strip() == "fp8" else "bf16"
+    reduce = r.get("grad_reduce_dtype", "").strip()
+    if reduce and reduce not in GRAD_REDUCE_BYTES:
+        raise ValueError(f"{r['run']}: grad_reduce_dtype {reduce!r}; valid: {', '.join(GRAD_REDUCE_BYTES)} or empty")
     chip = get_chip(r["chip"])
     if r.get("hbm_bytes_per_s", "").strip():  # the part the run had (e.g. H100 96GB HBM2e), not the preset's
         chip = chip.replace(hbm_bandwidth_bytes_per_s=float(r["hbm_bytes_per_s"]))
-    return PublishedGpuRun(r["run"], chip, cfg, plan, opts, batch, seq, dtype, attention,
+    return PublishedGpuRun(r["run"], chip, cfg, plan, opts, batch, seq, dtype, GRAD_REDUCE_BYTES.get(reduce), attention,
                            r["metric"], float(r["measured"]), r["set"].strip() == "held_out", r)
 
 
@@ -160,7 +179,9 @@ def predict_run(run: PublishedGpuRun, constants: Any = None, kernels: Any = None
 
     c = constants if constants is not None else gpu_step_constants(run.chip.name, run.framework)
     return gpu_step_factors(run.cfg, run.chip, run.plan, run.opts, run.batch, run.seq, c,
-                            kernels or require_kernels(run.chip), run.attention or c.attention, run.dtype)
+                            kernels or require_kernels(run.chip), run.attention or c.attention, run.dtype,
+                            run.grad_reduce_bytes)
 
 
-__all__ = ["CSV_PATH", "METRICS", "UNITS", "PublishedGpuRun", "predict_run", "published_gpu_runs"]
+__all__ = ["CONVENTIONS", "CSV_PATH", "GRAD_REDUCE_BYTES", "METRICS", "UNITS", "PublishedGpuRun", "palm_flops",
+           "predict_run", "published_gpu_runs"]
