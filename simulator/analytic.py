@@ -5,6 +5,7 @@ All functions are pure, take SI units and return SI units (seconds, bytes, FLOPs
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from simulator.errors import PodsimError
@@ -269,10 +270,11 @@ def store_and_forward_time(nbytes: float, hops: int, bandwidth_bytes_per_s: floa
     return broadcast_time(nbytes, hops, bandwidth_bytes_per_s, latency_s, chunks)
 
 
-BUS_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
-               "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "gather": lambda n: (n - 1) / n,
-               "scatter": lambda n: (n - 1) / n}
+BUS_FACTORS: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n}
 
 
 def bus_bandwidth(kind: str, nbytes: float, time_s: float, n: int) -> tuple[float, float]:

@@ -5,6 +5,8 @@ stderr and exits with status 2.
 """
 from __future__ import annotations
 
+from typing import Any
+
 
 class PodsimError(ValueError):
     """Base class of every podsim input error."""
@@ -56,7 +58,7 @@ class IncompleteRunError(DeadlockError):
         super().__init__(message)
         self.incomplete, self.failed, self.stopped_at_s = incomplete, failed, stopped_at_s
 
-    def __reduce__(self) -> tuple:  # a worker process's error, sent back whole
+    def __reduce__(self) -> tuple[Any, ...]:  # a worker process's error, sent back whole
         return type(self), (str(self), self.incomplete, self.failed, self.stopped_at_s)
 
 

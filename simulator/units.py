@@ -72,7 +72,7 @@ def parse_quantity(text: str | float | int, kind: str = "number", *, name: str =
     match = _PATTERN.match(str(text))
     unit = (match.group("unit") or "") if match else None
     mult = _multiplier(unit, kind) if unit is not None else None
-    if mult is None:
+    if match is None or mult is None:
         raise QuantityError(f"{name}={text!r} is not a {kind} quantity; {_examples(kind)}")
     return float(match.group("num")) * mult
 
@@ -137,9 +137,8 @@ def check_number(value: object, *, name: str, minimum: float, maximum: float, un
     >>> check_number(8.2e11, name="hbm_bandwidth_bytes_per_s", minimum=1e6, maximum=1e15, unit="B/s")
     820000000000.0
     """
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if number and minimum <= value <= maximum:  # NaN fails the comparisons
-        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and minimum <= value <= maximum:
+        return float(value)  # NaN fails the comparisons
     raise error(f"{where}{name}={show(value)} must be {_range_text(minimum, maximum, 'a finite number', unit)}")
 
 
@@ -171,7 +170,7 @@ def check_int(value: object, *, name: str, minimum: int = 1, maximum: int | None
     4
     """
     if value.__class__ is int and value >= minimum and (maximum is None or value <= maximum):
-        return value  # type: ignore[return-value]
+        return value
     if isinstance(value, int) and not isinstance(value, bool) and value >= minimum and \
             (maximum is None or value <= maximum):
         return int(value)
@@ -203,7 +202,7 @@ def parse_int(text: str | int, *, name: str, minimum: int = 1, maximum: int = MA
     """
     if isinstance(text, int) and not isinstance(text, bool):
         return check_int(text, name=name, minimum=minimum, maximum=maximum, error=error, where=where)
-    value: float | int | None = None
+    value: int | None = None
     if isinstance(text, str):
         plain = text.strip()
         if plain.lstrip("+-").isdigit() and plain.isascii():

@@ -26,6 +26,7 @@ and ``graph["level_bandwidth_bytes_per_s"]`` say what lies between the nodes.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import networkx as nx
 
@@ -129,7 +130,7 @@ def fattree(
     return G
 
 
-def superpod(units: int, **links: float) -> nx.DiGraph:
+def superpod(units: int, **links: Any) -> nx.DiGraph:
     """``units`` DGX H100 scalable units (REFERENCE.md): 32 nodes x 8 GPUs each, 8 leaves per unit,
     4 spines per unit (16 for the 4-unit, 1,024-GPU SuperPOD), 50 GB/s per GPU NIC, 450 GB/s NVLink.
     ``links`` are `fattree`'s link keywords (bandwidths and latencies), e.g. a chip's own NVLink egress.

@@ -69,8 +69,7 @@ def tpu_slice(
     >>> tpu_slice((2, 2, 4), "multiple4").graph["wrap"]
     (False, False, False)
     """
-    link_params = {"bandwidth_bytes_per_s": bandwidth_bytes_per_s, "latency_s": latency_s, "kind": kind}
-    plan = plan_slice(shape, chip, **link_params)
+    plan = plan_slice(shape, chip, bandwidth_bytes_per_s=bandwidth_bytes_per_s, latency_s=latency_s, kind=kind)
     check_size(math.prod(plan.shape), f"slice shape {format_shape(plan.shape)!r}")
     G = nx.DiGraph(kind="torus", shape=plan.shape, wrap=plan.wrap, slice_rule=plan.rule, chip=plan.chip_name)
     add_grid(G, plan.shape, plan.wrap, plan.link)
@@ -133,6 +132,7 @@ def chip_rule(chip: object, n_chips: int = 8) -> tuple[str, int, str]:
     name = str(getattr(chip, "name", chip))
     rule = getattr(chip, "wraparound", None)
     _check_rule(rule, name, n_chips)
+    assert isinstance(rule, str)  # `_check_rule` refuses anything else
     return rule, getattr(chip, "torus_dims", None) or WRAPAROUND_RULES[rule], name
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 
@@ -163,7 +164,7 @@ def _shape(spec: str, text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
-def _ici(chip: object) -> dict[str, object]:
+def _ici(chip: object) -> dict[str, Any]:
     if chip is None or isinstance(chip, str):
         return {}
     return {
@@ -174,16 +175,16 @@ def _ici(chip: object) -> dict[str, object]:
 
 def _egress(chip: object) -> float:
     """Per-chip egress each way (bytes/s): per-link one-way bandwidth times the number of links."""
-    return chip_attr(chip, "ici_bandwidth_bytes_per_s") * chip_attr(chip, "ici_links")
+    return float(chip_attr(chip, "ici_bandwidth_bytes_per_s") * chip_attr(chip, "ici_links"))
 
 
-def _switch_link(chip: object) -> dict[str, object]:
+def _switch_link(chip: object) -> dict[str, Any]:
     if chip is None or isinstance(chip, str):
         return {}
     return {"bandwidth_bytes_per_s": _egress(chip), "latency_s": chip_attr(chip, "hop_latency_s")}
 
 
-def _nvlink(chip: object) -> dict[str, object]:
+def _nvlink(chip: object) -> dict[str, Any]:
     if chip is None or isinstance(chip, str):
         return {}
     out = {

@@ -9,6 +9,7 @@ import math
 import numbers
 import operator
 from collections.abc import Sequence
+from typing import Any
 
 from topologies.errors import TopologyError
 
@@ -30,7 +31,7 @@ def as_int(value: object, what: str) -> int:
     if isinstance(value, bool):
         raise TopologyError(f"{what} {value!r} is not an integer; it must be an integer >= 1")
     try:
-        return operator.index(value)
+        return operator.index(value)  # type: ignore[arg-type]  # anything: a TypeError is the answer
     except TypeError:
         raise TopologyError(f"{what} {value!r} is not an integer; it must be an integer >= 1") from None
 
@@ -94,7 +95,7 @@ def _as_float(value: object, what: str, valid: str) -> float:
     return float(value)
 
 
-def chip_attr(chip: object, attr: str) -> object:
+def chip_attr(chip: object, attr: str) -> Any:
     """Return ``chip.<attr>``, or raise naming the chip and the missing attribute."""
     try:
         return getattr(chip, attr)

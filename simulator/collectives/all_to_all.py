@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from simulator.collectives.algorithm import Job
@@ -27,6 +28,15 @@ from simulator.collectives.timing import chain_phase_time
 OnAxis = Callable[[bool], Any]
 
 
+
+def _no_wait(_i: int) -> list[Any]:
+    return []
+
+
+def _after(barrier: Any, _i: int) -> list[Any]:
+    return [barrier]
+
+
 def build(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
     """Add the AllToAll of every group, axis by axis."""
     for group in groups:
@@ -35,7 +45,7 @@ def build(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
         for j, a in enumerate(axes):
             tag = ("a2a", id(group), j)
             done = axes[:j]
-            start = (lambda i: []) if barrier is None else (lambda i, b=barrier: [b])
+            start = _no_wait if barrier is None else partial(_after, barrier)
             for base in ring_bases(group, a, {}, job.reduced):
                 ring = group.ring(base, a, job.reduced)
                 bundles = [_bundle(group, axes, base, a, i, done) for i in range(len(ring.devices))]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from simulator.collectives.tuner import nccl_select, tune
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
 from simulator.units import check_bytes, positive_int
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 MULTI_AXIS = ("parallel", "sequential")
 MODES = ("auto", "full", "reduced")
@@ -60,7 +63,7 @@ class CollectivePlan:
         return self.job.groups
 
 
-def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
+def plan_collective(kind: str, system: System, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
                     algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
                     data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
                     rings: int | None = None, groups: Sequence[Group] | None = None,
@@ -75,7 +78,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
                  root=root, data=data, mode=mode, mesh=mesh, rings=rings, groups=groups, protocol=protocol)
 
 
-def _plan(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
+def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
           algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
           data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None, rings: int | None = None,
           groups: Sequence[Group] | None = None, protocol: str = "auto", direct_quotient: bool = False
@@ -127,7 +130,7 @@ def _plan(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence
                           choice.alternatives, choice.protocol, choice.nccl, built, route)
 
 
-def _round_faults(system: Any, choice: Any, kind: str, axes: Any, root: Any, algorithm: str, nbytes: float | None,
+def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, algorithm: str, nbytes: float | None,
                   data: Any, multi_axis: str, chunks: int | None, rings: int | None) -> tuple[Any, str]:
     """``auto`` under link faults: the choice on the network as faulted, or on a way round the faults
     (`simulator.collectives.fault_routes`). Closed forms over unlike links are not exact, so where
@@ -181,7 +184,7 @@ def _worth_trying(candidates: list[Any], tuned: list[Any]) -> list[Any]:
     return tried if len(tried) > 1 else []
 
 
-def _trial(system: Any, kind: str, label: str, name: str, axes: Any, root: Any, nbytes: float | None,
+def _trial(system: System, kind: str, label: str, name: str, axes: Any, root: Any, nbytes: float | None,
            multi_axis: str, chunks: int | None, rings: int | None) -> float:
     """Seconds ``name`` takes on the way labelled ``label`` round ``system``'s faults, simulated on a fresh copy of
     its network (`fault_routes.trial_system`; flow-level aggregation, the path `run_collective` takes there)."""
@@ -207,7 +210,7 @@ def _nbytes(nbytes: float | None, data: np.ndarray | None) -> float:
     return float(data[0].nbytes) if getattr(data, "ndim", 1) > 1 else float(data.nbytes)
 
 
-def _protocol_price(system: Any, protocol: str) -> Any:
+def _protocol_price(system: System, protocol: str) -> Any:
     """The tuner's pricing on a calibrated GPU system (every NCCL protocol, or the one asked); None elsewhere."""
     calibration = getattr(system, "calibration", None)
     if protocols.applies(calibration):
@@ -280,7 +283,7 @@ def _padded_bytes(plan: CollectivePlan) -> float:
     return stored * len(job.rings) - plan.nbytes
 
 
-def start_collective(kind: str, system: Any, nbytes: float, **kwargs: Any) -> Completion:
+def start_collective(kind: str, system: System, nbytes: float, **kwargs: Any) -> Completion:
     """Start a timing-only collective now, inside a running simulation; returns its completion event.
 
     Takes the keyword arguments of `run_collective` (except ``data``). On a calibrated system it pays
@@ -292,7 +295,7 @@ def start_collective(kind: str, system: Any, nbytes: float, **kwargs: Any) -> Co
         return _start(kind, system, nbytes, aggregate, kwargs)
 
 
-def _start(kind: str, system: Any, nbytes: float, aggregate: bool, kwargs: dict[str, Any]) -> Completion:
+def _start(kind: str, system: System, nbytes: float, aggregate: bool, kwargs: dict[str, Any]) -> Completion:
     plan = plan_collective(kind, system, nbytes, **kwargs)
     if plan.schedule is None:
         done = Completion(system.env)
@@ -301,7 +304,7 @@ def _start(kind: str, system: Any, nbytes: float, aggregate: bool, kwargs: dict[
     return start_planned(system, plan, aggregate=aggregate)
 
 
-def start_planned(system: Any, plan: CollectivePlan, quotient: Quotient | None = None,
+def start_planned(system: System, plan: CollectivePlan, quotient: Quotient | None = None,
                   aggregate: bool = True) -> Completion:
     """`start_collective` of a timing-only ``plan``, on ``quotient`` of its schedule where given: a calibration
     (per link kind and size, set where the network is idle) keeps the quotient exact."""
@@ -310,7 +313,7 @@ def start_planned(system: Any, plan: CollectivePlan, quotient: Quotient | None =
     return done
 
 
-def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs: Any) -> CollectiveResult:
+def run_collective(kind: str, system: System, nbytes: float | None = None, **kwargs: Any) -> CollectiveResult:
     """Run one collective on ``system`` (a `System` with a topology) and return its figures.
 
     ``nbytes`` is V: the full gathered array (AllGather), the unreduced array on each device
@@ -334,7 +337,7 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
         return _run(kind, system, nbytes, aggregate, kwargs)
 
 
-def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: dict[str, Any]) -> CollectiveResult:
+def _run(kind: str, system: System, nbytes: float | None, aggregate: bool, kwargs: dict[str, Any]) -> CollectiveResult:
     plan = _plan(kind, system, nbytes, **kwargs, direct_quotient=aggregate)
     data = kwargs.get("data")
     job, net = plan.job, system.network
@@ -406,7 +409,7 @@ def _aggregate(kwargs: dict[str, Any]) -> bool:
     return aggregate
 
 
-def _execute_calibrated(system: Any, plan: CollectivePlan, buffers: Any, set_links: bool = True,
+def _execute_calibrated(system: System, plan: CollectivePlan, buffers: Any, set_links: bool = True,
                         aggregate: bool = True, quotient: Quotient | None = None) -> Completion:
     """`execute` (`execute_quotient` of ``quotient`` where given), after the calibrated launch latency and
     (with ``set_links``) with links at their calibrated efficiency for an array of this size (and the hop

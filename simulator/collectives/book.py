@@ -72,7 +72,9 @@ def _grid(kind: str, net: Network, group: Group, nbytes: float, root_pos: tuple[
         pos = root_pos or zero
         out = sum(bw * (2 if w or 0 < p < s - 1 else 1) for bw, w, p, s in
                   zip(bandwidth, group.wraps, pos, group.sizes, strict=True) if s > 1)
-        return _gather_bytes(kind, group.n, nbytes) / out
+        moved = _gather_bytes(kind, group.n, nbytes)
+        assert moved is not None  # a rooted kind has its bytes
+        return moved / out
     # the book's latency floor, T_min x the longest path: s/2 hops round an axis that wraps, s - 1 along a line
     # (its v5e example: a 32 kB shard over an unwrapped axis of 4 is "latency bound ... 3 hops, 3 us")
     hops = sum(s / 2 if w else s - 1 for s, w in zip(group.sizes, group.wraps, strict=True))
@@ -101,8 +103,8 @@ def _two_level(kind: str, net: Network, group: Group, domains: dict[Any, list[An
     moved = _gather_bytes(kind, k, nbytes)
     if moved is None:
         return None
-    inner = _switch(kind, m, _egress(net, root, outer=False), nbytes) if m > 1 else 0.0
-    return max(inner or 0.0, moved / (m * out))  # a domain's m chips leave by their m ports at once
+    inside = _switch(kind, m, _egress(net, root, outer=False), nbytes) if m > 1 else 0.0
+    return max(inside or 0.0, moved / (m * out))  # a domain's m chips leave by their m ports at once
 
 
 def _domains(net: Network, group: Group) -> dict[Any, list[Any]]:

@@ -62,5 +62,5 @@ def closed_form(job: Job, on_axis: OnAxis) -> float:
         rings = [groups[0].ring(root[:a] + (0,) + root[a + 1:], a) for groups in job.rings]
         costs = [c for ring in rings for c in hop_costs(job.net, ring, chains, job.key_bytes,
                                                         link_use(job.net, ring, chains))]
-        path += max(costs, key=lambda c: chain_time(c, job.chunks), default=[])
+        path += max(costs, key=lambda c: chain_time(list(c), job.chunks), default=[])
     return chain_time(path, job.chunks)

@@ -120,10 +120,11 @@ def broadcast_phase(s: Schedule, ring: Ring, origin: int, pieces: int, scheme: S
             prev = start(origin, j)
             for h in range(1, hops + 1):
                 a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
-                deps = prev + ([behind[h]] if behind[h] is not None else [])
-                behind[h] = s.add(ring.devices[a], ring.devices[b], (("piece", j),), "copy", deps,
-                                  (tag, j), ring.slots[b])
-                prev = [behind[h]]
+                last = behind[h]
+                deps = prev + ([last] if last is not None else [])
+                sent = s.add(ring.devices[a], ring.devices[b], (("piece", j),), "copy", deps, (tag, j), ring.slots[b])
+                behind[h] = sent
+                prev = [sent]
 
 
 def gather_split_phase(s: Schedule, ring: Ring, bundles: list[Bundle], scheme: SplitScheme, start: Start,

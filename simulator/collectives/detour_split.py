@@ -69,7 +69,9 @@ class DetourSplit(Algorithm):
     def prepare(self, job: Job) -> None:
         if job.numeric:
             raise PodsimError("detour_split is timing only; give nbytes, or another --algorithm")
-        g, i = broken_step(job.net, job.groups)
+        found = broken_step(job.net, job.groups)
+        assert found is not None  # `applies` admitted the groups for their one missing cable
+        g, i = found
         broken = job.groups[g]
         n = broken.n
         line_group = Group((n,), (False,), {(p,): broken.members[((i + 1 + p) % n,)] for p in range(n)})

@@ -190,7 +190,7 @@ class _Order:
         k = len(ring.devices)
         far = k // 2  # hops to the farthest position each way (the antipode, for even k)
         for i, (d, parts) in itertools.product(range(k), ((1, self.parts[:1]), (-1, self.parts[-1:]))):
-            bundles = []
+            bundles: list[Any] = []  # keys (numeric) or their counts
             for dist in range(1, far + 1):
                 tie = k % 2 == 0 and dist == far
                 bundles.append(self._keys(base, a, j, i, (i + dist * d) % k, parts if tie else self.parts))

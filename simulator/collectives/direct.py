@@ -15,6 +15,8 @@ load the NVLink port and the NIC separately and the slower one counts. Exact in 
 """
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
@@ -22,7 +24,7 @@ from simulator.collectives.switched import SWITCHED, all_pairs_time, keys
 
 
 class _Direct(Algorithm):
-    topologies = SWITCHED
+    topologies: ClassVar[tuple[str, ...]] = SWITCHED
     nic_rings = False
 
     steps = 1  #: all-pairs steps (each n(n - 1) transfers per group)
@@ -70,7 +72,7 @@ class TwoShot(_Direct):
         self.expect(job, s, len(job.groups) * n * (n - 1) ** 2)  # each gathered shard waits for its n - 1 parts
         for group in job.groups:
             parts = range(job.parts)
-            into = {b: [] for b in group.positions()}
+            into: dict[Any, list[Any]] = {b: [] for b in group.positions()}
             for a, b in self._pairs(job, group):
                 into[b].append(s.add(group.members[a], group.members[b], keys(job, [b], parts), "add", [],
                                      ("rs", id(group)), group.members[b]))
@@ -87,7 +89,7 @@ class Direct(_Direct):
 
     name = "direct"
     summary = "one step, every chip straight to every other: AllGather, ReduceScatter, pairwise AllToAll"
-    kinds = ("all_gather", "reduce_scatter", "all_to_all")
+    kinds: ClassVar[tuple[str, ...]] = ("all_gather", "reduce_scatter", "all_to_all")
 
     def build(self, job: Job, s: Schedule) -> None:
         self.expect(job, s)

@@ -80,7 +80,7 @@ class Route:
     """One network a collective may be planned on, what it does about the faults (in words), and whether its
     links are all alike (closed forms exact) or not (a degraded cable or a detour on the way)."""
 
-    net: Network
+    net: Network | None  #: None: a system without links (its one route, as it is)
     label: str
     exact: bool = True
 
@@ -89,7 +89,7 @@ class Route:
         return time_s if self.exact else time_s * (1 + INEXACT_MARGIN)
 
 
-def alternatives(system: Any) -> list[Route]:
+def alternatives(system: System) -> list[Route]:
     """The system's network as faulted, then each way round its link faults (see the module docstring)."""
     net = system.network
     if net is None or not net.faulted or not net.grid or system.faults is None:
@@ -116,6 +116,7 @@ def ways(net: Network, faults: Any) -> list[Route]:
             routes.append(Route(avoided, f"puts the slow chip{'s' if len(chips) > 1 else ''} at a line's end "
                                          f"(avoids {names})", exact=False))
     for route in list(routes):
+        assert route.net is not None  # the routes of a network
         ring = _rewrapped(route.net)
         if ring is not None:
             label = f"{route.label}; " if route.label else ""
@@ -124,7 +125,7 @@ def ways(net: Network, faults: Any) -> list[Route]:
     return routes
 
 
-def trials_apply(system: Any, data: Any) -> bool:
+def trials_apply(system: System, data: Any) -> bool:
     """Whether ``auto`` may settle its choice round ``system``'s faults by simulating its candidates (`trial_system`):
     timing only, and faults the graph holds entirely (link faults and HBM-slowed chips; not a pause, a failure
     or jitter, which act while a run goes on)."""
@@ -135,9 +136,10 @@ def trials_apply(system: Any, data: Any) -> bool:
                for f in model.faults)
 
 
-def trial_system(system: Any) -> Any:
+def trial_system(system: System) -> System:
     """A fresh, idle copy of ``system``'s network for a trial run: its faulted graph (faults already written in) in a
     new untraced `System` of the same chip, nothing else applied (``seed=0``: no `applying` plan either)."""
+    assert system.network is not None  # trials run only under link faults, on a network
     return System(system.spec, topology=system.graph, trace=False, switching=system.network.switching, seed=0)
 
 
@@ -198,14 +200,14 @@ def _rewrapped(net: Network) -> Network | None:
     return net.sibling(g)
 
 
-def fault_note(system: Any, plan: Any, link_bytes: dict[str, float]) -> str | None:
+def fault_note(system: System, plan: Any, link_bytes: dict[str, float]) -> str | None:
     """How the run went round link faults (`CollectivePlan.route`), and each fault that touches nothing it used: a link
     that carried none of its bytes, a chip slowed only on units a collective never runs (its MXU, VPU), a chip
     fault on a chip whose links carried nothing. None where there is nothing to say."""
     tried = sum("simulated_s" in alt for alt in plan.alternatives)
     how = f"the fastest of {tried} candidates simulated" if tried else "chosen by closed form"
     notes = [f"around the link faults: {plan.route} ({how}, against the network as faulted)"] if plan.route else []
-    if system.network.faulted:
+    if system.network is not None and system.network.faulted:
         notes.append(NO_BOOK_UNDER_FAULTS)
     model = getattr(system, "faults", None)
     for record in getattr(model, "applied", []):

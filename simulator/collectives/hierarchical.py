@@ -163,7 +163,7 @@ class Hierarchical(Algorithm):
                                        for i in range(lv.tiers[j])]
                         else:  # a bundle's count: the parts of each slower tier's domains
                             bundles = [len(parts) * math.prod(lv.tiers[j + 1:])] * lv.tiers[j]
-                        run(s, ring, bundles, get_algorithm(self.tier_ring), start, rtag)
+                        run(s, ring, bundles, _ring(self.tier_ring), start, rtag)
                 continue
             order = _phase_order(job.kind, what, r, n_axes)
             a = order[j]
@@ -189,7 +189,7 @@ class Hierarchical(Algorithm):
         per_rotation = [len([q for q in range(PARTS) if q % n_axes == r]) for r in range(n_axes)]
         for what, level, j in stages(job.kind, n_axes, len(lv.tiers)):
             if level == "out":
-                algorithm = get_algorithm(self.tier_ring)
+                algorithm = _ring(self.tier_ring)
                 units = algorithm.reduce_units if what == "rs" else algorithm.gather_units
                 free = math.prod(lv.tiers[j + 1:])  # positions of the slower tiers a bundle still holds
                 steps = algorithm.steps(lv.tiers[j])
@@ -241,7 +241,8 @@ class Hierarchical(Algorithm):
         steps, times a unit's bytes, over the bandwidth of each link on its route."""
         lv = self.levels(job.net, job.group)
         assert isinstance(lv, Levels)
-        algorithm, g, work = get_algorithm(self.tier_ring), job.net.graph, Counter()
+        algorithm, g = _ring(self.tier_ring), job.net.graph
+        work: Counter[Any] = Counter()
         for what, level, j in stages(job.kind, len(lv.sizes), len(lv.tiers)):
             if level != "out":
                 continue
@@ -264,10 +265,16 @@ class HierarchicalPipelined(Hierarchical):
     pipeline = 4
 
 
+def _ring(name: str) -> RingAlgorithm:
+    """The ring algorithm ``name`` (an outer tier's ring)."""
+    algorithm = get_algorithm(name)
+    assert isinstance(algorithm, RingAlgorithm), f"{name!r} is not a ring algorithm"
+    return algorithm
+
+
 def _directions(name: str, n: int) -> int:
     """How many ways round a ring of ``n`` the ring algorithm ``name`` sends (chains of at least one hop)."""
-    algorithm = get_algorithm(name)
-    assert isinstance(algorithm, RingAlgorithm)
+    algorithm = _ring(name)
     return max(1, sum(1 for hops in algorithm.longest_chain(n).values() if hops > 0))
 
 
@@ -279,8 +286,8 @@ def _uniform_table(algorithm: Any, what: str, units: Any) -> Any:
         return None
     for n in (2, 3, 5, 8):
         for d in (1, -1):
-            table = np.asarray(algorithm.units_table(what, n, d))
-            if table.tolist() != [[units(n, i, d, h) for h in range(1, algorithm.steps(n) + 1)] for i in range(n)]:
+            rows = np.asarray(algorithm.units_table(what, n, d))
+            if rows.tolist() != [[units(n, i, d, h) for h in range(1, algorithm.steps(n) + 1)] for i in range(n)]:
                 return None
 
     def table(n: int, d: int) -> np.ndarray:

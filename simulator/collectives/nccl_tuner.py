@@ -224,6 +224,7 @@ def entry(comm: Comm, kind: str, algo: str, proto: str) -> tuple[float, float]:
     index2 = nodes - 1 if nodes <= 2 else 2
     ll_max = LL_MAX_BW[a_idx if nodes == 1 else 0][index2]
     g = comm.nvls if algo.startswith("NVLS") else comm.ring
+    assert g is not None, f"{algo} on a communicator without its graph (`unsupported` says why)"
     nsteps = _nsteps(kind, n)
     bw = g.bw_intra if nodes <= 2 else g.bw_inter
     if algo.startswith("NVLS"):
@@ -346,17 +347,17 @@ def decide(comm: Comm, kind: str, nbytes: float, asked: str, name: str,
         a, p = mine[0]
         return {**info, "plugin": name, "algorithm": a, "protocol": p, "model_time_s": times[(a, p)],
                 "reason": f"{name} asked for (NCCL_ALGO={a}): NCCL's tuner picks {p} for it at {where}"}
-    skipped = []
+    skipped: list[str] = []
     for a, p in ranked:
-        plugin = PLUGINS[a]
-        if plugin in priced and p in priced[plugin]["protocols"]:
+        chosen = PLUGINS[a]
+        if chosen in priced and p in priced[chosen]["protocols"]:
             runner_up = next(((b, q) for b, q in ranked if (b, q) != (a, p)), None)
             why = f"NCCL's tuner picks {a}/{p} at {where}: {times[(a, p)] * 1e6:.1f} us by its model"
             if runner_up:
                 why += f", next {runner_up[0]}/{runner_up[1]} {times[runner_up] * 1e6:.1f} us"
             if skipped:
                 why += f" (NCCL's first choice {skipped[0]} has no podsim plug-in that applies here)"
-            return {**info, "plugin": plugin, "algorithm": a, "protocol": p, "model_time_s": times[(a, p)],
+            return {**info, "plugin": chosen, "algorithm": a, "protocol": p, "model_time_s": times[(a, p)],
                     "reason": why}
         skipped.append(f"{a}/{p}")
     return {**info, "plugin": None, "algorithm": None, "protocol": None,

@@ -80,7 +80,7 @@ class Nvls(Algorithm):
             for c in range(CHUNKS):
                 tag = (id(group), c)
                 if job.kind == "all_gather":
-                    sums = {r: [] for r in range(len(chips))}
+                    sums: dict[int, list[Any]] = {r: [] for r in range(len(chips))}
                 else:
                     sums = self._reduce(job, s, chips, at, sw, c, last_up, tag)
                 if job.kind != "reduce_scatter":

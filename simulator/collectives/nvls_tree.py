@@ -134,14 +134,16 @@ class NvlsTree(Algorithm):
         for r in sorted(parent, key=lambda k: -depth[k]):
             p = parent[r]
             deps = [fetched[(r, b)], fetched[(p, b)], *(sent[x] for x in children[r])]
-            deps += [order[(r, p, *tb)]] if (r, p, *tb) in order else []
-            sent[r] = order[(r, p, *tb)] = s.add(dev[r], dev[p], what, "add", deps, ("tree up", *tag), dev[p])
+            up = (r, p, *tb)  # a name: mypy reads x[(a, *b)] as 3.11 syntax
+            deps += [order[up]] if up in order else []
+            sent[r] = order[up] = s.add(dev[r], dev[p], what, "add", deps, ("tree up", *tag), dev[p])
         root = next(k for k in range(lv.outer) if k not in parent)
         done = {root: [fetched[(root, b)], *(sent[x] for x in children[root])]}
         for r in sorted(parent, key=lambda k: depth[k]):
             p = parent[r]
-            deps = done[p] + ([order[(p, r, *tb)]] if (p, r, *tb) in order else [])
-            down = order[(p, r, *tb)] = s.add(dev[p], dev[r], what, "copy", deps, ("tree down", *tag), dev[r])
+            pr = (p, r, *tb)
+            deps = done[p] + ([order[pr]] if pr in order else [])
+            down = order[pr] = s.add(dev[p], dev[r], what, "copy", deps, ("tree down", *tag), dev[r])
             done[r] = [down]
         return done
 

@@ -149,5 +149,5 @@ def calibrated_price(calibration: Any, asked: str = AUTO) -> Callable[[Any, Any]
 
 def _on(job: Any, view: Any) -> Any:
     """``job`` on the network ``view``, with none of the closed-form pieces it kept for its own network."""
-    fresh = {"cache": {}} if "cache" in {f.name for f in fields(job)} else {}
+    fresh: dict[str, Any] = {"cache": {}} if "cache" in {f.name for f in fields(job)} else {}
     return replace(job, net=view, **fresh)

@@ -39,7 +39,7 @@ from simulator.engine.network import Network
 
 
 def _coord(net: Network, device: Any) -> tuple[int, int]:
-    return tuple(net.graph.nodes[device]["coord"])  # type: ignore[return-value]
+    return tuple(net.graph.nodes[device]["coord"])
 
 
 def _route(net: Network, u: Any, v: Any) -> tuple[float, float]:

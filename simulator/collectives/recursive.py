@@ -17,6 +17,8 @@ starts a step once its own and its partner's previous messages have arrived). Ex
 """
 from __future__ import annotations
 
+from typing import Any
+
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
@@ -102,7 +104,7 @@ class RecursiveDoubling(_Recursive):
         for group in job.groups:
             ranks, n = members(group), group.n
             every = keys(job, group.positions(), range(job.parts))
-            last = {r: [] for r in range(n)}
+            last: dict[int, list[Any]] = {r: [] for r in range(n)}
             for k in range(_bits(n)):
                 # both partners start together: a rank's snapshot is taken before its partner's message lands
                 nxt = {r: [s.add(ranks[r], ranks[r ^ (1 << k)], every, "add", last[r] + last[r ^ (1 << k)],

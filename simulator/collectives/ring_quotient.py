@@ -14,7 +14,7 @@ assuming what makes it valid: the shift of every ring, the chains of every origi
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.collectives.algorithm import Job
 from simulator.collectives.layout import RING_KINDS
@@ -23,6 +23,9 @@ from simulator.collectives.quotient import Quotient, _rep_route, run_on_quotient
 from simulator.collectives.schedule import Transfer, _new_transfer
 from simulator.collectives.symmetry import node_actions
 from simulator.engine.network import Network
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 
 def ring_quotient(job: Job, algorithm: Any, net: Network, action: Any) -> Quotient | None:
@@ -138,7 +141,7 @@ def _checked_route(net: Network, action: Any, devices: list[Any], a: int, b: int
     return _rep_route(net, devices[a], devices[b], action)
 
 
-def plan_quotient(system: Any, algorithm: Any, job: Job) -> Any:
+def plan_quotient(system: System, algorithm: Any, job: Job) -> Any:
     """(quotient, group) of a ring algorithm's schedule built without the schedule, by one of a node system's
     rotation groups; None where none applies (build it in full). `plan_collective` asks in mode ``auto``."""
     net = system.network
@@ -151,7 +154,7 @@ def plan_quotient(system: Any, algorithm: Any, job: Job) -> Any:
     return None
 
 
-def run_quotient(system: Any, plan: Any, mode: str, timing: bool) -> Any:
+def run_quotient(system: System, plan: Any, mode: str, timing: bool) -> Any:
     """(quotient, group) to run ``plan`` on in mode ``auto``: one built in place of its schedule, or that of a
     timing-only, aggregated run of every group on a uniform, fault-free node system whose schedule and routes
     are equivariant under one of its symmetry groups (`simulator.collectives.quotient.run_on_quotient`);

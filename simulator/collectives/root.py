@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
+from typing import Any, ClassVar
 
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
@@ -80,8 +80,8 @@ class RootChains(Algorithm):
 
     name = "root_chains"
     summary = "Gather, Scatter, Reduce axis by axis along the root's lines (Reduce pipelined in pieces, adding)"
-    kinds = ROOT_KINDS
-    topologies = ("ring", "line", "torus", "mesh")
+    kinds: ClassVar[tuple[str, ...]] = ROOT_KINDS
+    topologies: ClassVar[tuple[str, ...]] = ("ring", "line", "torus", "mesh")
     nic_rings = False
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
@@ -249,7 +249,8 @@ class RootDirect(Algorithm):
         return [(group.members[p], root, p) for p in others]
 
     def closed_form(self, job: Job) -> float:
-        net, load, latency = job.net, defaultdict(float), 0.0
+        net, latency = job.net, 0.0
+        load: defaultdict[Any, float] = defaultdict(float)
         each = job.key_bytes * (job.chunks if job.kind == "reduce" else 1)
         for src, dst, _ in self._messages(job, job.group):
             path = net.routes(src, dst)[0]

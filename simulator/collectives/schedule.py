@@ -203,7 +203,8 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
                   (len(transfers) - rest), LONG_RUN_HINT)
     remaining = [len(transfers)]
     if not transfers:
-        return done.succeed(net.env.now)
+        done.succeed(net.env.now)
+        return done
     waiting = [len(t.deps) for t in transfers]
     chips = set(net.chips)  # a transfer to a switch crosses one link (`Network.hop`); from one, too
     done.pending = _Pending(transfers, waiting, remaining, label)
@@ -220,6 +221,7 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
 
     def arrive(t: Transfer, payload: dict[Any, np.ndarray] | None) -> None:
         if payload is not None:
+            assert buffers is not None  # a payload is copied from the buffers
             store = buffers[t.dst]
             for k, value in payload.items():
                 store[k] = store[k] + value if t.op == "add" and k in store else value  # a switch starts empty
@@ -243,7 +245,8 @@ def _execute_aggregated(net: Network, transfers: list[Transfer], buffers: dict[A
     done = Completion(net.env)
     expect_events(AGGREGATED_EVENTS_PER_TRANSFER * (len(transfers) % TICK), LONG_RUN_HINT)  # the rest `add` did not
     if not transfers:
-        return done.succeed(net.env.now)
+        done.succeed(net.env.now)
+        return done
     run = _Aggregated(net, transfers, buffers, label, done)
     for t in transfers:
         if not t.deps:

@@ -36,7 +36,7 @@ def broadcast_dag(plan: RailPlan, sizes: list[int], g: int) -> _Dag:
     got: dict[tuple[Pos, int], int] = {}  # (root-slice position, tree message) -> the message that brought it
     for t, (parents, depth) in enumerate(plan.forest):
         for x in sorted(parents, key=depth.__getitem__):
-            p, behind = parents[x], []
+            p, behind = parents[x], list[Any]()
             for u in range(t, chunks, d):
                 up = [got[(p, u)]] if p != plan.root else []
                 got[(x, u)] = behind_id = dag.add(plan.chip(s0, p), plan.chip(s0, x), tuple(range(u * g, u * g + g)),

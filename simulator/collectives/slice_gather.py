@@ -171,7 +171,7 @@ def _tree_round(plan: RailPlan, own: dict[Pos, list[Any]], part: float, start: i
         order = _orders(plan, parents, depth, mine)
         here: dict[tuple[Pos, Any], int] = {}  # (position, origin) -> the message that brought its part there
         for x in sorted(parents, key=lambda y: -depth[y]):
-            p, behind = parents[x], []
+            p, behind = parents[x], list[Any]()
             for c in order[x]:
                 deps = ([here[(x, c)]] if (x, c) in here else [start]) + behind
                 here[(p, c)] = msg = add(plan.chip(s0, x), plan.chip(s0, p), (c,), part if not numeric else 0.0, deps)

@@ -241,12 +241,12 @@ def _time(plan: RailPlan, sizes: list[int], piece: float, g: int) -> float:
     # a(x, j) for every piece j of every row (numpy): piece j comes in tree message u = j // g, the (u // d)-th of
     # tree u mod d; a share is ready when its last piece is in (the root holds them all)
     rows = sum(sizes)
-    total = np.array([[paths[t][x][0] for x in plan.positions] for t in range(d)])
-    top = np.array([[paths[t][x][1] for x in plan.positions] for t in range(d)])
+    totals = np.array([[paths[t][x][0] for x in plan.positions] for t in range(d)])
+    tops = np.array([[paths[t][x][1] for x in plan.positions] for t in range(d)])
     j = (np.arange(rows)[:, None, None] * m + np.arange(m)[None, :, None]) * a + np.arange(a)[None, None, :]
     u = j // g
     at = np.arange(m)[None, :, None]
-    arrival = (total[u % d, at] + (u // d) * top[u % d, at]).max(axis=2)  # (row, position): its share's last piece
+    arrival = (totals[u % d, at] + (u // d) * tops[u % d, at]).max(axis=2)  # (row, position): its share's last piece
     arrival[:, plan.index[plan.root]] = 0.0
     ends = np.cumsum(sizes)
     ready_at = np.maximum.reduceat(arrival, ends - np.asarray(sizes), axis=0).tolist()  # (batch, position)

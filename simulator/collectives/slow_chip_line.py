@@ -123,8 +123,11 @@ class SlowChipLine(Algorithm):
         from simulator.collectives.api import _job  # (the api builds the other rings' job as its own)
 
         g = _slow_group(job.net, job.groups)
+        assert g is not None  # `applies` admitted the groups for their slow chip
         group = job.groups[g]
-        s, f = slow_chip(job.net, group)
+        found = slow_chip(job.net, group)
+        assert found is not None
+        s, f = found
         n = group.n
         line = [group.members[((s + 1 + p) % n,)] for p in range(n - 1)]  # e0 = s + 1 ... e1 = s - 1
         job.cache["slow"] = (group.members[(s,)], f, line)

@@ -85,7 +85,9 @@ class SplitRing(Algorithm):
 
         group = job.group
         n = group.n
-        i, f = slow_cable(job.net, group)
+        found = slow_cable(job.net, group)
+        assert found is not None  # `applies` admitted the group for its one slow cable
+        i, f = found
         x = share(job.kind, n, f)
         line_group = Group((n,), (False,), {(p,): group.members[((i + 1 + p) % n,)] for p in range(n)})
         ring = get_algorithm("bidirectional")

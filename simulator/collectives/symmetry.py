@@ -205,7 +205,8 @@ def slice_rotation(net: Network) -> dict[Any, Any]:
     for v, d in graph.nodes(data=True):
         if d.get("role") == "chip":
             k, *rest = d["coord"]
-            perm[v] = at[((k + 1) % count, *rest)]
+            moved = ((k + 1) % count, *rest)  # a name: mypy reads x[(a, *b)] as 3.11 syntax
+            perm[v] = at[moved]
         else:
             perm[v] = v
     return perm

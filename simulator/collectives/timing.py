@@ -116,7 +116,7 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
         n = len(ring.devices)
         for d in (1, -1):
             ids = _row_ids(tables[(n, d)], rows, row_of)
-            routes = []
+            routes: list[list[Any]] = []
             for i in range(n):
                 if not (closed or 0 <= i + d < n):
                     ids[i] = -1
@@ -137,7 +137,7 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
         key = tuple(sorted(counts.items()))
         if key not in load_of:
             load_of[key] = len(loads)
-            loads.append(sum(c * rows[r] for r, c in key))
+            loads.append(sum((c * rows[r] for r, c in key), np.zeros_like(rows[key[0][0]])))
         bw = net.graph.edges[e]["bandwidth_bytes_per_s"]
         per_byte_of[e] = (load_of[key], bw)
         total = loads[load_of[key]].sum() if pieces is None else loads[load_of[key]] @ pieces.lengths

@@ -31,7 +31,8 @@ from typing import Any
 import simpy
 from simpy.events import Event, Timeout
 
-from simulator.engine.timers import _new, _timeout, call_after, call_at
+from simulator.engine.simpy_door import clock, fire_now, timeout
+from simulator.engine.timers import _new, call_after, call_at
 from simulator.engine.trace import Span, Trace, new_span
 from simulator.units import positive
 
@@ -51,6 +52,9 @@ def _arrival(entry: tuple[float, int, _Flow]) -> int:
 
 class _Flow:
     __slots__ = ("nbytes", "remaining", "event", "start", "label", "kind", "then", "arg", "generation")
+    then: Callable[[Any], Any]  #: a `send` flow's callback (set by `Channel.send`), called with ``arg``
+    arg: Any
+    generation: int  #: the channel's generation when the flow's end timer was set
 
     def __init__(self, nbytes: float, event: simpy.Event | None, label: str, kind: str) -> None:
         self.nbytes = nbytes
@@ -85,6 +89,10 @@ class Channel:
     #: latency``: no flow sent later arrives sooner), and sets only its end timer -- one timer where there were
     #: two, the same float times. False: a latency timer, then `_enter` (the aggregated path before this).
     admit_ahead = True
+    #: set on a network's links by `simulator.engine.network.Network` (the link's kind and nominal figures)
+    kind: str
+    nominal_bandwidth_bytes_per_s: float
+    nominal_latency_s: float
 
     def __init__(self, env: simpy.Environment, name: str, bandwidth_bytes_per_s: float,
                  latency_s: float = 0.0, *, chip: int | str = 0, trace: Trace | None = None) -> None:
@@ -117,13 +125,13 @@ class Channel:
     @property
     def busy(self) -> bool:
         """Whether any transfer is moving bytes on the channel now (latency-only waits do not count)."""
-        return bool(self._flows) and self._last_update <= self.env._now
+        return bool(self._flows) and self._last_update <= clock(self.env)
 
     def _unadmit(self) -> bool:
         """Put back on its way in the flow admitted ahead of its arrival (`admit_ahead`), if there is one (the
         channel then idles until it arrives); whether there was. Only where the rate or the latency changed
         before it arrived: a flow that would arrive sooner, or a rate it must start at."""
-        now = self.env._now
+        now = clock(self.env)
         if not self._flows or self._last_update <= now:
             return False
         at, flow = self._last_update, self._flows[0][2]
@@ -143,7 +151,7 @@ class Channel:
             return event
         flow = _Flow(nbytes, event, label, kind)
         if self.latency_s > 0:
-            self._arrive_by = env._now + self.latency_s
+            self._arrive_by = clock(env) + self.latency_s
             Timeout(env, self.latency_s).callbacks.append(lambda _e: self._join(flow))
         else:
             self._join(flow)
@@ -170,7 +178,7 @@ class Channel:
             self._enter(flow)
             return
         env = self.env
-        now = env._now
+        now = clock(env)
         if self._flows or self._arrive_by >= now or not self.admit_ahead:
             self._arrive_by = now + latency
             call_after(env, latency, self._enter, flow)
@@ -185,10 +193,10 @@ class Channel:
 
     def _enter(self, flow: _Flow) -> None:
         """`_join` for a `send` flow: on an idle channel its completion timer is a shared `call_after`."""
-        if self._flows and (self._last_update <= self.env._now or not self._unadmit()):
+        if self._flows and (self._last_update <= clock(self.env) or not self._unadmit()):
             self._admit(flow)
             return
-        flow.start = self._last_update = self.env._now
+        flow.start = self._last_update = clock(self.env)
         self._flows = [(flow.nbytes, 0, flow)]
         self._v = 0.0
         self._generation += 1
@@ -199,7 +207,7 @@ class Channel:
         """`_on_timer` and `_finish` for the lone `send` flow ``flow`` (unless flows joined it since)."""
         if flow.generation != self._generation:
             return  # the set of flows changed since this timer was set: `_schedule` timed them anew
-        now = self._last_update = self.env._now
+        now = self._last_update = clock(self.env)
         self._flows = []
         self._generation += 1
         self.bytes_carried += flow.nbytes
@@ -212,7 +220,7 @@ class Channel:
     def _join(self, flow: _Flow) -> None:
         """`_admit`, with a fast path for an idle channel (the common case). Only `Channel.transfer` calls it:
         a subclass that overrides `_admit` or `_schedule` overrides `transfer` too (as `FaultChannel` does)."""
-        if self._flows and (self._last_update <= self.env._now or not self._unadmit()):
+        if self._flows and (self._last_update <= clock(self.env) or not self._unadmit()):
             self._admit(flow)
             return
         # what _advance, _admit and _schedule do for a lone flow
@@ -221,11 +229,11 @@ class Channel:
         self._v = 0.0
         self._generation += 1
         generation = self._generation
-        timer = _timeout(self.env, flow.nbytes / self._bandwidth)
+        timer = timeout(self.env, flow.nbytes / self._bandwidth)
         timer.callbacks.append(lambda _e: self._on_timer(generation, flow))
 
     def _advance(self) -> None:
-        now = self.env._now
+        now = clock(self.env)
         if self._flows and now > self._last_update:
             self._v += (now - self._last_update) * self._bandwidth / len(self._flows)
         self._last_update = now
@@ -234,7 +242,7 @@ class Channel:
         if not self._flows:
             self._v = 0.0
         self._advance()
-        flow.start = self.env._now
+        flow.start = clock(self.env)
         self._arrivals += 1
         heappush(self._flows, (self._v + flow.remaining, self._arrivals, flow))
         self._schedule()
@@ -261,7 +269,7 @@ class Channel:
             return  # the set of flows changed since this timer was set
         flows = self._flows
         if len(flows) == 1:  # the common case: the only flow (``first``) is done, the channel idles
-            self._last_update = self.env._now  # all _advance would do that still matters
+            self._last_update = clock(self.env)  # all _advance would do that still matters
             self._flows = []
             self._generation += 1  # all _schedule does with no flows
             self._finish(first, self.complete_inline)
@@ -303,10 +311,7 @@ class Channel:
         # from the timer of a lone flow: that timer (priority NORMAL) pops when no URGENT event of this
         # instant is queued, has this one callback, and succeed() here would queue the event as the only
         # URGENT one of the instant, popped next. Its callbacks run in the same order either way.
-        event._ok, event._value = True, now
-        callbacks, event.callbacks = event.callbacks, None
-        for callback in callbacks:
-            callback(event)
+        fire_now(event, now)
 
 
 class ListChannel(Channel):
@@ -396,4 +401,4 @@ class SerialUnit:
             trace.flops_total += flops
             if trace.enabled:
                 trace.spans.append(new_span(Span, (self.chip, self.name, label, start, end, kind, 0.0, flops)))
-        return _timeout(env, end - now)
+        return timeout(env, end - now)

@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from simulator.engine.channel import Channel, call_after
+from simulator.engine.channel import Channel
 from simulator.engine.network import Network
+from simulator.engine.simpy_door import clock
+from simulator.engine.timers import call_after
 from simulator.units import MAX_BYTES, check_bytes
 
 Then = Callable[[Any], Any]
@@ -98,7 +100,7 @@ class _CutThrough:
 
     def hop_done(self, k: int) -> None:
         env = self.env
-        now = self.ends[k] = env._now
+        now = self.ends[k] = clock(env)
         self.left -= 1
         if self.left:
             return

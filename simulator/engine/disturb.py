@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import numpy as np
@@ -46,6 +46,9 @@ from simulator.engine.faults import (
 )
 from simulator.engine.trace import Span, Trace
 from simulator.errors import FaultError, IncompleteRunError
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 __all__ = ["FaultChannel", "FaultModel", "FaultUnit", "Noise", "model_for"]
 
@@ -127,7 +130,7 @@ class FaultModel:
         graph, self.applied = apply_to_graph(graph, self.faults)
         return graph
 
-    def attach(self, system: Any) -> None:
+    def attach(self, system: System) -> None:
         """Swap in disturbed units on the chips the faults or jitter touch; hook the network's link builder."""
         graph = system.graph if system.network is not None else self._chip_graph(system)
         chip_faults = [(f, resolve_node(graph, f.chip)) for f in self.faults if isinstance(f, CHIP_FAULTS)]
@@ -146,7 +149,7 @@ class FaultModel:
                                or any(isinstance(f, LINK_FAULTS) for f in self.faults)
                                or any(isinstance(f, ChipSlow) and "hbm" in f.units for f in self.faults))
 
-    def _chip_graph(self, system: Any) -> nx.DiGraph:
+    def _chip_graph(self, system: System) -> nx.DiGraph:
         """A graph of the system's unconnected chips, to resolve chip names against; link faults are refused."""
         links = [f for f in self.faults if isinstance(f, LINK_FAULTS)]
         if links:
@@ -155,7 +158,7 @@ class FaultModel:
                              "topology); link faults need a topology such as torus:8")
         graph = nx.DiGraph(spec=f"{len(system.chips)} unconnected chip(s)")
         graph.add_nodes_from((c.index, {"role": "chip"}) for c in system.chips)
-        self.applied = [chip_record(f, resolve_node(graph, f.chip)) for f in self.faults]
+        self.applied = [chip_record(f, resolve_node(graph, f.chip)) for f in self.faults if isinstance(f, CHIP_FAULTS)]
         return graph
 
     def _jittered(self, unit: str) -> bool:

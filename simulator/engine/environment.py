@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from typing import Any
 
 import simpy
-from simpy.core import BoundClass
 
+from simulator.engine.simpy_door import bind_event_classes
 from simulator.errors import PodsimError
 
 
@@ -30,16 +31,18 @@ class Environment(simpy.Environment):
     """`simpy.Environment` whose `process` refuses anything but a generator, with a podsim message.
 
     SimPy binds its event classes to each environment for speed (`BoundClass.bind_early` reads only the
-    class's own attributes); this subclass binds SimPy's too, so ``env.timeout`` costs what it always did.
+    class's own attributes); this subclass binds SimPy's too (`simpy_door.bind_event_classes`), so
+    ``env.timeout`` costs what it always did.
     """
 
     def __init__(self, initial_time: float = 0) -> None:
         super().__init__(initial_time)
-        for name, obj in vars(simpy.Environment).items():
-            if type(obj) is BoundClass and name != "process":
-                setattr(self, name, getattr(self, name))
+        bind_event_classes(self, skip=("process",))
 
-    def process(self, generator: Any) -> simpy.Process:  # type: ignore[override]
+    #: `System.pulse`, set by the `System` that owns the environment (work done inside few events reports there)
+    podsim_pulse: Callable[[int], None]
+
+    def process(self, generator: Any) -> simpy.Process:
         """Start ``generator`` (a called generator function) as a SimPy process."""
         if not hasattr(generator, "throw"):  # what SimPy checks: the generator protocol
             raise ApiMisuseError(not_a_generator(generator))

@@ -15,7 +15,8 @@ import numpy as np
 import simpy
 
 from simulator.engine.channel import _DONE_FRACTION, ListChannel, _Flow, _remaining
-from simulator.engine.timers import _new, _set_timer, _timeout, call_after, call_at
+from simulator.engine.simpy_door import clock, timeout
+from simulator.engine.timers import _new, _set_timer, call_after, call_at
 from simulator.engine.trace import Span, Trace, new_span
 
 Window = tuple[float, float]
@@ -95,7 +96,7 @@ class FaultChannel(ListChannel):
 
     def _unadmit(self) -> bool:
         """`Channel._unadmit` for the list form."""
-        now = self.env._now
+        now = clock(self.env)
         if not self._flows or self._last_update <= now:
             return False
         at, flow = self._last_update, self._flows[0]
@@ -139,7 +140,7 @@ class FaultChannel(ListChannel):
         if latency <= 0:
             self._admit(flow)
             return
-        now = env._now
+        now = clock(env)
         if self._flows or self._arrive_by >= now or self._breaks or not self.admit_ahead:
             at = self._arrive_by = now + latency  # `call_after(env, latency, self._admit, flow)`, inline below
             fn: Callable[[Any], Any] = self._admit
@@ -150,9 +151,9 @@ class FaultChannel(ListChannel):
             flow.generation = self._generation
             at, fn = start + flow.remaining / self._bandwidth, self._lone_done
         try:  # `call_at(env, at, fn, flow)` (``at`` is later than now)
-            pending = env._podsim_calls
+            pending = env._podsim_calls  # type: ignore[attr-defined]  # podsim's, kept on the env
         except AttributeError:
-            pending = env._podsim_calls = {}
+            pending = env._podsim_calls = {}  # type: ignore[attr-defined]
         calls = pending.get(at)
         if calls is not None:
             calls.append((fn, flow))
@@ -162,15 +163,16 @@ class FaultChannel(ListChannel):
     def transfer(self, nbytes: float, label: str = "", kind: str = "transfer") -> simpy.Event:
         if nbytes <= 0:
             return self.env.event().succeed(self.env.now)
-        flow = _Flow(nbytes, Lost(self.env, f"{self.name} ({label or kind})"), label, kind)
+        event = Lost(self.env, f"{self.name} ({label or kind})")
+        flow = _Flow(nbytes, event, label, kind)
         if self.noise is not None:
             flow.remaining = nbytes * self.noise()
         if self.latency_s > 0:
-            self._arrive_by = self.env._now + self.latency_s
+            self._arrive_by = clock(self.env) + self.latency_s
             self.env.timeout(self.latency_s).callbacks.append(lambda _e: self._admit(flow))
         else:
             self._admit(flow)
-        return flow.event
+        return event
 
     #: Jitter alone (a constant rate: no pause, no failure): a flow joining a busy channel and the end timers
     #: do what `ListChannel`'s `_advance`, `_admit`, `_schedule` and `_on_timer` do, in one call each (the same
@@ -179,11 +181,11 @@ class FaultChannel(ListChannel):
 
     def _admit(self, flow: _Flow) -> None:
         flows = self._flows
-        if flows and self._last_update > self.env._now:
+        if flows and self._last_update > clock(self.env):
             self._unadmit()  # (only where the latency changed while a flow admitted ahead was on its way in)
             flows = self._flows
         if flows and not self._breaks and self.lean:  # busy, at a constant rate: `_advance`, `_admit`, `_schedule`
-            now = self.env._now
+            now = clock(self.env)
             last = self._last_update
             if now > last:
                 moved = (now - last) * self._bandwidth / len(flows)
@@ -203,7 +205,7 @@ class FaultChannel(ListChannel):
                 self._time(delay, self._generation, first)
             return
         if not flows and not self._breaks:  # idle, at a constant rate: `_advance` and `_schedule`, one flow
-            flow.start = self._last_update = self.env._now
+            flow.start = self._last_update = clock(self.env)
             self._flows = [flow]
             self._generation += 1
             if flow.event is None:  # a `send` flow: `Channel._lone_done` ends it, unless flows join it first
@@ -225,7 +227,7 @@ class FaultChannel(ListChannel):
         return 0.0 if i >= 0 and self.pauses[i][0] <= t < self.pauses[i][1] else self._bandwidth
 
     def _advance(self) -> None:
-        now = self.env._now
+        now = clock(self.env)
         if self._flows and now > self._last_update:
             rate = self.rate(self._last_update) if self._breaks else self._bandwidth
             moved = (now - self._last_update) * rate / len(self._flows)
@@ -237,7 +239,7 @@ class FaultChannel(ListChannel):
         self._generation += 1
         if not self._flows:
             return
-        now, generation = self.env._now, self._generation
+        now, generation = clock(self.env), self._generation
         if not self._breaks:  # a constant rate (jitter alone)
             first = min(self._flows, key=_remaining)
             self._time(max(0.0, first.remaining) * len(self._flows) / self._bandwidth, generation, first)
@@ -263,7 +265,7 @@ class FaultChannel(ListChannel):
         if first.event is None:
             call_after(self.env, delay, self._timer_call, (generation, first))
         else:
-            _timeout(self.env, delay).callbacks.append(lambda _e: self._timer_call((generation, first)))
+            timeout(self.env, delay).callbacks.append(lambda _e: self._timer_call((generation, first)))
 
     def _timer_call(self, arg: tuple[int, _Flow]) -> None:
         """The end timer of a `send` flow (``arg``: the generation it was set in, the flow that ends first): at a
@@ -275,7 +277,7 @@ class FaultChannel(ListChannel):
         if self._breaks or not self.lean:
             ListChannel._on_timer(self, generation, first)
             return
-        flows, now = self._flows, self.env._now
+        flows, now = self._flows, clock(self.env)
         if len(flows) == 1:  # the only flow (``first``) is done, the channel idles
             self._last_update = now
             self._flows = []

@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # NetworkX, NumPy and topologies load where they are used: th
     import networkx as nx
     import numpy as np
 
-Node = int | str | tuple  #: a chip index, a grid coordinate, or a switch's name
+Node = int | str | tuple[Any, ...]  #: a chip index, a grid coordinate, or a switch's name
 CHIP_UNITS = ("mxu", "vpu", "hbm")
 JITTER_UNITS = ("mxu", "vpu", "hbm", "link")
 DISTRIBUTIONS = ("lognormal", "gamma", "uniform")  #: jitter factors, all of mean 1 and the given CV
@@ -78,11 +78,11 @@ def _time(value: Any, name: str) -> float:
 
 
 def _units(units: Any, valid: tuple[str, ...], what: str) -> tuple[str, ...]:
-    units = (units,) if isinstance(units, str) else tuple(units)
-    bad = [u for u in units if u not in valid]
-    if bad or not units:
-        raise FaultError(f"{what} units {show(list(units))}: valid units are {', '.join(valid)}")
-    return units
+    given: tuple[Any, ...] = (units,) if isinstance(units, str) else tuple(units)
+    bad = [u for u in given if u not in valid]
+    if bad or not given:
+        raise FaultError(f"{what} units {show(list(given))}: valid units are {', '.join(valid)}")
+    return given
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,8 @@ def resolve_node(graph: nx.DiGraph, node: Any, what: str = "chip", chips_only: b
             if len(shape) > 1 and graph.graph.get("kind") in ("torus", "mesh", "multislice") else ""
         raise FaultError(f"{what} {_text(node)} is not a chip of {_name(graph)}; chips are "
                          f"{chips[0]}..{chips[-1]}{where}")
-    return key
+    found: Hashable = key
+    return found
 
 
 def link_ends(graph: nx.DiGraph, src: Any, dst: Any) -> tuple[Hashable, Hashable]:
@@ -285,13 +286,13 @@ def apply_to_graph(graph: nx.DiGraph, faults: Sequence[Fault]) -> tuple[nx.DiGra
     origin = [0] * len(wrap)
     applied: list[dict[str, Any]] = []
     failed = sorted({resolve_node(g, f.chip) for f in faults if isinstance(f, ChipFail) and f.at_s == 0}, key=str)
-    speed: dict[frozenset, float] = {}  # each cable's share of full bandwidth under the faults so far
+    speed: dict[frozenset[Any], float] = {}  # each cable's share of full bandwidth under the faults so far
     for f in faults:
         if isinstance(f, CHIP_FAULTS):
             applied.append(chip_record(f, resolve_node(g, f.chip)))
             continue
         u, v = link_ends(graph, f.src, f.dst)
-        record = {"fault": _KIND[type(f)], "link": f"{u}->{v}", "directions": _directions(graph, u, v)}
+        record: dict[str, Any] = {"fault": _KIND[type(f)], "link": f"{u}->{v}", "directions": _directions(graph, u, v)}
         if isinstance(f, LinkDown):
             record["effect"] = _cut(graph, u, v, wrap, origin)
             g.remove_edges_from([(u, v), (v, u)])

@@ -14,7 +14,7 @@ DRAM, never the chip's compute units, so they overlap compute (scenarios/host_of
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -22,6 +22,9 @@ from simulator.engine.channel import Channel
 from simulator.engine.memory import Allocation, MemoryPool
 from simulator.errors import PodsimError
 from simulator.units import check_bytes
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 DEFAULT_HOST_MEMORY_BYTES = 2**40
 """Host DRAM per host (bytes) when the topology does not say (``memory_bytes`` on the host node): an
@@ -42,7 +45,7 @@ class HostTransferError(PodsimError):
 class HostMemory:
     """The hosts of ``system``'s topology: their DRAM pools and channels, and the bytes each chip holds there."""
 
-    def __init__(self, system: Any) -> None:
+    def __init__(self, system: System) -> None:
         graph = system.graph
         hosts = [] if graph is None else [(h, d) for h, d in graph.nodes(data=True) if d.get("role") == "host"]
         if not hosts:
@@ -50,6 +53,8 @@ class HostMemory:
             raise HostTransferError(f"offload and reload need a topology with hosts; this one ({spec!r}) has none: "
                                     f"{HOSTS_HINT}")
         self.system, self.env = system, system.env
+        assert system.network is not None  # a graph with hosts: the system has a network
+        self.network = system.network
         self.host_of: dict[Any, Any] = {chip: h for h, d in hosts for chip in d.get("chips", ())}
         self.pools: dict[Any, MemoryPool] = {}
         self.dram: dict[Any, Channel] = {}
@@ -107,14 +112,14 @@ class HostMemory:
 
     def _offload(self, chip: Any, host: Any, nbytes: float, label: str) -> Any:
         allocation = yield self.pools[host].allocate(nbytes, label)
-        yield simpy.AllOf(self.env, [self.system.network.hop(chip, host, nbytes, label),
+        yield simpy.AllOf(self.env, [self.network.hop(chip, host, nbytes, label),
                                      self.dram[host].transfer(nbytes, label, "write")])
         self.held[chip].append(_Held(allocation, nbytes))
         return self.env.now
 
     def _reload(self, chip: Any, host: Any, nbytes: float, label: str, taken: list[_Held]) -> Any:
         yield simpy.AllOf(self.env, [self.dram[host].transfer(nbytes, label, "read"),
-                                     self.system.network.hop(host, chip, nbytes, label)])
+                                     self.network.hop(host, chip, nbytes, label)])
         for entry in taken:
             entry.in_flight -= 1
             if entry.unclaimed == 0.0 and entry.in_flight == 0:  # the whole offload is back: free its bytes

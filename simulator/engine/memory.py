@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from heapq import heappush
 
 import simpy
-from simpy.events import PENDING, URGENT
 
+from simulator.engine.simpy_door import clock, init_pending, succeed_urgent
 from simulator.errors import CapacityError, PodsimError
 from simulator.units import format_quantity, positive
 
@@ -33,7 +32,7 @@ class _Request(simpy.Event):
     """The event of one `MemoryPool.allocate`; says what it waits for (for deadlock messages) only when asked."""
 
     def __init__(self, env: simpy.Environment, allocation: Allocation) -> None:
-        self.env, self.callbacks, self._value = env, [], PENDING  # simpy.Event.__init__, inlined
+        init_pending(self, env)  # simpy.Event.__init__, inlined
         self.allocation = allocation
 
     @property
@@ -77,14 +76,13 @@ class MemoryPool:
         if not self._waiting and self.live_bytes + nbytes <= self.capacity_bytes:
             # nobody queued and it fits: what _grant (_take, _change, event.succeed) does for it, inlined
             env = self.env
-            now = allocation.start_s = env._now
+            now = allocation.start_s = clock(env)
             self.live[id(allocation)] = allocation
             live = self.live_bytes = self.live_bytes + nbytes
             if live > self.peak_bytes:
                 self.peak_bytes, self.peak_time_s = live, now
             self.timeline.append((now, live))
-            event._ok, event._value = True, allocation
-            heappush(env._queue, (now, URGENT, next(env._eid), event))
+            succeed_urgent(event, allocation)
         else:
             self._waiting.append((event, allocation))
             self._grant()
@@ -97,7 +95,7 @@ class MemoryPool:
         allocation.freed = True
         del self.live[id(allocation)]
         self.live_bytes -= allocation.nbytes  # what _change does for a decrease
-        self.timeline.append((self.env._now, self.live_bytes))
+        self.timeline.append((clock(self.env), self.live_bytes))
         if self._waiting:
             self._grant()
 

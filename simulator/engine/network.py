@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import simpy
@@ -36,6 +36,9 @@ from simulator.engine.routing import QuickestPaths
 from simulator.engine.trace import Trace
 from simulator.errors import PodsimError
 from simulator.units import MAX_BYTES, check_bytes, positive, positive_int
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 SWITCHING = ("cut_through", "store_and_forward")
 MAX_CHUNKS = 10_000  #: pieces per message; more is a units mistake and would take minutes
@@ -348,8 +351,11 @@ class Network:
             return link.transfer(piece, label, "send")
         done = self.env.event()
 
+        def arrived(ev: simpy.Event) -> None:
+            done.succeed(ev.value)
+
         def start(_e: Any) -> None:
-            link.transfer(piece, label, "send").callbacks.append(lambda ev: done.succeed(ev.value))
+            link.transfer(piece, label, "send").callbacks.append(arrived)
 
         simpy.AllOf(self.env, waits).callbacks.append(start)
         return done
@@ -366,7 +372,7 @@ def _route_cost(u: Any, v: Any, data: dict[str, Any]) -> float:
     return data["latency_s"] + 1e6 / data["bandwidth_bytes_per_s"]
 
 
-def _all_of(env: simpy.Environment, events: list[simpy.Event]) -> Generator[Any, Any, float]:
+def _all_of(env: simpy.Environment, events: Sequence[simpy.Event]) -> Generator[Any, Any, float]:
     yield simpy.AllOf(env, events)
     return env.now
 
@@ -391,13 +397,14 @@ def _check_connected(graph: nx.DiGraph, chips: list[Any]) -> None:
                       f"every other chip; every chip must reach every other over links")
 
 
-def send(system: Any, src: Any, dst: Any, nbytes: float, *, chunks: int = 1, multipath: bool = True) -> dict[str, Any]:
+def send(system: System, src: Any, dst: Any, nbytes: float, *, chunks: int = 1,
+         multipath: bool = True) -> dict[str, Any]:
     """Simulate one point-to-point message on ``system`` and report it beside the closed form.
 
     ``first_byte_s`` is when bytes start arriving at ``dst`` (the first byte on the last link);
     ``links_used`` is how many link-disjoint routes carry a share; ``hops`` counts links per route.
     """
-    net: Network = system.network
+    net = system.network
     if net is None:
         raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
     positive(nbytes, name="bytes")

@@ -68,7 +68,8 @@ class UnitRotation:
         d = self._data[v]
         if d.get("role") == "chip":
             k, *rest = d["coord"]
-            return self._chip[((k + units * self.step) % self.count, *rest)]
+            moved = ((k + units * self.step) % self.count, *rest)  # a name: mypy reads x[(a, *b)] as 3.11 syntax
+            return self._chip[moved]
         if d.get("role") == "switch" and "group" in d:
             return self._group[(d["group"] + units * self.step) % self.count]
         if "unit" in d and "rail" in d:

@@ -118,7 +118,9 @@ class QuickestPaths:
         """The whole-graph search from ``src`` (kept among the latest, `TREE_BYTES` in all)."""
         tree = self._trees.get(src)
         if tree is None:
-            tree = _scipy()[1](self._matrix, indices=self._index[src], return_predecessors=True)
+            compiled = _scipy()
+            assert compiled is not None  # `path` asks only with SciPy
+            tree = compiled[1](self._matrix, indices=self._index[src], return_predecessors=True)
             self._trees[src] = tree
             while len(self._trees) > max(8, TREE_BYTES // (12 * len(self._nodes))):
                 self._trees.popitem(last=False)
@@ -134,7 +136,9 @@ class QuickestPaths:
             cols.append(self._index[v])
             costs.append(self.cost(u, v, data))
         n = len(self._nodes)
-        self._matrix = _scipy()[0]((costs, (rows, cols)), shape=(n, n))
+        compiled = _scipy()
+        assert compiled is not None
+        self._matrix = compiled[0]((costs, (rows, cols)), shape=(n, n))
         self._out = [[] for _ in range(n)]
         for u, v, c in zip(rows, cols, costs, strict=True):
             self._out[u].append((c, v))

@@ -9,15 +9,18 @@ started once with `simulator.collectives.start_collective`.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
 from simulator.engine.chip import Chip
 from simulator.engine.environment import ApiMisuseError
 
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
-def spmd(system: Any, program: Callable[[Chip], Generator[Any, Any, Any]], chips: Iterable[int | Chip] | None = None,
+
+def spmd(system: System, program: Callable[[Chip], Generator[Any, Any, Any]], chips: Iterable[int | Chip] | None = None,
          name: str = "spmd") -> simpy.Event:
     """Start ``program(chip)`` on each chip of ``chips`` (indices or `Chip` objects; default every chip of
     ``system``) as process ``"{name} (chip i)"``; returns an event that succeeds when all have finished.
@@ -36,7 +39,7 @@ def spmd(system: Any, program: Callable[[Chip], Generator[Any, Any, Any]], chips
     return simpy.AllOf(system.env, processes)
 
 
-def _members(system: Any, chips: Iterable[int | Chip] | None) -> list[Chip]:
+def _members(system: System, chips: Iterable[int | Chip] | None) -> list[Chip]:
     if chips is None:
         return list(system.chips)
     by_index = {chip.index: chip for chip in system.chips}
@@ -50,7 +53,7 @@ def _members(system: Any, chips: Iterable[int | Chip] | None) -> list[Chip]:
 
 
 def _started(program: Callable[[Chip], Any], chip: Chip) -> Generator[Any, Any, Any]:
-    gen = program(chip)
+    gen: Generator[Any, Any, Any] = program(chip)
     if not hasattr(gen, "throw"):
         raise ApiMisuseError(f"spmd(): {getattr(program, '__name__', 'the program')}(chip) returned "
                              f"{type(gen).__name__}, not a generator; put at least one `yield` in it "

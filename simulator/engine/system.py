@@ -6,10 +6,9 @@ raises `DeadlockError` naming each stuck process, what it waits for, and the tim
 """
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import numpy as np
@@ -22,12 +21,16 @@ from simulator.engine.environment import Environment, api_misuse
 from simulator.engine.faults import Fault, Jitter
 from simulator.engine.gcpause import gc_paused
 from simulator.engine.network import Network
+from simulator.engine.simpy_door import run_until_empty
 from simulator.engine.trace import Trace, compute_metrics
 from simulator.engine.watch import TICK, RunWatch, current_watch
 from simulator.engine.what_if import topology_notes
 from simulator.errors import DeadlockError, PodsimError, RunawayError, SimulationInterrupted
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.units import positive, positive_int
+
+if TYPE_CHECKING:  # annotations only (host imports system)
+    from simulator.engine.host import HostMemory
 
 
 def resolve_chip(chip: str | ChipSpec) -> ChipSpec:
@@ -88,7 +91,7 @@ class System:
         if plan is not None:
             plan.systems.append(self)
         self._processes: list[tuple[str, simpy.Process]] = []
-        self._host_memory: Any = None
+        self._host_memory: HostMemory | None = None
 
     @property
     def chip(self) -> Chip:
@@ -136,57 +139,21 @@ class System:
             self._run_started = None  # `pulse` outside a guarded run checks no wall clock
 
     def _run_loop(self, watch: RunWatch | None) -> None:
-        env = self.env
-        if type(env).step is not simpy.Environment.step:  # an environment with its own step: call it
-            return self._stepping_loop(watch)
-        # SimPy's Environment.step, inlined (the loop runs once per event): pop the next event, advance
-        # the clock, run its callbacks, raise its exception if it failed and nobody handled it.
-        queue, pop, count, start = env._queue, heapq.heappop, 0, time.perf_counter()
+        """Run the events (`simpy_door.run_until_empty`: SimPy's step, inlined), reporting every `TICK`."""
         limit, wall = self.max_events, self.wall_clock_limit_s
-        self._run_started = start
-        try:
-            while True:
-                try:
-                    env._now, _, _, event = pop(queue)
-                except IndexError:
-                    self.events_processed += count & (TICK - 1)
-                    if watch is not None:
-                        watch.tick(env._now, count & (TICK - 1), id(self))
-                    return
-                callbacks, event.callbacks = event.callbacks, None
-                for callback in callbacks:
-                    callback(event)
-                if not event._ok and not hasattr(event, "_defused"):
-                    exc = type(event._value)(*event._value.args)
-                    exc.__cause__ = event._value
-                    raise exc
-                count += 1
-                if count & (TICK - 1) == 0:
-                    self._tick(watch, limit, wall, start)
-        except KeyboardInterrupt:
-            if watch is not None:  # count the events since the last report
-                watch.events += count & (TICK - 1)
-            raise
+        start = self._run_started = time.perf_counter()
 
-    def _stepping_loop(self, watch: RunWatch | None) -> None:
-        step, count, start = self.env.step, 0, time.perf_counter()
-        limit, wall = self.max_events, self.wall_clock_limit_s
-        self._run_started = start
-        while True:
-            try:
-                step()
-            except simpy.core.EmptySchedule:
-                self.events_processed += count & (TICK - 1)
-                if watch is not None:
-                    watch.tick(self.env.now, count & (TICK - 1), id(self))
-                return
-            except KeyboardInterrupt:
-                if watch is not None:  # count the events since the last report
-                    watch.events += count & (TICK - 1)
-                raise
-            count += 1
-            if count & (TICK - 1) == 0:
-                self._tick(watch, limit, wall, start)
+        def tick() -> None:
+            self._tick(watch, limit, wall, start)
+
+        def interrupted(events: int) -> None:
+            if watch is not None:  # count the events since the last report
+                watch.events += events
+
+        left = run_until_empty(self.env, TICK, tick, interrupted)
+        self.events_processed += left
+        if watch is not None:
+            watch.tick(self.env.now, left, id(self))
 
     def _tick(self, watch: RunWatch | None, limit: int, wall: float, start: float) -> None:
         """Every `TICK` events: count them, report to the watch, enforce the event and wall-clock limits."""
@@ -233,7 +200,7 @@ class System:
         return self.host_memory.reload(chip, nbytes, label)
 
     @property
-    def host_memory(self) -> Any:
+    def host_memory(self) -> HostMemory:
         """The hosts' memory (`simulator.engine.host.HostMemory`), built on first use."""
         if self._host_memory is None:
             from simulator.engine.host import HostMemory

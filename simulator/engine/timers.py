@@ -2,17 +2,18 @@
 
 Flow-level aggregation (issue 16): the many equal messages of a collective's step start at one instant with
 one delay, so their latency and completion timers fall due at the same float time; one `Timeout` runs them all,
-in the order they were set. `_timeout` is SimPy's ``Timeout(env, delay)`` queued in one call.
+in the order they were set. The timers are built by `simulator.engine.simpy_door` (SimPy's `Timeout`, queued in
+one call).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL, Timeout
+
+from simulator.engine.simpy_door import clock, timer_at
 
 _new = object.__new__
 
@@ -22,11 +23,11 @@ def call_after(env: simpy.Environment, delay: float, fn: Callable[[Any], Any], a
     timeout's would be) share one timer -- one SimPy event, queued where the first was: they run in the
     order they were set, all before the events queued after the first of them for that same time. Times
     are exactly those of separate timeouts; only the order of events within one instant can differ."""
-    at = env._now + delay
+    at = clock(env) + delay
     try:
-        pending = env._podsim_calls
+        pending = env._podsim_calls  # type: ignore[attr-defined]  # podsim's, kept on the env
     except AttributeError:  # the environment's first call
-        pending = env._podsim_calls = {}
+        pending = env._podsim_calls = {}  # type: ignore[attr-defined]
     calls = pending.get(at)
     if calls is not None:  # a timer for that time is set (a dict miss by `get`: no exception raised)
         calls.append((fn, arg))
@@ -39,26 +40,23 @@ def call_after(env: simpy.Environment, delay: float, fn: Callable[[Any], Any], a
 def call_at(env: simpy.Environment, at: float, fn: Callable[[Any], Any], arg: Any) -> None:
     """`call_after`, at the time ``at`` (not before now): the calls due at one float time share one timer."""
     try:
-        pending = env._podsim_calls
+        pending = env._podsim_calls  # type: ignore[attr-defined]  # podsim's, kept on the env
     except AttributeError:
-        pending = env._podsim_calls = {}
+        pending = env._podsim_calls = {}  # type: ignore[attr-defined]
     calls = pending.get(at)
     if calls is not None:
         calls.append((fn, arg))
-    elif at < env._now:
-        raise ValueError(f"call at t={at!r} s, before now (t={env._now!r} s)")
+    elif at < clock(env):
+        raise ValueError(f"call at t={at!r} s, before now (t={clock(env)!r} s)")
     else:
         _set_timer(env, pending, at, [(fn, arg)])
 
 
 def _set_timer(env: simpy.Environment, pending: dict[float, list[tuple[Any, Any]]], at: float,
                calls: list[tuple[Any, Any]]) -> None:
-    """Queue the timer that runs ``calls`` at ``at`` (a `Timeout`, built as `_timeout` does)."""
+    """Queue the timer that runs ``calls`` at ``at`` (`simpy_door.timer_at`)."""
     pending[at] = calls
-    timer = _new(Timeout)
-    timer.env, timer._value, timer._delay, timer._ok = env, None, at - env._now, True
-    timer.callbacks = [partial(_run_calls, pending, at, calls)]
-    heappush(env._queue, (at, NORMAL, next(env._eid), timer))
+    timer_at(env, at, partial(_run_calls, pending, at, calls))
 
 
 def _run_calls(pending: dict[float, list[tuple[Any, Any]]], at: float, calls: list[tuple[Any, Any]],
@@ -66,14 +64,3 @@ def _run_calls(pending: dict[float, list[tuple[Any, Any]]], at: float, calls: li
     del pending[at]  # calls set from now on for this time (a zero delay) need a timer of their own
     for fn, arg in calls:
         fn(arg)
-
-
-def _timeout(env: simpy.Environment, delay: float) -> Timeout:
-    """``Timeout(env, delay)``: SimPy's own object, checked and queued the way its ``__init__`` and
-    ``Environment.schedule`` do it, in one call instead of three."""
-    if delay < 0:
-        raise ValueError(f"Negative delay {delay}")
-    timer = _new(Timeout)
-    timer.env, timer.callbacks, timer._value, timer._delay, timer._ok = env, [], None, delay, True
-    heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), timer))
-    return timer

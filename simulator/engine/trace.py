@@ -185,7 +185,9 @@ def add_images(per_chip: dict[Any, dict[str, float]], images: dict[tuple[Any, st
     representative's busy seconds in ``per_chip`` (`busy_by_chip`'s form)."""
     for (chip, unit), copies in images.items():
         seconds = per_chip.get(chip, {}).get(unit)
-        for image in copies if seconds is not None else ():
+        if seconds is None:
+            continue
+        for image in copies:
             per_chip.setdefault(image[0], {})[image[1]] = seconds
 
 

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from simulator.engine.memory_budget import DEFAULT_FRACTION, memory_budget
 from simulator.engine.memory_budget import ENV_VAR as MEMORY_ENV_VAR
@@ -32,6 +32,9 @@ from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
 from simulator.hardware.specs import PRESETS, ChipSpec, get_chip, load_chip_file
 from simulator.report.result import Result, dumps_json
 from simulator.units import check_derived, format_quantity, parse_int, parse_positive
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 EXIT_BAD_INPUT = 2
 MEMORY_COMMANDS = ("run", "collective", "model", "plan", "sweep", "hlo")  #: the commands with --max-memory
@@ -206,10 +209,10 @@ def cmd_run(args: argparse.Namespace) -> None:
     print(result.dumps() if args.json else result.summary(links=args.links))
 
 
-def _system(args: argparse.Namespace, calibrated: bool = False) -> Any:
+def _system(args: argparse.Namespace, calibrated: bool = False) -> System:
     from simulator.engine.system import System
 
-    return System(_resolve_chip(args, "tpu-v5e"), topology=args.topology, switching=args.switching,
+    return System(_resolve_chip(args, "tpu-v5e") or "tpu-v5e", topology=args.topology, switching=args.switching,
                   calibrated=calibrated)
 
 
@@ -312,6 +315,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
     if r.note:  # one chip: no bandwidth to report
         print(f"  {r.note}")
         return
+    assert r.algbw_bytes_per_s is not None and r.busbw_bytes_per_s is not None  # more than one chip
     print(f"  algbw {format_quantity(r.algbw_bytes_per_s, 'B/s')}, busbw {format_quantity(r.busbw_bytes_per_s, 'B/s')}"
           f", busiest link carried {format_quantity(r.max_link_bytes, 'B')}")
     if args.calibrated:
@@ -323,10 +327,11 @@ def cmd_collective(args: argparse.Namespace) -> None:
             print(f"  chosen as NCCL would: {extra['calibrated_nccl']['reason']}")
 
 
-def _book_levels(kind: str, system: Any, r: Any) -> dict[str, Any]:
+def _book_levels(kind: str, system: System, r: Any) -> dict[str, Any]:
     """The book's multi-level fat-tree figure (`simulator.collectives.book_levels`) where it applies."""
     from simulator.collectives.book_levels import book_levels
 
+    assert system.graph is not None  # a collective ran on its links
     return book_levels(kind, dict(system.graph.graph), r.group_size, r.nbytes) or {}
 
 

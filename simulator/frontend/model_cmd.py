@@ -6,7 +6,7 @@ Decode and prefill run on a data x model mesh with the KV cache sharded by heads
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import PodsimError
 from simulator.frontend.fault_args import add_fault_args
@@ -15,6 +15,11 @@ from simulator.frontend.served_cmd import add_engine_arg, check_served, served_e
 from simulator.hardware.specs import DTYPE_BYTES, PRESETS, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import parse_int, parse_positive, parse_tokens
+
+if TYPE_CHECKING:  # annotations only
+    from simulator.hardware.specs import ChipSpec
+    from simulator.workloads.budget import Parallelism
+    from simulator.workloads.transformer import TransformerConfig
 
 MODES = ("decode", "prefill", "train")
 
@@ -258,7 +263,7 @@ def train_options(args: argparse.Namespace) -> Any:
                         sequence_attention=args.sequence_attention)
 
 
-def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
+def _train(args: argparse.Namespace, cfg: TransformerConfig, chip: ChipSpec) -> dict[str, Any]:
     from simulator.hardware.train_calibration import train_calibrated_chips
     from simulator.workloads.plans import parse_plan_mesh, train_plan
     from simulator.workloads.plans.calibrated import calibrated_train_step, is_gpu, slice_shape_for
@@ -299,7 +304,7 @@ def _train(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
     return _with_notes(out, chip, out.get("topology"))
 
 
-def _serve(args: argparse.Namespace, cfg: Any, chip: Any) -> dict[str, Any]:
+def _serve(args: argparse.Namespace, cfg: TransformerConfig, chip: ChipSpec) -> dict[str, Any]:
     from simulator.workloads.budget import Parallelism, decode_budget
     from simulator.workloads.plans import parse_plan_mesh
 
@@ -356,7 +361,7 @@ def _calibrated(args: argparse.Namespace, train: bool = False) -> bool:
     return bool(args.calibrated)
 
 
-def _serve_topology(par: Any, chip: Any) -> str | None:
+def _serve_topology(par: Parallelism, chip: ChipSpec) -> str | None:
     """The slice a decode or prefill mesh runs on (`simulator.workloads.simulate.StepSimulation`)."""
     from simulator.workloads.mesh import MeshSpec, default_topology_for
 
@@ -365,7 +370,7 @@ def _serve_topology(par: Any, chip: Any) -> str | None:
     return default_topology_for(MeshSpec(("data", "model"), (par.data, par.model), (None, None)), chip)
 
 
-def _with_notes(out: dict[str, Any], chip: Any, topology: str | None) -> dict[str, Any]:
+def _with_notes(out: dict[str, Any], chip: ChipSpec, topology: str | None) -> dict[str, Any]:
     """``out`` with ``notes`` when ``topology`` is not one ``chip`` is built into (`simulator.engine.what_if`)."""
     import topologies
     from simulator.engine.what_if import topology_notes

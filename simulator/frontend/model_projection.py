@@ -6,10 +6,14 @@ make sense together and prints the projection.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import PodsimError
 from simulator.units import format_quantity, parse_int, parse_positive, parse_tokens
+
+if TYPE_CHECKING:  # annotations only
+    from simulator.hardware.specs import ChipSpec
+    from simulator.workloads.transformer import TransformerConfig
 
 MAX_PROJECTED_CHIPS = 10**7  #: chips a projected run may use (the book's estimates reach 10^5)
 
@@ -41,7 +45,7 @@ def check_flags(args: argparse.Namespace) -> None:
         raise PodsimError("--kv-dtype has no meaning with --kv-bytes-per-token, which already gives bytes; drop it")
 
 
-def abstract_model(args: argparse.Namespace, chip: Any, price: float | None) -> dict[str, Any]:
+def abstract_model(args: argparse.Namespace, chip: ChipSpec, price: float | None) -> dict[str, Any]:
     """The budget (decode, prefill) or projection (train) of ``--params N``."""
     from simulator.workloads.budget import parse_parallelism
     from simulator.workloads.projection import abstract_budget, check_params, train_projection
@@ -83,7 +87,8 @@ def abstract_model(args: argparse.Namespace, chip: Any, price: float | None) -> 
     return out
 
 
-def add_projection(args: argparse.Namespace, out: dict[str, Any], cfg: Any, chip: Any, price: float | None) -> None:
+def add_projection(args: argparse.Namespace, out: dict[str, Any], cfg: TransformerConfig, chip: ChipSpec,
+                   price: float | None) -> None:
     """Add the whole-run projection of ``--tokens-total`` to a training step's report ``out``."""
     from simulator.workloads.projection import train_projection
 
@@ -106,7 +111,7 @@ def parse_quantity_at_least_zero(text: str) -> float:
     return parse_positive(text, "bytes", name="--kv-bytes-per-token")
 
 
-def measured_mfu(args: argparse.Namespace, params: float, chip: Any, dtype: str = "bf16") -> float:
+def measured_mfu(args: argparse.Namespace, params: float, chip: ChipSpec, dtype: str = "bf16") -> float:
     """6 N T / (H x 3600 x peak): the MFU of a run of ``--tokens-total`` T tokens that took
     ``--measured-chip-hours`` H, at the ``dtype`` peak (bf16, or int8 / fp8 for the 8-bit rate)."""
     from simulator.workloads.projection import check_fraction_mfu
@@ -118,7 +123,8 @@ def measured_mfu(args: argparse.Namespace, params: float, chip: Any, dtype: str 
                               hours)
 
 
-def add_measured(args: argparse.Namespace, out: dict[str, Any], chip: Any, cfg: Any = None) -> None:
+def add_measured(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
+                 cfg: TransformerConfig | None = None) -> None:
     """``measured_mfu`` at the bf16 peak and ``measured_mfu_8bit`` at the int8 / fp8 peak (train,
     ``--measured-chip-hours``; N the active parameters) and ``assumed_mfu_step_time_s`` (prefill,
     ``--assume-mfu``): the step's FLOPs at that fraction of the peak, all chips together."""

@@ -4,13 +4,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.analytic import EXPOSED_MEANING
 from simulator.errors import PodsimError
 from simulator.hardware.specs import PRESETS, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import format_quantity, parse_int, parse_tokens
+
+if TYPE_CHECKING:  # annotations only
+    from simulator.hardware.specs import ChipSpec
 
 MODES = ("train", "prefill", "decode", "serve")
 
@@ -97,7 +100,7 @@ def _client(address: str | None) -> Iterator[Any]:
         client.close()
 
 
-def _chip_count(args: argparse.Namespace, chip: Any) -> int:
+def _chip_count(args: argparse.Namespace, chip: ChipSpec) -> int:
     if (args.chips is None) == (args.topology is None):
         raise PodsimError("give --chips N or --topology SPEC (one of them)")
     if args.chips is not None:

@@ -84,7 +84,8 @@ def run_scenario(module: types.ModuleType, kwargs: dict[str, Any]) -> Result:
     except Exception as err:
         if user_file is None:
             raise
-        details = "".join(traceback.format_exception(type(err), err, err.__traceback__.tb_next))
+        details = "".join(traceback.format_exception(type(err), err,
+                                                    err.__traceback__.tb_next if err.__traceback__ else None))
         raise UserScenarioError(f"scenario file {Path(user_file).name!r} raised {type(err).__name__} in run() "
                                 "(its traceback is above)", details) from None
     if not isinstance(result, Result):

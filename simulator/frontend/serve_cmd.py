@@ -16,7 +16,9 @@ from simulator.units import format_quantity, parse_int, parse_positive, parse_qu
 from simulator.workloads.budget import Parallelism, check_layout, parse_parallelism
 
 if TYPE_CHECKING:
+    from simulator.hardware.specs import ChipSpec
     from simulator.workloads.serving.simulate import ServeSetup
+    from simulator.workloads.transformer import TransformerConfig
 
 PREEMPT_MODES = ("recompute", "swap")  #: `simulator.workloads.serving.simulate.PREEMPT_MODES` (held equal by a test)
 
@@ -64,13 +66,13 @@ def _fraction(text: str, flag: str, top: float = 1.0) -> float:
     return value
 
 
-def _mesh(text: str | None, flag: str, cfg: Any) -> Parallelism:
+def _mesh(text: str | None, flag: str, cfg: TransformerConfig) -> Parallelism:
     par = parse_parallelism(text)
     check_layout(cfg, Parallelism(1, par.model), 1)
     return par
 
 
-def _setup(args: argparse.Namespace, cfg: Any, chip: Any) -> ServeSetup:
+def _setup(args: argparse.Namespace, cfg: TransformerConfig, chip: ChipSpec) -> ServeSetup:
     from simulator.workloads.serving.scheduler import SchedulerConfig
     from simulator.workloads.serving.simulate import ServeSetup, check_setup
 

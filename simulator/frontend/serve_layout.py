@@ -3,9 +3,14 @@ a 2-D weight-stationary step (`simulator.workloads.layout2d`, `simulator.workloa
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import PodsimError
+
+if TYPE_CHECKING:  # annotations only
+    from simulator.hardware.specs import ChipSpec
+    from simulator.workloads.budget import Parallelism
+    from simulator.workloads.transformer import TransformerConfig
 
 
 def check_2d_flags(layout: str, kv_sharding: str, engine: str | None = None, cli: bool = True) -> None:
@@ -23,7 +28,8 @@ def check_2d_flags(layout: str, kv_sharding: str, engine: str | None = None, cli
                           f"--layout {layout} has no serving-engine factors (drop --engine, or use --layout 1d)")
 
 
-def step_2d(cfg: Any, chip: Any, par: Any, batch: int, context: Any, new: int, layout: str, *,
+def step_2d(cfg: TransformerConfig, chip: ChipSpec, par: Parallelism, batch: int, context: Any, new: int,
+            layout: str, *,
             weight_dtype: str | None = None, kv_dtype: str | None = None, compute_dtype: str | None = None,
             topology: str | None = None, simulate: bool = True, calibrated: bool = False,
             trace: bool = False) -> tuple[dict[str, Any], Any]:
@@ -48,7 +54,8 @@ def step_2d(cfg: Any, chip: Any, par: Any, batch: int, context: Any, new: int, l
     return out, sim
 
 
-def serve_2d(args: argparse.Namespace, cfg: Any, chip: Any, par: Any, batch: int, context: Any, new: int,
+def serve_2d(args: argparse.Namespace, cfg: TransformerConfig, chip: ChipSpec, par: Parallelism, batch: int,
+             context: Any, new: int,
              price: float | None) -> dict[str, Any]:
     """The closed-form budget (with the 1-D layout's communication beside it) and, unless --no-simulate, the
     simulated step; ``tokens_per_s`` and the cost from the simulated step (else the lower bound)."""

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import PodsimError
 from simulator.hardware.decode_calibration import DEFAULT_ENGINE, decode_calibrated_chips
 from simulator.units import format_quantity
+
+if TYPE_CHECKING:  # annotations only
+    from simulator.hardware.specs import ChipSpec
+    from simulator.workloads.budget import Parallelism
+    from simulator.workloads.transformer import TransformerConfig
 
 
 def add_engine_arg(p: argparse.ArgumentParser) -> None:
@@ -26,7 +31,7 @@ def add_engine_arg(p: argparse.ArgumentParser) -> None:
                                     f"{DEFAULT_ENGINE}; vllm, tensorrt-llm, gpt-fast)")
 
 
-def served_extras(args: argparse.Namespace, cfg: Any, chip: Any, par: Any, batch: int,
+def served_extras(args: argparse.Namespace, cfg: TransformerConfig, chip: ChipSpec, par: Parallelism, batch: int,
                   context: int | Sequence[int], new_tokens: int) -> dict[str, Any]:
     """``served_step_time_s`` (the slowest replica's), ``served_tokens_per_s`` (all ``par.data`` replicas) and
     ``served`` (engine, mesh, per-factor seconds ideal beside calibrated, the AllReduce) for a calibrated step

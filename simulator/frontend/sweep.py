@@ -18,7 +18,7 @@ import contextlib
 import os
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ def _check_out(out: str | Path | None, resume: bool) -> Path | None:
     text = None if out is None else str(out)
     if resume and text in _STDOUT:
         raise SweepError("--resume needs --out FILE.csv: the file whose finished points are skipped")
-    path = None if text in _STDOUT else Path(text)  # type: ignore[arg-type]
+    path = None if text is None or text in _STDOUT else Path(text)
     if path is not None and path.exists() and not path.is_file():  # a file is replaced whole: never a device
         raise SweepError(f"--out {text!r} is not a regular file (a folder or a device); give a FILE.csv path, "
                          "or '-' for stdout")
@@ -124,7 +124,7 @@ def _run_points(scenario: str, run_kwargs: dict[str, Any],
                 items: list[tuple[int, Row]]) -> list[tuple[int, Row | None]]:
     """Points wherever they run, as ``(index, row)``; a run stopped by Ctrl-C (a KeyboardInterrupt) ends
     the list with ``(index, None)``."""
-    module, rows = module_for(scenario), []
+    module, rows = module_for(scenario), list[tuple[int, Row | None]]()
     for index, point in items:
         try:
             rows.append((index, run_point(module, point, run_kwargs)))
@@ -134,7 +134,7 @@ def _run_points(scenario: str, run_kwargs: dict[str, Any],
 
 
 def _execute(plan: SweepPlan, todo: list[int], workers: int, client: Any,
-             chunk_size: int | None) -> Iterator[tuple[int, Row]]:
+             chunk_size: int | None) -> Generator[tuple[int, Row], None, None]:
     """``(index, row)`` for each point of ``todo`` as it finishes; Ctrl-C here or in a worker stops it."""
     if client is not None:
         runs = _on_dask(plan, todo, client, chunk_size)
@@ -155,7 +155,7 @@ def _execute(plan: SweepPlan, todo: list[int], workers: int, client: Any,
 
 
 def _on_joblib(plan: SweepPlan, todo: list[int], workers: int,
-               chunk_size: int | None) -> Iterator[tuple[int, Row | None]]:
+               chunk_size: int | None) -> Generator[tuple[int, Row | None], None, None]:
     """In this process (one worker or one point) or on joblib's loky processes, which it batches by the
     measured time per point and ends (cancelling what is queued) when the sweep stops early."""
     import joblib  # here, not at the top: every podsim command imports this module
@@ -173,7 +173,8 @@ def _on_joblib(plan: SweepPlan, todo: list[int], workers: int,
         raise
 
 
-def _on_dask(plan: SweepPlan, todo: list[int], client: Any, chunk_size: int | None) -> Iterator[tuple[int, Row | None]]:
+def _on_dask(plan: SweepPlan, todo: list[int], client: Any,
+             chunk_size: int | None) -> Generator[tuple[int, Row | None], None, None]:
     """Points in chunks (about four per Dask thread) as tasks on the cluster behind ``client``, through
     distributed's futures: a task whose worker died raises here (joblib 1.6's Dask backend waits forever)."""
     from distributed import as_completed
@@ -229,8 +230,8 @@ def _check_address(address: str) -> None:
         raise SweepError(f"--scheduler {address!r} names no host; e.g. tcp://host:8786")
 
 
-def _collect(plan: SweepPlan, old: list[tuple[int, Row]], todo: list[int], results: Iterator[tuple[int, Row]],
-             path: Path | None, progress: bool) -> list[Row]:
+def _collect(plan: SweepPlan, old: list[tuple[int, Row]], todo: list[int],
+             results: Generator[tuple[int, Row], None, None], path: Path | None, progress: bool) -> list[Row]:
     """Take rows as they finish, keep the file current, and return every row in grid order (rows from
     the file that are not in this grid last); the file is rewritten in that order however the sweep ends."""
     live = LiveCsv(path, [row for _, row in old], plan.params) if path else None

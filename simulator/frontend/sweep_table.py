@@ -294,7 +294,8 @@ class LiveCsv:
     as they finish; a row that brings a new column rewrites it (atomically) with the wider header."""
 
     def __init__(self, path: Path, rows: list[Row], params: tuple[str, ...]) -> None:
-        self.path, self.stream = path, None
+        self.path = path
+        self.stream: TextIO | None = None
         self.rewrite(rows, ordered_columns(params, rows))
 
     def append(self, row: Row) -> None:
@@ -303,8 +304,9 @@ class LiveCsv:
         if any(key not in self.columns for key in row):
             self.rewrite(self.rows, ordered_columns(self.columns, [row]))
             return
-        self.stream.write(csv_line([cell(row.get(c)) for c in self.columns]))  # type: ignore[union-attr]
-        self.stream.flush()  # type: ignore[union-attr]
+        assert self.stream is not None  # open from `rewrite` on (the table starts with one)
+        self.stream.write(csv_line([cell(row.get(c)) for c in self.columns]))
+        self.stream.flush()
 
     def rewrite(self, rows: list[Row], columns: list[str]) -> None:
         """Replace the file's content with ``rows`` under ``columns`` (a temporary file moved into place)."""

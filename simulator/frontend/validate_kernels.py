@@ -12,7 +12,7 @@ import csv
 from typing import Any
 
 from simulator.hardware.calibration import DATA
-from simulator.hardware.gpu_kernels import attention_flops, gpu_kernels
+from simulator.hardware.gpu_kernels import GpuKernels, attention_flops, gpu_kernels
 
 
 def _rows(name: str) -> list[dict[str, str]]:
@@ -20,12 +20,20 @@ def _rows(name: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def _model(chip: str) -> GpuKernels:
+    """The kernel model of GPU preset ``chip`` (every row of the kernel tables names a GPU that has one)."""
+    model = gpu_kernels(chip)
+    if model is None:
+        raise ValueError(f"kernel table row names chip {chip!r}, which has no GPU kernel model")
+    return model
+
+
 def gemm_cases(case: Any) -> list[Any]:
     """GEMMs by shape and dtype: XLA's cost-model tables (H100, B200), mamf-finder's best shapes (every GPU)."""
     out = []
     for r in _rows("gpu_gemm.csv"):
         b, m, n, k = (int(r[x]) for x in ("batch", "m", "n", "k"))
-        model = gpu_kernels(r["chip"])
+        model = _model(r["chip"])
         predicted = 2.0 * b * m * n * k / model.matmul_kernel_s(m, k, n, r["dtype"], b) / 1e12
         if "mamf" in r["measured"]:
             family, name = "GEMM, best shape (mamf-finder)", f"{r['chip']} {r['dtype']} {m}x{n}x{k}"
@@ -40,7 +48,7 @@ def vidur_cases(case: Any) -> list[Any]:
     kernel's fixed cost is most of its time)."""
     out = []
     for r in _rows("gpu_kernels_vidur.csv"):
-        model = gpu_kernels(r["chip"])
+        model = _model(r["chip"])
         where = f"{r['chip']} {r['model'].split('/')[-1]} tp{r['tp']} {r['tokens']} tok {r['op']}"
         if r["kind"] == "gemm":
             m, k, n = int(r["m"]), int(r["k"]), int(r["n"])
@@ -63,7 +71,7 @@ def attention_cases(case: Any) -> list[Any]:
             continue  # FA2 on H100: the shape the A100's FA2 is fitted to, not a model podsim runs on H100
         b, s, h, d = int(r["batch"]), int(r["seq_len"]), int(r["heads"]), int(r["head_dim"])
         causal, backward = r["causal"] == "true", r["direction"] == "backward"
-        model = gpu_kernels(r["chip"])
+        model = _model(r["chip"])
         seconds = model.attention_kernel_s(b, s, s, h, h, d, causal, backward)
         predicted = attention_flops(b, s, s, h, d, causal, backward) / seconds / 1e12
         family = f"Attention, {r['chip'].upper()} FlashAttention-{r['impl'][-1]}"

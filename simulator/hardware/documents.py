@@ -8,6 +8,7 @@ never recurses past Python's limit). Field types and ranges are checked by whoev
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,9 @@ from typing import Any
 from simulator.errors import PodsimError
 from simulator.units import show
 
-try:  # Python 3.11+
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 MAX_DOCUMENT_BYTES = 2**20  #: 1 MiB: a chip or model config is a few hundred bytes

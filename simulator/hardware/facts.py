@@ -109,7 +109,7 @@ def gpu_summary(chip: ChipSpec) -> dict[str, Any] | None:
         return None
     cores = facts.sms * facts.fp32_cores_per_sm
     g = facts.gpus_per_node
-    out = {"sms": facts.sms, "cuda_cores": cores, "base_clock_hz": facts.base_clock_hz,
+    out: dict[str, Any] = {"sms": facts.sms, "cuda_cores": cores, "base_clock_hz": facts.base_clock_hz,
            "boost_clock_hz": facts.boost_clock_hz, "tensor_clock_hz": facts.tensor_clock_hz,
            "cuda_core_flops_per_s_base": cores * facts.base_clock_hz,
            "cuda_core_flops_per_s_boost": cores * facts.boost_clock_hz,

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import SpecError
+from simulator.errors import QuantityError, SpecError
 from simulator.hardware.documents import read_document, table
-from simulator.units import QuantityError, check_int, check_number, parse_quantity, show
+from simulator.units import check_int, check_number, parse_quantity, show
 
 GiB = 2.0**30
 MiB = 2.0**20

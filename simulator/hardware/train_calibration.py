@@ -109,8 +109,8 @@ def gpu_step_constants(chip: str, framework: str | None = None) -> GpuStepConsta
                           f"{', '.join(gpu_frameworks())}")
     known = {f.name for f in fields(GpuStepConstants)}
     values = {**table["constants"], **table["frameworks"][own]}
-    return GpuStepConstants(**{k: (v if isinstance(v, str) else float(v)) for k, v in values.items() if k in known},
-                            framework=name)
+    given: dict[str, Any] = {k: (v if isinstance(v, str) else float(v)) for k, v in values.items() if k in known}
+    return GpuStepConstants(**given, framework=name)
 
 
 def gpu_fit_summary() -> dict[str, Any]:

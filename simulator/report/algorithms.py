@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.collectives import plan_collective
 from simulator.report.figure import pyplot as _pyplot
 
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
-def _choice(kind: str, system: Any, nbytes: float) -> tuple[str, str | None, list[dict[str, Any]]]:
+
+def _choice(kind: str, system: System, nbytes: float) -> tuple[str, str | None, list[dict[str, Any]]]:
     plan = plan_collective(kind, system, nbytes)
+    assert plan.algorithm is not None  # compared on groups of two or more devices
     return plan.algorithm.name, plan.protocol, plan.alternatives
 
 
-def curves(kind: str, system: Any, sizes: Sequence[float]) -> dict[str, Any]:
+def curves(kind: str, system: System, sizes: Sequence[float]) -> dict[str, Any]:
     """For each size (bytes): every applicable algorithm's predicted seconds (None where it does not apply) and
     auto's choice (``{"algorithm", "protocol", "time_s"}``)."""
     times: dict[str, list[float | None]] = {}
@@ -34,7 +38,7 @@ def curves(kind: str, system: Any, sizes: Sequence[float]) -> dict[str, Any]:
     return {"kind": kind, "sizes": list(sizes), "algorithms": dict(sorted(times.items())), "auto": auto}
 
 
-def crossovers(kind: str, system: Any, data: dict[str, Any], rel: float = 0.01) -> list[dict[str, Any]]:
+def crossovers(kind: str, system: System, data: dict[str, Any], rel: float = 0.01) -> list[dict[str, Any]]:
     """The sizes where auto's choice of algorithm (and protocol) changes between neighbouring points of ``data``
     (`curves`), each found by bisection in log size to within ``rel``: ``{"size_bytes", "from", "to"}``."""
     out = []

@@ -65,7 +65,8 @@ def _grid_edges(graph: Any) -> tuple[list[tuple[Any, Any, dict[str, Any]]], str]
 
     from simulator.report.links import KIND_NAMES
 
-    drawn, others = [], Counter()
+    drawn: list[Any] = []
+    others: Counter[str] = Counter()
     for u, v, d in graph.edges(data=True):
         if "coord" in graph.nodes[u] and "coord" in graph.nodes[v]:
             drawn.append((u, v, d))
@@ -136,7 +137,7 @@ def _panel(ax: Any, graph: Any, edges: list[tuple[Any, Any, dict[str, Any]]], va
 
 
 def _coord(graph: Any, node: Any, pad: int) -> tuple[int, int, int]:
-    return (0,) * pad + tuple(graph.nodes[node]["coord"])  # type: ignore[return-value]
+    return (0,) * pad + tuple(graph.nodes[node]["coord"])
 
 
 def _stub(ax: Any, a: tuple[float, float], d: tuple[float, float], color: Any) -> None:

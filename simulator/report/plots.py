@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.engine.trace import COMPUTE_KINDS, Span, Trace
 from simulator.errors import PodsimError
@@ -23,6 +23,9 @@ from simulator.report.figure import pyplot as _pyplot
 from simulator.report.figure import title as _title
 from simulator.report.heatmap import link_heatmap
 from simulator.units import format_quantity, show
+
+if TYPE_CHECKING:  # annotations only
+    from simulator.hardware.specs import ChipSpec
 
 __all__ = ["KIND_COLORS", "MAX_LANES", "gantt", "link_heatmap", "plan_scatter", "roofline", "save", "save_gantt",
            "sweep", "time_scale", "timeline_diff"]
@@ -219,7 +222,7 @@ def timeline_diff(a: Trace, b: Trace, labels: Sequence[str] = ("A", "B"), ax: An
     return ax
 
 
-def roofline(chip: Any, points: Sequence[dict[str, Any]] = (), ax: Any = None, dtype: str = "bf16",
+def roofline(chip: ChipSpec, points: Sequence[dict[str, Any]] = (), ax: Any = None, dtype: str = "bf16",
              memories: Sequence[str] = ("hbm", "vmem", "ici"), title: str = "") -> Any:
     """Log-log roofline of ``chip``: the compute roof, one roof per bandwidth, ridge points marked.
 

@@ -60,7 +60,9 @@ class Result:
 
     def to_json(self) -> dict[str, Any]:
         """One flat JSON-ready dict: scenario, params, metrics, then scenario-specific keys."""
-        return jsonable({"scenario": self.scenario, "params": self.params, **self.metrics, **self.extra})
+        out: dict[str, Any] = jsonable({"scenario": self.scenario, "params": self.params, **self.metrics,
+                                        **self.extra})
+        return out
 
     def dumps(self) -> str:
         """The flat dict of `to_json` as strict JSON text: `NonFiniteError` for inf or NaN anywhere."""

@@ -17,8 +17,11 @@ from simulator.report.figure import title as _title
 
 METRICS = (("ttft_s", "time to first token"), ("tpot_s", "time per output token"), ("e2e_s", "end-to-end latency"))
 
+#: latencies of one kind (s): a list or a numpy array
+Samples = Sequence[float] | np.ndarray
 
-def latency_cdfs(runs: Mapping[str, Mapping[str, Sequence[float]]], axes: Sequence[Any] | None = None,
+
+def latency_cdfs(runs: Mapping[str, Mapping[str, Samples]], axes: Sequence[Any] | None = None,
                  title: str = "", slo: Mapping[str, float | None] | None = None) -> list[Any]:
     """One CDF panel per metric of `METRICS`, a curve per entry of ``runs`` (label -> {metric: seconds per
     request}), the SLOs as dashed lines; the axes drawn on."""
@@ -29,8 +32,9 @@ def latency_cdfs(runs: Mapping[str, Mapping[str, Sequence[float]]], axes: Sequen
             v = np.sort(np.asarray(lat.get(key, []), dtype=float))
             if v.size:
                 ax.step(v * 1e3, np.arange(1, v.size + 1) / v.size, where="post", label=label)
-        if slo and slo.get(key):
-            ax.axvline(slo[key] * 1e3, color="#C44E52", linestyle="--", linewidth=0.8, label="SLO")
+        limit = slo.get(key) if slo else None
+        if limit:
+            ax.axvline(limit * 1e3, color="#C44E52", linestyle="--", linewidth=0.8, label="SLO")
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylim(0, 1.01)
         ax.grid(True, linewidth=0.3, alpha=0.5)
@@ -61,7 +65,7 @@ def batch_timeline(samples: Mapping[str, Any], ax: Any = None, title: str = "") 
     return ax
 
 
-def serving_figure(runs: Mapping[str, Mapping[str, Sequence[float]]], samples: Mapping[str, Any], title: str = "",
+def serving_figure(runs: Mapping[str, Mapping[str, Samples]], samples: Mapping[str, Any], title: str = "",
                    slo: Mapping[str, float | None] | None = None) -> Any:
     """CDFs above, the first replica's timeline below, in one figure; returns its first axes."""
     plt = _pyplot()

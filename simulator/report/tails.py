@@ -29,7 +29,7 @@ from simulator.report.figure import title as _title
 QUANTILES = {"p50_s": 0.5, "p90_s": 0.9, "p99_s": 0.99}
 
 
-def tail_stats(times: Sequence[float]) -> dict[str, Any]:
+def tail_stats(times: Sequence[float] | np.ndarray) -> dict[str, Any]:
     """``samples``, ``mean_s``, ``p50_s``, ``p90_s``, ``p99_s`` and ``max_s`` of ``times`` (seconds)."""
     t = np.asarray(times, dtype=float)
     out: dict[str, Any] = {"samples": int(t.size), "mean_s": float(t.mean())}
@@ -72,9 +72,9 @@ def critical_path(trace: Trace) -> list[Span]:
 
 def critical_element(trace: Trace) -> str | None:
     """The chip or link with the most time on the critical path (None without spans)."""
-    charge: Counter[str] = Counter()
+    charge: dict[str, float] = {}
     for s in critical_path(trace):
-        charge[owner(s)] += s.end - s.start
+        charge[owner(s)] = charge.get(owner(s), 0.0) + (s.end - s.start)
     return max(charge, key=lambda k: (charge[k], k)) if charge else None
 
 

@@ -101,15 +101,15 @@ def kv_bytes_per_position(cfg: TransformerConfig) -> float:
     return 2 * cfg.n_layers * cfg.kv_width * cfg.kv_elem_bytes
 
 
-def experts_touched(cfg: TransformerConfig, tokens: int) -> float:
+def experts_touched(cfg: TransformerConfig, tokens: float) -> float:
     """Expected distinct experts per layer that ``tokens`` tokens route to (uniform top-k routing)."""
     if not cfg.n_experts:
         return 0.0
     e, k = cfg.n_experts, cfg.experts_per_token
-    return e * (1 - (1 - k / e) ** tokens) + cfg.n_shared_experts
+    return float(e * (1 - (1 - k / e) ** tokens) + cfg.n_shared_experts)
 
 
-def weight_bytes_read(cfg: TransformerConfig, tokens: int) -> float:
+def weight_bytes_read(cfg: TransformerConfig, tokens: float) -> float:
     """Weights a step streams from HBM: all of them, except lookup tables (the input embedding when it is
     not tied to the output projection, learned positions), of which only the tokens' rows are read, and
     MoE experts no token routes to."""
@@ -221,7 +221,7 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     peak = chip.peak_flops_per_s(dtype)
     t_compute = per_chip["flops_per_step"] / peak
     t_memory = per_chip["hbm_bytes_per_step"] / chip.hbm_bandwidth_bytes_per_s
-    out = {
+    out: dict[str, Any] = {
         "model": cfg.name, "chip": chip.name, "batch": batch, "context": contexts if len(set(contexts)) > 1 else
         contexts[0], "data": par.data, "model_parallel": par.model,
         "params_total": cfg.params(), "params_active": cfg.params(active=True),

@@ -247,8 +247,8 @@ def step_comms(cfg: TransformerConfig, lay: Layout2D, tokens: float) -> list[lis
     """Every op's collectives over a step: the embedding's gather over Y, five ops per layer, and the LM
     head's ReduceScatter over X of its partial logits [T, vocab/Y] (its weights split D over X, vocabulary
     over Y like the MLP's W_in)."""
-    first = [("all_gather", ("y",), tokens * cfg.d_model / lay.x * cfg.act_elem_bytes)]
-    head = [("reduce_scatter", ("x",), tokens * cfg.vocab_size / lay.y * cfg.act_elem_bytes)]
+    first: list[Comm2D] = [("all_gather", ("y",), tokens * cfg.d_model / lay.x * cfg.act_elem_bytes)]
+    head: list[Comm2D] = [("reduce_scatter", ("x",), tokens * cfg.vocab_size / lay.y * cfg.act_elem_bytes)]
     ops = [c for _ in range(cfg.n_layers) for c in layer_comms(cfg, lay, tokens)]
     ops[-1] = ops[-1][:1]  # the last layer's output needs no gather over Y: the head reads [T, D/X] ...
     ops[-1] = ops[-1] + [("all_gather", ("y",), tokens * cfg.d_model / lay.x * cfg.act_elem_bytes)]  # ... after it

@@ -207,7 +207,8 @@ class Mesh(MeshAxes):
         return placement
 
     def _explicit(self) -> tuple[tuple[int, ...], ...]:
-        out, used = [], set()
+        out: list[Any] = []
+        used: set[int] = set()
         for name, size, phys in zip(self.names, self.sizes, self.spec.placement, strict=True):
             phys = phys or ()
             bad = [a for a in phys if a >= len(self.shape) or a in used]

@@ -19,14 +19,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, fields
-from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.events import URGENT
 
 from simulator.engine.chip import Chip
 from simulator.engine.memory import Allocation
+from simulator.engine.simpy_door import succeed_urgent
 from simulator.engine.system import System
 from simulator.engine.watch import expect_events
 from simulator.errors import CapacityError, PodsimError
@@ -104,11 +103,8 @@ def _check_step(step: Step, previous: dict[str, float]) -> None:
         positive(flops, name=f"block {step.name!r} flops", allow_zero=True)
 
 
-def _succeed(event: simpy.Event) -> None:
-    """``event.succeed()`` for an event known to be untriggered: queued as SimPy queues it, one call fewer."""
-    env = event.env
-    event._ok, event._value = True, None
-    heappush(env._queue, (env._now, URGENT, next(env._eid), event))
+#: ``event.succeed()`` for an event known to be untriggered, queued at URGENT priority, one call fewer
+_succeed = succeed_urgent
 
 
 class _Slots:

@@ -75,8 +75,10 @@ class Step2D(StepSimulation):
         done = {i: {c.index: self.env.event() for c in self.system.chips} for i in syncs}
         gate = {i: self.env.event() for i in syncs}
         vmem = self.spec.vmem_capacity_bytes
+        mesh = self.mesh
+        assert mesh is not None  # a 2-D layout runs on its mesh
         for chip in self.system.chips:
-            group = self.mesh.coords(chip.index)[0]
+            group = mesh.coords(chip.index)[0]
             steps, wait_for = [], None
             for i, op in enumerate(ops_per_group[group]):
                 blocks = _blocks(op, layer_of[i], vmem)
@@ -90,7 +92,8 @@ class Step2D(StepSimulation):
         self.system.process(self._coordinator(syncs, comms, done, gate), "2-D layout collectives")
         self.system.run()
 
-    def _coordinator(self, syncs: list[int], comms: list[list[Comm2D]], done: dict, gate: dict) -> Any:
+    def _coordinator(self, syncs: list[int], comms: list[list[Comm2D]],  # type: ignore[override]  # its own ops
+                     done: dict, gate: dict) -> Any:
         for i in syncs:
             yield simpy.AllOf(self.env, list(done[i].values()))
             for kind, axes, nbytes in comms[i]:

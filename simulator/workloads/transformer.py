@@ -30,8 +30,10 @@ class TransformerConfig:
     d_ff: int  #: F, MLP hidden width (per expert for MoE)
     n_layers: int  #: L
     n_heads: int  #: N_Q query heads
-    n_kv_heads: int | None = None  #: N_KV (GQA); defaults to n_heads
-    head_dim: int | None = None  #: H; defaults to d_model / n_heads
+    # Given as None, these two are set in __post_init__: an int on every constructed config, which is the type
+    # readers see (the ignore is for the None default only).
+    n_kv_heads: int = None  # type: ignore[assignment]  #: N_KV (GQA); None: n_heads
+    head_dim: int = None  # type: ignore[assignment]  #: H; None: d_model / n_heads
     vocab_size: int
     gated_mlp: bool = True  #: SwiGLU-style gate and up projections (3 matrices) or plain (2)
     tied_embeddings: bool = False  #: output projection shares the embedding matrix

@@ -222,6 +222,7 @@ class Executor:
             pairs = target.pairs or []
             row.update(group_size=2, groups=len(pairs))
             net = self.system.network
+            assert net is not None  # a placement's system has a topology
             sends = [net.message(self.placement.chip(s), self.placement.chip(t), cost.read_bytes, instr.name)
                      for s, t in pairs if s != t]
             if sends:

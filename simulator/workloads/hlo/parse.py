@@ -95,8 +95,7 @@ class _Parser:
             elif section and re.match(r"\d+\s", stripped):
                 number, _, value = stripped.partition(" ")
                 self.tables[section][int(number)] = value.strip()
-            elif stripped.endswith("{") and _HEADER.match(line) and not _INSTR.match(line):
-                m = _HEADER.match(line)
+            elif stripped.endswith("{") and (m := _HEADER.match(line)) and not _INSTR.match(line):
                 current = (m.group(2), n, bool(m.group(1)), [])
             else:
                 raise self.fail(n, len(line) - len(line.lstrip()) + 1,

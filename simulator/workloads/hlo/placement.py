@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,15 +23,20 @@ from simulator.collectives import Group
 from simulator.errors import PodsimError
 from simulator.workloads.mesh import Mesh, MeshSpec, parse_mesh
 
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
+
 
 class Placement:
     """Device ids of a program -> chips of ``system``'s topology, with the mesh used to match groups."""
 
-    def __init__(self, system: Any, n_devices: int, mesh: str | MeshSpec | None = None,
+    def __init__(self, system: System, n_devices: int, mesh: str | MeshSpec | None = None,
                  chips: Sequence[Any] | None = None) -> None:
         graph = system.graph
         self.system = system
         self.n_devices = n_devices
+        if system.network is None:
+            raise PodsimError("an HLO placement needs a system with a topology (System(chip, topology=...))")
         topology_chips = list(system.network.chips)
         if mesh is not None and chips is not None:
             raise PodsimError("give a mesh or an explicit placement of devices on chips, not both")
@@ -74,7 +79,8 @@ class Placement:
 
     def _ring(self, devices: list[int]) -> Group:
         chips = [self.chips[d] for d in devices]
-        wrap = len(chips) <= 2 or self.system.graph.has_edge(chips[-1], chips[0])
+        graph = self.system.graph
+        wrap = len(chips) <= 2 or (graph is not None and graph.has_edge(chips[-1], chips[0]))
         return Group((len(chips),), (wrap,), {(i,): c for i, c in enumerate(chips)})
 
     def _all_axis_groups(self) -> dict[frozenset, tuple[str, ...]]:

@@ -175,8 +175,9 @@ def _attention_s(kern: _Kernels, cfg: TransformerConfig, m: int, seqs: float, q_
 
 
 def _layer_s(cfg: TransformerConfig, kern: _Kernels, plan: MeshPlan, t: float, seqs: float, seq: int,
-             attention: str) -> dict[str, float]:
-    """Forward and backward seconds of one layer's kernels on one GPU for one microbatch (``t`` tokens)."""
+             attention: str) -> dict[str, dict[str, float]]:
+    """Forward and backward seconds of one layer's kernels on one GPU for one microbatch (``t`` tokens): ``forward``
+    and ``backward``, each gemm, attention, vector and launch seconds."""
     m, s, e = plan.size("model"), plan.size("sequence"), plan.size("expert")
     d, e_a = cfg.d_model, cfg.act_elem_bytes
     q, kv = cfg.q_width / m, kv_heads_per_chip(cfg, m) * cfg.head_dim
@@ -232,7 +233,8 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     bwd = sum(x for k, x in layer["backward"].items() if k != "launch")
     policy = opts.checkpoint
     r = recompute_fraction(cfg, policy) if policy not in ("full", "none", "selective") else 0.0
-    redo = {"full": fwd, "none": 0.0, "selective": layer["forward"]["attention"]}.get(policy, r * fwd)
+    named = {"full": fwd, "none": 0.0, "selective": layer["forward"]["attention"]}
+    redo = named.get(policy, r * fwd) if isinstance(policy, str) else r * fwd  # an int: every k-th layer
     m = plan.size("model")
     tp_one = nccl_s("all_reduce", t * d * e_a, nets.get("model"))
     tp_fwd, tp_bwd = 2 * tp_one, (4 if policy == "full" else 2) * tp_one

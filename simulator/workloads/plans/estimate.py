@@ -110,6 +110,8 @@ def beside(ops: tuple[Op, ...], chip: ChipSpec, links: dict[str, AxisLink], back
         return max(sum(op_s(op, chip, links, {}) for op in ops) if alone is None else alone, background)
     clock, left = 0.0, background
 
+    assert flows is not None  # `shared` needs it
+
     def run(c: Comm, alone: float) -> float:  # seconds the collective takes from now; advances the background
         nonlocal left
         share = flows(c.axes)

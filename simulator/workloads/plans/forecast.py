@@ -8,11 +8,14 @@ chip, a slice shape no real slice has) keeps its bound and ranks after those for
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.plans.layout import MeshPlan, TrainOptions
+
+if TYPE_CHECKING:  # annotations only
+    from simulator.workloads.transformer import TransformerConfig
 
 
 def check_calibrated_chip(chip: ChipSpec) -> None:
@@ -25,7 +28,7 @@ def check_calibrated_chip(chip: ChipSpec) -> None:
                           "--calibrated to rank by the bound")
 
 
-def forecast(cfg: Any, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan, opts: TrainOptions,
+def forecast(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan, opts: TrainOptions,
              topology: str | None) -> dict[str, Any]:
     """The row keys of one layout's calibrated forecast: ``calibrated_step_time_s`` and ``calibrated_mfu``
     (None, with ``calibrated_note``, where the calibrated model cannot price the layout)."""

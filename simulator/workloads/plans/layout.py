@@ -202,9 +202,9 @@ def check_train_plan(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions,
     p, v = plan.size("pipeline"), opts.chunks
     if opts.schedule == "interleaved" and p > 1:
         if even_stages and cfg.n_layers % (p * v):
-            good = [d for d in divisors(cfg.n_layers // p) if d > 1] or [1]
+            fits = [d for d in divisors(cfg.n_layers // p) if d > 1] or [1]
             raise PlanError(f"the interleaved schedule with {v} virtual stages x pipeline={p} does not divide the "
-                            f"{cfg.n_layers} layers of {cfg.name}; the nearest valid choice is {nearest(v, good)} "
+                            f"{cfg.n_layers} layers of {cfg.name}; the nearest valid choice is {nearest(v, fits)} "
                             "virtual stages")
         if m % p:
             good = _nearest_that_passes(m, [d for d in divisors(per_group) if d % p == 0],

@@ -29,11 +29,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import partial
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
 from simulator.engine.channel import Channel
+from simulator.engine.simpy_door import clock, queued
 from simulator.engine.trace import (
     COMPUTE_KINDS,
     Span,
@@ -44,6 +45,9 @@ from simulator.engine.trace import (
     new_span,
 )
 from simulator.workloads.plans.templates import Template, _union
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 _WINDOW = (float("-inf"), None)
 TIE = 1e-12  #: relative: events this close to a replayed completion might come before or after it in the full run
@@ -93,7 +97,7 @@ class _Run:
 class Replays:
     """Templates of the lone collectives of one run, the links' claims, and whether a replay was disturbed."""
 
-    def __init__(self, system: Any, enabled: bool, avoid: frozenset = frozenset()) -> None:
+    def __init__(self, system: System, enabled: bool, avoid: frozenset = frozenset()) -> None:
         self.system, self.env, self.net, self.trace = system, system.env, system.network, system.trace
         self.enabled = enabled and self.net is not None and system.calibration is None
         self._active: dict[Channel, int] = {}  #: claims under way on the link (collectives and messages running)
@@ -153,7 +157,7 @@ class Replays:
     # -- claims ---------------------------------------------------------------------------------------------
     def claim(self, links: Iterable[Channel]) -> bool:
         """Claim ``links`` from now until `release`; whether they were all idle (no claim under way on any)."""
-        now, idle = self.env._now, True
+        now, idle = clock(self.env), True
         active, replay_until, owner = self._active, self._replay_until, self._owner
         for link in links:
             until, key = replay_until.get(link, _WINDOW)
@@ -196,7 +200,7 @@ class Replays:
         group is replayed from its template if it has one and its links are idle, else run (``run()``: the
         completion event of one collective) and recorded as the group's template if it turns out alone. ``scale``:
         the links each of ``links`` stands for (a run on a quotient), for the interface byte counters."""
-        env, now = self.env, self.env._now
+        env, now = self.env, clock(self.env)
         if self._fresh_at != now:
             self._fresh, self._fresh_at = {}, now
         done = env.event()
@@ -234,7 +238,7 @@ class Replays:
         if len(groups) != 1:
             return None
         group = next(iter(groups.values()))
-        now, active = self.env._now, self._active
+        now, active = clock(self.env), self._active
         for link in links:
             mine = link in group.links
             if active.get(link, 0) != group.held.get(link, 0):
@@ -295,12 +299,12 @@ class Replays:
         group.runs[i]().callbacks.append(partial(self._arrived, group, i))
 
     def _arrived(self, group: _Run, i: int, _event: Any) -> None:
-        group.ends[i] = self.env._now - group.start
+        group.ends[i] = clock(self.env) - group.start
         group.order.append(i)
         group.left -= 1
         if not group.left:
             self._finish(group)
-        group.dones[i].succeed(self.env._now)
+        group.dones[i].succeed(clock(self.env))
 
     def _finish(self, run: _Run) -> None:
         for link, n in run.held.items():
@@ -313,7 +317,7 @@ class Replays:
         key = tuple(run.keys)
         if key in self.templates:
             return
-        now, trace = self.env._now, self.trace
+        now, trace = clock(self.env), self.trace
         by_unit: dict[tuple[Any, str], list[tuple[float, float, float]]] = {}
         units = {(c.chip, c.name) for c in run.links}
         if trace is not None and trace.enabled:
@@ -333,7 +337,7 @@ class Replays:
         self.recorded += 1
 
     def _replay(self, group: _Run, template: Template) -> None:
-        env, now, key = self.env, self.env._now, tuple(group.keys)
+        env, now, key = self.env, clock(self.env), tuple(group.keys)
         group.template = template
         replay_until, until = self._replay_until, now + template.window_s  # type: ignore[attr-defined]
         for link, _, _, _ in template.links:
@@ -357,10 +361,10 @@ class Replays:
         if group.expect:  # members it expected never came: it stood for a group that did not form
             self._missed(group)
         env, hi = self.env, at + TIE * at
-        if any(t <= hi and event not in group.timers for t, _, _, event in env._queue):
+        if any(t <= hi and event not in group.timers for t, event in queued(env)):
             self.conflict = True
             self.disturbed.add(tuple(group.keys))
-        done = env.timeout(at - env._now)  # now + (at - now) == at: the two are within a factor 2 (Sterbenz)
+        done = env.timeout(at - clock(env))  # now + (at - now) == at: the two are within a factor 2 (Sterbenz)
         group.timers.add(done)
         done.callbacks.append(partial(self._replayed, group, members))
 
@@ -386,4 +390,4 @@ class Replays:
             self.replayed += len(group.keys)
         for i in members:
             if i < len(group.dones):
-                group.dones[i].succeed(self.env._now)
+                group.dones[i].succeed(clock(self.env))

@@ -49,7 +49,8 @@ class FastRun(Protocol):
     """One run of a step: ``run()`` gives its figures (or raises `Rerun`), then ``sym`` says what it found
     (None, or an inactive `Symmetry`: every chip ran, nothing to rerun)."""
 
-    sym: Any
+    @property
+    def sym(self) -> Any: ...  # an attribute or a read-only property
 
     def run(self) -> Any: ...
 

@@ -27,13 +27,17 @@ cost (seconds each at pod scale), so only the K best run.
 from __future__ import annotations
 
 from dataclasses import fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.engine.watch import count_steps
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.plans.layout import AXES, MeshPlan, PlanError, TrainOptions, check_model_axes, divisors
 from topologies import TopologyError
+
+if TYPE_CHECKING:  # annotations only
+    from simulator.workloads.budget import Parallelism
+    from simulator.workloads.transformer import TransformerConfig
 
 MAX_CANDIDATES = 5000  #: layouts priced per search; more is a chip count no topology podsim builds has
 MAX_VIRTUAL_STAGES = 8  #: interleaved schedules tried with 2..8 layer chunks per device
@@ -47,7 +51,7 @@ def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
     return [(d, *rest) for d in divisors(n) for rest in factorizations(n // d, k - 1)]
 
 
-def train_meshes(cfg: Any, chips: int, batch: int, seq: int) -> list[MeshPlan]:
+def train_meshes(cfg: TransformerConfig, chips: int, batch: int, seq: int) -> list[MeshPlan]:
     """Training layouts of ``chips`` chips that divide the model, the batch and the sequence."""
     out = []
     for sizes in factorizations(chips, len(AXES)):
@@ -64,7 +68,7 @@ def train_meshes(cfg: Any, chips: int, batch: int, seq: int) -> list[MeshPlan]:
     return out
 
 
-def option_sets(cfg: Any, plan: MeshPlan, batch: int) -> list[TrainOptions]:
+def option_sets(cfg: TransformerConfig, plan: MeshPlan, batch: int) -> list[TrainOptions]:
     """Every option set that changes something on ``plan`` (checkpoint policy left at none)."""
     p, per_group = plan.size("pipeline"), batch // plan.batch_ways
     schedules = [("1f1b", 2)]
@@ -161,7 +165,7 @@ def real_slice(topology: str | None, chip: ChipSpec) -> bool:
     return tuple(sorted(v for v in sides if v > 1)) in shapes or n == 1
 
 
-def serve_candidates(cfg: Any, chips: int, batch: int) -> list[tuple[MeshPlan, str]]:
+def serve_candidates(cfg: TransformerConfig, chips: int, batch: int) -> list[tuple[MeshPlan, str]]:
     """data x model layouts for decode and prefill: the 1-D layout (model dividing the heads, data the batch)
     and every 2-D weight-stationary grid of the model axis (`layout2d.valid_grids`; X = 1 is Pope's 1-D
     weight-stationary layout)."""
@@ -182,7 +186,7 @@ def serve_candidates(cfg: Any, chips: int, batch: int) -> list[tuple[MeshPlan, s
     return out
 
 
-def price_serve(cfg: Any, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan, mode: str,
+def price_serve(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan, mode: str,
                 simulate: bool, topology: str | None = None, layout: str = "1d") -> dict[str, Any] | None:
     """One decode (``seq`` cached positions) or prefill (``seq`` new tokens) layout: 1-D with the KV cache
     sharded automatically, or a 2-D grid. The closed form is compute-or-memory plus the collectives (which
@@ -212,7 +216,8 @@ def price_serve(cfg: Any, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan, 
     return _row(out, plan, {"layout": "1d", "kv_sharding": b["kv_sharding"]}, simulated=simulate)
 
 
-def _price_2d(cfg: Any, chip: ChipSpec, batch: int, context: int, new: int, plan: MeshPlan, par: Any,
+def _price_2d(cfg: TransformerConfig, chip: ChipSpec, batch: int, context: int, new: int, plan: MeshPlan,
+              par: Parallelism,
               simulate: bool, topology: str | None, layout: str) -> dict[str, Any] | None:
     from simulator.workloads.layout2d import budget_2d
     from simulator.workloads.simulate2d import simulate_2d
@@ -233,7 +238,7 @@ def _price_2d(cfg: Any, chip: ChipSpec, batch: int, context: int, new: int, plan
     return _row(out, plan, {"layout": b["layout"], "kv_sharding": b["kv_sharding"]}, simulated=simulate)
 
 
-def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int, top: int = 3,
+def search(cfg: TransformerConfig, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int, top: int = 3,
            workers: int = 1, topology: str | None = None, calibrated: bool = False,
            client: Any = None) -> dict[str, Any]:
     """Every layout and option set priced; the layouts ranked by step time (fitting first), the best ``top``
@@ -254,7 +259,7 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
         from simulator.workloads.plans.price import Pricer
 
         pricer = Pricer(cfg, chip, batch, seq, topology)
-        rows = []
+        rows: list[tuple[dict[str, Any], MeshPlan, Any]] = []
         meshes = train_meshes(cfg, chips, batch, seq)
         for i, plan in enumerate(meshes, 1):
             found = best_options(pricer, plan)
@@ -269,7 +274,7 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
     else:
         priced_rows = [(price_serve(cfg, chip, batch, seq, p, mode, False, topology, lay), p, lay)
                        for p, lay in serve_candidates(cfg, chips, batch)]
-        rows = [t for t in priced_rows if t[0] is not None]
+        rows = [(r, p, lay) for r, p, lay in priced_rows if r is not None]
         priced = len(priced_rows)
     if not rows:
         raise PodsimError(f"no layout of {chips} chips divides {cfg.name}, batch {batch} and seq {seq}; try a batch "
@@ -298,7 +303,7 @@ def search(cfg: Any, chip: ChipSpec, chips: int, mode: str, batch: int, seq: int
             "plans": plans}
 
 
-def _simulate(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, best: list, workers: int,
+def _simulate(cfg: TransformerConfig, chip: ChipSpec, mode: str, batch: int, seq: int, best: list, workers: int,
               topology: str | None, client: Any = None) -> list[dict[str, Any]]:
     jobs = [(cfg, chip, mode, batch, seq, plan, opts, topology) for _, plan, opts in best]
     count_steps("finalists simulated", 0, len(jobs))
@@ -320,7 +325,8 @@ def _simulate(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, best: l
     return rows
 
 
-def simulate_one(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, plan: MeshPlan | dict[str, int],
+def simulate_one(cfg: TransformerConfig, chip: ChipSpec, mode: str, batch: int, seq: int, plan: MeshPlan | dict[str,
+                 int],
                  opts: Any, topology: str | None) -> dict[str, Any]:
     """The simulated row of one layout (run in a worker process when there are several); ``simulation_cpu_s``
     is the CPU time the simulation took in its process. A search row's own ``mesh`` and ``options`` dicts may
@@ -339,5 +345,6 @@ def simulate_one(cfg: Any, chip: ChipSpec, mode: str, batch: int, seq: int, plan
         out = train_plan(cfg, chip, batch, seq, plan, opts, topology, simulate=True, trace=False)
         out.pop("_system", None)
         row = _row(out, plan, opts, simulated=True)
+    assert row is not None  # a layout the search priced prices again
     row["simulation_cpu_s"] = time.process_time() - start
     return row

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -49,11 +49,14 @@ from simulator.collectives.schedule import execute
 from simulator.workloads.plans.node_quotients import NodeQuotients, Rerun  # noqa: F401  (Rerun: re-exported)
 from simulator.workloads.plans.replay import Replays
 
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
+
 RING_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 TIME_TOLERANCE = 1e-12  #: relative: arrivals of a symmetric stage's transfers agree to float rounding
 
 
-def why_not_symmetric(system: Any, mesh: Any) -> str | None:
+def why_not_symmetric(system: System, mesh: Any) -> str | None:
     """Why a step on ``system`` cannot be simulated by representatives (None: it can)."""
     if mesh is None or system.network is None:
         return "one chip"
@@ -80,7 +83,7 @@ class Symmetry(NodeQuotients):
     traffic as in full. ``axis_sets`` lists the mesh axes of every collective the step runs.
     """
 
-    def __init__(self, system: Any, mesh: Any, stage_of: dict[Any, int], fast: bool, rings: bool = False,
+    def __init__(self, system: System, mesh: Any, stage_of: dict[Any, int], fast: bool, rings: bool = False,
                  axis_sets: list[tuple[str, ...]] | None = None, replay: bool = True,
                  avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None,
                  node_allowed: frozenset | None = None) -> None:

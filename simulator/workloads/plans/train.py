@@ -16,7 +16,7 @@ is one, the closed form otherwise.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.engine.faults import current_plan
 from simulator.hardware.specs import ChipSpec
@@ -28,6 +28,9 @@ from simulator.workloads.plans.memory import stage_params, train_memory
 from simulator.workloads.plans.ops import head_work, layer_work
 from simulator.workloads.projection import step_cost
 from simulator.workloads.transformer import TransformerConfig
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 
 def model_flops(cfg: TransformerConfig, batch: int, seq: int) -> float:
@@ -90,7 +93,7 @@ def book_gpu_critical_batches(chip: ChipSpec, links: dict[str, AxisLink]) -> dic
     book's. Pure data parallelism and FSDP only (the book's case): nothing where the mesh has other axes."""
     if chip.wraparound != "switch" or set(links) - {"data", "fsdp"}:
         return {}
-    out = {}
+    out: dict[str, float] = {}
     for axis in ("data", "fsdp"):
         if axis in links:
             stages = sorted(links[axis].stages, key=lambda st: st.bandwidth_bytes_per_s)
@@ -182,7 +185,7 @@ def memory_verdict(out: dict[str, Any]) -> dict[str, Any]:
             "fits": peak <= cap, "hbm_spare_bytes": cap - peak}
 
 
-def _p2p(system: Any, mesh: Any, plan: MeshPlan, cfg: TransformerConfig, batch: int, seq: int,
+def _p2p(system: System, mesh: Any, plan: MeshPlan, cfg: TransformerConfig, batch: int, seq: int,
          opts: TrainOptions) -> float:
     """Closed form of one stage-to-stage activation transfer (the slowest neighbouring pair)."""
     p = plan.size("pipeline")

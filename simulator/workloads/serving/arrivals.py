@@ -182,6 +182,7 @@ def read_trace(path_text: str, flag: str = "--trace") -> list[Arrival]:
         if col is None:
             raise PodsimError(f"{flag} {show(path_text)}: no column named one of {', '.join(names)} "
                               f"(header: {', '.join(header)})")
+    assert t_col is not None and p_col is not None and o_col is not None  # each checked just above
     if len(rows) > MAX_REQUESTS:
         raise PodsimError(f"{flag} {show(path_text)}: {len(rows):,} requests; at most {MAX_REQUESTS:,}")
     out = []

@@ -40,7 +40,7 @@ def plan_serving(setup: ServeSetup, stream: Callable[[float], list[Arrival]], ra
                  attainment: float = 0.9) -> list[dict[str, Any]]:
     """One row per layout: ``mesh``, ``per_replica_rate_per_s``, ``replicas``, ``chips_needed`` (None with a
     ``reason`` when it cannot serve), ranked by chips needed."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for m in model_widths(setup, max_model):
         one = replace(setup, mesh=Parallelism(1, m))
         try:

@@ -154,7 +154,7 @@ class Replica:
         prefill_first = whole and bool(self.waiting or any(r.need > 1 for r in self.running))
         chosen: list[tuple[Request, int]] = []
         swap, before = 0.0, self.preemptions
-        self._gone: set[int] = set()
+        self._gone = set()
         for req in list(self.running):
             if id(req) in self._gone or (prefill_first and req.need == 1):
                 continue

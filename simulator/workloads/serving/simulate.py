@@ -168,6 +168,7 @@ def run_stream(setup: ServeSetup, arrivals: list[Arrival], kind: str = "forecast
             continue
         wait = lat + r.prompt * per_position / bw
         waits.append(wait)
+        assert r.first_token_s is not None  # a prefilled request has its first token
         d = Request(r.rid, r.first_token_s + wait, r.prompt, r.output, generated=1, computed=r.prompt)
         d.admitted, d.first_token_s = True, r.first_token_s
         moved.append(d)

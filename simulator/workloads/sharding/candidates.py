@@ -52,7 +52,7 @@ class Strategy:
         return ", then ".join(steps)
 
 
-def _options(axes_0: tuple[str, ...], axes_1: tuple[str, ...]) -> list[tuple[tuple[int, ...], ...]]:
+def _options(axes_0: tuple[str, ...], axes_1: tuple[str, ...]) -> list[tuple[int, ...]]:
     """Which dimensions of an operand to gather (whole shardings): none, dim 0, dim 1, both."""
     dims = [d for d, ax in ((0, axes_0), (1, axes_1)) if ax]
     return [c for r in range(len(dims) + 1) for c in itertools.combinations(dims, r)]
@@ -89,7 +89,7 @@ def _candidate(spec: MatmulSpec, a: tuple, b: tuple, ga: tuple[int, ...], gb: tu
     if post is None:
         return None
     gathered_out = {0: set(a[0]) if 0 in ga else set(), 1: set(b[1]) if 1 in gb else set()}
-    if any(s.kind == "slice" and set(s.axes) & gathered_out[s.dim] for s in post):
+    if any(s.kind == "slice" and s.dim is not None and set(s.axes) & gathered_out[s.dim] for s in post):
         return None  # gathering an operand only to slice the output back the same way
     for step in post:
         step.array = want.name

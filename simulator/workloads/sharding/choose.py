@@ -6,7 +6,7 @@ closed form is run on real arrays and checked against numpy.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from simulator.workloads.mesh import Mesh
 from simulator.workloads.sharding.candidates import Strategy, strategies
 from simulator.workloads.sharding.execute import check_blocks, run_strategy, verification_sizes
 from simulator.workloads.sharding.notation import ArraySpec, Dim, MatmulSpec, parse_matmul, validate
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 
 def sharded_matmul(spec: str | MatmulSpec, sizes: dict[str, int], mesh: str, chip: Any = "tpu-v5e",
@@ -57,11 +60,12 @@ def sharded_matmul(spec: str | MatmulSpec, sizes: dict[str, int], mesh: str, chi
     return out
 
 
-def _price(s: Strategy, spec: MatmulSpec, sizes: dict[str, int], system: Any, mesh: Mesh, dtype: str) -> dict[str, Any]:
+def _price(s: Strategy, spec: MatmulSpec, sizes: dict[str, int], system: System, mesh: Mesh,
+           dtype: str) -> dict[str, Any]:
     run = run_strategy(s, spec, sizes, system, mesh, dtype)
     comm = [e for e in run["log"] if e["kind"] != "matmul"]
     compute = [e for e in run["log"] if e["kind"] == "matmul"]
-    links = system.network.link_bytes()
+    links = system.network.link_bytes() if system.network is not None else {}
     return {"name": s.name, "collectives": [e["step"] for e in comm], "time_s": run["time_s"],
             "analytic_s": sum(e["analytic_s"] for e in run["log"]),
             "compute_s": sum(e["time_s"] for e in compute), "communication_s": sum(e["time_s"] for e in comm),

@@ -7,7 +7,7 @@ same strategy and collectives run on small arrays.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from simulator.hardware.specs import DTYPE_BYTES
 from simulator.workloads.mesh import Mesh
 from simulator.workloads.sharding.candidates import Reshard, Strategy
 from simulator.workloads.sharding.notation import MatmulSpec
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.system import System
 
 
 def _block(mesh: Mesh, dev: Any, axes: tuple[str, ...]) -> tuple[int, int]:
@@ -47,7 +50,7 @@ def _shard(mesh: Mesh, full: np.ndarray, axes: tuple[tuple[str, ...], tuple[str,
 class _Runner:
     """Runs one strategy's collectives and matmul on a system; with arrays, moves them for real."""
 
-    def __init__(self, system: Any, mesh: Mesh, elem_bytes: int, dtype: str) -> None:
+    def __init__(self, system: System, mesh: Mesh, elem_bytes: int, dtype: str) -> None:
         self.system, self.mesh, self.elem, self.dtype = system, mesh, elem_bytes, dtype
         self.log: list[dict[str, Any]] = []
 
@@ -72,6 +75,7 @@ class _Runner:
                          "algorithm": r.algorithm})
         if local is None:
             return None, new_shape
+        assert r.outputs is not None  # a collective given data returns data
         blocks = {d: np.moveaxis(r.outputs[d].reshape(new0, moved[1]), 0, dim) for d in sorted(local)}
         return blocks, new_shape
 
@@ -88,7 +92,7 @@ class _Runner:
         return closed
 
 
-def run_strategy(strategy: Strategy, spec: MatmulSpec, sizes: dict[str, int], system: Any, mesh: Mesh,
+def run_strategy(strategy: Strategy, spec: MatmulSpec, sizes: dict[str, int], system: System, mesh: Mesh,
                  dtype: str = "bf16", arrays: tuple[np.ndarray, np.ndarray] | None = None,
                  concatenate_partials: bool = False) -> dict[str, Any]:
     """Simulate ``strategy``; with ``arrays`` (A, B) also compute every device's C block.
@@ -99,8 +103,8 @@ def run_strategy(strategy: Strategy, spec: MatmulSpec, sizes: dict[str, int], sy
 
     runner = _Runner(system, mesh, DTYPE_BYTES[dtype], dtype)
     (i, j), (_, k) = ((sizes[d.name] for d in spec.a.dims), (sizes[d.name] for d in spec.b.dims))
-    orig_a = tuple(d.axes for d in spec.a.dims)
-    orig_b = tuple(d.axes for d in spec.b.dims)
+    orig_a = (spec.a.dims[0].axes, spec.a.dims[1].axes)  # a matrix: two dimensions
+    orig_b = (spec.b.dims[0].axes, spec.b.dims[1].axes)
     a_loc = _shard(mesh, arrays[0], orig_a) if arrays else None
     b_loc = _shard(mesh, arrays[1], orig_b) if arrays else None
     a_shape = (i // _n(mesh, orig_a[0]), j // _n(mesh, orig_a[1]))
@@ -120,6 +124,7 @@ def run_strategy(strategy: Strategy, spec: MatmulSpec, sizes: dict[str, int], sy
             step = Reshard("all_gather", "C", step.axes, 0, "rows")
         if step.kind == "slice":  # each device keeps its own part of its block: no communication
             d, parts = step.dim, _n(mesh, step.axes)
+            assert d is not None  # a slice names its dimension
             c_shape = (c_shape[0] // parts, c_shape[1]) if d == 0 else (c_shape[0], c_shape[1] // parts)
             if c_loc is not None:
                 c_loc = {dev: _take(block, d, *_block(mesh, dev, step.axes)) for dev, block in c_loc.items()}

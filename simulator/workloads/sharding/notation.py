@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from simulator.errors import PodsimError
 from simulator.units import positive_int
-from simulator.workloads.mesh import Mesh
+from simulator.workloads.mesh import Mesh, MeshAxes
 
 _ARRAY = re.compile(r"^\s*(?P<name>[A-Za-z]\w*)\s*\[(?P<dims>[^\]]*)\]\s*(?:\{\s*U_(?P<partial>[^}]*)\})?\s*$")
 _DIM = re.compile(r"^\s*(?P<name>[A-Za-z][A-Za-z0-9]*)\s*(?:_(?P<axes>\{[^}]*\}|[A-Za-z]+))?\s*$")
@@ -113,7 +113,7 @@ def validate(spec: MatmulSpec, mesh: Mesh, sizes: dict[str, int]) -> None:
         raise PodsimError(f"{spec}: the output must be C[{i.name}, {k.name}]; got {spec.c}")
 
 
-def _validate_array(arr: ArraySpec, mesh: Mesh, sizes: dict[str, int]) -> None:
+def _validate_array(arr: ArraySpec, mesh: MeshAxes, sizes: dict[str, int]) -> None:
     used = [a for d in arr.dims for a in d.axes] + list(arr.partial)
     for axis in used:
         mesh.index(axis)  # raises, naming the mesh's axes
