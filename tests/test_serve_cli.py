@@ -96,6 +96,8 @@ def test_find_rate_reports_the_rate(capsys):
     (("--rate", "1", "--preempt", "drop"), "--preempt"),
     (("--rate", "1", "--prefill-mesh", "model=2"), "go together"),
     (("--rate", "1", "--duration", "0"), "--duration"),
+    (("--rate", "nan"), "--rate"),
+    (("--rate", "1", "--scheduler-steps", "0"), "--scheduler-steps"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
     code, out, err = run(capsys, *BASE, *argv)
@@ -106,6 +108,12 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
 def test_kv_that_cannot_hold_one_request_exit_2(capsys):
     code, _, err = run(capsys, "serve", "llama-3-70b", "--chip", "h100", "--rate", "1")
     assert code == 2 and "cannot hold one request" in err and err.count("\n") == 1
+
+
+def test_prompt_past_a_learned_position_table_exit_2(capsys):
+    # GPT-2 has 1,024 learned positions: a 2,000-token prompt cannot run, whatever --max-model-len says
+    code, out, err = run(capsys, "serve", "gpt2", "--chip", "h100", "--rate", "1", "--prompt-len", "2000")
+    assert code == 2 and out == "" and "1,024 positions" in err and err.count("\n") == 1
 
 
 def test_empty_trace_exit_2(capsys, tmp_path):

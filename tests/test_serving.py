@@ -138,6 +138,41 @@ def test_prefill_first_without_chunking_pauses_decodes():
     assert done[0].finish_s == 7.0  # 6 tokens over 7 steps: one step lent to the other prefill
 
 
+def test_multi_step_windows_deliver_tokens_at_the_window_end():
+    # vLLM 0.6 --num-scheduler-steps 10: prefill is one step, then decode runs in windows of 10 steps; a
+    # request's tokens reach the client when its window ends (LambdaLabs' ITLs come 10 tokens apart)
+    done = sorted(_serve([Request(0, 0.0, 100, 25), Request(1, 0.0, 100, 4)], chunk_tokens=0, num_steps=10),
+                  key=lambda r: r.rid)
+    assert [r.first_token_s for r in done] == [1.0, 1.0]
+    # request 1 needs 3 more tokens but keeps its slot to the end of the first window (steps 2-11)
+    assert done[1].finish_s == 11.0
+    # request 0 needs 24 more: windows end at 11, 21, 31
+    assert done[0].finish_s == 1.0 + 10 * math.ceil(24 / 10)
+
+
+def test_arrivals_wait_for_the_multi_step_window():
+    # request 1 arrives at t=1.5, inside request 0's first window (t=1..11): its prefill runs at t=11
+    done = sorted(_serve([Request(0, 0.0, 10, 30), Request(1, 1.5, 10, 2)], chunk_tokens=0, num_steps=10),
+                  key=lambda r: r.rid)
+    assert done[1].first_token_s == 12.0
+    one = sorted(_serve([Request(0, 0.0, 10, 30), Request(1, 1.5, 10, 2)], chunk_tokens=0), key=lambda r: r.rid)
+    assert one[1].first_token_s == 3.0  # one step per schedule: admitted at the next step
+
+
+def test_multi_step_windows_price_the_window_batch_at_growing_context():
+    seen = []
+
+    def price(n_decode, ctx, chunks):
+        seen.append((n_decode, ctx, len(chunks)))
+        return 1.0
+
+    _serve([Request(0, 0.0, 10, 4), Request(1, 0.0, 20, 4)], price=price, chunk_tokens=0, num_steps=10)
+    # one prefill of both prompts, then one window of 10 steps of both (the finished ones keep their slots):
+    # cached positions 10 + 20 (the prompts; each step adds the token it decodes), growing by 2 a step
+    assert seen[0] == (0, 0, 2)
+    assert seen[1:] == [(2, 30 + 2 * i, 0) for i in range(10)]
+
+
 def test_arrival_after_idle_starts_at_its_time():
     r = _serve([Request(0, 10.0, 5, 2)])[0]
     assert (r.first_token_s, r.finish_s) == (11.0, 12.0)
@@ -251,6 +286,10 @@ def test_kv_that_cannot_hold_one_request_and_prompt_past_context_are_refused():
         check_stream(small, [Arrival(0.0, 990, 20)])
     with pytest.raises(PodsimError, match="empty"):
         check_stream(small, [])
+    gpt2 = ServeSetup(get_model("gpt2"), H100)  # 1,024 learned positions
+    check_stream(gpt2, [Arrival(0.0, 1000, 24)])
+    with pytest.raises(PodsimError, match="1,024 positions"):
+        check_stream(gpt2, [Arrival(0.0, 1000, 25)])
 
 
 def test_disaggregated_kv_transfer_is_the_simulated_send_and_delays_decode():

@@ -54,7 +54,7 @@ def _model(name: str) -> Any:
 @cache
 def predict_run(run: str, chip: str, model: str, gpus: int, max_model_len: int) -> dict[str, float]:
     """The forecast of ``run``: median TTFT and TPOT (ms) and output tokens/s."""
-    sched = SchedulerConfig(max_batch=256, chunk_tokens=0, whole_budget_tokens=max(max_model_len, 2048))
+    sched = SchedulerConfig(max_batch=256, chunk_tokens=0, whole_budget_tokens=max(max_model_len, 2048), num_steps=10)
     setup = ServeSetup(_model(model), get_chip(chip), Parallelism(1, gpus), sched=sched, max_model_len=max_model_len,
                        engine="vllm")
     s = summarize(run_stream(setup, run_requests(run), "forecast").done)
