@@ -14,7 +14,7 @@ from simulator.hardware.specs import get_chip
 from simulator.workloads.budget import Parallelism, decode_budget
 from simulator.workloads.served import served_step
 from simulator.workloads.serving.arrivals import Arrival, parse_length, poisson_arrivals, read_trace
-from simulator.workloads.serving.costs import GRID, StepCosts, kv_capacity_tokens
+from simulator.workloads.serving.costs import GRID, StepCosts, graph_batch, kv_capacity_tokens
 from simulator.workloads.serving.findrate import find_rate
 from simulator.workloads.serving.kvcache import BlockPool, blocks_for
 from simulator.workloads.serving.metrics import distribution, summarize
@@ -233,9 +233,21 @@ def test_prefill_bound_is_the_closed_form_budget():
 
 def test_forecast_decode_is_the_served_step_on_the_grid():
     costs = StepCosts(LLAMA, H100, 1, calibrated=True)
-    for batch, ctx in ((1, 0), (16, GRID[80]), (100, GRID[90])):
+    for batch, ctx in ((1, 0), (16, GRID[80]), (96, GRID[90])):  # CUDA-graph sizes: no padding
         assert costs.forecast_s(batch, batch * ctx, []) == pytest.approx(
             served_step(LLAMA, H100, batch, ctx, 1, simulate=False)["step_time_s"], rel=1e-12)
+
+
+def test_vllm_decode_batches_run_in_the_next_captured_cuda_graph():
+    captured = [1, 2, 4] + [8 * i for i in range(1, 33)]  # vLLM model_runner.py _BATCH_SIZES_TO_CAPTURE
+    assert [graph_batch(n) for n in range(1, 257)] == [min(b for b in captured if b >= n) for n in range(1, 257)]
+    assert graph_batch(300) == 300  # past the largest graph: eager, unpadded
+    vllm, trt = StepCosts(LLAMA, H100, 1, engine="vllm"), StepCosts(LLAMA, H100, 1, engine="tensorrt-llm")
+    ctx = 100 * 512
+    # ten sequences run as sixteen rows over the same cached positions; TensorRT-LLM (no graphs) runs ten
+    assert vllm.forecast_s(10, ctx, []) == pytest.approx(vllm._decode_at(16, ctx / 16), rel=1e-12)
+    assert vllm.forecast_s(10, ctx, []) > vllm._decode_at(10, ctx / 10)
+    assert trt.forecast_s(10, ctx, []) == pytest.approx(trt._decode_at(10, ctx / 10), rel=1e-12)
 
 
 def test_forecast_is_never_below_the_bound():
