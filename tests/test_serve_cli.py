@@ -133,6 +133,19 @@ def test_validation_rows_carry_sources_and_are_all_held_out():
     assert sum(a.prompt_tokens for a in run_requests("lambda-h100-llama3-8b-p80")) == 19504  # the file's total
 
 
+def test_tensor_parallel_runs_are_a_family_of_their_own():
+    from simulator.frontend.validate import Case
+    from simulator.frontend.validate_serving import FAMILY, TP_FAMILY, serving_cases
+
+    tp = {r["run"] for r in serving_rows() if int(r["gpus"]) > 1}
+    assert {"lambda-h100x2-llama3-8b-p10", "lambda-h100x8-llama3-70b-p10"} <= tp
+    cases = serving_cases(Case)
+    assert {c.family for c in cases} == {FAMILY, TP_FAMILY}
+    assert all((c.family == TP_FAMILY) == (c.name.split()[0] in tp) for c in cases)
+    # 10 prompts of the same ShareGPT draw as the one-GPU runs (the file's total_input_tokens)
+    assert sum(a.prompt_tokens for a in run_requests("lambda-h100x8-llama3-70b-p10")) == 1369
+
+
 def test_plan_serve_ranks_layouts_by_chips_needed(capsys):
     out = run_json(capsys, "plan", "llama-3-8b", "--chip", "h100", "--chips", "8", "--mode", "serve", "--rate", "30",
                    "--batch", "256", "--seq", "512", "--output-len", "64", "--slo-ttft", "500ms", "--slo-tpot", "20ms")
