@@ -188,6 +188,17 @@ def test_recompute_preemption_finishes_everything_and_never_overfills():
     assert max(rep.timeline.kv) <= 1.0
 
 
+@pytest.mark.parametrize("preempt", ["recompute", "swap"])
+def test_preemption_under_multi_step_windows_finishes_everything(preempt):
+    # the windows' lookahead slots run the same 20-block pool out; every request still ends, whole
+    reqs = [Request(i, 0.0, 64, 40) for i in range(4)]
+    rep = Replica(_const(), BlockPool(20), SchedulerConfig(num_steps=10, chunk_tokens=0, preempt=preempt))
+    done = rep.run(reqs)
+    assert len(done) == 4 and all(r.generated == 40 for r in done)
+    assert rep.preemptions > 0 and rep.pool.free == 20
+    assert max(rep.timeline.kv) <= 1.0
+
+
 def test_swap_preemption_pays_the_host_link():
     kv_per_token = 131072.0  # bytes per position
     reqs = [Request(i, 0.0, 64, 40) for i in range(4)]
