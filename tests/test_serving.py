@@ -188,6 +188,20 @@ def test_recompute_preemption_finishes_everything_and_never_overfills():
     assert max(rep.timeline.kv) <= 1.0
 
 
+@pytest.mark.parametrize("steps", [1, 10])
+def test_prefill_first_with_no_room_for_a_prefill_runs_the_decodes(steps):
+    # chunking off, 6 requests of 64 + 40 tokens, a 20-block pool: the waiting prompts cannot be admitted while
+    # the running ones hold the blocks, so the running ones decode (this once spun at zero-time iterations)
+    rep = Replica(_const(), BlockPool(20), SchedulerConfig(chunk_tokens=0, num_steps=steps))
+    done = rep.run([Request(i, 0.0, 64, 40) for i in range(6)])
+    assert len(done) == 6 and all(r.generated == 40 for r in done)
+    # max_batch full with a prompt waiting: the two running requests decode, steps 2-4 (or one 10-step window)
+    full = sorted(_serve([Request(i, 0.0, 10, 4) for i in range(3)], max_batch=2, chunk_tokens=0, num_steps=steps),
+                  key=lambda r: r.rid)
+    assert [r.finish_s for r in full[:2]] == [4.0 if steps == 1 else 11.0] * 2
+    assert full[2].first_token_s == full[0].finish_s + 1.0
+
+
 @pytest.mark.parametrize("preempt", ["recompute", "swap"])
 def test_preemption_under_multi_step_windows_finishes_everything(preempt):
     # the windows' lookahead slots run the same 20-block pool out; every request still ends, whole

@@ -171,6 +171,16 @@ class Replica:
             swap += self._swap_in()
             if not self.swapped:
                 self._admit(chosen, budget, whole)
+        if prefill_first and not chosen:
+            # no prefill could be scheduled (batch full, or no free blocks): the decodes run (vLLM V0's
+            # _schedule_default runs the running queue when it scheduled no prefill)
+            for req in list(self.running):
+                if id(req) in self._gone or req.need != 1:
+                    continue
+                ok, s = self._reserve(req, req.computed + 1)
+                swap += s
+                if ok:
+                    chosen.append((req, 1))
         if self._gone:
             chosen = [(r, n) for r, n in chosen if id(r) not in self._gone]
         return chosen, swap
