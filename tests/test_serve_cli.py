@@ -96,6 +96,8 @@ def test_find_rate_reports_the_rate(capsys):
     (("--rate", "1", "--preempt", "drop"), "--preempt"),
     (("--rate", "1", "--prefill-mesh", "model=2"), "go together"),
     (("--rate", "1", "--duration", "0"), "--duration"),
+    (("--rate", "nan"), "--rate"),
+    (("--rate", "1", "--scheduler-steps", "0"), "--scheduler-steps"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
     code, out, err = run(capsys, *BASE, *argv)
@@ -106,6 +108,12 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
 def test_kv_that_cannot_hold_one_request_exit_2(capsys):
     code, _, err = run(capsys, "serve", "llama-3-70b", "--chip", "h100", "--rate", "1")
     assert code == 2 and "cannot hold one request" in err and err.count("\n") == 1
+
+
+def test_prompt_past_a_learned_position_table_exit_2(capsys):
+    # GPT-2 has 1,024 learned positions: a 2,000-token prompt cannot run, whatever --max-model-len says
+    code, out, err = run(capsys, "serve", "gpt2", "--chip", "h100", "--rate", "1", "--prompt-len", "2000")
+    assert code == 2 and out == "" and "1,024 positions" in err and err.count("\n") == 1
 
 
 def test_empty_trace_exit_2(capsys, tmp_path):
@@ -123,6 +131,19 @@ def test_validation_rows_carry_sources_and_are_all_held_out():
     assert {r["run"] for r in rows} <= runs
     assert len(run_requests("lambda-h100-llama3-8b-p80")) == 80
     assert sum(a.prompt_tokens for a in run_requests("lambda-h100-llama3-8b-p80")) == 19504  # the file's total
+
+
+def test_tensor_parallel_runs_are_a_family_of_their_own():
+    from simulator.frontend.validate import Case
+    from simulator.frontend.validate_serving import FAMILY, TP_FAMILY, serving_cases
+
+    tp = {r["run"] for r in serving_rows() if int(r["gpus"]) > 1}
+    assert {"lambda-h100x2-llama3-8b-p10", "lambda-h100x8-llama3-70b-p10"} <= tp
+    cases = serving_cases(Case)
+    assert {c.family for c in cases} == {FAMILY, TP_FAMILY}
+    assert all((c.family == TP_FAMILY) == (c.name.split()[0] in tp) for c in cases)
+    # 10 prompts of the same ShareGPT draw as the one-GPU runs (the file's total_input_tokens)
+    assert sum(a.prompt_tokens for a in run_requests("lambda-h100x8-llama3-70b-p10")) == 1369
 
 
 def test_plan_serve_ranks_layouts_by_chips_needed(capsys):

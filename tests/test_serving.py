@@ -14,7 +14,7 @@ from simulator.hardware.specs import get_chip
 from simulator.workloads.budget import Parallelism, decode_budget
 from simulator.workloads.served import served_step
 from simulator.workloads.serving.arrivals import Arrival, parse_length, poisson_arrivals, read_trace
-from simulator.workloads.serving.costs import GRID, StepCosts, kv_capacity_tokens
+from simulator.workloads.serving.costs import GRID, StepCosts, graph_batch, kv_capacity_tokens
 from simulator.workloads.serving.findrate import find_rate
 from simulator.workloads.serving.kvcache import BlockPool, blocks_for
 from simulator.workloads.serving.metrics import distribution, summarize
@@ -138,6 +138,41 @@ def test_prefill_first_without_chunking_pauses_decodes():
     assert done[0].finish_s == 7.0  # 6 tokens over 7 steps: one step lent to the other prefill
 
 
+def test_multi_step_windows_deliver_tokens_at_the_window_end():
+    # vLLM 0.6 --num-scheduler-steps 10: prefill is one step, then decode runs in windows of 10 steps; a
+    # request's tokens reach the client when its window ends (LambdaLabs' ITLs come 10 tokens apart)
+    done = sorted(_serve([Request(0, 0.0, 100, 25), Request(1, 0.0, 100, 4)], chunk_tokens=0, num_steps=10),
+                  key=lambda r: r.rid)
+    assert [r.first_token_s for r in done] == [1.0, 1.0]
+    # request 1 needs 3 more tokens but keeps its slot to the end of the first window (steps 2-11)
+    assert done[1].finish_s == 11.0
+    # request 0 needs 24 more: windows end at 11, 21, 31
+    assert done[0].finish_s == 1.0 + 10 * math.ceil(24 / 10)
+
+
+def test_arrivals_wait_for_the_multi_step_window():
+    # request 1 arrives at t=1.5, inside request 0's first window (t=1..11): its prefill runs at t=11
+    done = sorted(_serve([Request(0, 0.0, 10, 30), Request(1, 1.5, 10, 2)], chunk_tokens=0, num_steps=10),
+                  key=lambda r: r.rid)
+    assert done[1].first_token_s == 12.0
+    one = sorted(_serve([Request(0, 0.0, 10, 30), Request(1, 1.5, 10, 2)], chunk_tokens=0), key=lambda r: r.rid)
+    assert one[1].first_token_s == 3.0  # one step per schedule: admitted at the next step
+
+
+def test_multi_step_windows_price_the_window_batch_at_growing_context():
+    seen = []
+
+    def price(n_decode, ctx, chunks):
+        seen.append((n_decode, ctx, len(chunks)))
+        return 1.0
+
+    _serve([Request(0, 0.0, 10, 4), Request(1, 0.0, 20, 4)], price=price, chunk_tokens=0, num_steps=10)
+    # one prefill of both prompts, then one window of 10 steps of both (the finished ones keep their slots):
+    # cached positions 10 + 20 (the prompts; each step adds the token it decodes), growing by 2 a step
+    assert seen[0] == (0, 0, 2)
+    assert seen[1:] == [(2, 30 + 2 * i, 0) for i in range(10)]
+
+
 def test_arrival_after_idle_starts_at_its_time():
     r = _serve([Request(0, 10.0, 5, 2)])[0]
     assert (r.first_token_s, r.finish_s) == (11.0, 12.0)
@@ -150,6 +185,31 @@ def test_recompute_preemption_finishes_everything_and_never_overfills():
     done = rep.run(reqs)
     assert len(done) == 4 and all(r.generated == 40 for r in done)
     assert rep.preemptions > 0
+    assert max(rep.timeline.kv) <= 1.0
+
+
+@pytest.mark.parametrize("steps", [1, 10])
+def test_prefill_first_with_no_room_for_a_prefill_runs_the_decodes(steps):
+    # chunking off, 6 requests of 64 + 40 tokens, a 20-block pool: the waiting prompts cannot be admitted while
+    # the running ones hold the blocks, so the running ones decode (this once spun at zero-time iterations)
+    rep = Replica(_const(), BlockPool(20), SchedulerConfig(chunk_tokens=0, num_steps=steps))
+    done = rep.run([Request(i, 0.0, 64, 40) for i in range(6)])
+    assert len(done) == 6 and all(r.generated == 40 for r in done)
+    # max_batch full with a prompt waiting: the two running requests decode, steps 2-4 (or one 10-step window)
+    full = sorted(_serve([Request(i, 0.0, 10, 4) for i in range(3)], max_batch=2, chunk_tokens=0, num_steps=steps),
+                  key=lambda r: r.rid)
+    assert [r.finish_s for r in full[:2]] == [4.0 if steps == 1 else 11.0] * 2
+    assert full[2].first_token_s == full[0].finish_s + 1.0
+
+
+@pytest.mark.parametrize("preempt", ["recompute", "swap"])
+def test_preemption_under_multi_step_windows_finishes_everything(preempt):
+    # the windows' lookahead slots run the same 20-block pool out; every request still ends, whole
+    reqs = [Request(i, 0.0, 64, 40) for i in range(4)]
+    rep = Replica(_const(), BlockPool(20), SchedulerConfig(num_steps=10, chunk_tokens=0, preempt=preempt))
+    done = rep.run(reqs)
+    assert len(done) == 4 and all(r.generated == 40 for r in done)
+    assert rep.preemptions > 0 and rep.pool.free == 20
     assert max(rep.timeline.kv) <= 1.0
 
 
@@ -198,9 +258,21 @@ def test_prefill_bound_is_the_closed_form_budget():
 
 def test_forecast_decode_is_the_served_step_on_the_grid():
     costs = StepCosts(LLAMA, H100, 1, calibrated=True)
-    for batch, ctx in ((1, 0), (16, GRID[80]), (100, GRID[90])):
+    for batch, ctx in ((1, 0), (16, GRID[80]), (96, GRID[90])):  # CUDA-graph sizes: no padding
         assert costs.forecast_s(batch, batch * ctx, []) == pytest.approx(
             served_step(LLAMA, H100, batch, ctx, 1, simulate=False)["step_time_s"], rel=1e-12)
+
+
+def test_vllm_decode_batches_run_in_the_next_captured_cuda_graph():
+    captured = [1, 2, 4] + [8 * i for i in range(1, 33)]  # vLLM model_runner.py _BATCH_SIZES_TO_CAPTURE
+    assert [graph_batch(n) for n in range(1, 257)] == [min(b for b in captured if b >= n) for n in range(1, 257)]
+    assert graph_batch(300) == 300  # past the largest graph: eager, unpadded
+    vllm, trt = StepCosts(LLAMA, H100, 1, engine="vllm"), StepCosts(LLAMA, H100, 1, engine="tensorrt-llm")
+    ctx = 100 * 512
+    # ten sequences run as sixteen rows over the same cached positions; TensorRT-LLM (no graphs) runs ten
+    assert vllm.forecast_s(10, ctx, []) == pytest.approx(vllm._decode_at(16, ctx / 16), rel=1e-12)
+    assert vllm.forecast_s(10, ctx, []) > vllm._decode_at(10, ctx / 10)
+    assert trt.forecast_s(10, ctx, []) == pytest.approx(trt._decode_at(10, ctx / 10), rel=1e-12)
 
 
 def test_forecast_is_never_below_the_bound():
@@ -251,6 +323,10 @@ def test_kv_that_cannot_hold_one_request_and_prompt_past_context_are_refused():
         check_stream(small, [Arrival(0.0, 990, 20)])
     with pytest.raises(PodsimError, match="empty"):
         check_stream(small, [])
+    gpt2 = ServeSetup(get_model("gpt2"), H100)  # 1,024 learned positions
+    check_stream(gpt2, [Arrival(0.0, 1000, 24)])
+    with pytest.raises(PodsimError, match="1,024 positions"):
+        check_stream(gpt2, [Arrival(0.0, 1000, 25)])
 
 
 def test_disaggregated_kv_transfer_is_the_simulated_send_and_delays_decode():

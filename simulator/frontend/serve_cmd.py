@@ -46,6 +46,8 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--slo-attainment", default="0.9", help="fraction of requests that must meet the SLOs (0.9)")
     p.add_argument("--max-batch", default="256", help="sequences per iteration (vLLM max_num_seqs, 256)")
     p.add_argument("--chunked-prefill", default="8192", help="tokens per iteration (0: no chunking, prefill first)")
+    p.add_argument("--scheduler-steps", default="1",
+                   help="decode steps per scheduling window (vLLM 0.6's --num-scheduler-steps; 1: every step)")
     p.add_argument("--preempt", default="recompute", help=f"when the KV cache is full: {', '.join(PREEMPT_MODES)}")
     p.add_argument("--prefix-hit", default="0", help="fraction of each prompt found in the prefix cache")
     p.add_argument("--max-model-len", default="131072", help="longest request (prompt + output tokens)")
@@ -81,7 +83,8 @@ def _setup(args: argparse.Namespace, cfg: TransformerConfig, chip: ChipSpec) -> 
                                                    maximum=1_048_576),
                             preempt=args.preempt, prefix_hit=_fraction(args.prefix_hit, "--prefix-hit", 0.999),
                             whole_budget_tokens=max(parse_int(args.max_model_len, name="--max-model-len",
-                                                              maximum=2**24), 2048))
+                                                              maximum=2**24), 2048),
+                            num_steps=parse_int(args.scheduler_steps, name="--scheduler-steps", maximum=1024))
     mem = _fraction(args.memory_fraction, "--memory-fraction")
     if mem <= 0:
         raise PodsimError(f"--memory-fraction {args.memory_fraction!r} must be > 0")

@@ -15,9 +15,11 @@ chunks (chunk i: ``c_i`` new prompt tokens after ``p_i`` already cached). Two pr
   of ``n`` requests of their mean length at their mean context (one pass over the weights for all their
   tokens), less one decode token of one request at that context (the weights and launches the step pays
   once) -- as `simulator.workloads.served.served_concurrent` prices a mixed step; no fitted constant of its
-  own. A step of prefills alone pays the prefill step whole. Chips without serving factors (TPUs), or model axes wider
-  than one NVLink node, forecast the ideal step plus each AllReduce's hop latencies on the ring
-  (`simulator.analytic.all_reduce_time`), and say so in ``uncalibrated``.
+  own. A step of prefills alone pays the prefill step whole. vLLM runs decode in CUDA graphs and pads a
+  pure-decode batch to the next captured size (1, 2, 4, 8, 16, ..., 256: vLLM ``_BATCH_SIZES_TO_CAPTURE``),
+  so the step is priced at that many rows over the same cached positions. Chips without serving factors
+  (TPUs), or model axes wider than one NVLink node, forecast the ideal step plus each AllReduce's hop
+  latencies on the ring (`simulator.analytic.all_reduce_time`), and say so in ``uncalibrated``.
 
 The forecast is cached per batch shape: ``D`` exactly, contexts on a grid of quarter octaves above 64
 positions, interpolated linearly between grid points (the KV part of a step is linear in context), and
@@ -31,7 +33,7 @@ import math
 from functools import lru_cache
 
 from simulator import analytic
-from simulator.hardware.decode_calibration import decode_calibrated_chips
+from simulator.hardware.decode_calibration import DEFAULT_ENGINE, decode_calibrated_chips
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.budget import (
     Parallelism,
@@ -42,6 +44,15 @@ from simulator.workloads.budget import (
 )
 from simulator.workloads.served_tp import MAX_GPUS, ideal_allreduce_s
 from simulator.workloads.transformer import TransformerConfig
+
+CUDA_GRAPH_BATCHES = (1, 2, 4, *range(8, 257, 8))  #: vLLM's decode CUDA-graph batch sizes (model_runner.py)
+
+
+def graph_batch(n: int) -> int:
+    """The CUDA graph a decode batch of ``n`` runs in: the smallest captured size >= ``n`` (vLLM pads the batch
+    with dummy sequences, ``_get_graph_batch_size``); ``n`` itself above 256 (run eagerly)."""
+    return next((b for b in CUDA_GRAPH_BATCHES if b >= n), n)
+
 
 GRID = sorted({0, *range(1, 65), *(round(64 * 2 ** (k / 4)) for k in range(1, 60))})  #: context / chunk grid
 
@@ -66,6 +77,7 @@ class StepCosts:
         self.cfg, self.chip, self.model, self.engine = cfg, chip, model, engine
         self.fitted = calibrated and chip.name in decode_calibrated_chips() and model <= MAX_GPUS
         self.calibrated = calibrated
+        self.graphs = (engine or DEFAULT_ENGINE) == "vllm"  #: decode batches padded to a captured CUDA graph
         dtype = "int8" if cfg.weight_elem_bytes == 1 else "bf16"
         self._peak = chip.peak_flops_per_s(dtype) * model
         self._bw = chip.hbm_bandwidth_bytes_per_s * model
@@ -153,6 +165,9 @@ class StepCosts:
         """Calibrated seconds of one iteration (arguments as `bound_s`); the bound when not ``calibrated``."""
         if not self.calibrated:
             return self.bound_s(n_decode, decode_ctx, chunks)
+        if n_decode and not chunks and self.fitted and self.graphs:
+            padded = graph_batch(n_decode)  # the dummy rows stream no KV: the same positions over more rows
+            return self._decode_at(padded, decode_ctx / padded)
         step = self._decode_at(n_decode, decode_ctx / n_decode) if n_decode else 0.0
         if chunks:
             n = len(chunks)

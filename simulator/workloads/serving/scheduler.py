@@ -70,6 +70,7 @@ class SchedulerConfig:
     prefill_only: bool = False
     prefix_hit: float = 0.0
     whole_budget_tokens: int = 8192  #: chunking off: prompt tokens per prefill iteration (a longer prompt runs alone)
+    num_steps: int = 1  #: decode steps per scheduling window (vLLM 0.6's ``--num-scheduler-steps``; 1: every step)
 
 
 @dataclass
@@ -170,6 +171,16 @@ class Replica:
             swap += self._swap_in()
             if not self.swapped:
                 self._admit(chosen, budget, whole)
+        if prefill_first and not chosen:
+            # no prefill could be scheduled (batch full, or no free blocks): the decodes run (vLLM V0's
+            # _schedule_default runs the running queue when it scheduled no prefill)
+            for req in list(self.running):
+                if id(req) in self._gone or req.need != 1:
+                    continue
+                ok, s = self._reserve(req, req.computed + 1)
+                swap += s
+                if ok:
+                    chosen.append((req, 1))
         if self._gone:
             chosen = [(r, n) for r, n in chosen if id(r) not in self._gone]
         return chosen, swap
@@ -206,6 +217,9 @@ class Replica:
 
     def _step(self) -> None:
         chosen, swap = self._schedule()
+        if self.cfg.num_steps > 1 and chosen and all(r.generated and r.need == 1 for r, _ in chosen):
+            self._window(chosen, swap)
+            return
         decode = [r for r, n in chosen if r.generated and r.need == 1]
         chunks = [(n, r.computed) for r, n in chosen if not (r.generated and r.need == 1)]
         ctx = sum(r.computed for r in decode)
@@ -217,6 +231,36 @@ class Replica:
             req.computed += n
             if req.need == 0:
                 self._emit(req)
+
+    def _window(self, chosen: list[tuple[Request, int]], swap: float) -> None:
+        """Multi-step scheduling (vLLM 0.6 ``--num-scheduler-steps K``): the decode batch ``chosen`` runs K steps
+        as scheduled, with K - 1 lookahead KV slots each; a request that ends inside the window keeps its
+        slot to the window's end, and its tokens reach the client together when the window ends (the engine
+        processes the window's outputs then). Prefill steps stay single steps (vLLM gives a prefill no
+        lookahead slots without chunked prefill), so arrivals wait for the window to end."""
+        k = self.cfg.num_steps
+        self._gone = set()
+        plan: list[tuple[Request, int]] = []
+        for req, _ in chosen:
+            if id(req) in self._gone:
+                continue
+            n = min(k, req.output - req.generated)
+            ok, s = self._reserve(req, req.computed + n)
+            swap += s
+            if ok:
+                plan.append((req, n))
+        plan = [(r, n) for r, n in plan if id(r) not in self._gone]
+        d = len(plan)
+        ctx = sum(r.computed for r, _ in plan)
+        self.timeline.add(self.now, len(self.running), len(self.waiting), self.pool.occupancy, d)
+        self.now += swap
+        for i in range(k if d else 0):
+            self.now += self.price(d, ctx + i * d, [])
+        self.iterations += k if d else 0
+        for req, n in plan:
+            req.computed += n
+            req.generated += n - 1
+            self._emit(req)
 
     def _emit(self, req: Request) -> None:
         req.generated += 1
@@ -278,7 +322,7 @@ class Replica:
             if not (self.waiting or self.running or self.swapped):
                 self.now = queue[0].arrival_s
                 continue
-            k = self._segment_steps(queue[0].arrival_s if queue else math.inf)
+            k = 0 if self.cfg.num_steps > 1 else self._segment_steps(queue[0].arrival_s if queue else math.inf)
             if k > 1:
                 self._segment(k)
             else:

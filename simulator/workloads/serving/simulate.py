@@ -76,6 +76,10 @@ def check_stream(setup: ServeSetup, arrivals: list[Arrival]) -> None:
         raise PodsimError(f"a request of {longest.prompt_tokens:,} prompt + {longest.output_tokens:,} output tokens "
                           f"is longer than the context (--max-model-len {setup.max_model_len:,}); shorten "
                           "--prompt-len / --output-len or raise --max-model-len")
+    if setup.cfg.max_positions and total > setup.cfg.max_positions:
+        raise PodsimError(f"a request of {longest.prompt_tokens:,} prompt + {longest.output_tokens:,} output tokens "
+                          f"runs past {setup.cfg.name}'s {setup.cfg.max_positions:,} positions (its learned position "
+                          "table, max_positions, has no row beyond); shorten --prompt-len / --output-len")
     meshes = [setup.decode_mesh or setup.mesh] + ([setup.prefill_mesh] if setup.prefill_mesh else [])
     for par in meshes:
         cap = kv_capacity_tokens(setup.cfg, setup.chip, par.model, setup.memory_fraction)
@@ -209,6 +213,8 @@ def check_setup(setup: ServeSetup) -> None:
     if not (isinstance(s.chunk_tokens, int) and 0 <= s.chunk_tokens <= 1_048_576):
         raise PodsimError(f"--chunked-prefill {s.chunk_tokens!r} must be a whole number of tokens in [0, 1048576] "
                           "(0: no chunking)")
+    if not (isinstance(s.num_steps, int) and 1 <= s.num_steps <= 1024):
+        raise PodsimError(f"--scheduler-steps {s.num_steps!r} must be a whole number of decode steps in [1, 1024]")
     if not (0 <= s.prefix_hit < 1) or math.isnan(s.prefix_hit):
         raise PodsimError(f"--prefix-hit {s.prefix_hit!r} must be a fraction in [0, 1)")
     if (setup.prefill_mesh is None) != (setup.decode_mesh is None):
