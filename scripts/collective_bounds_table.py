@@ -21,18 +21,20 @@ from simulator import System
 from simulator.collectives import run_collective
 from simulator.collectives.algorithm import applicable
 from simulator.collectives.groups import Group, collective_groups
-from simulator.engine.faults import LinkDegraded, LinkDown
+from simulator.engine.faults import ChipSlow, LinkDegraded, LinkDown
 from simulator.errors import PodsimError
 
 NBYTES = 1e9
 FLAG = 1.3
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "reduce", "gather", "scatter")
 #: (chip, topology, axes: None for all, a list, "row": one group along axis 0, "slow": all axes with cable 0-1 at
-#: half speed, or "dead": axis 1 with cable (0,0)-(0,1) down) in table order
+#: half speed, "dead": axis 1 with cable (0,0)-(0,1) down, or "slowchip": all axes with chip 3 at slow:0.5) in table
+#: order
 SHAPES: list[tuple[str, str, Any]] = [
     ("tpu-v5e", "torus:8", None),
     ("tpu-v5e", "torus:8", "slow"),  # one cable (0 - 1) at half speed: where split_ring applies
     ("tpu-v5e", "torus:4x4", "dead"),  # --axes 1, cable (0,0)-(0,1) down: where detour_split applies
+    ("tpu-v5e", "torus:8", "slowchip"),  # chip 3 at slow:0.5 (its cables at half speed): where slow_chip_line applies
     ("tpu-v5e", "torus:4x4", None),
     ("tpu-v5e", "slice:4x4", None),
     ("tpu-v5p", "slice:2x2x4", None),
@@ -119,6 +121,21 @@ FAULTED: dict[tuple[str, str], str] = {
 _ROOT_ON_LINE = ("the dead cable unwrapped axis 1 for every row, so each row's root sends along a line of 4 (one or "
                  "two links); the bound also counts the idle axis-0 links a detour could use -- open: root "
                  "collectives round a dead cable are not built")
+#: the shape with a slow chip (torus:8, chip 3 at slow:0.5): (kind, algorithm) -> reason
+_AROUND_SLOW_CHIP = ("the ring through the slow chip: every step behind its half-speed cables waits (slow_chip_line "
+                     "runs the other chips' line, the slow chip feeding both its ends, and is what auto runs)")
+_ROOT_SPLIT_SLOW_CHIP = ("the root (chip 0) splits the ring's chips evenly between its two trees; the side "
+                         "through chip 3 crosses its half-speed cables -- open: uneven splits over spanning trees "
+                         "are not built")
+SLOWCHIP: dict[tuple[str, str], str] = {
+    **{(kind, "bidirectional"): _AROUND_SLOW_CHIP for kind in ("all_gather", "reduce_scatter", "all_reduce")},
+    ("all_to_all", "dimension_order"): "chunks on their shortest routes, those through chip 3 over its half-speed "
+                                       "cables (auto: its trial ran a way round it) -- open: routes weighted by link "
+                                       "speed are not built",
+    ("all_to_all", "bidirectional"): "chunks forwarded round the ring through the slow chip",
+    **{(kind, alg): _ROOT_SPLIT_SLOW_CHIP for kind in ("gather", "scatter")
+       for alg in ("spanning_trees", "root_chains")},
+}
 #: the shape with a dead cable (torus:4x4 --axes 1, cable (0,0)-(0,1) down): (kind, algorithm) -> reason
 DEAD: dict[tuple[str, str], str] = {
     **{(kind, alg): _ROOT_ON_LINE for kind in ("broadcast", "reduce", "gather", "scatter")
@@ -145,7 +162,8 @@ BY_SHAPE: dict[tuple[str, ...], str] = {
 def rows(shapes: list[tuple[str, str, Any]]) -> list[dict]:
     out = []
     for chip, topology, axes in shapes:
-        faults = [LinkDegraded(0, 1, 0.5)] if axes == "slow" else [LinkDown((0, 0), (0, 1))] if axes == "dead" else []
+        faults = {"slow": [LinkDegraded(0, 1, 0.5)], "dead": [LinkDown((0, 0), (0, 1))],
+                  "slowchip": [ChipSlow(3, 0.5)]}.get(axes, []) if isinstance(axes, str) else []
         probe = System(chip, topology=topology, faults=faults)
         groups = _row(probe) if axes == "row" else collective_groups(probe.network, _axes(axes))
         for kind in KINDS:
@@ -169,7 +187,7 @@ def rows(shapes: list[tuple[str, str, Any]]) -> list[dict]:
 
 def _axes(axes: Any) -> list[int] | None:
     """The axes of a shape's collective ("slow": all; "dead": axis 1)."""
-    return {"slow": None, "dead": [1]}.get(axes, axes) if isinstance(axes, str) else axes
+    return {"slow": None, "dead": [1], "slowchip": None}.get(axes, axes) if isinstance(axes, str) else axes
 
 
 def _row(system: System) -> list[Group]:
@@ -184,7 +202,8 @@ def reason(row: dict) -> str:
     if ratio <= FLAG:
         return ""
     auto = "auto: " if row["algorithm"].startswith("auto") else ""
-    faulted = {"slow": FAULTED, "dead": {**FAULTED, **DEAD}}.get(row["axes"], {}).get((row["kind"], row["chosen"])) \
+    by_shape = {"slow": FAULTED, "dead": {**FAULTED, **DEAD}, "slowchip": SLOWCHIP}
+    faulted = by_shape.get(row["axes"], {}).get((row["kind"], row["chosen"])) \
         if isinstance(row["axes"], str) else None
     text = faulted or BY_SHAPE.get((row["topology"], row["kind"], row["chosen"])) \
         or BY_SHAPE.get((row["topology"], row["kind"])) or BY_KIND_ALGORITHM.get((row["kind"], row["chosen"])) \
@@ -199,7 +218,7 @@ def reason(row: dict) -> str:
 
 def render(table: list[dict]) -> str:
     lines = ["# Collectives: time / topology bound at 1 GB", "",
-             "Generated by `python scripts/collective_bounds_table.py` (ideal links, but for the two faulted shapes; "
+             "Generated by `python scripts/collective_bounds_table.py` (ideal links, but for the three faulted shapes; "
              "every registered algorithm that applies; the bound is `topology_bound_s`, a **bound**; times are "
              "simulated). `own` is the bound for "
              f"algorithms that stay on their groups' own links, where higher. Rows over {FLAG}x carry a reason.", "",
@@ -208,12 +227,16 @@ def render(table: list[dict]) -> str:
              "cross k - 1 links of an axis to reach k coordinates, detour or not); the roots of all groups together; "
              "the nodes or slices a group spans, 2(K-1)/K x V through their links in (AllReduce); AllToAll's "
              "link-load and cut bounds. `book_s` (not shown) is the book's estimate on healthy hardware only.", "",
+             "On the faulted shapes `auto` prices every way round the fault by closed form, simulates the leading "
+             "candidates (`simulator.collectives.fault_routes.TRIALS`) and runs the fastest, so its row can differ "
+             "from the algorithm with the least closed form (docs/collective_faults.md).", "",
              "| chip | topology | kind | algorithm | time | bound | time / bound | own / bound | reason |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in table:
         axes = row["axes"]
         where = row["topology"] + {"row": " one row (groups=)", "slow": " link 0-1 at 0.5",
-                                   "dead": " --axes 1, link 0,0-0,1 down"}.get(axes, "") if isinstance(axes, str) \
+                                   "dead": " --axes 1, link 0,0-0,1 down",
+                                   "slowchip": " chip 3 at slow:0.5"}.get(axes, "") if isinstance(axes, str) \
             else row["topology"] + (f" --axes {','.join(map(str, axes))}" if axes else "")
         if "error" in row:
             lines.append(f"| {row['chip']} | {where} | {row['kind']} | {row['algorithm']} | - | - | - | - | "

@@ -1,7 +1,7 @@
 """Regenerate docs/book.md: every worked question of the book's chapters, its podsim command and answer.
 
 ``python scripts/make_book.py`` runs each command in-process (``--json`` appended), reads the named field of
-its output and writes the table beside the book's answer; tests/test_book_doc.py runs the same commands and
+its output and writes the table beside the book's answer; tests/test_book_questions.py runs the same commands and
 holds each row to the page (the podsim figure still what the page says, a "match" within its tolerance of
 the book's), so the page never goes stale. The book is jax-ml/scaling-book (How To Scale Your Model):
 chapters roofline, tpus, sharding, transformers, training, inference (the Feb 2025 edition, commit
@@ -26,6 +26,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "book.md"
 
+L3 = "model llama-3-70b --chip tpu-v5e"  #: the applied-inference chapter's model and chip
+
 #: (chapter, question, command without "podsim" (or None), JSON field, book answer, verdict)
 #: verdict: "match 2%" (tolerance), "differs: reason" or "none: reason".
 QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
@@ -37,10 +39,17 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "roofline --chip tpu-v5e --matmul 1,8192,32768 --dtype bf16 --weight-dtype int8 --find batch",
      "critical_batch_book", 120, "match 2%"),
     ("roofline", "Q3 roofline plot of FLOP/s against B for several D, F", None, None, None,
-     "none: a plot (podsim sweep or roofline per batch gives its points)"),
+     "none: a plot, no number; its points are one command each: podsim roofline --matmul 1,D,F --batches "
+     "1,16,64,240,1024 (achieved FLOP/s per batch)"),
     ("roofline", "Q4 int8[B,D] x int8[B,D,F]: arithmetic intensity (about 2)",
      "roofline --chip tpu-v5e --dtype int8 --flops 17179869184 --bytes 8592031744", "intensity_flops_per_byte", 2,
      "match 1%"),
+    ("roofline", "In-text: v5e peak bf16 intensity, 1.97e14 / 8.2e11 (240)",
+     "roofline --chip tpu-v5e --flops 1 --bytes 1", "peak_intensity_flops_per_byte", 240, "match 1%"),
+    ("roofline", "In-text: bf16 [B, 8192] x [8192, 32768] on v5e is compute-bound past B = 240",
+     "roofline --chip tpu-v5e --matmul 1,8192,32768 --find batch", "critical_batch_book", 240, "match 1%"),
+    ("roofline", "Problem 5 H100 (990e12 without sparsity, 3.35e12 B/s): compute-bound batch (298)",
+     "roofline --chip h100 --matmul 1,8192,32768 --find batch", "critical_batch_book", 298, "match 1%"),
     # --- tpus ------------------------------------------------------------------------------------------------
     ("tpus", "Q1 200B bf16 parameters on 32 v4p: time to load them from HBM (about 10 ms)",
      "model --params 200e9 --kv-bytes-per-token 0 --chip tpu-v4 --mesh model=32 --batch 1 --context 0",
@@ -76,27 +85,54 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("tpus", "Q5.2 the whole transfer (194 us)",
      "send --chip tpu-v5e --topology mesh:4x4 --src 0,0 --dst 3,3 --bytes 16777216", "time_s", 194e-6,
      "match 2%"),
+    ("tpus", "Q6 stage 1: each chip's 1 GB over its own PCIe link (8 GB over 8 links at 1.5e10: 66 ms)",
+     "roofline --chip tpu-v5e --memory pcie --flops 0 --bytes 1e9", "lower_bound_s", 66e-3,
+     "differs: podsim's v5e PCIe is 1.6e10 B/s per chip (REFERENCE.md, 1.28e11 per host of 8), the question's "
+     "1.5e10, so 62.5 ms"),
+    ("tpus", "Q6 stage 2: gather the 16 GB array to TPU{0,0} over its 2 ICI links, 15e9 / 9e10 (167 ms)",
+     "collective gather --chip tpu-v5e --topology mesh:4x4 --root 0,0 --bytes 16e9", "book_s", 167e-3,
+     "match 1%"),
+    ("tpus", "Q6 stage 3: 16e9 bytes from HBM into the MXU, 16e9 / 8.1e11 (19 ms)",
+     "roofline --chip tpu-v5e --flops 0 --bytes 16e9", "lower_bound_s", 19e-3, "match 3%"),
+    ("tpus", "Q6 stage 4: 2 x 8 x 131072^2 = 2.7e11 FLOPs at 1.97e14 (1.3 ms)",
+     "roofline --chip tpu-v5e --flops 2.7e11 --bytes 0", "t_compute_s", 1.3e-3, "match 6%"),
     ("tpus", "Q6 16 GB int8 matrix from host DRAM to TPU{0,0} and a matmul (150-200 ms)", None, None, None,
-     "none: a four-stage pipeline (PCIe, ICI gather, HBM, FLOPs); podsim prices each stage (roofline --memory "
-     "pcie, collective gather --root 0,0, roofline) but not their overlap in one command"),
+     "none: the four stages overlapped (PCIe, ICI gather, HBM, FLOPs: the rows above); podsim prices each "
+     "stage (roofline --memory pcie, collective gather --root 0,0, roofline) but not their overlap in one command"),
     # --- sharding --------------------------------------------------------------------------------------------
+    ("sharding", "Pop quiz int8[128, 2048] as A[I_XY, J] on X=2, Y=8, Z=2: bytes per device (16,384)",
+     'shard "int8[128,2048]" "A[I_XY,J]" --mesh X=2,Y=8,Z=2', "bytes_per_device", 16384, "match 0%"),
+    ("sharding", "Pop quiz the same: bytes over all devices (512 KiB)",
+     'shard "int8[128,2048]" "A[I_XY,J]" --mesh X=2,Y=8,Z=2', "total_bytes", 524288, "match 0%"),
+    ("sharding", "Pop quiz 2 AllGather_Y([E_Y, F]) on v5e {X: 8, Y: 4}, E=2048, F=8192 bf16, no wraparound (560 us)",
+     "collective all_gather --chip tpu-v5e --topology mesh:8x4 --array bf16[2048,8192] --sharding A[E_Y,F] "
+     "--mesh X=8,Y=4", "book_s", 560e-6,
+     "match 1%"),
+    ("sharding", "Pop quiz 2 the same with E = F = 256: latency-bound, 3 hops (about 3 us)",
+     "collective all_gather --chip tpu-v5e --topology mesh:8x4 --array bf16[256,256] --sharding A[E_Y,F] "
+     "--mesh X=8,Y=4", "book_s", 3e-6,
+     "match 1%"),
     ("sharding", "Q1 A[I_X,J,K] on X=4,Y=8,Z=2: total bytes over one copy (16)",
      'shard "bf16[1024,512,256]" "A[I_X,J,K]" --mesh X=4,Y=8,Z=2', "replication", 16, "match 0%"),
     ("sharding", "Q2.1 AllGather_X([B_X, D_Y]) on v4p 4x4x4, B=1024, D=4096 bf16 (23 us)",
-     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --axes 0 --bytes 2097152", "book_s", 23e-6,
+     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --array bf16[1024,4096] --sharding A[B_X,D_Y] "
+     "--mesh X=4,Y=4,Z=4 --axes X", "book_s", 23e-6,
      "match 2%"),
     ("sharding", "Q2.2 AllGather_XY([B_X, D_Y]) (46 us)",
-     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --axes 0,1 --bytes 8388608", "book_s", 46e-6,
+     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --array bf16[1024,4096] --sharding A[B_X,D_Y] "
+     "--mesh X=4,Y=4,Z=4 --axes X,Y", "book_s", 46e-6,
      "match 2%"),
     ("sharding", "Q2.3 AllReduce_Z([B_X, D_Y]{U_Z}) (190 us)",
-     "collective all_reduce --chip tpu-v4 --topology torus:4x4x4 --axes 2 --bytes 524288", "book_s", 190e-6,
+     "collective all_reduce --chip tpu-v4 --topology torus:4x4x4 --array bf16[1024,4096] "
+     "--sharding A[B_X,D_Y]{U_Z} --mesh X=4,Y=4,Z=4", "book_s", 190e-6,
      "differs: the book's 4BD/W moves the whole array; sharded over X and Y only 1/16 of it (2BD/16 bytes) "
      "moves over Z, 2 x 524,288 / 9e10 = 11.7 us"),
     ("sharding", "Q3 AllGather_X([B_X]) of bf16[128] on v4p 4x4x4: latency-bound (about 2 us)",
-     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --axes 0 --bytes 256", "book_s", 2e-6,
+     "collective all_gather --chip tpu-v4 --topology torus:4x4x4 --array bf16[128] --sharding A[B_X] "
+     "--mesh X=4,Y=4,Z=4", "book_s", 2e-6,
      "match 1%"),
-    ("sharding", "Q4 AllGather-then-matmul against matmul-then-AllReduce", None, None, None,
-     "none: symbolic (D > 2 C / W_ici = 5,100); podsim's shard and collective price each strategy at given sizes"),
+    ("sharding", "Q4 matmul-then-AllReduce beats AllGather-then-matmul once D > 2 C / W_ici (5,100 on v5p)",
+     "roofline --chip tpu-v5p --memory ici --flops 1 --bytes 1", "contracting_dim_crossover", 5100, "match 0.1%"),
     ("sharding", "Q5-Q7 choose shardings for the lowest latency / a memory limit", None, None, None,
      "none: design questions with no single number; podsim plan ranks layouts for a model"),
     ("sharding", "Q8 benchmark the four collectives in JAX", None, None, None,
@@ -110,7 +146,13 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("transformers", "Q1 the same model's int8 KV cache per token (512 kB)",
      "model --config docs/book_models/transformers_q1.toml --kv-dtype int8 --chip tpu-v5e --no-simulate",
      "kv_bytes_per_position", 524288, "match 0%"),
-    ("transformers", "Q2-Q6 FLOP and intensity algebra", None, None, None,
+    ("transformers", "Q1 the same model: attention's share of the layers' parameters, 4D^2 / (4D^2 + 12D^2) (1/4)",
+     "model --config docs/book_models/transformers_q1.toml --chip tpu-v5e --no-simulate",
+     "params_by_part.attention_fraction", 0.25, "match 0%"),
+    ("transformers", "Q5 the context where attention FLOPs equal the QKVO projections', T = 2D (8,192 for D = 4096)",
+     "model --config docs/book_models/transformers_q1.toml --chip tpu-v5e --no-simulate",
+     "context_attention_equals_projections", 8192, "match 0%"),
+    ("transformers", "Q2-Q4, Q6 FLOP and intensity algebra", None, None, None,
      "none: closed-form algebra on symbols; podsim model --config F.toml gives params_total and flops_per_token "
      "for any concrete model"),
     ("transformers", "Q7 DeepSeek v3: MFU from 2.79M H800-hours, 14.8T tokens, 37B active (21.7%)",
@@ -131,10 +173,41 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "model llama-2-13b --mode train --chip tpu-v5p --topology torus:4x4x4 --mesh fsdp=16,model=4 --batch 16 "
      "--seq 1024 --no-simulate", "critical_batch_per_chip.fsdp+model", 235,
      "match 1%"),
+    ("training", "Q3.3 the same, the Feb 2025 edition's printed 2 x 2550^2 / F (940)",
+     "model llama-2-13b --mode train --chip tpu-v5p --topology torus:4x4x4 --mesh fsdp=16,model=4 --batch 16 "
+     "--seq 1024 --no-simulate", "critical_batch_per_chip_older_edition.fsdp+model", 940, "match 1%"),
     ("training", "Q2, Q4 memory of LLaMA-2 13B at 16M tokens; the other batch sizes", None, None, None,
      "none: arithmetic on the question's own checkpointing; podsim model --mode train gives memory_per_chip_bytes "
      "for its own (--checkpoints-per-layer)"),
+    # --- applied-training (Training LLaMA 3 on TPUs) ---------------------------------------------------------
+    ("applied-training", "LLaMA 3-70B parameter count from its table (70.4e9)",
+     "model llama-3-70b --chip tpu-v5p --no-simulate", "params_total", 70.4e9, "match 1%"),
+    ("applied-training", "LLaMA 3-70B on 15T tokens: training FLOPs, 6 N T (6.3e24)",
+     "model llama-3-70b --mode train --chip tpu-v5p --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate "
+     "--tokens-total 15e12 --assume-mfu 0.4 --chips 8960", "train_flops", 6.3e24, "match 1%"),
+    ("applied-training", "the same on a full v5p pod of 8,960 chips at 40% MFU (44 days)",
+     "model llama-3-70b --mode train --chip tpu-v5p --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate "
+     "--tokens-total 15e12 --assume-mfu 0.4 --chips 8960", "time_to_train_days", 44, "match 2%"),
+    ("applied-training", "pure FSDP over the pod's 3 axes: the per-chip batch it needs (2550 / 3 = 850)",
+     "roofline --chip tpu-v5p --memory ici --axes 3 --flops 1 --bytes 1", "critical_batch_per_chip.fsdp", 850,
+     "match 0.1%"),
+    ("applied-training", "mixed FSDP + tensor parallelism: comms-bound below 2 x 2550^2 / F per chip (453, Feb 2025)",
+     "model llama-3-70b --mode train --chip tpu-v5p --topology torus:4x4x4 --mesh fsdp=16,model=4 --batch 16 "
+     "--seq 1024 --no-simulate", "critical_batch_per_chip_older_edition.fsdp+model", 453, "match 1%"),
+    ("applied-training", "memory per chip, minimum chips for 4M tokens, X_opt = sqrt(2BN/F) = 1618", None, None,
+     None, "none: the book's checkpoint count (3 or 4 per layer, bf16 [B, D] each) and its own X_opt formula; "
+     "podsim model --mode train gives memory_per_chip_bytes and min_chips for its --checkpoints-per-layer policy"),
     # --- inference -------------------------------------------------------------------------------------------
+    ("inference", "Pop quiz 30B int8 weights, bf16 FLOPs, 100 kB/token KV at 8192, v5e 4x4, batch 4 (2.5 ms)",
+     "model --params 30e9 --kv-bytes-per-token 100e3 --chip tpu-v5e --mesh model=16 --batch 4 --context 8192 "
+     "--weight-dtype int8 --compute-dtype bf16 --no-simulate", "book_t_memory_s", 2.5e-3, "match 2%"),
+    ("inference", "Pop quiz the same at batch 256: MLP compute-bound plus attention's KV reads (21 ms)",
+     "model --params 30e9 --kv-bytes-per-token 100e3 --chip tpu-v5e --mesh model=16 --batch 256 --context 8192 "
+     "--weight-dtype int8 --compute-dtype bf16 --no-simulate", "lower_bound_per_op_s", 21e-3, "match 1%"),
+    ("inference", "In-text: model parallelism past F / (B beta) turns ICI-bound against HBM (F = 16,384, B = 32: 64)",
+     "model --config docs/book_models/transformers_q1.toml --chip tpu-v5e --layout 2d --mesh model=16 --batch 32 "
+     "--context 0 --no-simulate", "comm_bound_chips.1d_vs_hbm", 64,
+     "differs: the book rounds beta = W_hbm / W_ici to 8; v5e's is 8.2e11 / 9e10 = 9.1, so 16384 / (32 x 9.1) = 56"),
     ("inference", "Q7 2-D weight-stationary beats 1-D past N chips (book: 81 for F = 4D)",
      "model llama-2-7b --chip tpu-v5e --layout 2d --mesh model=8 --batch 8 --context 1024 --no-simulate",
      "comm_bound_chips.crossover_1d_2d_book", 81,
@@ -156,6 +229,40 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("inference", "Q2, Q4, Q6 fit, sharding and free HBM of the same models on v5e", None, None, None,
      "none: the questions' model is given by its dimensions; podsim model --config F.toml answers each part "
      "(params_total, kv_bytes_per_position, max_batch, t_memory_s)"),
+    # --- applied-inference (Serving LLaMA 3-70B on TPUs) -----------------------------------------------------
+    ("applied-inference", "LLaMA 3-70B int8 KV cache per token, 2 K H L (160 kB)",
+     L3 + " --kv-dtype int8 --no-simulate", "kv_bytes_per_position", 160e3, "match 3%"),
+    ("applied-inference", "the same over a 32k sequence (5.3 GB)",
+     L3 + " --kv-dtype int8 --batch 1 --context 32768 --no-simulate", "kv_cache_bytes", 5.3e9, "match 2%"),
+    ("applied-inference", "batch 32 at 8192, params and KV in int8: total memory (112 GB)",
+     L3 + " --batch 32 --context 8192 --weight-dtype int8 --kv-dtype int8 --no-simulate", "weights_plus_kv_bytes",
+     112e9, "match 2%"),
+    ("applied-inference", "the same on a v5e 4x2, bf16 FLOPs: step time, (KV + params) / (8 W_hbm) (17 ms)",
+     L3 + " --mesh model=8 --batch 32 --context 8192 --weight-dtype int8 --kv-dtype int8 --compute-dtype bf16 "
+     "--no-simulate", "t_memory_s", 17e-3, "match 2%"),
+    ("applied-inference", "the same: throughput, 32 / 17 ms (1,882 tokens/s)",
+     L3 + " --mesh model=8 --batch 32 --context 8192 --weight-dtype int8 --kv-dtype int8 --compute-dtype bf16 "
+     "--no-simulate", "tokens_per_s", 1882, "match 2%"),
+    ("applied-inference", "the same on a 4x4, the KV cache split by heads and batch (8.5 ms)",
+     L3 + " --mesh model=16 --kv-sharding auto --batch 32 --context 8192 --weight-dtype int8 --kv-dtype int8 "
+     "--compute-dtype bf16 --no-simulate", "t_memory_s", 8.5e-3, "match 2%"),
+    ("applied-inference", "compute-bound batch, bf16 weights and FLOPs (240)",
+     "roofline --chip tpu-v5e --matmul 1,8192,28672 --find batch", "critical_batch_book", 240, "match 1%"),
+    ("applied-inference", "int8 weights, bf16 FLOPs (120)",
+     "roofline --chip tpu-v5e --matmul 1,8192,28672 --dtype bf16 --weight-dtype int8 --find batch",
+     "critical_batch_book", 120, "match 1%"),
+    ("applied-inference", "int8 weights, int8 FLOPs (240)",
+     "roofline --chip tpu-v5e --matmul 1,8192,28672 --dtype int8 --find batch", "critical_batch_book", 240,
+     "match 1%"),
+    ("applied-inference", "a step that reads a whole v5e's HBM, 16 GB / 8.2e11 (19 ms)",
+     "roofline --chip tpu-v5e --flops 0 --bytes 16e9", "lower_bound_s", 19e-3, "match 3%"),
+    ("applied-inference", "prefill of 8,192 tokens on 16 v5e at 40% MFU (0.91 s)",
+     L3 + " --mode prefill --mesh model=16 --batch 1 --seq 8192 --assume-mfu 0.4 --no-simulate",
+     "assumed_mfu_step_time_s", 0.91,
+     "differs: podsim counts attention's FLOPs (7% of them at 8k) and 70.55e9 parameters; the book 2 x 70e9 x T"),
+    ("applied-inference", "smallest slices, QPS per chip, evictions per step, prefill:generate server ratio", None,
+     None, None, "none: design tables over several dtypes (int4 too, not a podsim dtype) and a serving ratio; "
+     "podsim serve --find-rate and plan --mode serve answer the serving questions by simulation"),
     # --- gpus ------------------------------------------------------------------------------------------------
     ("gpus", "Quiz 1 Q1 H100 fp32 CUDA cores (16,896)", "chips h100", "facts.gpu.cuda_cores", 16896, "match 0%"),
     ("gpus", "Quiz 1 Q1 B200 fp32 CUDA cores (18,944)", "chips b200", "facts.gpu.cuda_cores", 18944, "match 0%"),
@@ -173,12 +280,24 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "roofline --chip b200 --matmul 64,4096,8192", "lower_bound_s", 8.6e-6, "match 2%"),
     ("gpus", "Quiz 1 Q4 fp16[512,4096] x fp16[4096,8192] on B200 (15 us)",
      "roofline --chip b200 --matmul 512,4096,8192", "lower_bound_s", 15e-6, "match 2%"),
+    ("gpus", "Quiz 1 Q3 B200 fp8 intensity (562)", "roofline --chip b200 --dtype fp8 --flops 1 --bytes 1",
+     "peak_intensity_flops_per_byte", 562, "match 1%"),
+    ("gpus", "In-text: H100 bf16 FLOP/s per SM, 990e12 / 132 (7.5e12)", "chips h100",
+     "facts.per_core.bf16_flops_per_s_per_tensor_core", 7.5e12, "match 1%"),
+    ("gpus", "In-text: H100 Tensor Core bf16 FLOPs per cycle, 7.5e12 / 1.76e9 / 4 (about 1024)", "chips h100",
+     "facts.gpu.tensor_core_bf16_flops_per_cycle", 1024, "match 5%"),
     ("gpus", "Quiz 1 Q5 H100 SMEM in all (33 MB)", "chips h100", "facts.gpu.smem_bytes", 33e6, "match 3%"),
     ("gpus", "Quiz 1 Q6 B200 clock from 80 TFLOP/s of fp32 FMAs (2.1 GHz)", "chips b200",
      "facts.gpu.fma_clock_hz_from_vpu", 2.1e9, "match 1%"),
     ("gpus", "Quiz 1 Q7 fp32[N] + fp32[N], N = 1024^3, on H100 (3.84 ms)",
      "roofline --chip h100 --dtype fp32 --flops 1073741824 --bytes 12884901888", "lower_bound_s", 3.84e-3,
      "match 1%"),
+    ("gpus", "Quiz 1 Q7 fp32[N] + fp32[N], N = 65,536, on H100: 12 N / 3.35e12 (0.23 us)",
+     "roofline --chip h100 --dtype fp32 --flops 65536 --bytes 786432", "lower_bound_s", 0.23e-6, "match 3%"),
+    ("gpus", "Quiz 1 Q7 H100 peak vector intensity, 33.5e12 / 3.35e12 (10)",
+     "roofline --chip h100 --dtype fp32 --flops 1 --bytes 1", "peak_intensity_flops_per_byte", 10,
+     "differs: podsim's fp32 rate counts an FMA as 2 FLOPs (66.9e12, the spec sheet's), so 20; the book's one op "
+     "per cycle is facts.gpu.cuda_core_flops_per_s_boost (33.5e12, row above)"),
     ("gpus", "Quiz 2 Q1 total bandwidth of an 8xH100 node (3.6 TB/s)", "chips h100",
      "facts.gpu.node_nvlink_bytes_per_s", 3.6e12, "match 0%"),
     ("gpus", "Quiz 2 Q2 bisection bandwidth of the node (3.6 TB/s)", "chips h100",
@@ -203,12 +322,19 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("gpus", "Data parallelism across nodes, a training step's mesh (2,475)",
      "model llama-2-7b --mode train --chip h100 --mesh data=16 --batch 64 --seq 1024 --no-simulate",
      "critical_batch_per_chip_book.data", 2475, "match 0.1%"),
+    ("gpus", "Data parallelism over exactly 2 nodes: alpha (X - 1) / X per GPU (1,237)",
+     "model llama-2-7b --mode train --chip h100 --mesh data=16 --batch 64 --seq 1024 --no-simulate",
+     "critical_batch_per_chip_book.data_small_x", 1237, "match 1%"),
     ("gpus", "Quiz 5 Q1 B200 tensor parallelism inside a node (2,500)",
      "roofline --chip b200 --memory nvlink --flops 1 --bytes 1", "critical_batch_per_chip.data_parallel", 2500,
      "match 3%"),
     ("gpus", "Quiz 5 Q1 B200 data parallelism across nodes (5,625)",
      "roofline --chip b200 --memory ib --flops 1 --bytes 1", "critical_batch_per_gpu.data_parallel", 5625,
      "match 3%"),
+    ("gpus", "Quiz 5 Q2.1 LLaMA-3 70B: fewest H100s for bf16 weights and fp32 Adam, 700 GB / 80 GB (9)",
+     "model llama-3-70b --mode train --chip h100 --mesh fsdp=8 --batch 8 --seq 1024 --no-master-copy --no-simulate",
+     "min_chips", 9, "differs: podsim's training state also holds the gradients (2 B/param) and the step's "
+     "activations beside weights (2) and Adam (8): 12 H100s"),
     ("gpus", "Quiz 5 Q2.2 LLaMA-3 70B, 15T tokens on 4096 H100 at 45% MFU (40 days)",
      "model llama-3-70b --mode train --chip h100 --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate "
      "--tokens-total 15e12 --assume-mfu 0.45 --chips 4096", "time_to_train_days", 40, "match 2%"),
@@ -277,13 +403,16 @@ def page() -> str:
     return "\n".join([
         "# The book's worked questions in podsim",
         "",
-        "Generated by `python scripts/make_book.py` and checked by `tests/test_book_doc.py` (each command run, its",
-        "field compared with the book's answer within the stated tolerance, or marked with the documented reason it",
-        "differs). Do not edit by hand. The book: jax-ml/scaling-book, chapters roofline, tpus, sharding,",
-        "transformers, training and inference at commit 0819a7d (Feb 2025) and gpus at 1a55377 (Aug 2025); the FSDP",
-        "+ tensor-parallel critical batch is the current edition's alpha^2 / (M_X M_Y F) (podsim gives the older",
-        "4 alpha^2 / (F M_X M_Y) beside it in `critical_batch_per_chip_older_edition`). Every podsim figure here is",
-        "a bound (ideal peaks), as the book's are. Times in seconds, rates in FLOP/s or B/s, sizes in bytes.",
+        "Generated by `python scripts/make_book.py` (`--check` to compare without writing) and checked by",
+        "`tests/test_book_questions.py` (each command run, its field compared with the book's answer within the",
+        "stated tolerance, or marked with the documented reason it differs). Do not edit by hand. The book:",
+        "jax-ml/scaling-book, chapters roofline, tpus, sharding, transformers, training, applied-training (Training",
+        "LLaMA 3 on TPUs), inference and applied-inference (Serving LLaMA 3-70B) at commit 0819a7d (Feb 2025) and",
+        "gpus at 1a55377 (Aug 2025); the FSDP + tensor-parallel critical batch is the current edition's alpha^2 /",
+        "(M_X M_Y F) (podsim gives the older 4 alpha^2 / (F M_X M_Y) beside it in",
+        "`critical_batch_per_chip_older_edition`, and rows quoting the Feb 2025 edition's printed answer use that",
+        "field). Every podsim figure here is a bound (ideal peaks), as the book's are. Times in seconds, rates in",
+        "FLOP/s or B/s, sizes in bytes.",
         "",
         f"{len(table)} questions: {matched} match, {differs} differ with a documented reason, {none} are not "
         "expressible as one command (plots, design choices, symbolic algebra).",
@@ -295,6 +424,19 @@ def page() -> str:
     ])
 
 
-if __name__ == "__main__":
-    DOC.write_text(page())
+def main(argv: list[str]) -> int:
+    """Write docs/book.md, or with ``--check`` only compare it with what the commands give now (exit 1 if stale)."""
+    text = page()
+    if "--check" in argv:
+        if DOC.read_text() != text:
+            sys.stderr.write(f"{DOC.relative_to(ROOT)} is stale: run python scripts/make_book.py\n")
+            return 1
+        sys.stdout.write(f"{DOC.relative_to(ROOT)} is up to date\n")
+        return 0
+    DOC.write_text(text)
     sys.stdout.write(f"wrote {DOC.relative_to(ROOT)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

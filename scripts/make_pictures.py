@@ -1,4 +1,5 @@
-"""Regenerate the README's pictures: ``python scripts/make_pictures.py [OUT_DIR]`` (default docs/images).
+"""Regenerate the README's and the docs' pictures: ``python scripts/make_pictures.py [OUT_DIR]`` (default
+docs/images).
 
 Each picture comes from a built-in scenario run with its defaults (or the arguments noted), so the
 README shows what a user gets.

@@ -1,5 +1,5 @@
-"""The README's algorithm picture and crossovers: closed forms against size, auto on top, spot points against
-simulation, a crossover by hand, and the README's numbers as the code computes them."""
+"""The collectives page's algorithm picture and crossovers: closed forms against size, auto on top, spot points
+against simulation, a crossover by hand, and the page's numbers as the code computes them."""
 import struct
 from pathlib import Path
 
@@ -9,7 +9,7 @@ from simulator.collectives import plan_collective, run_collective
 from simulator.engine.system import System
 from simulator.report import algorithms, plots
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+PAGE = (Path(__file__).resolve().parents[1] / "docs" / "explanation" / "collectives.md").read_text()
 SIZES = [2.0**k for k in range(10, 34)]  # 1 KiB .. 8 GiB
 A, B, N = 1e-6, 4.5e11, 8  # H100 preset: hop latency, NVLink one-way bytes/s per GPU; GPUs on the switch
 
@@ -68,21 +68,21 @@ def _shown(n: float) -> str:
     return f"{n:.3g} B"
 
 
-def test_readme_states_the_crossovers_the_code_finds(node):
+def test_the_page_states_the_crossovers_the_code_finds(node):
     _, _, cuts = node
     for cut in cuts:
-        assert f"`{cut['from']}` up to {_shown(cut['size_bytes'])}" in README or \
-            f"`{cut['from']}` to {_shown(cut['size_bytes'])}" in README, cut
+        assert f"`{cut['from']}` up to {_shown(cut['size_bytes'])}" in PAGE or \
+            f"`{cut['from']}` to {_shown(cut['size_bytes'])}" in PAGE, cut
     system = _h100("switch:8", calibrated=True)
     data = algorithms.curves("all_reduce", system, SIZES[::2])
     calibrated = algorithms.crossovers("all_reduce", system, data)
     # calibrated: NCCL's own choice (tests/test_nccl_tuner.py), the Ring/LL -> NVLS cut at about 1.26 MB by hand
     assert [(c["from"], c["to"]) for c in calibrated] == [("unidirectional (LL)", "nvls (Simple)")]
-    text = " ".join(README.split())
+    text = " ".join(PAGE.split())
     for cut in calibrated:
         algorithm, protocol = cut["from"].split(" (")
         assert f"`{algorithm}` ({protocol} to {_shown(cut['size_bytes'])}" in text, cut
-    assert "docs/images/allreduce_algorithms.png" in README
+    assert "](../images/allreduce_algorithms.png)" in PAGE
 
 
 def test_the_figure_draws_every_panel(tmp_path, node):

@@ -21,6 +21,15 @@ def test_unwrapped_axis_is_the_books_example() -> None:
     assert 555e-6 < r.book_s < 565e-6
 
 
+def test_small_array_on_an_unwrapped_axis_is_latency_bound_as_the_book_says() -> None:
+    """The book's pop quiz 2, part 2: bf16[256, 256] over the unwrapped axis of 4 of a v5e {X: 8, Y: 4} has
+    32 kB shards (0.7 us each at 45 GB/s), so it is latency-bound: 3 hops of 1 us, "roughly 3 us"."""
+    r = run_collective("all_gather", System("tpu-v5e", topology="mesh:8x4"), 256 * 256 * 2, axes=[1])
+    assert r.book_s == pytest.approx(3 * 1e-6, rel=1e-12)
+    big = run_collective("all_gather", System("tpu-v5e", topology="mesh:8x4"), 2**25, axes=[1])
+    assert big.book_s == pytest.approx(3 / 4 * 2**25 / B, rel=1e-12)  # bandwidth-bound: the floor does not bind
+
+
 def test_no_book_estimate_under_faults_and_the_run_says_why() -> None:
     r = run_collective("all_reduce", System("tpu-v5e", topology="torus:8", faults=[LinkDegraded(0, 1, 0.5)]), 1e9)
     assert r.book_s is None and "book_s absent" in (r.note or "")
@@ -72,3 +81,13 @@ def test_roots_of_every_row_share_the_plane_they_sit_in() -> None:
     hand = 12e9 / (32 * 90e9)
     assert r.topology_bound_s >= hand * (1 - 1e-9)
     assert r.time_s >= r.topology_bound_s * (1 - 1e-9)
+
+
+def test_all_to_all_over_one_chip_slices_is_the_dcn_share_alone() -> None:
+    """multislice:2:1 (a fuzz find: ZeroDivisionError): each slice is one chip, so nothing moves at home and
+    each chip sends V / n^2 of its V / n to the other over its DCN link: book_s = (n - 1) V / n^2 / W_dcn."""
+    v = 64e3
+    system = System("tpu-v5e", topology="multislice:2:1")
+    r = run_collective("all_to_all", system, v)
+    dcn = max(d["bandwidth_bytes_per_s"] for _, _, d in system.network.graph.out_edges(0, data=True))
+    assert r.book_s == pytest.approx(v / 4 / dcn, rel=1e-12)

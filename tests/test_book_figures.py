@@ -220,3 +220,25 @@ def test_roofline_chips_shares_a_whole_models_work(capsys):
     assert out["lower_bound_s"] == pytest.approx(400e9 / 32 / 1.2e12)
     assert main(["roofline", "--chip", "tpu-v4", "--matmul", "8,8,8", "--chips", "4"]) == 2
     assert "--chips" in capsys.readouterr().err
+
+
+def test_contracting_dim_crossover_is_twice_the_ici_ridge(capsys):
+    """sharding, question 4: A[B, D_X] x W[D_X, F] as local matmuls and an AllReduce of [B, F] (4BF / W_ici) beats
+    AllGather(W) then the whole matmul (2BDF / C) once D > 2 C / W_ici = 2 x 4.59e14 / 1.8e11 = 5,100 on v5p."""
+    out = podsim_json(capsys, "roofline", "--chip", "tpu-v5p", "--memory", "ici", "--flops", "1", "--bytes", "1")
+    assert out["contracting_dim_crossover"] == pytest.approx(2 * 4.59e14 / (2 * 9e10), rel=1e-12)
+    hbm = podsim_json(capsys, "roofline", "--chip", "tpu-v5p", "--flops", "1", "--bytes", "1")
+    assert "contracting_dim_crossover" not in hbm  # only against a chip-to-chip network
+
+
+def test_roofline_batches_are_the_books_roofline_plot_points(capsys):
+    """roofline, question 3: FLOP/s against B of bf16 [B, D] x [D, F] on v5e: 2BDF / max(2BDF / C, 2(BD + DF + BF) / W),
+    rising with B until the ridge (B about 240), then flat at C = 1.97e14."""
+    c, w, d, f = 1.97e14, 8.2e11, 8192, 32768
+    out = podsim_json(capsys, "roofline", "--chip", "tpu-v5e", "--matmul", f"1,{d},{f}", "--batches", "1,64,240,1024")
+    for point in out["batches"]:
+        b = point["batch"]
+        hand = 2 * b * d * f / max(2 * b * d * f / c, 2 * (b * d + d * f + b * f) / w)
+        assert point["flops_per_s"] == pytest.approx(hand, rel=1e-12)
+    assert [p["bound"] for p in out["batches"]] == ["memory", "memory", "memory", "compute"]
+    assert out["batches"][-1]["flops_per_s"] == pytest.approx(c, rel=1e-12)

@@ -46,7 +46,7 @@ def test_nothing_to_borrow_when_every_row_runs() -> None:
 def test_numeric_data_is_refused_by_name_and_auto_runs_a_ring() -> None:
     system = System("tpu-v5p", topology="slice:4x4x4")
     data = np.ones((64, 8), dtype=np.float32)
-    with pytest.raises(PodsimError, match="timing only"):
+    with pytest.raises(PodsimError, match="timing and bytes only"):
         run_collective("all_gather", system, data=data, groups=[_row(system)], algorithm="borrowed_rings")
     system = System("tpu-v5p", topology="slice:4x4x4")
     r = run_collective("all_reduce", system, data=data, groups=[_row(system)])

@@ -175,3 +175,27 @@ def test_moe_critical_batch_reads_every_expert_a_large_batch_touches():
     assert at["t_compute_s"] == pytest.approx(at["t_memory_s"], rel=0.01)
     below = decode_budget(cfg, chip, batch=round(0.8 * crit), context=0)
     assert below["bound"] == "memory"
+
+
+def test_params_by_part_is_the_books_quarter_attention():
+    """The book (transformers, question 1): D = 4096, F = 4D, N H = D, L = 64: attention 4 D^2 L, the three MLP
+    matrices 3 D F L, so attention is 4D^2 / (4D^2 + 12D^2) = 1/4 of the layers' parameters."""
+    d, f, layers, vocab = 4096, 4 * 4096, 64, 32000
+    cfg = TransformerConfig(name="q1", d_model=d, d_ff=f, n_layers=layers, n_heads=32, vocab_size=vocab)
+    parts = decode_budget(cfg, V5E)["params_by_part"]
+    assert parts["attention"] == 4 * d * d * layers
+    assert parts["mlp"] == 3 * d * f * layers
+    assert parts["embeddings"] == 2 * d * vocab
+    assert parts["attention_fraction"] == 0.25
+    assert sum(v for k, v in parts.items() if k != "attention_fraction") == cfg.params()
+
+
+def test_attention_flops_equal_the_projections_at_twice_d_model():
+    """The book (transformers, question 5): 24 B T D N H = 12 B T^2 N H at T = 2D (8,192 for D = 4096), checked
+    on the budget's own FLOP counts: a token at that context does as many attention FLOPs as projection FLOPs."""
+    cfg = TransformerConfig(name="q5", d_model=4096, d_ff=16384, n_layers=2, n_heads=32, vocab_size=32000)
+    s = decode_budget(cfg, V5E)["context_attention_equals_projections"]
+    assert s == 2 * 4096
+    at = decode_budget(cfg, V5E, batch=1, context=int(s) - 1)  # the new token attends to context + 1 = S positions
+    projections = cfg.n_layers * 2 * 4 * 4096 * 4096
+    assert at["attention_qk_flops"] + at["attention_av_flops"] == pytest.approx(projections, rel=1e-12)

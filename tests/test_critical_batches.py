@@ -79,3 +79,14 @@ def test_two_d_weight_stationary_moves_less_than_1d_beyond_81_chips():
     assert split == {"x": 4, "yz": 32}  # sqrt(128 / 8) = 4, sqrt(8 x 128) = 32
     assert 2 * d / 4 + 4 * 4 * d / 32 == pytest.approx(128**0.5 * d / n**0.5)  # = 11.3 D / sqrt(N)
     assert "X = 4" in note
+
+
+@pytest.mark.parametrize(("mesh", "nodes"), [("data=16", 2), ("data=32", 4)])
+def test_gpu_data_parallelism_over_few_nodes_is_the_books_x_minus_one_over_x(capsys, mesh, nodes):
+    """The book (gpus, "What happens when X is small?"): over X nodes the ring moves (X - 1) / X of the weights,
+    so B / N > alpha (X - 1) / X with alpha = 990e12 / 400e9 = 2,475 across H100 nodes: 1,237 for 2 nodes."""
+    assert main(["model", "llama-2-7b", "--mode", "train", "--chip", "h100", "--mesh", mesh, "--batch", "64",
+                 "--seq", "1024", "--no-simulate", "--ignore-memory", "--json"]) == 0
+    book = json.loads(capsys.readouterr().out)["critical_batch_per_chip_book"]
+    assert book["data"] == pytest.approx(990e12 / 400e9, rel=1e-12)
+    assert book["data_small_x"] == pytest.approx(990e12 / 400e9 * (nodes - 1) / nodes, rel=1e-12)

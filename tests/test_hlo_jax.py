@@ -94,11 +94,10 @@ def test_bad_arguments_say_what_to_give():
         compile_jax(lambda a: a, ((8, 8), "fp32", (None, None)), mesh="X=2@0")
 
 
-def test_readme_python_example(capsys: pytest.CaptureFixture[str]):
+def test_docs_python_example(capsys: pytest.CaptureFixture[str]):
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Compiled JAX programs"):]
+    section = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "compiled_jax.md").read_text()
     block = section.split("```py\n")[1].split("```")[0]
-    exec(compile(block, "README.md", "exec"), {})
+    exec(compile(block, "compiled_jax.md", "exec"), {})
     assert "258.5 us per step" in capsys.readouterr().out  # the number its comment gives

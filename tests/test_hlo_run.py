@@ -230,9 +230,8 @@ def test_cli_text_json_and_bad_input(capsys: pytest.CaptureFixture[str], tmp_pat
         assert err.count("\n") == 1 and fragment in err and "Traceback" not in err
 
 
-def test_readme_hlo_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Compiled JAX programs"):]
+def test_docs_hlo_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    section = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "compiled_jax.md").read_text()
     commands = [line.split("#")[0].split() for line in section.splitlines() if line.startswith("podsim hlo ")]
     assert len(commands) == 3
     monkeypatch.chdir(tmp_path)

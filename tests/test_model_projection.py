@@ -30,6 +30,23 @@ def test_abstract_decode_step_is_the_books_bytes_over_hbm_bandwidth(capsys):
     assert out["bound"] == "memory" and out["fits"] is True
 
 
+def test_abstract_decode_step_priced_op_by_op_is_the_books_21_ms(capsys):
+    """The inference chapter's pop quiz: 30B int8 weights, bf16 FLOPs, 256 requests at 8192 positions of 100 kB,
+    v5e 4x4. The weight matmuls are compute-bound (2 N B / (16 peak)), attention reads the KV cache
+    (B S K / (16 W)); the book adds the two (21 ms at its 8.1e11 B/s), where max(total) hides the compute."""
+    chip = get_chip("tpu-v5e")
+    out = _json(capsys, ["model", "--params", "30e9", "--kv-bytes-per-token", "100e3", "--chip", "tpu-v5e",
+                         "--mesh", "model=16", "--batch", "256", "--context", "8192", "--weight-dtype", "int8",
+                         "--compute-dtype", "bf16", "--no-simulate", "--ignore-memory"])
+    compute = 2 * 30e9 * 256 / (16 * chip.peak_flops_per_s("bf16"))
+    kv = 256 * (8192 + 1) * 100e3 / (16 * chip.hbm_bandwidth_bytes_per_s)
+    assert out["per_op"]["weight_matmuls"]["bound"] == "compute"
+    assert out["per_op"]["attention"]["t_memory_s"] == pytest.approx(kv, rel=1e-12)
+    assert out["lower_bound_per_op_s"] == pytest.approx(compute + kv, rel=1e-12)
+    assert out["lower_bound_per_op_s"] > out["lower_bound_s"]
+    assert out["lower_bound_per_op_s"] == pytest.approx(21e-3, rel=0.02)  # the book's printed answer
+
+
 def test_abstract_int8_model_parallel_critical_batch_balances_compute_and_memory(capsys):
     chip = get_chip("tpu-v5e")
     n, k, s, m = 30e9, 100e3, 512, 8

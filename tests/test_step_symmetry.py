@@ -94,7 +94,7 @@ def test_unlike_arrivals_rerun_in_full(monkeypatch):
     """A stage whose transfers arrive at different times is not symmetric: the step reruns in full."""
     sym = Symmetry.__new__(Symmetry)
     sym.active, sym._arrivals, sym.broken = True, [[1.0, 1.0], [2.0, 2.0 + 1e-9]], False
-    sym.per_stage, sym.link_kinds, sym.extra_link_bytes = 1, set(), {}
+    sym.per_stage, sym.link_kinds, sym.extra_link_bytes, sym.reps, sym.members = 1, set(), {}, {}, {}
     sym.finish(type("T", (), {"bytes_by_interface": {}, "bytes_by_tensor": {}, "flops_total": 0.0,
                               "padded_flops_total": 0.0})())
     assert sym.broken

@@ -25,8 +25,9 @@ Sizes are in bytes; a size that does not split evenly into keys is padded up to 
 
 Scale: on groups whose axes all wrap, every ring of an axis behaves identically (the schedule is
 translation-invariant), so ``mode="reduced"`` (chosen automatically for timing-only AllGather,
-ReduceScatter and AllReduce) simulates one representative ring per axis with all parts sharing its
-links; it gives the same time as the full simulation (tested at small sizes). Its trace and
+ReduceScatter and AllReduce, by algorithms that declare it: `Capabilities`, docs/acceleration.md)
+simulates one representative ring per axis with all parts sharing its links; it gives the same time as
+the full simulation (tested at small sizes). Its trace and
 ``link_bytes`` show the representative links only; ``max_link_bytes``, ``total_link_bytes`` and the
 ``bytes`` metric count the whole system.
 """
@@ -52,6 +53,7 @@ from simulator.collectives import (  # noqa: F401
     slice_direct,
     slice_gather,
     slice_rails,
+    slow_chip_line,
     spanning_trees,
     split_ring,
     switch_relay,
@@ -63,6 +65,7 @@ from simulator.collectives.algorithm import (
     AUTO_RULE,
     KINDS,
     Algorithm,
+    Capabilities,
     Job,
     algorithms,
     applicable,
@@ -88,10 +91,11 @@ from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.schedule import Completion, Schedule, Transfer, check_arrived, execute
 
 __all__ = [
-    "AUTO", "AUTO_RULE", "KINDS", "MODES", "MULTI_AXIS", "Algorithm", "CollectivePlan", "CollectiveResult",
-    "Completion", "Group", "Job", "Ring", "RingAlgorithm", "Schedule", "Transfer", "algorithms", "applicable",
-    "check_arrived", "collective_groups", "execute", "get_algorithm", "listing", "names", "plan_collective", "register",
-    "render_listing", "run_collective", "start_collective", "topology_bound", "unregister",
+    "AUTO", "AUTO_RULE", "KINDS", "MODES", "MULTI_AXIS", "Algorithm", "Capabilities", "CollectivePlan",
+    "CollectiveResult", "Completion", "Group", "Job", "Ring", "RingAlgorithm", "Schedule", "Transfer", "algorithms",
+    "applicable", "check_arrived", "collective_groups", "execute", "get_algorithm", "listing", "names",
+    "plan_collective", "register", "render_listing", "run_collective", "start_collective", "topology_bound",
+    "unregister",
 ]
 
 

@@ -6,6 +6,10 @@ time (`Algorithm.closed_form`), derived from first principles -- the bytes each 
 and latencies -- never by walking the schedule it builds. A new algorithm is one module that defines a
 subclass and calls `register`; `podsim algorithms` lists the registry and ``--algorithm NAME`` picks
 from it.
+
+Each algorithm declares its `Capabilities`: which of podsim's fast paths (docs/acceleration.md) its schedule
+builder supports. The registry checks them, and the collectives API takes a fast path only where the chosen
+algorithm declares it; nothing is chosen from the topology behind an algorithm's back.
 """
 from __future__ import annotations
 
@@ -25,6 +29,41 @@ AUTO_RULE = ("the applicable algorithm with the fastest closed form at this size
              "every result lists the alternatives with theirs")
 
 
+#: the kinds reduced mode serves (one representative ring per axis stands for every ring of that axis)
+REDUCED_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an algorithm's schedule builder supports, beyond running every transfer of every group.
+
+    The defaults are what an algorithm gets without saying anything: exact runs only (every group, every
+    transfer), real data allowed, the verified quotient allowed (it checks equivariance before it is used,
+    so it never changes a figure). Declaring more is a promise the registry checks where it can.
+    """
+
+    #: ``Job.reduced`` honoured: with it set, `Algorithm.build` builds the first group only (ring kinds: one
+    #: representative ring per axis, arrivals recorded by position), and the API multiplies link bytes by
+    #: the rings each one stands for. Only for `REDUCED_KINDS`, on wrapped, uniform, fault-free grids.
+    reduced: bool = False
+    #: the closed form prices every group's routes, so groups whose rings share links (a strided factor of a
+    #: physical axis, `Group.shared`) may use it (Broadcast never: it is priced along one group)
+    shared_links: bool = False
+    #: its schedule may run on a quotient by a symmetry group of the network
+    #: (`simulator.collectives.quotient.run_on_quotient`, which verifies equivariance first)
+    quotient: bool = True
+    #: the quotient is built without the full schedule (`simulator.collectives.ring_quotient`; needs the
+    #: ring geometry ``on_axis``, ``gather_chains``, ``reduce_chains`` of `simulator.collectives.ring.RingAlgorithm`)
+    direct_quotient: bool = False
+    #: moves real data (``data=``, numeric mode: bundles are key lists); False: timing and bytes only
+    numeric: bool = True
+
+    def fast_paths(self) -> list[str]:
+        """The names of the declared fast paths, for listings."""
+        return [name for name in ("reduced", "shared_links", "quotient", "direct_quotient", "numeric")
+                if getattr(self, name)]
+
+
 @dataclass
 class Job:
     """One validated collective, as an algorithm builds and prices it.
@@ -42,7 +81,7 @@ class Job:
     chunks: int
     root_pos: tuple[int, ...]
     key_bytes: float
-    reduced: bool = False  #: build one representative ring per axis (translation-invariant groups)
+    reduced: bool = False  #: build one representative ring per axis (set only where `Capabilities.reduced`)
     numeric: bool = False  #: bundles are key lists (real data), not key counts
     nbytes: float = 0.0  #: V, the collective's array (see `simulator.collectives.run_collective`)
     multi_axis: str = "parallel"  #: parallel (every axis busy at once) or sequential
@@ -65,6 +104,7 @@ class Algorithm:
     kinds: ClassVar[tuple[str, ...]] = ()
     topologies: ClassVar[tuple[str, ...]] = ()  #: topology kinds served (graphs of other kinds: by geometry)
     nic_rings: ClassVar[bool] = True  #: spread over one ring per NIC on GPU nodes (False: uses every NIC itself)
+    capabilities: ClassVar[Capabilities] = Capabilities()  #: fast paths its builder supports (`register` checks)
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
         """Why this algorithm cannot run ``kind`` on ``groups`` (None: it can)."""
@@ -96,9 +136,11 @@ class Algorithm:
         raise NotImplementedError
 
     def describe(self) -> dict[str, Any]:
-        """Name, summary, kinds and topology kinds, for listings."""
+        """Name, summary, kinds, topology kinds and capabilities, for listings."""
+        caps = self.capabilities
         return {"name": self.name, "summary": self.summary, "kinds": list(self.kinds),
-                "topologies": list(self.topologies)}
+                "topologies": list(self.topologies),
+                "capabilities": {f: getattr(caps, f) for f in caps.__dataclass_fields__}}
 
 
 _REGISTRY: dict[str, Algorithm] = {}
@@ -109,8 +151,31 @@ def register(algorithm: Algorithm) -> Algorithm:
     name = algorithm.name
     if not name or name == AUTO or name in _REGISTRY:
         raise PodsimError(f"algorithm name {name!r} is empty, reserved or already registered")
+    check_capabilities(algorithm)
     _REGISTRY[name] = algorithm
     return algorithm
+
+
+def check_capabilities(algorithm: Algorithm) -> None:
+    """Refuse capabilities an algorithm cannot have: not a `Capabilities`, a field not a bool, reduced mode
+    without a kind it serves, a direct quotient without the ring geometry it is built from, or a quotient
+    that is direct but not allowed."""
+    caps, name = algorithm.capabilities, algorithm.name
+    if not isinstance(caps, Capabilities):
+        raise PodsimError(f"algorithm {name!r}: capabilities={caps!r}; valid: a "
+                          f"simulator.collectives.algorithm.Capabilities")
+    for f in caps.__dataclass_fields__:
+        if not isinstance(getattr(caps, f), bool):
+            raise PodsimError(f"algorithm {name!r}: capabilities.{f}={getattr(caps, f)!r}; valid: True or False")
+    if caps.reduced and not set(algorithm.kinds) & set(REDUCED_KINDS):
+        raise PodsimError(f"algorithm {name!r} declares reduced mode but serves none of {', '.join(REDUCED_KINDS)} "
+                          f"(the kinds reduced mode runs)")
+    if caps.direct_quotient and not caps.quotient:
+        raise PodsimError(f"algorithm {name!r} declares direct_quotient without quotient")
+    missing = [m for m in ("on_axis", "gather_chains", "reduce_chains") if not callable(getattr(algorithm, m, None))]
+    if caps.direct_quotient and missing:
+        raise PodsimError(f"algorithm {name!r} declares direct_quotient but has no {', '.join(missing)} (the ring "
+                          f"geometry simulator.collectives.ring_quotient builds from)")
 
 
 def unregister(name: str) -> None:
@@ -142,8 +207,8 @@ def applicable(kind: str, net: Network, groups: list[Group]) -> list[str]:
 
 def _unfit(algorithm: Algorithm, kind: str, net: Network, groups: list[Group]) -> str | None:
     """`Algorithm.unfit`, and groups that share links (a strided mesh axis: `Group.shared`) only for closed
-    forms that price every group's routes (``shares_links``; not Broadcast, priced along one group)."""
-    if groups and groups[0].shared and (not getattr(algorithm, "shares_links", False) or kind == "broadcast"):
+    forms that price every group's routes (`Capabilities.shared_links`; not Broadcast, priced along one group)."""
+    if groups and groups[0].shared and (not algorithm.capabilities.shared_links or kind == "broadcast"):
         return ("a mesh axis on a strided factor of a physical axis shares its links with other groups; its "
                 f"closed form prices one group's links{' (Broadcast)' if kind == 'broadcast' else ''}")
     return algorithm.unfit(kind, net, groups)
@@ -168,14 +233,16 @@ def fastest(times: dict[str, float]) -> str:
 
 
 def listing() -> dict[str, Any]:
-    """Every registered algorithm (name, summary, kinds, topology kinds) and the ``auto`` rule."""
+    """Every registered algorithm (name, summary, kinds, topology kinds, capabilities) and the ``auto`` rule."""
     return {"algorithms": [a.describe() for a in algorithms()], "auto": AUTO_RULE}
 
 
 def render_listing() -> str:
-    """`listing` as text: one algorithm per two lines."""
+    """`listing` as text: one algorithm per three lines."""
     lines = []
     for row in listing()["algorithms"]:
+        fast = [f for f, on in row["capabilities"].items() if on]
         lines.append(f"{row['name']:<15} {row['summary']}")
         lines.append(f"{'':<15} kinds: {', '.join(row['kinds'])}; topologies: {', '.join(row['topologies'])}")
+        lines.append(f"{'':<15} supports: {', '.join(fast) or 'exact runs only'}")
     return "\n".join([*lines, f"{AUTO:<15} {AUTO_RULE}"])

@@ -16,7 +16,7 @@ import numpy as np
 from simulator import analytic
 from simulator.collectives import fault_routes, layout, payload
 from simulator.collectives import protocol as protocols
-from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, get_algorithm
+from simulator.collectives.algorithm import AUTO, KINDS, REDUCED_KINDS, Algorithm, Job, algorithms, get_algorithm
 from simulator.collectives.book import book_estimate
 from simulator.collectives.bounds import own_links_bound, topology_bound
 from simulator.collectives.fault_routes import AS_FAULTED
@@ -63,13 +63,25 @@ class CollectivePlan:
 def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
                     algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
                     data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None,
-                    rings: int | None = None, groups: Sequence[Group] | None = None, protocol: str = "auto",
-                    _quotient: bool = False) -> CollectivePlan:
+                    rings: int | None = None, groups: Sequence[Group] | None = None,
+                    protocol: str = "auto") -> CollectivePlan:
     """Validate the arguments of `run_collective` and compile its schedule.
 
     ``groups`` names the groups explicitly (`Group` objects of chips, all of one shape) in place of ``axes``
-    and ``mesh``: for groups that follow no axis, such as a compiled program's replica groups.
+    and ``mesh``: for groups that follow no axis, such as a compiled program's replica groups. The plan holds
+    every transfer; `run_collective` plans through `_plan`, which may build a quotient in their place.
     """
+    return _plan(kind, system, nbytes, axes=axes, algorithm=algorithm, multi_axis=multi_axis, chunks=chunks,
+                 root=root, data=data, mode=mode, mesh=mesh, rings=rings, groups=groups, protocol=protocol)
+
+
+def _plan(kind: str, system: Any, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
+          algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
+          data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None, rings: int | None = None,
+          groups: Sequence[Group] | None = None, protocol: str = "auto", direct_quotient: bool = False
+          ) -> CollectivePlan:
+    """`plan_collective`; ``direct_quotient`` (`run_collective`'s aggregated runs, mode ``auto``) lets an
+    algorithm that declares `Capabilities.direct_quotient` build its quotient in place of the schedule."""
     net = system.network
     if net is None:
         raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
@@ -97,7 +109,7 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
     if group.n <= 1:
         job = make_job(None)
         return CollectivePlan(kind, None, job, job.nbytes, _n_keys(job), False, None)
-    reduced = _use_reduced(mode, kind, data, group, net, not explicit)
+    eligible = _reduced_eligible(mode, kind, data, group, net, not explicit)
     nccl = None if price is None else nccl_select(kind, net, groups, _nbytes(nbytes, data), protocol)
     choice = tune(algorithm, kind, net, groups, make_job, price, nccl)
     route = AS_FAULTED
@@ -105,9 +117,10 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
         choice, route = _round_faults(system, choice, kind, axes, root, algorithm, nbytes, data, multi_axis,
                                       chunks, rings)
     job = choice.job
-    job.reduced = reduced
+    job.reduced = _use_reduced(mode, eligible, choice.algorithm, algorithm == AUTO)
     schedule = Schedule(job.key_bytes)
-    built = plan_quotient(system, choice.algorithm, job) if _quotient and mode == "auto" and data is None else None
+    direct = direct_quotient and mode == "auto" and data is None and choice.algorithm.capabilities.direct_quotient
+    built = plan_quotient(system, choice.algorithm, job) if direct else None
     if built is None:
         choice.algorithm.build(job, schedule)
     return CollectivePlan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule,
@@ -117,31 +130,74 @@ def plan_collective(kind: str, system: Any, nbytes: float | None = None, *, axes
 def _round_faults(system: Any, choice: Any, kind: str, axes: Any, root: Any, algorithm: str, nbytes: float | None,
                   data: Any, multi_axis: str, chunks: int | None, rings: int | None) -> tuple[Any, str]:
     """``auto`` under link faults: the choice on the network as faulted, or on a way round the faults
-    (`simulator.collectives.fault_routes`) where that is faster by closed form (a way over unlike links by
-    `fault_routes.INEXACT_MARGIN`); every way's alternatives are listed, each labelled with its ``route``
-    (absent: as faulted)."""
+    (`simulator.collectives.fault_routes`). Closed forms over unlike links are not exact, so where
+    `fault_routes.trials_apply`, the `fault_routes.TRIALS` candidates ranked first (each way's best two by closed
+    form, a way over unlike links weighed by `fault_routes.INEXACT_MARGIN`) are simulated on a copy of the network
+    and the fastest run is chosen (``simulated_s`` in their alternatives); elsewhere the best score wins. Every
+    way's alternatives are listed, each labelled with its ``route`` (absent: as faulted)."""
     ways = fault_routes.alternatives(system)
-    best, label, score = choice, AS_FAULTED, ways[0].score(choice.alternatives[0]["time_s"])
-    listed = list(choice.alternatives)
+
+    def make_job_on(net: Network, groups: list[Group], root_pos: tuple[int, ...]) -> Any:
+        def make_job(chosen: Algorithm | None) -> Job:
+            return _job(chosen, kind, net, groups, nbytes, data, multi_axis, chunks, root_pos, rings, axes, None)
+        return make_job
+
+    tuned = [(ways[0], choice, choice.job.groups, make_job_on(system.network, choice.job.groups, choice.job.root_pos))]
     for way in ways[1:]:
         groups = collective_groups(way.net, axes, None)
-        root_pos = root_position(groups, root)
-
-        def make_job(chosen: Algorithm | None, net: Network = way.net, groups: list[Group] = groups,
-                     root_pos: tuple[int, ...] = root_pos) -> Job:
-            return _job(chosen, kind, net, groups, nbytes, data, multi_axis, chunks, root_pos, rings, axes, None)
-
+        make_job = make_job_on(way.net, groups, root_position(groups, root))
         try:
-            other = tune(algorithm, kind, way.net, groups, make_job)
+            tuned.append((way, tune(algorithm, kind, way.net, groups, make_job), groups, make_job))
         except PodsimError:
             continue
-        listed += [{**alt, "route": way.label} for alt in other.alternatives]
-        if way.score(other.alternatives[0]["time_s"]) < score * (1 - 1e-9):
-            best, label, score = other, way.label, way.score(other.alternatives[0]["time_s"])
-    if len(listed) > len(choice.alternatives):
-        listed.sort(key=lambda alt: alt["time_s"])
-        best.alternatives = listed
-    return best, label
+    listed = [(way.score(alt["time_s"]), i, rank, {**alt, "route": way.label} if way.label else dict(alt))
+              for i, (way, other, _, _) in enumerate(tuned) for rank, alt in enumerate(other.alternatives)]
+    candidates = sorted((c for c in listed if c[2] < 2), key=lambda c: (c[0], c[1]))
+    best = candidates[0]
+    tried = _worth_trying(candidates, tuned) \
+        if (len(tuned) > 1 or not ways[0].exact) and fault_routes.trials_apply(system, data) else []
+    for _, i, _, alt in tried:
+        alt["simulated_s"] = _trial(system, kind, tuned[i][0].label, alt["algorithm"], axes, root, nbytes,
+                                    multi_axis, chunks, rings)
+    if tried:  # the fastest run; runs within TRIAL_TIE of it are a tie, settled by score
+        quickest = min(c[3]["simulated_s"] for c in tried)
+        best = min((c for c in tried if c[3]["simulated_s"] <= quickest * (1 + fault_routes.TRIAL_TIE)),
+                   key=lambda c: (c[0], c[1]))
+    way, other, groups, make_job = tuned[best[1]]
+    if best[3]["algorithm"] != other.algorithm.name:
+        other = tune(best[3]["algorithm"], kind, way.net, groups, make_job)
+    if len(tuned) > 1 or tried:
+        other.alternatives = [c[3] for c in sorted(tried, key=lambda c: c[3]["simulated_s"])] + \
+            sorted((c[3] for c in listed if "simulated_s" not in c[3]), key=lambda alt: alt["time_s"])
+    return other, way.label
+
+
+def _worth_trying(candidates: list[Any], tuned: list[Any]) -> list[Any]:
+    """The first `fault_routes.TRIALS` candidates whose closed form is within `fault_routes.TRIAL_SPAN` of the best
+    one's, or that are the best of a way over like links (exactly priced); none where that leaves one."""
+    fastest = min(c[3]["time_s"] for c in candidates)
+    near = [c for c in candidates if c[3]["time_s"] <= fastest * fault_routes.TRIAL_SPAN][:fault_routes.TRIALS]
+    tried = [c for c in candidates if c in near or (tuned[c[1]][0].exact and c[2] == 0)]
+    return tried if len(tried) > 1 else []
+
+
+def _trial(system: Any, kind: str, label: str, name: str, axes: Any, root: Any, nbytes: float | None,
+           multi_axis: str, chunks: int | None, rings: int | None) -> float:
+    """Seconds ``name`` takes on the way labelled ``label`` round ``system``'s faults, simulated on a fresh copy of
+    its network (`fault_routes.trial_system`; flow-level aggregation, the path `run_collective` takes there)."""
+    scratch = fault_routes.trial_system(system)
+    way = next(w for w in fault_routes.ways(scratch.network, system.faults.faults) if w.label == label)
+    groups = collective_groups(way.net, axes, None)
+    chosen = get_algorithm(name)
+    job = _job(chosen, kind, way.net, groups, nbytes, None, multi_axis, chunks, root_position(groups, root), rings,
+               axes, None)
+    schedule = Schedule(job.key_bytes)
+    chosen.build(job, schedule)
+    with gc_paused(True):
+        done = execute_all(way.net, schedule.transfers, None, kind, True)
+        scratch.run()
+    check_arrived(done, scratch.env.now)
+    return scratch.env.now
 
 
 def _nbytes(nbytes: float | None, data: np.ndarray | None) -> float:
@@ -169,6 +225,9 @@ def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group],
     what `Algorithm.prepare` settles. Ring algorithms cut AllGather, ReduceScatter and AllReduce arrays by
     `simulator.collectives.layout`; other algorithms and kinds by `simulator.collectives.payload`."""
     group = groups[0]
+    if data is not None and chosen is not None and not chosen.capabilities.numeric:
+        raise PodsimError(f"algorithm {chosen.name!r} moves timing and bytes only (capabilities.numeric=False); "
+                          f"give nbytes instead of data, or another algorithm")
     by_layout = isinstance(chosen, RingAlgorithm) and kind in layout.RING_KINDS
     parts = 1 if chosen is None or by_layout else chosen.parts(kind, group, multi_axis)
     shard_units, unit_bytes = None, 1.0
@@ -276,7 +335,7 @@ def run_collective(kind: str, system: Any, nbytes: float | None = None, **kwargs
 
 
 def _run(kind: str, system: Any, nbytes: float | None, aggregate: bool, kwargs: dict[str, Any]) -> CollectiveResult:
-    plan = plan_collective(kind, system, nbytes, **kwargs, _quotient=aggregate)
+    plan = _plan(kind, system, nbytes, **kwargs, direct_quotient=aggregate)
     data = kwargs.get("data")
     job, net = plan.job, system.network
     if plan.schedule is None:
@@ -422,16 +481,28 @@ def _explicit_groups(net: Network, groups: Sequence[Group], axes: Any, mesh: Any
     return groups
 
 
-def _use_reduced(mode: str, kind: str, data: Any, group: Group, net: Network, one_to_one: bool = True) -> bool:
-    """Whether to simulate one representative ring per axis: every ring of an axis behaves alike where every
-    axis wraps or has two chips (both ways are then the one link)."""
+def _reduced_eligible(mode: str, kind: str, data: Any, group: Group, net: Network, one_to_one: bool = True) -> bool:
+    """Whether the network and job allow one representative ring per axis: every ring of an axis behaves alike
+    where every axis wraps or has two chips (both ways are then the one link)."""
     symmetric = all(w or n == 2 for n, w in zip(group.sizes, group.wraps, strict=True))
-    eligible = data is None and kind in ("all_gather", "reduce_scatter", "all_reduce") and net.grid \
+    eligible = data is None and kind in REDUCED_KINDS and net.grid \
         and symmetric and one_to_one and net.uniform and not group.shared  # faults, jitter, shared links: differ
     if mode == "reduced" and not eligible:
         raise PodsimError("mode='reduced' needs a timing-only AllGather, ReduceScatter or AllReduce over axes that "
                           "all wrap (or have two chips), none a strided factor of a physical axis; use mode='full'")
-    return eligible and mode != "full"
+    return eligible
+
+
+def _use_reduced(mode: str, eligible: bool, algorithm: Algorithm, auto: bool = False) -> bool:
+    """Reduced mode where the job allows it and ``algorithm`` declares it (`Capabilities.reduced`): an
+    algorithm that builds every group whatever ``Job.reduced`` says would have its bytes counted again
+    for rings it built already. ``mode='reduced'`` with an algorithm asked for by name that does not declare
+    it is an error; with ``auto`` (the fastest algorithm, whichever it is) it runs that algorithm in full."""
+    if mode == "reduced" and not algorithm.capabilities.reduced and not auto:
+        able = [a.name for a in algorithms() if a.capabilities.reduced]
+        raise PodsimError(f"mode='reduced': algorithm {algorithm.name!r} does not declare reduced mode "
+                          f"(capabilities.reduced=False); algorithms that do: {', '.join(able)}; or use mode='full'")
+    return eligible and mode != "full" and algorithm.capabilities.reduced
 
 
 def _total_link_bytes(net: Network, groups: list[Group], group: Group, link_bytes: dict[str, float]) -> float:

@@ -73,8 +73,20 @@ def _grid(kind: str, net: Network, group: Group, nbytes: float, root_pos: tuple[
         out = sum(bw * (2 if w or 0 < p < s - 1 else 1) for bw, w, p, s in
                   zip(bandwidth, group.wraps, pos, group.sizes, strict=True) if s > 1)
         return _gather_bytes(kind, group.n, nbytes) / out
-    return {"all_gather": gather, "reduce_scatter": gather, "all_reduce": 2 * gather,
-            "all_to_all": nbytes / one_way / 4}.get(kind)
+    # the book's latency floor, T_min x the longest path: s/2 hops round an axis that wraps, s - 1 along a line
+    # (its v5e example: a 32 kB shard over an unwrapped axis of 4 is "latency bound ... 3 hops, 3 us")
+    hops = sum(s / 2 if w else s - 1 for s, w in zip(group.sizes, group.wraps, strict=True))
+    floor = hops * _hop_latency(net, group)
+    return {"all_gather": max(gather, floor), "reduce_scatter": max(gather, floor),
+            "all_reduce": 2 * max(gather, floor), "all_to_all": nbytes / one_way / 4}.get(kind)
+
+
+def _hop_latency(net: Network, group: Group) -> float:
+    """A link's latency between two chips of ``group`` (seconds; the slowest link out of its first chip)."""
+    members = set(group.members.values())
+    first = group.members[tuple(0 for _ in group.sizes)]
+    return max((data.get("latency_s", 0.0) for _, v, data in net.graph.out_edges(first, data=True) if v in members),
+               default=0.0)
 
 
 def _two_level(kind: str, net: Network, group: Group, domains: dict[Any, list[Any]], nbytes: float,
@@ -84,7 +96,7 @@ def _two_level(kind: str, net: Network, group: Group, domains: dict[Any, list[An
     m = n // k
     out = _egress(net, root, outer=True)
     if kind == "all_to_all":  # each chip sends V/n^2 to each chip: m - 1 of them at home, n - m away
-        inner = (m - 1) * nbytes / n**2 / _egress(net, root, outer=False)
+        inner = (m - 1) * nbytes / n**2 / _egress(net, root, outer=False) if m > 1 else 0.0  # one chip a domain
         return max(inner, (n - m) * nbytes / n**2 / out)
     moved = _gather_bytes(kind, k, nbytes)
     if moved is None:

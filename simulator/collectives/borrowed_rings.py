@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from simulator.collectives.algorithm import Algorithm, Job, register
+from simulator.collectives.algorithm import Algorithm, Capabilities, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.timing import route_latency
@@ -102,6 +102,7 @@ class BorrowedRings(Algorithm):
     summary = "one-axis ring that also borrows the rings of idle neighbouring rows: 2 + H links into each chip"
     kinds = ("all_gather", "reduce_scatter", "all_reduce")
     topologies = ("torus",)
+    capabilities = Capabilities(numeric=False)  #: timing and bytes only (`prepare` refuses data)
     nic_rings = False
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.collectives.algorithm import Algorithm, Job, get_algorithm, register
+from simulator.collectives.algorithm import Algorithm, Capabilities, Job, get_algorithm, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.split_ring import LINE_FOR, _merge
@@ -55,6 +55,7 @@ class DetourSplit(Algorithm):
     summary = "one ring broken by a dead cable: a share detours round it, the rest runs the line; rings elsewhere"
     kinds = tuple(LINE_FOR)
     topologies = ("torus",)
+    capabilities = Capabilities(numeric=False)  #: timing and bytes only (`prepare` refuses data)
     nic_rings = False
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:

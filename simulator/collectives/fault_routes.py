@@ -12,6 +12,13 @@ better, and two alternatives are always available:
   takes the quickest surviving route (over other axes). Every group's rings are priced together
   (`simulator.collectives.groups.rings_along`), so the detour's bytes count on the links they share.
 
+Closed forms price unlike links only roughly (a ring through a slow cable runs up to 40% over its own; the split
+ring up to 29%), so ranking the ways by them alone picked the dead cable's line for a cable at 95% speed. Where
+the faults are all written in the graph (`trials_apply`), ``auto`` therefore simulates its first `TRIALS`
+candidates on a fresh copy of the network (`trial_system`) and runs the fastest; the alternatives carry each
+trial's ``simulated_s``. Whatever runs on a way round a fault runs on the faulted system byte for byte the same,
+so a degraded cable is never slower than a dead one, by construction and not by a closed form's accuracy.
+
 Each alternative is a `Network.sibling` of the system's network: same channels, its own graph (cables left
 out, or an axis's wrap and origin changed), so the collective's bytes land on the real links and the
 bound and link counts are the system's own. Only on grids (tori, meshes, slices) with link faults, for
@@ -23,8 +30,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.collectives.book import NO_BOOK_UNDER_FAULTS
-from simulator.engine.faults import LinkDegraded, _check_reachable, _cut, link_ends, slow_chip_factors
+from simulator.engine.faults import (
+    ChipSlow,
+    LinkDegraded,
+    LinkDown,
+    LinkLatency,
+    _check_reachable,
+    _cut,
+    link_ends,
+    slow_chip_factors,
+)
 from simulator.engine.network import Network
+from simulator.engine.system import System
 from simulator.errors import FaultError
 
 AS_FAULTED = ""  #: the label of the network as the faults left it
@@ -38,6 +55,24 @@ where one link is slower or carries a detour the steps behind it wait on it and 
 16.7% on torus:4x4 (``--axes 1`` AllGather, one link at half speed: 19.45 ms simulated, 16.67 ms priced), 14%
 on torus:8 AllReduce (44.45 ms, 38.89 ms). A margin above those keeps ``auto`` from trading an exactly priced
 plan for one that only looks faster."""
+
+
+TRIALS = 4
+"""How many candidates ``auto`` simulates round faults (`trials_apply`) before it chooses: the first by score
+(`Route.score`) of each way's best two by closed form. Four covers the way as faulted, the way avoiding a degraded
+cable and the detoured ring on the shapes of docs/collective_bounds.md at one trial run each."""
+
+
+TRIAL_SPAN = 1.5
+"""Candidates whose closed form is more than this many times the best one's are not simulated (but for the best of
+a way over like links, whose closed form is exact): the closed forms over unlike links run up to 1.4x short of
+their simulation (the ring through a chip at half speed: 38.9 ms priced, 54.2 ms simulated)."""
+
+
+TRIAL_TIE = 0.02
+"""Trial runs this close (relative) to the fastest are a tie, settled by closed-form score: a plan over unlike links
+must win by more than the latency effects a model of this grain leaves (on torus:8, a 16 MB AllGather round a dead
+cable, the ring detouring over seven hops ran 1.3% ahead of the line, on fill alone)."""
 
 
 @dataclass(frozen=True)
@@ -59,14 +94,27 @@ def alternatives(system: Any) -> list[Route]:
     net = system.network
     if net is None or not net.faulted or not net.grid or system.faults is None:
         return [Route(net, AS_FAULTED)]
-    slow = _degraded_cables(net, system.faults.faults)
-    chips = slow_chip_factors(net.graph, system.faults.faults)
+    return ways(net, system.faults.faults)
+
+
+def ways(net: Network, faults: Any) -> list[Route]:
+    """`alternatives` on ``net`` (a grid whose graph has ``faults`` written in): the same ways, in the same order,
+    for the system's network or for a `trial_system`'s copy of it."""
+    slow = _degraded_cables(net, faults)
+    chips = slow_chip_factors(net.graph, faults)
     routes = [Route(net, AS_FAULTED, exact=not slow and not chips)]
     if slow:
         avoided = _without(net, slow)
         if avoided is not None:
             names = ", ".join(f"{u}-{v}" for u, v in slow)
             routes.append(Route(avoided, f"avoids the degraded link{'s' if len(slow) > 1 else ''} {names}"))
+    ends = _slow_chip_cables(net, chips)
+    if ends:
+        avoided = _without(net, ends)
+        if avoided is not None:
+            names = ", ".join(f"{u}-{v}" for u, v in ends)
+            routes.append(Route(avoided, f"puts the slow chip{'s' if len(chips) > 1 else ''} at a line's end "
+                                         f"(avoids {names})", exact=False))
     for route in list(routes):
         ring = _rewrapped(route.net)
         if ring is not None:
@@ -74,6 +122,23 @@ def alternatives(system: Any) -> list[Route]:
             routes.append(Route(ring, f"{label}keeps every axis a ring, detouring round the missing links",
                                 exact=False))
     return routes
+
+
+def trials_apply(system: Any, data: Any) -> bool:
+    """Whether ``auto`` may settle its choice round ``system``'s faults by simulating its candidates (`trial_system`):
+    timing only, and faults the graph holds entirely (link faults and HBM-slowed chips; not a pause, a failure
+    or jitter, which act while a run goes on)."""
+    model = getattr(system, "faults", None)
+    if data is not None or model is None or model.jitter is not None or system.calibration is not None:
+        return False
+    return all(isinstance(f, (LinkDown, LinkDegraded, LinkLatency)) or (isinstance(f, ChipSlow) and "hbm" in f.units)
+               for f in model.faults)
+
+
+def trial_system(system: Any) -> Any:
+    """A fresh, idle copy of ``system``'s network for a trial run: its faulted graph (faults already written in) in a
+    new untraced `System` of the same chip, nothing else applied (``seed=0``: no `applying` plan either)."""
+    return System(system.spec, topology=system.graph, trace=False, switching=system.network.switching, seed=0)
 
 
 def _degraded_cables(net: Network, faults: Any) -> list[tuple[Any, Any]]:
@@ -86,6 +151,23 @@ def _degraded_cables(net: Network, faults: Any) -> list[tuple[Any, Any]]:
         edge = net.graph.edges[(u, v) if net.graph.has_edge(u, v) else (v, u)]
         if edge.get("axis") is not None and {u, v} not in [set(c) for c in out]:
             out.append((u, v))
+    return out
+
+
+def _slow_chip_cables(net: Network, chips: dict[Any, float]) -> list[tuple[Any, Any]]:
+    """For each HBM-slowed chip, its cable to the next chip along each axis that still wraps (one per ring through
+    it): left out, the ring runs as a line with the slow chip at its end, its other cable the only slow one."""
+    out: list[tuple[Any, Any]] = []
+    for chip in chips:
+        coord = net.graph.nodes[chip].get("coord")
+        if coord is None:
+            continue
+        for axis, n in enumerate(net.shape):
+            if not net.wrap[axis] or n < 3:
+                continue
+            nxt = net.chip_at(tuple((c + 1) % n if a == axis else c for a, c in enumerate(coord)))
+            if net.graph.has_edge(chip, nxt) and {chip, nxt} not in [set(c) for c in out]:
+                out.append((chip, nxt))
     return out
 
 
@@ -120,12 +202,19 @@ def fault_note(system: Any, plan: Any, link_bytes: dict[str, float]) -> str | No
     """How the run went round link faults (`CollectivePlan.route`), and each fault that touches nothing it used: a link
     that carried none of its bytes, a chip slowed only on units a collective never runs (its MXU, VPU), a chip
     fault on a chip whose links carried nothing. None where there is nothing to say."""
-    notes = [f"around the link faults: {plan.route} (chosen by closed form over the network as faulted)"] \
-        if plan.route else []
+    tried = sum("simulated_s" in alt for alt in plan.alternatives)
+    how = f"the fastest of {tried} candidates simulated" if tried else "chosen by closed form"
+    notes = [f"around the link faults: {plan.route} ({how}, against the network as faulted)"] if plan.route else []
     if system.network.faulted:
         notes.append(NO_BOOK_UNDER_FAULTS)
     model = getattr(system, "faults", None)
     for record in getattr(model, "applied", []):
+        if "link" in record and record["fault"] == "link_down":  # a dead cable carries nothing: is it the groups'?
+            ends = set(record["link"].split("->"))
+            if not any(ends <= {str(c) for c in g.members.values()} for g in plan.groups):
+                notes.append(f"fault link_down on link {record['link']} joins no two chips of one group: it took "
+                             "none of the groups' own links (only ways round it)")
+            continue
         if "link" in record:
             if not plan.route and not any(d in link_bytes for d in record["directions"]):  # (a route avoids it)
                 notes.append(f"fault {record['fault']} on link {record['link']} touches nothing this collective "

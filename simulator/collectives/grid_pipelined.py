@@ -200,7 +200,6 @@ class GridPipelined(Algorithm):
     def build(self, job: Job, s: Schedule) -> None:
         c = job.chunks if not job.numeric else job.group.n
         steps: dict[int, dict[tuple[Any, Any, str], Any]] = defaultdict(dict)
-        job.reduced = False  # every group in full: reduced mode's one ring per axis does not describe the shares
         for group in job.groups:
             if job.numeric:
                 _numeric_steps(group, c, steps)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from simulator.collectives.algorithm import Algorithm, Job, register
+from simulator.collectives.algorithm import Algorithm, Capabilities, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.timing import chain_time, route_latency
@@ -67,6 +67,7 @@ class LinePipelined(Algorithm):
     kinds = ("all_reduce",)
     topologies = ("line", "mesh", "torus")
     nic_rings = False
+    capabilities = Capabilities(reduced=True)  #: `build` builds the first line only when ``job.reduced``
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
         why = super().unfit(kind, net, groups)

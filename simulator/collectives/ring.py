@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.collectives import all_to_all, broadcast, multi_axis
-from simulator.collectives.algorithm import KINDS, Algorithm, Job, get_algorithm
+from simulator.collectives.algorithm import KINDS, Algorithm, Capabilities, Job, get_algorithm
 from simulator.collectives.groups import Group
 from simulator.collectives.layout import RING_KINDS
 from simulator.collectives.schedule import Schedule
@@ -28,7 +28,9 @@ class RingAlgorithm(Algorithm):
     closed: bool = True  #: uses the wraparound link (needs an axis that wraps)
     serial_reduce: bool = False  #: reduction chains cross a link in a fixed order (a line)
     fallback: str = "line"  #: algorithm on axes without wraparound
-    shares_links: bool = True  #: closed forms price every group's routes where groups share links
+    #: one ring per axis stands for all (reduced mode), closed forms price every group's routes (shared links),
+    #: quotients built from the ring geometry without the schedule (`simulator.collectives.ring_quotient`)
+    capabilities = Capabilities(reduced=True, shared_links=True, direct_quotient=True)
     uniform_rows: bool = False  #: `units_table` is one row broadcast to every position (all links alike)
 
     # -- geometry (used by the schedule builders) ----------------------------------------------------

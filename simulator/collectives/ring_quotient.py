@@ -20,7 +20,6 @@ from simulator.collectives.algorithm import Job
 from simulator.collectives.layout import RING_KINDS
 from simulator.collectives.multi_axis import stage_sequence
 from simulator.collectives.quotient import Quotient, _rep_route, run_on_quotient
-from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.schedule import Transfer, _new_transfer
 from simulator.collectives.symmetry import node_actions
 from simulator.engine.network import Network
@@ -143,7 +142,7 @@ def plan_quotient(system: Any, algorithm: Any, job: Job) -> Any:
     """(quotient, group) of a ring algorithm's schedule built without the schedule, by one of a node system's
     rotation groups; None where none applies (build it in full). `plan_collective` asks in mode ``auto``."""
     net = system.network
-    if not isinstance(algorithm, RingAlgorithm) or job.reduced or not net.uniform or net.faulted:
+    if not algorithm.capabilities.direct_quotient or job.reduced or not net.uniform or net.faulted:
         return None
     for action in node_actions(net, system.calibration is None):
         q = ring_quotient(job, algorithm, net, action)
@@ -160,6 +159,7 @@ def run_quotient(system: Any, plan: Any, mode: str, timing: bool) -> Any:
     if plan.quotient is not None:
         return plan.quotient
     net = system.network
-    if mode != "auto" or not timing or plan.reduced or not net.uniform or net.faulted:
+    if mode != "auto" or not timing or plan.reduced or not net.uniform or net.faulted \
+            or not plan.algorithm.capabilities.quotient:
         return None
     return run_on_quotient(net, plan.schedule.transfers, system.calibration is None)

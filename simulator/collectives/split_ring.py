@@ -27,7 +27,7 @@ timing only.
 """
 from __future__ import annotations
 
-from simulator.collectives.algorithm import Algorithm, Job, get_algorithm, register
+from simulator.collectives.algorithm import Algorithm, Capabilities, Job, get_algorithm, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import _BARRIER, Schedule, Transfer, _new_transfer
 from simulator.collectives.timing import route_latency
@@ -68,6 +68,7 @@ class SplitRing(Algorithm):
     summary = "ring with one slow cable: a share round the ring, the rest on the line avoiding it, at once"
     kinds = tuple(LINE_FOR)
     topologies = ("ring", "torus")
+    capabilities = Capabilities(numeric=False)  #: timing and bytes only (`prepare` refuses data)
     nic_rings = False
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:

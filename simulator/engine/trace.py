@@ -77,24 +77,41 @@ class Trace:
     #: (chip, unit) of a link a collective ran on its quotient -> the links it stood for, whose spans are not kept:
     #: `compute_metrics` gives them its busy time (`simulator.collectives.quotient.unfold`)
     images: dict[tuple[Any, str], list[tuple[Any, str]]] = field(default_factory=dict)
+    #: a representative chip of a symmetric step (`simulator.workloads.plans.symmetry`: one chip per stage runs)
+    #: -> the chips it stood for, whose spans on chip units (every unit but links) and memory timelines are its own
+    chip_images: dict[Any, list[Any]] = field(default_factory=dict)
 
     def unfolded(self, limit: int = 2_000_000) -> Trace | None:
-        """This trace with the spans of every link a quotient run's representative links stood for (``images``):
-        each representative span copied onto each of its images, same times and bytes -- what the full run records
-        (tests/test_quotient_nodes.py). Itself where there are no images; None where the copies would exceed
+        """This trace as the full run records it, for exports and pictures: the spans of every link a quotient
+        run's representative links stood for (``images``) and of every chip a symmetric step's representative
+        chips stood for (``chip_images``: their compute, memory and transfer spans on chip units, and their
+        memory timelines), each a copy of the representative's, same times and bytes (tests/test_quotient_nodes.py,
+        tests/test_unfolding.py). Itself where nothing stood for anything; None where the copies would exceed
         ``limit`` spans (a thousand GPUs: tens of millions)."""
-        if not self.images:
+        if not self.images and not self.chip_images:
             return self
-        images = self.images
+        images, chips = self.images, self.chip_images
+
+        def copies(s: Span) -> list[Span]:
+            out = [s._replace(chip=chip, unit=unit) for chip, unit in images.get((s.chip, s.unit), ())]
+            if s.chip in chips and not s.unit.startswith("link "):
+                out += [s._replace(chip=chip) for chip in chips[s.chip]]
+            return out
+
         extra = sum(len(images.get((s.chip, s.unit), ())) for s in self.spans)
+        extra += sum(len(chips[s.chip]) for s in self.spans if s.chip in chips and not s.unit.startswith("link "))
         if len(self.spans) + extra > limit:
             return None
         spans = list(self.spans)
         for s in self.spans:
-            for chip, unit in images.get((s.chip, s.unit), ()):
-                spans.append(s._replace(chip=chip, unit=unit))
+            spans += copies(s)
         spans.sort(key=lambda s: (s.start, s.end))
-        return replace(self, spans=spans, images={})
+        pools = list(self.pools) + [replace(p, chip=chip) for p in self.pools for chip in chips.get(p.chip, ())]
+        return replace(self, spans=spans, pools=pools, images={}, chip_images={})
+
+    def whole(self) -> Trace:
+        """`unfolded`, or (past its limit) this trace itself: what exports and pictures show."""
+        return self.unfolded() or self
 
     def add(self, span: Span) -> None:
         """Record ``span`` (kept only when tracing is enabled) and count its FLOPs."""

@@ -86,8 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
                                 "or reduce")
     _chip_args(p)
     _network_args(p)
-    p.add_argument("--bytes", required=True, help="V: the full gathered / unreduced array of one group (e.g. 64MB)")
-    p.add_argument("--axes", help="topology axis indices, e.g. 0,1 (default: all axes)")
+    p.add_argument("--bytes", help="V: the full gathered / unreduced array of one group (e.g. 64MB); or --array")
+    p.add_argument("--array", metavar="DTYPE[shape]", help="instead of --bytes: the whole array, e.g. "
+                   "bf16[1024,4096], with --sharding and --mesh (V from one chip's block)")
+    p.add_argument("--sharding", metavar="SPEC", help="with --array: the book's notation, e.g. A[B_X,D_Y] or "
+                   "A[B_X,D_Y]{U_Z} (unreduced over Z, for reduce_scatter and all_reduce)")
+    p.add_argument("--mesh", help="with --array: mesh axes in the topology's order, e.g. X=4,Y=4,Z=4")
+    p.add_argument("--axes", help="topology axis indices, e.g. 0,1, or with --mesh its axis names, e.g. X "
+                   "(default: all axes; with --array the axes the array is split or unreduced over)")
     p.add_argument("--algorithm", default="auto", help="auto or a name from `podsim algorithms`")
     p.add_argument("--multi-axis", default="parallel", help="parallel (split over axes at once) or sequential")
     p.add_argument("--root", help="root chip of broadcast, gather, scatter, reduce: an index or a coordinate "
@@ -221,6 +227,26 @@ def _int_list(text: str, flag: str) -> list[int]:
     return [parse_int(p, name=flag, minimum=0, maximum=MAX_INDEX) for p in parts]
 
 
+def _array_collective(args: argparse.Namespace, system: Any) -> tuple[float, list[int], dict[str, Any]] | None:
+    """``--array --sharding --mesh``: (V, axes, shard figures); None when the run gives ``--bytes``."""
+    given = [f for f, v in (("--array", args.array), ("--sharding", args.sharding), ("--mesh", args.mesh)) if v]
+    if not given:
+        if args.bytes is None:
+            raise PodsimError("collective needs --bytes V (e.g. 64MB) or --array DTYPE[shape] --sharding SPEC --mesh "
+                              "X=..,Y=..")
+        return None
+    if args.bytes is not None:
+        raise PodsimError(f"give --bytes or {', '.join(given)}, not both (--array derives V)")
+    if len(given) < 3:
+        lacking = [f for f in ("--array", "--sharding", "--mesh") if f not in given]
+        raise PodsimError(f"{', '.join(given)} needs {' and '.join(lacking)} too, e.g. --array bf16[1024,4096] "
+                          "--sharding A[B_X,D_Y] --mesh X=4,Y=4,Z=4")
+    from simulator.frontend.collective_array import array_collective
+
+    return array_collective(args.kind, args.array, args.sharding, args.mesh, args.axes,
+                            system.graph.graph.get("shape"))
+
+
 def cmd_collective(args: argparse.Namespace) -> None:
     from simulator.collectives import run_collective
 
@@ -228,20 +254,29 @@ def cmd_collective(args: argparse.Namespace) -> None:
     _check_algorithm(args.algorithm)
     protocol = _protocol(args)
     system = _system(args)
-    nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
-    axes = _int_list(args.axes, "--axes") if args.axes else None
+    array = _array_collective(args, system)
+    if array is None:
+        nbytes = parse_positive(args.bytes, "bytes", name="--bytes")
+        axes = _int_list(args.axes, "--axes") if args.axes else None
+    else:
+        nbytes, axes, _ = array
     chunks = None if args.chunks is None else _parse_count(args.chunks, "--chunks")
     root = _root(system.graph, args.root)
     params = {"kind": args.kind, "chip": system.spec.name, "topology": args.topology, "bytes": nbytes,
               "axes": axes, "algorithm": args.algorithm, "multi_axis": args.multi_axis, "chunks": chunks,
               "switching": args.switching, "mode": args.mode, "protocol": protocol}
+    shard: dict[str, Any] = {}
+    if array is not None:
+        fig = array[2]
+        params.update(array=fig["array"], sharding=fig["spec"], mesh=fig["mesh"])
+        shard["bytes_per_device"] = fig["bytes_per_device"]
     if args.calibrated:  # ONE simulation (the calibrated one); the ideal figures are closed forms
-        _collective_calibrated(args, params, system, nbytes, axes, chunks, root, protocol)
+        _collective_calibrated(args, params, system, nbytes, axes, chunks, root, protocol, shard)
         return
     r = run_collective(args.kind, system, nbytes, axes=axes, algorithm=args.algorithm, multi_axis=args.multi_axis,
                        chunks=chunks, root=root, mode=args.mode)
     extra = r.to_json()
-    extra.update(_book_levels(args.kind, system, r), ideal_from="simulation", simulated_run="ideal")
+    extra.update(shard, **_book_levels(args.kind, system, r), ideal_from="simulation", simulated_run="ideal")
     from simulator.report.sanity import collective_per_chip_bytes, over_hbm
 
     warnings = over_hbm(f"the array one chip holds ({args.kind} of V = {format_quantity(nbytes, 'B')} over "
@@ -278,7 +313,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
 
 
 def _collective_calibrated(args: argparse.Namespace, params: dict[str, Any], system: Any, nbytes: float,
-                           axes: Any, chunks: Any, root: Any, protocol: str) -> None:
+                           axes: Any, chunks: Any, root: Any, protocol: str, shard: dict[str, Any]) -> None:
     """`podsim collective --calibrated`: simulate the calibrated collective once; the ideal figures beside it
     come from `simulator.collectives.api.ideal_closed_form` on the ideal system (no second simulation)."""
     from simulator.collectives import run_collective
@@ -297,7 +332,7 @@ def _collective_calibrated(args: argparse.Namespace, params: dict[str, Any], sys
         "calibrated_time_s": cal.time_s, "calibrated_algbw_bytes_per_s": cal.algbw_bytes_per_s,
         "calibrated_busbw_bytes_per_s": cal.busbw_bytes_per_s, "calibrated_algorithm": cal.algorithm,
         "calibrated_protocol": cal.protocol, "calibrated_alternatives": cal.alternatives,
-        "calibrated_max_link_bytes": cal.max_link_bytes}
+        "calibrated_max_link_bytes": cal.max_link_bytes, **shard}
     if cal.nccl is not None:  # calibrated GPU systems: what stock NCCL would run, and why
         extra["calibrated_nccl"] = cal.nccl
     result = Result("collective", params, cal_system.metrics(), extra=extra, trace=cal_system.trace,

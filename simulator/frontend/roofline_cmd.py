@@ -20,7 +20,7 @@ from typing import Any
 
 from simulator import analytic
 from simulator.errors import PodsimError
-from simulator.frontend.roofline_find import check_find, find_batch
+from simulator.frontend.roofline_find import batch_points, check_find, find_batch, parse_batches
 from simulator.hardware.calibration import get_calibration
 from simulator.hardware.facts import GPUS_PER_NODE
 from simulator.hardware.specs import DTYPE_BYTES, ChipSpec, check_dtype, get_chip, load_chip_file
@@ -51,6 +51,8 @@ def add_roofline_parser(sub: Any, chip_args: Callable[[argparse.ArgumentParser],
                                                 "the roofline of each chip's share (per_chip_flops, per_chip_bytes)")
     p.add_argument("--find", metavar="WHAT", help="batch: with --matmul, the batch M at which the matmul turns "
                                                   "compute-bound (critical_batch, and the book's B << K,N rule)")
+    p.add_argument("--batches", metavar="B1,B2,..", help="with --matmul: the roofline at each batch (its K, N): "
+                                                         "FLOPs, bytes, bound and achieved FLOP/s per point")
     p.add_argument("--memory", default="hbm", choices=MEMORIES,
                    help="which bandwidth roof: hbm, vmem, ici (both ways per axis), dcn, pcie, nvlink, ib (GPUs)")
     p.add_argument("--axes", help="ICI axes used at once (default 1; at most the chip's torus axes)")
@@ -152,7 +154,10 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
     keys, efficiencies, notes). Against a network roof the ridge C / W is the book's batch (tokens) above
     which data parallelism and FSDP over it are compute-bound: ``critical_batch_per_chip`` over ICI and
     NVLink, ``critical_batch_per_slice`` over DCN and ``critical_batch_per_node`` over IB (`NETWORKS`), with
-    ``critical_batch_per_gpu`` beside it (the book's C / W_node: a node's 8 NICs carry its 8 GPUs' share)."""
+    ``critical_batch_per_gpu`` beside it (the book's C / W_node: a node's 8 NICs carry its 8 GPUs' share).
+    Over a per-chip network ``contracting_dim_crossover`` = 2 C / W is the contracting dimension D above which
+    A[B, D_X] x W[D_X, F] is quicker as local matmuls and an AllReduce of [B, F] (4BF / W) than as an AllGather
+    of W and a whole matmul (2BDF / C): the book's sharding question 4, 5,100 on v5p."""
     peak = peak_flops(chip, dtype)
     bandwidth, roof = roof_bandwidth(chip, memory, axes)
     out = {"chip": chip.name, "dtype": dtype, "memory": memory, "roof": roof, "flops": flops, "bytes": nbytes,
@@ -165,6 +170,8 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
     if memory in NETWORKS:
         ridge = out["peak_intensity_flops_per_byte"]
         out[f"critical_batch_per_{NETWORKS[memory]}"] = {"data_parallel": ridge, "fsdp": ridge}
+        if NETWORKS[memory] == "chip":  # the book's sharding question 4: 4BF / W < 2BDF / C once D > 2 C / W
+            out["contracting_dim_crossover"] = 2 * ridge
         if memory == "ib":  # a node's 8 NICs carry its 8 GPUs' share: the book's C / W_node per GPU (2,475 on H100)
             per_gpu = ridge / GPUS_PER_NODE
             out["critical_batch_per_gpu"] = {"data_parallel": per_gpu, "fsdp": per_gpu}
@@ -266,12 +273,22 @@ def cmd_roofline(args: argparse.Namespace) -> None:
     if args.find and shape is not None:
         out.update(find_batch(shape[1], shape[2], check_dtype(args.dtype), check_dtype(args.weight_dtype or args.dtype),
                               out["peak_flops_per_s"], out["bandwidth_bytes_per_s"]))
+    if args.batches is not None:
+        if shape is None:
+            raise PodsimError("--batches prices a matmul at several batches: give --matmul B,K,N (K and N are kept)")
+        out["batches"] = batch_points(parse_batches(args.batches), shape[1], shape[2], check_dtype(args.dtype),
+                                      check_dtype(args.weight_dtype or args.dtype), out["peak_flops_per_s"],
+                                      out["bandwidth_bytes_per_s"])
     if args.weight_dtype:
         out["weight_dtype"] = args.weight_dtype
     if chips > 1:  # the figures above are one chip's share; the whole task's beside them
         out.update(chips=chips, whole_flops=flops * chips, whole_bytes=nbytes * chips, per_chip_flops=flops,
                    per_chip_bytes=nbytes)
-    print(dumps_json(out) if args.json else render(out) + (f"\n  {out['find_note']}" if "find_note" in out else ""))
+    text = "" if args.json else render(out) + (f"\n  {out['find_note']}" if "find_note" in out else "")
+    for point in [] if args.json else out.get("batches", []):
+        text += (f"\n  B={point['batch']:<8} {format_quantity(point['flops_per_s'], 'FLOP/s'):>14} "
+                 f"{point['bound']}-bound, {format_quantity(point['lower_bound_s'], 's')}")
+    print(dumps_json(out) if args.json else text)
 
 
 def render(out: dict[str, Any]) -> str:
@@ -288,7 +305,9 @@ def render(out: dict[str, Any]) -> str:
         c = out["peak_intensity_flops_per_byte"]
         line = f"  critical batch C/W = {c:.4g} tokens per {per} (data parallelism, FSDP)"
         if per == "chip":  # tensor parallelism lives on the fast network
-            line += f"; tensor parallelism over Y chips needs F/Y > {c:.4g}; FSDP x TP needs B/chip > {c:.4g}^2/(2F)"
+            line += (f"; tensor parallelism over Y chips needs F/Y > {c:.4g}; FSDP x TP needs B/chip > {c:.4g}^2/(2F)"
+                     f"\n  A[B, D_X] x W[D_X, F]: multiply the shards and AllReduce [B, F] rather than AllGather W "
+                     f"once D > 2C/W = {out['contracting_dim_crossover']:.4g}")
         elif "critical_batch_per_gpu" in out:  # the book's per-GPU figure, C / node egress
             line += f"; {out['critical_batch_per_gpu']['data_parallel']:.4g} per GPU (C / node egress)"
         else:  # each chip of the slice or node has its own NIC

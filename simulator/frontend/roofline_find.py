@@ -43,3 +43,33 @@ def check_find(find: str | None, matmul: str | None) -> None:
         raise PodsimError(f"--find {find!r}; valid: {', '.join(FINDS)}")
     if not matmul:
         raise PodsimError("--find batch solves a matmul's batch: give --matmul B,K,N (B is the batch shown beside)")
+
+
+MAX_BATCHES = 1000  #: points one `--batches` list may hold
+
+
+def parse_batches(text: str) -> list[int]:
+    """``--batches 1,64,240`` as whole positive batches (at most `MAX_BATCHES` of them)."""
+    from simulator.units import parse_int
+
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts or len(parts) > MAX_BATCHES:
+        raise PodsimError(f"--batches {text!r} must list 1 to {MAX_BATCHES} batches, e.g. 1,16,64,240,1024")
+    return [parse_int(p, name="--batches", maximum=2**40) for p in parts]
+
+
+def batch_points(batches: list[int], k: int, n: int, act_bytes: int, weight_bytes: int, peak_flops_per_s: float,
+                 bandwidth_bytes_per_s: float) -> list[dict[str, Any]]:
+    """The roofline of a [B, K] x [K, N] matmul at each B (the points of the book's roofline question 3): FLOPs,
+    bytes (a B K + w K N + a B N), T_math and T_mem (s), the bound max of the two and the FLOP/s it achieves at
+    that bound (``flops_per_s`` = FLOPs / bound, at most the peak)."""
+    out = []
+    for b in batches:
+        flops = 2.0 * b * k * n
+        nbytes = act_bytes * b * (k + n) + weight_bytes * k * n
+        t_c, t_m = flops / peak_flops_per_s, nbytes / bandwidth_bytes_per_s
+        bound = max(t_c, t_m)
+        out.append({"batch": b, "flops": flops, "bytes": nbytes, "t_compute_s": t_c, "t_memory_s": t_m,
+                    "lower_bound_s": bound, "flops_per_s": flops / bound, "bound": "compute" if t_c >= t_m else
+                    "memory"})
+    return out

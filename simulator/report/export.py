@@ -37,8 +37,10 @@ def track_ids(spans: list[Span]) -> tuple[dict[Any, int], dict[tuple[Any, str], 
 def chrome_trace(trace: Trace, counters: bool = True) -> dict[str, Any]:
     """The trace as a Chrome trace-event document (``{"traceEvents": [...]}``), times in µs.
 
-    ``counters`` adds the memory and link counter tracks (see the module docstring).
+    ``counters`` adds the memory and link counter tracks (see the module docstring). A fast run's trace is
+    unfolded first (`Trace.whole`): every chip and link a representative stood for has its spans.
     """
+    trace = trace.whole()
     pids, tids = track_ids(trace.spans)
     pools = used_pools(trace) if counters else []
     for pool in pools:
@@ -146,7 +148,9 @@ def write_csv(trace: Trace, path: str | Path) -> Path:
 
 
 def write_csv_rows(trace: Trace, f: Any) -> None:
-    """The CSV of `write_csv` on the open text stream ``f`` (a file, or stdout)."""
+    """The CSV of `write_csv` on the open text stream ``f`` (a file, or stdout); a fast run's trace unfolded
+    (`Trace.whole`)."""
+    trace = trace.whole()
     writer = csv.writer(f)
     writer.writerow(CSV_COLUMNS)
     for s in trace.spans:

@@ -80,8 +80,10 @@ def gantt(trace: Trace, ax: Any = None, title: str = "", collapse: bool | None =
     its compute on the upper half and its data movement (HBM and links) on the lower half, so 64
     chips stay readable; where both halves are filled, compute and data movement overlap. Past
     `MAX_MEMORY_LANES` pools, or when collapsed, one memory lane per kind of pool shows the most any chip
-    holds at each time.
+    holds at each time. A fast run's trace is unfolded first (`Trace.whole`): every chip a representative stood
+    for is drawn computing.
     """
+    trace = trace.whole()
     spans = trace.spans
     if collapse is None:
         collapse = len({(s.chip, s.unit) for s in spans}) > MAX_LANES

@@ -137,6 +137,23 @@ def decode_flops(cfg: TransformerConfig, contexts: Sequence[int], new_tokens: in
             "attention_av_flops": per_source * sources, "flops": weights + 2 * per_source * sources}
 
 
+def params_by_part(cfg: TransformerConfig) -> dict[str, float]:
+    """Parameters by part (counts): every layer's attention (Q, K, V, O), MLPs (or experts, with the router),
+    norms, the embeddings; ``attention_fraction`` is attention over attention + MLP, the book's 4DNH / (4DNH +
+    3DF) (transformers, question 1: 1/4 for F = 4D and N H = D)."""
+    attention = cfg.n_layers * cfg.attention_params()
+    mlp = cfg.n_layers * (cfg.layer_params() - cfg.attention_params() - 2 * cfg.norm_params())
+    return {"attention": attention, "mlp": mlp, "norms": cfg.n_layers * 2 * cfg.norm_params() + cfg.norm_params(),
+            "embeddings": cfg.embedding_params(), "attention_fraction": attention / (attention + mlp)}
+
+
+def attention_equals_projections_context(cfg: TransformerConfig) -> float:
+    """Positions a token attends to where its attention FLOPs (QK^T and AV, 4 q S per layer) equal its Q, K, V
+    and O projections' (2 (2 D q + 2 D kv) per layer): S = D (1 + kv / q), the book's T = 2D for multi-head
+    attention (transformers, question 5: 8,192 for D = 4096)."""
+    return cfg.d_model * (1 + cfg.kv_width / cfg.q_width)
+
+
 def per_op_bound(flops: dict[str, float], par: Parallelism, weight_bytes: float, kv_bytes: float,
                  peak_flops_per_s: float, hbm_bytes_per_s: float) -> dict[str, Any]:
     """The step priced as the book (and a real kernel) does: each operation by its own roofline, then added.
@@ -207,8 +224,11 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     out = {
         "model": cfg.name, "chip": chip.name, "batch": batch, "context": contexts if len(set(contexts)) > 1 else
         contexts[0], "data": par.data, "model_parallel": par.model,
-        "params_total": cfg.params(), "params_active": cfg.params(active=True), "weight_bytes": weights,
-        "kv_cache_bytes": history, "kv_bytes_per_position": kv_pos, "kv_growth_bytes_per_step": growth,
+        "params_total": cfg.params(), "params_active": cfg.params(active=True),
+        "params_by_part": params_by_part(cfg),
+        "context_attention_equals_projections": attention_equals_projections_context(cfg),
+        "weight_bytes": weights, "kv_cache_bytes": history, "kv_bytes_per_position": kv_pos,
+        "kv_growth_bytes_per_step": growth,
         "weights_plus_kv_bytes": weights + history, "new_tokens": new_tokens,
         "flops_per_token": flops["flops"] / (batch * new_tokens), **flops,
         "flops_per_step": flops["flops"], "hbm_bytes_per_step": read + history + growth,

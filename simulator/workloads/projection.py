@@ -82,6 +82,12 @@ def abstract_budget(params: float, kv_bytes_per_token: float, chip: ChipSpec, ba
         "closed_form_note": "2 N FLOPs per token (attention FLOPs left out); HBM reads N b_w + B S K, writes B K per "
                             "new token",
     }
+    kv_read = (history + growth) / chips
+    per_op = {"weight_matmuls": (flops / chips, weights / model), "attention": (0.0, kv_read)}
+    out["per_op"] = {name: {"flops": f, "hbm_bytes": b, "t_compute_s": f / peak, "t_memory_s": b / bw,
+                            "bound_s": max(f / peak, b / bw), "bound": "compute" if f / peak >= b / bw else "memory"}
+                     for name, (f, b) in per_op.items()}
+    out["lower_bound_per_op_s"] = sum(op["bound_s"] for op in out["per_op"].values())
     if critical is None:
         out["critical_batch_note"] = ("no batch makes this step compute-bound at this context: each request adds "
                                       "more KV-cache reading time than compute time")

@@ -13,7 +13,6 @@ activations; the embedding lookup is free; a block never exceeds a third of VMEM
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +38,8 @@ from simulator.workloads.budget import (
 )
 from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for
 from simulator.workloads.pipeline import MAX_STEPS, Operand, Step, run_steps
-from simulator.workloads.plans.symmetry import Rerun, Symmetry
+from simulator.workloads.plans.reruns import Attempt, run_with_reruns
+from simulator.workloads.plans.symmetry import Symmetry
 from simulator.workloads.transformer import TransformerConfig
 
 VECTOR_OPS_PER_ELEMENT = 10  #: norms, residual adds, softmax, activation: a rough element-wise budget
@@ -133,6 +133,22 @@ def _blocks(op: LayerOp, layer: int, vmem: float) -> list[Step]:
     return steps
 
 
+class _StepRun:
+    """One attempt of `StepSimulation.run`, as `simulator.workloads.plans.reruns.run_with_reruns` drives it."""
+
+    def __init__(self, sim: StepSimulation, ops_per_group: list[list[LayerOp]], layer_of: list[int],
+                 attempt: Attempt) -> None:
+        self.step, self.args, self.attempt = sim, (ops_per_group, layer_of), attempt
+
+    @property
+    def sym(self) -> Any:
+        """The attempt's `Symmetry` (None: every chip ran)."""
+        return self.step.sym
+
+    def run(self) -> None:
+        self.step._run(*self.args, self.attempt)
+
+
 class StepSimulation:
     """One simulated step: the system, its per-chip step lists and the collectives between them.
 
@@ -143,6 +159,7 @@ class StepSimulation:
     """
 
     sym: Any = None
+    reruns: list[str] = []  #: the reruns `run` took (`simulator.workloads.plans.reruns`; set by each run)
 
     def __init__(self, cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, trace: bool,
                  calibrated: bool = False, topology: str | None = None, fast: bool = True) -> None:
@@ -174,19 +191,16 @@ class StepSimulation:
                               f"{MAX_STEPS:,} podsim simulates; use a shorter context, a smaller batch, more chips, "
                               "or --no-simulate for the closed forms alone")
         self._ops = (ops_per_group, layer_of)
-        quotients, replay, avoid = True, True, frozenset()
-        for attempt in range(4):  # a rerun where the symmetric run says it must (as `simulate_step`)
-            if attempt:
+        built = [False]  # the first attempt runs on the system built already; every rerun on a fresh one
+
+        def make(attempt: Attempt) -> _StepRun:
+            if built[0]:
                 self._build()
-            with contextlib.suppress(Rerun):  # a GPU node collective not equivariant under the step's group: mixed
-                self._run(ops_per_group, layer_of, quotients, replay, avoid)
-            sym = self.sym
-            if sym is None or not (sym.mixed or sym.replays.conflict):
-                break
-            quotients = quotients and not sym.mixed  # a class of links with and without quotients
-            if sym.replays.conflict:  # replays disturbed: without those, then (the last time) without any
-                avoid |= sym.replays.disturbed
-                replay = attempt < 2
+            built[0] = True
+            return _StepRun(self, ops_per_group, layer_of, attempt)
+
+        #: the reruns taken (`simulator.workloads.plans.reruns.REASONS`, in order)
+        self.reruns = run_with_reruns(make, Attempt(fast=self.fast)).reasons
 
     def ideal_bound(self) -> float:
         """Closed-form lower bound (seconds) on the ideal step of the ops last `run`, with no second simulation.
@@ -223,15 +237,14 @@ class StepSimulation:
             worst = max(worst, compute_end)
         return worst
 
-    def _run(self, ops_per_group: list[list[LayerOp]], layer_of: list[int], quotients: bool, replay: bool,
-             avoid: frozenset) -> None:
+    def _run(self, ops_per_group: list[list[LayerOp]], layer_of: list[int], attempt: Attempt) -> None:
         ops = ops_per_group[0]
         syncs = [i for i, u in enumerate(ops) if u.sync_bytes or u.grad_bytes]
         self.sym = None
-        if self.fast and self.mesh is not None and all(g == ops for g in ops_per_group):
+        if attempt.fast and self.mesh is not None and all(g == ops for g in ops_per_group):
             axes = [(a,) for a in ("model", "data") if self.mesh.size(a) > 1]
             sym = Symmetry(self.system, self.mesh, {c.index: 0 for c in self.system.chips}, True, True, axes,
-                           replay, avoid, quotients)
+                           attempt.replay, attempt.avoid, attempt.quotients, node_allowed=attempt.node_allowed)
             self.sym = sym if sym.active else None
         running = set(self.sym.chips()) if self.sym is not None else {c.index for c in self.system.chips}
         chips = [c for c in self.system.chips if c.index in running]

@@ -37,8 +37,9 @@ from simulator.workloads.plans.layout import MeshPlan, TrainOptions, check_train
 from simulator.workloads.plans.links import build_system
 from simulator.workloads.plans.memory import LOGIT_BYTES, per_chip_memory, saved_elements, stage_params
 from simulator.workloads.plans.ops import IN_TURN, Comm, Op, Work, head_work, in_turn, layer_work
+from simulator.workloads.plans.reruns import Attempt, run_with_reruns
 from simulator.workloads.plans.schedules import stage_layers, tasks, virtual_stage
-from simulator.workloads.plans.symmetry import Rerun, Symmetry
+from simulator.workloads.plans.symmetry import Symmetry
 from simulator.workloads.transformer import TransformerConfig
 
 
@@ -52,6 +53,7 @@ class TrainStep:
                  node_allowed: frozenset | None = None) -> None:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
+        self.reruns: list[str] = []  #: the reruns `simulate_step` took before this run (`plans.reruns.REASONS`)
         self.system, self.mesh = built or build_system(chip, plan, topology, trace, calibrated)
         if self.system.network is not None:  # every row carries the step's own groups: none is idle to borrow
             self.system.network.rows_in_use = True
@@ -321,43 +323,21 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
     translations (`simulator.collectives.quotient`; a step where some collectives of one class of links could not
     be reruns without). ``built``: a fresh (system, mesh) of `build_system`
     for the plan, with the same trace and calibrated settings, to run on instead of building one. A symmetric
-    run whose replayed collectives turned out not alone on their links (`Replays.conflict`) reruns without
-    replaying those (twice at most), then without replays."""
-    sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, built, replay,
-                    quotients=quotients)
-    measured = _run(sim)
-    shared = sim.sym.shared  # the collectives' plans: every rerun of the fast step reuses them
-    allowed = None
-    for _ in range(3):  # GPU nodes: the groups every collective seen is equivariant under, then none
-        if not sim.sym.mixed:
-            break
-        allowed = sim.sym.node_next if sim.sym.node_next and allowed != sim.sym.node_next else None
-        quotients = allowed is not None
-        sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
-                        quotients=quotients, shared=shared, node_allowed=allowed)
-        measured = _run(sim)
-    if sim.sym.mixed:
-        quotients, allowed = False, None
-        sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
-                        quotients=False, shared=shared)
-        measured = sim.run()
-    avoid: frozenset = frozenset()
-    for replay in (True, True, False):
-        if not sim.sym.replays.conflict or sim.sym.broken:
-            break
-        avoid |= sim.sym.replays.disturbed
-        sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast, replay=replay,
-                        avoid=avoid, quotients=quotients, shared=shared, node_allowed=allowed)
-        measured = sim.run()
-    if sim.sym.broken:
-        sim = TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast=False)
-        measured = sim.run()
-    return sim, measured
+    run that finds it must be rerun (quotients mixed, replays in conflict, chips unlike) is rerun by the rules of
+    `simulator.workloads.plans.reruns`, the one driver of reruns."""
+    first: list[TrainStep] = []  # the first run: every rerun of the fast step reuses its collectives' plans
 
+    def make(attempt: Attempt) -> TrainStep:
+        if not first:
+            first.append(TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, attempt.fast,
+                                   built, attempt.replay, quotients=attempt.quotients))
+            return first[0]
+        if not attempt.fast:
+            return TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast=False)
+        return TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, True,
+                         replay=attempt.replay, avoid=attempt.avoid, quotients=attempt.quotients,
+                         shared=first[0].sym.shared, node_allowed=attempt.node_allowed)
 
-def _run(sim: TrainStep) -> dict[str, Any] | None:
-    """``sim.run()``, or None where the run stopped to be rerun (`simulator.workloads.plans.symmetry.Rerun`)."""
-    try:
-        return sim.run()
-    except Rerun:
-        return None
+    outcome = run_with_reruns(make, Attempt(fast=fast, quotients=quotients, replay=replay))
+    outcome.run.reruns = outcome.reasons
+    return outcome.run, outcome.figures

@@ -194,8 +194,10 @@ class Symmetry(NodeQuotients):
         else:
             kwargs = {"groups": mine, "mode": "full"}
         plan = plan_collective(kind, system, nbytes, **kwargs)
-        return plan, kwargs, self._unsimulated(plan, len(stage_groups) / len(plan.groups) if
-                                               kwargs["mode"] == "full" else len(stage_groups)), close
+        # reduced asked for, but the algorithm auto chose does not declare it (`Capabilities.reduced`): it ran
+        # every group of the axes, and only the groups it did not run are unsimulated
+        return plan, kwargs, self._unsimulated(plan, len(stage_groups) if plan.reduced else
+                                               len(stage_groups) / len(plan.groups)), close
 
     def _links(self, plan: Any, q: Any) -> Any:
         """The links ``plan``'s transfers (or its quotient ``q``'s) cross, where its runs may be replayed
@@ -303,9 +305,12 @@ class Symmetry(NodeQuotients):
 
     # -- the whole system's figures --------------------------------------------------------------------
     def finish(self, trace: Any) -> None:
-        """Scale ``trace``'s counters from the representatives to every chip; check the transfers' arrivals."""
+        """Scale ``trace``'s counters from the representatives to every chip, and name the chips each representative
+        stood for (`Trace.chip_images`); check the transfers' arrivals."""
         if not self.active:
             return
+        trace.chip_images = {rep: [c for c in self.members[stage] if c != rep] for stage, rep in self.reps.items()
+                             if len(self.members[stage]) > 1}  # exports and pictures show every chip (`Trace.unfolded`)
         if self.node_action is not None:  # every link of a representative's orbit: its bytes and busy time
             from types import SimpleNamespace
 

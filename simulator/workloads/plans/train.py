@@ -77,9 +77,10 @@ def book_gpu_critical_batches(chip: ChipSpec, links: dict[str, AxisLink]) -> dic
     """The book's GPU rule (ch. gpus, "Data Parallelism") for the data and FSDP axes of a GPU mesh: C /
     W_collective tokens per GPU, W_collective the GPU's NVLink egress inside a node and the node's egress
     (GPUs of the node under the axis x one NIC each) across nodes: 990e12 / 450e9 = 2,200 and 990e12 / 400e9
-    = 2,475 on H100. podsim's ``critical_batch_per_chip`` is C / W with W what a large AllGather over both
-    levels achieves (the node and network rings one after the other): higher than the book's. Pure data
-    parallelism and FSDP only (the book's case): nothing where the mesh has other axes."""
+    = 2,475 on H100; ``data_small_x`` (``fsdp_small_x``) is the book's refinement for few nodes, alpha (X - 1) /
+    X over X nodes (1,237 for 2 H100 nodes). podsim's ``critical_batch_per_chip`` is C / W with W what a large
+    AllGather over both levels achieves (the node and network rings one after the other): higher than the
+    book's. Pure data parallelism and FSDP only (the book's case): nothing where the mesh has other axes."""
     if chip.wraparound != "switch" or set(links) - {"data", "fsdp"}:
         return {}
     out = {}
@@ -91,6 +92,8 @@ def book_gpu_critical_batches(chip: ChipSpec, links: dict[str, AxisLink]) -> dic
             if inner:
                 w = min(w, min(st.bandwidth_bytes_per_s for st in inner))
             out[axis] = chip.peak_flops_per_s() / w
+            if inner and slow.length > 1:  # "What happens when X is small?": the ring's (X - 1) / X over X nodes
+                out[f"{axis}_small_x"] = out[axis] * (slow.length - 1) / slow.length
     return out
 
 

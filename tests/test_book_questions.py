@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROW = re.compile(r"^\| (\d+) \| (\w+) \| (.+?) \| (`podsim (.+?)`|—) \| (\S+) \| (\S*) \| (\S*) \| (.+) \|$", re.M)
+ROW = re.compile(r"^\| (\d+) \| ([\w-]+) \| (.+?) \| (`podsim (.+?)`|—) \| (\S+) \| (\S*) \| (\S*) \| (.+) \|$", re.M)
 ROWS = ROW.findall((ROOT / "docs" / "book.md").read_text())
 RUN = [r for r in ROWS if r[4]]
 SLOW = ("superpod",)  #: commands of a thousand GPUs: a few seconds each, run as benchmarks
@@ -43,7 +43,17 @@ def test_the_page_covers_every_chapter_and_agrees_with_its_generator():
         assert (book is None) == (row[6] == "")
         if book is not None:
             assert float(row[6]) == pytest.approx(book, rel=1e-3)
-    assert sum(r[8].startswith("match") for r in ROWS) >= 45
+    assert sum(r[8].startswith("match") for r in ROWS) >= 75
+
+
+def test_the_pages_counts_are_its_rows():
+    text = (ROOT / "docs" / "book.md").read_text()
+    counts = re.search(r"(\d+) questions: (\d+) match, (\d+) differ with a documented reason, (\d+) are not", text)
+    assert counts, "the page's summary line is missing"
+    verdicts = [r[8] for r in ROWS]
+    assert [int(c) for c in counts.groups()] == [len(ROWS), sum(v.startswith("match") for v in verdicts),
+                                                sum(v.startswith("differs") for v in verdicts),
+                                                sum(v.startswith("not expressible") for v in verdicts)]
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, marks=pytest.mark.benchmark) if any(s in r[4] for s in SLOW)

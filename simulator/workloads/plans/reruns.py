@@ -1,0 +1,115 @@
+"""The one driver of a fast step's reruns: when a symmetric run must be run again, and how.
+
+A fast step (`simulator.workloads.plans.symmetry.Symmetry`) runs representatives and trusts three things
+it can only check as it goes; each, found false, asks for a rerun, and this module is the only place that
+decides the next attempt. Both fast steps use it: the training step (`simulator.workloads.plans.step.
+simulate_step`) and the inference / simple training step (`simulator.workloads.simulate.StepSimulation.run`).
+
+The rules, in order (each rerun starts from a fresh system; every figure of the last run is the answer):
+
+1. ``mixed`` (`Symmetry.mixed`): a class of links ran some collectives on a quotient and some not, or (GPU
+   nodes, `simulator.workloads.plans.node_quotients`) a collective was not equivariant under the step's
+   group (the run stopped early, `Rerun`). Rerun with the quotient groups every collective seen was
+   equivariant under (``node_next``), up to `MIXED_TRIES` times, then without quotients.
+2. ``conflict`` (`simulator.workloads.plans.replay.Replays.conflict`): a replayed collective turned out not
+   alone on its links. Rerun without replaying those (``avoid``), twice, then without replays.
+3. ``broken`` (`Symmetry.broken`): a stage's chips turned out unlike. Rerun exactly (``fast=False``: every
+   chip); a broken run is not rerun for a conflict first, since the exact run has no replays.
+
+Every rerun gives the exact run's figures (tests/test_reruns.py holds each reason's fast run against an
+exact one); the reasons taken are returned, in order, for tests and reports.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
+
+from simulator.workloads.plans.symmetry import Rerun
+
+MIXED_TRIES = 3  #: reruns with narrower quotient groups before running without quotients
+CONFLICT_TRIES = 3  #: reruns for replay conflicts: two avoiding the disturbed replays, the last without any
+REASONS = ("mixed", "unquotiented", "conflict", "broken")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """How one run of a step is set up: ``fast`` (representatives), ``quotients`` (collectives on quotients),
+    ``replay`` (repeated collectives replayed), ``avoid`` (replays not to take), ``node_allowed`` (GPU
+    nodes: the quotient groups allowed; None: any)."""
+
+    fast: bool = True
+    quotients: bool = True
+    replay: bool = True
+    avoid: frozenset = frozenset()
+    node_allowed: frozenset | None = None
+
+
+class FastRun(Protocol):
+    """One run of a step: ``run()`` gives its figures (or raises `Rerun`), then ``sym`` says what it found
+    (None, or an inactive `Symmetry`: every chip ran, nothing to rerun)."""
+
+    sym: Any
+
+    def run(self) -> Any: ...
+
+
+R = TypeVar("R", bound=FastRun)
+
+
+@dataclass
+class Outcome:
+    """The last run, its figures, and the rerun reasons taken (of `REASONS`, in order)."""
+
+    run: Any
+    figures: Any
+    reasons: list[str]
+
+
+def _flag(sym: Any, name: str) -> bool:
+    return bool(sym is not None and getattr(sym, "active", True) and getattr(sym, name))
+
+
+def _conflict(sym: Any) -> bool:
+    return bool(sym is not None and getattr(sym, "active", True) and sym.replays.conflict)
+
+
+def run_with_reruns(make: Callable[[Attempt], R], first: Attempt = Attempt()) -> Outcome:
+    """Run ``make(first)``, then rerun by the module's rules until a run needs none; ``make`` builds a fresh
+    run (on a fresh system) for an attempt. A `Rerun` raised by the first run or a ``mixed`` rerun with
+    quotients stops that run (``mixed``); raised by any other run it is a bug, and propagates."""
+    reasons: list[str] = []
+
+    def go(attempt: Attempt, stop: bool = False) -> tuple[R, Any]:
+        sim = make(attempt)
+        if not stop:
+            return sim, sim.run()
+        try:
+            return sim, sim.run()
+        except Rerun:  # stopped early: ``mixed`` says so, and the next attempt narrows the quotients
+            return sim, None
+
+    attempt = first
+    sim, figures = go(attempt, stop=True)
+    for _ in range(MIXED_TRIES):
+        if not _flag(sim.sym, "mixed"):
+            break
+        reasons.append("mixed")
+        node_next = sim.sym.node_next
+        allowed = node_next if node_next and attempt.node_allowed != node_next else None
+        attempt = replace(attempt, quotients=allowed is not None, node_allowed=allowed)
+        sim, figures = go(attempt, stop=attempt.quotients)
+    if _flag(sim.sym, "mixed"):
+        reasons.append("unquotiented")
+        attempt = replace(attempt, quotients=False, node_allowed=None)
+        sim, figures = go(attempt)
+    for tries in range(CONFLICT_TRIES):
+        if not _conflict(sim.sym) or _flag(sim.sym, "broken"):
+            break
+        reasons.append("conflict")
+        attempt = replace(attempt, replay=tries < CONFLICT_TRIES - 1, avoid=attempt.avoid | sim.sym.replays.disturbed)
+        sim, figures = go(attempt)
+    if _flag(sim.sym, "broken"):
+        reasons.append("broken")
+        sim, figures = go(Attempt(fast=False))
+    return Outcome(sim, figures, reasons)
