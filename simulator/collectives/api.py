@@ -383,6 +383,38 @@ def _run(kind: str, system: System, nbytes: float | None, aggregate: bool, kwarg
         note=fault_routes.fault_note(system, plan, link_bytes))
 
 
+def ideal_closed_form(kind: str, system: Any, nbytes: float, *, axes: Sequence[Any] | None = None,
+                      algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None,
+                      root: Any = None, mesh: Any = None, rings: int | None = None) -> dict[str, Any]:
+    """The ideal figures of a collective without simulating it: on ``system`` (ideal links) the algorithm the
+    tuner picks by closed form, that closed form (``time_s``, seconds) and the topology's lower bound
+    (``topology_bound_s``), with the group's size and count. Bounds, not forecasts: ``podsim collective
+    --calibrated`` prints them beside its one (calibrated) simulation. Arguments as `run_collective`."""
+    net = system.network
+    if net is None:
+        raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
+    if kind not in KINDS:
+        raise PodsimError(f"unknown collective {kind!r}; valid kinds: {', '.join(KINDS)}")
+    if algorithm != AUTO:
+        get_algorithm(algorithm)
+    groups = collective_groups(net, axes, mesh)
+    root_pos = root_position(groups, root)
+    group = groups[0]
+
+    def make_job(chosen: Algorithm | None) -> Job:
+        return _job(chosen, kind, net, groups, nbytes, None, multi_axis, chunks, root_pos, rings, axes, mesh)
+
+    if group.n <= 1:
+        return {"time_s": 0.0, "algorithm": None, "topology_bound_s": 0.0, "group_size": group.n,
+                "groups": len(groups), "algbw_bytes_per_s": 0.0, "busbw_bytes_per_s": 0.0}
+    choice = tune(algorithm, kind, net, groups, make_job, None, None)
+    time_s = choice.algorithm.closed_form(choice.job)
+    algbw, busbw = analytic.bus_bandwidth(kind, choice.job.nbytes, time_s, group.n) if time_s > 0 else (0.0, 0.0)
+    return {"time_s": time_s, "algorithm": choice.algorithm.name,
+            "topology_bound_s": topology_bound(kind, net, groups, choice.job.nbytes, root_pos),
+            "group_size": group.n, "groups": len(groups), "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": busbw}
+
+
 def _analytic_s(plan: CollectivePlan) -> float:
     """The closed form of the algorithm run: with a protocol, as the tuner priced it (calibrated links)."""
     if plan.protocol is None:

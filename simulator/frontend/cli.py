@@ -265,25 +265,21 @@ def cmd_collective(args: argparse.Namespace) -> None:
         nbytes, axes, _ = array
     chunks = None if args.chunks is None else _parse_count(args.chunks, "--chunks")
     root = _root(system.graph, args.root)
-    r = run_collective(args.kind, system, nbytes, axes=axes, algorithm=args.algorithm, multi_axis=args.multi_axis,
-                       chunks=chunks, root=root, mode=args.mode)
     params = {"kind": args.kind, "chip": system.spec.name, "topology": args.topology, "bytes": nbytes,
               "axes": axes, "algorithm": args.algorithm, "multi_axis": args.multi_axis, "chunks": chunks,
               "switching": args.switching, "mode": args.mode, "protocol": protocol}
-    extra = r.to_json()
+    shard: dict[str, Any] = {}
     if array is not None:
         fig = array[2]
         params.update(array=fig["array"], sharding=fig["spec"], mesh=fig["mesh"])
-        extra["bytes_per_device"] = fig["bytes_per_device"]
-    extra.update(_book_levels(args.kind, system, r))
-    if args.calibrated:
-        cal = run_collective(args.kind, _system(args, calibrated=True), nbytes, axes=axes, algorithm=args.algorithm,
-                             multi_axis=args.multi_axis, chunks=chunks, root=root, mode=args.mode, protocol=protocol)
-        extra.update(calibrated_time_s=cal.time_s, calibrated_algbw_bytes_per_s=cal.algbw_bytes_per_s,
-                     calibrated_busbw_bytes_per_s=cal.busbw_bytes_per_s, calibrated_algorithm=cal.algorithm,
-                     calibrated_protocol=cal.protocol, calibrated_alternatives=cal.alternatives)
-        if cal.nccl is not None:  # calibrated GPU systems: what stock NCCL would run, and why
-            extra["calibrated_nccl"] = cal.nccl
+        shard["bytes_per_device"] = fig["bytes_per_device"]
+    if args.calibrated:  # ONE simulation (the calibrated one); the ideal figures are closed forms
+        _collective_calibrated(args, params, system, nbytes, axes, chunks, root, protocol, shard)
+        return
+    r = run_collective(args.kind, system, nbytes, axes=axes, algorithm=args.algorithm, multi_axis=args.multi_axis,
+                       chunks=chunks, root=root, mode=args.mode)
+    extra = r.to_json()
+    extra.update(shard, **_book_levels(args.kind, system, r), ideal_from="simulation", simulated_run="ideal")
     from simulator.report.sanity import collective_per_chip_bytes, over_hbm
 
     warnings = over_hbm(f"the array one chip holds ({args.kind} of V = {format_quantity(nbytes, 'B')} over "
@@ -318,13 +314,50 @@ def cmd_collective(args: argparse.Namespace) -> None:
     assert r.algbw_bytes_per_s is not None and r.busbw_bytes_per_s is not None  # more than one chip
     print(f"  algbw {format_quantity(r.algbw_bytes_per_s, 'B/s')}, busbw {format_quantity(r.busbw_bytes_per_s, 'B/s')}"
           f", busiest link carried {format_quantity(r.max_link_bytes, 'B')}")
-    if args.calibrated:
-        print(f"  forecast (calibrated) {format_quantity(extra['calibrated_time_s'], 's')}, busbw "
-              f"{format_quantity(extra['calibrated_busbw_bytes_per_s'], 'B/s')} (fitted efficiencies; algorithm "
-              f"{extra['calibrated_algorithm']}" + (f", NCCL protocol {extra['calibrated_protocol']})"
-                                                     if extra["calibrated_protocol"] else ")"))
-        if extra.get("calibrated_nccl"):
-            print(f"  chosen as NCCL would: {extra['calibrated_nccl']['reason']}")
+
+
+def _collective_calibrated(args: argparse.Namespace, params: dict[str, Any], system: Any, nbytes: float,
+                           axes: Any, chunks: Any, root: Any, protocol: str, shard: dict[str, Any]) -> None:
+    """`podsim collective --calibrated`: simulate the calibrated collective once; the ideal figures beside it
+    come from `simulator.collectives.api.ideal_closed_form` on the ideal system (no second simulation)."""
+    from simulator.collectives import run_collective
+    from simulator.collectives.api import ideal_closed_form
+
+    ideal = ideal_closed_form(args.kind, system, nbytes, axes=axes, algorithm=args.algorithm,
+                              multi_axis=args.multi_axis, chunks=chunks, root=root)
+    cal_system = _system(args, calibrated=True)
+    cal = run_collective(args.kind, cal_system, nbytes, axes=axes, algorithm=args.algorithm,
+                         multi_axis=args.multi_axis, chunks=chunks, root=root, mode=args.mode, protocol=protocol)
+    extra: dict[str, Any] = {
+        "time_s": ideal["time_s"], "analytic_s": ideal["time_s"], "topology_bound_s": ideal["topology_bound_s"],
+        "algorithm": ideal["algorithm"], "group_size": ideal["group_size"], "groups": ideal["groups"],
+        "algbw_bytes_per_s": ideal["algbw_bytes_per_s"], "busbw_bytes_per_s": ideal["busbw_bytes_per_s"],
+        "ideal_from": "closed form", "simulated_run": "calibrated", "mode": cal.mode,
+        "calibrated_time_s": cal.time_s, "calibrated_algbw_bytes_per_s": cal.algbw_bytes_per_s,
+        "calibrated_busbw_bytes_per_s": cal.busbw_bytes_per_s, "calibrated_algorithm": cal.algorithm,
+        "calibrated_protocol": cal.protocol, "calibrated_alternatives": cal.alternatives,
+        "calibrated_max_link_bytes": cal.max_link_bytes, **shard}
+    if cal.nccl is not None:  # calibrated GPU systems: what stock NCCL would run, and why
+        extra["calibrated_nccl"] = cal.nccl
+    result = Result("collective", params, cal_system.metrics(), extra=extra, trace=cal_system.trace,
+                    headline=f"{args.kind} of {format_quantity(nbytes, 'B')} on {args.topology}")
+    write_outputs(result, args)
+    if args.json:
+        print(result.dumps())
+        return
+    print(f"{result.headline} ({ideal['group_size']} devices per group, {ideal['groups']} group(s); one simulation, "
+          f"the calibrated one, {cal.mode})")
+    busbw = "" if cal.busbw_bytes_per_s is None else f", busbw {format_quantity(cal.busbw_bytes_per_s, 'B/s')}"
+    print(f"  forecast (calibrated, simulated) {format_quantity(cal.time_s, 's')}{busbw} (fitted efficiencies; "
+          f"algorithm {cal.algorithm}"
+          + (f", NCCL protocol {cal.protocol})" if cal.protocol else ")"))
+    if cal.nccl is not None:
+        print(f"  chosen as NCCL would: {cal.nccl['reason']}")
+    if ideal["algorithm"] is not None:
+        print(f"  ideal, closed form {format_quantity(ideal['time_s'], 's')} (algorithm {ideal['algorithm']} on ideal "
+              f"peak links; not simulated)")
+        print(f"  topology bound {format_quantity(ideal['topology_bound_s'], 's')} (no algorithm can be faster here)")
+    print("".join(f"  note: {note}\n" for note in system.notes), end="")
 
 
 def _book_levels(kind: str, system: System, r: Any) -> dict[str, Any]:

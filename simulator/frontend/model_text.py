@@ -29,9 +29,10 @@ def print_model(out: dict[str, Any]) -> None:
     print(f"  per step {out['flops_per_step'] / 1e9:.3f} GFLOP, {out['hbm_read_bytes_per_step'] / 1e9:.3f} GB read")
     print(f"  per chip: compute {format_quantity(out['t_compute_s'], 's')}, memory "
           f"{format_quantity(out['t_memory_s'], 's')} -> {out['bound']}-bound"
-          + (f"; simulated step, bound (ideal peak) {format_quantity(out['step_time_s'], 's')}" if out["step_time_s"]
-             else "")
-          + (f"; forecast ({'calibrated kernels' if 'served' in out else 'calibrated'}) "
+          + (f"; {'closed-form' if out.get('ideal_from') == 'closed form' else 'simulated'} step, bound (ideal peak) "
+             f"{format_quantity(out['step_time_s'], 's')}" if out["step_time_s"] else "")
+          + (f"; forecast ({'calibrated kernels' if 'served' in out else 'calibrated'}"
+             f"{', the one simulated run' if out.get('simulated_run') == 'calibrated' else ''}) "
              f"{format_quantity(out['calibrated_step_time_s'], 's')}" if "calibrated_step_time_s" in out else ""))
     if "lower_bound_per_op_s" in out:
         ops = ", ".join(f"{name.replace('_', ' ')} {format_quantity(op['bound_s'], 's')} ({op['bound']})"

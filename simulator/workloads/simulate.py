@@ -190,6 +190,7 @@ class StepSimulation:
             raise PodsimError(f"this step streams {blocks:,} VMEM-sized blocks per model group, more than the "
                               f"{MAX_STEPS:,} podsim simulates; use a shorter context, a smaller batch, more chips, "
                               "or --no-simulate for the closed forms alone")
+        self._ops = (ops_per_group, layer_of)
         built = [False]  # the first attempt runs on the system built already; every rerun on a fresh one
 
         def make(attempt: Attempt) -> _StepRun:
@@ -200,6 +201,42 @@ class StepSimulation:
 
         #: the reruns taken (`simulator.workloads.plans.reruns.REASONS`, in order)
         self.reruns = run_with_reruns(make, Attempt(fast=self.fast)).reasons
+
+    def ideal_bound(self) -> float:
+        """Closed-form lower bound (seconds) on the ideal step of the ops last `run`, with no second simulation.
+
+        Per data group, the double-buffered block pipeline's max-plus recurrence
+        (`simulator.analytic.pipeline_time_blocks`) at peak rates: load = streamed bytes / HBM bandwidth, compute
+        = padded FLOPs / MXU peak + vector FLOPs / VPU peak; after an op with ``sync_bytes`` the next compute
+        waits a model-axis AllReduce of at least V / (the chip's ingress bandwidth) (every chip must receive
+        one element per position of the reduced array, whatever the algorithm). Stores, latencies, link
+        contention and the background data-axis AllReduces are left out, so the bound is at most the ideal
+        simulated step and equals it for one chip without stores (the simulation is then exactly this
+        recurrence). A bound, not a forecast.
+        """
+        ops_per_group, layer_of = self._ops
+        spec, vmem = self.spec, self.spec.vmem_capacity_bytes
+        graph = self.system.graph
+        chip0 = self.system.chips[0].index
+        ingress = 0.0 if graph is None else sum(d.get("bandwidth_bytes_per_s", 0.0)
+                                                for _u, _v, d in graph.in_edges(chip0, data=True))
+        worst = 0.0
+        for ops in ops_per_group:
+            load_end, compute_end = 0.0, 0.0
+            history: list[float] = []  # compute ends, for the buffer slots
+            for i, op in enumerate(ops):
+                blocks = _blocks(op, layer_of[i], vmem)
+                for j, step in enumerate(blocks):
+                    load = sum(o.nbytes for o in step.operands) / spec.hbm_bandwidth_bytes_per_s
+                    compute = step.flops / spec.peak_flops_per_s(step.dtype) + step.vector_flops / spec.vpu_flops_per_s
+                    slot_free = history[-2] if len(history) >= 2 else 0.0
+                    load_end = max(load_end, slot_free) + load
+                    compute_end = max(load_end, compute_end) + compute
+                    history.append(compute_end)
+                    if j == len(blocks) - 1 and op.sync_bytes and self.par.model > 1 and ingress > 0:
+                        compute_end += op.sync_bytes / ingress  # the next op's compute waits the AllReduce
+            worst = max(worst, compute_end)
+        return worst
 
     def _run(self, ops_per_group: list[list[LayerOp]], layer_of: list[int], attempt: Attempt) -> None:
         ops = ops_per_group[0]

@@ -8,6 +8,21 @@ from typing import Any
 
 from simulator.collectives.quotient import quotient
 
+#: the last fabric's symmetry groups (`NodeQuotients._candidates`), by `fabric_key`: they hold no channels (a
+#: step's reruns on fresh systems reuse them already), so a later step on an identical fabric can too
+_CANDIDATES: dict[tuple, list[Any]] = {}
+
+
+def fabric_key(net: Any) -> tuple | None:
+    """A key equal for networks whose graphs are identical (graph attributes, nodes, every link and its
+    attributes) and unfaulted; None for a faulted network (its groups are none anyway, and not kept)."""
+    if net.faulted:
+        return None
+    graph = net.graph
+    links = sorted((repr(u), repr(v), repr(sorted(d.items()))) for u, v, d in graph.edges(data=True))
+    nodes = sorted((repr(n), repr(sorted(d.items()))) for n, d in graph.nodes(data=True))
+    return repr(sorted(graph.graph.items(), key=repr)), tuple(nodes), tuple(links), repr(net.shape)  # exact, no hash
+
 
 class Rerun(Exception):  # noqa: N818  (not an error: a signal)
     """Raised inside a fast step that must be rerun anyway (`Symmetry.mixed` on GPU nodes): the caller reruns it
@@ -55,9 +70,16 @@ class NodeQuotients:
 
             net, allowed = self.system.network, self.node_allowed
             every = self.shared.get(("node candidates",))
-            if every is None:
-                every = self.shared[("node candidates",)] = sorted(
-                    itertools.chain(node_actions(net), block_actions(net), slice_actions(net)), key=lambda a: -a.order)
+            if every is None:  # of the same fabric as an earlier step's (a plan's finalists): those, else built
+                key = fabric_key(net)
+                every = _CANDIDATES.get(key) if key is not None else None
+                if every is None:
+                    every = sorted(itertools.chain(node_actions(net), block_actions(net), slice_actions(net)),
+                                   key=lambda a: -a.order)
+                    if key is not None:
+                        _CANDIDATES.clear()  # one fabric kept: bounded memory
+                        _CANDIDATES[key] = every
+                self.shared[("node candidates",)] = every
             self._node_candidates = [a for a in every if allowed is None or a.name in allowed]
         return self._node_candidates
 

@@ -56,6 +56,12 @@ class Pricer:
         self._layouts: dict[str, Layout | None] = {}
         self._nets: dict[str, Network] = {}  #: a graph's network, to route its collectives on (`links.Tuned`)
         self._tuned: dict[Any, Any] = {}  #: `links.Tuned`'s cache, shared by every mesh
+        #: layer_work and train_memory by the plan and the option fields each reads (`_work_key`, `_memory_key`):
+        #: a layout's option sets differ in fields one of them ignores (the schedule, for layer_work), and
+        #: both return frozen or fresh values, so a cached one is the same answer
+        self._work: dict[Any, Any] = {}
+        self._memory: dict[Any, tuple[float, bool]] = {}
+        self._cached_plan = ""
         self.flops = model_flops(cfg, batch, seq)
 
     def graph(self, spec: str) -> nx.DiGraph:
@@ -98,7 +104,15 @@ class Pricer:
         if layout is None:
             return None
         cfg, chip = self.cfg, self.chip
-        layer = layer_work(cfg, chip, plan, opts, self.batch, self.seq)
+        plan_key = plan.text + repr(sorted(plan.placement.items()))
+        if plan_key != self._cached_plan:  # one layout's option sets at a time (`search.best_options`): bounded
+            self._work.clear()
+            self._memory.clear()
+            self._cached_plan = plan_key
+        work_key = (plan_key, opts.microbatches, opts.checkpoint, opts.zero, opts.tp_overlap, opts.sequence_attention)
+        layer = self._work.get(work_key)
+        if layer is None:
+            layer = self._work[work_key] = layer_work(cfg, chip, plan, opts, self.batch, self.seq)
         head_f, head_b, head_grad = head_work(cfg, chip, plan, opts, self.batch, self.seq)
         act = self.batch / (plan.batch_ways * opts.microbatches) * self.seq / plan.size("sequence") * \
             cfg.d_model * cfg.act_elem_bytes
@@ -106,13 +120,18 @@ class Pricer:
         closed = train_estimate(chip, plan, opts, layer, cfg.n_layers, (head_f, head_b), layout.links,
                                 layout.p2p_s(act) if plan.size("pipeline") > 1 else 0.0, dense + expert, head_grad,
                                 cfg.weight_elem_bytes)
-        memory = train_memory(cfg, chip, plan, opts, self.batch, self.seq)
+        memory_key = (plan_key, opts.microbatches, opts.schedule, opts.chunks, opts.checkpoint, opts.zero,
+                      opts.master_copy, opts.reshard_after_forward)
+        memory = self._memory.get(memory_key)
+        if memory is None:
+            whole = train_memory(cfg, chip, plan, opts, self.batch, self.seq)
+            memory = self._memory[memory_key] = (whole["memory_per_chip_bytes"], whole["fits"])
         step = closed["step_time_s"]
         return {"step_time_s": step, "closed_form_s": step, "closed_form": closed,
                 "mfu": self.flops / (plan.chips * chip.peak_flops_per_s() * step),
                 "tokens_per_s": self.batch * self.seq / step, "exposed_comm_s": closed["exposed_comm_s"],
-                "bubble_fraction": closed["bubble_fraction"], "memory_per_chip_bytes": memory["memory_per_chip_bytes"],
-                "fits": memory["fits"], "topology": layout.topology}
+                "bubble_fraction": closed["bubble_fraction"], "memory_per_chip_bytes": memory[0],
+                "fits": memory[1], "topology": layout.topology}
 
 
 def _routes(graph: nx.DiGraph, mesh: Any, plan: MeshPlan) -> list[tuple[float, float]]:
