@@ -22,7 +22,6 @@ from simulator.collectives.schedule import Schedule
 from simulator.collectives.timing import ring_links
 from simulator.engine.network import Network
 
-
 PRICED_TRANSFERS = 16_384  #: most transfers a calibrated broadcast's pieces may make (`priced_chunks`)
 
 
