@@ -89,6 +89,7 @@ class Job:
     unit_bytes: float = 1.0  #: bytes of one unit of `simulator.collectives.layout` (an element, or a byte)
     layout: Any = None  #: ring kinds: the `simulator.collectives.layout.Layout` `Algorithm.prepare` chose
     cache: dict[Any, Any] = field(default_factory=dict)  #: closed-form pieces an algorithm keeps between calls
+    auto_chunks: bool = False  #: ``chunks`` was the algorithm's default (the caller gave none; timing mode)
 
     @property
     def group(self) -> Group:
@@ -126,6 +127,11 @@ class Algorithm:
         """Pieces the array is cut into when the caller does not say (``chunks=None``); ``nbytes`` is None
         in numeric mode. One unless the algorithm pipelines (`simulator.collectives.spanning_trees`)."""
         return 1
+
+    def priced_chunks(self, job: Job) -> int | None:
+        """Pieces that minimise this algorithm's closed form on ``job``'s network (whose links a calibrated
+        protocol has priced), where it pipelines pieces and ``job.auto_chunks``; None: keep ``job.chunks``."""
+        return None
 
     def build(self, job: Job, schedule: Schedule) -> None:
         """Add the transfers of ``job`` to ``schedule``."""

@@ -106,8 +106,8 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
     group = groups[0]
     root_pos = root_position(groups, root)
 
-    def make_job(chosen: Algorithm | None) -> Job:
-        return _job(chosen, kind, net, groups, nbytes, data, multi_axis, chunks, root_pos, rings, axes, mesh)
+    def make_job(chosen: Algorithm | None, pieces: int | None = chunks) -> Job:
+        return _job(chosen, kind, net, groups, nbytes, data, multi_axis, pieces, root_pos, rings, axes, mesh)
 
     if group.n <= 1:
         job = make_job(None)
@@ -120,6 +120,10 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
         choice, route = _round_faults(system, choice, kind, axes, root, algorithm, nbytes, data, multi_axis,
                                       chunks, rings)
     job = choice.job
+    if price is not None and choice.protocol is not None:  # pieces as the chosen protocol's links pipeline them
+        pieces = protocols.protocol_chunks(system.calibration, choice.algorithm, job, choice.protocol)
+        if pieces is not None and pieces != job.chunks:
+            job = make_job(choice.algorithm, pieces)
     job.reduced = _use_reduced(mode, eligible, choice.algorithm, algorithm == AUTO)
     schedule = Schedule(job.key_bytes)
     direct = direct_quotient and mode == "auto" and data is None and choice.algorithm.capabilities.direct_quotient
@@ -244,12 +248,14 @@ def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group],
     if nbytes is None:
         raise PodsimError("give nbytes (the collective's array size in bytes) or data")
     check_bytes(nbytes, name="nbytes", allow_zero=False)
+    auto_chunks = chunks is None and data is None
     if chunks is None:
         chunks = chosen.default_chunks(kind, net, groups, nbytes) if chosen is not None else 1
     n_keys = payload.n_keys(kind, group.n, parts, chunks)
     key_bytes = math.ceil(nbytes / n_keys) if data is None else nbytes / n_keys  # whole bytes per key
     job = Job(kind, net, groups, [groups], parts, chunks, root_pos, key_bytes, numeric=data is not None,
-              nbytes=nbytes, multi_axis=multi_axis, shard_units=shard_units, unit_bytes=unit_bytes)
+              nbytes=nbytes, multi_axis=multi_axis, shard_units=shard_units, unit_bytes=unit_bytes,
+              auto_chunks=auto_chunks)
     if chosen is None:
         return job
     job.rings = nic_rings(net, groups, rings, data, axes, mesh) if chosen.nic_rings else [groups]

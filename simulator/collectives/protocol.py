@@ -140,11 +140,26 @@ def calibrated_price(calibration: Any, asked: str = AUTO) -> Callable[[Any, Any]
             key = (name, algorithm.name if fitted_apart(calibration, algorithm.name) else "")
             if key not in views:
                 views[key] = priced_view(job.net, fraction, latency)
-            times[name] = launch + algorithm.closed_form(_on(job, views[key]))
+            times[name] = launch + algorithm.closed_form(_pieced(algorithm, _on(job, views[key])))
         best = min(times, key=lambda n: (times[n], list(PROTOCOLS).index(n)))
         return times[best], best, times
 
     return price
+
+
+def _pieced(algorithm: Any, job: Any) -> Any:
+    """``job`` cut into the pieces that pipeline best on its (priced) network (`Algorithm.priced_chunks`)."""
+    pieces = algorithm.priced_chunks(job)
+    if pieces is None or pieces == job.chunks:
+        return job
+    return replace(job, chunks=pieces, key_bytes=job.key_bytes * job.chunks / pieces, cache={})
+
+
+def protocol_chunks(calibration: Any, algorithm: Any, job: Any, protocol: str) -> int | None:
+    """Pieces ``algorithm`` cuts ``job``'s array into under ``protocol`` (as `calibrated_price` priced it), or
+    None where it keeps ``job.chunks``."""
+    fraction, latency, _ = link_settings(calibration, job.nbytes, algorithm.name, protocol)
+    return algorithm.priced_chunks(_on(job, priced_view(job.net, fraction, latency)))
 
 
 def _on(job: Any, view: Any) -> Any:

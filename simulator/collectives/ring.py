@@ -10,6 +10,8 @@ algorithm (``fallback``) there.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from simulator.collectives import all_to_all, broadcast, multi_axis
@@ -19,6 +21,8 @@ from simulator.collectives.layout import RING_KINDS
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.timing import ring_links
 from simulator.engine.network import Network
+
+PRICED_TRANSFERS = 16_384  #: most transfers a calibrated broadcast's pieces may make (`priced_chunks`)
 
 
 class RingAlgorithm(Algorithm):
@@ -133,6 +137,24 @@ class RingAlgorithm(Algorithm):
         """AllGather, ReduceScatter, AllReduce: cut the array into the parts of the fastest multi-axis plan."""
         if job.kind in RING_KINDS:
             multi_axis.prepare(job, self.on_axis)
+
+    def priced_chunks(self, job: Job) -> int | None:
+        """Broadcast with the default pieces: the power of two (up to `PRICED_TRANSFERS` transfers) that
+        minimises `broadcast.closed_form` on the job's links, as NCCL pipelines a ring broadcast in chunks."""
+        if job.kind != "broadcast" or not job.auto_chunks or job.numeric:
+            return None
+        per_piece = (job.group.n - 1) * len(job.groups) * len(job.rings)
+        if per_piece <= 0:
+            return None
+        whole = job.key_bytes * job.chunks  # one ring's array
+        best: tuple[float, int] | None = None
+        c = 1
+        while c * per_piece <= PRICED_TRANSFERS or c == 1:
+            t = broadcast.closed_form(replace(job, chunks=c, key_bytes=whole / c, cache={}), self.on_axis)
+            if best is None or t < best[0]:
+                best = (t, c)
+            c *= 2
+        return best[1] if best else None
 
     def build(self, job: Job, schedule: Schedule) -> None:
         pattern = {"all_to_all": all_to_all.build, "broadcast": broadcast.build}.get(job.kind, multi_axis.build)
