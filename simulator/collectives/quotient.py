@@ -144,7 +144,9 @@ def quotient(net: Network, transfers: list[Transfer], action: Action) -> Quotien
     """The quotient of ``transfers`` by ``action`` (see the module), or None where the schedule or its routes
     are not equivariant (run it in full)."""
     n = len(transfers)
-    depth, place, index, seen = [0] * n, [0] * n, {}, {}
+    depth, place = [0] * n, [0] * n
+    index: dict[tuple[Any, int], int] = {}  #: (role, k) -> the representative's transfer id
+    seen: dict[Any, int] = {}  #: role -> transfers of that role so far
     depth_of, seen_get = depth.__getitem__, seen.get
     chips, identity = set(net.chips), action.identity
     offsets: dict[Any, Any] = {}
@@ -236,7 +238,8 @@ def _rep_route(net: Network, src: Any, dst: Any, action: Action) -> Any:
     paths = net.routes(src, dst)
     if len(paths) != 1 or (len(paths[0]) > 2 and net.switching != "cut_through"):
         return False
-    links, kinds = [], {}
+    links: list[Channel] = []
+    kinds: dict[str, int] = {}
     for u, v in zip(paths[0], paths[0][1:], strict=False):
         h = action.carrier(u, v)
         channel = net.link(action.apply(h, u), action.apply(h, v)) if h is not None else _shared(net, action, u, v)
@@ -273,6 +276,8 @@ class _QuotientRun(_Aggregated):
     """An aggregated `execute` of a quotient: each representative over its representative channels."""
 
     __slots__ = ("routes", "scale")
+    routes: list[tuple[tuple[Channel, ...], tuple[tuple[str, int], ...]] | None]  #: `Quotient.routes`
+    scale: int  #: transfers each representative stands for (`Quotient.order`)
 
     def start(self, t: Transfer) -> None:
         route = self.routes[t.id]
@@ -297,7 +302,8 @@ def execute_quotient(net: Network, q: Quotient, label: str = "") -> Completion:
     # the watch expects the representatives' work instead of what `Schedule.add` announced of the whole schedule
     expect_events(AGGREGATED_EVENTS_PER_TRANSFER * (len(q.transfers) - q.announced), LONG_RUN_HINT)
     if not q.transfers:
-        return done.succeed(net.env.now)
+        done.succeed(net.env.now)
+        return done
     run = _QuotientRun(net, q.transfers, None, label, done)
     run.routes, run.scale = q.routes, q.order
     for t in q.transfers:
