@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from simulator.collectives.schedule import (
@@ -338,12 +339,13 @@ def run_on_quotient(net: Network, transfers: list[Transfer],
     return None
 
 
-def unfold(net: Network, action: Any, q: Quotient, before: dict[Channel, float]) -> None:
+def unfold(net: Network, action: Any, q: Quotient | SimpleNamespace, before: dict[Channel, float]) -> None:
     """After a quotient run, give every link of each representative link's orbit what that link carried: the
-    bytes it carried in the run (since ``before``, bytes per channel) and, with tracing on, its busy time
-    (``trace.images``: `simulator.engine.trace.compute_metrics` counts the representative's spans for each,
-    so busy times, utilisation and bounds are a full run's; the spans themselves stay on the representative
-    links, as a full run of a thousand GPUs would hold tens of millions)."""
+    bytes it carried in the run (since ``before``, bytes per channel; of ``q`` only its ``links`` are read, so a
+    step's several quotients by one group pass a ``SimpleNamespace(links=...)`` of theirs) and, with tracing on,
+    its busy time (``trace.images``: `simulator.engine.trace.compute_metrics` counts the representative's spans
+    for each, so busy times, utilisation and bounds are a full run's; the spans themselves stay on the
+    representative links, as a full run of a thousand GPUs would hold tens of millions)."""
     trace = net.trace
     ends = {channel: pair for pair, channel in net.links.items()}
     for channel in q.links:
