@@ -75,7 +75,8 @@ MOVED = {f"simulator.{old}": f"simulator.{new}" for old, new in (
     ("pipeline", "workloads.pipeline"), ("plots", "report.plots"), ("result", "report.result"),
     ("scenario", "frontend.scenario"), ("sharding", "workloads.sharding"), ("specs", "hardware.specs"),
     ("sweep", "frontend.sweep"), ("system", "engine.system"), ("trace", "engine.trace"),
-    ("transformer", "workloads.transformer"), ("validate", "frontend.validate"), ("workload", "workloads.simulate"))}
+    ("transformer", "workloads.transformer"), ("validate", "frontend.validate"), ("workload", "workloads.simulate"),
+    ("collectives.symmetry", "collectives.automorphisms"))}  # one symmetry.py (workloads.plans.symmetry), issue 28
 MOVED_REMOVAL = "2027-06-01"  #: the first release without the old import paths
 
 

@@ -2,7 +2,7 @@
 
 A flat NIC ring over a thousand GPUs (``nodes:128:8``: 8 rings of 1,024 positions, every shard n - 1 hops
 each way) is 16.7 million transfers; building them takes longer than running their quotient. Where a node
-system's rotation group G (one generator, `simulator.collectives.symmetry`) maps every ring of the job onto
+system's rotation group G (one generator, `simulator.collectives.automorphisms`) maps every ring of the job onto
 itself shifted by a fixed number of positions, the chains of a ring phase (`simulator.collectives.chains`)
 are G-equivariant as soon as each origin's chains are those of the origin one shift on, and the bundles are
 alike (timing only). Then the transfers whose source is a representative chip are, hop by hop: hop h of
@@ -17,11 +17,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from simulator.collectives.algorithm import Job
+from simulator.collectives.automorphisms import node_actions
 from simulator.collectives.layout import RING_KINDS
 from simulator.collectives.multi_axis import stage_sequence
 from simulator.collectives.quotient import Quotient, _rep_route, run_on_quotient
 from simulator.collectives.schedule import Transfer, _new_transfer
-from simulator.collectives.symmetry import node_actions
 from simulator.engine.network import Network
 
 if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)

@@ -8,7 +8,7 @@ commuting permutations map it onto itself, keeping every link's bandwidth, laten
 - translations inside every slice along a wrapped slice axis, (s, ..., x, ...) -> (s, ..., x + 1 mod n, ...):
   the hub stays too.
 
-`slice_actions` lists the groups they generate (`simulator.collectives.symmetry.Automorphisms`, which checks each
+`slice_actions` lists the groups they generate (`simulator.collectives.automorphisms.Automorphisms`, which checks each
 permutation), largest first: a step's collectives whose schedules and routes are equivariant under one then run
 one transfer per orbit (data=32 x fsdp=256 on 32 v5e-256 slices: 8,192 chips, one representative).
 """
@@ -18,7 +18,7 @@ import itertools
 import math
 from typing import Any
 
-from simulator.collectives.symmetry import Automorphisms
+from simulator.collectives.automorphisms import Automorphisms
 from simulator.engine.network import Network
 
 

@@ -56,7 +56,7 @@ class NodeQuotients:
 
     def _node_quotient(self, plan: Any) -> Any:
         """``plan``'s schedule (every group) on a GPU node system, on its quotient by the rotations of nodes (whole,
-        or inside blocks of a mesh axis) and rails that map the fabric onto itself (`simulator.collectives.symmetry`
+        or inside blocks of a mesh axis) and rails that map the fabric onto itself (`collectives.automorphisms`
         `node_actions`, `block_actions`; those named in ``node_allowed`` if given): the largest group the step's
         first collective is equivariant under, then that one for every collective (collectives of one step share
         links: one set of representative links), or None. A later collective that is not equivariant under it
@@ -86,8 +86,8 @@ class NodeQuotients:
     def _candidates(self) -> list[Any]:
         """The node system's symmetry groups, largest first (those named in ``node_allowed``)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
+            from simulator.collectives.automorphisms import block_actions, node_actions
             from simulator.collectives.slice_symmetry import slice_actions
-            from simulator.collectives.symmetry import block_actions, node_actions
 
             net, allowed = self._net(), self.node_allowed
             every = self.shared.get(("node candidates",))
