@@ -101,7 +101,8 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
         get_algorithm(algorithm)  # a bad name is an error even where nothing would run
     price = _protocol_price(system, protocols.check(protocol))
     explicit = groups is not None
-    groups = _explicit_groups(net, groups, axes, mesh, rings) if explicit else collective_groups(net, axes, mesh)
+    groups = _explicit_groups(net, groups, axes, mesh, rings) if groups is not None else \
+        collective_groups(net, axes, mesh)
     rings = 1 if explicit else rings  # explicit groups are the rings themselves
     group = groups[0]
     root_pos = root_position(groups, root)
@@ -149,12 +150,14 @@ def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, 
             return _job(chosen, kind, net, groups, nbytes, data, multi_axis, chunks, root_pos, rings, axes, None)
         return make_job
 
-    tuned = [(ways[0], choice, choice.job.groups, make_job_on(system.network, choice.job.groups, choice.job.root_pos))]
+    tuned = [(ways[0], choice, choice.job.groups, make_job_on(_network(system), choice.job.groups,
+                                                              choice.job.root_pos))]
     for way in ways[1:]:
-        groups = collective_groups(way.net, axes, None)
-        make_job = make_job_on(way.net, groups, root_position(groups, root))
+        way_net = _way_net(way)
+        groups = collective_groups(way_net, axes, None)
+        make_job = make_job_on(way_net, groups, root_position(groups, root))
         try:
-            tuned.append((way, tune(algorithm, kind, way.net, groups, make_job), groups, make_job))
+            tuned.append((way, tune(algorithm, kind, way_net, groups, make_job), groups, make_job))
         except PodsimError:
             continue
     listed = [(way.score(alt["time_s"]), i, rank, {**alt, "route": way.label} if way.label else dict(alt))
@@ -172,7 +175,7 @@ def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, 
                    key=lambda c: (c[0], c[1]))
     way, other, groups, make_job = tuned[best[1]]
     if best[3]["algorithm"] != other.algorithm.name:
-        other = tune(best[3]["algorithm"], kind, way.net, groups, make_job)
+        other = tune(best[3]["algorithm"], kind, _way_net(way), groups, make_job)
     if len(tuned) > 1 or tried:
         other.alternatives = [c[3] for c in sorted(tried, key=lambda c: c[3]["simulated_s"])] + \
             sorted((c[3] for c in listed if "simulated_s" not in c[3]), key=lambda alt: alt["time_s"])
@@ -193,15 +196,17 @@ def _trial(system: System, kind: str, label: str, name: str, axes: Any, root: An
     """Seconds ``name`` takes on the way labelled ``label`` round ``system``'s faults, simulated on a fresh copy of
     its network (`fault_routes.trial_system`; flow-level aggregation, the path `run_collective` takes there)."""
     scratch = fault_routes.trial_system(system)
-    way = next(w for w in fault_routes.ways(scratch.network, system.faults.faults) if w.label == label)
-    groups = collective_groups(way.net, axes, None)
+    assert system.faults is not None, "trials run only under faults (`fault_routes.trials_apply`)"
+    way = next(w for w in fault_routes.ways(_network(scratch), system.faults.faults) if w.label == label)
+    way_net = _way_net(way)
+    groups = collective_groups(way_net, axes, None)
     chosen = get_algorithm(name)
-    job = _job(chosen, kind, way.net, groups, nbytes, None, multi_axis, chunks, root_position(groups, root), rings,
+    job = _job(chosen, kind, way_net, groups, nbytes, None, multi_axis, chunks, root_position(groups, root), rings,
                axes, None)
     schedule = Schedule(job.key_bytes)
     chosen.build(job, schedule)
     with gc_paused(True):
-        done = execute_all(way.net, schedule.transfers, None, kind, True)
+        done = execute_all(way_net, schedule.transfers, None, kind, True)
         scratch.run()
     check_arrived(done, scratch.env.now)
     return scratch.env.now
@@ -244,6 +249,7 @@ def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group],
         nbytes, shard_units = layout.check_data(kind, data, len(net.chips), group.n)
         unit_bytes = float(data.itemsize)
     elif data is not None:
+        assert chunks is not None, "set above where data is given (`_numeric_chunks`)"
         nbytes = payload.check_data(kind, data, len(net.chips), group.n, parts, chunks)
     if nbytes is None:
         raise PodsimError("give nbytes (the collective's array size in bytes) or data")
@@ -306,7 +312,8 @@ def _start(kind: str, system: System, nbytes: float, aggregate: bool, kwargs: di
     if plan.schedule is None:
         done = Completion(system.env)
         done.algorithm = "none"
-        return done.succeed(system.env.now)
+        done.succeed(system.env.now)
+        return done
     return start_planned(system, plan, aggregate=aggregate)
 
 
@@ -314,8 +321,8 @@ def start_planned(system: System, plan: CollectivePlan, quotient: Quotient | Non
                   aggregate: bool = True) -> Completion:
     """`start_collective` of a timing-only ``plan``, on ``quotient`` of its schedule where given: a calibration
     (per link kind and size, set where the network is idle) keeps the quotient exact."""
-    done = _execute_calibrated(system, plan, None, system.network.idle(), aggregate, quotient)
-    done.algorithm, done.protocol = plan.algorithm.name, plan.protocol
+    done = _execute_calibrated(system, plan, None, _network(system).idle(), aggregate, quotient)
+    done.algorithm, done.protocol = _algorithm(plan).name, plan.protocol
     return done
 
 
@@ -346,7 +353,7 @@ def run_collective(kind: str, system: System, nbytes: float | None = None, **kwa
 def _run(kind: str, system: System, nbytes: float | None, aggregate: bool, kwargs: dict[str, Any]) -> CollectiveResult:
     plan = _plan(kind, system, nbytes, **kwargs, direct_quotient=aggregate)
     data = kwargs.get("data")
-    job, net = plan.job, system.network
+    job, net = plan.job, _network(system)  # `_plan` refused a system without one
     if plan.schedule is None:
         result = no_op(kind, plan.nbytes, len(plan.groups))
         if data is not None:  # one chip per group: every collective leaves each chip's row as it was
@@ -378,7 +385,7 @@ def _run(kind: str, system: System, nbytes: float | None, aggregate: bool, kwarg
         book_s=None if net.faulted else book_estimate(kind, job.group, net, job.parts, plan.nbytes, job.root_pos),
         topology_bound_s=topology_bound(kind, net, plan.groups, plan.nbytes, job.root_pos),
         own_links_bound_s=own_links_bound(kind, net, plan.groups, plan.nbytes, job.root_pos),
-        algorithm=plan.algorithm.name, nbytes=plan.nbytes, padded_bytes=_padded_bytes(plan),
+        algorithm=_algorithm(plan).name, nbytes=plan.nbytes, padded_bytes=_padded_bytes(plan),
         group_size=job.group.n, groups=len(plan.groups), algbw_bytes_per_s=algbw, busbw_bytes_per_s=busbw,
         max_link_bytes=max(link_bytes.values(), default=0.0), total_link_bytes=total,
         mode="reduced" if plan.reduced else "quotient" if on_quotient else "full",
@@ -421,11 +428,32 @@ def ideal_closed_form(kind: str, system: Any, nbytes: float, *, axes: Sequence[A
             "group_size": group.n, "groups": len(groups), "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": busbw}
 
 
+def _network(system: System) -> Network:
+    """The network of a system a collective runs on (`_plan` refuses a system without one)."""
+    net = system.network
+    assert net is not None, "a collective runs on a system with a topology (`_plan` checks)"
+    return net
+
+
+def _way_net(way: fault_routes.Route) -> Network:
+    """The network of a way round link faults (`fault_routes.alternatives` has one for every way of a
+    network's faults; None only for a system without links, where no collective runs)."""
+    assert way.net is not None, f"the way {way.label!r} round the faults has a network"
+    return way.net
+
+
+def _algorithm(plan: CollectivePlan) -> Algorithm:
+    """The algorithm of a plan that runs (None only for a one-device group's no-op, which never runs)."""
+    assert plan.algorithm is not None, "a plan that runs has an algorithm"
+    return plan.algorithm
+
+
 def _analytic_s(plan: CollectivePlan) -> float:
     """The closed form of the algorithm run: with a protocol, as the tuner priced it (calibrated links)."""
+    algorithm = _algorithm(plan)
     if plan.protocol is None:
-        return plan.algorithm.closed_form(plan.job)
-    mine = next(a for a in plan.alternatives if a["algorithm"] == plan.algorithm.name)
+        return algorithm.closed_form(plan.job)
+    mine = next(a for a in plan.alternatives if a["algorithm"] == algorithm.name)
     return mine.get("protocols", {}).get(plan.protocol, mine["time_s"])
 
 
@@ -453,21 +481,26 @@ def _execute_calibrated(system: System, plan: CollectivePlan, buffers: Any, set_
     (with ``set_links``) with links at their calibrated efficiency for an array of this size (and the hop
     latency of the plan's protocol, if any); plain `execute` on an ideal system."""
     net, cal = plan.job.net, system.calibration  # the plan's network: the system's, or a way round its faults
+    schedule, algorithm = plan.schedule, _algorithm(plan)
+    assert schedule is not None, "a plan that runs has a schedule (None: a one-device no-op)"
 
     def execute(*args: Any) -> Completion:
         return execute_all(*args) if quotient is None else execute_quotient(net, quotient, plan.kind)
 
     if cal is None:
-        return execute(net, plan.schedule.transfers, buffers, plan.kind, aggregate)
-    fraction, latency, launch_s = protocols.link_settings(cal, plan.nbytes, plan.algorithm.name, plan.protocol)
+        return execute(net, schedule.transfers, buffers, plan.kind, aggregate)
+    fraction, latency, launch_s = protocols.link_settings(cal, plan.nbytes, algorithm.name, plan.protocol)
     if set_links:
         net.set_link_efficiency(fraction, latency)
     done = Completion(system.env)
 
     def launch(_e: Any) -> None:
-        finished = execute(net, plan.schedule.transfers, buffers, plan.kind, aggregate)
+        finished = execute(net, schedule.transfers, buffers, plan.kind, aggregate)
         done.pending = finished.pending
-        finished.callbacks.append(lambda ev: done.succeed(ev.value))
+
+        def finish(ev: Any) -> None:
+            done.succeed(ev.value)
+        finished.callbacks.append(finish)
 
     system.env.timeout(launch_s).callbacks.append(launch)
     return done

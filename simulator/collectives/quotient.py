@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from simulator.collectives.schedule import (
@@ -144,7 +145,9 @@ def quotient(net: Network, transfers: list[Transfer], action: Action) -> Quotien
     """The quotient of ``transfers`` by ``action`` (see the module), or None where the schedule or its routes
     are not equivariant (run it in full)."""
     n = len(transfers)
-    depth, place, index, seen = [0] * n, [0] * n, {}, {}
+    depth, place = [0] * n, [0] * n
+    index: dict[tuple[Any, int], int] = {}  #: (role, k) -> the representative's transfer id
+    seen: dict[Any, int] = {}  #: role -> transfers of that role so far
     depth_of, seen_get = depth.__getitem__, seen.get
     chips, identity = set(net.chips), action.identity
     offsets: dict[Any, Any] = {}
@@ -236,7 +239,8 @@ def _rep_route(net: Network, src: Any, dst: Any, action: Action) -> Any:
     paths = net.routes(src, dst)
     if len(paths) != 1 or (len(paths[0]) > 2 and net.switching != "cut_through"):
         return False
-    links, kinds = [], {}
+    links: list[Channel] = []
+    kinds: dict[str, int] = {}
     for u, v in zip(paths[0], paths[0][1:], strict=False):
         h = action.carrier(u, v)
         channel = net.link(action.apply(h, u), action.apply(h, v)) if h is not None else _shared(net, action, u, v)
@@ -273,6 +277,8 @@ class _QuotientRun(_Aggregated):
     """An aggregated `execute` of a quotient: each representative over its representative channels."""
 
     __slots__ = ("routes", "scale")
+    routes: list[tuple[tuple[Channel, ...], tuple[tuple[str, int], ...]] | None]  #: `Quotient.routes`
+    scale: int  #: transfers each representative stands for (`Quotient.order`)
 
     def start(self, t: Transfer) -> None:
         route = self.routes[t.id]
@@ -297,7 +303,8 @@ def execute_quotient(net: Network, q: Quotient, label: str = "") -> Completion:
     # the watch expects the representatives' work instead of what `Schedule.add` announced of the whole schedule
     expect_events(AGGREGATED_EVENTS_PER_TRANSFER * (len(q.transfers) - q.announced), LONG_RUN_HINT)
     if not q.transfers:
-        return done.succeed(net.env.now)
+        done.succeed(net.env.now)
+        return done
     run = _QuotientRun(net, q.transfers, None, label, done)
     run.routes, run.scale = q.routes, q.order
     for t in q.transfers:
@@ -332,12 +339,13 @@ def run_on_quotient(net: Network, transfers: list[Transfer],
     return None
 
 
-def unfold(net: Network, action: Any, q: Quotient, before: dict[Channel, float]) -> None:
+def unfold(net: Network, action: Any, q: Quotient | SimpleNamespace, before: dict[Channel, float]) -> None:
     """After a quotient run, give every link of each representative link's orbit what that link carried: the
-    bytes it carried in the run (since ``before``, bytes per channel) and, with tracing on, its busy time
-    (``trace.images``: `simulator.engine.trace.compute_metrics` counts the representative's spans for each,
-    so busy times, utilisation and bounds are a full run's; the spans themselves stay on the representative
-    links, as a full run of a thousand GPUs would hold tens of millions)."""
+    bytes it carried in the run (since ``before``, bytes per channel; of ``q`` only its ``links`` are read, so a
+    step's several quotients by one group pass a ``SimpleNamespace(links=...)`` of theirs) and, with tracing on,
+    its busy time (``trace.images``: `simulator.engine.trace.compute_metrics` counts the representative's spans
+    for each, so busy times, utilisation and bounds are a full run's; the spans themselves stay on the
+    representative links, as a full run of a thousand GPUs would hold tens of millions)."""
     trace = net.trace
     ends = {channel: pair for pair, channel in net.links.items()}
     for channel in q.links:

@@ -145,7 +145,10 @@ def plan_quotient(system: System, algorithm: Any, job: Job) -> Any:
     """(quotient, group) of a ring algorithm's schedule built without the schedule, by one of a node system's
     rotation groups; None where none applies (build it in full). `plan_collective` asks in mode ``auto``."""
     net = system.network
-    if not algorithm.capabilities.direct_quotient or job.reduced or not net.uniform or net.faulted:
+    if not algorithm.capabilities.direct_quotient or job.reduced:
+        return None
+    assert net is not None, "a collective's job runs on a system with a network"
+    if not net.uniform or net.faulted:
         return None
     for action in node_actions(net, system.calibration is None):
         q = ring_quotient(job, algorithm, net, action)
@@ -162,7 +165,9 @@ def run_quotient(system: System, plan: Any, mode: str, timing: bool) -> Any:
     if plan.quotient is not None:
         return plan.quotient
     net = system.network
-    if mode != "auto" or not timing or plan.reduced or not net.uniform or net.faulted \
-            or not plan.algorithm.capabilities.quotient:
+    if mode != "auto" or not timing or plan.reduced:
+        return None
+    assert net is not None, "a collective's plan runs on a system with a network"
+    if not net.uniform or net.faulted or not plan.algorithm.capabilities.quotient:
         return None
     return run_on_quotient(net, plan.schedule.transfers, system.calibration is None)

@@ -93,6 +93,10 @@ class Channel:
     kind: str
     nominal_bandwidth_bytes_per_s: float
     nominal_latency_s: float
+    #: set only on a quotient's scaled copy of a link (`simulator.collectives.quotient`): the link it stands for
+    #: and how many flows on that link each of its flows is; elsewhere absent (read ``multiplicity`` by getattr)
+    real: Channel
+    multiplicity: int
 
     def __init__(self, env: simpy.Environment, name: str, bandwidth_bytes_per_s: float,
                  latency_s: float = 0.0, *, chip: int | str = 0, trace: Trace | None = None) -> None:

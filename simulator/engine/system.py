@@ -92,6 +92,8 @@ class System:
             plan.systems.append(self)
         self._processes: list[tuple[str, simpy.Process]] = []
         self._host_memory: HostMemory | None = None
+        #: a finished training step's `metrics` where `train_step(simulate=True)` ran on this system, else None
+        self.step_metrics: dict[str, Any] | None = None
 
     @property
     def chip(self) -> Chip:

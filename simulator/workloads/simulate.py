@@ -243,7 +243,7 @@ class StepSimulation:
         syncs = [i for i, u in enumerate(ops) if u.sync_bytes or u.grad_bytes]
         self.sym = None
         if attempt.fast and self.mesh is not None and all(g == ops for g in ops_per_group):
-            axes = [(a,) for a in ("model", "data") if self.mesh.size(a) > 1]
+            axes: list[tuple[str, ...]] = [(a,) for a in ("model", "data") if self.mesh.size(a) > 1]
             sym = Symmetry(self.system, self.mesh, {c.index: 0 for c in self.system.chips}, True, True, axes,
                            attempt.replay, attempt.avoid, attempt.quotients, node_allowed=attempt.node_allowed)
             self.sym = sym if sym.active else None

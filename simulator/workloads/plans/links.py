@@ -314,17 +314,19 @@ def axis_links(mesh: Mesh | None, graph: nx.DiGraph | None, chip: ChipSpec, net:
     links = {name: _axis_link(mesh, graph, name, chip) for name, size in zip(mesh.names, mesh.sizes, strict=True)
              if size > 1}
     tuned = None
-    if mesh.shape and graph.graph.get("kind") in TUNED_KINDS:
-        tuned = Tuned(net if net is not None else Network(simpy.Environment(), graph), mesh, cache)
+    if mesh.shape:
+        assert graph is not None, "a mesh with a shape lies on a topology graph"
+        if graph.graph.get("kind") in TUNED_KINDS:
+            tuned = Tuned(net if net is not None else Network(simpy.Environment(), graph), mesh, cache)
     return AxisLinks(links, tuned)
 
 
 def _axis_link(mesh: Mesh, graph: nx.DiGraph, name: str, chip: ChipSpec) -> AxisLink:
     n = mesh.size(name)
     if not mesh.shape:  # a switch, or GPU nodes: rings through the NVLink switch, then over InfiniBand
-        stages = _switch_stages(mesh, graph, name, n)
-        return AxisLink(name, n, stages, hierarchical=len(stages) > 1)
-    stages = []
+        switch = _switch_stages(mesh, graph, name, n)
+        return AxisLink(name, n, switch, hierarchical=len(switch) > 1)
+    stages: list[Stage] = []
     for p, length, stride in mesh.pieces[mesh.index(name)]:
         if graph.graph.get("kind") == "multislice" and p == 0:
             dcn = _edge(graph, lambda d: d.get("kind") == "dcn")
@@ -363,6 +365,7 @@ def p2p_s(system: System, src: Any, dst: Any, nbytes: float) -> float:
     """Point to point over the shortest route: hops x latency + bytes / the slowest link on it."""
     if src == dst or nbytes <= 0:
         return 0.0
+    assert system.graph is not None, "a point-to-point message runs on a system with a topology"
     path = nx.shortest_path(system.graph, src, dst)
     edges = [system.graph.edges[u, v] for u, v in zip(path, path[1:], strict=False)]
     bandwidth = min(e["bandwidth_bytes_per_s"] for e in edges)

@@ -4,9 +4,14 @@ rotations and translations inside the slices): `NodeQuotients`, a part of
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.collectives.quotient import quotient
+
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.channel import Channel
+    from simulator.engine.network import Network
+    from simulator.engine.system import System
 
 #: the last fabric's symmetry groups (`NodeQuotients._candidates`), by `fabric_key`: they hold no channels (a
 #: step's reruns on fresh systems reuse them already), so a later step on an identical fabric can too
@@ -33,6 +38,21 @@ class NodeQuotients:
     """The node-system quotient of `Symmetry` (see `_node_quotient`)."""
 
     node_action: Any = None  #: the group every collective of the step ran on the quotient by
+    # the state `simulator.workloads.plans.symmetry.Symmetry.__init__` sets (described there)
+    system: System
+    shared: dict[tuple, Any]
+    node_allowed: frozenset | None
+    node_next: frozenset | None
+    mixed: bool
+    _first: list[Any] | None
+    _node_candidates: list[Any] | None
+    _node_links: dict[Channel, None]
+
+    def _net(self) -> Network:
+        """The node system's network (a step on GPU nodes runs on one)."""
+        net = self.system.network
+        assert net is not None, "a node quotient runs on a system with a network"
+        return net
 
     def _node_quotient(self, plan: Any) -> Any:
         """``plan``'s schedule (every group) on a GPU node system, on its quotient by the rotations of nodes (whole,
@@ -42,11 +62,12 @@ class NodeQuotients:
         links: one set of representative links), or None. A later collective that is not equivariant under it
         stops the run (`Rerun`, `mixed`), with ``node_next``: the groups it and the first are both equivariant
         under; where the first has none, no collective runs on a quotient."""
-        net, transfers = self.system.network, plan.schedule.transfers
+        net, transfers = self._net(), plan.schedule.transfers
         q = None
         if self.node_action is not None:
             q = quotient(net, transfers, self.node_action)
             if q is None:  # the run stops here: the groups this one and the first are both equivariant under
+                assert self._first is not None, "the step's group was chosen on its first collective"
                 self.node_next = self._fits(self._first, among=self._fits(transfers))
                 self.mixed = True
                 raise Rerun("a collective is not equivariant under the step's group")  # no use running on
@@ -68,7 +89,7 @@ class NodeQuotients:
             from simulator.collectives.automorphisms import block_actions, node_actions
             from simulator.collectives.slice_symmetry import slice_actions
 
-            net, allowed = self.system.network, self.node_allowed
+            net, allowed = self._net(), self.node_allowed
             every = self.shared.get(("node candidates",))
             if every is None:  # of the same fabric as an earlier step's (a plan's finalists): those, else built
                 key = fabric_key(net)
@@ -86,6 +107,6 @@ class NodeQuotients:
     def _fits(self, transfers: list[Any], among: frozenset | None = None) -> frozenset:
         """The names of the candidate groups (of those named in ``among``, if given) ``transfers`` is equivariant
         under."""
-        net = self.system.network
+        net = self._net()
         return frozenset(a.name for a in self._candidates() if (among is None or a.name in among)
                          and quotient(net, transfers, a) is not None)

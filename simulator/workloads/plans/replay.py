@@ -70,7 +70,8 @@ class _Run:
         self.dones: list[simpy.Event] = []
         self.labels: list[str] = []
         self.carried: dict[Channel, float] = {}
-        self.alone, self.left, self.ends = False, 0, []
+        self.alone, self.left = False, 0
+        self.ends: list[float] = []
         self.template: Template | None = None
         self.cancelled = self.applied = False
         self.saved: dict[Channel, tuple[float, Any]] = {}  #: replay windows this replay replaced
@@ -130,10 +131,10 @@ class Replays:
         per_chip: dict[Any, dict[str, float]] = busy_by_chip(spans)
         moving = [(s.start, s.end) for s in spans if s.kind not in COMPUTE_KINDS]
         for template, now, _ in pending:
-            for chip, unit, seconds in template.busy:  # type: ignore[attr-defined]
+            for chip, unit, seconds in template.busy:
                 units = per_chip.setdefault(chip, {})
                 units[unit] = units.get(unit, 0.0) + seconds
-            starts, ends = template.union  # type: ignore[attr-defined]
+            starts, ends = template.union
             moving.extend(zip(map(now.__add__, starts), map(now.__add__, ends), strict=True))
         add_images(per_chip, trace.images)  # links a quotient's representatives stood for
         per_chip = {chip: dict(sorted(per_chip[chip].items())) for chip in sorted(per_chip, key=str)}
@@ -148,7 +149,7 @@ class Replays:
                        max((sum(u.values()) for u in per_chip.values()), default=0.0),
                        utilization={unit: (v / e2e if e2e > 0 else 0.0) for unit, v in busy.items()})
         for template, now, label in pending:  # one span per busy interval, built in C (map, zip)
-            chips, units_, starts, ends, nbytes = template.columns  # type: ignore[attr-defined]
+            chips, units_, starts, ends, nbytes = template.columns
             shift = now.__add__
             spans.extend(map(_span, zip(chips, units_, repeat(label), map(shift, starts), map(shift, ends),
                                         repeat("send"), nbytes, repeat(0.0))))
@@ -181,7 +182,10 @@ class Replays:
     # -- collectives ---------------------------------------------------------------------------------------
     def links_of(self, transfers: Iterable[Any]) -> tuple[Channel, ...] | None:
         """The links a schedule's transfers cross (None: one is not a plain `Channel`, e.g. a faulty link)."""
-        net, chips, seen = self.net, set(self.net.chips), {}
+        net = self.net
+        assert net is not None, "replays run on a system with a network (`enabled`)"
+        chips = set(net.chips)
+        seen: dict[Channel, None] = {}  #: the links in order of first use
         for t in transfers:
             if t.src is None or t.src == t.dst or not t.nbytes:
                 continue
@@ -222,7 +226,7 @@ class Replays:
             gkey = self._first.get(key)
             guess = gkey is not None and gkey not in self.avoid and (gkey, nth) not in self.avoid
             template = self.templates.get(gkey) if guess else None
-            group.expect = list(gkey[1:]) if template is not None else []
+            group.expect = list(gkey[1:]) if gkey is not None and template is not None else []
         if template is not None and idle:
             self.release(links)  # the replay's window stands for its claim
             group.held = {}
@@ -324,7 +328,8 @@ class Replays:
             for s in trace.spans[run.span_index:]:
                 if (s.chip, s.unit) in units:
                     by_unit.setdefault((s.chip, s.unit), []).append((s.start, s.end, s.nbytes))
-        links, kinds = [], {}
+        links: list[tuple[Channel, float, float, tuple[tuple[float, float, float], ...]]] = []
+        kinds: dict[str, float] = {}
         for c in run.links:
             nbytes = c.bytes_carried - run.carried[c]
             kinds[c.kind] = kinds.get(c.kind, 0.0) + nbytes * run.scale
@@ -339,7 +344,7 @@ class Replays:
     def _replay(self, group: _Run, template: Template) -> None:
         env, now, key = self.env, clock(self.env), tuple(group.keys)
         group.template = template
-        replay_until, until = self._replay_until, now + template.window_s  # type: ignore[attr-defined]
+        replay_until, until = self._replay_until, now + template.window_s
         for link, _, _, _ in template.links:
             group.links[link] = None
             group.saved[link] = replay_until.get(link, _WINDOW)
@@ -380,10 +385,11 @@ class Replays:
         if not group.applied:  # the group's bytes and spans, once (not at its start: a join could cancel it)
             group.applied = True
             template, trace = group.template, self.trace
-            for link, nbytes, _, _ in template.links:  # type: ignore[union-attr]
+            assert template is not None, "a replayed group has its template (`_replay`)"
+            for link, nbytes, _, _ in template.links:
                 link.bytes_carried += nbytes
             if trace is not None:
-                for kind, nbytes in template.kinds:  # type: ignore[union-attr]
+                for kind, nbytes in template.kinds:
                     trace.count(kind, nbytes)
                 if trace.enabled:
                     self._pending.append((template, group.start, "+".join(group.labels)))

@@ -28,9 +28,11 @@ import simpy
 from simulator.analytic import exposed_s
 from simulator.collectives import collective_groups, start_collective
 from simulator.collectives.schedule import gc_paused
+from simulator.engine.system import System
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.budget import saved_activation_elements
+from simulator.workloads.mesh import Mesh
 from simulator.workloads.plans.estimate import grad_comms, optimizer_work
 from simulator.workloads.plans.hbm import HbmLedger
 from simulator.workloads.plans.layout import MeshPlan, TrainOptions, check_train_plan
@@ -48,13 +50,15 @@ class TrainStep:
 
     def __init__(self, cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int,
                  seq: int, topology: str | None = None, trace: bool = True, calibrated: bool = False,
-                 fast: bool = True, built: tuple[Any, Any] | None = None, replay: bool = True,
+                 fast: bool = True, built: tuple[System, Mesh | None] | None = None, replay: bool = True,
                  avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None,
                  node_allowed: frozenset | None = None) -> None:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
         self.reruns: list[str] = []  #: the reruns `simulate_step` took before this run (`plans.reruns.REASONS`)
-        self.system, self.mesh = built or build_system(chip, plan, topology, trace, calibrated)
+        system, mesh = built or build_system(chip, plan, topology, trace, calibrated)
+        self.system: System = system
+        self.mesh: Mesh | None = mesh
         if self.system.network is not None:  # every row carries the step's own groups: none is idle to borrow
             self.system.network.rows_in_use = True
         self.env = self.system.env
@@ -109,7 +113,11 @@ class TrainStep:
         if entry[0] == self.sym.arrivals:
             del self._pending[k]
             done = self._start(comm, stage)
-            done.callbacks.append(lambda _e, ev=entry[1]: ev.succeed())
+            arrived: simpy.Event = entry[1]
+
+            def release(_e: simpy.Event) -> None:
+                arrived.succeed()
+            done.callbacks.append(release)
         return entry[1]
 
     def _start(self, comm: Comm, stage: int) -> simpy.Event:
@@ -123,6 +131,7 @@ class TrainStep:
         factors of one physical axis with another mesh axis's factor between them (their rings' routes would
         cross that axis's groups)."""
         if axes not in self._joint:
+            assert self.system.network is not None, "a step's collectives run on a system with a network"
             try:
                 collective_groups(self.system.network, list(axes), self.mesh)
                 self._joint[axes] = True
@@ -142,6 +151,7 @@ class TrainStep:
         else:
             groups = self._groups.setdefault(tuple(axes), {})
             if not groups:
+                assert self.system.network is not None, "a pipelined step runs on a system with a network"
                 for g in collective_groups(self.system.network, axes, self.mesh):
                     groups.setdefault(self.stage_of[next(iter(g.members.values()))], []).append(g)
             exact = {"groups": groups[stage], "mode": "full"}
@@ -154,6 +164,7 @@ class TrainStep:
 
     def send(self, chip: Any, stage: int, key: tuple) -> None:
         """Send this chip's activations (or their gradients) to its counterpart on pipeline ``stage``."""
+        assert self.mesh is not None, "a pipeline message runs on a mesh"
         coords = list(self.mesh.coords(chip))
         coords[self.mesh.index("pipeline")] = stage
         dst = self.mesh.device(tuple(coords))
@@ -164,10 +175,12 @@ class TrainStep:
             self.sym.send(chip, self.act_bytes, label, lambda c: self._counterpart(c, stage),
                           lambda _e: box[0].succeed())
             return
+        assert self.system.network is not None, "a pipeline message runs on a system with a network"
         self.system.network.message(chip, dst, self.act_bytes, label=label).callbacks.append(
             lambda _e: box[0].succeed())
 
     def _counterpart(self, chip: Any, stage: int) -> Any:
+        assert self.mesh is not None, "a pipeline counterpart lies on a mesh"
         coords = list(self.mesh.coords(chip))
         coords[self.mesh.index("pipeline")] = stage
         return self.mesh.device(tuple(coords))
@@ -315,7 +328,7 @@ class TrainStep:
 
 def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: TrainOptions, batch: int, seq: int,
                   topology: str | None = None, trace: bool = True, calibrated: bool = False,
-                  fast: bool = True, built: tuple[Any, Any] | None = None,
+                  fast: bool = True, built: tuple[System, Mesh | None] | None = None,
                   replay: bool = True, quotients: bool = True) -> tuple[TrainStep, dict[str, Any]]:
     """A simulated step and its figures: by symmetry where ``fast`` and the step is symmetric, else (or when
     the symmetric run finds its chips unlike) every chip; ``replay`` False: no collective replayed

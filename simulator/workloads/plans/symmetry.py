@@ -50,6 +50,7 @@ from simulator.workloads.plans.node_quotients import NodeQuotients, Rerun  # noq
 from simulator.workloads.plans.replay import Replays
 
 if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+    from simulator.engine.channel import Channel
     from simulator.engine.system import System
 
 RING_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
@@ -106,7 +107,7 @@ class Symmetry(NodeQuotients):
                 self.reps[stage] = mesh.device(tuple(coords))
         self.stage_of_rep = {rep: stage for stage, rep in self.reps.items()}
         net = system.network
-        self.group_reduce = self.active and net.grid
+        self.group_reduce = self.active and self._net().grid  # active: it has a network (`why_not_symmetric`)
         self.rings_reduce = self.group_reduce and rings and len(self.members) == 1 and _wraps(net, mesh)
         self.link_kinds = {data.get("kind", "ici") for _, _, data in system.graph.edges(data=True)} \
             if system.graph is not None else set()
@@ -160,13 +161,13 @@ class Symmetry(NodeQuotients):
             return system.env.event().succeed(system.env.now)
         if system.calibration is not None:  # launch latency and link efficiency: the API's own path, on the quotient
             return start_planned(system, plan, q)  # (no replay: a calibrated run's rate is the network's state)
-        net = system.network
+        net = self._net()
         run = (lambda: execute_quotient(net, q, kind)) if q is not None else \
             (lambda: execute(net, plan.schedule.transfers, None, kind))
         return run() if links is None else self.replays.start(key, links, run, kind, q.order if q is not None else 1)
 
     def _plan(self, kind: str, nbytes: float, axes: list[str], stage: int,
-              exact: dict[str, Any]) -> tuple[Any, dict[str, Any], dict, Any]:
+              exact: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, float], Any, Any]:
         """The plan that runs (cached by the caller), its keywords, and the link bytes it leaves out."""
         shared = self.shared.get((kind, nbytes, tuple(axes), stage))
         if shared is None:
@@ -181,13 +182,13 @@ class Symmetry(NodeQuotients):
         return plan, kwargs, extra, self._links(plan, q), q
 
     def _planned(self, kind: str, nbytes: float, axes: list[str], stage: int,
-                 exact: dict[str, Any]) -> tuple[Any, dict[str, Any], dict, Any]:
+                 exact: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, float], Any]:
         """The plan that runs, its keywords, the link bytes it leaves out and its class of axes (None: every group
         runs); none of them depends on the run, so reruns of a step share them (``shared``)."""
         system = self.system
         if not self.group_reduce:  # every group runs, as in full
             return plan_collective(kind, system, nbytes, **exact), exact, {}, None
-        stage_groups = [g for g in collective_groups(system.network, axes, self.mesh)
+        stage_groups = [g for g in collective_groups(self._net(), axes, self.mesh)
                         if next(iter(g.members.values())) in self.stage_set[stage]]
         close = self._close(axes)
         mine = self._neighbourhood(stage_groups, close, stage)
@@ -218,7 +219,7 @@ class Symmetry(NodeQuotients):
             return None
         key = frozenset(close)
         if key not in self._actions:
-            mesh, net = self.mesh, self.system.network
+            mesh, net = self.mesh, self._net()
             pieces = [piece for name in close for piece in mesh.pieces[mesh.index(name)]]
             under = {a for a, _, _ in pieces}
             steps = [1 if a in under else n for a, n in enumerate(net.shape)]
@@ -233,7 +234,7 @@ class Symmetry(NodeQuotients):
         action = self._actions[key]
         if action is None:
             return None
-        q = quotient(self.system.network, plan.schedule.transfers, action)
+        q = quotient(self._net(), plan.schedule.transfers, action)
         runs = self._class_runs[key]
         runs.add(q is not None)
         self.mixed = self.mixed or len(runs) > 1  # their traffic would meet on different channels
@@ -275,7 +276,8 @@ class Symmetry(NodeQuotients):
         extra: dict[str, float] = defaultdict(float)
         if plan.schedule is None:
             return extra
-        net, graph = self.system.network, self.system.graph
+        net, graph = self._net(), self.system.graph
+        assert graph is not None, "a system with a network has its graph"
         group = plan.job.group
         for t in plan.schedule.transfers:
             if t.src is None or t.src == t.dst or not t.nbytes:
@@ -292,7 +294,7 @@ class Symmetry(NodeQuotients):
              arrived: Callable[[Any], None]) -> None:
         """Every chip of ``chip``'s stage sends ``nbytes`` to its counterpart on ``stage``; ``arrived`` is called
         when the representative's message arrives, and every arrival is checked against it."""
-        net, replays = self.system.network, self.replays
+        net, replays = self._net(), self.replays
         times: list[float] = []
         self._arrivals.append(times)
         for member in self.members[self.stage_of_rep[chip]]:
@@ -302,7 +304,10 @@ class Symmetry(NodeQuotients):
             if replays.enabled and member != dst:  # its links are claimed while it is on its way
                 links = [c for route in net._route_links(member, dst, False)[0] for c in route]
                 replays.claim(links)
-                event.callbacks.append(lambda e, links=links: replays.release(links))
+
+                def release(_e: Any, links: list[Channel] = links) -> None:
+                    replays.release(links)
+                event.callbacks.append(release)
             if member == chip:
                 event.callbacks.append(arrived)
 
@@ -319,7 +324,7 @@ class Symmetry(NodeQuotients):
 
             from simulator.collectives.quotient import unfold
 
-            unfold(self.system.network, self.node_action, SimpleNamespace(links=tuple(self._node_links)), {})
+            unfold(self._net(), self.node_action, SimpleNamespace(links=tuple(self._node_links)), {})
         for times in self._arrivals:
             if times and max(times) - min(times) > TIME_TOLERANCE * max(abs(max(times)), 1e-30):
                 self.broken = True
@@ -350,7 +355,8 @@ class Symmetry(NodeQuotients):
         stage_of = {c: stage for stage, members in self.members.items() for c in members}
         compute = {stage: sum(v for u, v in per_chip.get(rep, {}).items() if not u.startswith("link "))
                    for stage, rep in self.reps.items()}
-        net, graph = self.system.network, self.system.graph
+        net, graph = self._net(), self.system.graph
+        assert graph is not None, "a system with a network has its graph"
         axis_of = {c.name: graph.edges[u, v].get("axis") for (u, v), c in net.links.items()}
         class_of: dict[Any, Any] = {}
         if self.group_reduce:
@@ -366,7 +372,7 @@ class Symmetry(NodeQuotients):
                 if unit.startswith("link "):
                     sums[class_of.get(axis_of.get(unit))] += seconds
             if stage is None or not self.group_reduce:
-                top = max(top, compute.get(stage, 0.0) + sum(sums.values()))
+                top = max(top, (compute.get(stage, 0.0) if stage is not None else 0.0) + sum(sums.values()))
                 continue
             for cls, seconds in sums.items():
                 best[stage][cls] = max(best[stage][cls], seconds)

@@ -1,7 +1,8 @@
 """A `Template`: the recorded lone run of a group of collectives that `simulator.workloads.plans.replay` replays."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from simulator.engine.channel import Channel
 from simulator.engine.trace import merge_intervals
@@ -18,6 +19,11 @@ class Template:
     links: tuple[tuple[Channel, float, float, tuple[tuple[float, float, float], ...]], ...]
     kinds: tuple[tuple[str, float], ...]
     order: tuple[int, ...]  #: the members in the order they completed
+    # derived in `__post_init__` (not compared, not shown): the metrics' stand-ins and the spans' columns
+    columns: tuple[tuple[Any, ...], ...] = field(init=False, repr=False, compare=False)  #: chip unit start end bytes
+    union: tuple[tuple[float, ...], tuple[float, ...]] = field(init=False, repr=False, compare=False)  #: starts, ends s
+    busy: tuple[tuple[Any, str, float], ...] = field(init=False, repr=False, compare=False)  #: chip, unit, busy s
+    window_s: float = field(init=False, repr=False, compare=False)  #: the last busy end or completion, s
 
     def __post_init__(self) -> None:  # the intervals of every link as columns, and the metrics' stand-ins
         rows = [(c.chip, c.name, a, b, nb) for c, _, _, intervals in self.links for a, b, nb in intervals]
