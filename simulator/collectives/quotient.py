@@ -151,37 +151,44 @@ def quotient(net: Network, transfers: list[Transfer], action: Action) -> Quotien
     depth_of, seen_get = depth.__getitem__, seen.get
     chips, identity = set(net.chips), action.identity
     offsets: dict[Any, Any] = {}
-    for t in transfers:  # a transfer's role: its pair, bytes, operation and depth (dependencies come first)
-        deps, src = t.deps, t.src
-        d = depth[t.id] = 1 + max(map(depth_of, deps)) if deps else 0
+    offsets_get, index_get = offsets.get, index.get
+    # (the loops below unpack the records (id, src, dst, keys, op, deps, nbytes) rather than read their fields:
+    # they visit every transfer of the whole schedule, hundreds of thousands on thousands of chips)
+    for tid, src, dst, _, op, deps, nbytes in transfers:  # a transfer's role: its pair, bytes, operation and depth
+        if not deps:  # (dependencies come first)
+            d = 0
+        elif len(deps) == 1:
+            d = depth[tid] = 1 + depth[deps[0]]
+        else:
+            d = depth[tid] = 1 + max(map(depth_of, deps))
         if src is None:
             continue
-        role = (src, t.dst, t.nbytes, t.op, d)
+        role = (src, dst, nbytes, op, d)
         k = seen_get(role, 0)
         seen[role] = k + 1
-        place[t.id] = k
-        h = offsets.get(src, _UNSET)
+        place[tid] = k
+        h = offsets_get(src, _UNSET)
         if h is _UNSET:
             h = offsets[src] = action.offset(src) if src in chips else None
         if h == identity:
-            index[(role, k)] = t.id  # a representative: the k-th of its role, in the order they were added
+            index[(role, k)] = tid  # a representative: the k-th of its role, in the order they were added
     rep_of = list(range(n))
     images: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> their images under src's offset (None: not moved)
-    for t in transfers:
-        src, dst = t.src, t.dst
+    images_get = images.get
+    for tid, src, dst, _, op, _, nbytes in transfers:
         if src is None:
             continue
-        image = images.get((src, dst), _UNSET)
+        image = images_get((src, dst), _UNSET)
         if image is _UNSET:
             h = offsets[src]
             if h is None or dst not in chips or action.offset(dst) is None:  # to or from a switch: a hop
                 return None
             image = images[(src, dst)] = None if h == identity else (action.apply(h, src), action.apply(h, dst))
         if image is not None:
-            r = index.get(((*image, t.nbytes, t.op, depth[t.id]), place[t.id]))
+            r = index_get(((image[0], image[1], nbytes, op, depth[tid]), place[tid]))
             if r is None:
                 return None
-            rep_of[t.id] = r
+            rep_of[tid] = r
     sent = [t for t in transfers if t.src is not None]
     if len(sent) != action.order * sum(rep_of[t.id] == t.id for t in sent):  # every orbit whole: |G| members each
         return None  # (a member per translation at most, each source once) -- else the links' loads are not alike
@@ -189,10 +196,10 @@ def quotient(net: Network, transfers: list[Transfer], action: Action) -> Quotien
     for t in transfers:  # a barrier stands for those whose dependencies are of the same orbits (a group's)
         if t.src is None:
             rep_of[t.id] = barriers.setdefault(frozenset(rep_of[d] for d in t.deps), t.id)
-    for t in transfers:
-        r = rep_of[t.id]
-        if r != t.id and t.src is not None:
-            deps, rep_deps = t.deps, transfers[r].deps
+    for tid, src, _, _, _, deps, _ in transfers:
+        r = rep_of[tid]
+        if r != tid and src is not None:
+            rep_deps = transfers[r][5]
             if len(deps) == len(rep_deps) == 1:
                 if rep_of[deps[0]] != rep_of[rep_deps[0]]:
                     return None
