@@ -44,7 +44,7 @@ from simulator.collectives.algorithm import Algorithm, Capabilities, Job, get_al
 from simulator.collectives.groups import Group
 from simulator.collectives.line_pipelined import LINE_PIPELINED, middle
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.split_ring import _merge
+from simulator.collectives.split_ring import _merge, ring_cables
 from simulator.collectives.timing import route_latency
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
@@ -73,13 +73,9 @@ def slow_chip(net: Network, group: Group) -> tuple[int, float] | None:
     """(ring position s of the one chip whose two ring cables are slower than every other cable of the ring, their
     share f of the others' bandwidth); None unless exactly that."""
     n = group.n
-    chips = [group.members[(i,)] for i in range(n)]
-    bw = []
-    for i in range(n):
-        a, b = chips[i], chips[(i + 1) % n]
-        if not (net.graph.has_edge(a, b) and net.graph.has_edge(b, a)):
-            return None
-        bw.append(min(net.graph.edges[a, b]["bandwidth_bytes_per_s"], net.graph.edges[b, a]["bandwidth_bytes_per_s"]))
+    bw = ring_cables(net, group)
+    if bw is None:
+        return None
     top = max(bw)
     slow = [i for i, x in enumerate(bw) if x < top * (1 - 1e-9)]
     if len(slow) != 2 or (slow[0] + 1) % n != slow[1] and (slow[1] + 1) % n != slow[0]:

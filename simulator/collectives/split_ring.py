@@ -37,9 +37,9 @@ from simulator.errors import PodsimError
 LINE_FOR = {"all_gather": "line", "reduce_scatter": "line", "all_reduce": "line_pipelined"}
 
 
-def slow_cable(net: Network, group: Group) -> tuple[int, float] | None:
-    """(position i whose link to i + 1 is the one slower cable, its share f of the others' bandwidth) of the
-    group's ring; None unless exactly one cable of the ring is slower than the rest (both ways)."""
+def ring_cables(net: Network, group: Group) -> list[float] | None:
+    """Bytes/s of each cable i -> i + 1 of the group's one-axis ring, the slower of its two directions; None where
+    a cable is missing either way."""
     n = group.n
     chips = [group.members[(i,)] for i in range(n)]
     bw = []
@@ -48,6 +48,15 @@ def slow_cable(net: Network, group: Group) -> tuple[int, float] | None:
         if not (net.graph.has_edge(a, b) and net.graph.has_edge(b, a)):
             return None
         bw.append(min(net.graph.edges[a, b]["bandwidth_bytes_per_s"], net.graph.edges[b, a]["bandwidth_bytes_per_s"]))
+    return bw
+
+
+def slow_cable(net: Network, group: Group) -> tuple[int, float] | None:
+    """(position i whose link to i + 1 is the one slower cable, its share f of the others' bandwidth) of the
+    group's ring; None unless exactly one cable of the ring is slower than the rest (both ways)."""
+    bw = ring_cables(net, group)
+    if bw is None:
+        return None
     top = max(bw)
     slow = [i for i, b in enumerate(bw) if b < top * (1 - 1e-9)]
     if len(slow) != 1 or any(abs(b - top) > top * 1e-9 for i, b in enumerate(bw) if i != slow[0]):
