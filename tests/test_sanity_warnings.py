@@ -34,3 +34,12 @@ def test_a_collective_whose_per_chip_array_exceeds_hbm_warns(capsys):
     # an AllToAll holds V / n per chip: 16 x 1.5 GiB = 24 GiB over 16 chips is 1.5 GiB each, no warning
     assert "warning" not in _run(capsys, "collective", "all_to_all", "--chip", "tpu-v5e", "--topology", "torus:4x4",
                                  "--bytes", str(24 * 2**30))
+
+
+def test_a_calibrated_collective_warns_as_the_ideal_one_does(capsys):
+    """--calibrated runs one (calibrated) simulation; the over-HBM warning is the same: 200 GB gathered on each of
+    4 chips is 200e9 / 2^34 = 11.6 x a v5e's 16 GiB."""
+    argv = ["collective", "all_gather", "--chip", "tpu-v5e", "--topology", "torus:4", "--bytes", "200GB"]
+    line = next(x for x in _run(capsys, *argv, "--calibrated").splitlines() if "warning:" in x)
+    assert "200 GB" in line and f"{200e9 / V5E.hbm_capacity_bytes:.3g} x" in line
+    assert json.loads(_run(capsys, *argv, "--calibrated", "--json"))["warnings"] == [line.strip()]

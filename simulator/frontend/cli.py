@@ -280,11 +280,7 @@ def cmd_collective(args: argparse.Namespace) -> None:
                        chunks=chunks, root=root, mode=args.mode)
     extra = r.to_json()
     extra.update(shard, **_book_levels(args.kind, system, r), ideal_from="simulation", simulated_run="ideal")
-    from simulator.report.sanity import collective_per_chip_bytes, over_hbm
-
-    warnings = over_hbm(f"the array one chip holds ({args.kind} of V = {format_quantity(nbytes, 'B')} over "
-                        f"{r.group_size} devices)", collective_per_chip_bytes(args.kind, nbytes, r.group_size),
-                        system.spec, "the run times the links only, as if it fit")
+    warnings = _over_hbm(args.kind, nbytes, r.group_size, system.spec)
     if warnings:
         extra["warnings"] = warnings
     result = Result("collective", params, system.metrics(), extra=extra, trace=system.trace,
@@ -339,6 +335,9 @@ def _collective_calibrated(args: argparse.Namespace, params: dict[str, Any], sys
         "calibrated_max_link_bytes": cal.max_link_bytes, **shard}
     if cal.nccl is not None:  # calibrated GPU systems: what stock NCCL would run, and why
         extra["calibrated_nccl"] = cal.nccl
+    warnings = _over_hbm(args.kind, nbytes, ideal["group_size"], system.spec)
+    if warnings:
+        extra["warnings"] = warnings
     result = Result("collective", params, cal_system.metrics(), extra=extra, trace=cal_system.trace,
                     headline=f"{args.kind} of {format_quantity(nbytes, 'B')} on {args.topology}")
     write_outputs(result, args)
@@ -358,6 +357,16 @@ def _collective_calibrated(args: argparse.Namespace, params: dict[str, Any], sys
               f"peak links; not simulated)")
         print(f"  topology bound {format_quantity(ideal['topology_bound_s'], 's')} (no algorithm can be faster here)")
     print("".join(f"  note: {note}\n" for note in system.notes), end="")
+    print("".join(f"  {w}\n" for w in warnings), end="")
+
+
+def _over_hbm(kind: str, nbytes: float, group_size: int, spec: Any) -> list[str]:
+    """Warnings (one line each) when the array one chip holds for this collective exceeds its HBM."""
+    from simulator.report.sanity import collective_per_chip_bytes, over_hbm
+
+    return over_hbm(f"the array one chip holds ({kind} of V = {format_quantity(nbytes, 'B')} over {group_size} "
+                    f"devices)", collective_per_chip_bytes(kind, nbytes, group_size), spec,
+                    "the run times the links only, as if it fit")
 
 
 def _book_levels(kind: str, system: System, r: Any) -> dict[str, Any]:
