@@ -20,6 +20,19 @@ def test_the_catalogue_has_at_least_forty_inputs_across_every_area():
             "scenario parameters"} <= areas
 
 
+def test_the_catalogue_is_the_scripts_cases_numbered_in_order():
+    """docs/bad_inputs.md is what scripts/make_bad_inputs.py writes: its cases, in order, numbered 1..n (a row
+    added or removed by hand would be lost or come back at the next regeneration)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_bad_inputs", ROOT / "scripts" / "make_bad_inputs.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert [(area.strip(), command) for _, area, command, _ in ROWS] == script.CASES
+    assert [int(n) for n, _, _, _ in ROWS] == list(range(1, len(ROWS) + 1))
+
+
 @pytest.mark.parametrize("number,area,command,message", ROWS, ids=[f"{n} {c}" for n, _, c, _ in ROWS])
 def test_bad_input_gives_its_documented_error(number, area, command, message, capsys, monkeypatch):
     from simulator.frontend.cli import main
