@@ -101,3 +101,18 @@ def test_a_slow_chip_at_a_line_end_is_priced_and_auto_is_no_slower() -> None:
     assert line_floor_s <= end["time_s"] <= 1.05 * line_floor_s < ring.time_s
     assert result.topology_bound_s == pytest.approx(1e9 / 45e9, rel=1e-3)
     assert result.topology_bound_s <= result.time_s <= end["time_s"]
+
+
+def test_ways_name_cables_as_the_fault_flag_writes_them() -> None:
+    """A 2-D grid's cables are named by coordinates (as in ``--fault link:1,1->1,2``), a ring's by chip id."""
+    from simulator import System
+    from simulator.collectives.fault_routes import alternatives
+    from simulator.engine.faults import LinkDegraded
+
+    grid = System("tpu-v5e", topology="torus:4x4")
+    a, b = grid.network.chip_at((1, 1)), grid.network.chip_at((1, 2))
+    grid = System("tpu-v5e", topology="torus:4x4", faults=[LinkDegraded(a, b, 0.5)])
+    labels = [route.label for route in alternatives(grid)]
+    assert any("avoids the degraded link 1,1-1,2" in label for label in labels), labels
+    ring = System("tpu-v5e", topology="torus:8", faults=[LinkDegraded(0, 1, 0.5)])
+    assert any("avoids the degraded link 0-1" in route.label for route in alternatives(ring))

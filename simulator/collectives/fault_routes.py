@@ -97,6 +97,16 @@ def alternatives(system: System) -> list[Route]:
     return ways(net, system.faults.faults)
 
 
+def _cable_names(net: Network, cables: Any) -> str:
+    """Cables as a user writes them in ``--fault link:A->B``: grid coordinates on a grid of two axes or more
+    ("0,0-0,1"), chip ids on one axis ("0-1")."""
+    def name(chip: Any) -> str:
+        coord = net.graph.nodes[chip].get("coord")
+        return ",".join(map(str, coord)) if coord is not None and len(coord) > 1 else str(chip)
+
+    return ", ".join(f"{name(u)}-{name(v)}" for u, v in cables)
+
+
 def ways(net: Network, faults: Any) -> list[Route]:
     """`alternatives` on ``net`` (a grid whose graph has ``faults`` written in): the same ways, in the same order,
     for the system's network or for a `trial_system`'s copy of it."""
@@ -106,13 +116,13 @@ def ways(net: Network, faults: Any) -> list[Route]:
     if slow:
         avoided = _without(net, slow)
         if avoided is not None:
-            names = ", ".join(f"{u}-{v}" for u, v in slow)
+            names = _cable_names(net, slow)
             routes.append(Route(avoided, f"avoids the degraded link{'s' if len(slow) > 1 else ''} {names}"))
     ends = _slow_chip_cables(net, chips)
     if ends:
         avoided = _without(net, ends)
         if avoided is not None:
-            names = ", ".join(f"{u}-{v}" for u, v in ends)
+            names = _cable_names(net, ends)
             routes.append(Route(avoided, f"puts the slow chip{'s' if len(chips) > 1 else ''} at a line's end "
                                          f"(avoids {names})", exact=False))
     for route in list(routes):
