@@ -1,9 +1,24 @@
-"""Shared fixtures: a complete user chip file written with unit strings."""
+"""Shared fixtures: a complete user chip file written with unit strings; `load_script`, a repository script as a
+module (tests import it: ``from conftest import load_script``)."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(path: str | Path) -> ModuleType:
+    """The Python file at ``path`` (a name under scripts/, e.g. "make_book", or a path) loaded as a module."""
+    file = Path(path) if isinstance(path, Path) or "/" in str(path) else ROOT / "scripts" / f"{path}.py"
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    assert spec is not None and spec.loader is not None, file
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 #: Every required ChipSpec field, numbers written as a user would (a tpu-v5e-like chip, HBM at 819 GB/s).
 FULL_CHIP_TOML = """

@@ -23,12 +23,9 @@ def test_the_catalogue_has_at_least_forty_inputs_across_every_area():
 def test_the_catalogue_is_the_scripts_cases_numbered_in_order():
     """docs/bad_inputs.md is what scripts/make_bad_inputs.py writes: its cases, in order, numbered 1..n (a row
     added or removed by hand would be lost or come back at the next regeneration)."""
-    import importlib.util
+    from conftest import load_script
 
-    spec = importlib.util.spec_from_file_location("make_bad_inputs", ROOT / "scripts" / "make_bad_inputs.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("make_bad_inputs")
     assert [(area.strip(), command) for _, area, command, _ in ROWS] == script.CASES
     assert [int(n) for n, _, _, _ in ROWS] == list(range(1, len(ROWS) + 1))
 

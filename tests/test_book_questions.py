@@ -4,7 +4,6 @@ itself comes from scripts/make_book.py, whose catalogue must agree with it)."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import re
@@ -12,6 +11,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(r"^\| (\d+) \| ([\w-]+) \| (.+?) \| (`podsim (.+?)`|—) \| (\S+) \| (\S*) \| (\S*) \| (.+) \|$", re.M)
@@ -21,10 +21,7 @@ SLOW = ("superpod",)  #: commands of a thousand GPUs: a few seconds each, run as
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("make_book", ROOT / "scripts" / "make_book.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_book")
 
 
 def _field(out: dict, path: str) -> float:

@@ -1,15 +1,13 @@
 """scripts/collective_bounds_table.py (issue 31, item 3): every row over 1.3x the bound carries a reason."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from conftest import load_script
 
 
 def test_the_table_explains_every_gap_on_the_quick_shapes(tmp_path: Path) -> None:
-    path = Path(__file__).resolve().parents[1] / "scripts" / "collective_bounds_table.py"
-    spec = importlib.util.spec_from_file_location("collective_bounds_table", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("collective_bounds_table")
     out = tmp_path / "table.md"
     assert module.main(["--quick", "--out", str(out)]) == 0
     text = out.read_text()

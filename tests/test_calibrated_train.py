@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import load_script
 
 from simulator.errors import PodsimError
 from simulator.hardware.specs import get_chip
@@ -170,16 +171,11 @@ def test_mfu_vs_slices_scenario(tmp_path):
 
 
 def test_fitting_script_reproduces_the_committed_constants():
-    import importlib.util
     import json
-    from pathlib import Path
 
     from simulator.hardware.train_calibration import TRAIN_JSON
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "fit_train_calibration.py"
-    spec = importlib.util.spec_from_file_location("fit_train_calibration", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("fit_train_calibration")
     table = {**module.build(), "gpu": module.build_gpu()}
     assert json.loads(json.dumps(table)) == json.loads(TRAIN_JSON.read_text())
 

@@ -2,13 +2,13 @@
 validation meets its target where it claims to and reports every family that misses it."""
 import csv
 import functools
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 from simulator.collectives import run_collective
 from simulator.engine.system import System
@@ -22,10 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _fit_script():
-    spec = importlib.util.spec_from_file_location("fit_calibration", ROOT / "scripts" / "fit_calibration.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fit_calibration")
 
 
 def test_fitting_script_reproduces_the_committed_constants():

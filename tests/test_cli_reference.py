@@ -3,8 +3,9 @@ the parser has is on the page, and ``scripts/make_cli_reference.py --check`` pas
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
+
+from conftest import load_script
 
 from simulator.frontend.cli import build_parser
 
@@ -13,10 +14,7 @@ PAGE = ROOT / "docs" / "reference" / "cli.md"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("make_cli_reference", ROOT / "scripts" / "make_cli_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_cli_reference")
 
 
 def test_the_page_is_what_the_script_writes_from_the_parser(capsys):

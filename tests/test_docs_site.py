@@ -3,7 +3,6 @@ command shown in a code block parses with podsim's own parser, the JSON keys pag
 print, and the plug-in algorithm of the how-to runs, against a closed form worked out by hand and numpy."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shlex
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 from simulator.frontend.cli import build_parser, main
 
@@ -154,9 +154,7 @@ def switch_gather():
     from simulator.collectives import unregister
 
     unregister("switch_gather")
-    spec = importlib.util.spec_from_file_location("switch_gather", EXAMPLES / "switch_gather.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(EXAMPLES / "switch_gather.py")
     yield module
     unregister("switch_gather")
 

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import load_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -270,10 +271,5 @@ def test_calibrated_compute_without_a_shape_runs_at_the_large_tile_rate():
 @pytest.mark.benchmark
 def test_fit_script_reproduces_the_committed_constants():
     """``scripts/fit_gpu_kernels.py`` rebuilds gpu_kernels.json exactly (about 30 s: pytest -m benchmark)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("fit_gpu_kernels",
-                                                  KERNEL_DATA.parents[3] / "scripts" / "fit_gpu_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(KERNEL_DATA.parents[3] / "scripts" / "fit_gpu_kernels.py")
     assert json.loads(json.dumps(module.build())) == json.loads(KERNEL_DATA.read_text())

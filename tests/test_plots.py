@@ -2,6 +2,7 @@
 import struct
 
 import pytest
+from conftest import load_script
 
 from scenarios import collective_sweep, double_buffer
 from simulator.collectives import run_collective
@@ -208,13 +209,8 @@ def test_link_heatmap_3d_replaces_a_given_axes():
 
 
 def test_readme_pictures_regenerate(tmp_path):
-    import importlib.util
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "make_pictures.py"
-    spec = importlib.util.spec_from_file_location("make_pictures", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("make_pictures")
     for path in module.make(tmp_path, quick=True):
         w, h = _png_size(path)
         assert w >= 400 and h >= 150 and _not_blank(path)

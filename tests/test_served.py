@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 from simulator.errors import PodsimError
 from simulator.frontend.validate_decode import decode_rows, predict
@@ -153,11 +154,8 @@ def test_podsim_model_calibrated_adds_the_served_step_and_refuses_chips_without_
 @pytest.mark.benchmark
 def test_fit_script_reproduces_the_committed_serving_constants():
     """``scripts/fit_decode.py`` rebuilds decode_calibration.json exactly (about 40 s: pytest -m benchmark)."""
-    import importlib.util
 
     from simulator.hardware.calibration import DATA as data
 
-    spec = importlib.util.spec_from_file_location("fit_decode", data.parents[2] / "scripts" / "fit_decode.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(data.parents[2] / "scripts" / "fit_decode.py")
     assert json.loads(json.dumps(module.build())) == json.loads((data / "decode_calibration.json").read_text())

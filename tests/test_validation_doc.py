@@ -2,20 +2,18 @@
 from the code, and its summary rows are the errors recomputed here from the page's own rows."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 from pathlib import Path
+
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "validation.md"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("make_validation_doc", ROOT / "scripts" / "make_validation_doc.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_validation_doc")
 
 
 def test_page_is_current():
