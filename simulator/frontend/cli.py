@@ -283,11 +283,8 @@ def cmd_collective(args: argparse.Namespace) -> None:
     warnings = _over_hbm(args.kind, nbytes, r.group_size, system.spec)
     if warnings:
         extra["warnings"] = warnings
-    result = Result("collective", params, system.metrics(), extra=extra, trace=system.trace,
-                    headline=f"{args.kind} of {format_quantity(nbytes, 'B')} on {args.topology}")
-    write_outputs(result, args)
-    if args.json:
-        print(result.dumps())
+    result = _collective_result(args, params, system, extra, nbytes)
+    if result is None:  # --json: printed
         return
     print(f"{result.headline} ({r.group_size} devices per group, {r.groups} group(s), {r.mode} simulation, "
           f"algorithm {r.algorithm})")
@@ -338,11 +335,8 @@ def _collective_calibrated(args: argparse.Namespace, params: dict[str, Any], sys
     warnings = _over_hbm(args.kind, nbytes, ideal["group_size"], system.spec)
     if warnings:
         extra["warnings"] = warnings
-    result = Result("collective", params, cal_system.metrics(), extra=extra, trace=cal_system.trace,
-                    headline=f"{args.kind} of {format_quantity(nbytes, 'B')} on {args.topology}")
-    write_outputs(result, args)
-    if args.json:
-        print(result.dumps())
+    result = _collective_result(args, params, cal_system, extra, nbytes)
+    if result is None:  # --json: printed
         return
     print(f"{result.headline} ({ideal['group_size']} devices per group, {ideal['groups']} group(s); one simulation, "
           f"the calibrated one, {cal.mode})")
@@ -358,6 +352,19 @@ def _collective_calibrated(args: argparse.Namespace, params: dict[str, Any], sys
         print(f"  topology bound {format_quantity(ideal['topology_bound_s'], 's')} (no algorithm can be faster here)")
     print("".join(f"  note: {note}\n" for note in system.notes), end="")
     print("".join(f"  {w}\n" for w in warnings), end="")
+
+
+def _collective_result(args: argparse.Namespace, params: dict[str, Any], system: Any, extra: dict[str, Any],
+                       nbytes: float) -> Result | None:
+    """The collective's `Result` (the simulated ``system``'s metrics and trace), written to the output files the
+    flags name; None once printed as JSON (``--json``), else the result for the text summary."""
+    result = Result("collective", params, system.metrics(), extra=extra, trace=system.trace,
+                    headline=f"{args.kind} of {format_quantity(nbytes, 'B')} on {args.topology}")
+    write_outputs(result, args)
+    if args.json:
+        print(result.dumps())
+        return None
+    return result
 
 
 def _over_hbm(kind: str, nbytes: float, group_size: int, spec: Any) -> list[str]:
