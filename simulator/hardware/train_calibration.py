@@ -46,7 +46,9 @@ class GpuStepConstants:
     ``compute_fraction`` and ``dispatch_s`` are the training framework's own (its kernels' generation -- cuBLAS,
     fused kernels --, its host overhead), as serving engines have their own factors; the rest are shared."""
 
-    overlap_interference: float = 0.0  #: share of an overlapped NCCL collective's time the compute beside it pays
+    #: compute seconds an overlapped collective costs per second beside the compute, per unit of the SM share its
+    #: kernels hold (`simulator.workloads.plans.calibrated_gpu.collective_sm_share`): 1 = exactly the SMs it takes
+    sm_interference: float = 0.0
     dispatch_s: float = 0.0  #: host seconds to launch one kernel (eager PyTorch): a kernel takes at least this
     ib_fraction: float = 1.0  #: share of the NICs' line rate an NCCL ring across nodes reaches
     step_overhead_s: float = 0.0  #: fixed seconds per training step (optimizer launch, data loader, logging)

@@ -19,17 +19,21 @@ is a named number of seconds in the breakdown:
   ``dispatch_s`` (what its GPU time does not hide; small models on many GPUs are launch-bound);
 - ``recompute_s``: what the checkpoint policy recomputes (``full``: the forward again, collectives included;
   ``selective``: the attention kernel; ``none``);
+- overlap is not free: a collective beside the compute holds SMs -- NCCL one per channel of the algorithm its tuner
+  picks (`collective_sm_share`: 2 for a ring across nodes with one member per node, 8-12 inside an H100 node),
+  Transformer Engine's userbuffers `TE_UB_SMS` -- and the compute pays ``sm_interference`` x that share of the
+  SMs x the time they overlap (fitted: HBM and L2 contention ride on the same kernels);
 - ``exposed_tp_s``: tensor-parallel AllReduces of [tokens, d] (2 forward, 2 backward, 2 more under full
-  recompute), exposed unless ``tp_overlap`` (then beside the GEMMs, paying ``overlap_interference``);
+  recompute), exposed unless ``tp_overlap`` (then beside the GEMMs, paying their interference);
 - ``exposed_fsdp_s``: ZeRO-3 gathers one layer ahead (forward, and backward again unless
   ``reshard_after_forward`` is off: FSDP's SHARD_GRAD_OP) and reduce-scatters behind, beside the compute
-  (max of the two, plus ``overlap_interference`` x the shorter: NCCL kernels hold SMs and HBM bandwidth
-  while the GEMMs run); the first gather and the last reduce-scatter exposed;
+  (max of the two, plus the longer's interference x the shorter); the first gather and the last reduce-scatter
+  exposed;
 - ``exposed_grads_s``: the gradient reductions after the last microbatch (the data axis's AllReduce, ZeRO-1's
   reduce-scatter, ZeRO-0's AllReduce over fsdp), bucketed behind that microbatch's backward pass as DDP and
   Megatron's ``--overlap-grad-reduce`` run them, and ZeRO-1/2's gather of the updated weights behind the next
   step's first forward (``--overlap-param-gather``): what a window does not cover is exposed, and the covered
-  part slows the compute by ``overlap_interference``;
+  part slows the compute by its interference;
 - ``exposed_cp_s``: context parallelism's ring attention passing K and V (and their gradients backward)
   beside the attention kernel; what the kernel does not cover is exposed;
 - ``exposed_ep_s``: expert parallelism's two AllToAlls (dispatch, combine) forward and backward;
@@ -67,7 +71,7 @@ from simulator.workloads.plans.calibrated import (
     adamw_bytes_per_param,
     overlapped_layers_s,
 )
-from simulator.workloads.plans.gpu_network import GPUS_PER_NODE, axis_nets, nccl_s, p2p_s
+from simulator.workloads.plans.gpu_network import GPUS_PER_NODE, AxisNet, axis_nets, nccl_s, p2p_s
 from simulator.workloads.plans.layout import MeshPlan, PlanError, TrainOptions
 from simulator.workloads.plans.memory import layer_split, recompute_fraction
 from simulator.workloads.plans.train import model_flops, palm_flops
@@ -93,6 +97,14 @@ kernels over the [tokens, vocab] logits the head GEMM wrote in 16 bits:
 
 6 + 4 + 8 + 8 + 4 + 8 + 8 + 6 = 52 bytes, priced as memory-bound kernels at the kernel model's share of HBM (not
 fitted). At a 128k vocabulary this is 6.7 MB per token on one GPU: as much time as a few layers' norms."""
+TE_UB_SMS = (1 + 16) / 2
+"""SMs Transformer Engine's userbuffers hold while a tensor-parallel collective runs beside a GEMM
+(``--tp-comm-overlap``), by its default configuration (``transformer_engine/pytorch/module/base.py``,
+``initialize_ub``): the AllGathers beside the forward GEMMs and the data-gradient GEMMs (qkv_fprop, fc1_fprop,
+proj_dgrad, fc2_dgrad) run as ``ring_exchange`` on 1 SM with copy engines moving the data; the ReduceScatters
+(proj_fprop, fc2_fprop: ``pipeline``) and the bulk overlaps beside the weight-gradient GEMMs on 16 SMs, which
+the GEMM leaves free (``set_sm_margin``). Half the overlapped bytes each way: 8.5 SMs on average."""
+NCCL_FALLBACK_CHANNELS = 16  #: channels where NCCL's tuner model has no view of the group (an uneven split)
 GRAD_REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  #: dtypes a framework reduces gradients in -> bytes
 #: what each framework reduces 16-bit gradients in by default (the forecast's default; a published row names its own):
 #: Megatron-LM / Megatron-Core force fp32 under bf16 (arguments.py: "bfloat16 requires gradient accumulation and
@@ -202,6 +214,32 @@ def _layer_s(cfg: TransformerConfig, kern: _Kernels, plan: MeshPlan, t: float, s
     return out
 
 
+def collective_sm_share(kind: str, nbytes: float, net: AxisNet | None, sms: int) -> float:
+    """Share of a GPU's ``sms`` SMs one NCCL collective's kernel holds while it runs: one thread block (one SM) per
+    channel of the algorithm NCCL's tuner picks (`simulator.collectives.nccl_tuner`: the ring graph's channels for
+    Ring and Tree, the NVLS graph's for NVLS and NVLSTree; AllToAll and sends on the ring's). A GEMM beside it
+    runs on the rest, so an overlapped collective costs the compute about this share of the time they overlap
+    (`GpuStepConstants.sm_interference` scales it: other contention, HBM and L2, rides on the same kernels).
+    A ring across nodes with one member per node runs 2 channels (1.5% of an H100), one inside a node 12 (9%)."""
+    if net is None or net.n <= 1 or nbytes <= 0:
+        return 0.0
+    if net.nccl is None:
+        return min(1.0, NCCL_FALLBACK_CHANNELS / sms)
+    graph = net.nccl.ring
+    if kind in ("all_gather", "reduce_scatter", "all_reduce"):
+        from simulator.collectives.nccl_tuner import pick, table
+
+        algo, _ = pick(table(net.nccl, kind, nbytes)[0])
+        graph = net.nccl.nvls if algo.startswith("NVLS") and net.nccl.nvls is not None else net.nccl.ring
+    return min(1.0, graph.channels / sms)
+
+
+def _mean_share(parts: list[tuple[float, float]]) -> float:
+    """Time-weighted SM share of collectives run back to back: ``parts`` (seconds, share)."""
+    total = sum(t for t, _ in parts)
+    return sum(t * s for t, s in parts) / total if total > 0 else 0.0
+
+
 def _stage_layers(n_layers: int, stages: int) -> list[int]:
     """Layers per virtual stage: as even as whole layers allow, the extra ones on the earliest stages."""
     base, extra = divmod(n_layers, stages)
@@ -249,6 +287,19 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     ag = nccl_s("all_gather", layer_w, nets.get("fsdp")) if opts.zero >= 3 and f > 1 else 0.0
     rs = nccl_s("reduce_scatter", layer_w * e_g / e_w, nets.get("fsdp")) if opts.zero >= 2 and f > 1 else 0.0
     ag_b = ag if opts.reshard_after_forward else 0.0  # weights kept from the forward: no second gather
+    # what overlapping costs the compute beside it: the SM share each collective's kernels hold, x sm_interference
+    sms = kernels.sms if isinstance(kernels, GpuKernels) else chip.tensor_cores
+    fsdp_net = nets.get("fsdp")
+    ag_share = collective_sm_share("all_gather", layer_w, fsdp_net, sms) if ag else 0.0
+    rs_share = collective_sm_share("reduce_scatter", layer_w * e_g / e_w, fsdp_net, sms) if rs else 0.0
+    tp_share = min(1.0, TE_UB_SMS / sms) if opts.tp_overlap and m > 1 else 0.0
+    k_i = c.sm_interference
+
+    def beside(fsdp_s: float, fsdp_share: float, tp_s: float) -> float:
+        """Interference of one layer's overlapped collectives: the longer one's SM share x sm_interference."""
+        if opts.tp_overlap and tp_s > fsdp_s:
+            return k_i * tp_share
+        return k_i * fsdp_share
     seq_f, seq_b = cp_f + 2 * ep_one, cp_b + 2 * ep_one  # these wait on the layer's own work: added to it
     chunks = _stage_layers(cfg.n_layers, p * v)
     per_stage: list[float] = []
@@ -257,13 +308,14 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
         total = 0.0
         for chunk in range(v):
             n_l = chunks[chunk * p + stage]
-            tf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, tp_fwd, opts.tp_overlap, c.overlap_interference)
+            b_share = _mean_share([(ag_b, ag_share), (rs, rs_share)])
+            tf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, tp_fwd, opts.tp_overlap, beside(ag, ag_share, tp_fwd))
             tb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, tp_bwd, opts.tp_overlap,
-                                        c.overlap_interference)
+                                        beside(ag_b + rs, b_share, tp_bwd))
             total += tf + tb
             if stage == 0:  # exposed: what each collective adds to the layers' compute
-                nf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, 0.0, False, c.overlap_interference)
-                nb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, 0.0, False, c.overlap_interference)
+                nf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, 0.0, False, k_i * ag_share)
+                nb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, 0.0, False, k_i * b_share)
                 exposed["tp"] += max(0.0, tf + tb - nf - nb)
                 exposed["fsdp"] += max(0.0, nf + nb - n_l * (fwd + seq_f + bwd + redo + seq_b))
                 exposed["cp"] += n_l * (cp_f + cp_b)
@@ -286,19 +338,22 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     # replicas (data) AllReduce the shard -- bucketed behind that microbatch's backward (DDP, Megatron's
     # --overlap-grad-reduce); ZeRO-1/2 gather the updated weights behind the next step's first forward
     # (--overlap-param-gather, FSDP's prefetch). What a window does not cover is exposed; what it covers slows the
-    # compute beside it by overlap_interference.
-    fsdp_net, whole, grads = nets.get("fsdp"), held * e_w, held * e_g
-    after_b = nccl_s("reduce_scatter", grads, fsdp_net) if f > 1 and opts.zero == 1 else 0.0
-    after_b += nccl_s("all_reduce", grads, fsdp_net) if f > 1 and opts.zero == 0 else 0.0
+    # compute beside it by its interference (SM share x sm_interference).
+    whole, grads = held * e_w, held * e_g
+    kind_b = "reduce_scatter" if opts.zero == 1 else "all_reduce"
+    after_b = nccl_s(kind_b, grads, fsdp_net) if f > 1 and opts.zero in (0, 1) else 0.0
     before_f = nccl_s("all_gather", whole, fsdp_net) if f > 1 and opts.zero in (1, 2) else 0.0
     shard = held / (f if opts.zero >= 1 else 1)
     dp_ar = nccl_s("all_reduce", shard * e_g, nets.get("data"))
+    share_b = _mean_share([(after_b, collective_sm_share(kind_b, grads, fsdp_net, sms)),
+                           (dp_ar, collective_sm_share("all_reduce", shard * e_g, nets.get("data"), sms))])
+    share_f = collective_sm_share("all_gather", whole, fsdp_net, sms)
     last = max(1, stage_layers)
     window_b = stage_layers / v * (bwd + redo) * (1 - 1 / last)  # the last backward after its first bucket
     window_f = stage_layers / v * fwd * (1 - 1 / last)  # the first forward after its first layer's gather
-    hidden = [(after_b + dp_ar, window_b), (before_f, window_f)]
-    exposed_grads = sum(max(t - w, t / last) for t, w in hidden if t)
-    slowed = c.overlap_interference * sum(min(t, w) for t, w in hidden)
+    hidden = [(after_b + dp_ar, window_b, share_b), (before_f, window_f, share_f)]
+    exposed_grads = sum(max(t - w, t / last) for t, w, _ in hidden if t)
+    slowed = k_i * sum(share * min(t, w) for t, w, share in hidden)
     optimizer = kern.vector(shard * adamw_bytes_per_param(e_w, opts.master_copy), "optimizer")
     step = pipelined + p2p + exposed_grads + slowed + optimizer + c.step_overhead_s
     layers = mb * cfg.n_layers / p  # layer passes of the busiest stage per step
@@ -389,5 +444,6 @@ def calibrated_gpu_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, 
             "uncalibrated": uncalibrated_parts(chip, plan, opts, cfg, c.framework)}
 
 
-__all__ = ["ATTENTION", "FRAMEWORK_GRAD_REDUCE", "GRAD_REDUCE_DTYPES", "LOSS_BYTES_PER_LOGIT", "IdealKernels",
-           "calibrated_gpu_step", "gpu_step_factors", "require_kernels", "uncalibrated_parts"]
+__all__ = ["ATTENTION", "FRAMEWORK_GRAD_REDUCE", "GRAD_REDUCE_DTYPES", "LOSS_BYTES_PER_LOGIT", "TE_UB_SMS",
+           "IdealKernels", "calibrated_gpu_step", "collective_sm_share", "gpu_step_factors", "require_kernels",
+           "uncalibrated_parts"]
