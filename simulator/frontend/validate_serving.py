@@ -137,7 +137,8 @@ NOTES = {FAMILY: (
     "about 1 ms a token on top), output throughput to match; median TTFT 18-29% low (the one-GPU front-end time "
     "closes 25 ms of the 36-81 ms gap; 70B's prefill on 2-8 GPUs is the rest)"),
     HOST_FAMILY: (
-    "the source of the host time per scheduler call (simulator.workloads.serving.host): Vidur's profile of its "
+    "misses the 10% target on its held-out rows (the fit rows meet it); the source of the host time per "
+    "scheduler call (simulator.workloads.serving.host): Vidur's profile of its "
     "vLLM engine's CPU time per step on one A100 (data/profiling/a100/cpu_overheads.csv: schedule, prepare inputs, "
     "process model outputs, medians, batches 8-64, tensor parallel 1), one line a + b x batch per component, least "
     "squares on the Llama-2-7B rows (fit: 2.4% geomean); the CodeLlama-34B rows are held out (set by model before "
@@ -145,7 +146,8 @@ NOTES = {FAMILY: (
     "low -- these costs grow with the model (48 layers against 32), which the line, fitted on one model, does not "
     "hold; so the host time is low for models larger than Llama-2-7B / Llama-3-8B"),
     FRONTEND_FAMILY: (
-    "the source of the front-end time per request and a check of the host time per scheduler call "
+    "meets issue 33's 15% target on its held-out rows; the source of the front-end time per request and a "
+    "check of the host time per scheduler call "
     "(simulator.workloads.serving.host): SGLang's published vLLM 0.6.0 runs (benchmark/benchmark_vllm_060: "
     "--num-scheduler-steps 10, ShareGPT, Poisson at 4 and 8 requests/s; Llama 3.1 8B on one A100, 70B on 4 x "
     "H100), replayed with lengths drawn from the 80 ShareGPT requests of serving_requests.csv (the runs name the "
