@@ -105,3 +105,26 @@ def test_the_bound_of_a_stream_is_untouched_by_the_host_time():
     without = run_stream(_setup(steps=10, engine="tensorrt-llm"), arrivals, "bound").done
     assert not host_parts(_setup(steps=10))[1].zero and host_parts(_setup(steps=10, engine="tensorrt-llm"))[1].zero
     assert [(r.first_token_s, r.finish_s) for r in with_host] == [(r.first_token_s, r.finish_s) for r in without]
+
+
+def test_the_cli_names_the_host_time_under_calibrated_parts_only_where_it_applies(capsys):
+    """`podsim serve --json`: vLLM with 10-step windows lists both mechanisms (and the host CPU under
+    uncalibrated); one step per call lists none; the forecast's first token comes at least the front-end time
+    after the bound's."""
+    import json
+
+    from simulator.frontend.cli import main
+
+    base = ["serve", "llama-3-8b", "--chip", "h100", "--rate", "4", "--duration", "20s", "--prompt-len", "200",
+            "--output-len", "50", "--chunked-prefill", "0", "--calibrated", "--json"]
+    outs = {}
+    for steps in ("1", "10"):
+        assert main([*base, "--scheduler-steps", steps]) == 0
+        outs[steps] = json.loads(capsys.readouterr().out)
+    parts = outs["10"]["calibrated_parts"]
+    assert len(parts) == 2 and "front-end" in parts[0] and "host time per scheduler call" in parts[1]
+    assert any("host" in u for u in outs["10"]["uncalibrated"])
+    assert outs["1"]["calibrated_parts"] == [] and not any("vLLM 0.6" in u for u in outs["1"]["uncalibrated"])
+    fe = host.vllm_v0_frontend_s()
+    assert f"{1e3 * fe:.1f} ms" in parts[0]
+    assert outs["10"]["forecast"]["ttft_s"]["p50"] > outs["10"]["bound"]["ttft_s"]["p50"] + fe
