@@ -11,6 +11,8 @@ every step priced by the calibrated served model for the row's engine. vLLM 0.6.
 10-step decode windows whose tokens reach the client at the window's end, and with benchmark.py's
 ``--gpu-memory-utilization 0.95``. Runs on one GPU and tensor parallel over 2-8 GPUs of one node are two
 families. Metrics as ``vllm bench serve`` reports them: medians over requests, output tokens over the run's span.
+The forecast of these vLLM 0.6 multi-step runs includes vLLM 0.6's host time (`simulator.workloads.serving.host`);
+two more families hold that mechanism's own sources: Vidur's per-step CPU profile and SGLang's vLLM 0.6.0 runs.
 """
 from __future__ import annotations
 
