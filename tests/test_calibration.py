@@ -104,8 +104,11 @@ MEETS = ("AllReduce, 8 x A100 NVLink (nccl-tests)",
          "Training step MFU, TPU (published runs)", "GEMM, A100 fp16 (vidur)", "GEMM, H100 fp16 (vidur)",
          "Attention, H100 FlashAttention-3", "GEMM by shape, B200 (XLA table)",
          "Multi-GPU decode (tensor parallel)", "Multi-GPU decode speed-up, 1 -> 8 GPUs",  # issue 27: 15%, 20%
-         "Multi-GPU prefill (first token, tensor parallel)", "Training step, GPU (published runs)")
-TARGETS = {"Multi-GPU decode (tensor parallel)": 0.15, "Multi-GPU decode speed-up, 1 -> 8 GPUs": 0.20}
+         "Multi-GPU prefill (first token, tensor parallel)", "Training step, GPU (published runs)",
+         "Serving request streams (vLLM 0.6, SGLang's runs)")  # issue 33: 15%
+TARGETS = {"Multi-GPU decode (tensor parallel)": 0.15, "Multi-GPU decode speed-up, 1 -> 8 GPUs": 0.20,
+           "Serving request streams (vLLM 0.6, SGLang's runs)": 0.15,  # issue 33's 15% on the request streams
+           "Serving request streams (vLLM, one GPU)": 0.15, "Serving request streams (vLLM, tensor parallel)": 0.15}
 #: GPU kernel families whose fit sets miss too: one model fitted across sources that disagree (notes say how)
 FIT_MISSES = ("GEMM by shape, H100 (XLA table)", "GEMM, best shape (mamf-finder)",
               "Memory-bound kernels < 16 MiB, A100/H100 (vidur)", "Memory-bound kernels >= 16 MiB, A100/H100 (vidur)")
@@ -114,12 +117,13 @@ MISSES = ("matmul, H100 bf16 square", *FIT_MISSES,
           "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
           "Serving decode, batch 32-64, one GPU (tensorrt-llm)", "Serving decode, one GPU (vllm)",  # test_served
           "Serving prefill (first token), one GPU (tensorrt-llm)", "Serving decode, one GPU (gpt-fast)",
-          "Multi-GPU decode, batch 32-64 (tensor parallel)")
+          "Multi-GPU decode, batch 32-64 (tensor parallel)",
+          "vLLM host time per engine step (Vidur, one A100)")  # held out: CodeLlama-34B's larger host costs
 HELD_OUT_WHOLE = ("AllReduce, 8 x H200 NVLS (nccl-tests)", "AllReduce ring, 4 x H100 (nccl-tests)",
                   "AllReduce, 8 x H100/H200 NVLS, 1-512 KiB", "Protocols, 4 x H100 ring, 256 MiB (nccl-tests)",
                   "Serving decode, batch 32-64, one GPU (tensorrt-llm)",
                   "Multi-GPU prefill (first token, tensor parallel)", "Multi-GPU decode, batch 32-64 (tensor parallel)",
-                  "Serving request streams (vLLM, one GPU)",  # issue 33: misses its own 15% target, reported
+                  "Serving request streams (vLLM, one GPU)",  # issue 33's 15%: test_serve_cli checks its note
                   "Serving request streams (vLLM, tensor parallel)")
 FIT_WHOLE = ("AllGather, TPU v5e ICI (the book's profiles)",  # two measurements, two constants
              "Attention, A100 FlashAttention-2")  # the FA2 paper's one A100 figure scales FA2's shape
@@ -155,7 +159,8 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
         rows[name] = len(list(csv.DictReader((DATA / "calibration" / name).open())))
     attention = list(csv.DictReader((DATA / "calibration" / "flash_attention.csv").open()))
     rows["flash_attention.csv"] = sum(r["chip"] != "h100" or r["impl"] == "fa3" for r in attention)  # FA2 on H100:
-    rows["serving_latency.csv"] = len(list(csv.DictReader((DATA / "calibration" / "serving_latency.csv").open())))
+    for name in ("serving_latency.csv", "vllm_host_overhead.csv", "serving_host_runs.csv"):
+        rows[name] = len(list(csv.DictReader((DATA / "calibration" / name).open())))
     assert len(result["cases"]) == sum(rows.values())  # no measurement dropped        # the A100's shape, no case
     families = result["families"]
     assert sorted(families) == sorted(set((*MEETS, *MISSES, *HELD_OUT_WHOLE, *FIT_WHOLE)))

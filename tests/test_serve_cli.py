@@ -139,8 +139,8 @@ def test_tensor_parallel_runs_are_a_family_of_their_own():
 
     tp = {r["run"] for r in serving_rows() if int(r["gpus"]) > 1}
     assert {"lambda-h100x2-llama3-8b-p10", "lambda-h100x8-llama3-70b-p10"} <= tp
-    cases = serving_cases(Case)
-    assert {c.family for c in cases} == {FAMILY, TP_FAMILY}
+    cases = [c for c in serving_cases(Case) if c.family in (FAMILY, TP_FAMILY)]
+    assert len(cases) == len(serving_rows())
     assert all((c.family == TP_FAMILY) == (c.name.split()[0] in tp) for c in cases)
     # 10 prompts of the same ShareGPT draw as the one-GPU runs (the file's total_input_tokens)
     assert sum(a.prompt_tokens for a in run_requests("lambda-h100x8-llama3-70b-p10")) == 1369
@@ -167,15 +167,21 @@ def test_the_docs_example_prints_what_the_page_shows(capsys):
     assert out == shown
 
 
-def test_the_stream_family_reports_its_miss_of_its_own_target():
+def test_the_stream_families_report_their_own_target_as_they_stand():
+    """Each request-stream family is judged on issue 33's 15%, and its note and the rendered line say what the
+    numbers say (meets or misses), so a note cannot outlive the result it describes."""
     from simulator.frontend.validate import render, validate
-    from simulator.frontend.validate_serving import FAMILY
+    from simulator.frontend.validate_serving import FAMILY, TP_FAMILY
 
     result = validate()
-    held = result["families"][FAMILY]["held_out"]
-    assert held["target_error"] == 0.15 and held["meets_target"] is False and "misses the 15% target" in \
-        result["notes"][FAMILY]
-    assert any(line.startswith(FAMILY) and "MISSES the 15% target" in line for line in render(result).splitlines())
+    lines = render(result).splitlines()
+    for family in (FAMILY, TP_FAMILY):
+        held = result["families"][family]["held_out"]
+        assert held["target_error"] == 0.15 and held["meets_target"] == (held["geomean_error"] <= 0.15)
+        word = "meets" if held["meets_target"] else "misses"
+        assert result["notes"][family].startswith(f"{word} the 15% target")
+        assert any(line.startswith(family) and "held_out" in line and f"{word.upper() if word == 'misses' else word} "
+                   "the 15% target" in line for line in lines)
 
 
 def test_the_cli_names_the_preemption_modes_the_simulator_runs():

@@ -196,7 +196,15 @@ def _header(setup: ServeSetup, args: argparse.Namespace, rate: float | None, tra
     meshes = ({"prefill_mesh": vars(setup.prefill_mesh), "decode_mesh": vars(setup.decode_mesh)}
               if setup.disaggregated else {"mesh": vars(setup.mesh)})
     par = setup.decode_mesh or setup.mesh
+    from simulator.workloads.serving.host import describe
+    from simulator.workloads.serving.simulate import host_parts
+
     costs = StepCosts(setup.cfg, setup.chip, par.model, calibrated=args.calibrated, engine=setup.engine)
+    parts = describe(*host_parts(setup)) if args.calibrated else []
+    uncalibrated = costs.uncalibrated if args.calibrated else []
+    if parts:
+        uncalibrated = [*uncalibrated, "vLLM 0.6 host time on this node's CPU: measured on one A100 node's host "
+                        "(Vidur) and front end (SGLang's runs); other hosts are taken as equal"]
     return {"model": setup.cfg.name, "chip": setup.chip.name, **meshes, "chips": setup.chips,
             "topology": setup.topology, "rate_per_s": rate, "trace_in": trace_in,
             "arrivals": "trace" if trace_in else ("poisson" if float(args.burstiness) == 1 else
@@ -204,12 +212,13 @@ def _header(setup: ServeSetup, args: argparse.Namespace, rate: float | None, tra
             "duration_s": None if trace_in else parse_positive(args.duration, "time", name="--duration"),
             "prompt_len": args.prompt_len, "output_len": args.output_len, "seed": int(args.seed),
             "slo_ttft_s": _slo(args.slo_ttft, "--slo-ttft"), "slo_tpot_s": _slo(args.slo_tpot, "--slo-tpot"),
-            "scheduler": vars(setup.sched) | {"max_model_len": setup.max_model_len,
+            "scheduler": {k: v for k, v in vars(setup.sched).items() if k != "host"} | {
+                                              "max_model_len": setup.max_model_len,
                                               "kv_bytes_per_token": costs.kv_bytes_per_token,
                                               "host_bytes_per_s": setup.chip.pcie_bandwidth_bytes_per_s},
             "kv_capacity_tokens_per_replica": kv_capacity_tokens(setup.cfg, setup.chip, par.model,
                                                                  setup.memory_fraction),
-            "uncalibrated": costs.uncalibrated if args.calibrated else [],
+            "calibrated_parts": parts, "uncalibrated": uncalibrated,
             "labels": {"bound": "ideal steps (spec HBM bandwidth and peak FLOP/s): nothing real is faster",
                        "forecast": "calibrated steps (fitted serving factors): what a real engine should get"}}
 
@@ -284,6 +293,8 @@ def render(out: dict[str, Any]) -> str:
                      f"{format_quantity(link['bandwidth_bytes_per_s'], 'B/s')}")
     lines.append("  bound: " + out["labels"]["bound"] + (
         "; forecast: " + out["labels"]["forecast"] if out.get("forecast") else " (add --calibrated for the forecast)"))
+    if out.get("calibrated_parts"):
+        lines.append("  calibrated parts (forecast only): " + "; ".join(out["calibrated_parts"]))
     if out.get("uncalibrated"):
         lines.append("  uncalibrated: " + "; ".join(out["uncalibrated"]))
     return "\n".join(lines)

@@ -11,6 +11,8 @@ every step priced by the calibrated served model for the row's engine. vLLM 0.6.
 10-step decode windows whose tokens reach the client at the window's end, and with benchmark.py's
 ``--gpu-memory-utilization 0.95``. Runs on one GPU and tensor parallel over 2-8 GPUs of one node are two
 families. Metrics as ``vllm bench serve`` reports them: medians over requests, output tokens over the run's span.
+The forecast of these vLLM 0.6 multi-step runs includes vLLM 0.6's host time (`simulator.workloads.serving.host`);
+two more families hold that mechanism's own sources: Vidur's per-step CPU profile and SGLang's vLLM 0.6.0 runs.
 """
 from __future__ import annotations
 
@@ -30,10 +32,12 @@ from simulator.workloads.transformer import get_model
 
 FAMILY = "Serving request streams (vLLM, one GPU)"
 TP_FAMILY = "Serving request streams (vLLM, tensor parallel)"
+HOST_FAMILY = "vLLM host time per engine step (Vidur, one A100)"
+FRONTEND_FAMILY = "Serving request streams (vLLM 0.6, SGLang's runs)"
 UNITS = {"median_ttft": "ms", "median_tpot": "ms", "output_throughput": "tokens/s"}
 SCHEDULER_STEPS = 10  #: vLLM 0.6.0 --num-scheduler-steps of the LambdaLabs runs (benchmark_v0.md; ITLs 10 apart)
 MEMORY_FRACTION = 0.95  #: LambdaLabs benchmark.py's --gpu-memory-utilization default
-TARGETS = {FAMILY: 0.15, TP_FAMILY: 0.15}  #: issue 33: held-out throughput and p50 latencies within 15% geomean
+TARGETS = {FAMILY: 0.15, TP_FAMILY: 0.15, FRONTEND_FAMILY: 0.15}  #: issue 33: held-out throughput, p50 latencies in 15%
 
 
 def _read(name: str) -> list[dict[str, str]]:
@@ -75,36 +79,84 @@ def predict(row: dict[str, str]) -> float:
     return out[row["metric"]]
 
 
+def host_cases(case: Any) -> list[Any]:
+    """The vLLM 0.6 host-time mechanisms' own sources (`simulator.workloads.serving.host`): Vidur's per-step CPU
+    times against the fitted lines, and SGLang's vLLM 0.6.0 request streams replayed with both mechanisms."""
+    from simulator.workloads.serving import host
+
+    out = [case(HOST_FAMILY, r["row"], float(r["measured_ms"]), 1e3 * host.component_s(r["component"], int(r["batch"])),
+                "ms", r["set"] != "fit") for r in host.host_rows()]
+    fe = 1e3 * host.vllm_v0_frontend_s()
+    out += [case(FRONTEND_FAMILY, r["row"], float(r["measured"]),
+                 host.simulate_run(r["run"], 0.0)[r["metric"]] + (fe if r["metric"] == "median_ttft" else 0.0), "ms",
+                 r["set"] != "fit") for r in host.run_rows()]
+    return out
+
+
 def serving_cases(case: Any) -> list[Any]:
     """One ``case`` (`simulator.frontend.validate.Case`) per published figure."""
     return [case(FAMILY if int(r["gpus"] or 1) == 1 else TP_FAMILY, f"{r['run']} {r['metric']}", float(r["measured"]),
-                 predict(r), UNITS[r["metric"]], r["set"] != "fit") for r in serving_rows()]
+                 predict(r), UNITS[r["metric"]], r["set"] != "fit") for r in serving_rows()] + host_cases(case)
 
+
+_HOST_DISCLOSURE = (
+    "Since session h33serve the forecast adds vLLM 0.6's host time (simulator.workloads.serving.host, for vLLM run "
+    "with multi-step windows only; the bound is unchanged): a front-end time per request before its prefill can be "
+    "scheduled (HTTP, tokenizing, the hop to the engine process and back; 25.1 ms, fitted to SGLang's published "
+    "vLLM 0.6.0 one-A100 runs' median TTFT) and a host time per scheduler call (scheduling and input preparation "
+    "once, output processing per step of the window, affine in the sequences; fitted to Vidur's A100 CPU profile "
+    "of vLLM) -- both sized from sources other than these rows, but built after these rows' errors had been seen "
+    "(this note named the first-token gap and the 72-vs-65 ms window before), so these rows check the mechanisms' "
+    "size, not their presence")
 
 NOTES = {FAMILY: (
-    "misses the 15% target on its held-out rows (every row is held out: the serving simulator fits nothing, its "
-    "steps are the decode family's fitted vLLM factors, fitted to vLLM 0.23 rows). LambdaLabs' vLLM 0.6.0 runs of "
-    "10 and 80 ShareGPT requests sent at once on one H100 / A100, replayed request by request with the run's "
-    "10-step scheduler windows: output throughput 9-17% high and median TPOT 8-11% low (the files' ITLs put a "
-    "10-step window of 10 sequences at 72 ms on H100, 7.2 ms a step, where the step model gives 6.5: the host "
-    "time of vLLM 0.6's windows is not modelled), median TTFT 25-61% low: the measured first token is 31-38 ms "
-    "later than the forecast on every 10-request run, on both chips, and the 80-request run's first tokens come "
-    "in clusters from 267 ms on, out of send order -- a per-request front-end cost (HTTP, tokenizing, the hop "
-    "to the engine process) that no step model holds and no fit row identifies; the prefill matmul fraction "
-    "itself is fitted to TensorRT-LLM's first tokens, not vLLM's. Two changes were made after these rows' "
-    "errors were seen, and are disclosed: (1) the first error seen (TTFT 51-82% low) came from a defect -- the "
-    "prefill chunks of one iteration were priced chunk by chunk, so many short prompts cost less than the "
-    "ideal bound; pricing them as one prefill step (the forecast is now never below the bound, a test checks); "
-    "(2) the runs are replayed with --num-scheduler-steps 10 (a setting of the published run, named in "
-    "benchmark_v0.md and visible in the files' ITLs, read after the errors were seen: median TPOT error 13.4% -> "
-    "10.3% geomean) and decode batches at vLLM's CUDA-graph sizes (vLLM's model_runner.py; 1-2% on TPOT). "
-    "Neither fits a constant, so the rows still check the step model, not a fit to them"),
+    "meets the 15% target on its held-out rows, narrowly (15.0%: 14.96% geomean; 36.1% before the host time below; "
+    "every row is held out: the step model is the decode family's fitted vLLM factors, fitted to vLLM 0.23 rows). "
+    "LambdaLabs' vLLM 0.6.0 runs of 10 and 80 ShareGPT requests sent at once on one H100 / A100, replayed request "
+    "by request with the run's 10-step scheduler windows. " + _HOST_DISCLOSURE + ". By metric, before -> after: "
+    "median TTFT 104.8% -> 34.0%, median TPOT 10.3% -> 9.3%, output throughput 11.5% -> 3.8% (geomean). The "
+    "10-request runs: TTFT 4-17% low, TPOT 1-6% low, throughput 3-7% high. The 80-request run is what is left: its "
+    "median TTFT is still 55% low (its first tokens come in clusters from 267 ms on, out of send order, which a "
+    "constant front-end time does not make) and its median TPOT went from 8% low to 30% high -- the output "
+    "processing of a window of 80 sequences is priced serially (about 54 ms a window), where vLLM 0.6's "
+    "asynchronous output processor (the v0.6.0 blog) overlaps it with the next steps; that overlap is not modelled "
+    "(no source read sizes it). Earlier changes, also made after these rows' errors were seen: (1) the first error "
+    "seen (TTFT 51-82% low) came from a defect -- the prefill chunks of one iteration were priced chunk by chunk, "
+    "so many short prompts cost less than the ideal bound; pricing them as one prefill step (the forecast is now "
+    "never below the bound, a test checks); (2) the runs are replayed with --num-scheduler-steps 10 (a setting of "
+    "the published run, named in benchmark_v0.md and visible in the files' ITLs, read after the errors were seen: "
+    "median TPOT error 13.4% -> 10.3% geomean) and decode batches at vLLM's CUDA-graph sizes (vLLM's "
+    "model_runner.py; 1-2% on TPOT). None fits a constant to these rows"),
     TP_FAMILY: (
-    "misses the 15% target on its held-out rows (all held out; added with their set written before any error "
-    "on them was computed). LambdaLabs' vLLM 0.6.0 runs of the same 10 ShareGPT requests on 2-8 H100 SXM of one "
-    "node (Llama-3-8B TP2, Llama-3-70B TP2 / TP4 / TP8), replayed as the one-GPU family is, the AllReduces as "
-    "simulator.workloads.served_tp prices them for vLLM: median TPOT 9% low on 8B TP2, 10-35% high on 70B "
-    "(worst at TP8: the per-AllReduce synchronisation, 14.75 us per doubling of GPUs, is fitted to NeMo + "
-    "TensorRT-LLM 8-GPU rows and borrowed by vLLM, whose custom one-/two-shot AllReduce under CUDA graphs "
-    "these runs show cheaper), output throughput to match; median TTFT 37-67% low, the same "
-    "fixed first-token gap as on one GPU (36 ms on 8B TP2, 56-81 ms on 70B)")}
+    "misses the 15% target on its held-out rows (21.2%; 40.1% before the host time below; all held out, added "
+    "with their set written before any error on them was computed). LambdaLabs' vLLM 0.6.0 runs of the same 10 "
+    "ShareGPT requests on 2-8 H100 SXM of one node (Llama-3-8B TP2, Llama-3-70B TP2 / TP4 / TP8), replayed as the "
+    "one-GPU family is, the AllReduces as simulator.workloads.served_tp prices them for vLLM. " + _HOST_DISCLOSURE +
+    ". By metric, before -> after: median TTFT 100.4% -> 30.2%, median TPOT 17.1% -> 17.4%, output throughput "
+    "17.2% -> 16.5%. Left: median TPOT 3% high on 8B TP2 and 12-40% high on 70B (worst at TP8: the per-AllReduce "
+    "synchronisation, 14.75 us per doubling of GPUs, is fitted to NeMo + TensorRT-LLM 8-GPU rows and borrowed by "
+    "vLLM, whose custom one-/two-shot AllReduce under CUDA graphs these runs show cheaper; the host time adds "
+    "about 1 ms a token on top), output throughput to match; median TTFT 18-29% low (the one-GPU front-end time "
+    "closes 25 ms of the 36-81 ms gap; 70B's prefill on 2-8 GPUs is the rest)"),
+    HOST_FAMILY: (
+    "misses the 10% target on its held-out rows (the fit rows meet it); the source of the host time per "
+    "scheduler call (simulator.workloads.serving.host): Vidur's profile of its "
+    "vLLM engine's CPU time per step on one A100 (data/profiling/a100/cpu_overheads.csv: schedule, prepare inputs, "
+    "process model outputs, medians, batches 8-64, tensor parallel 1), one line a + b x batch per component, least "
+    "squares on the Llama-2-7B rows (fit: 2.4% geomean); the CodeLlama-34B rows are held out (set by model before "
+    "any error was computed) and miss: schedule 2-15% off, but prepare inputs 43-61% and output processing 17-28% "
+    "low -- these costs grow with the model (48 layers against 32), which the line, fitted on one model, does not "
+    "hold; so the host time is low for models larger than Llama-2-7B / Llama-3-8B"),
+    FRONTEND_FAMILY: (
+    "meets issue 33's 15% target on its held-out rows; the source of the front-end time per request and a "
+    "check of the host time per scheduler call "
+    "(simulator.workloads.serving.host): SGLang's published vLLM 0.6.0 runs (benchmark/benchmark_vllm_060: "
+    "--num-scheduler-steps 10, ShareGPT, Poisson at 4 and 8 requests/s; Llama 3.1 8B on one A100, 70B on 4 x "
+    "H100), replayed with lengths drawn from the 80 ShareGPT requests of serving_requests.csv (the runs name the "
+    "dataset, not their requests: the lengths, not any measured value of those rows, are used). The one-A100 "
+    "median TTFTs fit the front-end time (25.1 ms: the mean of measured - simulated; a constant delay of every "
+    "arrival delays every first token by itself, so this is the closed-form fit); every median TPOT and the "
+    "4 x H100 TTFTs are held out. Disclosed: the split (one-GPU TTFT fit, the rest held out) was written after "
+    "a first replay of all four runs without host time had been seen (TTFT 23-35% low, TPOT 15-20% low on A100 "
+    "and +0% to -9% on 4 x H100); no constant was tuned after it. Held out: median TPOT 6-8% low on A100, 3-7% high "
+    "on 4 x H100; median TTFT 9-15% low on 4 x H100")}

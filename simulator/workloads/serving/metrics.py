@@ -1,10 +1,11 @@
 """Serving metrics from finished requests: latency percentiles, throughput and goodput, as ``vllm bench serve``
 reports them.
 
-Per request: TTFT = first token - arrival; TPOT = (finish - first token) / (output tokens - 1) (requests of
-one output token have none); end-to-end = finish - arrival. Throughput over the run's span (first arrival to
-last finish): requests/s, output tokens/s, total (prompt + output) tokens/s. Goodput: requests per second
-meeting every SLO given (TTFT <= ``slo_ttft_s`` and TPOT <= ``slo_tpot_s``), with the fraction that met them.
+Per request (arrival: when the client sent it, before any front-end time): TTFT = first token - arrival;
+TPOT = (finish - first token) / (output tokens - 1) (requests of one output token have none); end-to-end =
+finish - arrival. Throughput over the run's span (first arrival to last finish): requests/s, output tokens/s,
+total (prompt + output) tokens/s. Goodput: requests per second meeting every SLO given (TTFT <= ``slo_ttft_s``
+and TPOT <= ``slo_tpot_s``), with the fraction that met them.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def distribution(values: Sequence[float] | np.ndarray) -> dict[str, float | None
 
 def latencies(done: Sequence[Request]) -> dict[str, np.ndarray]:
     """Per-request ``ttft_s``, ``tpot_s`` (requests of two or more output tokens) and ``e2e_s`` arrays."""
-    arrival = np.array([r.arrival_s for r in done])
+    arrival = np.array([r.sent_s for r in done])
     first = np.array([r.first_token_s for r in done], dtype=float)
     finish = np.array([r.finish_s for r in done], dtype=float)
     out = np.array([r.output for r in done])
@@ -42,7 +43,7 @@ def summarize(done: Sequence[Request], slo_ttft_s: float | None = None,
               slo_tpot_s: float | None = None) -> dict[str, Any]:
     """Every metric of the module docstring for ``done`` (finished requests)."""
     lat = latencies(done)
-    start = min(r.arrival_s for r in done)
+    start = min(r.sent_s for r in done)
     span = max(r.finish_s or 0.0 for r in done) - start
     out_tokens = sum(r.output for r in done)
     prompt_tokens = sum(r.prompt for r in done)

@@ -17,9 +17,11 @@ With ``chunk_tokens`` = 0 (chunking off) a prompt is prefilled whole, in an iter
 at most ``whole_budget_tokens`` (vLLM V0's ``max_num_batched_tokens``, max(max_model_len, 2048)) -- no
 decode token rides along: vLLM V0's prefill-first policy. The iteration's time is `StepCosts`'
 (bound or forecast) plus any swap; a request's first token comes at the end of the iteration that
-finishes its prompt, each later token one iteration later. Stretches of pure decode (every running
-request decoding, nothing to admit) run as one segment up to the next completion or admissible
-arrival, priced step by step as the contexts grow, so an hour of traffic stays fast.
+finishes its prompt, each later token one iteration later. A scheduler call (an iteration, or a multi-step
+window) also pays the host time ``SchedulerConfig.host`` (`simulator.workloads.serving.host`; zero unless
+set). Stretches of pure decode (every running request decoding, nothing to admit) run as one segment up to
+the next completion or admissible arrival, priced step by step as the contexts grow, so an hour of traffic
+stays fast.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from simulator.workloads.serving.host import HostCost
 from simulator.workloads.serving.kvcache import BlockPool, blocks_for
 
 StepPrice = Callable[[int, int, list[tuple[int, int]]], float]
@@ -36,12 +39,13 @@ StepPrice = Callable[[int, int, list[tuple[int, int]]], float]
 class Request:
     """A request's state on a replica: tokens known (prompt + generated), tokens whose KV is computed."""
 
-    __slots__ = ("rid", "arrival_s", "prompt", "output", "generated", "computed", "blocks", "first_token_s",
+    __slots__ = ("rid", "arrival_s", "sent_s", "prompt", "output", "generated", "computed", "blocks", "first_token_s",
                  "finish_s", "preemptions", "admitted", "swapped_blocks", "hit")
 
     def __init__(self, rid: int, arrival_s: float, prompt: int, output: int, generated: int = 0,
                  computed: int = 0, hit: int = 0) -> None:
         self.rid, self.arrival_s, self.prompt, self.output = rid, arrival_s, prompt, output
+        self.sent_s = arrival_s  #: when the client sent it (``arrival_s`` is when it reaches the engine's queue)
         self.generated, self.computed, self.hit = generated, computed, hit
         self.blocks = 0
         self.first_token_s: float | None = None
@@ -71,6 +75,7 @@ class SchedulerConfig:
     prefix_hit: float = 0.0
     whole_budget_tokens: int = 8192  #: chunking off: prompt tokens per prefill iteration (a longer prompt runs alone)
     num_steps: int = 1  #: decode steps per scheduling window (vLLM 0.6's ``--num-scheduler-steps``; 1: every step)
+    host: HostCost = HostCost()  #: host seconds per scheduler call, serial with the steps (forecast only; zero: none)
 
 
 @dataclass
@@ -225,7 +230,7 @@ class Replica:
         ctx = sum(r.computed for r in decode)
         tokens = sum(n for _, n in chosen)
         self.timeline.add(self.now, len(self.running), len(self.waiting), self.pool.occupancy, tokens)
-        self.now += self.price(len(decode), ctx, chunks) + swap
+        self.now += self.price(len(decode), ctx, chunks) + swap + self._host(len(chosen), 1)
         self.iterations += 1
         for req, n in chosen:
             req.computed += n
@@ -256,11 +261,16 @@ class Replica:
         self.now += swap
         for i in range(k if d else 0):
             self.now += self.price(d, ctx + i * d, [])
+        self.now += self._host(d, k)
         self.iterations += k if d else 0
         for req, n in plan:
             req.computed += n
             req.generated += n - 1
             self._emit(req)
+
+    def _host(self, d: int, k: int) -> float:
+        """Host seconds of a scheduler call of ``d`` sequences and ``k`` steps (none for an empty call)."""
+        return self.cfg.host.seconds(d, k) if d else 0.0
 
     def _emit(self, req: Request) -> None:
         req.generated += 1
@@ -295,7 +305,7 @@ class Replica:
         ctx = sum(r.computed for r in self.running)
         now, k = self.now, 0
         while k < limit and now < t:
-            now += self.price(d, ctx + k * d, [])
+            now += self.price(d, ctx + k * d, []) + self._host(d, 1)
             k += 1
         return k
 
@@ -304,7 +314,7 @@ class Replica:
         ctx = sum(r.computed for r in self.running)
         self.timeline.add(self.now, d, len(self.waiting), self.pool.occupancy, d)
         for i in range(k):
-            self.now += self.price(d, ctx + i * d, [])
+            self.now += self.price(d, ctx + i * d, []) + self._host(d, 1)
         self.iterations += k
         for req in list(self.running):
             req.computed += k

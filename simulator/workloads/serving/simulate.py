@@ -25,6 +25,7 @@ from simulator.hardware.specs import ChipSpec
 from simulator.workloads.budget import Parallelism, kv_bytes_per_position
 from simulator.workloads.serving.arrivals import Arrival
 from simulator.workloads.serving.costs import StepCosts, kv_capacity_tokens
+from simulator.workloads.serving.host import HostCost, host_applies, vllm_v0_frontend_s, vllm_v0_host
 from simulator.workloads.serving.kvcache import BlockPool, blocks_for
 from simulator.workloads.serving.metrics import summarize
 from simulator.workloads.serving.scheduler import Replica, Request, SchedulerConfig, Timeline
@@ -92,17 +93,23 @@ def check_stream(setup: ServeSetup, arrivals: list[Arrival]) -> None:
                 f"model axis or shorter requests")
 
 
-def _requests(arrivals: list[Arrival], hit: float) -> list[Request]:
-    return [Request(i, a.time_s, a.prompt_tokens, a.output_tokens,
-                    hit=min(int(hit * a.prompt_tokens), a.prompt_tokens - 1)) for i, a in enumerate(arrivals)]
+def _requests(arrivals: list[Arrival], hit: float, frontend_s: float = 0.0) -> list[Request]:
+    """The requests as the engine's queue receives them: ``frontend_s`` after the client sent each."""
+    out = []
+    for i, a in enumerate(arrivals):
+        r = Request(i, a.time_s + frontend_s, a.prompt_tokens, a.output_tokens,
+                    hit=min(int(hit * a.prompt_tokens), a.prompt_tokens - 1))
+        r.sent_s = a.time_s
+        out.append(r)
+    return out
 
 
 def _serve(setup: ServeSetup, par: Parallelism, requests: list[Request], price: Any, prefill_only: bool = False,
-           ) -> tuple[list[Request], list[Replica]]:
-    """Round-robin ``requests`` over ``par.data`` replicas and run each."""
+           host: HostCost | None = None) -> tuple[list[Request], list[Replica]]:
+    """Round-robin ``requests`` over ``par.data`` replicas and run each (``host``: host time per scheduler call)."""
     costs_kv = StepCosts(setup.cfg, setup.chip, par.model, calibrated=False).kv_bytes_per_token
     sched = SchedulerConfig(**{**setup.sched.__dict__, "prefill_only": prefill_only, "kv_bytes_per_token": costs_kv,
-                               "host_bytes_per_s": setup.chip.pcie_bandwidth_bytes_per_s})
+                               "host_bytes_per_s": setup.chip.pcie_bandwidth_bytes_per_s, "host": host or HostCost()})
     done, replicas = [], []
     for g in range(par.data):
         rep = Replica(price, _pool(setup, par), sched)
@@ -149,21 +156,33 @@ def kv_transfer_line(setup: ServeSetup) -> tuple[float, float, dict[str, Any]]:
                      "simulated": [{"bytes": s, "time_s": t} for s, t in zip(sizes, times, strict=True)]}
 
 
+def host_parts(setup: ServeSetup, frontend_s: float | None = None) -> tuple[float, HostCost]:
+    """(front-end seconds per request, host cost per scheduler call) the forecast of ``setup`` adds
+    (`simulator.workloads.serving.host`: vLLM 0.6's fitted values under multi-step scheduling, else zeros);
+    ``frontend_s`` replaces the fitted front-end time when given."""
+    if not host_applies(setup.engine, setup.sched.num_steps):
+        return (frontend_s or 0.0), HostCost()
+    return (vllm_v0_frontend_s() if frontend_s is None else frontend_s), vllm_v0_host()
+
+
 def run_stream(setup: ServeSetup, arrivals: list[Arrival], kind: str = "forecast",
-               transfer: tuple[float, float] | None = None) -> ServeRun:
-    """Serve ``arrivals`` once, every step timed by the ``kind`` (``bound`` or ``forecast``) price."""
+               transfer: tuple[float, float] | None = None, frontend_s: float | None = None) -> ServeRun:
+    """Serve ``arrivals`` once, every step timed by the ``kind`` (``bound`` or ``forecast``) price. The forecast
+    adds `host_parts` (the front-end time before each request reaches the engine, the host time of each
+    scheduler call; ``frontend_s`` overrides the fitted front-end); the bound adds neither."""
     calibrated = kind == "forecast"
     hit = setup.sched.prefix_hit
+    fe, host = host_parts(setup, frontend_s) if calibrated else (0.0, HostCost())
     if not setup.disaggregated:
         costs = StepCosts(setup.cfg, setup.chip, setup.mesh.model, calibrated=calibrated, engine=setup.engine)
         price = costs.forecast_s if calibrated else costs.bound_s
-        done, reps = _serve(setup, setup.mesh, _requests(arrivals, hit), price)
+        done, reps = _serve(setup, setup.mesh, _requests(arrivals, hit, fe), price, host=host)
         return ServeRun(kind, sorted(done, key=lambda r: r.rid), reps, shapes=costs.distinct_shapes)
     assert setup.prefill_mesh is not None and setup.decode_mesh is not None and transfer is not None
     pc = StepCosts(setup.cfg, setup.chip, setup.prefill_mesh.model, calibrated=calibrated, engine=setup.engine)
     dc = StepCosts(setup.cfg, setup.chip, setup.decode_mesh.model, calibrated=calibrated, engine=setup.engine)
-    first, prep = _serve(setup, setup.prefill_mesh, _requests(arrivals, hit), pc.forecast_s if calibrated else
-                         pc.bound_s, prefill_only=True)
+    first, prep = _serve(setup, setup.prefill_mesh, _requests(arrivals, hit, fe), pc.forecast_s if calibrated else
+                         pc.bound_s, prefill_only=True, host=host)
     lat, bw = transfer
     per_position = kv_bytes_per_position(setup.cfg) / setup.prefill_mesh.model
     moved, waits = [], []
@@ -177,7 +196,7 @@ def run_stream(setup: ServeSetup, arrivals: list[Arrival], kind: str = "forecast
         d.admitted, d.first_token_s = True, r.first_token_s
         moved.append(d)
     moved.sort(key=lambda r: (r.arrival_s, r.rid))
-    decoded, drep = _serve(setup, setup.decode_mesh, moved, dc.forecast_s if calibrated else dc.bound_s)
+    decoded, drep = _serve(setup, setup.decode_mesh, moved, dc.forecast_s if calibrated else dc.bound_s, host=host)
     by_id = {r.rid: r for r in first}
     for d in decoded:
         p = by_id[d.rid]

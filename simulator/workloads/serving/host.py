@@ -1,0 +1,167 @@
+"""Host time of vLLM's V0 engine (vLLM 0.6, multi-step scheduling): calibrated, outside the step model.
+
+Two mechanisms, both forecast-only (the bound, ideal steps, has neither):
+
+- **host time per scheduler call** (one call per multi-step window, or per prefill iteration): the CPU work
+  vLLM 0.6's engine does serially with the GPU -- scheduling the batch and preparing its inputs once per call,
+  and processing the model outputs of each of the call's steps (appending the sampled tokens, detokenizing,
+  stop checks, building the outputs the API server streams)::
+
+      host(D sequences, K steps) = schedule(D) + prepare_inputs(D) + K x process_model_outputs(D)
+
+  each term affine in ``D`` (``a + b D`` seconds), least squares on Vidur's CPU-overhead profile of its vLLM
+  engine on one A100 node (``vllm_host_overhead.csv``: the Llama-2-7B rows fit, the CodeLlama-34B rows held
+  out). The sampler (GPU work) and the model's launches are in the step model already and are not added.
+- **front-end time per request**: what the API server adds between a request leaving the client and its
+  reaching the engine's waiting queue (HTTP, the OpenAI request's validation, tokenization, the ZMQ hop to the
+  engine process) and back (detokenized text streamed as server-sent events) -- one constant ``frontend_s``
+  added before the request can be scheduled. Fitted to SGLang's published vLLM 0.6.0 runs on one A100
+  (``serving_host_runs.csv``, the one-GPU rows' median TTFT): the mean of (measured - simulated) median TTFT
+  with the host time above in place; a constant shift of every arrival shifts every first token by the same
+  amount, so the fit is that closed form. The tensor-parallel runs are held out.
+
+vLLM's V1 engine (``--scheduler-steps 1``, what the decode family's vLLM factors were fitted to, vLLM
+0.21-0.23) overlaps its host work with the GPU and its measured steps already hold what is left, so neither
+term applies there: `host_applies` is False unless the engine is vLLM and ``num_steps`` > 1.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from simulator.hardware.calibration import DATA
+
+COMPONENTS = ("schedule", "prepare_inputs", "process_model_outputs")
+FRONTEND_SHAREGPT_RUN = "lambda-h100-llama3-8b-p80"  #: the ShareGPT lengths the SGLang runs are replayed with
+
+
+@dataclass(frozen=True)
+class HostCost:
+    """Host seconds of one scheduler call of ``d`` sequences running ``k`` steps: ``call_s + call_seq_s d +
+    k (step_s + step_seq_s d)`` (all zero: no host time)."""
+
+    call_s: float = 0.0
+    call_seq_s: float = 0.0
+    step_s: float = 0.0
+    step_seq_s: float = 0.0
+
+    def seconds(self, d: int, k: int = 1) -> float:
+        """Host seconds of a call of ``d`` sequences and ``k`` steps."""
+        return self.call_s + self.call_seq_s * d + k * (self.step_s + self.step_seq_s * d)
+
+    @property
+    def zero(self) -> bool:
+        return not (self.call_s or self.call_seq_s or self.step_s or self.step_seq_s)
+
+
+def _read(name: str) -> list[dict[str, str]]:
+    with (DATA / "calibration" / name).open() as f:
+        return list(csv.DictReader(f))
+
+
+def host_rows() -> list[dict[str, str]]:
+    """Vidur's CPU-overhead rows (ms per engine step by component and batch), as read."""
+    return _read("vllm_host_overhead.csv")
+
+
+def run_rows() -> list[dict[str, str]]:
+    """SGLang's published vLLM 0.6.0 request-stream figures, as read."""
+    return _read("serving_host_runs.csv")
+
+
+@cache
+def component_fits() -> dict[str, tuple[float, float]]:
+    """Per component, (intercept s, slope s per sequence): least squares on the component's fit rows."""
+    out = {}
+    for comp in COMPONENTS:
+        rows = [r for r in host_rows() if r["component"] == comp and r["set"] == "fit"]
+        d = np.array([float(r["batch"]) for r in rows])
+        y = np.array([float(r["measured_ms"]) * 1e-3 for r in rows])
+        slope, intercept = np.polyfit(d, y, 1)
+        out[comp] = (float(intercept), float(slope))
+    return out
+
+
+def component_s(comp: str, d: int) -> float:
+    """Fitted seconds of ``comp`` for a batch of ``d`` sequences."""
+    a, b = component_fits()[comp]
+    return a + b * d
+
+
+@cache
+def vllm_v0_host() -> HostCost:
+    """The fitted host cost per scheduler call of vLLM 0.6's engine."""
+    f = component_fits()
+    return HostCost(call_s=f["schedule"][0] + f["prepare_inputs"][0],
+                    call_seq_s=f["schedule"][1] + f["prepare_inputs"][1],
+                    step_s=f["process_model_outputs"][0], step_seq_s=f["process_model_outputs"][1])
+
+
+def sharegpt_stream(rate_per_s: float, n: int, seed: int = 1) -> list[Any]:
+    """``n`` Poisson arrivals at ``rate_per_s``, (prompt, output) pairs drawn with replacement from the 80
+    ShareGPT requests of ``FRONTEND_SHAREGPT_RUN`` (the lengths vLLM's benchmark sampled; the published runs
+    name the dataset, not their requests)."""
+    from simulator.frontend.validate_serving import run_requests
+    from simulator.workloads.serving.arrivals import Arrival
+
+    pairs = [(a.prompt_tokens, a.output_tokens) for a in run_requests(FRONTEND_SHAREGPT_RUN)]
+    rng = np.random.default_rng(seed)
+    times = np.cumsum(rng.exponential(1.0 / rate_per_s, n))
+    idx = rng.integers(0, len(pairs), n)
+    return [Arrival(float(t), *pairs[i]) for t, i in zip(times, idx, strict=True)]
+
+
+SCHEDULER_STEPS = 10  #: the SGLang runs' --num-scheduler-steps
+
+
+@cache
+def simulate_run(run: str, frontend_s: float) -> dict[str, float]:
+    """Median TTFT and TPOT (ms) of SGLang's ``run`` replayed (host time per call in place, ``frontend_s``)."""
+    from simulator.frontend.validate_serving import _model
+    from simulator.hardware.specs import get_chip
+    from simulator.workloads.budget import Parallelism
+    from simulator.workloads.serving.metrics import summarize
+    from simulator.workloads.serving.scheduler import SchedulerConfig
+    from simulator.workloads.serving.simulate import ServeSetup, run_stream
+
+    r = next(r for r in run_rows() if r["run"] == run)
+    sched = SchedulerConfig(max_batch=256, chunk_tokens=0, whole_budget_tokens=max(int(r["max_model_len"]), 2048),
+                            num_steps=SCHEDULER_STEPS)
+    setup = ServeSetup(_model(r["model"]), get_chip(r["chip"]), Parallelism(1, int(r["gpus"])), sched=sched,
+                       max_model_len=int(r["max_model_len"]), memory_fraction=0.9, engine="vllm")
+    arrivals = sharegpt_stream(float(r["request_rate"]), int(r["prompts"]))
+    s = summarize(run_stream(setup, arrivals, "forecast", frontend_s=frontend_s).done)
+    return {"median_ttft": 1e3 * s["ttft_s"]["p50"], "median_tpot": 1e3 * s["tpot_s"]["p50"]}
+
+
+@cache
+def vllm_v0_frontend_s() -> float:
+    """The fitted front-end seconds per request: mean over the fit rows of measured - simulated median TTFT
+    (simulated with no front-end time; a constant shift of every arrival shifts every first token by itself)."""
+    fit = [r for r in run_rows() if r["set"] == "fit"]
+    gaps = [float(r["measured"]) - simulate_run(r["run"], 0.0)[r["metric"]] for r in fit]
+    return max(float(np.mean(gaps)) * 1e-3, 0.0)
+
+
+def host_applies(engine: str | None, num_steps: int) -> bool:
+    """Whether the forecast adds vLLM 0.6's host terms: the engine is vLLM and runs multi-step windows
+    (``num_steps`` > 1, which only vLLM 0.6's V0 engine has); vLLM V1 and other engines: their fitted steps
+    hold their host time."""
+    from simulator.hardware.decode_calibration import DEFAULT_ENGINE
+
+    return (engine or DEFAULT_ENGINE) == "vllm" and num_steps > 1
+
+
+def describe(frontend_s: float, host: HostCost) -> list[str]:
+    """The calibrated parts as one line each (empty when neither applies)."""
+    if not frontend_s and host.zero:
+        return []
+    return [f"vLLM 0.6 front-end {1e3 * frontend_s:.1f} ms per request before its prefill can be scheduled (fitted "
+            "to SGLang's published vLLM 0.6.0 one-A100 runs' median TTFT)",
+            f"vLLM 0.6 host time per scheduler call {1e3 * host.call_s:.2f} + {1e3 * host.call_seq_s:.3f} ms per "
+            f"sequence, plus per step of the window {1e3 * host.step_s:.2f} + {1e3 * host.step_seq_s:.3f} ms per "
+            "sequence (schedule, input preparation, output processing; fitted to Vidur's A100 CPU profile of vLLM)"]
