@@ -154,8 +154,8 @@ BY_SHAPE: dict[tuple[str, ...], str] = {
     ("slice:4x4x4", "broadcast", "bidirectional"): "one piece hop after hop round each ring; spanning_trees "
                                                    "pipelines and is what auto runs",
     ("mesh:2x4x4", "all_reduce", "line"): "each axis's ReduceScatter then AllGather on lines loads the end links "
-                                          "with 2 (n-1)/n V; grid_pipelined (the pipelined line on 2-D grids) is "
-                                          "2-D only -- open: issue 31 item 5, a 3-D pipelined grid AllReduce",
+                                          "with 2 (n-1)/n V; grid_pipelined (a share per line of every axis, "
+                                          "balanced over all link directions) is what auto runs",
 }
 
 

@@ -114,7 +114,7 @@ def test_auto_runs_it_near_the_bound_at_1_gb(topology, before, within):
 
 
 @pytest.mark.parametrize("topology,axes", [("torus:4x4", None), ("line:8", None), ("mesh:4x4", [0]),
-                                           ("mesh:2x2x2", None)])
+                                           ("mesh:2x2x2x2", None)])
 def test_refused_where_the_group_is_not_a_2d_grid(topology, axes):
     """Every axis wrapping, a line, one axis of a mesh, a 3-D group: an error naming the algorithms that apply."""
     with pytest.raises(PodsimError, match="'grid_pipelined' cannot run all_reduce here: .*; algorithms that apply: "):
@@ -143,3 +143,94 @@ def test_numeric_mode_equals_numpy(shape, per_key, seed):
         members = list(g.members.values())
         for dev in members:
             np.testing.assert_allclose(r.outputs[dev], data[members].sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
+# 3-D groups. A k0 x k1 x k2 grid without wraparound has E = sum over axes a of (k_a - 1) N / k_a links; its N chips
+# together receive 2 (N - 1) V (each chip every other chip's contribution to each element, once summed in and once
+# copied back), so some link direction carries at least (N - 1) V / (2E), and each of them exactly (N - 1) V / E
+# when the shares along every axis are sized so that every direction's load is alike. A share along axis a is
+# summed across the two other axes (k_b - 1 and k_c - 1 hops deep at most), AllReduced along its line (its middle
+# ceil((k_a - 1) / 2) hops away) and copied back: D_a = 2 (k_b - 1) + 2 (k_c - 1) + 2 ceil((k_a - 1) / 2) steps
+# for the share at a corner line; D lies between the least and the greatest D_a (auto may leave out an axis).
+
+def _edges3(sizes):
+    n = math.prod(sizes)
+    return sum((k - 1) * n // k for k in sizes)
+
+
+def _depths3(sizes):
+    half = lambda k: math.ceil((k - 1) / 2)  # noqa: E731
+    return [2 * sum(k - 1 for b, k in enumerate(sizes) if b != a) + 2 * half(sizes[a]) for a in range(3)]
+
+
+shapes3 = st.sampled_from([(2, 2, 2), (2, 2, 3), (2, 2, 4), (2, 3, 4), (3, 3, 3), (2, 4, 4)])
+
+
+@settings(max_examples=15, deadline=None)
+@given(shape=shapes3, c=st.integers(1, 12), nbytes=st.sampled_from([1e3, 1e6, 1e9]))
+def test_3d_every_link_direction_carries_its_share_of_the_chips_intake(shape, c, nbytes):
+    """(N - 1) V / E on each of the 2E link directions of a 3-D mesh, 2 (N - 1) V in all; the simulation equals
+    the closed form and lies between the lock step's bounds: at least c + min D_a - 1 steps of a latency, with
+    the busiest link's bytes; at most c + max D_a - 1 steps of a latency and a steady step's (N - 1) V / (c E)."""
+    n, e = math.prod(shape), _edges3(shape)
+    r = _run("mesh:" + "x".join(map(str, shape)), nbytes, chunks=c, **ALG)
+    assert r.algorithm == "grid_pipelined"
+    assert r.max_link_bytes == pytest.approx((n - 1) * nbytes / e, rel=1e-9)
+    assert r.total_link_bytes == pytest.approx(2 * (n - 1) * nbytes, rel=1e-9)
+    assert r.time_s == pytest.approx(r.analytic_s, rel=1e-9)
+    low, high = c + min(_depths3(shape)) - 1, c + max(_depths3(shape)) - 1
+    assert low * A + (n - 1) * nbytes / (e * B) * (1 - 1e-9) <= r.time_s
+    assert r.time_s <= high * (A + (n - 1) * nbytes / (c * e * B)) * (1 + 1e-9)
+    assert r.time_s >= r.topology_bound_s * (1 - 1e-12)
+
+
+@settings(max_examples=8, deadline=None)
+@given(shape=shapes3, extra=st.integers(0, 4))
+def test_3d_one_more_piece_adds_one_full_step(shape, extra):
+    """Pieces of 1 MB: with c >= D pieces every offset is under way, so piece c + 1 adds one steady step:
+    latency + (N - 1) P / (E b) on every link direction."""
+    n, e, piece = math.prod(shape), _edges3(shape), 1e6
+    c = max(_depths3(shape)) + extra
+    t = [_run("mesh:" + "x".join(map(str, shape)), k * piece, chunks=k, **ALG).time_s for k in (c, c + 1)]
+    assert t[1] - t[0] == pytest.approx(A + (n - 1) * piece / (e * B), rel=1e-9)
+
+
+def test_3d_cylinder_uses_its_ring_links_as_much_as_the_others():
+    """torus:2x3x4: axis 0 of two chips one link, axes 1 and 2 rings (E = 12 + 24 + 24 = 60 links; a ring of k
+    has k links): every direction (N - 1) V / E."""
+    n, e = 24, 60
+    r = _run("torus:2x3x4", 1e9, chunks=20, **ALG)
+    assert r.max_link_bytes == pytest.approx((n - 1) * 1e9 / e, rel=1e-9)
+    assert r.total_link_bytes == pytest.approx(2 * (n - 1) * 1e9, rel=1e-9)
+    assert r.time_s == pytest.approx(r.analytic_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("topology,before", [("slice:2x2x4", 1.215), ("mesh:2x4x4", 1.350)])
+def test_3d_auto_runs_it_near_the_bound_at_1_gb_on_v5p(topology, before):
+    """1 GB on tpu-v5p sub-cubes without wraparound: auto picks the shares, within 1.1x the topology bound
+    (N - 1) V / (E b) -- 15/28 and 31/64 of V / b -- where `line` (each axis's ReduceScatter and AllGather on
+    lines) takes 1.215x and 1.350x."""
+    r = run_collective("all_reduce", System("tpu-v5p", topology=topology, trace=False), 1e9)
+    sizes = tuple(int(k) for k in topology.split(":")[1].split("x"))
+    n, e = math.prod(sizes), _edges3(sizes)
+    assert r.algorithm == "grid_pipelined"
+    assert r.max_link_bytes == pytest.approx((n - 1) * 1e9 / e, rel=1e-9)
+    assert r.time_s == pytest.approx(r.analytic_s, rel=1e-9)
+    assert r.topology_bound_s <= r.time_s <= 1.1 * r.topology_bound_s
+    assert r.topology_bound_s >= (n - 1) * 1e9 / (e * 9e10)  # v5p ICI: 90 GB/s one way per link
+    alternatives = {a["algorithm"]: a["time_s"] for a in r.alternatives}
+    assert alternatives["line"] == pytest.approx(before * r.topology_bound_s, rel=2e-3)
+
+
+@settings(max_examples=8, deadline=None)
+@given(shape=st.sampled_from(["mesh:2x2x2", "mesh:2x2x3", "mesh:3x3x3", "mesh:2x3x4", "torus:2x3x3"]),
+       seed=st.integers(0, 2**16))
+def test_3d_numeric_mode_equals_numpy(shape, seed):
+    """Real arrays on 3-D groups: every chip ends with the sum of all chips' rows."""
+    system = System("tpu-v5e", topology=shape)
+    (group,) = collective_groups(system.network, None)
+    per_piece = units((group.sizes, group.wraps))  # the input's size, not an oracle
+    data = np.random.default_rng(seed).standard_normal((group.n, group.n * per_piece))
+    r = run_collective("all_reduce", system, data=data, **ALG)
+    for dev in group.members.values():
+        np.testing.assert_allclose(r.outputs[dev], data.sum(axis=0), rtol=1e-12, atol=1e-12)

@@ -125,7 +125,7 @@ def test_one_gigabyte_allreduce_within_1_2x_of_the_hierarchical_optimum(chip, to
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter"])
 def test_hierarchical_closed_forms(chip, topology, kind):
     for nbytes in (1e3, 1e8):
-        for name, (lo, hi) in (("hierarchical", (1 - 1e-9, 1 + 1e-9)), ("hierarchical_pipelined", (0.85, 1.07))):
+        for name, (lo, hi) in (("hierarchical", (1 - 1e-9, 1 + 1e-9)), ("hierarchical_pipelined", (0.97, 1.04))):
             r = run_collective(kind, System(chip, topology=topology, trace=False), nbytes, algorithm=name)
             assert lo <= r.time_s / r.analytic_s <= hi, (name, nbytes)
             assert r.time_s >= r.topology_bound_s * (1 - 1e-12)
@@ -179,3 +179,17 @@ def test_multislice_axes_and_a_dcn_mesh_level():
     assert by_name.time_s == pytest.approx(over_slices.time_s, rel=1e-12)
     # each chip sends half its 1e8 and receives half over its own DCN port, twice (reduce-scatter, all-gather)
     assert over_slices.time_s >= 1e8 / 3.125e9
+
+
+@pytest.mark.parametrize("topology,within", [("nodes:2:8", 0.025), ("nodes:4:8", 0.002)])
+def test_pipelined_allreduce_prices_its_inner_links_by_their_bytes(topology, within):
+    """AllReduce through the levels in chunks: each NVLink port carries a reduce-scatter chain of one chunk and
+    an all-gather chain of another at once, one sending while the other waits out a hop's latency, so its
+    period is its bytes: 2 (m-1)/m of a chunk over the port's bandwidth, 0.2430 ms for the 16 chunks of 1 GB on
+    8 GPUs a node -- no chain latency on top (0.2572 ms); nodes:4:8 is paced by its NICs. The closed form, which
+    auto ranks by, is then within 2.5% of the simulation on nodes:2:8 (7.6% before) and 0.2% on nodes:4:8."""
+    r = run_collective("all_reduce", System("h100", topology=topology, trace=False), 1e9,
+                       algorithm="hierarchical_pipelined")
+    assert abs(r.time_s / r.analytic_s - 1) <= within
+    ports = 2 * 7 / 8 * 1e9 / NV_B  # every NVLink port's bytes over its bandwidth: neither can beat it
+    assert r.time_s >= ports and r.analytic_s >= ports

@@ -1,4 +1,4 @@
-"""AllReduce on a 2-D grid without wraparound (or with one): row and column shares, pipelined in lock step.
+"""AllReduce on a 2-D or 3-D grid without wraparound (or with some): line shares, pipelined in lock step.
 
 The bound (`simulator.collectives.bounds`): the N chips of a k0 x k1 grid together receive 2(N - 1) V over
 the 2E link directions of its E = k0 (k1 - 1) + k1 (k0 - 1) links, so T >= (N - 1) V / (E W): 0.625 V/W on
@@ -45,9 +45,27 @@ direction f1 (k1 b + a) for shares a = |A_r|, b = |B_c|: equal when a : b = (f1 
 (`share_units`), and then again every link direction, wrap links too, carries (N - 1) / E of V. A piece is as
 many units as all the shares' parts together (E on a grid without wraparound). Both axes rings: refused (the
 ring algorithms reach the bound on tori). Numeric mode: c = N pieces, each unit of a piece one key.
+
+Three axes (`family_units`). A share per line of every axis a (the chips sharing their coordinates on the two
+other axes b, c), summed across to its line one axis after the other -- along b for every chain of b, then
+along c within the plane of the line's b -- AllReduced along the line and copied back out the reverse way
+(each chip's copy leaving as soon as it holds the total). On a grid without wraparound a family (a, b first)
+at one unit a share puts k_b k_c units on every b link direction (every chain of b carries every line's sum,
+the reduction one way and the copy the other: k_b lines a plane, k_c planes), k_c on every c link direction
+(only the plane of the line) and 1 on its own line's; (a, c first) the same with b and c swapped. Those are
+three loads per family, the same on every direction of an axis (a ring: k - 1 in place of k), so a choice of
+units u >= 0 per family loads every link direction alike when three sums M u are equal: a cone whose extreme
+rays are the null vectors of every three families' two difference rows (their cross product). Every such
+choice moves 2 (N - 1) units of every unit of V, the least (each chip receives each other chip's
+contribution once summed in, once copied back), so each link direction again carries (N - 1) / E of V: the
+bound. Of the rays and their pairwise sums `family_units` takes the least fill and drain per unit of a piece
+(`_fill_excess`): v5p slice:2x2x4 1.05x the bound at 1 GB, mesh:2x4x4 1.06x, where `line` takes 1.21x and
+1.35x. The closed form is the same sum of lock steps over the hops' offsets as on two axes.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections import defaultdict
 from fractions import Fraction
@@ -60,10 +78,12 @@ from simulator.collectives.groups import Group
 from simulator.collectives.line_pipelined import MAX_PIECES, middle
 from simulator.collectives.schedule import Schedule
 from simulator.engine.network import Network
+from simulator.errors import PodsimError
 
 TRANSFER_BUDGET = 120_000  #: default pieces stop where the schedule would pass this many transfers
-Hop = tuple[tuple[int, int], tuple[int, int], int, str]  #: (from position, to position, offset, op)
-Shape = tuple[tuple[int, ...], tuple[bool, ...]]  #: (sizes, wraps) of a 2-D group
+Pos = tuple[int, ...]  #: a position in a group
+Hop = tuple[Pos, Pos, int, str]  #: (from position, to position, offset, op)
+Shape = tuple[tuple[int, ...], tuple[bool, ...]]  #: (sizes, wraps) of a 2-D or 3-D group
 
 
 def edges(k0: int, k1: int) -> int:
@@ -100,31 +120,51 @@ def _ready(n: int, source: int, start: int, wrap: bool) -> list[int]:
     return ready
 
 
-def share_hops(shape: Shape, axis: int, line: int, part: int) -> list[Hop]:
-    """Every hop, with its offset, of the share AllReduced along ``axis`` on the line at coordinate ``line`` of
-    the other axis (``axis`` 1: A_line, summed across the columns to row ``line``; 0: B_line), its AllReduce
-    summed at chip ``part`` of the line (a line's middle; each chip of a ring for a part of the share)."""
-    (sizes, wraps), other = shape, 1 - axis
-    k_other, k, w_other, w = sizes[other], sizes[axis], wraps[other], wraps[axis]
+def share_hops(shape: Shape, axis: int, line: Pos, part: int, order: tuple[int, ...] | None = None) -> list[Hop]:
+    """Every hop, with its offset, of the share AllReduced along ``axis`` on the line through position ``line``
+    (its entry on ``axis`` ignored), its AllReduce summed at chip ``part`` of the line (a line's middle; each
+    chip of a ring for a part of the share). The share is summed across to its line one other axis after
+    another, in ``order`` (default: the other axes in turn), every chain of a stage at once, and copied back
+    out in the reverse order, each chip's copy leaving as soon as it holds the total."""
+    sizes, wraps = shape
+    order = tuple(a for a in range(len(sizes)) if a != axis) if order is None else order
 
-    def at(x_axis: int, x_other: int) -> tuple[int, int]:
-        return (x_other, x_axis) if axis == 1 else (x_axis, x_other)
+    def moved(pos: Pos, b: int, x: int) -> Pos:
+        return pos[:b] + (x,) + pos[b + 1:]
+
+    def chains(b: int, fixed: tuple[int, ...]) -> list[Pos]:
+        """Every position whose entries on ``fixed`` are the line's and whose entry on ``b`` is 0: the chain
+        starts of a stage along ``b``."""
+        ranges = [(line[a],) if a in fixed else (0,) if a == b else range(k) for a, k in enumerate(sizes)]
+        return list(itertools.product(*ranges))
 
     hops: list[Hop] = []
-    for x in range(k):  # sum every line across to ``line``
-        hops += [(at(x, i), at(x, j), o, "add") for i, j, o in _reduce(k_other, line, 0, w_other)]
-    start = max(_sides(k_other, line, w_other))
-    half = max(_sides(k, part, w))
-    hops += [(at(i, line), at(j, line), o, "add") for i, j, o in _reduce(k, part, start, w)]
-    hops += [(at(i, line), at(j, line), o, "copy") for i, j, o in _spread(k, part, start + half, w)]
-    for x, ready in enumerate(_ready(k, part, start + half, w)):  # copy the total back out across
-        hops += [(at(x, i), at(x, j), o, "copy") for i, j, o in _spread(k_other, line, ready, w_other)]
+    start = 0
+    for i, b in enumerate(order):  # sum across to the line, one axis after another
+        for base in chains(b, order[:i]):
+            hops += [(moved(base, b, x), moved(base, b, y), o, "add")
+                     for x, y, o in _reduce(sizes[b], line[b], start, wraps[b])]
+        start += max(_sides(sizes[b], line[b], wraps[b]))
+    half = max(_sides(sizes[axis], part, wraps[axis]))
+    on_line = moved(line, axis, 0)
+    hops += [(moved(on_line, axis, x), moved(on_line, axis, y), o, "add")
+             for x, y, o in _reduce(sizes[axis], part, start, wraps[axis])]
+    hops += [(moved(on_line, axis, x), moved(on_line, axis, y), o, "copy")
+             for x, y, o in _spread(sizes[axis], part, start + half, wraps[axis])]
+    ready = {moved(on_line, axis, x): o for x, o in enumerate(_ready(sizes[axis], part, start + half, wraps[axis]))}
+    for i in range(len(order) - 1, -1, -1):  # copy the total back out, the last axis summed first
+        b = order[i]
+        for src in [p for p in ready if all(p[a] == line[a] for a in order[:i + 1])]:
+            hops += [(moved(src, b, x), moved(src, b, y), o, "copy")
+                     for x, y, o in _spread(sizes[b], line[b], ready[src], wraps[b])]
+            for x, o in enumerate(_ready(sizes[b], line[b], ready[src], wraps[b])):
+                ready.setdefault(moved(src, b, x), o)
     return hops
 
 
-def _wraps(shape: Shape) -> tuple[bool, bool]:
+def _wraps(shape: Shape) -> tuple[bool, ...]:
     """Which axes run as rings (wrapped, more than two chips)."""
-    return tuple(w and k > 2 for k, w in zip(*shape, strict=True))  # type: ignore[return-value]
+    return tuple(w and k > 2 for k, w in zip(*shape, strict=True))
 
 
 def share_units(shape: Shape) -> tuple[int, int]:
@@ -142,13 +182,103 @@ def share_units(shape: Shape) -> tuple[int, int]:
     return int(a) // g, int(b) // g
 
 
+Family = tuple[int, tuple[int, ...]]  #: (the shares' axis, the order the other axes are summed across in)
+
+
+def families(ndim: int) -> list[Family]:
+    """Every (axis, order) of a 2-D or 3-D group: axis 1's shares first (a 2-D group's A shares), then 0's."""
+    return [(a, order) for a in range(ndim - 1, -1, -1)
+            for order in itertools.permutations([b for b in range(ndim) if b != a])]
+
+
+def _family_shares(shape: Shape, family: Family) -> list[list[Hop]]:
+    """The hops of each share (part) of ``family``: one per line along its axis (and per part on a ring)."""
+    (sizes, wraps), (axis, order) = shape, family
+    parts = range(sizes[axis]) if wraps[axis] else [middle(sizes[axis])]
+    lines = itertools.product(*((0,) if a == axis else range(k) for a, k in enumerate(sizes)))
+    return [share_hops(shape, axis, line, p, order) for line in lines for p in parts]
+
+
+@functools.lru_cache(maxsize=64)
+def family_units(shape: Shape) -> tuple[tuple[Family, int], ...]:
+    """Units of one share (part) of each family, those whose loads are equal on every link direction.
+
+    2-D: `share_units`. 3-D: a family's shares at one unit each put the same units on every link direction
+    of one axis (summed over lines, a chain's reduction and its copy back load its two directions alike), so
+    the loads are a 3 x 6 matrix M and a balanced choice is u >= 0 with M u equal on all three axes. Those form
+    a cone; its extreme rays are the null vectors (the cross product of the two difference rows) of each
+    three columns, where they have one sign. Of the rays and their pairwise sums, the one with the least fill
+    and drain (the steps' excess over the steady state, per unit of a piece) is taken, then the fewest units."""
+    sizes = shape[0]
+    fams = families(len(sizes))
+    if len(sizes) == 2:
+        ua, ub = share_units(shape)
+        return ((fams[0], ua), (fams[1], ub))
+    hops_of = [_family_shares(shape, family) for family in fams]
+    links = sorted({(a, b) for shares_ in hops_of for hops in shares_ for a, b, _, _ in hops})
+    index = {link: i for i, link in enumerate(links)}
+    d = max(o for shares_ in hops_of for hops in shares_ for _, _, o, _ in hops) + 1
+    hist = np.zeros((len(fams), len(links), d))  # family x link direction x offset, one unit a share
+    for f, shares_ in enumerate(hops_of):
+        for hops in shares_:
+            for a, b, o, _ in hops:
+                hist[f, index[(a, b)], o] += 1
+    axis = np.array([_axis_of(a, b) for a, b in links])
+    loads = np.zeros((len(sizes), len(fams)), dtype=np.int64)
+    for f, family in enumerate(fams):
+        for ax in range(len(sizes)):
+            seen = set(hist[f, axis == ax].sum(axis=1).tolist())
+            if len(seen) != 1:  # not uniform along an axis: not the construction above
+                raise PodsimError(f"grid_pipelined: family {family} loads axis {ax} unevenly on "
+                                  f"{'x'.join(map(str, sizes))}")
+            loads[ax, f] = int(seen.pop())
+    r1, r2 = loads[0] - loads[1], loads[0] - loads[2]
+    rays = []
+    for cols in itertools.combinations(range(len(fams)), 3):
+        n = np.cross(r1[list(cols)], r2[list(cols)])
+        if not n.any() or (n.min() < 0 < n.max()):
+            continue
+        u = np.zeros(len(fams), dtype=np.int64)
+        u[list(cols)] = np.abs(n)
+        rays.append(u // math.gcd(*map(int, u)))
+    if not rays:
+        raise PodsimError(f"grid_pipelined: no balanced shares on {'x'.join(map(str, sizes))}")
+    sums = (*rays, *(a + b for a in rays for b in rays))
+    candidates = {tuple(int(x) for x in u // math.gcd(*map(int, u))) for u in sums}
+    count = np.array([len(shares_) for shares_ in hops_of])
+
+    def cost(u: tuple[int, ...]) -> tuple[float, int]:
+        per_piece = int(np.dot(u, count))
+        return _fill_excess(np.tensordot(np.array(u, dtype=float), hist, axes=1)) / per_piece, per_piece
+
+    best = min(sorted(candidates), key=cost)
+    return tuple((fam, c) for fam, c in zip(fams, best, strict=True) if c)
+
+
+def _axis_of(a: Pos, b: Pos) -> int:
+    """The axis a hop between neighbouring positions runs along."""
+    return next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+
+
+def _fill_excess(hist: np.ndarray) -> float:
+    """Units the busiest link direction carries over a pipeline of D pieces beyond D steady steps (``hist``:
+    link direction x offset): the fill and drain's cost in the closed form's terms, the same for every c >= D."""
+    d = hist.shape[1]
+    steady = hist.sum(axis=1).max()
+    per_step = [hist[:, max(0, t - d + 1):t + 1].sum(axis=1).max() for t in range(2 * d - 1)]
+    return float(sum(per_step) - d * steady)
+
+
+def shares_of(shape: Shape, table: tuple[tuple[Family, int], ...]) -> list[tuple[int, list[Hop]]]:
+    """(units, hops) of every share (part) of the families in ``table`` at its units."""
+    return [(c, hops) for fam, c in table for hops in _family_shares(shape, fam)]
+
+
 def shares(shape: Shape) -> list[tuple[int, list[Hop]]]:
-    """(units, hops) of every share (or share part): A_r for each row r, then B_c for each column c."""
-    sizes, wraps = shape[0], _wraps(shape)
-    ua, ub = share_units(shape)
-    parts = [list(range(k)) if w else [middle(k)] for k, w in zip(sizes, wraps, strict=True)]
-    return [(ua, share_hops((sizes, wraps), 1, r, p)) for r in range(sizes[0]) for p in parts[1]] + \
-        [(ub, share_hops((sizes, wraps), 0, c, p)) for c in range(sizes[1]) for p in parts[0]]
+    """(units, hops) of every share (or share part): on a 2-D group A_r for each row r, then B_c for each
+    column c; on a 3-D group each family of `family_units` in turn."""
+    shape = (tuple(shape[0]), _wraps(shape))
+    return shares_of(shape, family_units(shape))
 
 
 def units(shape: Shape) -> int:
@@ -162,11 +292,12 @@ def depth(shape: Shape) -> int:
 
 
 class GridPipelined(Algorithm):
-    """AllReduce on a 2-D grid: row and column shares, summed across, AllReduced along, copied back (module)."""
+    """AllReduce on a 2-D or 3-D grid: line shares, summed across, AllReduced along, copied back (module)."""
 
     name = "grid_pipelined"
-    summary = ("AllReduce on a 2-D grid without wraparound: one share per row and column, summed across to "
-               "its line, AllReduced along it and copied back, pipelined in lock step: (N-1)V/(E W), the bound")
+    summary = ("AllReduce on a 2-D or 3-D grid without wraparound: one share per line of every axis, summed "
+               "across to its line, AllReduced along it and copied back, pipelined in lock step: (N-1)V/(E W), "
+               "the bound")
     kinds = ("all_reduce",)
     topologies = ("mesh", "torus")
     nic_rings = False
@@ -175,16 +306,17 @@ class GridPipelined(Algorithm):
         why = super().unfit(kind, net, groups)
         group = groups[0]
         if why is None and not net.grid:
-            return "it needs a grid topology (a 2-D mesh or slice)"
-        if why is None and (len(group.sizes) != 2 or min(group.sizes) < 2):
-            return f"it runs on a 2-D group (two axes of 2 or more chips), not {'x'.join(map(str, group.sizes))}"
+            return "it needs a grid topology (a 2-D or 3-D mesh or slice)"
+        if why is None and (len(group.sizes) not in (2, 3) or min(group.sizes) < 2):
+            return (f"it runs on a 2-D or 3-D group (two or three axes of 2 or more chips), not "
+                    f"{'x'.join(map(str, group.sizes))}")
         if why is None and all(w and k > 2 for w, k in zip(group.wraps, group.sizes, strict=True)):
             return "every axis wraps: the ring algorithms reach the bound there"
         return why
 
     def parts(self, kind: str, group: Group, multi_axis: str) -> int:
         """E parts (numeric keys: one per unit of each of the N pieces)."""
-        return units(_shape(group)) if len(group.sizes) == 2 else 1
+        return units(_shape(group)) if len(group.sizes) in (2, 3) else 1
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
         """Pieces that minimise the closed form (within `TRANSFER_BUDGET`); numeric mode: N."""
@@ -277,7 +409,7 @@ def _timing_steps(group: Group, c: int, unit: float, steps: dict[int, dict[tuple
 
 
 def _shape(group: Group) -> Shape:
-    """(sizes, wraps) of a 2-D group."""
+    """(sizes, wraps) of a 2-D or 3-D group."""
     return group.sizes, group.wraps
 
 

@@ -33,14 +33,18 @@ Two variants (each for two and three levels):
   CollNet levels. Closed form: ``sum_x t_x + (c-1) max(max_x t_x, W_in + A_in, W_out + A_out)`` for
   per-chunk phase times t_x -- the first chunk crosses every phase, the others follow one period apart:
   the slowest phase, or a level's link work W plus one of its phases' chain latency A (phases sharing
-  links advance side by side, so the links idle for one chain's latency). W_in sums the inner phases'
+  links advance side by side, so the links idle for one chain's latency; not inside an AllReduce, whose
+  inner links each carry a reduce-scatter chain and an all-gather chain of two chunks at once, one sending
+  while the other waits out a hop's latency: W_in alone, as the simulation shows -- nodes:2:8, 1 GB: the
+  pair takes 0.2456 ms a chunk against W_in = 0.2430 and W_in + A_in = 0.2572; closed form 4.29 -> 4.08 ms
+  against 3.99 simulated, nodes:4:8 4.39 -> 4.28 against 4.27). W_in sums the inner phases'
   bandwidth parts (they share the fast links); W_out is the busiest physical link's bytes over all outer
   phases over its bandwidth (a chip's NIC or DCN port carries every tier's rails, a spine or core link only
   its tier's). About the MAX of the level terms for many chunks, where the sequential variant pays their
   SUM. Two levels use 4 chunks, three use 8 (their fill, the sum of one chunk's phases, is longer). The
-  simulation shares the fast links fairly between the reduce-scatter of one chunk and the all-gather of
-  another, which packs them tighter than the closed form's period: it runs up to about 15% faster on two
-  levels, within -12% / +13% of it on three (fat trees and pods, every kind, 1 KB to 1 GB)
+  simulation runs within -2.5% / +3.3% of it on two levels (GPU nodes and multislices, every kind, 1 KB to
+  1 GB; the fill, which the sum of one chunk's phases prices as if alone, is the rest), within -12% / +13% of
+  it on three (fat trees and pods, every kind, 1 KB to 1 GB)
   (tests/test_switched_algorithms.py, tests/test_three_levels.py). The sequential variant equals its closed form exactly
   on two levels with one switch above the domains and on three levels; where two-level rails cross a shared
   core or spine link, within 4%.
@@ -232,7 +236,10 @@ class Hierarchical(Algorithm):
             times, self.stage_times(job, 2.0), ways, strict=True)]
         inner = sum(w for level, w, _ in split if level == "in")
         outer = max(self._outer_work(job).values(), default=0.0)
-        busiest = max(inner + max((a for level, _, a in split if level == "in"), default=0.0),
+        # AllReduce: every inner link carries a reduce-scatter chain and an all-gather chain of two chunks at once,
+        # and while one waits out a hop's latency the other sends, so the links' period is their bytes alone
+        wait = 0.0 if job.kind == "all_reduce" else max((a for level, _, a in split if level == "in"), default=0.0)
+        busiest = max(inner + wait,
                       outer + max((a for level, _, a in split if level == "out"), default=0.0))
         return total + (self.chunks_of(job) - 1) * max(busiest, max(t for _, t in times))
 
