@@ -27,6 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "book.md"
 
 L3 = "model llama-3-70b --chip tpu-v5e"  #: the applied-inference chapter's model and chip
+#: the applied-training chapter's run projected on a full v5p pod: 4e6 tokens a batch as its memory table counts
+#: them (1000 x 4000), 4.19e6 (1024 x 4096) as its FSDP questions do
+AT = ("model llama-3-70b --mode train --chip tpu-v5p --mesh fsdp=8 --checkpoints-per-layer 4 --no-simulate "
+      "--tokens-total 15e12 --assume-mfu 0.4 --chips 8960")
+AT4M = AT + " --batch 1000 --seq 4000"
+AT419 = AT + " --batch 1024 --seq 4096"
 
 #: (chapter, question, command without "podsim" (or None), JSON field, book answer, verdict)
 #: verdict: "match 2%" (tolerance), "differs: reason" or "none: reason".
@@ -38,9 +44,13 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("roofline", "Q2 int8 weights, bf16 activations and FLOPs: compute-bound batch (B > 120)",
      "roofline --chip tpu-v5e --matmul 1,8192,32768 --dtype bf16 --weight-dtype int8 --find batch",
      "critical_batch_book", 120, "match 2%"),
-    ("roofline", "Q3 roofline plot of FLOP/s against B for several D, F", None, None, None,
-     "none: a plot, no number; its points are one command each: podsim roofline --matmul 1,D,F --batches "
-     "1,16,64,240,1024 (achieved FLOP/s per batch)"),
+    ("roofline", "Q3 roofline plot of FLOP/s against B, a point below the knee: D = 8192, F = 32768, B = 64 (no "
+     "printed answer; the chapter's roofline, 2BDF / (2BD + 2DF + 2BF) x 8.2e11 = 5.2e13 FLOP/s)",
+     "roofline --chip tpu-v5e --matmul 1,8192,32768 --batches 64,1024", "batches.0.flops_per_s", 5.197e13,
+     "match 1%"),
+    ("roofline", "Q3 the same plot past the knee, B = 1024: the bf16 peak (1.97e14 FLOP/s)",
+     "roofline --chip tpu-v5e --matmul 1,8192,32768 --batches 64,1024", "batches.1.flops_per_s", 1.97e14,
+     "match 0.1%"),
     ("roofline", "Q4 int8[B,D] x int8[B,D,F]: arithmetic intensity (about 2)",
      "roofline --chip tpu-v5e --dtype int8 --flops 17179869184 --bytes 8592031744", "intensity_flops_per_byte", 2,
      "match 1%"),
@@ -61,18 +71,27 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("tpus", "Q2 v5e pod: bf16 FLOP/s (5.1e16)", "chips tpu-v5e", "facts.pod.pod_peak_bf16_flops_per_s", 5.1e16,
      "match 2%"),
     ("tpus", "Q2 v5e pod: HBM (4 TB)", "chips tpu-v5e", "facts.pod.pod_hbm_capacity_bytes", 4e12,
-     "differs: podsim reads a chip's 16 GB as GiB (4.4e12 bytes); the book multiplies 256 x 16 GB"),
+     "differs: podsim reads a chip's 16 GB as GiB (4.4e12 bytes); the book multiplies 256 x 16 GB "
+     "(pod_hbm_capacity_bytes_book, next row)"),
+    ("tpus", "Q2 v5e pod: HBM as the book counts it, 256 x 16e9 (4 TB)", "chips tpu-v5e",
+     "facts.pod.pod_hbm_capacity_bytes_book", 4e12, "match 3%"),
     ("tpus", "Q2 v5p pod: CPU hosts (2,240)", "chips tpu-v5p", "facts.pod.hosts_per_pod", 2240, "match 0%"),
     ("tpus", "Q2 v5p pod: TensorCores (17,920)", "chips tpu-v5p", "facts.pod.tensor_cores_per_pod", 17920,
      "match 0%"),
     ("tpus", "Q2 v5p pod: bf16 FLOP/s (4e18)", "chips tpu-v5p", "facts.pod.pod_peak_bf16_flops_per_s", 4e18,
      "match 3%"),
     ("tpus", "Q2 v5p pod: HBM (860 TB)", "chips tpu-v5p", "facts.pod.pod_hbm_capacity_bytes", 860e12,
-     "differs: podsim reads 96 GB as GiB (9.2e14 bytes); the book multiplies 8960 x 96 GB"),
+     "differs: podsim reads 96 GB as GiB (9.2e14 bytes); the book multiplies 8960 x 96 GB "
+     "(pod_hbm_capacity_bytes_book, next row)"),
+    ("tpus", "Q2 v5p pod: HBM as the book counts it, 8960 x 96e9 (860 TB)", "chips tpu-v5p",
+     "facts.pod.pod_hbm_capacity_bytes_book", 860e12, "match 0.1%"),
     ("tpus", "Q3 v6e over PCIe: smallest batch that stays FLOPs-bound (61,000 at 1.5e10 B/s)",
      "roofline --chip tpu-v6e --memory pcie --matmul 1,8192,32768 --find batch", "critical_batch_book", 61000,
      "differs: the question assumes 1.5e10 B/s of PCIe; podsim's v6e preset has 3.2e10 (REFERENCE.md), so "
-     "9.2e14 / 3.2e10 = 28,750"),
+     "9.2e14 / 3.2e10 = 28,750 (the question's 1.5e10 through --bandwidth: next row)"),
+    ("tpus", "Q3 the same at the question's assumed PCIe bandwidth, 1.5e10 B/s (61,000)",
+     "roofline --chip tpu-v6e --memory pcie --bandwidth 1.5e10 --matmul 1,8192,32768 --find batch",
+     "critical_batch_book", 61000, "match 1%"),
     ("tpus", "Q4.1 int8[16384,4096] x int8[B,4096] on v5e from HBM: compute-bound batch (271)",
      "roofline --chip tpu-v5e --matmul 1,4096,16384 --dtype int8 --find batch", "critical_batch", 271,
      "match 5%"),
@@ -88,7 +107,10 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("tpus", "Q6 stage 1: each chip's 1 GB over its own PCIe link (8 GB over 8 links at 1.5e10: 66 ms)",
      "roofline --chip tpu-v5e --memory pcie --flops 0 --bytes 1e9", "lower_bound_s", 66e-3,
      "differs: podsim's v5e PCIe is 1.6e10 B/s per chip (REFERENCE.md, 1.28e11 per host of 8), the question's "
-     "1.5e10, so 62.5 ms"),
+     "1.5e10, so 62.5 ms (the question's 1.5e10 through --bandwidth: next row)"),
+    ("tpus", "Q6 stage 1 at the question's 1.5e10 B/s per PCIe link (66 ms)",
+     "roofline --chip tpu-v5e --memory pcie --bandwidth 1.5e10 --flops 0 --bytes 1e9", "lower_bound_s", 66e-3,
+     "match 2%"),
     ("tpus", "Q6 stage 2: gather the 16 GB array to TPU{0,0} over its 2 ICI links, 15e9 / 9e10 (167 ms)",
      "collective gather --chip tpu-v5e --topology mesh:4x4 --root 0,0 --bytes 16e9", "book_s", 167e-3,
      "match 1%"),
@@ -176,9 +198,18 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("training", "Q3.3 the same, the Feb 2025 edition's printed 2 x 2550^2 / F (940)",
      "model llama-2-13b --mode train --chip tpu-v5p --topology torus:4x4x4 --mesh fsdp=16,model=4 --batch 16 "
      "--seq 1024 --no-simulate", "critical_batch_per_chip_older_edition.fsdp+model", 940, "match 1%"),
-    ("training", "Q2, Q4 memory of LLaMA-2 13B at 16M tokens; the other batch sizes", None, None, None,
-     "none: arithmetic on the question's own checkpointing; podsim model --mode train gives memory_per_chip_bytes "
-     "for its own (--checkpoints-per-layer)"),
+    ("training", "Q2 LLaMA-2 13B, bf16 parameters and fp32 Adam: (2 + 4 + 4) x 13e9 (130 GB)",
+     "model llama-2-13b --mode train --chip tpu-v5p --batch 16000 --seq 1000 --no-simulate",
+     "book_memory.state_bytes", 130e9, "match 1%"),
+    ("training", "Q2 its activations at 16M tokens, saved after the three big matmuls: 2 L B (D + 2F) (42 TB)",
+     "model llama-2-13b --mode train --chip tpu-v5p --batch 16000 --seq 1000 --no-simulate",
+     "book_memory.ffw_outputs.checkpoint_bytes", 42e12, "match 1%"),
+    ("training", "Q3.2 pure FSDP at 3M tokens: the same checkpoints and state in all (8 TB)",
+     "model llama-2-13b --mode train --chip tpu-v5p --batch 3000 --seq 1000 --no-simulate",
+     "book_memory.ffw_outputs.total_bytes", 8e12, "match 1%"),
+    ("training", "Q4 the same at 1M and 10M tokens", None, None, None,
+     "none: no printed answer; each is the Q2/Q3 command at that batch (book_memory.ffw_outputs.total_bytes, "
+     "critical_batch_per_chip)"),
     # --- applied-training (Training LLaMA 3 on TPUs) ---------------------------------------------------------
     ("applied-training", "LLaMA 3-70B parameter count from its table (70.4e9)",
      "model llama-3-70b --chip tpu-v5p --no-simulate", "params_total", 70.4e9, "match 1%"),
@@ -194,9 +225,24 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("applied-training", "mixed FSDP + tensor parallelism: comms-bound below 2 x 2550^2 / F per chip (453, Feb 2025)",
      "model llama-3-70b --mode train --chip tpu-v5p --topology torus:4x4x4 --mesh fsdp=16,model=4 --batch 16 "
      "--seq 1024 --no-simulate", "critical_batch_per_chip_older_edition.fsdp+model", 453, "match 1%"),
-    ("applied-training", "memory per chip, minimum chips for 4M tokens, X_opt = sqrt(2BN/F) = 1618", None, None,
-     None, "none: the book's checkpoint count (3 or 4 per layer, bf16 [B, D] each) and its own X_opt formula; "
-     "podsim model --mode train gives memory_per_chip_bytes and min_chips for its --checkpoints-per-layer policy"),
+    ("applied-training", "on a single v5p at full utilisation, 6.3e24 / 4.59e14 (435 years)",
+     "model llama-3-70b --mode train --chip tpu-v5p --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate "
+     "--tokens-total 15e12 --assume-mfu 1 --chips 1", "time_to_train_s", 435 * 365.25 * 86400, "match 1%"),
+    ("applied-training", "4M tokens a batch (4e6, as the book counts), 4 bf16 checkpoints a layer: parameters "
+     "(140 GB)", AT4M, "book_memory.params_bytes", 140e9, "match 1%"),
+    ("applied-training", "the same: fp32 optimizer state, 8 x 70e9 (560 GB)", AT4M, "book_memory.optimizer_bytes",
+     560e9, "match 1%"),
+    ("applied-training", "the same: gradient checkpoints, 2 x 8192 x 4e6 x 4 x 80 (20.9 TB)", AT4M,
+     "book_memory.checkpoint_bytes", 20.9e12, "match 1%"),
+    ("applied-training", "the same: total (21.6 TB)", AT4M, "book_memory.total_bytes", 21.6e12, "match 1%"),
+    ("applied-training", "the same: fewest v5p that hold it, 21.6e12 / 96e9 (225)", AT4M, "book_memory.min_chips",
+     225, "match 1%"),
+    ("applied-training", "the same on 8,960 chips: memory per chip (2.4 GB)", AT4M, "book_memory.per_chip_bytes",
+     2.4e9, "match 1%"),
+    ("applied-training", "FSDP alone over 8,960 chips: tokens per chip, 4 x 1024 x 1024 / 8960 (468)", AT419,
+     "book_fsdp_model.tokens_per_chip", 468, "match 0.1%"),
+    ("applied-training", "mixed FSDP + tensor parallelism: X_opt = sqrt(2 x 4.19e6 x 8960 / 28672) (1618)", AT419,
+     "book_fsdp_model.x_opt", 1618, "match 0.1%"),
     # --- inference -------------------------------------------------------------------------------------------
     ("inference", "Pop quiz 30B int8 weights, bf16 FLOPs, 100 kB/token KV at 8192, v5e 4x4, batch 4 (2.5 ms)",
      "model --params 30e9 --kv-bytes-per-token 100e3 --chip tpu-v5e --mesh model=16 --batch 4 --context 8192 "
@@ -259,7 +305,11 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("applied-inference", "prefill of 8,192 tokens on 16 v5e at 40% MFU (0.91 s)",
      L3 + " --mode prefill --mesh model=16 --batch 1 --seq 8192 --assume-mfu 0.4 --no-simulate",
      "assumed_mfu_step_time_s", 0.91,
-     "differs: podsim counts attention's FLOPs (7% of them at 8k) and 70.55e9 parameters; the book 2 x 70e9 x T"),
+     "differs: podsim counts attention's FLOPs (7% of them at 8k) and 70.55e9 parameters; the book 2 x 70e9 x T "
+     "(book_assumed_mfu_step_time_s, next row)"),
+    ("applied-inference", "the same as the book counts it, 2 N T FLOPs without attention (0.91 s)",
+     L3 + " --mode prefill --mesh model=16 --batch 1 --seq 8192 --assume-mfu 0.4 --no-simulate",
+     "book_assumed_mfu_step_time_s", 0.91, "match 1%"),
     ("applied-inference", "smallest slices, QPS per chip, evictions per step, prefill:generate server ratio", None,
      None, None, "none: design tables over several dtypes (int4 too, not a podsim dtype) and a serving ratio; "
      "podsim serve --find-rate and plan --mode serve answer the serving questions by simulation"),
@@ -334,7 +384,10 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("gpus", "Quiz 5 Q2.1 LLaMA-3 70B: fewest H100s for bf16 weights and fp32 Adam, 700 GB / 80 GB (9)",
      "model llama-3-70b --mode train --chip h100 --mesh fsdp=8 --batch 8 --seq 1024 --no-master-copy --no-simulate",
      "min_chips", 9, "differs: podsim's training state also holds the gradients (2 B/param) and the step's "
-     "activations beside weights (2) and Adam (8): 12 H100s"),
+     "activations beside weights (2) and Adam (8): 12 H100s (the book's count: next row)"),
+    ("gpus", "Quiz 5 Q2.1 the same as the book counts it, (2 + 8) x 70e9 / 80e9 (9)",
+     "model llama-3-70b --mode train --chip h100 --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate",
+     "book_memory.min_chips_for_state", 9, "match 0%"),
     ("gpus", "Quiz 5 Q2.2 LLaMA-3 70B, 15T tokens on 4096 H100 at 45% MFU (40 days)",
      "model llama-3-70b --mode train --chip h100 --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate "
      "--tokens-total 15e12 --assume-mfu 0.45 --chips 4096", "time_to_train_days", 40, "match 2%"),
@@ -352,7 +405,7 @@ def field(out: dict[str, Any], path: str) -> Any:
     """``out``'s value at a dotted ``path`` (keys may hold '+', e.g. critical_batch_per_chip.fsdp+model)."""
     value: Any = out
     for key in path.split("."):
-        value = value[key]
+        value = value[int(key)] if isinstance(value, list) else value[key]
     return value
 
 
