@@ -181,7 +181,10 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "model --params 37e9 --mode train --tokens-total 14.8e12 --measured-chip-hours 2.79e6 --chip h100",
      "measured_mfu_8bit", 0.217,
      "differs: the book divides by 1.513e15 FP8 FLOP/s (an H800 PCIe sheet); podsim's h100 preset has 2.0e15, "
-     "so 16.4% (a --chip-file with 1.513e15 gives the book's 21.7%)"),
+     "so 16.4% (the book's 1.513e15 in a --chip-file: next row)"),
+    ("transformers", "Q7 the same on the book's H800 figure, 1.513e15 FP8 FLOP/s dense (21.7%)",
+     "model --params 37e9 --mode train --tokens-total 14.8e12 --measured-chip-hours 2.79e6 "
+     "--chip-file docs/book_models/h800_book.toml", "measured_mfu_8bit", 0.217, "match 1%"),
     # --- training --------------------------------------------------------------------------------------------
     ("training", "Q1 LLaMA-2 13B parameters (13B)", "model llama-2-13b --chip tpu-v5p --no-simulate",
      "params_total", 13e9, "match 2%"),
@@ -271,7 +274,10 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("inference", "Q5.2 the MoE's compute-bound batch (no printed answer; the dense 240 scaled by E / k: 1,920)",
      "model --config docs/book_models/inference_moe.toml --chip tpu-v5e --no-simulate", "critical_batch", 1920,
      "differs: podsim reads only the experts a batch's tokens reach, E (1 - (1 - k/E)^B) of them, so fewer weight "
-     "bytes per token than all E experts"),
+     "bytes per token than all E experts (the book's rule, all E read: critical_batch_book, next row)"),
+    ("inference", "Q5.2 the same by the book's rule, the dense C / W_hbm times E / k (1,920)",
+     "model --config docs/book_models/inference_moe.toml --chip tpu-v5e --no-simulate", "critical_batch_book", 1920,
+     "match 1%"),
     ("inference", "Q2, Q4, Q6 fit, sharding and free HBM of the same models on v5e", None, None, None,
      "none: the questions' model is given by its dimensions; podsim model --config F.toml answers each part "
      "(params_total, kv_bytes_per_position, max_batch, t_memory_s)"),
@@ -347,7 +353,10 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("gpus", "Quiz 1 Q7 H100 peak vector intensity, 33.5e12 / 3.35e12 (10)",
      "roofline --chip h100 --dtype fp32 --flops 1 --bytes 1", "peak_intensity_flops_per_byte", 10,
      "differs: podsim's fp32 rate counts an FMA as 2 FLOPs (66.9e12, the spec sheet's), so 20; the book's one op "
-     "per cycle is facts.gpu.cuda_core_flops_per_s_boost (33.5e12, row above)"),
+     "per cycle is facts.gpu.cuda_core_flops_per_s_boost (33.5e12, row above) and book_peak_intensity_flops_per_byte "
+     "(next row)"),
+    ("gpus", "Quiz 1 Q7 the same as the book counts it, one op a CUDA core a cycle (10)",
+     "roofline --chip h100 --dtype fp32 --flops 1 --bytes 1", "book_peak_intensity_flops_per_byte", 10, "match 1%"),
     ("gpus", "Quiz 2 Q1 total bandwidth of an 8xH100 node (3.6 TB/s)", "chips h100",
      "facts.gpu.node_nvlink_bytes_per_s", 3.6e12, "match 0%"),
     ("gpus", "Quiz 2 Q2 bisection bandwidth of the node (3.6 TB/s)", "chips h100",
@@ -391,8 +400,23 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("gpus", "Quiz 5 Q2.2 LLaMA-3 70B, 15T tokens on 4096 H100 at 45% MFU (40 days)",
      "model llama-3-70b --mode train --chip h100 --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate "
      "--tokens-total 15e12 --assume-mfu 0.45 --chips 4096", "time_to_train_days", 40, "match 2%"),
-    ("gpus", "Quiz 2 Q2 / Quiz 3 Q2 / Quiz 4 Q1-Q4 / Quiz 5 Q3: switch byte counts, cluster design", None, None,
-     None, "none: symbolic or design answers; podsim collective on nodes:K:G or superpod:N prices concrete sizes"),
+    ("gpus", "Quiz 4 Q1 AllGather of B bytes over one SU of M = 32 nodes: bound at the top switch, B (M - 1) / (M x "
+     "400e9) (B = 1 GB: 2.42 ms)", "collective all_gather --chip h100 --topology nodes:32:8 --bytes 1e9", "book_s",
+     1e9 * 31 / (32 * 400e9), "match 0.1%"),
+    ("gpus", "Quiz 4 Q2 AllReduce in a node with in-network reduction (SHARP): exactly B / W_egress (B = 1 GB: "
+     "2.22 ms; the switch-reduction bound)", "collective all_reduce --chip h100 --topology switch:8 --bytes 1e9 "
+     "--algorithm nvls", "topology_bound_s", 1e9 / 450e9, "match 1%"),
+    ("gpus", "Quiz 5 Q2.3 ZeRO-3 over 4096 H100 at 4M tokens: per-GPU batch, 4e6 / 4096 (976)",
+     "model llama-3-70b --mode train --chip h100 --mesh fsdp=8 --batch 1000 --seq 4000 --no-simulate "
+     "--tokens-total 15e12 --assume-mfu 0.45 --chips 4096", "book_fsdp_model.tokens_per_chip", 976, "match 0.1%"),
+    ("gpus", "Quiz 5 Q3 Megatron-LM's 70B run, 384 sequences of 4096 on 768 GPUs: tokens per GPU (2,048)",
+     "model llama-3-70b --mode train --chip h100 --mesh data=48,model=8,pipeline=2 --batch 384 --seq 4096 "
+     "--no-simulate", "tokens_per_chip", 2048, "match 0%"),
+    ("gpus", "Quiz 3 Q2 / Quiz 4 Q3-Q4 / Quiz 5 Q2.3 (8-way pipelining) and Q3 (16B, 314B): cluster design, symbolic "
+     "SHARP costs", None, None, None,
+     "none: a switch layout for 2048 or 4096 GPUs has no single number; Q4 Q3-Q4 are formulas in D, F, Y "
+     "(podsim collective --algorithm nvls prices a concrete size); podsim has no 16B or 314B preset (a --config "
+     "of each gives tokens_per_chip the same way)"),
 ]
 
 #: a `podsim model` question asks for the book's figures whether or not its state fits one chip's HBM (the

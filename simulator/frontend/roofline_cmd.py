@@ -160,7 +160,9 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
     Over a per-chip network ``contracting_dim_crossover`` = 2 C / W is the contracting dimension D above which
     A[B, D_X] x W[D_X, F] is quicker as local matmuls and an AllReduce of [B, F] (4BF / W) than as an AllGather
     of W and a whole matmul (2BDF / C): the book's sharding question 4, 5,100 on v5p. A given ``bandwidth``
-    (B/s) replaces the roof's (a question's assumed figure), the chip's kept in ``chip_bandwidth_bytes_per_s``."""
+    (B/s) replaces the roof's (a question's assumed figure), the chip's kept in ``chip_bandwidth_bytes_per_s``.
+    An fp32 roofline on a known GPU also gives the book's vector peak beside the datasheet's (an FMA as 2 FLOPs):
+    CUDA cores x boost clock, one op a cycle, and its intensity (``book_peak_*``: 10 on H100, not 20)."""
     peak = peak_flops(chip, dtype)
     chip_bandwidth, roof = roof_bandwidth(chip, memory, axes)
     assumed = bandwidth is not None
@@ -173,6 +175,13 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
            **analytic.roofline(flops, nbytes, peak, bandwidth)}
     if assumed:
         out["chip_bandwidth_bytes_per_s"] = chip_bandwidth
+    if dtype == "fp32" and chip.wraparound == "switch":  # the book's vector rate: 1 op a CUDA core a cycle (gpus, Q7)
+        from simulator.hardware.facts import gpu_summary
+
+        facts = gpu_summary(chip)
+        if facts is not None:
+            book = facts["cuda_core_flops_per_s_boost"]
+            out.update(book_peak_flops_per_s=book, book_peak_intensity_flops_per_byte=book / bandwidth)
     if memory == "ici":
         out["axes"] = axes
     if nbytes == 0:  # pure compute: no finite intensity to print

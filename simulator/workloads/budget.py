@@ -241,6 +241,9 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     }
     out.update(per_op_bound(flops, par, read_per_group / par.model, (history + growth) * kv_share, peak,
                             chip.hbm_bandwidth_bytes_per_s))
+    if cfg.n_experts:  # the book's rule beside the bisection: the dense C w / (2 W) times E / k (all E experts read)
+        out["critical_batch_book"] = (peak * cfg.weight_elem_bytes / (2 * chip.hbm_bandwidth_bytes_per_s)
+                                      * cfg.n_experts / max(1, cfg.experts_per_token))
     if out["critical_batch"] == math.inf:  # a report holds no inf: None, and why
         out.update(critical_batch=None, critical_batch_note=NEVER_COMPUTE_BOUND)
     out.update(_fit(cfg, chip, contexts, par, kv_share))
