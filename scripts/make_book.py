@@ -316,9 +316,21 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("applied-inference", "the same as the book counts it, 2 N T FLOPs without attention (0.91 s)",
      L3 + " --mode prefill --mesh model=16 --batch 1 --seq 8192 --assume-mfu 0.4 --no-simulate",
      "book_assumed_mfu_step_time_s", 0.91, "match 1%"),
-    ("applied-inference", "smallest slices, QPS per chip, evictions per step, prefill:generate server ratio", None,
-     None, None, "none: design tables over several dtypes (int4 too, not a podsim dtype) and a serving ratio; "
-     "podsim serve --find-rate and plan --mode serve answer the serving questions by simulation"),
+    ("applied-inference", "batch 32 at 8192 in int8: the smallest slice, 112e9 / 16e9 (7 chips)",
+     L3 + " --batch 32 --context 8192 --weight-dtype int8 --kv-dtype int8 --no-simulate",
+     "book_hbm.chips_for_weights_plus_kv", 7, "match 2%"),
+    ("applied-inference", "the smallest slice for bf16 weights alone, 70e9 x 2 / 16e9 (8.75 chips)",
+     L3 + " --batch 1 --context 8192 --no-simulate", "book_hbm.chips_for_weights", 8.75, "match 1%"),
+    ("applied-inference", "the same for int8 weights, 70e9 / 16e9 (4.38 chips)",
+     L3 + " --batch 1 --context 8192 --weight-dtype int8 --kv-dtype int8 --no-simulate", "book_hbm.chips_for_weights",
+     4.38, "match 1%"),
+    ("applied-inference", "bf16 on a 4x4: KV caches of 8k that fit beside the weights, 116e9 / (324e3 x 8192) (43)",
+     L3 + " --mesh model=16 --kv-sharding auto --batch 1 --context 8192 --no-simulate", "book_hbm.max_batch", 43,
+     "match 3%"),
+    ("applied-inference", "int8 and int4 slices, QPS per chip, evictions per step, prefill:generate server ratio",
+     None, None, None, "none: int4 is not a podsim dtype; the book's int8 row subtracts 70 GB from 128 GB as 68 GB; "
+     "QPS, evictions and the server ratio need a median decode length, which podsim model has no flag for (podsim "
+     "serve --find-rate and plan --mode serve answer the serving questions by simulation)"),
     # --- gpus ------------------------------------------------------------------------------------------------
     ("gpus", "Quiz 1 Q1 H100 fp32 CUDA cores (16,896)", "chips h100", "facts.gpu.cuda_cores", 16896, "match 0%"),
     ("gpus", "Quiz 1 Q1 B200 fp32 CUDA cores (18,944)", "chips b200", "facts.gpu.cuda_cores", 18944, "match 0%"),

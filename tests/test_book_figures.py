@@ -3,10 +3,13 @@ arithmetic typed here from its chapters (jax-ml/scaling-book, gpus.md and tpus.m
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from simulator.frontend.cli import main
+
+BOOK_MODELS = Path(__file__).resolve().parents[1] / "docs" / "book_models"
 
 
 def podsim_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
@@ -314,3 +317,53 @@ def test_prefill_at_an_assumed_mfu_as_the_book_counts_it(capsys):
                       "--batch", "1", "--seq", "8192", "--assume-mfu", "0.4", "--no-simulate")
     assert out["book_assumed_mfu_step_time_s"] == pytest.approx(0.91, rel=0.01)
     assert out["assumed_mfu_step_time_s"] > out["book_assumed_mfu_step_time_s"]
+
+
+def test_serving_fit_as_the_book_counts_it(capsys):
+    """applied-inference: LLaMA 3-70B at batch 32 and 8k in int8 needs 112e9 / 16e9 = 7 v5e; its bf16 weights
+    alone 70e9 x 2 / 16e9 = 8.75 chips, int8 4.38; a bf16 4x4 holds (16 x 16e9 - 140e9) / (324e3 x 8192) = 43
+    caches of 8k (decimal GB, as the book divides)."""
+    def hbm(*flags: str) -> dict:
+        return podsim_json(capsys, "model", "llama-3-70b", "--chip", "tpu-v5e", "--no-simulate", *flags)["book_hbm"]
+
+    assert hbm("--batch", "32", "--context", "8192", "--weight-dtype", "int8", "--kv-dtype", "int8")[
+        "chips_for_weights_plus_kv"] == pytest.approx(7, rel=0.02)
+    assert hbm("--batch", "1", "--context", "8192")["chips_for_weights"] == pytest.approx(8.75, rel=0.01)
+    assert hbm("--batch", "1", "--context", "8192", "--weight-dtype", "int8")["chips_for_weights"] == \
+        pytest.approx(4.38, rel=0.01)
+    fit = hbm("--mesh", "model=16", "--kv-sharding", "auto", "--batch", "1", "--context", "8192")
+    assert fit["max_batch"] in (42, 43)  # the book's 140 GB and 324 kB against podsim's 141.1 GB and 327.7 kB
+
+
+def test_gpu_quiz_4_collectives(capsys):
+    """gpus, quiz 4: an AllGather of B bytes over one SU of M = 32 nodes is bound at the top-level switch, B (M - 1)
+    / (M x 400e9); an AllReduce with in-network reduction in a node costs exactly B / W_egress (450e9 on H100)."""
+    su = podsim_json(capsys, "collective", "all_gather", "--chip", "h100", "--topology", "nodes:32:8", "--bytes", "1e9")
+    assert su["book_s"] == pytest.approx(1e9 * 31 / (32 * 400e9))
+    sharp = podsim_json(capsys, "collective", "all_reduce", "--chip", "h100", "--topology", "switch:8", "--bytes",
+                        "1e9", "--algorithm", "nvls")
+    assert sharp["topology_bound_s"] == pytest.approx(1e9 / 450e9, rel=0.01)
+
+
+def test_gpu_fp32_vector_peak_as_the_book_counts_it(capsys):
+    """gpus, quiz 1 question 7: the H100's vector peak counted as one op a CUDA core a cycle, 33.5e12 / 3.35e12 =
+    10 FLOPs a byte (the datasheet's FMA-as-2 rate gives 20)."""
+    out = podsim_json(capsys, "roofline", "--chip", "h100", "--dtype", "fp32", "--flops", "1", "--bytes", "1")
+    assert out["book_peak_intensity_flops_per_byte"] == pytest.approx(10, rel=0.01)
+    assert out["peak_intensity_flops_per_byte"] == pytest.approx(20, rel=0.01)
+
+
+def test_moe_critical_batch_by_the_books_rule(capsys):
+    """inference question 5.2 (no printed answer; the chapter's rule): the dense 1.97e14 / 8.2e11 = 240 times E / k
+    = 16 / 2: 1,920."""
+    out = podsim_json(capsys, "model", "--config", str(BOOK_MODELS / "inference_moe.toml"), "--chip", "tpu-v5e",
+                      "--no-simulate")
+    assert out["critical_batch_book"] == pytest.approx(1.97e14 / 8.2e11 * 16 / 2)
+
+
+def test_deepseek_mfu_on_the_books_h800(capsys):
+    """transformers question 7: 6 x 37e9 x 14.8e12 / (2.79e6 x 3600 x 1.513e15) = 21.7%."""
+    out = podsim_json(capsys, "model", "--params", "37e9", "--mode", "train", "--tokens-total", "14.8e12",
+                      "--measured-chip-hours", "2.79e6", "--chip-file", str(BOOK_MODELS / "h800_book.toml"))
+    assert out["measured_mfu_8bit"] == pytest.approx(6 * 37e9 * 14.8e12 / (2.79e6 * 3600 * 1.513e15))
+    assert out["measured_mfu_8bit"] == pytest.approx(0.217, rel=0.01)
