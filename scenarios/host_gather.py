@@ -54,13 +54,13 @@ def run(*, rows: int = 128 * 1024, cols: int = 128 * 1024, batch: int = 8, chunk
     owner = system.chips[ids.index(root)]
     landed = simpy.Store(system.env)  # pieces that have reached the root's HBM, in arrival order
 
-    def feed(c: int) -> Any:
+    def feed(c: Any) -> Any:
         yield hosts.place(c, share, "A shard")
         for k in range(chunks):
             yield system.reload(c, piece, f"A {k} over PCIe")
             system.env.process(forward(c, k))
 
-    def forward(c: int, k: int) -> Any:
+    def forward(c: Any, k: int) -> Any:
         if c != root:
             yield net.message(c, root, piece, f"A {k} to the root", multipath=True)
         yield landed.put(k)
