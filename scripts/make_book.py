@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "book.md"
 
 L3 = "model llama-3-70b --chip tpu-v5e"  #: the applied-inference chapter's model and chip
+R8, R8V = "collective ", "--chip tpu-v5e --topology torus:8 --bytes 67108864"  #: sharding Q10: int8[8192, 8192], D = 8
 #: the applied-training chapter's run projected on a full v5p pod: 4e6 tokens a batch as its memory table counts
 #: them (1000 x 4000), 4.19e6 (1024 x 4096) as its FSDP questions do
 AT = ("model llama-3-70b --mode train --chip tpu-v5p --mesh fsdp=8 --checkpoints-per-layer 4 --no-simulate "
@@ -158,8 +159,20 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "none: design questions with no single number; podsim plan ranks layouts for a model"),
     ("sharding", "Q8 benchmark the four collectives in JAX", None, None, None,
      "none: a measurement on hardware (podsim validate holds its calibration to published ones)"),
-    ("sharding", "Q9-Q10 the strategies' algebra, AllToAll's factor of 4", None, None, None,
-     "none: derivations; collective all_to_all gives the ring's V/(4W) at any size"),
+    ("sharding", "Q10.1 AllGather of an N x N array over a one-way ring of D: scalars over one link, N^2 (1 - 1/D) "
+     "(N = 8192 int8, D = 8: 58,720,256)", R8 + "all_gather " + R8V + " --algorithm unidirectional",
+     "max_link_bytes", 8192**2 * 7 / 8, "match 0.01%"),
+    ("sharding", "Q10.2 AllToAll over the one-way ring: N^2 / 2 (1 - 1/D) (29,360,128)",
+     R8 + "all_to_all " + R8V + " --algorithm unidirectional", "max_link_bytes", 8192**2 * 7 / 16, "match 0.01%"),
+    ("sharding", "Q10.4 AllGather over a bidirectional ring: half the one-way ring's, N^2 (1 - 1/D) / 2 (29,360,128)",
+     R8 + "all_gather " + R8V, "max_link_bytes", 8192**2 * 7 / 16, "match 0.01%"),
+    ("sharding", "Q10.5 AllToAll over the bidirectional ring: blocks of N^2 / D^2 sent at most D/2 each way, "
+     "(1 + 2 + 3 + 4/2) N^2 / 64 = N^2 / 8 (8,388,608)", R8 + "all_to_all " + R8V, "max_link_bytes", 8192**2 / 8,
+     "match 0.01%"),
+    ("sharding", "Q9, Q10.3, Q10.6 the matmul-then-ReduceScatter algorithm, its M / K cost ratio, why AllToAll is "
+     "4x cheaper", None, None, None,
+     "none: an algorithm written out and explanations; the M / K ratio and the factor 4 (as D grows) are ratios of "
+     "the rows above' figures (Q10.4 / Q10.5 = 3.5 at D = 8)"),
     # --- transformers ----------------------------------------------------------------------------------------
     ("transformers", "Q1 D=4096, F=4D, V=32,000, L=64: parameters (16e9)",
      "model --config docs/book_models/transformers_q1.toml --chip tpu-v5e --no-simulate", "params_total", 16e9,
