@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "book.md"
 
 L3 = "model llama-3-70b --chip tpu-v5e"  #: the applied-inference chapter's model and chip
+#: training Q4: LLaMA-2 13B projected on the question's 16x16x16 v5p slice (4096 chips)
+T13 = ("model llama-2-13b --mode train --chip tpu-v5p --mesh fsdp=8 --no-simulate --tokens-total 1e12 "
+       "--assume-mfu 0.4 --chips 4096")
 R8, R8V = "collective ", "--chip tpu-v5e --topology torus:8 --bytes 67108864"  #: sharding Q10: int8[8192, 8192], D = 8
 #: the applied-training chapter's run projected on a full v5p pod: 4e6 tokens a batch as its memory table counts
 #: them (1000 x 4000), 4.19e6 (1024 x 4096) as its FSDP questions do
@@ -222,9 +225,14 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("training", "Q3.2 pure FSDP at 3M tokens: the same checkpoints and state in all (8 TB)",
      "model llama-2-13b --mode train --chip tpu-v5p --batch 3000 --seq 1000 --no-simulate",
      "book_memory.ffw_outputs.total_bytes", 8e12, "match 1%"),
-    ("training", "Q4 the same at 1M and 10M tokens", None, None, None,
-     "none: no printed answer; each is the Q2/Q3 command at that batch (book_memory.ffw_outputs.total_bytes, "
-     "critical_batch_per_chip)"),
+    ("training", "Q4 at 1M tokens on the 4096-chip slice: pure FSDP's tokens per chip, 1e6 / 4096 (no printed "
+     "answer; the chapter's method: 244, below FSDP's 850: comms-bound)", T13 + " --batch 1000 --seq 1000",
+     "book_fsdp_model.tokens_per_chip", 1e6 / 4096, "match 0.1%"),
+    ("training", "Q4 at 10M tokens: 1e7 / 4096 (no printed answer; 2,441, above 850: compute-bound)",
+     T13 + " --batch 10000 --seq 1000", "book_fsdp_model.tokens_per_chip", 1e7 / 4096, "match 0.1%"),
+    ("training", "Q4 at 10M tokens: state and the three big matmuls' checkpoints in all (no printed answer; "
+     "130e9 + 2 L B (D + 2F) = 26.3 TB, under the slice's 393 TB)", T13 + " --batch 10000 --seq 1000",
+     "book_memory.ffw_outputs.total_bytes", 130e9 + 2 * 40 * 1e7 * (5120 + 2 * 13824), "match 0.1%"),
     # --- applied-training (Training LLaMA 3 on TPUs) ---------------------------------------------------------
     ("applied-training", "LLaMA 3-70B parameter count from its table (70.4e9)",
      "model llama-3-70b --chip tpu-v5p --no-simulate", "params_total", 70.4e9, "match 1%"),
