@@ -159,7 +159,8 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("sharding", "Q4 matmul-then-AllReduce beats AllGather-then-matmul once D > 2 C / W_ici (5,100 on v5p)",
      "roofline --chip tpu-v5p --memory ici --flops 1 --bytes 1", "contracting_dim_crossover", 5100, "match 0.1%"),
     ("sharding", "Q5-Q7 choose shardings for the lowest latency / a memory limit", None, None, None,
-     "none: design questions with no single number; podsim plan ranks layouts for a model"),
+     "none: design questions, no printed answer in the Feb 2025 edition; podsim plan ranks layouts for a model and "
+     "podsim shard / collective --array price each candidate"),
     ("sharding", "Q8 benchmark the four collectives in JAX", None, None, None,
      "none: a measurement on hardware (podsim validate holds its calibration to published ones)"),
     ("sharding", "Q10.1 AllGather of an N x N array over a one-way ring of D: scalars over one link, N^2 (1 - 1/D) "
@@ -190,8 +191,9 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "model --config docs/book_models/transformers_q1.toml --chip tpu-v5e --no-simulate",
      "context_attention_equals_projections", 8192, "match 0%"),
     ("transformers", "Q2-Q4, Q6 FLOP and intensity algebra", None, None, None,
-     "none: closed-form algebra on symbols; podsim model --config F.toml gives params_total and flops_per_token "
-     "for any concrete model"),
+     "none: answers in symbols (2BDF / (XY) per device, 2 IJKLMNO, TG / (G + 1)) with no numbers to put in; Q6 has "
+     "no printed answer; podsim model --config F.toml gives flops_per_token and per_op intensities for a concrete "
+     "model"),
     ("transformers", "Q7 DeepSeek v3: MFU from 2.79M H800-hours, 14.8T tokens, 37B active (21.7%)",
      "model --params 37e9 --mode train --tokens-total 14.8e12 --measured-chip-hours 2.79e6 --chip h100",
      "measured_mfu_8bit", 0.217,
@@ -299,8 +301,9 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "model --config docs/book_models/inference_moe.toml --chip tpu-v5e --no-simulate", "critical_batch_book", 1920,
      "match 1%"),
     ("inference", "Q2, Q4, Q6 fit, sharding and free HBM of the same models on v5e", None, None, None,
-     "none: the questions' model is given by its dimensions; podsim model --config F.toml answers each part "
-     "(params_total, kv_bytes_per_position, max_batch, t_memory_s)"),
+     "none: no printed answer in the Feb 2025 edition, and Q2 gives no context length to size a batch at; with "
+     "one, podsim model --config docs/book_models/inference_worked.toml --mesh model=16 answers it (max_batch, "
+     "book_hbm.max_batch), and inference_moe.toml Q6 (t_memory_s, hbm_spare_bytes)"),
     # --- applied-inference (Serving LLaMA 3-70B on TPUs) -----------------------------------------------------
     ("applied-inference", "LLaMA 3-70B int8 KV cache per token, 2 K H L (160 kB)",
      L3 + " --kv-dtype int8 --no-simulate", "kv_bytes_per_position", 160e3, "match 3%"),
