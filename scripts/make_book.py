@@ -27,6 +27,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "book.md"
 
 L3 = "model llama-3-70b --chip tpu-v5e"  #: the applied-inference chapter's model and chip
+#: training Q4: LLaMA-2 13B projected on the question's 16x16x16 v5p slice (4096 chips)
+T13 = ("model llama-2-13b --mode train --chip tpu-v5p --mesh fsdp=8 --no-simulate --tokens-total 1e12 "
+       "--assume-mfu 0.4 --chips 4096")
+R8, R8V = "collective ", "--chip tpu-v5e --topology torus:8 --bytes 67108864"  #: sharding Q10: int8[8192, 8192], D = 8
+#: the applied-training chapter's run projected on a full v5p pod: 4e6 tokens a batch as its memory table counts
+#: them (1000 x 4000), 4.19e6 (1024 x 4096) as its FSDP questions do
+AT = ("model llama-3-70b --mode train --chip tpu-v5p --mesh fsdp=8 --checkpoints-per-layer 4 --no-simulate "
+      "--tokens-total 15e12 --assume-mfu 0.4 --chips 8960")
+AT4M = AT + " --batch 1000 --seq 4000"
+AT419 = AT + " --batch 1024 --seq 4096"
 
 #: (chapter, question, command without "podsim" (or None), JSON field, book answer, verdict)
 #: verdict: "match 2%" (tolerance), "differs: reason" or "none: reason".
@@ -38,9 +48,13 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("roofline", "Q2 int8 weights, bf16 activations and FLOPs: compute-bound batch (B > 120)",
      "roofline --chip tpu-v5e --matmul 1,8192,32768 --dtype bf16 --weight-dtype int8 --find batch",
      "critical_batch_book", 120, "match 2%"),
-    ("roofline", "Q3 roofline plot of FLOP/s against B for several D, F", None, None, None,
-     "none: a plot, no number; its points are one command each: podsim roofline --matmul 1,D,F --batches "
-     "1,16,64,240,1024 (achieved FLOP/s per batch)"),
+    ("roofline", "Q3 roofline plot of FLOP/s against B, a point below the knee: D = 8192, F = 32768, B = 64 (no "
+     "printed answer; the chapter's roofline, 2BDF / (2BD + 2DF + 2BF) x 8.2e11 = 5.2e13 FLOP/s)",
+     "roofline --chip tpu-v5e --matmul 1,8192,32768 --batches 64,1024", "batches.0.flops_per_s", 5.197e13,
+     "match 1%"),
+    ("roofline", "Q3 the same plot past the knee, B = 1024: the bf16 peak (1.97e14 FLOP/s)",
+     "roofline --chip tpu-v5e --matmul 1,8192,32768 --batches 64,1024", "batches.1.flops_per_s", 1.97e14,
+     "match 0.1%"),
     ("roofline", "Q4 int8[B,D] x int8[B,D,F]: arithmetic intensity (about 2)",
      "roofline --chip tpu-v5e --dtype int8 --flops 17179869184 --bytes 8592031744", "intensity_flops_per_byte", 2,
      "match 1%"),
@@ -61,18 +75,27 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("tpus", "Q2 v5e pod: bf16 FLOP/s (5.1e16)", "chips tpu-v5e", "facts.pod.pod_peak_bf16_flops_per_s", 5.1e16,
      "match 2%"),
     ("tpus", "Q2 v5e pod: HBM (4 TB)", "chips tpu-v5e", "facts.pod.pod_hbm_capacity_bytes", 4e12,
-     "differs: podsim reads a chip's 16 GB as GiB (4.4e12 bytes); the book multiplies 256 x 16 GB"),
+     "differs: podsim reads a chip's 16 GB as GiB (4.4e12 bytes); the book multiplies 256 x 16 GB "
+     "(pod_hbm_capacity_bytes_book, next row)"),
+    ("tpus", "Q2 v5e pod: HBM as the book counts it, 256 x 16e9 (4 TB)", "chips tpu-v5e",
+     "facts.pod.pod_hbm_capacity_bytes_book", 4e12, "match 3%"),
     ("tpus", "Q2 v5p pod: CPU hosts (2,240)", "chips tpu-v5p", "facts.pod.hosts_per_pod", 2240, "match 0%"),
     ("tpus", "Q2 v5p pod: TensorCores (17,920)", "chips tpu-v5p", "facts.pod.tensor_cores_per_pod", 17920,
      "match 0%"),
     ("tpus", "Q2 v5p pod: bf16 FLOP/s (4e18)", "chips tpu-v5p", "facts.pod.pod_peak_bf16_flops_per_s", 4e18,
      "match 3%"),
     ("tpus", "Q2 v5p pod: HBM (860 TB)", "chips tpu-v5p", "facts.pod.pod_hbm_capacity_bytes", 860e12,
-     "differs: podsim reads 96 GB as GiB (9.2e14 bytes); the book multiplies 8960 x 96 GB"),
+     "differs: podsim reads 96 GB as GiB (9.2e14 bytes); the book multiplies 8960 x 96 GB "
+     "(pod_hbm_capacity_bytes_book, next row)"),
+    ("tpus", "Q2 v5p pod: HBM as the book counts it, 8960 x 96e9 (860 TB)", "chips tpu-v5p",
+     "facts.pod.pod_hbm_capacity_bytes_book", 860e12, "match 0.1%"),
     ("tpus", "Q3 v6e over PCIe: smallest batch that stays FLOPs-bound (61,000 at 1.5e10 B/s)",
      "roofline --chip tpu-v6e --memory pcie --matmul 1,8192,32768 --find batch", "critical_batch_book", 61000,
      "differs: the question assumes 1.5e10 B/s of PCIe; podsim's v6e preset has 3.2e10 (REFERENCE.md), so "
-     "9.2e14 / 3.2e10 = 28,750"),
+     "9.2e14 / 3.2e10 = 28,750 (the question's 1.5e10 through --bandwidth: next row)"),
+    ("tpus", "Q3 the same at the question's assumed PCIe bandwidth, 1.5e10 B/s (61,000)",
+     "roofline --chip tpu-v6e --memory pcie --bandwidth 1.5e10 --matmul 1,8192,32768 --find batch",
+     "critical_batch_book", 61000, "match 1%"),
     ("tpus", "Q4.1 int8[16384,4096] x int8[B,4096] on v5e from HBM: compute-bound batch (271)",
      "roofline --chip tpu-v5e --matmul 1,4096,16384 --dtype int8 --find batch", "critical_batch", 271,
      "match 5%"),
@@ -88,7 +111,10 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("tpus", "Q6 stage 1: each chip's 1 GB over its own PCIe link (8 GB over 8 links at 1.5e10: 66 ms)",
      "roofline --chip tpu-v5e --memory pcie --flops 0 --bytes 1e9", "lower_bound_s", 66e-3,
      "differs: podsim's v5e PCIe is 1.6e10 B/s per chip (REFERENCE.md, 1.28e11 per host of 8), the question's "
-     "1.5e10, so 62.5 ms"),
+     "1.5e10, so 62.5 ms (the question's 1.5e10 through --bandwidth: next row)"),
+    ("tpus", "Q6 stage 1 at the question's 1.5e10 B/s per PCIe link (66 ms)",
+     "roofline --chip tpu-v5e --memory pcie --bandwidth 1.5e10 --flops 0 --bytes 1e9", "lower_bound_s", 66e-3,
+     "match 2%"),
     ("tpus", "Q6 stage 2: gather the 16 GB array to TPU{0,0} over its 2 ICI links, 15e9 / 9e10 (167 ms)",
      "collective gather --chip tpu-v5e --topology mesh:4x4 --root 0,0 --bytes 16e9", "book_s", 167e-3,
      "match 1%"),
@@ -96,9 +122,8 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "roofline --chip tpu-v5e --flops 0 --bytes 16e9", "lower_bound_s", 19e-3, "match 3%"),
     ("tpus", "Q6 stage 4: 2 x 8 x 131072^2 = 2.7e11 FLOPs at 1.97e14 (1.3 ms)",
      "roofline --chip tpu-v5e --flops 2.7e11 --bytes 0", "t_compute_s", 1.3e-3, "match 6%"),
-    ("tpus", "Q6 16 GB int8 matrix from host DRAM to TPU{0,0} and a matmul (150-200 ms)", None, None, None,
-     "none: the four stages overlapped (PCIe, ICI gather, HBM, FLOPs: the rows above); podsim prices each "
-     "stage (roofline --memory pcie, collective gather --root 0,0, roofline) but not their overlap in one command"),
+    ("tpus", "Q6 16 GB int8 matrix from host DRAM to TPU{0,0} and a matmul, the stages overlapped (150-200 ms: "
+     "the range's middle, 175 ms, within 15%)", "run host_gather", "end_to_end_s", 0.175, "match 15%"),
     # --- sharding --------------------------------------------------------------------------------------------
     ("sharding", "Pop quiz int8[128, 2048] as A[I_XY, J] on X=2, Y=8, Z=2: bytes per device (16,384)",
      'shard "int8[128,2048]" "A[I_XY,J]" --mesh X=2,Y=8,Z=2', "bytes_per_device", 16384, "match 0%"),
@@ -134,11 +159,24 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("sharding", "Q4 matmul-then-AllReduce beats AllGather-then-matmul once D > 2 C / W_ici (5,100 on v5p)",
      "roofline --chip tpu-v5p --memory ici --flops 1 --bytes 1", "contracting_dim_crossover", 5100, "match 0.1%"),
     ("sharding", "Q5-Q7 choose shardings for the lowest latency / a memory limit", None, None, None,
-     "none: design questions with no single number; podsim plan ranks layouts for a model"),
+     "none: design questions, no printed answer in the Feb 2025 edition; podsim plan ranks layouts for a model and "
+     "podsim shard / collective --array price each candidate"),
     ("sharding", "Q8 benchmark the four collectives in JAX", None, None, None,
      "none: a measurement on hardware (podsim validate holds its calibration to published ones)"),
-    ("sharding", "Q9-Q10 the strategies' algebra, AllToAll's factor of 4", None, None, None,
-     "none: derivations; collective all_to_all gives the ring's V/(4W) at any size"),
+    ("sharding", "Q10.1 AllGather of an N x N array over a one-way ring of D: scalars over one link, N^2 (1 - 1/D) "
+     "(N = 8192 int8, D = 8: 58,720,256)", R8 + "all_gather " + R8V + " --algorithm unidirectional",
+     "max_link_bytes", 8192**2 * 7 / 8, "match 0.01%"),
+    ("sharding", "Q10.2 AllToAll over the one-way ring: N^2 / 2 (1 - 1/D) (29,360,128)",
+     R8 + "all_to_all " + R8V + " --algorithm unidirectional", "max_link_bytes", 8192**2 * 7 / 16, "match 0.01%"),
+    ("sharding", "Q10.4 AllGather over a bidirectional ring: half the one-way ring's, N^2 (1 - 1/D) / 2 (29,360,128)",
+     R8 + "all_gather " + R8V, "max_link_bytes", 8192**2 * 7 / 16, "match 0.01%"),
+    ("sharding", "Q10.5 AllToAll over the bidirectional ring: blocks of N^2 / D^2 sent at most D/2 each way, "
+     "(1 + 2 + 3 + 4/2) N^2 / 64 = N^2 / 8 (8,388,608)", R8 + "all_to_all " + R8V, "max_link_bytes", 8192**2 / 8,
+     "match 0.01%"),
+    ("sharding", "Q9, Q10.3, Q10.6 the matmul-then-ReduceScatter algorithm, its M / K cost ratio, why AllToAll is "
+     "4x cheaper", None, None, None,
+     "none: an algorithm written out and explanations; the M / K ratio and the factor 4 (as D grows) are ratios of "
+     "the rows above' figures (Q10.4 / Q10.5 = 3.5 at D = 8)"),
     # --- transformers ----------------------------------------------------------------------------------------
     ("transformers", "Q1 D=4096, F=4D, V=32,000, L=64: parameters (16e9)",
      "model --config docs/book_models/transformers_q1.toml --chip tpu-v5e --no-simulate", "params_total", 16e9,
@@ -153,13 +191,17 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "model --config docs/book_models/transformers_q1.toml --chip tpu-v5e --no-simulate",
      "context_attention_equals_projections", 8192, "match 0%"),
     ("transformers", "Q2-Q4, Q6 FLOP and intensity algebra", None, None, None,
-     "none: closed-form algebra on symbols; podsim model --config F.toml gives params_total and flops_per_token "
-     "for any concrete model"),
+     "none: answers in symbols (2BDF / (XY) per device, 2 IJKLMNO, TG / (G + 1)) with no numbers to put in; Q6 has "
+     "no printed answer; podsim model --config F.toml gives flops_per_token and per_op intensities for a concrete "
+     "model"),
     ("transformers", "Q7 DeepSeek v3: MFU from 2.79M H800-hours, 14.8T tokens, 37B active (21.7%)",
      "model --params 37e9 --mode train --tokens-total 14.8e12 --measured-chip-hours 2.79e6 --chip h100",
      "measured_mfu_8bit", 0.217,
      "differs: the book divides by 1.513e15 FP8 FLOP/s (an H800 PCIe sheet); podsim's h100 preset has 2.0e15, "
-     "so 16.4% (a --chip-file with 1.513e15 gives the book's 21.7%)"),
+     "so 16.4% (the book's 1.513e15 in a --chip-file: next row)"),
+    ("transformers", "Q7 the same on the book's H800 figure, 1.513e15 FP8 FLOP/s dense (21.7%)",
+     "model --params 37e9 --mode train --tokens-total 14.8e12 --measured-chip-hours 2.79e6 "
+     "--chip-file docs/book_models/h800_book.toml", "measured_mfu_8bit", 0.217, "match 1%"),
     # --- training --------------------------------------------------------------------------------------------
     ("training", "Q1 LLaMA-2 13B parameters (13B)", "model llama-2-13b --chip tpu-v5p --no-simulate",
      "params_total", 13e9, "match 2%"),
@@ -176,9 +218,23 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("training", "Q3.3 the same, the Feb 2025 edition's printed 2 x 2550^2 / F (940)",
      "model llama-2-13b --mode train --chip tpu-v5p --topology torus:4x4x4 --mesh fsdp=16,model=4 --batch 16 "
      "--seq 1024 --no-simulate", "critical_batch_per_chip_older_edition.fsdp+model", 940, "match 1%"),
-    ("training", "Q2, Q4 memory of LLaMA-2 13B at 16M tokens; the other batch sizes", None, None, None,
-     "none: arithmetic on the question's own checkpointing; podsim model --mode train gives memory_per_chip_bytes "
-     "for its own (--checkpoints-per-layer)"),
+    ("training", "Q2 LLaMA-2 13B, bf16 parameters and fp32 Adam: (2 + 4 + 4) x 13e9 (130 GB)",
+     "model llama-2-13b --mode train --chip tpu-v5p --batch 16000 --seq 1000 --no-simulate",
+     "book_memory.state_bytes", 130e9, "match 1%"),
+    ("training", "Q2 its activations at 16M tokens, saved after the three big matmuls: 2 L B (D + 2F) (42 TB)",
+     "model llama-2-13b --mode train --chip tpu-v5p --batch 16000 --seq 1000 --no-simulate",
+     "book_memory.ffw_outputs.checkpoint_bytes", 42e12, "match 1%"),
+    ("training", "Q3.2 pure FSDP at 3M tokens: the same checkpoints and state in all (8 TB)",
+     "model llama-2-13b --mode train --chip tpu-v5p --batch 3000 --seq 1000 --no-simulate",
+     "book_memory.ffw_outputs.total_bytes", 8e12, "match 1%"),
+    ("training", "Q4 at 1M tokens on the 4096-chip slice: pure FSDP's tokens per chip, 1e6 / 4096 (no printed "
+     "answer; the chapter's method: 244, below FSDP's 850: comms-bound)", T13 + " --batch 1000 --seq 1000",
+     "book_fsdp_model.tokens_per_chip", 1e6 / 4096, "match 0.1%"),
+    ("training", "Q4 at 10M tokens: 1e7 / 4096 (no printed answer; 2,441, above 850: compute-bound)",
+     T13 + " --batch 10000 --seq 1000", "book_fsdp_model.tokens_per_chip", 1e7 / 4096, "match 0.1%"),
+    ("training", "Q4 at 10M tokens: state and the three big matmuls' checkpoints in all (no printed answer; "
+     "130e9 + 2 L B (D + 2F) = 26.3 TB, under the slice's 393 TB)", T13 + " --batch 10000 --seq 1000",
+     "book_memory.ffw_outputs.total_bytes", 130e9 + 2 * 40 * 1e7 * (5120 + 2 * 13824), "match 0.1%"),
     # --- applied-training (Training LLaMA 3 on TPUs) ---------------------------------------------------------
     ("applied-training", "LLaMA 3-70B parameter count from its table (70.4e9)",
      "model llama-3-70b --chip tpu-v5p --no-simulate", "params_total", 70.4e9, "match 1%"),
@@ -194,9 +250,24 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("applied-training", "mixed FSDP + tensor parallelism: comms-bound below 2 x 2550^2 / F per chip (453, Feb 2025)",
      "model llama-3-70b --mode train --chip tpu-v5p --topology torus:4x4x4 --mesh fsdp=16,model=4 --batch 16 "
      "--seq 1024 --no-simulate", "critical_batch_per_chip_older_edition.fsdp+model", 453, "match 1%"),
-    ("applied-training", "memory per chip, minimum chips for 4M tokens, X_opt = sqrt(2BN/F) = 1618", None, None,
-     None, "none: the book's checkpoint count (3 or 4 per layer, bf16 [B, D] each) and its own X_opt formula; "
-     "podsim model --mode train gives memory_per_chip_bytes and min_chips for its --checkpoints-per-layer policy"),
+    ("applied-training", "on a single v5p at full utilisation, 6.3e24 / 4.59e14 (435 years)",
+     "model llama-3-70b --mode train --chip tpu-v5p --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate "
+     "--tokens-total 15e12 --assume-mfu 1 --chips 1", "time_to_train_s", 435 * 365.25 * 86400, "match 1%"),
+    ("applied-training", "4M tokens a batch (4e6, as the book counts), 4 bf16 checkpoints a layer: parameters "
+     "(140 GB)", AT4M, "book_memory.params_bytes", 140e9, "match 1%"),
+    ("applied-training", "the same: fp32 optimizer state, 8 x 70e9 (560 GB)", AT4M, "book_memory.optimizer_bytes",
+     560e9, "match 1%"),
+    ("applied-training", "the same: gradient checkpoints, 2 x 8192 x 4e6 x 4 x 80 (20.9 TB)", AT4M,
+     "book_memory.checkpoint_bytes", 20.9e12, "match 1%"),
+    ("applied-training", "the same: total (21.6 TB)", AT4M, "book_memory.total_bytes", 21.6e12, "match 1%"),
+    ("applied-training", "the same: fewest v5p that hold it, 21.6e12 / 96e9 (225)", AT4M, "book_memory.min_chips",
+     225, "match 1%"),
+    ("applied-training", "the same on 8,960 chips: memory per chip (2.4 GB)", AT4M, "book_memory.per_chip_bytes",
+     2.4e9, "match 1%"),
+    ("applied-training", "FSDP alone over 8,960 chips: tokens per chip, 4 x 1024 x 1024 / 8960 (468)", AT419,
+     "book_fsdp_model.tokens_per_chip", 468, "match 0.1%"),
+    ("applied-training", "mixed FSDP + tensor parallelism: X_opt = sqrt(2 x 4.19e6 x 8960 / 28672) (1618)", AT419,
+     "book_fsdp_model.x_opt", 1618, "match 0.1%"),
     # --- inference -------------------------------------------------------------------------------------------
     ("inference", "Pop quiz 30B int8 weights, bf16 FLOPs, 100 kB/token KV at 8192, v5e 4x4, batch 4 (2.5 ms)",
      "model --params 30e9 --kv-bytes-per-token 100e3 --chip tpu-v5e --mesh model=16 --batch 4 --context 8192 "
@@ -225,10 +296,14 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("inference", "Q5.2 the MoE's compute-bound batch (no printed answer; the dense 240 scaled by E / k: 1,920)",
      "model --config docs/book_models/inference_moe.toml --chip tpu-v5e --no-simulate", "critical_batch", 1920,
      "differs: podsim reads only the experts a batch's tokens reach, E (1 - (1 - k/E)^B) of them, so fewer weight "
-     "bytes per token than all E experts"),
+     "bytes per token than all E experts (the book's rule, all E read: critical_batch_book, next row)"),
+    ("inference", "Q5.2 the same by the book's rule, the dense C / W_hbm times E / k (1,920)",
+     "model --config docs/book_models/inference_moe.toml --chip tpu-v5e --no-simulate", "critical_batch_book", 1920,
+     "match 1%"),
     ("inference", "Q2, Q4, Q6 fit, sharding and free HBM of the same models on v5e", None, None, None,
-     "none: the questions' model is given by its dimensions; podsim model --config F.toml answers each part "
-     "(params_total, kv_bytes_per_position, max_batch, t_memory_s)"),
+     "none: no printed answer in the Feb 2025 edition, and Q2 gives no context length to size a batch at; with "
+     "one, podsim model --config docs/book_models/inference_worked.toml --mesh model=16 answers it (max_batch, "
+     "book_hbm.max_batch), and inference_moe.toml Q6 (t_memory_s, hbm_spare_bytes)"),
     # --- applied-inference (Serving LLaMA 3-70B on TPUs) -----------------------------------------------------
     ("applied-inference", "LLaMA 3-70B int8 KV cache per token, 2 K H L (160 kB)",
      L3 + " --kv-dtype int8 --no-simulate", "kv_bytes_per_position", 160e3, "match 3%"),
@@ -259,10 +334,26 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("applied-inference", "prefill of 8,192 tokens on 16 v5e at 40% MFU (0.91 s)",
      L3 + " --mode prefill --mesh model=16 --batch 1 --seq 8192 --assume-mfu 0.4 --no-simulate",
      "assumed_mfu_step_time_s", 0.91,
-     "differs: podsim counts attention's FLOPs (7% of them at 8k) and 70.55e9 parameters; the book 2 x 70e9 x T"),
-    ("applied-inference", "smallest slices, QPS per chip, evictions per step, prefill:generate server ratio", None,
-     None, None, "none: design tables over several dtypes (int4 too, not a podsim dtype) and a serving ratio; "
-     "podsim serve --find-rate and plan --mode serve answer the serving questions by simulation"),
+     "differs: podsim counts attention's FLOPs (7% of them at 8k) and 70.55e9 parameters; the book 2 x 70e9 x T "
+     "(book_assumed_mfu_step_time_s, next row)"),
+    ("applied-inference", "the same as the book counts it, 2 N T FLOPs without attention (0.91 s)",
+     L3 + " --mode prefill --mesh model=16 --batch 1 --seq 8192 --assume-mfu 0.4 --no-simulate",
+     "book_assumed_mfu_step_time_s", 0.91, "match 1%"),
+    ("applied-inference", "batch 32 at 8192 in int8: the smallest slice, 112e9 / 16e9 (7 chips)",
+     L3 + " --batch 32 --context 8192 --weight-dtype int8 --kv-dtype int8 --no-simulate",
+     "book_hbm.chips_for_weights_plus_kv", 7, "match 2%"),
+    ("applied-inference", "the smallest slice for bf16 weights alone, 70e9 x 2 / 16e9 (8.75 chips)",
+     L3 + " --batch 1 --context 8192 --no-simulate", "book_hbm.chips_for_weights", 8.75, "match 1%"),
+    ("applied-inference", "the same for int8 weights, 70e9 / 16e9 (4.38 chips)",
+     L3 + " --batch 1 --context 8192 --weight-dtype int8 --kv-dtype int8 --no-simulate", "book_hbm.chips_for_weights",
+     4.38, "match 1%"),
+    ("applied-inference", "bf16 on a 4x4: KV caches of 8k that fit beside the weights, 116e9 / (324e3 x 8192) (43)",
+     L3 + " --mesh model=16 --kv-sharding auto --batch 1 --context 8192 --no-simulate", "book_hbm.max_batch", 43,
+     "match 3%"),
+    ("applied-inference", "int8 and int4 slices, QPS per chip, evictions per step, prefill:generate server ratio",
+     None, None, None, "none: int4 is not a podsim dtype; the book's int8 row subtracts 70 GB from 128 GB as 68 GB; "
+     "QPS, evictions and the server ratio need a median decode length, which podsim model has no flag for (podsim "
+     "serve --find-rate and plan --mode serve answer the serving questions by simulation)"),
     # --- gpus ------------------------------------------------------------------------------------------------
     ("gpus", "Quiz 1 Q1 H100 fp32 CUDA cores (16,896)", "chips h100", "facts.gpu.cuda_cores", 16896, "match 0%"),
     ("gpus", "Quiz 1 Q1 B200 fp32 CUDA cores (18,944)", "chips b200", "facts.gpu.cuda_cores", 18944, "match 0%"),
@@ -297,7 +388,10 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("gpus", "Quiz 1 Q7 H100 peak vector intensity, 33.5e12 / 3.35e12 (10)",
      "roofline --chip h100 --dtype fp32 --flops 1 --bytes 1", "peak_intensity_flops_per_byte", 10,
      "differs: podsim's fp32 rate counts an FMA as 2 FLOPs (66.9e12, the spec sheet's), so 20; the book's one op "
-     "per cycle is facts.gpu.cuda_core_flops_per_s_boost (33.5e12, row above)"),
+     "per cycle is facts.gpu.cuda_core_flops_per_s_boost (33.5e12, row above) and book_peak_intensity_flops_per_byte "
+     "(next row)"),
+    ("gpus", "Quiz 1 Q7 the same as the book counts it, one op a CUDA core a cycle (10)",
+     "roofline --chip h100 --dtype fp32 --flops 1 --bytes 1", "book_peak_intensity_flops_per_byte", 10, "match 1%"),
     ("gpus", "Quiz 2 Q1 total bandwidth of an 8xH100 node (3.6 TB/s)", "chips h100",
      "facts.gpu.node_nvlink_bytes_per_s", 3.6e12, "match 0%"),
     ("gpus", "Quiz 2 Q2 bisection bandwidth of the node (3.6 TB/s)", "chips h100",
@@ -334,12 +428,30 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("gpus", "Quiz 5 Q2.1 LLaMA-3 70B: fewest H100s for bf16 weights and fp32 Adam, 700 GB / 80 GB (9)",
      "model llama-3-70b --mode train --chip h100 --mesh fsdp=8 --batch 8 --seq 1024 --no-master-copy --no-simulate",
      "min_chips", 9, "differs: podsim's training state also holds the gradients (2 B/param) and the step's "
-     "activations beside weights (2) and Adam (8): 12 H100s"),
+     "activations beside weights (2) and Adam (8): 12 H100s (the book's count: next row)"),
+    ("gpus", "Quiz 5 Q2.1 the same as the book counts it, (2 + 8) x 70e9 / 80e9 (9)",
+     "model llama-3-70b --mode train --chip h100 --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate",
+     "book_memory.min_chips_for_state", 9, "match 0%"),
     ("gpus", "Quiz 5 Q2.2 LLaMA-3 70B, 15T tokens on 4096 H100 at 45% MFU (40 days)",
      "model llama-3-70b --mode train --chip h100 --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate "
      "--tokens-total 15e12 --assume-mfu 0.45 --chips 4096", "time_to_train_days", 40, "match 2%"),
-    ("gpus", "Quiz 2 Q2 / Quiz 3 Q2 / Quiz 4 Q1-Q4 / Quiz 5 Q3: switch byte counts, cluster design", None, None,
-     None, "none: symbolic or design answers; podsim collective on nodes:K:G or superpod:N prices concrete sizes"),
+    ("gpus", "Quiz 4 Q1 AllGather of B bytes over one SU of M = 32 nodes: bound at the top switch, B (M - 1) / (M x "
+     "400e9) (B = 1 GB: 2.42 ms)", "collective all_gather --chip h100 --topology nodes:32:8 --bytes 1e9", "book_s",
+     1e9 * 31 / (32 * 400e9), "match 0.1%"),
+    ("gpus", "Quiz 4 Q2 AllReduce in a node with in-network reduction (SHARP): exactly B / W_egress (B = 1 GB: "
+     "2.22 ms; the switch-reduction bound)", "collective all_reduce --chip h100 --topology switch:8 --bytes 1e9 "
+     "--algorithm nvls", "topology_bound_s", 1e9 / 450e9, "match 1%"),
+    ("gpus", "Quiz 5 Q2.3 ZeRO-3 over 4096 H100 at 4M tokens: per-GPU batch, 4e6 / 4096 (976)",
+     "model llama-3-70b --mode train --chip h100 --mesh fsdp=8 --batch 1000 --seq 4000 --no-simulate "
+     "--tokens-total 15e12 --assume-mfu 0.45 --chips 4096", "book_fsdp_model.tokens_per_chip", 976, "match 0.1%"),
+    ("gpus", "Quiz 5 Q3 Megatron-LM's 70B run, 384 sequences of 4096 on 768 GPUs: tokens per GPU (2,048)",
+     "model llama-3-70b --mode train --chip h100 --mesh data=48,model=8,pipeline=2 --batch 384 --seq 4096 "
+     "--no-simulate", "tokens_per_chip", 2048, "match 0%"),
+    ("gpus", "Quiz 3 Q2 / Quiz 4 Q3-Q4 / Quiz 5 Q2.3 (8-way pipelining) and Q3 (16B, 314B): cluster design, symbolic "
+     "SHARP costs", None, None, None,
+     "none: a switch layout for 2048 or 4096 GPUs has no single number; Q4 Q3-Q4 are formulas in D, F, Y "
+     "(podsim collective --algorithm nvls prices a concrete size); podsim has no 16B or 314B preset (a --config "
+     "of each gives tokens_per_chip the same way)"),
 ]
 
 #: a `podsim model` question asks for the book's figures whether or not its state fits one chip's HBM (the
@@ -352,7 +464,7 @@ def field(out: dict[str, Any], path: str) -> Any:
     """``out``'s value at a dotted ``path`` (keys may hold '+', e.g. critical_batch_per_chip.fsdp+model)."""
     value: Any = out
     for key in path.split("."):
-        value = value[key]
+        value = value[int(key)] if isinstance(value, list) else value[key]
     return value
 
 

@@ -3,10 +3,13 @@ arithmetic typed here from its chapters (jax-ml/scaling-book, gpus.md and tpus.m
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from simulator.frontend.cli import main
+
+BOOK_MODELS = Path(__file__).resolve().parents[1] / "docs" / "book_models"
 
 
 def podsim_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
@@ -242,3 +245,125 @@ def test_roofline_batches_are_the_books_roofline_plot_points(capsys):
         assert point["flops_per_s"] == pytest.approx(hand, rel=1e-12)
     assert [p["bound"] for p in out["batches"]] == ["memory", "memory", "memory", "compute"]
     assert out["batches"][-1]["flops_per_s"] == pytest.approx(c, rel=1e-12)
+
+
+# --- the book's counts beside podsim's (issue 32, the book page's last rows) ---------------------------------
+
+def test_pod_hbm_as_the_book_multiplies_it(capsys):
+    """tpus, question 2: "256 x 16GB = 4TB" of HBM in a v5e pod, 8960 x 96GB = 860TB in a v5p pod (decimal GB;
+    podsim's own pod_hbm_capacity_bytes reads a chip's GB as GiB)."""
+    assert podsim_json(capsys, "chips", "tpu-v5e")["facts"]["pod"]["pod_hbm_capacity_bytes_book"] == \
+        pytest.approx(256 * 16e9)
+    assert podsim_json(capsys, "chips", "tpu-v5p")["facts"]["pod"]["pod_hbm_capacity_bytes_book"] == \
+        pytest.approx(860e12, rel=0.001)
+
+
+def test_roofline_at_a_questions_assumed_bandwidth(capsys):
+    """tpus, question 3: v6e over PCIe at the question's 1.5e10 B/s, F = 4D: 2BDF / 9.2e14 > 2DF / 1.5e10 once
+    B > 9.2e14 / 1.5e10 (61,000); question 6, stage 1: 1 GB over one 1.5e10 link, 66 ms. The preset's own PCIe
+    figure is kept beside the assumed one."""
+    out = podsim_json(capsys, "roofline", "--chip", "tpu-v6e", "--memory", "pcie", "--bandwidth", "1.5e10",
+                      "--matmul", "1,8192,32768", "--find", "batch")
+    assert out["critical_batch_book"] == pytest.approx(61000, rel=0.01)
+    assert (out["bandwidth_bytes_per_s"], out["chip_bandwidth_bytes_per_s"]) == (1.5e10, 3.2e10)
+    stage = podsim_json(capsys, "roofline", "--chip", "tpu-v5e", "--memory", "pcie", "--bandwidth", "15GB/s",
+                        "--flops", "0", "--bytes", "1e9")
+    assert stage["lower_bound_s"] == pytest.approx(66e-3, rel=0.02)
+    assert main(["roofline", "--chip", "tpu-v5e", "--bandwidth", "-3", "--flops", "1", "--bytes", "1"]) == 2
+    assert "--bandwidth" in capsys.readouterr().err
+
+
+def test_training_memory_as_the_book_counts_it(capsys):
+    """training, question 2: LLaMA-2 13B (L = 40, D = 5120, F = 13824), bf16 parameters and fp32 Adam: (2 + 4 + 4)
+    x 13e9 = 130 GB; the activations after the three big matmuls at 16M tokens: 2 L B (D + 2F) = 42 TB; question 3:
+    3M tokens, about 8 TB in all."""
+    out = podsim_json(capsys, "model", "llama-2-13b", "--mode", "train", "--chip", "tpu-v5p", "--batch", "16000",
+                      "--seq", "1000", "--no-simulate")["book_memory"]
+    assert out["state_bytes"] == pytest.approx(130e9, rel=0.01)
+    assert out["ffw_outputs"]["checkpoint_bytes"] == pytest.approx(2 * 40 * 16e6 * (5120 + 2 * 13824))
+    assert out["ffw_outputs"]["checkpoint_bytes"] == pytest.approx(42e12, rel=0.01)
+    q3 = podsim_json(capsys, "model", "llama-2-13b", "--mode", "train", "--chip", "tpu-v5p", "--batch", "3000",
+                     "--seq", "1000", "--no-simulate")["book_memory"]
+    assert q3["ffw_outputs"]["total_bytes"] == pytest.approx(8e12, rel=0.01)
+
+
+def test_applied_training_memory_and_fsdp_split(capsys):
+    """applied-training: LLaMA 3-70B at 4M tokens, 4 checkpoints a layer: params 2 x 70GB, optimizer 8 x 70GB,
+    checkpoints 2 x 8192 x 4e6 x 4 x 80 = 20.9 TB, 21.6 TB in all, 21.6e12 / 96e9 = 225 v5p, 2.4 GB a chip on
+    8960; FSDP alone leaves 4 x 1024 x 1024 / 8960 = 468 tokens a chip; X_opt = sqrt(2 x 4.19e6 x 8960 / 28672)
+    = 1618. gpus, quiz 5 question 2.1: bf16 weights and fp32 Adam, 10 B x 70e9 / 80 GB: 9 H100s."""
+    base = ["model", "llama-3-70b", "--mode", "train", "--chip", "tpu-v5p", "--mesh", "fsdp=8",
+            "--checkpoints-per-layer", "4", "--no-simulate", "--tokens-total", "15e12", "--assume-mfu", "0.4",
+            "--chips", "8960"]
+    mem = podsim_json(capsys, *base, "--batch", "1000", "--seq", "4000")["book_memory"]
+    assert mem["params_bytes"] == pytest.approx(140e9, rel=0.01)
+    assert mem["optimizer_bytes"] == pytest.approx(560e9, rel=0.01)
+    assert mem["checkpoint_bytes"] == pytest.approx(2 * 8192 * 4e6 * 4 * 80)
+    assert mem["total_bytes"] == pytest.approx(21.6e12, rel=0.01)
+    assert mem["min_chips"] in (225, 226)  # the book divides its rounded 21.6 TB
+    assert mem["per_chip_bytes"] == pytest.approx(2.4e9, rel=0.01)
+    split = podsim_json(capsys, *base, "--batch", "1024", "--seq", "4096")["book_fsdp_model"]
+    assert split["tokens_per_chip"] == pytest.approx(468, rel=0.001)
+    assert split["x_opt"] == pytest.approx(1618, rel=0.001)
+    h100 = podsim_json(capsys, "model", "llama-3-70b", "--mode", "train", "--chip", "h100", "--mesh", "fsdp=8",
+                       "--batch", "8", "--seq", "1024", "--no-simulate")
+    assert h100["book_memory"]["min_chips_for_state"] == 9
+
+
+def test_prefill_at_an_assumed_mfu_as_the_book_counts_it(capsys):
+    """applied-inference: 8,192 prompt tokens of LLaMA 3-70B on 16 v5e at 40% MFU, 2 x 70e9 x 8192 / (16 x 1.97e14
+    x 0.4) = 0.91 s (no attention FLOPs; podsim's assumed_mfu_step_time_s counts them)."""
+    out = podsim_json(capsys, "model", "llama-3-70b", "--chip", "tpu-v5e", "--mode", "prefill", "--mesh", "model=16",
+                      "--batch", "1", "--seq", "8192", "--assume-mfu", "0.4", "--no-simulate")
+    assert out["book_assumed_mfu_step_time_s"] == pytest.approx(0.91, rel=0.01)
+    assert out["assumed_mfu_step_time_s"] > out["book_assumed_mfu_step_time_s"]
+
+
+def test_serving_fit_as_the_book_counts_it(capsys):
+    """applied-inference: LLaMA 3-70B at batch 32 and 8k in int8 needs 112e9 / 16e9 = 7 v5e; its bf16 weights
+    alone 70e9 x 2 / 16e9 = 8.75 chips, int8 4.38; a bf16 4x4 holds (16 x 16e9 - 140e9) / (324e3 x 8192) = 43
+    caches of 8k (decimal GB, as the book divides)."""
+    def hbm(*flags: str) -> dict:
+        return podsim_json(capsys, "model", "llama-3-70b", "--chip", "tpu-v5e", "--no-simulate", *flags)["book_hbm"]
+
+    assert hbm("--batch", "32", "--context", "8192", "--weight-dtype", "int8", "--kv-dtype", "int8")[
+        "chips_for_weights_plus_kv"] == pytest.approx(7, rel=0.02)
+    assert hbm("--batch", "1", "--context", "8192")["chips_for_weights"] == pytest.approx(8.75, rel=0.01)
+    assert hbm("--batch", "1", "--context", "8192", "--weight-dtype", "int8")["chips_for_weights"] == \
+        pytest.approx(4.38, rel=0.01)
+    fit = hbm("--mesh", "model=16", "--kv-sharding", "auto", "--batch", "1", "--context", "8192")
+    assert fit["max_batch"] in (42, 43)  # the book's 140 GB and 324 kB against podsim's 141.1 GB and 327.7 kB
+
+
+def test_gpu_quiz_4_collectives(capsys):
+    """gpus, quiz 4: an AllGather of B bytes over one SU of M = 32 nodes is bound at the top-level switch, B (M - 1)
+    / (M x 400e9); an AllReduce with in-network reduction in a node costs exactly B / W_egress (450e9 on H100)."""
+    su = podsim_json(capsys, "collective", "all_gather", "--chip", "h100", "--topology", "nodes:32:8", "--bytes", "1e9")
+    assert su["book_s"] == pytest.approx(1e9 * 31 / (32 * 400e9))
+    sharp = podsim_json(capsys, "collective", "all_reduce", "--chip", "h100", "--topology", "switch:8", "--bytes",
+                        "1e9", "--algorithm", "nvls")
+    assert sharp["topology_bound_s"] == pytest.approx(1e9 / 450e9, rel=0.01)
+
+
+def test_gpu_fp32_vector_peak_as_the_book_counts_it(capsys):
+    """gpus, quiz 1 question 7: the H100's vector peak counted as one op a CUDA core a cycle, 33.5e12 / 3.35e12 =
+    10 FLOPs a byte (the datasheet's FMA-as-2 rate gives 20)."""
+    out = podsim_json(capsys, "roofline", "--chip", "h100", "--dtype", "fp32", "--flops", "1", "--bytes", "1")
+    assert out["book_peak_intensity_flops_per_byte"] == pytest.approx(10, rel=0.01)
+    assert out["peak_intensity_flops_per_byte"] == pytest.approx(20, rel=0.01)
+
+
+def test_moe_critical_batch_by_the_books_rule(capsys):
+    """inference question 5.2 (no printed answer; the chapter's rule): the dense 1.97e14 / 8.2e11 = 240 times E / k
+    = 16 / 2: 1,920."""
+    out = podsim_json(capsys, "model", "--config", str(BOOK_MODELS / "inference_moe.toml"), "--chip", "tpu-v5e",
+                      "--no-simulate")
+    assert out["critical_batch_book"] == pytest.approx(1.97e14 / 8.2e11 * 16 / 2)
+
+
+def test_deepseek_mfu_on_the_books_h800(capsys):
+    """transformers question 7: 6 x 37e9 x 14.8e12 / (2.79e6 x 3600 x 1.513e15) = 21.7%."""
+    out = podsim_json(capsys, "model", "--params", "37e9", "--mode", "train", "--tokens-total", "14.8e12",
+                      "--measured-chip-hours", "2.79e6", "--chip-file", str(BOOK_MODELS / "h800_book.toml"))
+    assert out["measured_mfu_8bit"] == pytest.approx(6 * 37e9 * 14.8e12 / (2.79e6 * 3600 * 1.513e15))
+    assert out["measured_mfu_8bit"] == pytest.approx(0.217, rel=0.01)

@@ -26,7 +26,7 @@ def _script():
 
 def _field(out: dict, path: str) -> float:
     for key in path.split("."):
-        out = out[key]
+        out = out[int(key)] if isinstance(out, list) else out[key]
     return float(out)
 
 

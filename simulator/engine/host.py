@@ -87,6 +87,20 @@ class HostMemory:
         self.pools[host].check_fits(float(nbytes), label)
         return self.env.process(self._offload(chip, host, float(nbytes), label))
 
+    def place(self, chip: Any, nbytes: float, label: str = "host array") -> simpy.Event:
+        """Put ``nbytes`` of ``chip``'s in its host's memory without a transfer: an array that starts there (read
+        from disk, or offloaded before the run), for `reload` to bring over PCIe. The event fires (value: the
+        time) once the host's pool holds them."""
+        host = self.host(chip)
+        check_bytes(nbytes, name=f"{label} nbytes")
+        self.pools[host].check_fits(float(nbytes), label)
+        return self.env.process(self._place(chip, host, float(nbytes), label))
+
+    def _place(self, chip: Any, host: Any, nbytes: float, label: str) -> Any:
+        allocation = yield self.pools[host].allocate(nbytes, label)
+        self.held[chip].append(_Held(allocation, nbytes))
+        return self.env.now
+
     def reload(self, chip: Any, nbytes: float, label: str = "reload") -> simpy.Event:
         """Copy ``nbytes`` that ``chip`` offloaded back from its host (oldest first); the event fires (value:
         the time) when they are in HBM again. Host bytes are freed when the whole offload they came with is

@@ -100,6 +100,10 @@ def add_projection(args: argparse.Namespace, out: dict[str, Any], cfg: Transform
         raise PodsimError(f"--chips {chips}, but the simulated step runs on {out['chips']} chip(s); give a --mesh of "
                           f"{chips} chips, or --assume-mfu F to project from an assumed utilisation")
     same = chips == out["chips"]
+    if not same:  # the book's memory and FSDP split of the projected run's chips
+        from simulator.workloads.plans.train import book_train_figures
+
+        out.update(book_train_figures(cfg, chip, out["checkpoint"], out["batch"] * out["seq"], chips))
     out.update(train_projection(_tokens_total(args), cfg.params(active=True), chips, chip.peak_flops_per_s("bf16"),
                                 mfu, out["step_time_s"] if same else None, out["batch"] * out["seq"], price))
 
@@ -127,7 +131,8 @@ def add_measured(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
                  cfg: TransformerConfig | None = None) -> None:
     """``measured_mfu`` at the bf16 peak and ``measured_mfu_8bit`` at the int8 / fp8 peak (train,
     ``--measured-chip-hours``; N the active parameters) and ``assumed_mfu_step_time_s`` (prefill,
-    ``--assume-mfu``): the step's FLOPs at that fraction of the peak, all chips together."""
+    ``--assume-mfu``): the step's FLOPs at that fraction of the peak, all chips together, and beside it the
+    book's count of them, 2 N per token without attention (``book_assumed_mfu_step_time_s``)."""
     if args.measured_chip_hours is not None:
         params = float(cfg.params(active=True) if cfg is not None else out["params_total"])
         out["measured_mfu"] = measured_mfu(args, params, chip)
@@ -141,8 +146,11 @@ def add_measured(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
         chips = out.get("data", 1) * out.get("model_parallel", 1)
         peak = chip.peak_flops_per_s(out.get("compute_dtype") or "bf16")
         step = out["flops_per_step"] / (chips * peak * mfu)
-        out.update(assumed_mfu=mfu, assumed_mfu_step_time_s=step,
-                   assumed_mfu_tokens_per_s=out["batch"] * out["new_tokens"] / step)
+        params = float(cfg.params(active=True) if cfg is not None else out["params_total"])
+        tokens = out["batch"] * out["new_tokens"]
+        out.update(assumed_mfu=mfu, assumed_mfu_step_time_s=step, assumed_mfu_tokens_per_s=tokens / step,
+                   # the book's count (applied-inference, "prefill"): 2 N FLOPs a token, attention left out
+                   book_assumed_mfu_step_time_s=2 * params * tokens / (chips * peak * mfu))
 
 
 def _chips(args: argparse.Namespace, default: int | None = None) -> int:

@@ -59,6 +59,12 @@ def print_train(out: dict[str, Any]) -> None:
     print(f"  state {out['train_state_bytes'] / gib:.2f} GiB (params {out['params_bytes'] / gib:.2f}, grads "
           f"{out['grads_bytes'] / gib:.2f}, optimizer {out['optimizer_bytes'] / gib:.2f}, activations "
           f"{out['activations_bytes'] / gib:.2f}); fewest chips that hold it: {out['min_chips']}")
+    if "book_memory" in out:
+        bm, fm = out["book_memory"], out["book_fsdp_model"]
+        print(f"  the book's count (params + Adam, no gradients; {bm['checkpoints_per_layer']:.3g} [tokens, d_model] "
+              f"checkpoints a layer): {bm['total_bytes'] / 1e9:,.4g} GB, {bm['per_chip_bytes'] / 1e9:,.4g} GB on each "
+              f"of {bm['chips']:,} chips; fewest chips {bm['min_chips']:,} ({bm['min_chips_for_state']:,} for params + "
+              f"Adam alone); FSDP + model X_opt = sqrt(2BN/F) = {fm['x_opt']:,.0f}")
     print(f"  memory per chip: peak {out['memory_peak_bytes'] / gib:.2f} GiB ({out['memory_peak_source']}: state "
           f"{out['memory_state_bytes'] / gib:.2f} + transient {out['memory_transient_peak_bytes'] / gib:.2f}) of "
           f"{out['hbm_capacity_bytes'] / gib:.0f} GiB: " + ("fits" if out["fits"] else "does NOT fit")

@@ -56,6 +56,8 @@ def add_roofline_parser(sub: Any, chip_args: Callable[[argparse.ArgumentParser],
     p.add_argument("--memory", default="hbm", choices=MEMORIES,
                    help="which bandwidth roof: hbm, vmem, ici (both ways per axis), dcn, pcie, nvlink, ib (GPUs)")
     p.add_argument("--axes", help="ICI axes used at once (default 1; at most the chip's torus axes)")
+    p.add_argument("--bandwidth", metavar="B/S", help="the --memory roof at this bandwidth instead of the chip's (a "
+                   "question's assumption, e.g. 1.5e10 for PCIe; the chip's is kept in chip_bandwidth_bytes_per_s)")
     p.add_argument("--calibrated", action="store_true",
                    help="also give the chip's fitted matmul efficiency (by shape) and HBM efficiency, side by side")
     p.add_argument("--json", action="store_true")
@@ -148,7 +150,7 @@ def roof_bandwidth(chip: ChipSpec, memory: str, axes: int = 1) -> tuple[float, s
 
 def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbytes: float,
                      shape: tuple[int, int, int] | None = None, calibrated: bool = False,
-                     axes: int = 1) -> dict[str, Any]:
+                     axes: int = 1, bandwidth: float | None = None) -> dict[str, Any]:
     """The ideal roofline of ``flops`` FLOPs and ``nbytes`` bytes on ``chip`` against the ``memory`` roof
     (``axes`` ICI axes at once), and with ``calibrated`` the fitted figures beside it (``calibrated_*``
     keys, efficiencies, notes). Against a network roof the ridge C / W is the book's batch (tokens) above
@@ -157,12 +159,29 @@ def roofline_figures(chip: ChipSpec, dtype: str, memory: str, flops: float, nbyt
     ``critical_batch_per_gpu`` beside it (the book's C / W_node: a node's 8 NICs carry its 8 GPUs' share).
     Over a per-chip network ``contracting_dim_crossover`` = 2 C / W is the contracting dimension D above which
     A[B, D_X] x W[D_X, F] is quicker as local matmuls and an AllReduce of [B, F] (4BF / W) than as an AllGather
-    of W and a whole matmul (2BDF / C): the book's sharding question 4, 5,100 on v5p."""
+    of W and a whole matmul (2BDF / C): the book's sharding question 4, 5,100 on v5p. A given ``bandwidth``
+    (B/s) replaces the roof's (a question's assumed figure), the chip's kept in ``chip_bandwidth_bytes_per_s``.
+    An fp32 roofline on a known GPU also gives the book's vector peak beside the datasheet's (an FMA as 2 FLOPs):
+    CUDA cores x boost clock, one op a cycle, and its intensity (``book_peak_*``: 10 on H100, not 20)."""
     peak = peak_flops(chip, dtype)
-    bandwidth, roof = roof_bandwidth(chip, memory, axes)
+    chip_bandwidth, roof = roof_bandwidth(chip, memory, axes)
+    assumed = bandwidth is not None
+    if bandwidth is None:
+        bandwidth = chip_bandwidth
+    else:
+        roof += f"; given --bandwidth, not the chip's {format_quantity(chip_bandwidth, 'B/s')}"
     out = {"chip": chip.name, "dtype": dtype, "memory": memory, "roof": roof, "flops": flops, "bytes": nbytes,
            "peak_flops_per_s": peak, "bandwidth_bytes_per_s": bandwidth,
            **analytic.roofline(flops, nbytes, peak, bandwidth)}
+    if assumed:
+        out["chip_bandwidth_bytes_per_s"] = chip_bandwidth
+    if dtype == "fp32" and chip.wraparound == "switch":  # the book's vector rate: 1 op a CUDA core a cycle (gpus, Q7)
+        from simulator.hardware.facts import gpu_summary
+
+        facts = gpu_summary(chip)
+        if facts is not None:
+            book = facts["cuda_core_flops_per_s_boost"]
+            out.update(book_peak_flops_per_s=book, book_peak_intensity_flops_per_byte=book / bandwidth)
     if memory == "ici":
         out["axes"] = axes
     if nbytes == 0:  # pure compute: no finite intensity to print
@@ -269,7 +288,8 @@ def cmd_roofline(args: argparse.Namespace) -> None:
         raise PodsimError("--chips shares whole-model --flops and --bytes over chips; for a sharded matmul give each "
                           "chip's --matmul shape (podsim shard gives it)")
     flops, nbytes = flops / chips, nbytes / chips
-    out = roofline_figures(chip, args.dtype, args.memory, flops, nbytes, shape, args.calibrated, axes)
+    bandwidth = None if args.bandwidth is None else parse_positive(args.bandwidth, "bandwidth", name="--bandwidth")
+    out = roofline_figures(chip, args.dtype, args.memory, flops, nbytes, shape, args.calibrated, axes, bandwidth)
     if args.find and shape is not None:
         out.update(find_batch(shape[1], shape[2], check_dtype(args.dtype), check_dtype(args.weight_dtype or args.dtype),
                               out["peak_flops_per_s"], out["bandwidth_bytes_per_s"]))

@@ -5,7 +5,8 @@ The numbers come from "How To Scale Your Model" (jax-ml/scaling-book): ch. *tpus
 host is a 4x2 slice" on v5e, "2x2x1" on v5p; pods of 16x16 and 16x20x28) and ch. *gpus* ("Summary of GPU
 specs": SMs, base/boost clocks; 4 subpartitions of 32 fp32 CUDA cores per SM; 8 GPUs and 4 NVSwitches
 per H100 node, 400 GB/s node egress). `pod_summary` and `gpu_summary` derive the figures the questions
-want (hosts, TensorCores, pod FLOP/s and HBM; CUDA cores, their FLOP/s at 1 op per cycle as the book
+want (hosts, TensorCores, pod FLOP/s and HBM -- in GiB as the presets read a datasheet's GB, and in decimal
+GB as the book multiplies them; CUDA cores, their FLOP/s at 1 op per cycle as the book
 counts them and with an FMA as 2, as the datasheet does; FLOPs per Tensor Core per cycle). Every figure
 here is a bound (a peak), like the presets'. A user chip (``--chip-file``) has no facts: ``None``.
 """
@@ -76,6 +77,12 @@ GPU_FACTS: dict[str, GpuFacts] = {
 }
 
 
+def nominal_hbm_bytes(chip: ChipSpec) -> float:
+    """The chip's HBM as the book counts it, a datasheet's "GB" in decimal bytes (16 GB = 16e9 on v5e, 96e9 on
+    v5p, 80e9 on H100): the presets read "GB" as GiB (`simulator.hardware.specs`), the book multiplies by 1e9."""
+    return chip.hbm_capacity_bytes / 2**30 * 1e9
+
+
 def pod_summary(chip: ChipSpec) -> dict[str, Any] | None:
     """A full pod of ``chip``: chips, hosts, TensorCores, MXUs, FLOP/s, HBM, PCIe and DCN per host
     (bounds: peaks summed); None for a chip with no pod facts (GPUs, user chips)."""
@@ -89,6 +96,7 @@ def pod_summary(chip: ChipSpec) -> dict[str, Any] | None:
             "pod_peak_bf16_flops_per_s": n * chip.peak_bf16_flops_per_s,
             "pod_peak_int8_flops_per_s": n * chip.peak_int8_flops_per_s,
             "pod_hbm_capacity_bytes": n * chip.hbm_capacity_bytes,
+            "pod_hbm_capacity_bytes_book": n * nominal_hbm_bytes(chip),  # the book's chips x "16 GB" (decimal)
             "pcie_bytes_per_s_per_host": per_host * chip.pcie_bandwidth_bytes_per_s,
             "dcn_bytes_per_s_per_host": per_host * chip.dcn_bandwidth_bytes_per_s}
 

@@ -241,6 +241,9 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
     }
     out.update(per_op_bound(flops, par, read_per_group / par.model, (history + growth) * kv_share, peak,
                             chip.hbm_bandwidth_bytes_per_s))
+    if cfg.n_experts:  # the book's rule beside the bisection: the dense C w / (2 W) times E / k (all E experts read)
+        out["critical_batch_book"] = (peak * cfg.weight_elem_bytes / (2 * chip.hbm_bandwidth_bytes_per_s)
+                                      * cfg.n_experts / max(1, cfg.experts_per_token))
     if out["critical_batch"] == math.inf:  # a report holds no inf: None, and why
         out.update(critical_batch=None, critical_batch_note=NEVER_COMPUTE_BOUND)
     out.update(_fit(cfg, chip, contexts, par, kv_share))
@@ -334,7 +337,25 @@ def _fit(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Paral
         note = (f"does not fit: {need / GiB:.3f} GiB per chip is {(need - cap) / GiB:.3f} GiB over the "
                 f"{cap / GiB:.3f} GiB of HBM; at this context a batch of {max_batch} fits")
     return {"fits": fits, "hbm_needed_per_chip_bytes": need, "hbm_capacity_bytes": cap,
-            "hbm_spare_bytes": cap - need, "max_batch": max_batch, "fit_note": note}
+            "hbm_spare_bytes": cap - need, "max_batch": max_batch, "fit_note": note,
+            "book_hbm": _book_hbm(cfg, chip, contexts, weights, per_request, par)}
+
+
+def _book_hbm(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], weights: float, per_request: float,
+              par: Parallelism) -> dict[str, float | int]:
+    """The fit as the book counts it (applied-inference, "smallest slice"), HBM in decimal GB (16e9 on v5e:
+    `simulator.hardware.facts.nominal_hbm_bytes`): the chips whose HBM the weights alone fill (70e9 x 2 B /
+    16e9 = 8.75 in bf16), the chips the weights and this step's KV cache fill (112e9 / 16e9 = 7), unrounded as
+    the book writes them, and the largest batch the HBM left beside each chip's weights holds at this context
+    (43 at 8k in bf16 on a 4x4). Counts; no working memory (the book's own caveat)."""
+    from simulator.hardware.facts import nominal_hbm_bytes
+
+    hbm = nominal_hbm_bytes(chip)
+    whole = cfg.params() * cfg.weight_elem_bytes
+    kv = kv_bytes_per_position(cfg) * sum(contexts)  # the cached positions, once (160e3 x 8192 x 32)
+    biggest = math.floor((hbm - weights) / per_request) if hbm > weights and per_request > 0 else 0
+    return {"chips_for_weights": whole / hbm, "chips_for_weights_plus_kv": (whole + kv) / hbm,
+            "max_batch": biggest - biggest % par.data}
 
 
 #: Activations a layer saves for its backward pass, per token, in elements: the residual and norm

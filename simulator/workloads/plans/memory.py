@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from simulator.hardware.facts import nominal_hbm_bytes
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.budget import saved_activation_elements
 from simulator.workloads.plans.layout import MeshPlan, TrainOptions
@@ -164,3 +165,41 @@ def per_chip_memory(cfg: TransformerConfig, plan: MeshPlan, opts: TrainOptions, 
     out["peak_bytes"] = sum(v for k, v in out.items() if k != "pipeline_stash_bytes")
     out["stage"] = stage
     return out
+
+
+def book_memory(cfg: TransformerConfig, chip: ChipSpec, checkpoint: str | int, tokens: float,
+                chips: int) -> dict[str, Any]:
+    """A training step's memory as the book counts it (ch. training question 2, ch. applied-training "How many
+    TPUs do we need at minimum"): parameters in the weight dtype (bf16: 2 B each), a float32 Adam state (two
+    moments, 8 B each; no master copy, no gradients), and the checkpointed activations of ``tokens`` tokens --
+    ``checkpoint_bytes`` under the run's ``--checkpoints-per-layer`` (K [tokens, d_model] tensors a layer, the
+    book's count in applied-training), and ``ffw_outputs`` the book's training-chapter policy, the outputs of
+    the three big FFW matmuls ([tokens, D] + 2 [tokens, F] a layer; [tokens, D] + [tokens, F] for an ungated
+    MLP). Totals, the share of ``chips`` chips, and the fewest chips whose HBM (decimal GB, as the book divides:
+    `nominal_hbm_bytes`) holds the total (``min_chips``) or the parameters and optimizer alone
+    (``min_chips_for_state``). Bytes; a bound (no temporaries, fragmentation or framework overhead)."""
+    n = cfg.params()
+    params = n * cfg.weight_elem_bytes
+    optimizer = n * ADAM_BYTES
+    state = params + optimizer
+    per_layer = saved_elements(cfg, checkpoint)
+    ckpt = per_layer * cfg.act_elem_bytes * tokens * cfg.n_layers
+    ffw = (cfg.d_model + (2 if cfg.gated_mlp else 1) * cfg.d_ff) * cfg.act_elem_bytes * tokens * cfg.n_layers
+    hbm = nominal_hbm_bytes(chip)
+    per = "per_chip_bytes"
+    return {"params_bytes": params, "optimizer_bytes": optimizer, "state_bytes": state,
+            "checkpoints_per_layer": per_layer / cfg.d_model, "checkpoint_bytes": ckpt, "total_bytes": state + ckpt,
+            "chips": chips, "per_chip_bytes": (state + ckpt) / chips, "hbm_bytes_book": hbm,
+            "min_chips": max(1, math.ceil((state + ckpt) / hbm)), "min_chips_for_state": max(1, math.ceil(state / hbm)),
+            "ffw_outputs": {"checkpoint_bytes": ffw, "total_bytes": state + ffw, per: (state + ffw) / chips,
+                            "min_chips": max(1, math.ceil((state + ffw) / hbm))}}
+
+
+def book_fsdp_model(cfg: TransformerConfig, tokens: float, chips: int) -> dict[str, float]:
+    """The book's mixed FSDP + tensor-parallel split of ``chips`` chips for a batch of ``tokens`` tokens (ch.
+    training, "FSDP + model parallelism"; applied-training: sqrt(2 x 4.19e6 x 8960 / 28672) = 1618): the
+    FSDP degree minimising the communication, X_opt = sqrt(2 B N / F), and the tensor-parallel degree N / X_opt
+    beside it; and ``tokens_per_chip`` = B / N, what pure FSDP over every chip leaves each (468 for 4M tokens
+    on 8960 chips). Counts and tokens."""
+    x = math.sqrt(2 * tokens * chips / cfg.d_ff)
+    return {"tokens_per_chip": tokens / chips, "x_opt": x, "model_ways_at_x_opt": chips / x}

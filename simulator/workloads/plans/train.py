@@ -24,7 +24,7 @@ from simulator.workloads import critical
 from simulator.workloads.plans.estimate import train_estimate
 from simulator.workloads.plans.layout import MeshPlan, PlanError, TrainOptions, check_train_plan
 from simulator.workloads.plans.links import AxisLink, axis_links, build_system, p2p_s
-from simulator.workloads.plans.memory import stage_params, train_memory
+from simulator.workloads.plans.memory import book_fsdp_model, book_memory, stage_params, train_memory
 from simulator.workloads.plans.ops import head_work, layer_work
 from simulator.workloads.projection import step_cost
 from simulator.workloads.transformer import TransformerConfig
@@ -153,6 +153,7 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
         out["critical_batch_per_chip_book"] = book
     if out["critical_batch_per_chip"].get("fsdp+model") is not None:  # the older edition's, beside the current one
         out["critical_batch_per_chip_older_edition"] = {"fsdp+model": 4 * out["critical_batch_per_chip"]["fsdp+model"]}
+    out.update(book_train_figures(cfg, chip, opts.checkpoint, batch * seq, plan.chips))
     if simulate:
         sim, measured = simulate_step(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast,
                                       (system, mesh) if reuse else None)
@@ -168,6 +169,15 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
         out.update(price_per_chip_hour_usd=price_per_chip_hour,
                    **step_cost(price_per_chip_hour, plan.chips, step, batch * seq))
     return out
+
+
+def book_train_figures(cfg: TransformerConfig, chip: ChipSpec, checkpoint: str | int, tokens: float,
+                       chips: int) -> dict[str, Any]:
+    """The book's own accounting of a step of ``tokens`` tokens on ``chips`` chips, beside podsim's:
+    ``book_memory`` (parameters, Adam state and checkpoints, no gradients or temporaries: `book_memory`) and
+    ``book_fsdp_model`` (X_opt = sqrt(2 B N / F) and B / N: `book_fsdp_model`)."""
+    return {"book_memory": book_memory(cfg, chip, checkpoint, tokens, chips),
+            "book_fsdp_model": book_fsdp_model(cfg, tokens, chips)}
 
 
 def memory_verdict(out: dict[str, Any]) -> dict[str, Any]:
