@@ -20,9 +20,11 @@ from simulator.hardware.calibration import DATA
 from simulator.hardware.decode_calibration import DecodeCalibration, get_decode_calibration
 from simulator.hardware.specs import get_chip
 from simulator.workloads.served import served_concurrent, served_request
+from simulator.workloads.served_tp import ONE_SHOT, AllReduceKernel, custom_s, link_bandwidth_bytes_per_s
 from simulator.workloads.transformer import TransformerConfig, get_model
 
 FILE = "decode_latency.csv"
+KERNEL_FILE = "allreduce_kernels.csv"  #: published microbenchmarks of the engines' custom AllReduce kernels
 UNITS = {"tpot": "ms/token", "request": "ms", "ttft": "ms", "throughput": "tokens/s",
          "throughput_gain": "x one client's"}
 
@@ -31,6 +33,46 @@ def decode_rows() -> list[dict[str, str]]:
     """The measurement rows, as read."""
     with (DATA / "calibration" / FILE).open() as f:
         return list(csv.DictReader(f))
+
+
+def allreduce_kernel_rows() -> list[dict[str, str]]:
+    """The custom AllReduce kernels' microbenchmark rows, as read."""
+    with (DATA / "calibration" / KERNEL_FILE).open() as f:
+        return list(csv.DictReader(f))
+
+
+def kernel_features(row: dict[str, str]) -> list[float]:
+    """A kernel row's terms in `simulator.workloads.served_tp.custom_s`: [1 (the latency), 1 if two-shot (the
+    stage), seconds of the bytes each GPU moves at the chip's one-way NVLink rate (over the efficiency)]."""
+    n, nbytes = int(row["gpus"]), float(row["bytes"])
+    one = row["algorithm"] == ONE_SHOT
+    moved = (n - 1) * nbytes if one else 2 * (n - 1) / n * nbytes
+    return [1.0, 0.0 if one else 1.0, moved / link_bandwidth_bytes_per_s(get_chip(row["chip"]))]
+
+
+def predict_kernel_row(row: dict[str, str], kernel: dict[str, Any]) -> float:
+    """A kernel row's time (microseconds) at ``kernel``'s constants, as `served_tp.custom_s` prices it."""
+    k = AllReduceKernel.from_dict(kernel)
+    return 1e6 * custom_s(row["algorithm"], int(row["gpus"]), float(row["bytes"]),
+                          link_bandwidth_bytes_per_s(get_chip(row["chip"])), k)
+
+
+#: the family of each kernel's microbenchmark rows, and the engine whose calibration carries its constants
+KERNEL_FAMILIES = {"vllm-custom": ("AllReduce kernel, vLLM custom (CUDA graph, H100)", "vllm"),
+                   "torch-one-shot": ("AllReduce kernel, PyTorch one-shot (per call, 8 x H100)", "gpt-fast")}
+
+
+def kernel_cases(case: Any) -> list[Any]:
+    """One ``case`` per kernel microbenchmark row, at the fitted constants of the engine that runs the kernel."""
+    out = []
+    for row in allreduce_kernel_rows():
+        family, engine = KERNEL_FAMILIES[row["kernel"]]
+        kernel = get_decode_calibration(row["chip"], engine).allreduce_kernel
+        assert kernel is not None and kernel["name"] == row["kernel"]
+        size = f"{int(row['bytes']) // 1024} KiB"
+        out.append(case(family, f"{row['algorithm']} tp{row['gpus']} {size}", float(row["measured_us"]),
+                        predict_kernel_row(row, kernel), "us", row["set"] != "fit"))
+    return out
 
 
 #: measured models that are not presets: a preset's shapes, changed (Llama-2-70B: Llama-3-70B's with 32,000
@@ -109,6 +151,7 @@ def decode_cases(case: Any) -> list[Any]:
         predicted[row["row"]] = predict(row)
         out.append(case(family_of(row), f"{name} {row['metric']}", float(row["measured_ms"]), predicted[row["row"]],
                         UNITS[row["metric"]], row["set"] != "fit"))
+    out += kernel_cases(case)
     for one, eight in speedup_pairs(decode_rows()):
         name = f"{one['chip']} {engine_of(one)} {one['model']} {one['weight_dtype']} b{one['batch']} {one['metric']}"
         out.append(case(SPEEDUP, name, float(one["measured_ms"]) / float(eight["measured_ms"]),
