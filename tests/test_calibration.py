@@ -104,7 +104,8 @@ MEETS = ("AllReduce, 8 x A100 NVLink (nccl-tests)",
          "Training step MFU, TPU (published runs)", "GEMM, A100 fp16 (vidur)", "GEMM, H100 fp16 (vidur)",
          "Attention, H100 FlashAttention-3", "GEMM by shape, B200 (XLA table)",
          "Multi-GPU decode (tensor parallel)", "Multi-GPU decode speed-up, 1 -> 8 GPUs",  # issue 27: 15%, 20%
-         "Multi-GPU prefill (first token, tensor parallel)", "Training step, GPU (published runs)")
+         "Multi-GPU prefill (first token, tensor parallel)", "Training step, GPU (published runs)",
+         "AllReduce kernel, vLLM custom (CUDA graph, H100)", "AllReduce kernel, PyTorch one-shot (per call, 8 x H100)")
 TARGETS = {"Multi-GPU decode (tensor parallel)": 0.15, "Multi-GPU decode speed-up, 1 -> 8 GPUs": 0.20}
 #: GPU kernel families whose fit sets miss too: one model fitted across sources that disagree (notes say how)
 FIT_MISSES = ("GEMM by shape, H100 (XLA table)", "GEMM, best shape (mamf-finder)",
@@ -156,6 +157,7 @@ def test_validation_targets_on_held_out_data_and_every_miss_reported():
     attention = list(csv.DictReader((DATA / "calibration" / "flash_attention.csv").open()))
     rows["flash_attention.csv"] = sum(r["chip"] != "h100" or r["impl"] == "fa3" for r in attention)  # FA2 on H100:
     rows["serving_latency.csv"] = len(list(csv.DictReader((DATA / "calibration" / "serving_latency.csv").open())))
+    rows["allreduce_kernels.csv"] = len(list(csv.DictReader((DATA / "calibration" / "allreduce_kernels.csv").open())))
     assert len(result["cases"]) == sum(rows.values())  # no measurement dropped        # the A100's shape, no case
     families = result["families"]
     assert sorted(families) == sorted(set((*MEETS, *MISSES, *HELD_OUT_WHOLE, *FIT_WHOLE)))
