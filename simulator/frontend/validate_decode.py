@@ -223,7 +223,10 @@ NOTES = {
         "(its second stage is not one fixed cost), sizes vLLM's own dispatch runs one-shot or NCCL at. Decode "
         "AllReduces (16-160 KiB) lie below the measured sizes, so their price is the fitted latency extrapolated: "
         "vLLM's B300 tuning table (vllm-project/vllm#37756) shows its one-shot flat at 7-9 us from 16 to 256 KiB, "
-        "but no H100 CUDA-graph row under 0.5 MiB was found",
+        "but no H100 CUDA-graph row under 0.5 MiB was found. Nor a CUDA-graph row on 8 GPUs: the latency is "
+        "taken as the same on 2-8 GPUs (one latency fits 2, 4 and 6 within 9%); sgl-project/sglang#2904's runs "
+        "of the same kernel on H100 without CUDA graphs put 8 GPUs 1-3 us above 4 at 0.5-32 KiB, which this "
+        "fit does not carry",
     KERNELS_TORCH: "PyTorch's one-shot AllReduce (torch.ops.symm_mem.one_shot_all_reduce, the successor of the "
         "c10d IntraNodeComm one-shot kernel gpt-fast's ENABLE_INTRA_NODE_COMM=1 selects) as meta-pytorch/kraken's "
         "benchmark_all_reduce.py times it: one call between CUDA events after an L2 flush, no CUDA graph, 8 x "
