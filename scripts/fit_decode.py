@@ -14,11 +14,16 @@ simulator/hardware/data/decode_calibration.json with per-chip factors, sources a
 - the weight-streaming slowdown per doubling of a step's matmul rows: NeMo's batch 1 against 8, and vLLM's
   own from its 8-client throughput gain (continuous batching, `simulator.workloads.served.served_concurrent`);
 - prefill's matmul fraction of peak: A100 bf16 and H100 8-bit (the two 2048-token first-token latencies);
-- per engine with multi-GPU fit rows, ``allreduce_sync_s``: seconds each tensor-parallel AllReduce pays per
-  doubling of GPUs beyond its algorithm's latency (`simulator.workloads.served_tp`): tensorrt-llm to NeMo's
-  8-GPU Llama-2-7B rows at batch 1 and 8 on A100 and H100. vLLM and gpt-fast have no multi-GPU fit rows
-  (their multi-GPU rows are held out): they take tensorrt-llm's value and their mesh predictions name it
-  uncalibrated.
+- per engine with custom AllReduce kernels (vllm, gpt-fast), the kernel's constants
+  (`simulator.workloads.served_tp.AllReduceKernel`: latency, two-shot stage, NVLink efficiency), fitted first,
+  by linear least squares on relative error, to the fit rows of that kernel's own published microbenchmarks
+  (``allreduce_kernels.csv``: vLLM's CUDA-graph benchmark of its custom kernel on H100; PyTorch's one-shot on
+  8 H100), never to a decode row; their measured times hold the launch and barriers, so these engines pay no
+  ``allreduce_sync_s`` on top (0, fitted to themselves). PyTorch's kernel has no two-shot rows: its stage is
+  vLLM's;
+- tensorrt-llm's ``allreduce_sync_s`` (NCCL without CUDA graphs): seconds each tensor-parallel AllReduce pays
+  per doubling of GPUs beyond NCCL's ring latency (`simulator.workloads.served_tp`), fitted to NeMo's 8-GPU
+  Llama-2-7B rows at batch 1 and 8 on A100 and H100. vLLM's and gpt-fast's multi-GPU decode rows stay held out.
 
 H100 bf16 prefill uses the fitted H100 matmul efficiency of the calibrated mode (calibration.json);
 H200 takes H100's factors (same SMs and clocks, faster HBM): its row is held out whole. The fit's
@@ -30,8 +35,19 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
+
 from simulator.frontend.validate import geomean_error
-from simulator.frontend.validate_decode import MULTI_GPU, decode_rows, engine_of, family_of, gpus_of, predict
+from simulator.frontend.validate_decode import (
+    MULTI_GPU,
+    allreduce_kernel_rows,
+    decode_rows,
+    engine_of,
+    family_of,
+    gpus_of,
+    kernel_features,
+    predict,
+)
 from simulator.hardware.calibration import get_calibration
 from simulator.hardware.decode_calibration import DecodeCalibration
 
@@ -49,14 +65,47 @@ H100_BF16_MATMUL = get_calibration("h100").matmul.peak_fraction
 ENGINES = ("vllm", "tensorrt-llm", "gpt-fast")
 
 
-def calibrations(q: dict[str, float]) -> dict[str, DecodeCalibration]:
+KERNEL_CHIP = "h100"  #: every kernel microbenchmark row ran on H100s
+VLLM_KERNEL = "vllm-custom"  #: the kernel whose two-shot rows fit the second stage a kernel without them takes
+NCCL_ROWS = "nccl"  #: allreduce_kernels.csv's NCCL rows: held out whole, against NCCL's own latency model
+
+
+def fit_kernels() -> dict[str, dict]:
+    """Each custom AllReduce kernel's constants, by linear least squares on relative error over its fit rows
+    (``t = latency + two_shot x stage + moved_bytes / (link_bw x efficiency)``, linear in latency, stage and
+    1 / efficiency), with each set's geometric-mean error."""
+    rows = [r for r in allreduce_kernel_rows() if r["kernel"] != NCCL_ROWS]  # NCCL's rows check, never fit
+    out: dict[str, dict] = {}
+    for name in sorted({r["kernel"] for r in rows}, key=lambda k: k != VLLM_KERNEL):  # vLLM's first: its stage
+        fit = [r for r in rows if r["kernel"] == name and r["set"] == "fit"]
+        feats = np.array([kernel_features(r) for r in fit])
+        measured = np.array([float(r["measured_us"]) * 1e-6 for r in fit])
+        two_shot = bool(feats[:, 1].any())
+        stage = None if two_shot else out[VLLM_KERNEL]["two_shot_stage_s"]
+        cols = [0, 1, 2] if two_shot else [0, 2]
+        solved, *_ = np.linalg.lstsq(feats[:, cols] / measured[:, None], np.ones(len(fit)), rcond=None)
+        latency, inv_eff = float(solved[0]), float(solved[-1])
+        out[name] = {"name": name, "latency_s": round(latency, 10),
+                     "two_shot_stage_s": round(float(solved[1]) if two_shot else stage, 10),
+                     "link_efficiency": round(1 / inv_eff, 4), "chip": KERNEL_CHIP,
+                     "two_shot_stage_from": name if two_shot else VLLM_KERNEL}
+    return out
+
+
+#: the custom kernel each engine runs (`simulator.workloads.served_tp.ENGINES`)
+ENGINE_KERNELS = {"vllm": "vllm-custom", "gpt-fast": "torch-one-shot"}
+
+
+def calibrations(q: dict[str, float], kernels: dict[str, dict] | None = None) -> dict[str, DecodeCalibration]:
     engines = {e: {"hbm_fraction": q[f"eta_{e}"], "layer_overhead_s": q[f"tau_{e}"]} for e in ENGINES}
     for e in ENGINES:  # vLLM's own; gpt-fast (batch-1 rows only) takes NeMo's
         engines[e]["batch_slowdown"] = q["beta_vllm"] if e == "vllm" else q["beta"]
-        fitted = [f for f in SYNC_ENGINES if f"sync_{f}" in q]  # engines without multi-GPU fit rows borrow
-        if fitted:
-            own = e if f"sync_{e}" in q else fitted[0]
-            engines[e].update(allreduce_sync_s=q[f"sync_{own}"], sync_fitted_to=own)
+        if kernels and e in ENGINE_KERNELS:  # the kernel's measured time holds its sync: none on top
+            engines[e].update(allreduce_sync_s=0.0, sync_fitted_to=e,
+                              allreduce_kernel={k: v for k, v in kernels[ENGINE_KERNELS[e]].items()
+                                                if k != "two_shot_stage_from"})
+        elif f"sync_{e}" in q:
+            engines[e].update(allreduce_sync_s=q[f"sync_{e}"], sync_fitted_to=e)
     common = {"hbm_fraction": q["eta_vllm"], "layer_overhead_s": q["tau_vllm"], "batch_slowdown": q["beta"],
               "engines": engines}
     a100 = DecodeCalibration("a100", matmul_fraction={"bf16": q["eps_a100"], "int8": q["eps_a100"]}, **common)
@@ -72,8 +121,8 @@ def multi_gpu(row: dict[str, str]) -> bool:
 SYNC_ENGINES = ("tensorrt-llm",)
 
 
-def errors(q: dict[str, float], subset: list[dict[str, str]]) -> float:
-    cals = calibrations(q)
+def errors(q: dict[str, float], subset: list[dict[str, str]], kernels: dict[str, dict] | None = None) -> float:
+    cals = calibrations(q, kernels)
     return geomean_error([(predict(r, cals[r["chip"]]), float(r["measured_ms"])) for r in subset])
 
 
@@ -100,11 +149,33 @@ SOURCES = {
                           "to identify; taken as fast as weight streaming",
     "matmul_fraction": "prefill: fitted to TensorRT-LLM v0.5's 2048-token first-token latencies (A100 fp16, H100 "
                        "fp8); H100 bf16 from the calibrated mode's fitted matmul efficiency",
-    "allreduce_sync_s": "per engine with multi-GPU fit rows (engines.<name>.allreduce_sync_s): tensorrt-llm fitted "
-                        "to NeMo + TensorRT-LLM Llama-2-7B on 8 x A100 and 8 x H100 at batch 1 and 8 (seconds per "
-                        "AllReduce per doubling of GPUs beyond NCCL's ring LL latency); vllm and gpt-fast: none (no "
-                        "multi-GPU fit rows) take tensorrt-llm's (sync_fitted_to), named uncalibrated on a mesh",
+    "allreduce_sync_s": "per engine (engines.<name>.allreduce_sync_s): tensorrt-llm fitted to NeMo + TensorRT-LLM "
+                        "Llama-2-7B on 8 x A100 and 8 x H100 at batch 1 and 8 (seconds per AllReduce per doubling "
+                        "of GPUs beyond NCCL's ring LL latency: host launches without CUDA graphs); vllm and "
+                        "gpt-fast: 0 (their custom kernel's fitted time holds its launch and barriers)",
+    "allreduce_kernel": "per engine with custom kernels (engines.<name>.allreduce_kernel), fitted to "
+                        "allreduce_kernels.csv's fit rows alone: vllm (vllm-custom) to vLLM's "
+                        "benchmark_device_communicators.py on H100, 4 and 6 GPUs, one- and two-shot, 0.5-4 MiB, in "
+                        "CUDA graphs (vllm-project/vllm#24111, 2025-09-02); gpt-fast (torch-one-shot: PyTorch's "
+                        "one-shot kernel, IntraNodeComm's successor) to torch.ops.symm_mem.one_shot_all_reduce on 8 "
+                        "x H100, 8 KiB-2 MiB, per call (pytorch/helion#245, 2025-07-23), its two-shot stage vLLM's; "
+                        "held out: vllm-project/vllm#24532's 4-GPU run and #24111's 2-GPU row, "
+                        "yifuwang/symm-mem-recipes#3 (2025-06-03)",
 }
+
+
+def kernel_report(name: str, kernel: dict) -> dict:
+    """A kernel's fit and held-out rows and their geometric-mean errors (`kernel_features` at its constants)."""
+    from simulator.frontend.validate_decode import predict_kernel_row
+
+    rows = [r for r in allreduce_kernel_rows() if r["kernel"] == name]
+    out: dict = {"two_shot_stage_from": kernel["two_shot_stage_from"]}
+    for label in ("fit", "held_out"):
+        subset = [r for r in rows if r["set"] == label]
+        out[f"{label}_rows"] = [r["row"] for r in subset]
+        out[f"{label}_error"] = geomean_error([(predict_kernel_row(r, kernel), float(r["measured_us"]))
+                                               for r in subset])
+    return out
 
 
 def build() -> dict:
@@ -117,6 +188,7 @@ def build() -> dict:
     def loss(q: dict[str, float]) -> float:
         return errors(q, fit)
 
+    kernels = fit_kernels()
     q = search(loss, {"eta_vllm": 0.75, "tau_vllm": 2e-5, "eta_tensorrt-llm": 0.65, "tau_tensorrt-llm": 5e-5,
                       "eta_gpt-fast": 0.7, "tau_gpt-fast": 2e-5, "beta": 0.05, "eps_a100": 0.65,
                       "eps_h100_8bit": 0.4, "beta_vllm": 0.05})
@@ -124,7 +196,7 @@ def build() -> dict:
     for e in SYNC_ENGINES:  # stage 2: each engine's sync on its multi-GPU fit rows, the single-GPU constants fixed
         mine = [r for r in fit_tp if engine_of(r) == e]
         q = {**q, **search(lambda s, mine=mine, q=q: errors({**q, **s}, mine), {f"sync_{e}": 1e-5}, rounds=20)}
-    cals = calibrations(q)
+    cals = calibrations(q, kernels)
     chips = {}
     for name, cal in cals.items():
         sources = dict(SOURCES)
@@ -138,7 +210,9 @@ def build() -> dict:
     report = {"fit_rows": [r["row"] for r in fit], "held_out_rows": [r["row"] for r in held],
               "fit_error": loss(single), "held_out_error": errors(q, held),
               "multi_gpu_fit_rows": [r["row"] for r in fit_tp], "multi_gpu_held_out_rows": [r["row"] for r in held_tp],
-              "multi_gpu_fit_error": errors(q, fit_tp), "multi_gpu_held_out_error": errors(q, held_tp)}
+              "multi_gpu_fit_error": errors(q, fit_tp, kernels),
+              "multi_gpu_held_out_error": errors(q, held_tp, kernels),
+              "allreduce_kernels": {name: kernel_report(name, k) for name, k in kernels.items()}}
     return {"chips": chips, "fit": report}
 
 

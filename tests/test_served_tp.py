@@ -2,6 +2,7 @@
 own latency table, the 1 -> N speed-up sub-linear and monotone, ``--engine`` on a mesh through the CLI, what is
 uncalibrated named, and the multi-GPU validation family's fit report recomputed from the CSV with numpy."""
 import csv
+import dataclasses
 import json
 import math
 
@@ -83,9 +84,9 @@ def get_model_chip():
 def test_speed_up_is_sub_linear_and_grows_where_the_weights_saved_outweigh_the_allreduces(model, engine, chip, weight,
                                                                                          monotone):
     """Speed-up(n) < n always (every AllReduce costs); doubling n speeds the step up exactly when the weight time a GPU
-    saves, ``weights(n) - weights(2n)``, exceeds the AllReduce time it adds (both read from the breakdown). A 7B
-    model on H100 streams its 1.7 GB share in 0.65 ms at 4 GPUs: the 64 AllReduces' 4 -> 8 growth (one more
-    doubling of sync, 15 us each) outweighs the 0.33 ms saved, so the 8-GPU step is the slower one."""
+    saves, ``weights(n) - weights(2n)``, exceeds the AllReduce time it adds (both read from the breakdown). The 7B
+    model on H100 under vLLM may go either way from 4 to 8 GPUs (its 1.7 GB share streams in 0.65 ms at 4 GPUs, so
+    the 0.33 ms saved meets 64 AllReduces' growth), so only the comparison is asserted there."""
     cfg = get_model(model)
     steps = {n: served_step(cfg, chip, 1, 256, weight_dtype=weight, simulate=False, engine=engine, model=n)
              for n in (1, 2, 4, 8)}
@@ -114,8 +115,13 @@ def test_uncalibrated_parts_are_named():
     cfg = get_model("llama-2-7b")
     assert served_step(cfg, "h100", 1, 100, simulate=False, engine="tensorrt-llm", model=8)["uncalibrated"] == []
     gpt = served_step(cfg, "a100", 1, 100, simulate=False, engine="gpt-fast", model=8)["uncalibrated"]
-    assert len(gpt) == 1 and "gpt-fast" in gpt[0] and "tensorrt-llm's fitted value" in gpt[0]
-    assert "fitted without CUDA graphs where gpt-fast runs with them" in gpt[0]
+    # gpt-fast's kernel (PyTorch's one-shot) has its own fit, on H100s: on an A100 that borrowing is named
+    assert len(gpt) == 1 and "gpt-fast" in gpt[0] and "torch-one-shot" in gpt[0] and "h100" in gpt[0]
+    assert served_step(cfg, "h100", 1, 100, simulate=False, engine="vllm", model=8)["uncalibrated"] == []
+    borrowed = dataclasses.replace(_cal("vllm", 15e-6), sync_fitted_to="tensorrt-llm")  # another engine's sync
+    named = served_step(cfg, "a100", 1, 100, calibration=borrowed, simulate=False, model=2)["uncalibrated"]
+    assert len(named) == 1 and "tensorrt-llm's fitted value" in named[0]
+    assert "fitted without CUDA graphs where vllm runs with them" in named[0]
     assert served_step(cfg, "a100", 1, 100, simulate=False, engine="gpt-fast")["uncalibrated"] == []  # one GPU
     h200 = served_request(cfg, "h200", 1, 32, 8, engine="vllm", model=2)["uncalibrated"]
     assert any("h200" in u and "h100" in u for u in h200) and any("vllm" in u for u in h200)

@@ -91,7 +91,8 @@ def print_served(out: dict[str, Any]) -> None:
               f"calibrated (ideal): {parts}")
         ar = served["allreduce"]
         if ar:
-            how = ar["algorithm"] + (f" ({ar['protocol']})" if ar["protocol"] else "")
+            how = ar["algorithm"] + (f" ({ar['protocol']})" if ar["protocol"] else
+                                     f" ({ar['kernel']} kernel)" if ar.get("kernel") else "")
             print(f"  AllReduce {ar['per_step']} per step of {format_quantity(ar['bytes'], 'B')}: {how} "
                   f"{format_quantity(ar['algorithm_s'], 's')} + sync {format_quantity(ar['sync_s'], 's')}")
     if out.get("uncalibrated"):

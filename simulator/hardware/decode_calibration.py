@@ -12,9 +12,13 @@ matmul peak its large GEMMs reach. `DecodeCalibration` holds those factors for o
 - ``matmul_fraction``: fraction of the MXU / tensor-core peak prefill's matmuls reach, per compute dtype
   (``bf16``, ``int8`` for 8-bit weights);
 - ``allreduce_sync_s``: per engine, seconds each tensor-parallel AllReduce pays per doubling of the GPUs
-  on top of its algorithm's latency (launch, waiting for the slowest GPU: `simulator.workloads.served_tp`),
-  fitted where the engine has multi-GPU fit rows; an engine without them takes the fitted engine's value
-  (``sync_fitted_to`` names whose rows fitted it, and a mesh prediction names it uncalibrated);
+  on top of its algorithm's latency (launch, waiting for the slowest GPU: `simulator.workloads.served_tp`):
+  tensorrt-llm's fitted to its multi-GPU fit rows; 0 for an engine whose custom kernel has its own fit (the
+  kernel's measured time holds its launch and barriers); ``sync_fitted_to`` names whose data fitted it (an
+  engine priced with another's value is named uncalibrated on a mesh);
+- ``allreduce_kernel``: per engine with custom AllReduce kernels, their fitted constants (latency, two-shot
+  stage, NVLink efficiency, the chip that fitted them: `simulator.workloads.served_tp.AllReduceKernel`), fitted
+  to the kernel's published microbenchmarks (``allreduce_kernels.csv``), not to any decode row;
 - ``borrowed_from``: the preset whose factors a chip without its own fit rows takes (H200: H100's), else None.
 
 The serving software sets the first and the fourth as much as the chip does (vLLM's decode reaches a
@@ -60,6 +64,8 @@ class DecodeCalibration:
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
     allreduce_sync_s: float | None = None  #: seconds per tensor-parallel AllReduce per doubling of GPUs
     sync_fitted_to: str | None = None  #: the engine whose multi-GPU rows fitted ``allreduce_sync_s``
+    #: the engine's custom AllReduce kernel constants (``served_tp.AllReduceKernel`` fields), None: first principles
+    allreduce_kernel: dict[str, Any] | None = None
     borrowed_from: str | None = None  #: the preset whose factors these are (no fit rows of this chip)
 
     def for_engine(self, engine: str | None) -> DecodeCalibration:
@@ -70,7 +76,8 @@ class DecodeCalibration:
         if name not in self.engines:
             raise PodsimError(f"no decode calibration for engine {name!r} on chip {self.chip!r}; engines: "
                               f"{', '.join(sorted(self.engines))}")
-        return replace(self, engine=name, **{"allreduce_sync_s": None, "sync_fitted_to": None, **self.engines[name]})
+        return replace(self, engine=name, **{"allreduce_sync_s": None, "sync_fitted_to": None, "allreduce_kernel": None,
+                                                     **self.engines[name]})
 
     def weight_slowdown(self, rows: int) -> float:
         """Factor (>= 1) by which streaming the weights slows for a step whose matmuls have ``rows`` rows."""
@@ -105,7 +112,8 @@ def get_decode_calibration(chip: str, engine: str | None = None) -> DecodeCalibr
                              base.get("layer_overhead_s", data.get("layer_overhead_s", 0.0)),
                              data.get("batch_slowdown", 0.0), data.get("attention_fraction", 1.0),
                              dict(data.get("matmul_fraction", {})), dict(data.get("sources", {})),
-                             DEFAULT_ENGINE, engines, None, None, data.get("borrowed_from")).for_engine(engine)
+                             DEFAULT_ENGINE, engines, None, None, None,
+                             data.get("borrowed_from")).for_engine(engine)
 
 
 def decode_fit_report() -> dict[str, Any]:

@@ -17,7 +17,7 @@ and reports every factor's seconds beside its ideal (spec bandwidth and peak, no
 tensor-parallel GPUs (Megatron: heads and MLP columns split, weights and KV cache per GPU divided by
 ``model``) each layer also pays its two AllReduces of [tokens, d_model] as the engine runs them
 (`simulator.workloads.served_tp`: the algorithm's latency from NCCL's protocol table plus the engine's
-fitted synchronisation)::
+fitted synchronisation, or the engine's custom kernel at its fitted constants)::
 
     allreduce = layers * 2 * (algorithm(model, tokens * d_model * act bytes) + sync_s * log2(model))
 
@@ -35,7 +35,7 @@ from simulator.hardware.decode_calibration import DecodeCalibration, get_decode_
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.units import check_int, positive_int
 from simulator.workloads.budget import MAX_REQUESTS, Parallelism, check_layout, request_contexts, with_dtypes
-from simulator.workloads.served_tp import allreduce_cost, check_gpus, engine_comm, ideal_allreduce_s
+from simulator.workloads.served_tp import AllReduceKernel, allreduce_cost, check_gpus, engine_comm, ideal_allreduce_s
 from simulator.workloads.simulate import LayerOp, head_op, layer_ops, simulate_decode
 from simulator.workloads.transformer import TransformerConfig
 
@@ -97,9 +97,14 @@ def _step_sums(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibration, b
     for op in ops:
         if op.sync_bytes:
             real.allreduce += cfg.n_layers * allreduce_cost(cal.engine, spec, model, op.sync_bytes,
-                                                            cal.allreduce_sync_s or 0.0)["seconds"]
+                                                            cal.allreduce_sync_s or 0.0, _kernel(cal))["seconds"]
             ideal.allreduce += cfg.n_layers * ideal_allreduce_s(spec, model, op.sync_bytes)
     return ideal, real
+
+
+def _kernel(cal: DecodeCalibration) -> AllReduceKernel | None:
+    """The engine's fitted custom AllReduce kernel, None where the calibration has none."""
+    return AllReduceKernel.from_dict(cal.allreduce_kernel) if cal.allreduce_kernel else None
 
 
 def allreduce_summary(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibration, tokens: int,
@@ -109,8 +114,10 @@ def allreduce_summary(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibra
     if model <= 1:
         return None
     nbytes = tokens * cfg.d_model * cfg.act_elem_bytes
-    cost = allreduce_cost(cal.engine, spec, model, nbytes, cal.allreduce_sync_s or 0.0)
-    return {"bytes": nbytes, "per_step": 2 * cfg.n_layers, "cuda_graphs": engine_comm(cal.engine).cuda_graphs, **cost}
+    kernel = _kernel(cal)
+    cost = allreduce_cost(cal.engine, spec, model, nbytes, cal.allreduce_sync_s or 0.0, kernel)
+    return {"bytes": nbytes, "per_step": 2 * cfg.n_layers, "cuda_graphs": engine_comm(cal.engine).cuda_graphs,
+            "kernel": kernel.name if kernel and cost["protocol"] is None else None, **cost}
 
 
 def uncalibrated(cal: DecodeCalibration, model: int, real: _Sums | None = None) -> list[str]:
@@ -128,6 +135,10 @@ def uncalibrated(cal: DecodeCalibration, model: int, real: _Sums | None = None) 
                   f"{'with' if mine.cuda_graphs else 'without'} them")
         out.append(f"tensor-parallel synchronisation for engine {cal.engine} (no multi-GPU fit rows: "
                    f"{cal.sync_fitted_to}'s fitted value{graphs})")
+    kernel = _kernel(cal)
+    if model > 1 and kernel is not None and kernel.chip != cal.chip:
+        out.append(f"{cal.engine}'s AllReduce kernel ({kernel.name}) on {cal.chip} (its latency and NVLink efficiency "
+                   f"fitted to {kernel.chip} measurements)")
     if real is not None and real.total > 0 and real.kv_cache > 0.1 * real.total:
         out.append("KV-cache streaming rate (attention_fraction not fitted: as fast as weight streaming)")
     return out

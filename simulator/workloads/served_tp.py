@@ -20,19 +20,34 @@ At decode sizes the bytes are nothing; the cost is latency, and the engines pay 
   of the rows here ran them.
 
 Priced per AllReduce of ``nbytes`` over ``n`` GPUs of one NVSwitch node, each with ``link_bw`` one way
-(``ici_bandwidth_bytes_per_s x ici_links``), from NCCL's own latency model
-(`simulator.collectives.protocol`; a step is two hops, GPU -> switch -> GPU, at ``2 x hop_latency_s``)::
+(``ici_bandwidth_bytes_per_s x ici_links``). The two kinds of kernel are priced from different measurements:
 
-    NCCL ring, protocol p:  p.launch_s + 2 (n - 1) step_p + 2 (n - 1) / n x nbytes / (link_bw x p.efficiency)
-                            (NCCL's tuner takes the fastest of LL, LL128, Simple: LL at decode sizes)
-    one-shot:               2 step_LL + (n - 1) x nbytes / link_bw          (barrier in, barrier out)
-    two-shot:               3 step_LL + 2 (n - 1) / n x nbytes / link_bw    (barriers in, between, out)
+- **custom kernels** (vllm, gpt-fast) at their own fitted constants (`AllReduceKernel`: a fixed latency -- the
+  kernel's start and its barriers, as a CUDA graph replays it -- a second stage's extra latency for two-shot,
+  and the share of NVLink bandwidth its peer reads reach), each fitted to that kernel's published
+  microbenchmarks (``allreduce_kernels.csv``, by ``scripts/fit_decode.py``)::
 
-the custom kernels' barriers being one flag store and poll over NVLink, as an LL step is. Kernel launches
-(through CUDA graphs or from the host) are each engine's fitted per-layer overhead, the same on a mesh. On top of the
-algorithm each AllReduce pays ``sync_s x log2(n)``: launching it and waiting for the slowest GPU (kernel
-skew grows with the GPUs waited for), the engine's fitted ``allreduce_sync_s`` (`simulator.hardware.
-decode_calibration`), or 0 -- and then named uncalibrated -- for an engine without multi-GPU fit rows.
+      one-shot:  latency + (n - 1) x nbytes / (link_bw x efficiency)       (every GPU reads every peer's buffer)
+      two-shot:  latency + stage + 2 (n - 1) / n x nbytes / (link_bw x efficiency)
+                                                  (reduce-scatter then all-gather: a ring's bytes, one more barrier)
+
+  vLLM's kernel (``vllm-custom``) from vLLM's own CUDA-graph benchmark on H100 (2 to 6 GPUs); gpt-fast's
+  (``torch-one-shot``: PyTorch's one-shot kernel) from PyTorch's symmetric-memory one-shot measured per call
+  on 8 H100. The measured time already holds the launch and the wait for every GPU's barrier, so these
+  engines' ``sync_s`` is 0 (none on top). A kernel fitted on another chip's NVLink is named uncalibrated.
+- **NCCL** (tensorrt-llm, and every engine's fallback) from NCCL's own latency model
+  (`simulator.collectives.protocol`; a step is two hops, GPU -> switch -> GPU, at ``2 x hop_latency_s``)::
+
+      NCCL ring, protocol p:  p.launch_s + 2 (n - 1) step_p + 2 (n - 1) / n x nbytes / (link_bw x p.efficiency)
+                              (NCCL's tuner takes the fastest of LL, LL128, Simple: LL at decode sizes)
+
+  plus ``sync_s x log2(n)``: launching it from the host (no CUDA graphs) and waiting for the slowest GPU
+  (host-launch skew grows with the GPUs waited for), the engine's fitted ``allreduce_sync_s``
+  (`simulator.hardware.decode_calibration`: tensorrt-llm's, fitted to NeMo's 8-GPU rows).
+
+A hand-made calibration without a kernel fit prices a custom kernel from first principles alone (``2 step_LL``
+of barriers for one-shot, ``3 step_LL`` for two-shot, the bytes at line rate) plus its ``sync_s x log2(n)``.
+Kernel launches between the AllReduces are each engine's fitted per-layer overhead, the same on a mesh.
 """
 from __future__ import annotations
 
@@ -57,13 +72,31 @@ class EngineComm:
     custom: bool  #: one-/two-shot custom kernels for small messages (else NCCL for all)
     cuda_graphs: bool
     source: str
+    kernel: str | None = None  #: the fitted custom kernel it runs (``allreduce_kernels.csv``'s ``kernel``)
+
+
+@dataclass(frozen=True)
+class AllReduceKernel:
+    """A custom AllReduce kernel's fitted constants (seconds, a fraction), and the chip whose NVLink fitted them."""
+
+    name: str
+    latency_s: float  #: fixed time of one call: kernel start and barriers, in a CUDA graph or per call as measured
+    two_shot_stage_s: float  #: a two-shot's second stage: one more barrier and pass
+    link_efficiency: float  #: share of one-way NVLink bandwidth the kernel's peer reads and writes reach
+    chip: str  #: the preset whose measurements fitted it
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AllReduceKernel:
+        """A kernel from its JSON entry (``decode_calibration.json``: ``engines.<name>.allreduce_kernel``)."""
+        return cls(str(data["name"]), float(data["latency_s"]), float(data["two_shot_stage_s"]),
+                   float(data["link_efficiency"]), str(data["chip"]))
 
 
 ENGINES = {
     "vllm": EngineComm("vllm", True, True, "vLLM csrc/custom_all_reduce.cuh (1stage / 2stage by size and GPUs), "
-                       "custom_all_reduce.py max_size 8 MiB; CUDA graphs for decode"),
+                       "custom_all_reduce.py max_size 8 MiB; CUDA graphs for decode", "vllm-custom"),
     "gpt-fast": EngineComm("gpt-fast", True, True, "gpt-fast README: ENABLE_INTRA_NODE_COMM=1 (PyTorch IntraNodeComm "
-                           "one-/two-shot), torch.compile mode reduce-overhead (CUDA graphs)"),
+                           "one-/two-shot), torch.compile mode reduce-overhead (CUDA graphs)", "torch-one-shot"),
     "tensorrt-llm": EngineComm("tensorrt-llm", False, False, "TensorRT-LLM v0.5 / NeMo 2023: NCCL AllReduce plugin "
                                "(custom all-reduce opt-in), no CUDA graphs"),
 }
@@ -113,17 +146,22 @@ def nccl_ring_s(n: int, nbytes: float, link_bw: float) -> tuple[float, str]:
     return times[best], best
 
 
-def custom_s(algorithm: str, n: int, nbytes: float, link_bw: float) -> float:
-    """Seconds of a one-shot or two-shot custom AllReduce (barriers at NCCL's LL step latency)."""
-    if algorithm == ONE_SHOT:
-        return 2 * step_s(LL) + (n - 1) * nbytes / link_bw
-    return 3 * step_s(LL) + 2 * (n - 1) / n * nbytes / link_bw
+def custom_s(algorithm: str, n: int, nbytes: float, link_bw: float, kernel: AllReduceKernel | None = None) -> float:
+    """Seconds of a one-shot or two-shot custom AllReduce: at ``kernel``'s fitted latency and link efficiency, or,
+    with none, from first principles (barriers at NCCL's LL step latency, the bytes at line rate)."""
+    one = algorithm == ONE_SHOT
+    moved = (n - 1) * nbytes if one else 2 * (n - 1) / n * nbytes  # bytes each GPU reads over NVLink
+    if kernel is None:
+        return (2 if one else 3) * step_s(LL) + moved / link_bw
+    return kernel.latency_s + (0.0 if one else kernel.two_shot_stage_s) + moved / (link_bw * kernel.link_efficiency)
 
 
-def allreduce_cost(engine: str, spec: ChipSpec, n: int, nbytes: float, sync_s: float) -> dict[str, Any]:
-    """One AllReduce of ``nbytes`` over ``n`` tensor-parallel GPUs as ``engine`` runs it: ``algorithm``,
-    ``protocol`` (NCCL's, else None), ``algorithm_s``, ``sync_s`` (launch and waiting for the slowest GPU,
-    ``sync_s x log2(n)``) and ``seconds`` (their sum); all 0 on one GPU."""
+def allreduce_cost(engine: str, spec: ChipSpec, n: int, nbytes: float, sync_s: float,
+                   kernel: AllReduceKernel | None = None) -> dict[str, Any]:
+    """One AllReduce of ``nbytes`` over ``n`` tensor-parallel GPUs as ``engine`` runs it, its custom kernels at
+    ``kernel``'s fitted constants (None: first principles): ``algorithm``, ``protocol`` (NCCL's, else None),
+    ``algorithm_s``, ``sync_s`` (launch and waiting for the slowest GPU beyond the algorithm, ``sync_s x
+    log2(n)``) and ``seconds`` (their sum); all 0 on one GPU."""
     if n <= 1:
         return {"algorithm": None, "protocol": None, "algorithm_s": 0.0, "sync_s": 0.0, "seconds": 0.0}
     comm, bw = engine_comm(engine), link_bandwidth_bytes_per_s(spec)
@@ -132,7 +170,7 @@ def allreduce_cost(engine: str, spec: ChipSpec, n: int, nbytes: float, sync_s: f
         seconds, protocol = nccl_ring_s(n, nbytes, bw)
         algorithm = NCCL
     else:
-        seconds, protocol = custom_s(algorithm, n, nbytes, bw), None
+        seconds, protocol = custom_s(algorithm, n, nbytes, bw, kernel), None
     sync = sync_s * math.log2(n)
     return {"algorithm": algorithm, "protocol": protocol, "algorithm_s": seconds, "sync_s": sync,
             "seconds": seconds + sync}
