@@ -5,7 +5,7 @@ Cases: 1 GB on superpod:4 (1,024 H100s under a leaf per rail and a spine), on no
 NIC per GPU; auto and hierarchical_pipelined), nodes:64:8 and nodes:32:8; 1 MB and 1 GB on superpod:1; cases
 marked ``/full`` run mode="full" (every transfer: the check of the quotient's numbers, minutes on a thousand
 GPUs). Each case runs as `run_collective` does in mode auto: on the quotient by the fabric's node, unit and
-rail rotations where it applies (`simulator.collectives.quotient`, `ring_quotient` for flat rings, built
+rail rotations where it applies (`simulator.acceleration.quotient`, `ring_quotient` for flat rings, built
 without their schedule). It prints its algorithm, transfers in the schedule, which quotient ran (the group,
 |G|, transfers run), SimPy events processed, the work units the executor reported to the watch beside the
 estimate made while planning, and CPU and wall seconds of planning (tuner and schedule, or a ring's quotient),
@@ -42,7 +42,7 @@ def one(index: int) -> None:
     from simulator.collectives import plan_collective
     from simulator.collectives.api import _execute_calibrated
     try:
-        from simulator.collectives.ring_quotient import run_quotient
+        from simulator.acceleration.ring_quotient import run_quotient
     except ImportError:  # a tree from before the quotient (--tree)
         run_quotient = None
     from simulator.collectives.schedule import check_arrived, gc_paused

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simulator import analytic
+from simulator.acceleration.quotient import Quotient, execute_quotient, unfold
+from simulator.acceleration.ring_quotient import plan_quotient, run_quotient
 from simulator.collectives import fault_routes, layout, payload
 from simulator.collectives import protocol as protocols
 from simulator.collectives.algorithm import AUTO, KINDS, REDUCED_KINDS, Algorithm, Job, algorithms, get_algorithm
@@ -21,10 +23,8 @@ from simulator.collectives.book import book_estimate
 from simulator.collectives.bounds import own_links_bound, topology_bound
 from simulator.collectives.fault_routes import AS_FAULTED
 from simulator.collectives.groups import Group, collective_groups, nic_rings, root_position
-from simulator.collectives.quotient import Quotient, execute_quotient, unfold
 from simulator.collectives.result import CollectiveResult, no_op
 from simulator.collectives.ring import RingAlgorithm
-from simulator.collectives.ring_quotient import plan_quotient, run_quotient
 from simulator.collectives.schedule import Completion, Schedule, check_arrived, gc_paused
 from simulator.collectives.schedule import execute as execute_all
 from simulator.collectives.tuner import nccl_select, tune

@@ -21,6 +21,8 @@ from typing import Any
 import simpy
 
 from simulator import analytic
+from simulator.acceleration.reruns import Attempt, run_with_reruns
+from simulator.acceleration.step_symmetry import Symmetry
 from simulator.collectives import start_collective
 from simulator.collectives.schedule import gc_paused
 from simulator.engine.system import System
@@ -38,8 +40,6 @@ from simulator.workloads.budget import (
 )
 from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for
 from simulator.workloads.pipeline import MAX_STEPS, Operand, Step, run_steps
-from simulator.workloads.plans.reruns import Attempt, run_with_reruns
-from simulator.workloads.plans.symmetry import Symmetry
 from simulator.workloads.transformer import TransformerConfig
 
 VECTOR_OPS_PER_ELEMENT = 10  #: norms, residual adds, softmax, activation: a rough element-wise budget
@@ -134,7 +134,7 @@ def _blocks(op: LayerOp, layer: int, vmem: float) -> list[Step]:
 
 
 class _StepRun:
-    """One attempt of `StepSimulation.run`, as `simulator.workloads.plans.reruns.run_with_reruns` drives it."""
+    """One attempt of `StepSimulation.run`, as `simulator.acceleration.reruns.run_with_reruns` drives it."""
 
     def __init__(self, sim: StepSimulation, ops_per_group: list[list[LayerOp]], layer_of: list[int],
                  attempt: Attempt) -> None:
@@ -153,13 +153,13 @@ class StepSimulation:
     """One simulated step: the system, its per-chip step lists and the collectives between them.
 
     ``fast``: where every data group runs the same ops (and no fault, jitter or slow chip breaks the symmetry),
-    one chip stands for all (`simulator.workloads.plans.symmetry`: its collectives over its own groups, one
+    one chip stands for all (`simulator.acceleration.step_symmetry`: its collectives over its own groups, one
     ring per axis where the axes wrap, repeated ones replayed, counters scaled back); ``sym`` is that
     `Symmetry` (None: every chip ran). False: every chip, as before.
     """
 
     sym: Any = None
-    reruns: list[str] = []  #: the reruns `run` took (`simulator.workloads.plans.reruns`; set by each run)
+    reruns: list[str] = []  #: the reruns `run` took (`simulator.acceleration.reruns`; set by each run)
 
     def __init__(self, cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, trace: bool,
                  calibrated: bool = False, topology: str | None = None, fast: bool = True) -> None:
@@ -199,7 +199,7 @@ class StepSimulation:
             built[0] = True
             return _StepRun(self, ops_per_group, layer_of, attempt)
 
-        #: the reruns taken (`simulator.workloads.plans.reruns.REASONS`, in order)
+        #: the reruns taken (`simulator.acceleration.reruns.REASONS`, in order)
         self.reruns = run_with_reruns(make, Attempt(fast=self.fast)).reasons
 
     def ideal_bound(self) -> float:
