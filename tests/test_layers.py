@@ -19,11 +19,6 @@ LAYERS = ["units", "errors", "analytic", "hardware", "engine", "collectives", "a
 GROUND = {"units": 0, "errors": 0, "analytic": 0}
 
 
-#: upward imports left while the acceleration layer moves in (issue 28): the executor hook removes them
-PENDING = {("simulator.collectives.api", "simulator.acceleration.quotient"),
-           ("simulator.collectives.api", "simulator.acceleration.ring_quotient")}
-
-
 def rank(module: str) -> int | None:
     """Layer rank of a dotted module name inside `simulator` (None for the package itself)."""
     parts = module.split(".")
@@ -64,8 +59,7 @@ def test_every_module_has_a_layer():
 def test_imports_point_down(path: Path):
     own = rank(dotted(path))
     bad = [f"line {line}: {name}" for line, name in imported(ast.parse(path.read_text()))
-           if name.startswith("simulator") and (r := rank(name)) is not None and r > own
-           and (dotted(path), name) not in PENDING]
+           if name.startswith("simulator") and (r := rank(name)) is not None and r > own]
     # the package root re-exports everything, so importing names from it is importing upward
     bad += [f"line {line}: {name}" for line, name in imported(ast.parse(path.read_text())) if name == "simulator"]
     assert bad == [], f"{dotted(path)} (layer {own}) imports from higher layers: {bad}"

@@ -21,8 +21,7 @@ from typing import Any
 import simpy
 
 from simulator import analytic
-from simulator.acceleration.reruns import Attempt, run_with_reruns
-from simulator.acceleration.step_symmetry import Symmetry
+from simulator.acceleration.executor import Attempt, executor
 from simulator.collectives import start_collective
 from simulator.collectives.schedule import gc_paused
 from simulator.engine.system import System
@@ -200,7 +199,7 @@ class StepSimulation:
             return _StepRun(self, ops_per_group, layer_of, attempt)
 
         #: the reruns taken (`simulator.acceleration.reruns.REASONS`, in order)
-        self.reruns = run_with_reruns(make, Attempt(fast=self.fast)).reasons
+        self.reruns = executor(self.fast).run_step(make).reasons
 
     def ideal_bound(self) -> float:
         """Closed-form lower bound (seconds) on the ideal step of the ops last `run`, with no second simulation.
@@ -244,8 +243,8 @@ class StepSimulation:
         self.sym = None
         if attempt.fast and self.mesh is not None and all(g == ops for g in ops_per_group):
             axes: list[tuple[str, ...]] = [(a,) for a in ("model", "data") if self.mesh.size(a) > 1]
-            sym = Symmetry(self.system, self.mesh, {c.index: 0 for c in self.system.chips}, True, True, axes,
-                           attempt.replay, attempt.avoid, attempt.quotients, node_allowed=attempt.node_allowed)
+            sym = executor(True).symmetry(self.system, self.mesh, {c.index: 0 for c in self.system.chips}, True,
+                                          axes, attempt)
             self.sym = sym if sym.active else None
         running = set(self.sym.chips()) if self.sym is not None else {c.index for c in self.system.chips}
         chips = [c for c in self.system.chips if c.index in running]

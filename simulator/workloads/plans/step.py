@@ -25,8 +25,7 @@ from typing import Any
 
 import simpy
 
-from simulator.acceleration.reruns import Attempt, run_with_reruns
-from simulator.acceleration.step_symmetry import Symmetry
+from simulator.acceleration.executor import Attempt, executor
 from simulator.analytic import exposed_s
 from simulator.collectives import collective_groups, start_collective
 from simulator.collectives.schedule import gc_paused
@@ -71,8 +70,8 @@ class TrainStep:
         self.stage_of = {c.index: self._stage(c.index) for c in self.system.chips}
         self.stage_size = len(self.system.chips) // self.p
         moe = plan.size("expert") > 1 and bool(cfg.n_experts)  # AllToAll: no ring to stand for the others
-        self.sym = Symmetry(self.system, self.mesh, self.stage_of, fast, not moe, self._axis_sets(), replay, avoid,
-                            quotients, shared, node_allowed)
+        self.sym = executor(fast).symmetry(self.system, self.mesh, self.stage_of, not moe, self._axis_sets(),
+                                           Attempt(fast, quotients, replay, avoid, node_allowed), shared)
         self._pending: dict[Any, list[Any]] = {}
         self._mail: dict[Any, list[Any]] = {}
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
@@ -351,6 +350,6 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
                          replay=attempt.replay, avoid=attempt.avoid, quotients=attempt.quotients,
                          shared=first[0].sym.shared, node_allowed=attempt.node_allowed)
 
-    outcome = run_with_reruns(make, Attempt(fast=fast, quotients=quotients, replay=replay))
+    outcome = executor(fast).run_step(make, quotients=quotients, replay=replay)
     outcome.run.reruns = outcome.reasons
     return outcome.run, outcome.figures
