@@ -7,6 +7,7 @@ ground floor   `units`, `errors`, `analytic` (closed forms every result is check
 hardware       chip specifications, presets, calibration data
 engine         channels, memory pools, chips, network, `System`, trace
 collectives    schedules, groups, algorithms behind a registry, plan / run / start API
+acceleration   fast runs with the exact figures (quotients, replay, reruns), one `executor`
 workloads      pipelines, meshes, sharding, attention, Transformer configs, budgets, steps
 report         `Result`, plots, exports
 frontend       the `podsim` CLI, sweeps, scenario loading, validation
