@@ -22,6 +22,7 @@ copy of the source (a before/after comparison; a tree without the quotient runs 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import subprocess
 import sys
@@ -39,12 +40,15 @@ def one(index: int) -> None:
     sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
     from engine import lean
 
-    from simulator.collectives import plan_collective
+    from simulator.collectives import api, plan_collective
     from simulator.collectives.api import _execute_calibrated
     try:
         from simulator.acceleration.ring_quotient import run_quotient
-    except ImportError:  # a tree from before the quotient (--tree)
-        run_quotient = None
+    except ImportError:  # a tree from before the acceleration layer (--tree), or before the quotient
+        try:
+            from simulator.collectives.ring_quotient import run_quotient
+        except ImportError:
+            run_quotient = None
     from simulator.collectives.schedule import check_arrived, gc_paused
     from simulator.engine.system import System
     from simulator.engine.watch import RunWatch, watching
@@ -59,8 +63,12 @@ def one(index: int) -> None:
     wall, cpu = time.perf_counter(), time.process_time()
     system = System("h100", topology=topology, trace=False)
     with watching(watch), gc_paused():
-        quotient = {} if run_quotient is None else {"_quotient": True}  # what run_collective asks
-        plan = plan_collective("all_reduce", system, nbytes, algorithm=algorithm, mode=mode, **quotient)
+        if run_quotient is not None and "direct_quotient" in inspect.signature(getattr(api, "_plan", len)).parameters:
+            plan = api._plan("all_reduce", system, nbytes, algorithm=algorithm, mode=mode,
+                             direct_quotient=True)  # what run_collective asks
+        else:  # older trees: the private flag plan_collective had, or no quotient at all
+            quotient = {} if run_quotient is None else {"_quotient": True}
+            plan = plan_collective("all_reduce", system, nbytes, algorithm=algorithm, mode=mode, **quotient)
         plan_wall, plan_cpu = time.perf_counter() - wall, time.process_time() - cpu
         estimate = watch.estimate
         on_quotient = None if run_quotient is None else run_quotient(system, plan, mode, True)

@@ -153,6 +153,36 @@ print(json.dumps([fast.mode, fast.quotient_order, fast.time_s, exact.mode, exact
     assert fast_s == pytest.approx(exact_s, rel=1e-9)
 
 
+#: where an old path is a fallback for running against an older source tree (``--tree``), after the new one
+OLD_TREES = {("benchmarks/thousand_gpus.py", "simulator.collectives.ring_quotient")}
+
+
+def old_paths(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, old name) for every import of a module by a name it had before it moved (`simulator.MOVED`)."""
+    import simulator
+
+    out = []
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        out += [(node.lineno, name) for name in names if name in simulator.MOVED]
+    return out
+
+
+def test_the_project_s_own_code_imports_no_old_path():
+    """Old paths are for users' scripts (they warn); the repository's modules, tests, benchmarks, scripts and
+    scenarios import each module by the name it has now (a merge that brings an old path back is caught here)."""
+    top = ROOT.parent
+    files = [p for d in ("simulator", "tests", "benchmarks", "scripts", "scenarios") for p in (top / d).rglob("*.py")]
+    bad = [f"{p.relative_to(top)} line {line}: {name}" for p in files
+           for line, name in old_paths(ast.parse(p.read_text(encoding="utf-8")))
+           if (str(p.relative_to(top)), name) not in OLD_TREES]
+    assert len(files) > 300
+    assert bad == []
+    assert old_paths(ast.parse("from simulator.workloads.plans import symmetry\nimport simulator.collectives.quotient"))
+
+
 def test_the_rule_catches_an_upward_import():
     tree = ast.parse("from simulator.frontend.cli import main\nfrom simulator import analytic")
     names = [name for _, name in imported(tree)]

@@ -25,16 +25,19 @@ tests/test_layers.py holds that nothing else imports this layer.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from simulator.acceleration import quotient as _quotient
 from simulator.acceleration import reduced as _reduced
 from simulator.acceleration import ring_quotient as _ring_quotient
+from simulator.acceleration.replay import Replays
 from simulator.acceleration.reruns import Attempt, Outcome, run_with_reruns
 from simulator.acceleration.step_symmetry import Symmetry
 from simulator.collectives import fast_path
 
 if TYPE_CHECKING:  # annotations only
+    import simpy
+
     from simulator.collectives.algorithm import Algorithm, Job
     from simulator.collectives.groups import Group
     from simulator.collectives.schedule import Completion
@@ -42,7 +45,49 @@ if TYPE_CHECKING:  # annotations only
     from simulator.engine.network import Network
     from simulator.engine.system import System
 
-__all__ = ["EXACT", "FAST", "Attempt", "Executor", "Outcome", "executor"]
+__all__ = ["EXACT", "FAST", "Attempt", "Executor", "Outcome", "Representatives", "executor"]
+
+
+class Representatives(Protocol):
+    """What a step driver may ask of the representatives `Executor.symmetry` gives it (the step half of the
+    contract; `step_symmetry.Symmetry` implements it, and mypy holds the step drivers to these members).
+    Inactive (``active`` False: not fast, or the step not symmetric), every chip runs and each call is the
+    exact run's."""
+
+    active: bool  #: representatives stand for the other chips
+    per_stage: int  #: chips each representative stands for
+    shared: dict[tuple, Any]  #: plans a rerun of the step reuses (pass it to the next attempt's `symmetry`)
+    replays: Replays  #: lone repeated collectives replayed; ``metrics`` gives the finished run's figures
+
+    @property
+    def arrivals(self) -> int:
+        """Chips of a stage that must reach a collective before it starts."""
+        ...
+
+    def chips(self) -> list[Any]:
+        """The chips whose programs run (all chips when inactive)."""
+        ...
+
+    def start(self, kind: str, nbytes: float, axes: list[str], stage: int, exact: dict[str, Any]) -> simpy.Event:
+        """Start the stage's collective (``exact``: the keywords of the exact run's `start_collective`)."""
+        ...
+
+    def send(self, chip: Any, nbytes: float, label: str, counterpart: Callable[[Any], Any],
+             arrived: Callable[[Any], None]) -> None:
+        """Every chip of ``chip``'s stage sends ``nbytes`` to its counterpart; ``arrived`` on the representative's."""
+        ...
+
+    def finish(self, trace: Any) -> None:
+        """Scale the trace's counters to every chip and name the chips each representative stood for."""
+        ...
+
+    def upper_bound(self, per_chip: dict[Any, dict[str, float]]) -> float:
+        """The step's upper bound, with the links of the groups it did not simulate."""
+        ...
+
+    def timeline_chip(self, peak: dict[Any, float], stage_of: dict[Any, int]) -> Any:
+        """The chip whose memory timeline the exact run would report."""
+        ...
 
 
 class Executor:
@@ -91,7 +136,7 @@ class Executor:
     # -- a step ---------------------------------------------------------------------------------------------------
     def symmetry(self, system: System, mesh: Any, stage_of: dict[Any, int], rings: bool = False,
                  axis_sets: list[tuple[str, ...]] | None = None, attempt: Attempt | None = None,
-                 shared: dict | None = None) -> Symmetry:
+                 shared: dict | None = None) -> Representatives:
         """The step's representatives (`step_symmetry.Symmetry`: inactive, every chip running, where not fast or
         the step is not symmetric); ``attempt`` carries the single mechanisms a rerun turns off."""
         a = attempt or Attempt(fast=self.fast)

@@ -21,7 +21,7 @@ from typing import Any
 import simpy
 
 from simulator import analytic
-from simulator.acceleration.executor import Attempt, executor
+from simulator.acceleration.executor import Attempt, Representatives, executor
 from simulator.collectives import start_collective
 from simulator.collectives.schedule import gc_paused
 from simulator.engine.system import System
@@ -140,7 +140,7 @@ class _StepRun:
         self.step, self.args, self.attempt = sim, (ops_per_group, layer_of), attempt
 
     @property
-    def sym(self) -> Any:
+    def sym(self) -> Representatives | None:
         """The attempt's `Symmetry` (None: every chip ran)."""
         return self.step.sym
 
@@ -157,7 +157,7 @@ class StepSimulation:
     `Symmetry` (None: every chip ran). False: every chip, as before.
     """
 
-    sym: Any = None
+    sym: Representatives | None = None
     reruns: list[str] = []  #: the reruns `run` took (`simulator.acceleration.reruns`; set by each run)
 
     def __init__(self, cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, trace: bool,
