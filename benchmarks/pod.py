@@ -5,8 +5,8 @@ Issue 16's pod-scale target: the step on the full 8,960-chip v5p pod (slice 16x2
 plain-SimPy pipeline of 10,000 blocks, and on 4,096 chips (slice 16x16x16: model=16, fsdp=256) in at most
 20x, both measured in the same run (process start-up excluded; the step's wall time includes building the
 system and the closed form). One sequence of 2,048 tokens per FSDP replica. The step runs by symmetry (one
-chip, collectives over one ring per axis: `simulator.workloads.plans.symmetry`), each layer's collectives
-replayed from the first lone run of the same group (`simulator.workloads.plans.replay`; a rerun when a guess
+chip, collectives over one ring per axis: `simulator.acceleration.step_symmetry`), each layer's collectives
+replayed from the first lone run of the same group (`simulator.acceleration.replay`; a rerun when a guess
 fails: the last layer's ReduceScatter has no AllGather beside it); the full simulation of every chip is out
 of reach at this size. Prints each size's wall time, simulated step, events and ratio,
 ending with ``ratio: X`` for the full pod.

@@ -4,10 +4,10 @@ Issue 16's whole-step target: the step's wall time at most 4x that of benchmarks
 pipeline of 10,000 blocks, measured in the same run (process start-up excluded). Prints both wall times
 (best of ``--repeat``, interleaved so machine load falls on both), the step's simulated time and event
 count, and ends with ``ratio: X`` where X = step wall / lean wall (the target is X <= 4). The step runs by
-symmetry (one chip per pipeline stage, `simulator.workloads.plans.symmetry`), its collectives on the quotient
+symmetry (one chip per pipeline stage, `simulator.acceleration.step_symmetry`), its collectives on the quotient
 of the 4x4x4 torus by the translations that map the groups onto groups (y is split between data and model:
-translations by (1, 2, 1), 32 of them; `simulator.collectives.quotient`), its repeated collectives
-replayed where they are alone on their links (`simulator.workloads.plans.replay`); ``--exact`` also times
+translations by (1, 2, 1), 32 of them; `simulator.acceleration.quotient`), its repeated collectives
+replayed where they are alone on their links (`simulator.acceleration.replay`); ``--exact`` also times
 the full simulation of every chip once, checks that both report the same step, and prints its ratio too.
 
     python benchmarks/step.py [--repeat 1] [--no-trace] [--exact]

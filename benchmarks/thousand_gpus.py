@@ -5,7 +5,7 @@ Cases: 1 GB on superpod:4 (1,024 H100s under a leaf per rail and a spine), on no
 NIC per GPU; auto and hierarchical_pipelined), nodes:64:8 and nodes:32:8; 1 MB and 1 GB on superpod:1; cases
 marked ``/full`` run mode="full" (every transfer: the check of the quotient's numbers, minutes on a thousand
 GPUs). Each case runs as `run_collective` does in mode auto: on the quotient by the fabric's node, unit and
-rail rotations where it applies (`simulator.collectives.quotient`, `ring_quotient` for flat rings, built
+rail rotations where it applies (`simulator.acceleration.quotient`, `ring_quotient` for flat rings, built
 without their schedule). It prints its algorithm, transfers in the schedule, which quotient ran (the group,
 |G|, transfers run), SimPy events processed, the work units the executor reported to the watch beside the
 estimate made while planning, and CPU and wall seconds of planning (tuner and schedule, or a ring's quotient),
@@ -22,6 +22,7 @@ copy of the source (a before/after comparison; a tree without the quotient runs 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import subprocess
 import sys
@@ -39,12 +40,15 @@ def one(index: int) -> None:
     sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
     from engine import lean
 
-    from simulator.collectives import plan_collective
+    from simulator.collectives import api, plan_collective
     from simulator.collectives.api import _execute_calibrated
     try:
-        from simulator.collectives.ring_quotient import run_quotient
-    except ImportError:  # a tree from before the quotient (--tree)
-        run_quotient = None
+        from simulator.acceleration.ring_quotient import run_quotient
+    except ImportError:  # a tree from before the acceleration layer (--tree), or before the quotient
+        try:
+            from simulator.collectives.ring_quotient import run_quotient
+        except ImportError:
+            run_quotient = None
     from simulator.collectives.schedule import check_arrived, gc_paused
     from simulator.engine.system import System
     from simulator.engine.watch import RunWatch, watching
@@ -59,8 +63,12 @@ def one(index: int) -> None:
     wall, cpu = time.perf_counter(), time.process_time()
     system = System("h100", topology=topology, trace=False)
     with watching(watch), gc_paused():
-        quotient = {} if run_quotient is None else {"_quotient": True}  # what run_collective asks
-        plan = plan_collective("all_reduce", system, nbytes, algorithm=algorithm, mode=mode, **quotient)
+        if run_quotient is not None and "direct_quotient" in inspect.signature(getattr(api, "_plan", len)).parameters:
+            plan = api._plan("all_reduce", system, nbytes, algorithm=algorithm, mode=mode,
+                             direct_quotient=True)  # what run_collective asks
+        else:  # older trees: the private flag plan_collective had, or no quotient at all
+            quotient = {} if run_quotient is None else {"_quotient": True}
+            plan = plan_collective("all_reduce", system, nbytes, algorithm=algorithm, mode=mode, **quotient)
         plan_wall, plan_cpu = time.perf_counter() - wall, time.process_time() - cpu
         estimate = watch.estimate
         on_quotient = None if run_quotient is None else run_quotient(system, plan, mode, True)

@@ -7,6 +7,7 @@ ground floor   `units`, `errors`, `analytic` (closed forms every result is check
 hardware       chip specifications, presets, calibration data
 engine         channels, memory pools, chips, network, `System`, trace
 collectives    schedules, groups, algorithms behind a registry, plan / run / start API
+acceleration   fast runs with the exact figures (quotients, replay, reruns), one `executor`
 workloads      pipelines, meshes, sharding, attention, Transformer configs, budgets, steps
 report         `Result`, plots, exports
 frontend       the `podsim` CLI, sweeps, scenario loading, validation
@@ -76,7 +77,15 @@ MOVED = {f"simulator.{old}": f"simulator.{new}" for old, new in (
     ("scenario", "frontend.scenario"), ("sharding", "workloads.sharding"), ("specs", "hardware.specs"),
     ("sweep", "frontend.sweep"), ("system", "engine.system"), ("trace", "engine.trace"),
     ("transformer", "workloads.transformer"), ("validate", "frontend.validate"), ("workload", "workloads.simulate"),
-    ("collectives.symmetry", "collectives.automorphisms"))}  # one symmetry.py (workloads.plans.symmetry), issue 28
+    ("collectives.symmetry", "acceleration.automorphisms"),  # one symmetry module (issue 28)
+    # the acceleration layer gathered into one subpackage (issue 28, 2026-12-02)
+    ("collectives.quotient", "acceleration.quotient"), ("collectives.automorphisms", "acceleration.automorphisms"),
+    ("collectives.slice_symmetry", "acceleration.slice_symmetry"),
+    ("collectives.ring_quotient", "acceleration.ring_quotient"),
+    ("workloads.plans.symmetry", "acceleration.step_symmetry"),
+    ("workloads.plans.node_quotients", "acceleration.node_quotients"),
+    ("workloads.plans.replay", "acceleration.replay"), ("workloads.plans.templates", "acceleration.templates"),
+    ("workloads.plans.reruns", "acceleration.reruns"))}
 MOVED_REMOVAL = "2027-06-01"  #: the first release without the old import paths
 
 

@@ -82,7 +82,7 @@ def test_a_multislice_step_runs_on_the_quotient_by_slice_rotations(calibrated):
 
 
 def test_slice_actions_are_the_products_of_slice_rotations_and_wrapped_slice_axes():
-    from simulator.collectives.slice_symmetry import slice_actions
+    from simulator.acceleration.slice_symmetry import slice_actions
     from simulator.engine.system import System
 
     orders = {a.name: a.order for a in slice_actions(System("tpu-v5e", topology="multislice:4:16x16").network)}

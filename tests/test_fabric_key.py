@@ -1,8 +1,8 @@
 """Node-system symmetry groups are reused between steps only on identical fabrics (`fabric_key`)."""
 from __future__ import annotations
 
+from simulator.acceleration.node_quotients import fabric_key
 from simulator.engine.system import System
-from simulator.workloads.plans.node_quotients import fabric_key
 
 
 def test_identical_fabrics_share_a_key_and_others_do_not() -> None:

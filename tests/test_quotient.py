@@ -1,4 +1,4 @@
-"""Collectives on the quotient of a torus by translations (`simulator.collectives.quotient`) against full runs.
+"""Collectives on the quotient of a torus by translations (`simulator.acceleration.quotient`) against full runs.
 
 Oracles: the full simulation of every transfer (plain path, every link) for times and bytes; the orbit size
 from first principles (the product over axes of length / step); and where the quotient must refuse (a root
@@ -10,8 +10,8 @@ import math
 
 import pytest
 
+from simulator.acceleration.quotient import Translations, execute_quotient, quotient
 from simulator.collectives import plan_collective
-from simulator.collectives.quotient import Translations, execute_quotient, quotient
 from simulator.collectives.schedule import execute
 from simulator.engine.system import System
 from simulator.workloads.mesh import Mesh

@@ -25,13 +25,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from same_results import assert_same
 
-from simulator.collectives.quotient import Translations, execute_quotient, quotient
+from simulator.acceleration import step_symmetry as symmetry
+from simulator.acceleration.quotient import Translations, execute_quotient, quotient
 from simulator.collectives.schedule import Transfer, _new_transfer, execute
 from simulator.engine.system import System
 from simulator.errors import PodsimError
 from simulator.hardware.specs import get_chip
 from simulator.workloads.budget import Parallelism
-from simulator.workloads.plans import symmetry
 from simulator.workloads.plans.layout import AXES, TrainOptions, parse_plan_mesh
 from simulator.workloads.plans.step import simulate_step
 from simulator.workloads.simulate import simulate_decode, simulate_train

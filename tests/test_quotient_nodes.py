@@ -1,5 +1,5 @@
 """Collectives on GPU node systems run on the quotient by node and rail rotations (`collectives.automorphisms`,
-`simulator.collectives.quotient`, mode ``auto`` of `run_collective`) against full runs.
+`simulator.acceleration.quotient`, mode ``auto`` of `run_collective`) against full runs.
 
 Oracles: the full simulation of every transfer (``mode="full"``) for the completion time, each link's bytes and
 the interface counters; the orbit sizes from first principles (K nodes, G rails: node rotations have order K on
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.acceleration.automorphisms import Automorphisms, node_actions, node_rotation, rail_rotation
+from simulator.acceleration.quotient import execute_quotient, quotient, run_on_quotient
+from simulator.acceleration.ring_quotient import ring_quotient
 from simulator.collectives import plan_collective, run_collective
-from simulator.collectives.automorphisms import Automorphisms, node_actions, node_rotation, rail_rotation
-from simulator.collectives.quotient import execute_quotient, quotient, run_on_quotient
-from simulator.collectives.ring_quotient import ring_quotient
 from simulator.collectives.schedule import execute
 from simulator.engine.system import System
 from topologies.fattree import fattree

@@ -1,4 +1,4 @@
-"""The one rerun driver (`simulator.workloads.plans.reruns`): its rules on scripted runs, then each rerun reason
+"""The one rerun driver (`simulator.acceleration.reruns`): its rules on scripted runs, then each rerun reason
 forced in both fast steps (the training step and the decode / simple training step), whose figures must
 equal an exact run's (every chip simulated)."""
 from __future__ import annotations
@@ -10,13 +10,13 @@ from types import SimpleNamespace
 import pytest
 from same_results import assert_same
 
+from simulator.acceleration.replay import Replays
+from simulator.acceleration.reruns import Attempt, run_with_reruns
+from simulator.acceleration.step_symmetry import Rerun, Symmetry
 from simulator.hardware.specs import get_chip
 from simulator.workloads.budget import Parallelism
 from simulator.workloads.plans.layout import TrainOptions, parse_plan_mesh
-from simulator.workloads.plans.replay import Replays
-from simulator.workloads.plans.reruns import Attempt, run_with_reruns
 from simulator.workloads.plans.step import simulate_step
-from simulator.workloads.plans.symmetry import Rerun, Symmetry
 from simulator.workloads.simulate import simulate_decode
 from simulator.workloads.transformer import get_model
 

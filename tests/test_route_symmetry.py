@@ -88,8 +88,8 @@ def test_a_tier_rings_one_row_table_is_its_per_entry_units(name, what):
 def test_a_multislice_quotient_run_is_the_full_run(kind, topology):
     """Slice rotations (symmetry.slice_actions) make a multislice collective run one slice's transfers: the
     same time, bytes and busy times as every transfer run (mode full)."""
+    from simulator.acceleration.automorphisms import slice_actions
     from simulator.collectives.api import run_collective
-    from simulator.collectives.automorphisms import slice_actions
 
     results = {}
     for mode in ("auto", "full"):

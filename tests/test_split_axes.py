@@ -11,10 +11,10 @@ import pytest
 
 from scenarios import transformer_step
 from simulator import get_chip, run_collective
+from simulator.acceleration.step_symmetry import why_not_symmetric
 from simulator.collectives.groups import collective_groups
 from simulator.engine.system import System
 from simulator.workloads.mesh import Mesh, default_topology_for, parse_mesh
-from simulator.workloads.plans.symmetry import why_not_symmetric
 
 
 def _cube(mesh: str = "data=8,model=8") -> tuple[System, Mesh]:

@@ -8,8 +8,8 @@ import math
 import pytest
 from same_results import assert_same
 
+from simulator.acceleration import step_symmetry as symmetry
 from simulator.hardware.specs import get_chip
-from simulator.workloads.plans import symmetry
 from simulator.workloads.plans.layout import parse_plan_mesh
 from simulator.workloads.plans.step import simulate_step
 from simulator.workloads.plans.train import TrainOptions

@@ -1,4 +1,4 @@
-"""Repeated collectives replayed from their first lone run (`simulator.workloads.plans.replay`).
+"""Repeated collectives replayed from their first lone run (`simulator.acceleration.replay`).
 
 Oracles: first principles on one link (a transfer of V bytes over a link of bandwidth W and latency a takes
 a + V/W and carries V bytes, wherever it starts), and the plain simulation of the same step without replays
@@ -12,12 +12,12 @@ import math
 import pytest
 from same_results import assert_same
 
+from simulator.acceleration.replay import Replays
 from simulator.collectives.schedule import Transfer
 from simulator.engine.system import System
 from simulator.engine.trace import compute_metrics
 from simulator.hardware.specs import get_chip
 from simulator.workloads.plans import TrainOptions, parse_plan_mesh
-from simulator.workloads.plans.replay import Replays
 from simulator.workloads.plans.step import simulate_step
 from simulator.workloads.transformer import get_model
 

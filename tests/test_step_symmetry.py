@@ -14,11 +14,11 @@ import math
 import pytest
 from same_results import assert_same
 
+from simulator.acceleration.step_symmetry import Symmetry
 from simulator.engine.faults import ChipSlow, FaultPlan, LinkDegraded, applying
 from simulator.hardware.specs import get_chip
 from simulator.workloads.plans import TrainOptions, parse_plan_mesh, train_plan
 from simulator.workloads.plans.step import TrainStep, simulate_step
-from simulator.workloads.plans.symmetry import Symmetry
 from simulator.workloads.transformer import get_model
 
 CASES = [  # model, chip, mesh, batch, topology, options

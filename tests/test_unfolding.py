@@ -1,6 +1,6 @@
 """A fast run's figures unfolded onto every chip before they leave for exports and pictures (`Trace.unfolded`).
 
-A symmetric step runs one representative chip per stage (`simulator.workloads.plans.symmetry`); its trace names
+A symmetric step runs one representative chip per stage (`simulator.acceleration.step_symmetry`); its trace names
 the chips each representative stood for (`Trace.chip_images`). The oracle is the exact run (``fast=False``,
 every chip simulated): per chip, the busy seconds of each chip unit, the FLOPs and the bytes moved by chip units
 must equal the unfolded fast trace's, and every chip must have compute spans in the Perfetto export and the Gantt.

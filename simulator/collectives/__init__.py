@@ -29,7 +29,8 @@ ReduceScatter and AllReduce, by algorithms that declare it: `Capabilities`, docs
 simulates one representative ring per axis with all parts sharing its links; it gives the same time as
 the full simulation (tested at small sizes). Its trace and
 ``link_bytes`` show the representative links only; ``max_link_bytes``, ``total_link_bytes`` and the
-``bytes`` metric count the whole system.
+``bytes`` metric count the whole system. Reduced mode and the quotients live in the layer above
+(`simulator.acceleration`); ``api`` reaches them only through the protocol of ``fast_path``.
 """
 from __future__ import annotations
 

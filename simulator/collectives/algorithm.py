@@ -50,9 +50,9 @@ class Capabilities:
     #: physical axis, `Group.shared`) may use it (Broadcast never: it is priced along one group)
     shared_links: bool = False
     #: its schedule may run on a quotient by a symmetry group of the network
-    #: (`simulator.collectives.quotient.run_on_quotient`, which verifies equivariance first)
+    #: (`simulator.acceleration.quotient.run_on_quotient`, which verifies equivariance first)
     quotient: bool = True
-    #: the quotient is built without the full schedule (`simulator.collectives.ring_quotient`; needs the
+    #: the quotient is built without the full schedule (`simulator.acceleration.ring_quotient`; needs the
     #: ring geometry ``on_axis``, ``gather_chains``, ``reduce_chains`` of `simulator.collectives.ring.RingAlgorithm`)
     direct_quotient: bool = False
     #: moves real data (``data=``, numeric mode: bundles are key lists); False: timing and bytes only
@@ -181,7 +181,7 @@ def check_capabilities(algorithm: Algorithm) -> None:
     missing = [m for m in ("on_axis", "gather_chains", "reduce_chains") if not callable(getattr(algorithm, m, None))]
     if caps.direct_quotient and missing:
         raise PodsimError(f"algorithm {name!r} declares direct_quotient but has no {', '.join(missing)} (the ring "
-                          f"geometry simulator.collectives.ring_quotient builds from)")
+                          f"geometry simulator.acceleration.ring_quotient builds from)")
 
 
 def unregister(name: str) -> None:

@@ -16,15 +16,14 @@ import numpy as np
 from simulator import analytic
 from simulator.collectives import fault_routes, layout, payload
 from simulator.collectives import protocol as protocols
-from simulator.collectives.algorithm import AUTO, KINDS, REDUCED_KINDS, Algorithm, Job, algorithms, get_algorithm
+from simulator.collectives.algorithm import AUTO, KINDS, Algorithm, Job, get_algorithm
 from simulator.collectives.book import book_estimate
 from simulator.collectives.bounds import own_links_bound, topology_bound
+from simulator.collectives.fast_path import fast_path
 from simulator.collectives.fault_routes import AS_FAULTED
 from simulator.collectives.groups import Group, collective_groups, nic_rings, root_position
-from simulator.collectives.quotient import Quotient, execute_quotient, unfold
 from simulator.collectives.result import CollectiveResult, no_op
 from simulator.collectives.ring import RingAlgorithm
-from simulator.collectives.ring_quotient import plan_quotient, run_quotient
 from simulator.collectives.schedule import Completion, Schedule, check_arrived, gc_paused
 from simulator.collectives.schedule import execute as execute_all
 from simulator.collectives.tuner import nccl_select, tune
@@ -113,7 +112,7 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
     if group.n <= 1:
         job = make_job(None)
         return CollectivePlan(kind, None, job, job.nbytes, _n_keys(job), False, None)
-    eligible = _reduced_eligible(mode, kind, data, group, net, not explicit)
+    eligible = fast_path().reduced_eligible(mode, kind, data, group, net, not explicit)
     nccl = None if price is None else nccl_select(kind, net, groups, _nbytes(nbytes, data), protocol)
     choice = tune(algorithm, kind, net, groups, make_job, price, nccl)
     route = AS_FAULTED
@@ -125,10 +124,10 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
         pieces = protocols.protocol_chunks(system.calibration, choice.algorithm, job, choice.protocol)
         if pieces is not None and pieces != job.chunks:
             job = make_job(choice.algorithm, pieces)
-    job.reduced = _use_reduced(mode, eligible, choice.algorithm, algorithm == AUTO)
+    job.reduced = fast_path().use_reduced(mode, eligible, choice.algorithm, algorithm == AUTO)
     schedule = Schedule(job.key_bytes)
     direct = direct_quotient and mode == "auto" and data is None and choice.algorithm.capabilities.direct_quotient
-    built = plan_quotient(system, choice.algorithm, job) if direct else None
+    built = fast_path().direct_quotient(system, choice.algorithm, job) if direct else None
     if built is None:
         choice.algorithm.build(job, schedule)
     return CollectivePlan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule,
@@ -317,7 +316,7 @@ def _start(kind: str, system: System, nbytes: float, aggregate: bool, kwargs: di
     return start_planned(system, plan, aggregate=aggregate)
 
 
-def start_planned(system: System, plan: CollectivePlan, quotient: Quotient | None = None,
+def start_planned(system: System, plan: CollectivePlan, quotient: Any = None,
                   aggregate: bool = True) -> Completion:
     """`start_collective` of a timing-only ``plan``, on ``quotient`` of its schedule where given: a calibration
     (per link kind and size, set where the network is idle) keeps the quotient exact."""
@@ -363,7 +362,7 @@ def _run(kind: str, system: System, nbytes: float | None, aggregate: bool, kwarg
         if job.layout is not None else payload.initial_buffers(kind, plan.groups, data, job.parts, job.chunks,
                                                                job.root_pos)
     start, before = system.env.now, net.link_bytes()
-    on_quotient = run_quotient(system, plan, kwargs.get("mode", "auto"), data is None and aggregate)
+    on_quotient = fast_path().quotient_run(system, plan, kwargs.get("mode", "auto"), data is None and aggregate)
     if on_quotient is not None:
         channels = {c: c.bytes_carried for c in net.links.values()}
     done = _execute_calibrated(system, plan, buffers, aggregate=aggregate,
@@ -372,13 +371,13 @@ def _run(kind: str, system: System, nbytes: float | None, aggregate: bool, kwarg
     net.set_link_efficiency(None)
     check_arrived(done, system.env.now)
     if on_quotient is not None:  # every link of a representative's orbit carried what it carried, spans too
-        unfold(net, on_quotient[1], on_quotient[0], channels)
+        fast_path().unfold(net, on_quotient[1], on_quotient[0], channels)
     time_s = system.env.now - start
     algbw, busbw = analytic.bus_bandwidth(kind, plan.nbytes, time_s, job.group.n)
     link_bytes = {k: v - before.get(k, 0.0) for k, v in net.link_bytes().items() if v > before.get(k, 0.0)}
     total = sum(link_bytes.values())
     if plan.reduced:  # the trace saw one ring per axis; count the bytes of all the others too
-        total = _total_link_bytes(net, plan.groups, job.group, link_bytes)
+        total = fast_path().total_link_bytes(net, plan.groups, job.group, link_bytes)
         system.trace.count(next(iter(net.links.values())).kind, total - sum(link_bytes.values()))
     return CollectiveResult(
         kind=kind, time_s=time_s, analytic_s=_analytic_s(plan),
@@ -476,7 +475,7 @@ def _aggregate(kwargs: dict[str, Any]) -> bool:
 
 
 def _execute_calibrated(system: System, plan: CollectivePlan, buffers: Any, set_links: bool = True,
-                        aggregate: bool = True, quotient: Quotient | None = None) -> Completion:
+                        aggregate: bool = True, quotient: Any = None) -> Completion:
     """`execute` (`execute_quotient` of ``quotient`` where given), after the calibrated launch latency and
     (with ``set_links``) with links at their calibrated efficiency for an array of this size (and the hop
     latency of the plan's protocol, if any); plain `execute` on an ideal system."""
@@ -485,7 +484,7 @@ def _execute_calibrated(system: System, plan: CollectivePlan, buffers: Any, set_
     assert schedule is not None, "a plan that runs has a schedule (None: a one-device no-op)"
 
     def execute(*args: Any) -> Completion:
-        return execute_all(*args) if quotient is None else execute_quotient(net, quotient, plan.kind)
+        return execute_all(*args) if quotient is None else fast_path().execute_quotient(net, quotient, plan.kind)
 
     if cal is None:
         return execute(net, schedule.transfers, buffers, plan.kind, aggregate)
@@ -521,37 +520,3 @@ def _explicit_groups(net: Network, groups: Sequence[Group], axes: Any, mesh: Any
         raise PodsimError(f"explicit groups must name chips of the topology, each once; bad or repeated: "
                           f"{bad or sorted({c for c in members if members.count(c) > 1})}")
     return groups
-
-
-def _reduced_eligible(mode: str, kind: str, data: Any, group: Group, net: Network, one_to_one: bool = True) -> bool:
-    """Whether the network and job allow one representative ring per axis: every ring of an axis behaves alike
-    where every axis wraps or has two chips (both ways are then the one link)."""
-    symmetric = all(w or n == 2 for n, w in zip(group.sizes, group.wraps, strict=True))
-    eligible = data is None and kind in REDUCED_KINDS and net.grid \
-        and symmetric and one_to_one and net.uniform and not group.shared  # faults, jitter, shared links: differ
-    if mode == "reduced" and not eligible:
-        raise PodsimError("mode='reduced' needs a timing-only AllGather, ReduceScatter or AllReduce over axes that "
-                          "all wrap (or have two chips), none a strided factor of a physical axis; use mode='full'")
-    return eligible
-
-
-def _use_reduced(mode: str, eligible: bool, algorithm: Algorithm, auto: bool = False) -> bool:
-    """Reduced mode where the job allows it and ``algorithm`` declares it (`Capabilities.reduced`): an
-    algorithm that builds every group whatever ``Job.reduced`` says would have its bytes counted again
-    for rings it built already. ``mode='reduced'`` with an algorithm asked for by name that does not declare
-    it is an error; with ``auto`` (the fastest algorithm, whichever it is) it runs that algorithm in full."""
-    if mode == "reduced" and not algorithm.capabilities.reduced and not auto:
-        able = [a.name for a in algorithms() if a.capabilities.reduced]
-        raise PodsimError(f"mode='reduced': algorithm {algorithm.name!r} does not declare reduced mode "
-                          f"(capabilities.reduced=False); algorithms that do: {', '.join(able)}; or use mode='full'")
-    return eligible and mode != "full" and algorithm.capabilities.reduced
-
-
-def _total_link_bytes(net: Network, groups: list[Group], group: Group, link_bytes: dict[str, float]) -> float:
-    """Bytes over all links of the full system, from the representative rings of a reduced run:
-    each link of axis a stands for the ``groups * n / n_a`` rings along that axis."""
-    total = 0.0
-    for u, v in net.links:
-        n_axis = net.shape[net.graph.edges[u, v]["axis"]]
-        total += link_bytes.get(f"{u}->{v}", 0.0) * len(groups) * group.n / n_axis
-    return total

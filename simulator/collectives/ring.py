@@ -33,7 +33,7 @@ class RingAlgorithm(Algorithm):
     serial_reduce: bool = False  #: reduction chains cross a link in a fixed order (a line)
     fallback: str = "line"  #: algorithm on axes without wraparound
     #: one ring per axis stands for all (reduced mode), closed forms price every group's routes (shared links),
-    #: quotients built from the ring geometry without the schedule (`simulator.collectives.ring_quotient`)
+    #: quotients built from the ring geometry without the schedule (`simulator.acceleration.ring_quotient`)
     capabilities = Capabilities(reduced=True, shared_links=True, direct_quotient=True)
     uniform_rows: bool = False  #: `units_table` is one row broadcast to every position (all links alike)
 

@@ -93,7 +93,7 @@ class Channel:
     kind: str
     nominal_bandwidth_bytes_per_s: float
     nominal_latency_s: float
-    #: set only on a quotient's scaled copy of a link (`simulator.collectives.quotient`): the link it stands for
+    #: set only on a quotient's scaled copy of a link (`simulator.acceleration.quotient`): the link it stands for
     #: and how many flows on that link each of its flows is; elsewhere absent (read ``multiplicity`` by getattr)
     real: Channel
     multiplicity: int

@@ -75,9 +75,9 @@ class Trace:
     links: dict[str, dict[str, Any]] = field(default_factory=dict)
     pools: list[PoolTimeline] = field(default_factory=list)
     #: (chip, unit) of a link a collective ran on its quotient -> the links it stood for, whose spans are not kept:
-    #: `compute_metrics` gives them its busy time (`simulator.collectives.quotient.unfold`)
+    #: `compute_metrics` gives them its busy time (`simulator.acceleration.quotient.unfold`)
     images: dict[tuple[Any, str], list[tuple[Any, str]]] = field(default_factory=dict)
-    #: a representative chip of a symmetric step (`simulator.workloads.plans.symmetry`: one chip per stage runs)
+    #: a representative chip of a symmetric step (`simulator.acceleration.step_symmetry`: one chip per stage runs)
     #: -> the chips it stood for, whose spans on chip units (every unit but links) and memory timelines are its own
     chip_images: dict[Any, list[Any]] = field(default_factory=dict)
 
@@ -207,7 +207,7 @@ def compute_metrics(trace: Trace, end_to_end_s: float | None = None,
     resource, so a latency-bound run -- a small collective -- can take longer than ``upper_bound_s``.
     With tracing off there are no spans: the busy-time metrics are then None (unknown), not zero.
     ``upper_bound``: computes ``upper_bound_s`` from the busy seconds of each unit of each chip (a run that
-    simulated some chips for all: `simulator.workloads.plans.symmetry.Symmetry.upper_bound`).
+    simulated some chips for all: `simulator.acceleration.step_symmetry.Symmetry.upper_bound`).
     """
     spans = trace.spans
     e2e = end_to_end_s if end_to_end_s is not None else max((s.end for s in spans), default=0.0)

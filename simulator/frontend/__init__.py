@@ -1,1 +1,1 @@
-"""Front ends: the `podsim` command line, sweeps, scenario loading and calibration validation (layer 6)."""
+"""Front ends: the `podsim` command line, sweeps, scenario loading and calibration validation (layer 7)."""

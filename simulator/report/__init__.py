@@ -1,1 +1,1 @@
-"""What a run reports: the scenario `Result`, plots and exports (Perfetto JSON, CSV) (layer 5)."""
+"""What a run reports: the scenario `Result`, plots and exports (Perfetto JSON, CSV) (layer 6)."""

@@ -21,6 +21,7 @@ from typing import Any
 import simpy
 
 from simulator import analytic
+from simulator.acceleration.executor import Attempt, Representatives, executor
 from simulator.collectives import start_collective
 from simulator.collectives.schedule import gc_paused
 from simulator.engine.system import System
@@ -38,8 +39,6 @@ from simulator.workloads.budget import (
 )
 from simulator.workloads.mesh import Mesh, MeshSpec, default_topology_for
 from simulator.workloads.pipeline import MAX_STEPS, Operand, Step, run_steps
-from simulator.workloads.plans.reruns import Attempt, run_with_reruns
-from simulator.workloads.plans.symmetry import Symmetry
 from simulator.workloads.transformer import TransformerConfig
 
 VECTOR_OPS_PER_ELEMENT = 10  #: norms, residual adds, softmax, activation: a rough element-wise budget
@@ -134,14 +133,14 @@ def _blocks(op: LayerOp, layer: int, vmem: float) -> list[Step]:
 
 
 class _StepRun:
-    """One attempt of `StepSimulation.run`, as `simulator.workloads.plans.reruns.run_with_reruns` drives it."""
+    """One attempt of `StepSimulation.run`, as `simulator.acceleration.reruns.run_with_reruns` drives it."""
 
     def __init__(self, sim: StepSimulation, ops_per_group: list[list[LayerOp]], layer_of: list[int],
                  attempt: Attempt) -> None:
         self.step, self.args, self.attempt = sim, (ops_per_group, layer_of), attempt
 
     @property
-    def sym(self) -> Any:
+    def sym(self) -> Representatives | None:
         """The attempt's `Symmetry` (None: every chip ran)."""
         return self.step.sym
 
@@ -153,13 +152,13 @@ class StepSimulation:
     """One simulated step: the system, its per-chip step lists and the collectives between them.
 
     ``fast``: where every data group runs the same ops (and no fault, jitter or slow chip breaks the symmetry),
-    one chip stands for all (`simulator.workloads.plans.symmetry`: its collectives over its own groups, one
+    one chip stands for all (`simulator.acceleration.step_symmetry`: its collectives over its own groups, one
     ring per axis where the axes wrap, repeated ones replayed, counters scaled back); ``sym`` is that
     `Symmetry` (None: every chip ran). False: every chip, as before.
     """
 
-    sym: Any = None
-    reruns: list[str] = []  #: the reruns `run` took (`simulator.workloads.plans.reruns`; set by each run)
+    sym: Representatives | None = None
+    reruns: list[str] = []  #: the reruns `run` took (`simulator.acceleration.reruns`; set by each run)
 
     def __init__(self, cfg: TransformerConfig, spec: ChipSpec, par: Parallelism, trace: bool,
                  calibrated: bool = False, topology: str | None = None, fast: bool = True) -> None:
@@ -199,8 +198,8 @@ class StepSimulation:
             built[0] = True
             return _StepRun(self, ops_per_group, layer_of, attempt)
 
-        #: the reruns taken (`simulator.workloads.plans.reruns.REASONS`, in order)
-        self.reruns = run_with_reruns(make, Attempt(fast=self.fast)).reasons
+        #: the reruns taken (`simulator.acceleration.reruns.REASONS`, in order)
+        self.reruns = executor(self.fast).run_step(make).reasons
 
     def ideal_bound(self) -> float:
         """Closed-form lower bound (seconds) on the ideal step of the ops last `run`, with no second simulation.
@@ -244,8 +243,8 @@ class StepSimulation:
         self.sym = None
         if attempt.fast and self.mesh is not None and all(g == ops for g in ops_per_group):
             axes: list[tuple[str, ...]] = [(a,) for a in ("model", "data") if self.mesh.size(a) > 1]
-            sym = Symmetry(self.system, self.mesh, {c.index: 0 for c in self.system.chips}, True, True, axes,
-                           attempt.replay, attempt.avoid, attempt.quotients, node_allowed=attempt.node_allowed)
+            sym = executor(True).symmetry(self.system, self.mesh, {c.index: 0 for c in self.system.chips}, True,
+                                          axes, attempt)
             self.sym = sym if sym.active else None
         running = set(self.sym.chips()) if self.sym is not None else {c.index for c in self.system.chips}
         chips = [c for c in self.system.chips if c.index in running]

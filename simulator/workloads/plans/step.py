@@ -25,6 +25,7 @@ from typing import Any
 
 import simpy
 
+from simulator.acceleration.executor import Attempt, executor
 from simulator.analytic import exposed_s
 from simulator.collectives import collective_groups, start_collective
 from simulator.collectives.schedule import gc_paused
@@ -39,9 +40,7 @@ from simulator.workloads.plans.layout import MeshPlan, TrainOptions, check_train
 from simulator.workloads.plans.links import build_system
 from simulator.workloads.plans.memory import LOGIT_BYTES, per_chip_memory, saved_elements, stage_params
 from simulator.workloads.plans.ops import IN_TURN, Comm, Op, Work, head_work, in_turn, layer_work
-from simulator.workloads.plans.reruns import Attempt, run_with_reruns
 from simulator.workloads.plans.schedules import stage_layers, tasks, virtual_stage
-from simulator.workloads.plans.symmetry import Symmetry
 from simulator.workloads.transformer import TransformerConfig
 
 
@@ -55,7 +54,7 @@ class TrainStep:
                  node_allowed: frozenset | None = None) -> None:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
-        self.reruns: list[str] = []  #: the reruns `simulate_step` took before this run (`plans.reruns.REASONS`)
+        self.reruns: list[str] = []  #: the reruns `simulate_step` took before this run (`acceleration.reruns.REASONS`)
         system, mesh = built or build_system(chip, plan, topology, trace, calibrated)
         self.system: System = system
         self.mesh: Mesh | None = mesh
@@ -71,8 +70,8 @@ class TrainStep:
         self.stage_of = {c.index: self._stage(c.index) for c in self.system.chips}
         self.stage_size = len(self.system.chips) // self.p
         moe = plan.size("expert") > 1 and bool(cfg.n_experts)  # AllToAll: no ring to stand for the others
-        self.sym = Symmetry(self.system, self.mesh, self.stage_of, fast, not moe, self._axis_sets(), replay, avoid,
-                            quotients, shared, node_allowed)
+        self.sym = executor(fast).symmetry(self.system, self.mesh, self.stage_of, not moe, self._axis_sets(),
+                                           Attempt(fast, quotients, replay, avoid, node_allowed), shared)
         self._pending: dict[Any, list[Any]] = {}
         self._mail: dict[Any, list[Any]] = {}
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
@@ -296,7 +295,7 @@ class TrainStep:
     def run(self) -> dict[str, Any]:
         """Simulate the step; the step time, busy fractions, bubble and exposed communication per axis.
 
-        A symmetric step (``fast``, `simulator.workloads.plans.symmetry`) runs one chip per pipeline stage
+        A symmetric step (``fast``, `simulator.acceleration.step_symmetry`) runs one chip per pipeline stage
         and reports the whole system's figures; `Symmetry.broken` then says whether it must rerun in full.
         """
         self._index = {c.index: i for i, c in enumerate(self.system.chips)}
@@ -332,12 +331,12 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
                   replay: bool = True, quotients: bool = True) -> tuple[TrainStep, dict[str, Any]]:
     """A simulated step and its figures: by symmetry where ``fast`` and the step is symmetric, else (or when
     the symmetric run finds its chips unlike) every chip; ``replay`` False: no collective replayed
-    (`simulator.workloads.plans.replay`); ``quotients`` False: no collective run on the quotient of its links by
-    translations (`simulator.collectives.quotient`; a step where some collectives of one class of links could not
+    (`simulator.acceleration.replay`); ``quotients`` False: no collective run on the quotient of its links by
+    translations (`simulator.acceleration.quotient`; a step where some collectives of one class of links could not
     be reruns without). ``built``: a fresh (system, mesh) of `build_system`
     for the plan, with the same trace and calibrated settings, to run on instead of building one. A symmetric
     run that finds it must be rerun (quotients mixed, replays in conflict, chips unlike) is rerun by the rules of
-    `simulator.workloads.plans.reruns`, the one driver of reruns."""
+    `simulator.acceleration.reruns`, the one driver of reruns."""
     first: list[TrainStep] = []  # the first run: every rerun of the fast step reuses its collectives' plans
 
     def make(attempt: Attempt) -> TrainStep:
@@ -351,6 +350,6 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
                          replay=attempt.replay, avoid=attempt.avoid, quotients=attempt.quotients,
                          shared=first[0].sym.shared, node_allowed=attempt.node_allowed)
 
-    outcome = run_with_reruns(make, Attempt(fast=fast, quotients=quotients, replay=replay))
+    outcome = executor(fast).run_step(make, quotients=quotients, replay=replay)
     outcome.run.reruns = outcome.reasons
     return outcome.run, outcome.figures

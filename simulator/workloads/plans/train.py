@@ -113,7 +113,7 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                price_per_chip_hour: float | None = None, fast: bool = True) -> dict[str, Any]:
     """Every number of one training step (see the module docstring); ``simulate=False`` skips the run.
     ``fast`` simulates a symmetric step through one chip per pipeline stage (the same figures; False:
-    every chip, `simulator.workloads.plans.symmetry`)."""
+    every chip, `simulator.acceleration.step_symmetry`)."""
     from simulator.workloads.plans.step import simulate_step
 
     opts = opts or TrainOptions()

@@ -14,14 +14,14 @@ groups that are translates of each other, pipeline transfers to counterparts at 
   the group wraps and no axis under it is split; each distinct collective (kind, bytes, axes, stage) is planned
   once (and reruns of the step share the plans: ``shared``);
 - where the groups that run are several (split axes, several axes) and the axes wrap, they run on the quotient
-  of the torus by the translations that map the groups onto each other (`simulator.collectives.quotient`: one
+  of the torus by the translations that map the groups onto each other (`simulator.acceleration.quotient`: one
   transfer and one link per orbit; ``quotients=False`` turns it off; a class of links where some collective has
   no quotient reruns without: ``mixed``);
 - elsewhere (a switch, GPU nodes) every group runs, as in the full simulation -- on GPU nodes with one stage on
   the quotient by the node and rail rotations the step's first collective is equivariant under (one group for
   the whole step), every link given its orbit's bytes and busy time in `finish`;
 - a collective that repeats one that ran alone on its links is replayed from that run
-  (`simulator.workloads.plans.replay`; ``replay=False`` runs every one);
+  (`simulator.acceleration.replay`; ``replay=False`` runs every one);
 - pipeline transfers run for every chip of the stage (they cross only the pipeline axis's links), and
   each one's arrival is checked against the representative's: any difference means the stage is not
   symmetric after all, and the caller reruns the step in full (`broken`).
@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from simulator.acceleration.node_quotients import NodeQuotients, Rerun  # noqa: F401  (Rerun: re-exported)
+from simulator.acceleration.quotient import Translations, execute_quotient, quotient
+from simulator.acceleration.replay import Replays
 from simulator.collectives import collective_groups, plan_collective
 from simulator.collectives.api import start_planned
-from simulator.collectives.quotient import Translations, execute_quotient, quotient
 from simulator.collectives.schedule import execute
-from simulator.workloads.plans.node_quotients import NodeQuotients, Rerun  # noqa: F401  (Rerun: re-exported)
-from simulator.workloads.plans.replay import Replays
 
 if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
     from simulator.engine.channel import Channel
@@ -212,7 +212,7 @@ class Symmetry(NodeQuotients):
 
     def _quotient(self, plan: Any, close: set[str]) -> Any:
         """``plan``'s schedule on the quotient by the translations that map the groups of the mesh axes ``close``
-        onto one another (`simulator.collectives.quotient`), or None (run it as planned): along each physical
+        onto one another (`simulator.acceleration.quotient`), or None (run it as planned): along each physical
         axis under ``close``, by the smallest step that maps every factor's groups onto its groups (a factor of
         ``n`` chips at stride ``s`` that is not the whole axis: multiples of ``n * s``), on wrapped axes only."""
         if not self.quotients or plan.schedule is None or "pipeline" in close:
@@ -322,7 +322,7 @@ class Symmetry(NodeQuotients):
         if self.node_action is not None:  # every link of a representative's orbit: its bytes and busy time
             from types import SimpleNamespace
 
-            from simulator.collectives.quotient import unfold
+            from simulator.acceleration.quotient import unfold
 
             unfold(self._net(), self.node_action, SimpleNamespace(links=tuple(self._node_links)), {})
         for times in self._arrivals:

@@ -1,4 +1,4 @@
-"""Symmetries of multislice systems (TPU slices joined over DCN) for `simulator.collectives.quotient`.
+"""Symmetries of multislice systems (TPU slices joined over DCN) for `simulator.acceleration.quotient`.
 
 ``multislice:K:AxB`` is K identical slices whose chips each reach the DCN hub by one link each way. Two kinds of
 commuting permutations map it onto itself, keeping every link's bandwidth, latency and kind:
@@ -8,7 +8,7 @@ commuting permutations map it onto itself, keeping every link's bandwidth, laten
 - translations inside every slice along a wrapped slice axis, (s, ..., x, ...) -> (s, ..., x + 1 mod n, ...):
   the hub stays too.
 
-`slice_actions` lists the groups they generate (`simulator.collectives.automorphisms.Automorphisms`, which checks each
+`slice_actions` lists the groups they generate (`simulator.acceleration.automorphisms.Automorphisms`, which checks each
 permutation), largest first: a step's collectives whose schedules and routes are equivariant under one then run
 one transfer per orbit (data=32 x fsdp=256 on 32 v5e-256 slices: 8,192 chips, one representative).
 """
@@ -18,7 +18,7 @@ import itertools
 import math
 from typing import Any
 
-from simulator.collectives.automorphisms import Automorphisms
+from simulator.acceleration.automorphisms import Automorphisms
 from simulator.engine.network import Network
 
 

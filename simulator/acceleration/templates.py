@@ -1,4 +1,4 @@
-"""A `Template`: the recorded lone run of a group of collectives that `simulator.workloads.plans.replay` replays."""
+"""A `Template`: the recorded lone run of a group of collectives that `simulator.acceleration.replay` replays."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,6 +1,6 @@
 """The one driver of a fast step's reruns: when a symmetric run must be run again, and how.
 
-A fast step (`simulator.workloads.plans.symmetry.Symmetry`) runs representatives and trusts three things
+A fast step (`simulator.acceleration.step_symmetry.Symmetry`) runs representatives and trusts three things
 it can only check as it goes; each, found false, asks for a rerun, and this module is the only place that
 decides the next attempt. Both fast steps use it: the training step (`simulator.workloads.plans.step.
 simulate_step`) and the inference / simple training step (`simulator.workloads.simulate.StepSimulation.run`).
@@ -8,10 +8,10 @@ simulate_step`) and the inference / simple training step (`simulator.workloads.s
 The rules, in order (each rerun starts from a fresh system; every figure of the last run is the answer):
 
 1. ``mixed`` (`Symmetry.mixed`): a class of links ran some collectives on a quotient and some not, or (GPU
-   nodes, `simulator.workloads.plans.node_quotients`) a collective was not equivariant under the step's
+   nodes, `simulator.acceleration.node_quotients`) a collective was not equivariant under the step's
    group (the run stopped early, `Rerun`). Rerun with the quotient groups every collective seen was
    equivariant under (``node_next``), up to `MIXED_TRIES` times, then without quotients.
-2. ``conflict`` (`simulator.workloads.plans.replay.Replays.conflict`): a replayed collective turned out not
+2. ``conflict`` (`simulator.acceleration.replay.Replays.conflict`): a replayed collective turned out not
    alone on its links. Rerun without replaying those (``avoid``), twice, then without replays.
 3. ``broken`` (`Symmetry.broken`): a stage's chips turned out unlike. Rerun exactly (``fast=False``: every
    chip); a broken run is not rerun for a conflict first, since the exact run has no replays.
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
-from simulator.workloads.plans.symmetry import Rerun
+from simulator.acceleration.step_symmetry import Rerun
 
 MIXED_TRIES = 3  #: reruns with narrower quotient groups before running without quotients
 CONFLICT_TRIES = 3  #: reruns for replay conflicts: two avoiding the disturbed replays, the last without any

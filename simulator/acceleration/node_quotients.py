@@ -1,12 +1,12 @@
 """Whole steps on GPU node systems on the quotient by node and rail symmetries (and multislice systems by slice
 rotations and translations inside the slices): `NodeQuotients`, a part of
-`simulator.workloads.plans.symmetry.Symmetry` (its state is set there), and `Rerun`."""
+`simulator.acceleration.step_symmetry.Symmetry` (its state is set there), and `Rerun`."""
 from __future__ import annotations
 
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from simulator.collectives.quotient import quotient
+from simulator.acceleration.quotient import quotient
 
 if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
     from simulator.engine.channel import Channel
@@ -38,7 +38,7 @@ class NodeQuotients:
     """The node-system quotient of `Symmetry` (see `_node_quotient`)."""
 
     node_action: Any = None  #: the group every collective of the step ran on the quotient by
-    # the state `simulator.workloads.plans.symmetry.Symmetry.__init__` sets (described there)
+    # the state `simulator.acceleration.step_symmetry.Symmetry.__init__` sets (described there)
     system: System
     shared: dict[tuple, Any]
     node_allowed: frozenset | None
@@ -86,8 +86,8 @@ class NodeQuotients:
     def _candidates(self) -> list[Any]:
         """The node system's symmetry groups, largest first (those named in ``node_allowed``)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
-            from simulator.collectives.automorphisms import block_actions, node_actions
-            from simulator.collectives.slice_symmetry import slice_actions
+            from simulator.acceleration.automorphisms import block_actions, node_actions
+            from simulator.acceleration.slice_symmetry import slice_actions
 
             net, allowed = self._net(), self.node_allowed
             every = self.shared.get(("node candidates",))

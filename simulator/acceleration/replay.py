@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from simulator.acceleration.templates import Template, _union
 from simulator.engine.channel import Channel
 from simulator.engine.simpy_door import clock, queued
 from simulator.engine.trace import (
@@ -44,7 +45,6 @@ from simulator.engine.trace import (
     merge_intervals,
     new_span,
 )
-from simulator.workloads.plans.templates import Template, _union
 
 if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
     from simulator.engine.system import System
@@ -80,7 +80,7 @@ class _Run:
         self.timers: set[Any] = set()  #: a replay's own timers
         self.expect: list[Any] = []  #: members a replayed group awaits at its instant
         self.nth = 0  #: the first member's n-th start
-        self.scale = 1  #: links each of its links stands for (a quotient's orbit: `simulator.collectives.quotient`)
+        self.scale = 1  #: links each of its links stands for (a quotient's orbit: `simulator.acceleration.quotient`)
 
     def hold(self, links: Any) -> None:
         for link in links:

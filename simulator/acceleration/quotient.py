@@ -2,7 +2,7 @@
 
 Let G be a group of symmetries of a network -- translations of a grid torus by whole steps along its
 wrapped axes (`Translations`), or rotations of a GPU node system's nodes and rails
-(`simulator.collectives.automorphisms`) -- acting freely on its chips: every element other than the identity
+(`simulator.acceleration.automorphisms`) -- acting freely on its chips: every element other than the identity
 moves every chip. If a collective's schedule is G-equivariant (for every transfer t and every g in G there
 is a transfer g.t from g.src to g.dst with t's bytes whose dependencies are the images of t's) and so are
 the routes, then in a run every member of an orbit {g.t} starts and arrives at the same instants, and
@@ -259,7 +259,7 @@ def _rep_route(net: Network, src: Any, dst: Any, action: Action) -> Any:
 
 
 def _shared(net: Network, action: Any, u: Any, v: Any) -> Channel | None:
-    """Where the action allows it (``action.scaled`` a dict; `simulator.collectives.automorphisms.Automorphisms`),
+    """Where the action allows it (``action.scaled`` a dict; `simulator.acceleration.automorphisms.Automorphisms`),
     the channel standing for link ``u -> v``'s orbit when its stabiliser has m > 1 elements: each representative
     flow on it stands for m flows on one link, so it runs on a copy of the orbit's representative link at 1/m
     of its bandwidth (fair sharing then gives each flow what it gets in full); None: refused."""
@@ -323,8 +323,8 @@ def execute_quotient(net: Network, q: Quotient, label: str = "") -> Completion:
 def run_on_quotient(net: Network, transfers: list[Transfer],
                     multiplicities: bool = False) -> tuple[Quotient, Any] | None:
     """The quotient of ``transfers`` by the largest symmetry group of a GPU node system that it is equivariant
-    under (`simulator.collectives.automorphisms.node_actions`), with that group; None where there is none."""
-    from simulator.collectives.automorphisms import node_actions, slice_actions
+    under (`simulator.acceleration.automorphisms.node_actions`), with that group; None where there is none."""
+    from simulator.acceleration.automorphisms import node_actions, slice_actions
 
     actions = node_actions(net, multiplicities) or slice_actions(net)
     if not actions:

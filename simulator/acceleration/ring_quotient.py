@@ -1,8 +1,8 @@
-"""The quotient of a ring collective built directly, without its full schedule (`simulator.collectives.quotient`).
+"""The quotient of a ring collective built directly, without its full schedule (`simulator.acceleration.quotient`).
 
 A flat NIC ring over a thousand GPUs (``nodes:128:8``: 8 rings of 1,024 positions, every shard n - 1 hops
 each way) is 16.7 million transfers; building them takes longer than running their quotient. Where a node
-system's rotation group G (one generator, `simulator.collectives.automorphisms`) maps every ring of the job onto
+system's rotation group G (one generator, `simulator.acceleration.automorphisms`) maps every ring of the job onto
 itself shifted by a fixed number of positions, the chains of a ring phase (`simulator.collectives.chains`)
 are G-equivariant as soon as each origin's chains are those of the origin one shift on, and the bundles are
 alike (timing only). Then the transfers whose source is a representative chip are, hop by hop: hop h of
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from simulator.acceleration.automorphisms import node_actions
+from simulator.acceleration.quotient import Quotient, _rep_route, run_on_quotient
 from simulator.collectives.algorithm import Job
-from simulator.collectives.automorphisms import node_actions
 from simulator.collectives.layout import RING_KINDS
 from simulator.collectives.multi_axis import stage_sequence
-from simulator.collectives.quotient import Quotient, _rep_route, run_on_quotient
 from simulator.collectives.schedule import Transfer, _new_transfer
 from simulator.engine.network import Network
 
@@ -160,7 +160,7 @@ def plan_quotient(system: System, algorithm: Any, job: Job) -> Any:
 def run_quotient(system: System, plan: Any, mode: str, timing: bool) -> Any:
     """(quotient, group) to run ``plan`` on in mode ``auto``: one built in place of its schedule, or that of a
     timing-only, aggregated run of every group on a uniform, fault-free node system whose schedule and routes
-    are equivariant under one of its symmetry groups (`simulator.collectives.quotient.run_on_quotient`);
+    are equivariant under one of its symmetry groups (`simulator.acceleration.quotient.run_on_quotient`);
     None: run every transfer."""
     if plan.quotient is not None:
         return plan.quotient
