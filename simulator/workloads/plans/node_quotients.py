@@ -65,7 +65,7 @@ class NodeQuotients:
         under; where the first has none, no collective runs on a quotient. ``groups``: ``plan`` holds the schedule
         of one of them alone (`simulator.collectives.api.plan_one_group`), lifted to the whole collective
         (`lifted_quotient`); None then means: build every group's schedule and ask again."""
-        net, transfers = self._net(), plan.schedule.transfers
+        transfers = plan.schedule.transfers
         entry: Any = transfers if groups is None else (transfers, groups)
         q = None
         if self.node_action is not None:
@@ -184,7 +184,8 @@ def _stabiliser(net: Network, action: Any, groups: list[Any], g0: Any, mine: fro
     """(the subgroup of ``action``'s generators that map ``g0`` onto itself, the other elements: those of the other
     generators, identity left out) where those map ``g0`` onto every group of ``groups`` position by position, each
     once, and every orbit representative lies in ``g0``; else False."""
-    fixing, moving = [], []
+    fixing: list[int] = []
+    moving: list[int] = []
     for i in range(len(action.orders)):
         perm = action.generator(i)
         image = {perm[v] for v in mine}
