@@ -49,14 +49,7 @@ class Automorphisms:
         for perm, k in generators:
             if not checked:
                 check_automorphism(graph, perm)
-            powers = [dict.fromkeys(perm)]
-            for v in powers[0]:
-                powers[0][v] = v
-            for _ in range(k - 1):
-                powers.append({v: perm[w] for v, w in powers[-1].items()})
-            if any(perm[w] != v for v, w in powers[-1].items()):
-                raise ValueError(f"generator {name!r} is not of order {k}")
-            self._powers.append(powers)
+            self._powers.append(_powers(perm, k, name))
         for (p, _), (q, _) in itertools.combinations(generators, 2):
             if any(p[q[v]] != q[p[v]] for v in p):
                 raise ValueError(f"the generators of {name!r} do not commute")
@@ -94,7 +87,8 @@ class Automorphisms:
     def apply(self, h: tuple[int, ...], v: Any) -> Any:
         """Node ``v``'s image under ``h``."""
         for powers, e in zip(self._powers, h, strict=True):
-            v = powers[e][v]
+            if e:
+                v = powers[e][v]
         return v
 
     def offset(self, v: Any) -> tuple[int, ...] | None:
@@ -115,6 +109,30 @@ class Automorphisms:
         freely, ``u`` first); None where neither end is moved freely."""
         h = self._offset.get(u)
         return self._offset.get(v) if h is None else h
+
+
+#: the powers of the last generators built (`_powers`), by the permutation's id, with the permutation itself (so
+#: that its id is not reused while kept): the groups a system's generators make share them
+_POWERS: dict[int, tuple[dict[Any, Any], int, list[dict[Any, Any]]]] = {}
+_POWERS_KEPT = 16
+
+
+def _powers(perm: dict[Any, Any], k: int, name: str) -> list[dict[Any, Any]]:
+    """``perm``'s powers 0 .. k - 1 (each node -> its image), checked to be of order ``k`` (`ValueError`)."""
+    kept = _POWERS.get(id(perm))
+    if kept is not None and kept[0] is perm and kept[1] == k:
+        return kept[2]
+    powers = [dict.fromkeys(perm)]
+    for v in powers[0]:
+        powers[0][v] = v
+    for _ in range(k - 1):
+        powers.append({v: perm[w] for v, w in powers[-1].items()})
+    if any(perm[w] != v for v, w in powers[-1].items()):
+        raise ValueError(f"generator {name!r} is not of order {k}")
+    if len(_POWERS) >= _POWERS_KEPT:
+        _POWERS.clear()
+    _POWERS[id(perm)] = (perm, k, powers)
+    return powers
 
 
 def check_automorphism(graph: Any, perm: dict[Any, Any]) -> None:
