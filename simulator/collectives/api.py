@@ -112,6 +112,8 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
     if algorithm != AUTO:
         get_algorithm(algorithm)  # a bad name is an error even where nothing would run
     price = _protocol_price(system, protocols.check(protocol))
+    if only is not None and (price is not None or data is not None):  # `plan_one_group` does not apply: say so now
+        return None
     explicit = groups is not None
     groups = _explicit_groups(net, groups, axes, mesh, rings) if groups is not None else \
         collective_groups(net, axes, mesh)

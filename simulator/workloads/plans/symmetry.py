@@ -218,8 +218,11 @@ class Symmetry(NodeQuotients):
     def _one_group(self, kind: str, nbytes: float, axes: list[str], stage: int, exact: dict[str, Any]) -> Any:
         """The plan of ``exact``'s collective with the schedule of the group of the system's smallest chip alone
         (`simulator.collectives.api.plan_one_group`), noted in ``shared`` with every group, for `_node_quotient` to
-        lift to the whole collective; None where it does not apply (one group, or a job that differs)."""
+        lift to the whole collective; None where it does not apply (not a multislice system, one group, or a job
+        that differs)."""
         net, system = self._net(), self.system
+        if net.graph.graph.get("kind") != "multislice":  # (GPU nodes: NIC rings and NCCL protocols, built in full)
+            return None
         groups = list(exact["groups"]) if "groups" in exact else collective_groups(net, exact["axes"], exact["mesh"])
         home = min(net.chips)
         mine = next((g for g in groups if home in g.members.values()), None)
