@@ -4,6 +4,7 @@ rotations and translations inside the slices): `NodeQuotients`, a part of
 from __future__ import annotations
 
 import itertools
+import math
 from typing import TYPE_CHECKING, Any
 
 from simulator.acceleration.quotient import quotient
@@ -54,34 +55,50 @@ class NodeQuotients:
         assert net is not None, "a node quotient runs on a system with a network"
         return net
 
-    def _node_quotient(self, plan: Any) -> Any:
+    def _node_quotient(self, plan: Any, groups: list[Any] | None = None) -> Any:
         """``plan``'s schedule (every group) on a GPU node system, on its quotient by the rotations of nodes (whole,
         or inside blocks of a mesh axis) and rails that map the fabric onto itself (`collectives.automorphisms`
         `node_actions`, `block_actions`; those named in ``node_allowed`` if given): the largest group the step's
         first collective is equivariant under, then that one for every collective (collectives of one step share
         links: one set of representative links), or None. A later collective that is not equivariant under it
         stops the run (`Rerun`, `mixed`), with ``node_next``: the groups it and the first are both equivariant
-        under; where the first has none, no collective runs on a quotient."""
-        net, transfers = self._net(), plan.schedule.transfers
+        under; where the first has none, no collective runs on a quotient. ``groups``: ``plan`` holds the schedule
+        of one of them alone (`simulator.collectives.api.plan_one_group`), lifted to the whole collective
+        (`lifted_quotient`); None then means: build every group's schedule and ask again."""
+        transfers = plan.schedule.transfers
+        entry: Any = transfers if groups is None else (transfers, groups)
         q = None
         if self.node_action is not None:
-            q = quotient(net, transfers, self.node_action)
+            q = self._quotient_of(entry, self.node_action)
             if q is None:  # the run stops here: the groups this one and the first are both equivariant under
+                if groups is not None:
+                    return None
                 assert self._first is not None, "the step's group was chosen on its first collective"
                 self.node_next = self._fits(self._first, among=self._fits(transfers))
                 self.mixed = True
                 raise Rerun("a collective is not equivariant under the step's group")  # no use running on
         elif self._first is None:
-            self._first = transfers
             chosen = self.shared.get(("node choice", self.node_allowed))  # an earlier run's: tried first
             for action in ([chosen] if chosen is not None else []) + self._candidates():
-                q = quotient(net, transfers, action)
+                q = self._quotient_of(entry, action)
                 if q is not None:
                     self.node_action = self.shared[("node choice", self.node_allowed)] = action
                     break
+            if q is None and groups is not None:
+                return None
+            self._first = entry
         if q is not None:
             self._node_links.update(dict.fromkeys(q.links))
         return q
+
+    def _quotient_of(self, entry: Any, action: Any) -> Any:
+        """The quotient by ``action`` of a whole schedule (a list of transfers), or of one group's lifted to the
+        whole collective (a pair: that group's transfers and every group: `lifted_quotient`)."""
+        net = self._net()
+        if isinstance(entry, tuple):
+            transfers, groups = entry
+            return lifted_quotient(net, transfers, groups, action, self.shared)
+        return quotient(net, entry, action)
 
     def _candidates(self) -> list[Any]:
         """The node system's symmetry groups, largest first (those named in ``node_allowed``)."""
@@ -104,9 +121,94 @@ class NodeQuotients:
             self._node_candidates = [a for a in every if allowed is None or a.name in allowed]
         return self._node_candidates
 
-    def _fits(self, transfers: list[Any], among: frozenset | None = None) -> frozenset:
-        """The names of the candidate groups (of those named in ``among``, if given) ``transfers`` is equivariant
-        under."""
-        net = self._net()
+    def _fits(self, transfers: Any, among: frozenset | None = None) -> frozenset:
+        """The names of the candidate groups (of those named in ``among``, if given) ``transfers`` (as
+        `_quotient_of` takes them) is equivariant under."""
         return frozenset(a.name for a in self._candidates() if (among is None or a.name in among)
-                         and quotient(net, transfers, a) is not None)
+                         and self._quotient_of(transfers, a) is not None)
+
+
+def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], action: Any, cache: dict) -> Any:
+    """The quotient by ``action`` of a collective over ``groups`` from the schedule of one of them alone
+    (``transfers``: `simulator.collectives.api.plan_one_group`), exactly what `quotient` gives of every group's
+    schedule, or None (then build them all). It applies where ``action`` (an `Automorphisms`, no multiplicities)
+    is the product of the generators that map that group g0 onto itself (its stabiliser S) and of the others,
+    whose elements map g0 onto every other group, position by position, each once: the whole schedule is then
+    the images of g0's, each group's built alike from its positions (`plan_one_group` checks that the job is the
+    one of every group), and G's orbit representatives are S's in g0 (the smallest chip of each orbit, which
+    must lie in g0). Checked, not assumed: those images; g0's schedule equivariant under S (`quotient`); and
+    the route of each of g0's chip pairs moved by every other element, the image of its route. The
+    representatives' routes are then taken on G's representative links, and the quotient's order is |G|.
+    ``cache`` keeps each stabiliser (a step's reruns share it)."""
+    from simulator.acceleration.automorphisms import Automorphisms
+    from simulator.acceleration.quotient import Quotient, _rep_route
+
+    if type(action) is not Automorphisms or action.scaled is not None or len(groups) < 2:
+        return None
+    chips = net.chips
+    home = min(chips)
+    g0 = next((g for g in groups if home in g.members.values()), None)
+    if g0 is None:
+        return None
+    mine = frozenset(g0.members.values())
+    key = ("lifted", id(action), action.name, tuple(sorted(mine)))
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = _stabiliser(net, action, groups, g0, mine)
+    if found is False:
+        return None
+    stabiliser, moves = found
+    q0 = quotient(net, transfers, stabiliser)
+    if q0 is None:
+        return None
+    pairs = {(t.src, t.dst) for t in transfers if t.src is not None and t.src != t.dst and t.nbytes}
+    for h in moves:
+        for src, dst in pairs:
+            paths, image = net.routes(src, dst), net.routes(action.apply(h, src), action.apply(h, dst))
+            if len(paths) != len(image) or any([action.apply(h, v) for v in p] != r
+                                               for p, r in zip(paths, image, strict=True)):
+                return None
+    routes: list[Any] = []
+    used: dict[Any, None] = {}
+    for t in q0.transfers:
+        route = None if t.src is None or t.src == t.dst or not t.nbytes else _rep_route(net, t.src, t.dst, action)
+        if route is False:
+            return None
+        if route is not None:
+            used.update(dict.fromkeys(route[0]))
+        routes.append(route)
+    return Quotient(q0.transfers, routes, action.order, tuple(used), q0.represented * len(groups), q0.announced)
+
+
+def _stabiliser(net: Network, action: Any, groups: list[Any], g0: Any, mine: frozenset) -> Any:
+    """(the subgroup of ``action``'s generators that map ``g0`` onto itself, the other elements: those of the other
+    generators, identity left out) where those map ``g0`` onto every group of ``groups`` position by position, each
+    once, and every orbit representative lies in ``g0``; else False."""
+    fixing: list[int] = []
+    moving: list[int] = []
+    for i in range(len(action.orders)):
+        perm = action.generator(i)
+        image = {perm[v] for v in mine}
+        (fixing if image == mine else moving).append(i)
+    if math.prod(action.orders[i] for i in moving) != len(groups):
+        return False
+    if any(action.offset(c) == action.identity and c not in mine for c in net.chips):
+        return False
+    group_of = {c: g for g in groups for c in g.members.values()}
+    seen: set[int] = set()
+    moves = []
+    for exponents in itertools.product(*(range(action.orders[i]) for i in moving)):
+        h = list(action.identity)
+        for i, e in zip(moving, exponents, strict=True):
+            h[i] = e
+        element = tuple(h)
+        images = {pos: action.apply(element, c) for pos, c in g0.members.items()}
+        target = group_of.get(next(iter(images.values())))
+        if target is None or id(target) in seen or any(target.members.get(pos) != c for pos, c in images.items()):
+            return False
+        seen.add(id(target))
+        if element != action.identity:
+            moves.append(element)
+    if len(seen) != len(groups):
+        return False
+    return action.subgroup(net, fixing), moves

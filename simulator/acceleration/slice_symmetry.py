@@ -18,7 +18,7 @@ import itertools
 import math
 from typing import Any
 
-from simulator.acceleration.automorphisms import Automorphisms
+from simulator.acceleration.automorphisms import Automorphisms, check_automorphism
 from simulator.engine.network import Network
 
 
@@ -48,12 +48,22 @@ def slice_actions(net: Network) -> list[Automorphisms]:
     makers = [("slices", shape[0], 0)] if shape[0] > 1 else []
     makers += [(f"slice axis {a - 1}", shape[a], a) for a in range(1, len(shape)) if wrap[a] and shape[a] > 1]
     subsets = [c for r in range(len(makers), 0, -1) for c in itertools.combinations(makers, r)]
+    perms: dict[int, dict[Any, Any] | None] = {}  #: each generator built and checked once (the subsets share them)
+    for _, _, axis in makers:
+        try:
+            perm = _shift(net, axis)
+            check_automorphism(graph, perm)
+        except (ValueError, KeyError):
+            perm = None
+        perms[axis] = perm
     out = []
     for chosen in sorted(subsets, key=lambda c: -math.prod(k for _, k, _ in c)):  # stable: more generators first
+        generators = [(perm, k) for _, k, axis in chosen if (perm := perms[axis]) is not None]
+        if len(generators) < len(chosen):  # a generator that is not an automorphism
+            continue
         try:
-            action = Automorphisms(net, [(_shift(net, axis), k) for _, k, axis in chosen],
-                                   "+".join(n for n, _, _ in chosen))
-        except (ValueError, KeyError):
+            action = Automorphisms(net, generators, "+".join(n for n, _, _ in chosen), checked=True)
+        except (ValueError, KeyError):  # not of its order, or generators that do not commute
             continue
         action.scaled = None
         out.append(action)

@@ -46,7 +46,7 @@ from simulator.acceleration.node_quotients import NodeQuotients, Rerun  # noqa: 
 from simulator.acceleration.quotient import Translations, execute_quotient, quotient
 from simulator.acceleration.replay import Replays
 from simulator.collectives import collective_groups, plan_collective
-from simulator.collectives.api import start_planned
+from simulator.collectives.api import plan_one_group, start_planned
 from simulator.collectives.schedule import execute
 
 if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
@@ -174,7 +174,15 @@ class Symmetry(NodeQuotients):
             shared = self.shared[(kind, nbytes, tuple(axes), stage)] = self._planned(kind, nbytes, axes, stage, exact)
         plan, kwargs, extra, close = shared
         if close is None:
-            q = self._node_quotient(plan) if self.node_quotients and plan.schedule is not None else None
+            q = None
+            if self.node_quotients and plan.schedule is not None:
+                part = self.shared.get(("one group", kind, nbytes, tuple(axes), stage))
+                q = self._node_quotient(plan, part)
+                if q is None and part is not None:  # one group's schedule stands for none: build every group's
+                    plan = plan_collective(kind, self.system, nbytes, **exact)
+                    self.shared[(kind, nbytes, tuple(axes), stage)] = (plan, kwargs, extra, close)
+                    del self.shared[("one group", kind, nbytes, tuple(axes), stage)]
+                    q = self._node_quotient(plan) if plan.schedule is not None else None
         else:
             q = self._quotient(plan, close) if kwargs["mode"] == "full" else None
         if q is not None:
@@ -186,7 +194,11 @@ class Symmetry(NodeQuotients):
         """The plan that runs, its keywords, the link bytes it leaves out and its class of axes (None: every group
         runs); none of them depends on the run, so reruns of a step share them (``shared``)."""
         system = self.system
-        if not self.group_reduce:  # every group runs, as in full
+        if not self.group_reduce:  # every group runs, as in full (on a node quotient: one group's schedule lifted)
+            if self.node_quotients:
+                one = self._one_group(kind, nbytes, axes, stage, exact)
+                if one is not None:
+                    return one, exact, {}, None
             return plan_collective(kind, system, nbytes, **exact), exact, {}, None
         stage_groups = [g for g in collective_groups(self._net(), axes, self.mesh)
                         if next(iter(g.members.values())) in self.stage_set[stage]]
@@ -202,6 +214,25 @@ class Symmetry(NodeQuotients):
         # every group of the axes, and only the groups it did not run are unsimulated
         return plan, kwargs, self._unsimulated(plan, len(stage_groups) if plan.reduced else
                                                len(stage_groups) / len(plan.groups)), close
+
+    def _one_group(self, kind: str, nbytes: float, axes: list[str], stage: int, exact: dict[str, Any]) -> Any:
+        """The plan of ``exact``'s collective with the schedule of the group of the system's smallest chip alone
+        (`simulator.collectives.api.plan_one_group`), noted in ``shared`` with every group, for `_node_quotient` to
+        lift to the whole collective; None where it does not apply (not a multislice system, one group, or a job
+        that differs)."""
+        net, system = self._net(), self.system
+        if net.graph.graph.get("kind") != "multislice":  # (GPU nodes: NIC rings and NCCL protocols, built in full)
+            return None
+        groups = list(exact["groups"]) if "groups" in exact else collective_groups(net, exact["axes"], exact["mesh"])
+        home = min(net.chips)
+        mine = next((g for g in groups if home in g.members.values()), None)
+        if len(groups) < 2 or mine is None:
+            return None
+        plan = plan_one_group(kind, system, nbytes, mine, **exact)
+        if plan is None or plan.schedule is None:
+            return None
+        self.shared[("one group", kind, nbytes, tuple(axes), stage)] = groups
+        return plan
 
     def _links(self, plan: Any, q: Any) -> Any:
         """The links ``plan``'s transfers (or its quotient ``q``'s) cross, where its runs may be replayed

@@ -25,7 +25,8 @@ KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"
 #: topology kinds (``graph["kind"]``) of `topologies`; ``slice:`` specs build ``"torus"`` graphs
 TOPOLOGY_KINDS = ("ring", "line", "torus", "mesh", "switch", "nodes", "multislice")
 AUTO = "auto"
-AUTO_RULE = ("the applicable algorithm with the fastest closed form at this size (ties: the first by name); "
+AUTO_RULE = ("the applicable algorithm with the fastest closed form at this size (ties: a ring that uses the "
+             "wraparound before one that does not, then the first by name); "
              "every result lists the alternatives with theirs")
 
 
@@ -233,9 +234,14 @@ def choose(name: str, kind: str, net: Network, groups: list[Group]) -> Algorithm
 
 
 def fastest(times: dict[str, float]) -> str:
-    """The name with the smallest time (within a relative 1e-9, the first by name)."""
+    """The name with the smallest time (within a relative 1e-9: a ring that uses the wraparound link before one
+    that does not, then the first by name). A closed ring's schedule is the same from every position, so the
+    symmetry shortcuts apply to it (`simulator.acceleration.quotient`: a multislice step's FSDP collectives, where
+    ``line`` and ``unidirectional`` tie, run on one representative chip instead of a whole slice)."""
     best = min(times.values())
-    return min(name for name, t in times.items() if t <= best * (1 + 1e-9))
+    tied = [name for name, t in times.items() if t <= best * (1 + 1e-9)]
+    closed = [name for name in tied if getattr(_REGISTRY.get(name), "closed", True)] if len(tied) > 1 else tied
+    return min(closed or tied)
 
 
 def listing() -> dict[str, Any]:

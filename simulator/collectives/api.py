@@ -73,17 +73,29 @@ def plan_collective(kind: str, system: System, nbytes: float | None = None, *, a
     and ``mesh``: for groups that follow no axis, such as a compiled program's replica groups. The plan holds
     every transfer; `run_collective` plans through `_plan`, which may build a quotient in their place.
     """
-    return _plan(kind, system, nbytes, axes=axes, algorithm=algorithm, multi_axis=multi_axis, chunks=chunks,
+    plan = _plan(kind, system, nbytes, axes=axes, algorithm=algorithm, multi_axis=multi_axis, chunks=chunks,
                  root=root, data=data, mode=mode, mesh=mesh, rings=rings, groups=groups, protocol=protocol)
+    assert plan is not None, "a plan of every group (None only for `plan_one_group`)"
+    return plan
+
+
+def plan_one_group(kind: str, system: System, nbytes: float, group: Group, **kwargs: Any) -> CollectivePlan | None:
+    """`plan_collective` (keywords as there) with the schedule of ``group``, one of its groups, alone: the algorithm
+    and its job chosen over every group, then built for ``group`` as `plan_collective` builds each group; None
+    where that job would not be the same (chunks, keys, layout), the plan runs in reduced mode, over several NIC
+    rings, round faults or with an NCCL protocol (build every group then). For a caller that runs the whole
+    collective on a quotient whose representatives lie in ``group`` (`simulator.acceleration.node_quotients`)."""
+    return _plan(kind, system, nbytes, **kwargs, only=group)
 
 
 def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
           algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
           data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None, rings: int | None = None,
-          groups: Sequence[Group] | None = None, protocol: str = "auto", direct_quotient: bool = False
-          ) -> CollectivePlan:
+          groups: Sequence[Group] | None = None, protocol: str = "auto", direct_quotient: bool = False,
+          only: Group | None = None) -> CollectivePlan | None:
     """`plan_collective`; ``direct_quotient`` (`run_collective`'s aggregated runs, mode ``auto``) lets an
-    algorithm that declares `Capabilities.direct_quotient` build its quotient in place of the schedule."""
+    algorithm that declares `Capabilities.direct_quotient` build its quotient in place of the schedule; ``only``:
+    `plan_one_group` (None where it does not apply)."""
     net = system.network
     if net is None:
         raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
@@ -99,6 +111,8 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
     if algorithm != AUTO:
         get_algorithm(algorithm)  # a bad name is an error even where nothing would run
     price = _protocol_price(system, protocols.check(protocol))
+    if only is not None and (price is not None or data is not None):  # `plan_one_group` does not apply: say so now
+        return None
     explicit = groups is not None
     groups = _explicit_groups(net, groups, axes, mesh, rings) if groups is not None else \
         collective_groups(net, axes, mesh)
@@ -125,6 +139,15 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
         if pieces is not None and pieces != job.chunks:
             job = make_job(choice.algorithm, pieces)
     job.reduced = fast_path().use_reduced(mode, eligible, choice.algorithm, algorithm == AUTO)
+    if only is not None:
+        if job.reduced or price is not None or route != AS_FAULTED or data is not None or len(job.rings) != 1 \
+                or only not in groups:
+            return None
+        mine = _job(choice.algorithm, kind, net, [only], nbytes, None, multi_axis, chunks, root_pos, 1, None, None)
+        if (mine.parts, mine.chunks, mine.key_bytes, mine.nbytes, mine.layout, len(mine.rings)) != \
+                (job.parts, job.chunks, job.key_bytes, job.nbytes, job.layout, 1):
+            return None
+        job = mine
     schedule = Schedule(job.key_bytes)
     direct = direct_quotient and mode == "auto" and data is None and choice.algorithm.capabilities.direct_quotient
     built = fast_path().direct_quotient(system, choice.algorithm, job) if direct else None
@@ -351,6 +374,7 @@ def run_collective(kind: str, system: System, nbytes: float | None = None, **kwa
 
 def _run(kind: str, system: System, nbytes: float | None, aggregate: bool, kwargs: dict[str, Any]) -> CollectiveResult:
     plan = _plan(kind, system, nbytes, **kwargs, direct_quotient=aggregate)
+    assert plan is not None, "a plan of every group (None only for `plan_one_group`)"
     data = kwargs.get("data")
     job, net = plan.job, _network(system)  # `_plan` refused a system without one
     if plan.schedule is None:

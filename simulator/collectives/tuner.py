@@ -2,7 +2,7 @@
 
 For ``auto``, `tune` prepares a job for each algorithm that can run the collective (`Algorithm.unfit` is
 None and its job can be made, e.g. numeric data splits into its pieces), prices it with
-`Algorithm.closed_form` and returns the job of the fastest (ties: the first by name) beside every
+`Algorithm.closed_form` and returns the job of the fastest (ties: `algorithm.fastest`) beside every
 alternative's predicted time. An algorithm asked for by name is the only one prepared and priced (its
 alternatives then list it alone): on a thousand GPUs pricing every other algorithm costs seconds that
 a forced choice does not need (``auto`` shows them all). On a calibrated GPU system ``price`` prices each algorithm

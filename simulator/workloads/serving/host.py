@@ -105,10 +105,11 @@ def sharegpt_stream(rate_per_s: float, n: int, seed: int = 1) -> list[Any]:
     """``n`` Poisson arrivals at ``rate_per_s``, (prompt, output) pairs drawn with replacement from the 80
     ShareGPT requests of ``FRONTEND_SHAREGPT_RUN`` (the lengths vLLM's benchmark sampled; the published runs
     name the dataset, not their requests)."""
-    from simulator.frontend.validate_serving import run_requests
     from simulator.workloads.serving.arrivals import Arrival
 
-    pairs = [(a.prompt_tokens, a.output_tokens) for a in run_requests(FRONTEND_SHAREGPT_RUN)]
+    # an output of 0 tokens counted by the benchmark is served as 1 (as the validation replays it)
+    pairs = [(int(r["prompt_tokens"]), max(int(r["output_tokens"]), 1)) for r in _read("serving_requests.csv")
+             if r["run"] == FRONTEND_SHAREGPT_RUN]
     rng = np.random.default_rng(seed)
     times = np.cumsum(rng.exponential(1.0 / rate_per_s, n))
     idx = rng.integers(0, len(pairs), n)
@@ -121,17 +122,17 @@ SCHEDULER_STEPS = 10  #: the SGLang runs' --num-scheduler-steps
 @cache
 def simulate_run(run: str, frontend_s: float) -> dict[str, float]:
     """Median TTFT and TPOT (ms) of SGLang's ``run`` replayed (host time per call in place, ``frontend_s``)."""
-    from simulator.frontend.validate_serving import _model
     from simulator.hardware.specs import get_chip
     from simulator.workloads.budget import Parallelism
     from simulator.workloads.serving.metrics import summarize
     from simulator.workloads.serving.scheduler import SchedulerConfig
     from simulator.workloads.serving.simulate import ServeSetup, run_stream
+    from simulator.workloads.transformer import get_model
 
     r = next(r for r in run_rows() if r["run"] == run)
     sched = SchedulerConfig(max_batch=256, chunk_tokens=0, whole_budget_tokens=max(int(r["max_model_len"]), 2048),
                             num_steps=SCHEDULER_STEPS)
-    setup = ServeSetup(_model(r["model"]), get_chip(r["chip"]), Parallelism(1, int(r["gpus"])), sched=sched,
+    setup = ServeSetup(get_model(r["model"]), get_chip(r["chip"]), Parallelism(1, int(r["gpus"])), sched=sched,
                        max_model_len=int(r["max_model_len"]), memory_fraction=0.9, engine="vllm")
     arrivals = sharegpt_stream(float(r["request_rate"]), int(r["prompts"]))
     s = summarize(run_stream(setup, arrivals, "forecast", frontend_s=frontend_s).done)
