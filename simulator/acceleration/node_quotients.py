@@ -141,7 +141,7 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
     representatives' routes are then taken on G's representative links, and the quotient's order is |G|.
     ``cache`` keeps each stabiliser (a step's reruns share it)."""
     from simulator.acceleration.automorphisms import Automorphisms
-    from simulator.acceleration.quotient import Quotient, _rep_route
+    from simulator.acceleration.quotient import Quotient, rep_routes
 
     if type(action) is not Automorphisms or action.scaled is not None or len(groups) < 2:
         return None
@@ -168,16 +168,11 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
             if len(paths) != len(image) or any([action.apply(h, v) for v in p] != r
                                                for p, r in zip(paths, image, strict=True)):
                 return None
-    routes: list[Any] = []
-    used: dict[Any, None] = {}
-    for t in q0.transfers:
-        route = None if t.src is None or t.src == t.dst or not t.nbytes else _rep_route(net, t.src, t.dst, action)
-        if route is False:
-            return None
-        if route is not None:
-            used.update(dict.fromkeys(route[0]))
-        routes.append(route)
-    return Quotient(q0.transfers, routes, action.order, tuple(used), q0.represented * len(groups), q0.announced)
+    found = rep_routes(net, q0.transfers, action)
+    if found is None:
+        return None
+    routes, used = found
+    return Quotient(q0.transfers, routes, action.order, used, q0.represented * len(groups), q0.announced)
 
 
 def _stabiliser(net: Network, action: Any, groups: list[Any], g0: Any, mine: frozenset) -> Any:

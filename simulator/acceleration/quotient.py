@@ -210,18 +210,29 @@ def quotient(net: Network, transfers: list[Transfer], action: Action) -> Quotien
     kept = [t for t in transfers if rep_of[t.id] == t.id]
     new_id = {t.id: i for i, t in enumerate(kept)}
     out: list[Transfer] = []
-    routes: list[Any] = []
-    used: dict[Channel, None] = {}
     for i, t in enumerate(kept):
         deps = tuple(sorted({new_id[rep_of[d]] for d in t.deps}))
         out.append(_new_transfer(Transfer, (i, t.src, t.dst, t.keys, t.op, deps, t.nbytes)))
+    found = rep_routes(net, out, action)
+    if found is None:
+        return None
+    routes, used = found
+    return Quotient(out, routes, action.order, used, n, n - n % TICK)
+
+
+def rep_routes(net: Network, transfers: list[Transfer], action: Any) -> tuple[list[Any], tuple[Channel, ...]] | None:
+    """Each representative transfer's route on the quotient's representative links (None where it moves nothing)
+    and the links they use, in first-use order; None where a route has no representative (`_rep_route`)."""
+    routes: list[Any] = []
+    used: dict[Channel, None] = {}
+    for t in transfers:
         route = None if t.src is None or t.src == t.dst or not t.nbytes else _rep_route(net, t.src, t.dst, action)
         if route is False:
             return None
         if route is not None:
             used.update(dict.fromkeys(route[0]))
         routes.append(route)
-    return Quotient(out, routes, action.order, tuple(used), n, n - n % TICK)
+    return routes, tuple(used)
 
 
 def _routes_equivariant(net: Network, transfers: list[Transfer], rep_of: list[int], offsets: dict[Any, Any],
