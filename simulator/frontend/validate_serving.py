@@ -24,7 +24,7 @@ from simulator.frontend.validate_decode import VARIANTS
 from simulator.hardware.calibration import DATA
 from simulator.hardware.specs import get_chip
 from simulator.workloads.budget import Parallelism
-from simulator.workloads.serving.arrivals import Arrival
+from simulator.workloads.serving.host import run_requests
 from simulator.workloads.serving.metrics import summarize
 from simulator.workloads.serving.scheduler import SchedulerConfig
 from simulator.workloads.serving.simulate import ServeSetup, run_stream
@@ -48,12 +48,6 @@ def _read(name: str) -> list[dict[str, str]]:
 def serving_rows() -> list[dict[str, str]]:
     """The published figures, as read."""
     return _read("serving_latency.csv")
-
-
-def run_requests(run: str) -> list[Arrival]:
-    """The requests of ``run`` (an output of 0 tokens counted by the benchmark served as 1)."""
-    return [Arrival(float(r["arrival_s"]), int(r["prompt_tokens"]), max(int(r["output_tokens"]), 1))
-            for r in _read("serving_requests.csv") if r["run"] == run]
 
 
 def _model(name: str) -> Any:

@@ -101,15 +101,22 @@ def vllm_v0_host() -> HostCost:
                     step_s=f["process_model_outputs"][0], step_seq_s=f["process_model_outputs"][1])
 
 
+def run_requests(run: str) -> list[Any]:
+    """The requests of a published ``run`` of serving_requests.csv as `Arrival` s (arrival s, prompt and output
+    tokens; an output of 0 tokens counted by the benchmark served as 1)."""
+    from simulator.workloads.serving.arrivals import Arrival
+
+    return [Arrival(float(r["arrival_s"]), int(r["prompt_tokens"]), max(int(r["output_tokens"]), 1))
+            for r in _read("serving_requests.csv") if r["run"] == run]
+
+
 def sharegpt_stream(rate_per_s: float, n: int, seed: int = 1) -> list[Any]:
     """``n`` Poisson arrivals at ``rate_per_s``, (prompt, output) pairs drawn with replacement from the 80
     ShareGPT requests of ``FRONTEND_SHAREGPT_RUN`` (the lengths vLLM's benchmark sampled; the published runs
     name the dataset, not their requests)."""
     from simulator.workloads.serving.arrivals import Arrival
 
-    # an output of 0 tokens counted by the benchmark is served as 1 (as the validation replays it)
-    pairs = [(int(r["prompt_tokens"]), max(int(r["output_tokens"]), 1)) for r in _read("serving_requests.csv")
-             if r["run"] == FRONTEND_SHAREGPT_RUN]
+    pairs = [(a.prompt_tokens, a.output_tokens) for a in run_requests(FRONTEND_SHAREGPT_RUN)]
     rng = np.random.default_rng(seed)
     times = np.cumsum(rng.exponential(1.0 / rate_per_s, n))
     idx = rng.integers(0, len(pairs), n)
