@@ -172,6 +172,19 @@ class Network:
             self._routes[key] = paths
         return paths
 
+    def route_is_unique(self, src: Any, dst: Any) -> bool:
+        """Whether ``routes(src, dst)`` is the one quickest path by a clear margin (`simulator.engine.routing.TIE`
+        at every node on it) on an unfaulted fabric routed by cost (not a grid, no hosts). Then every permutation of
+        the nodes that keeps every link's bandwidth, latency and kind (so its cost, `_route_cost`) maps it onto the
+        route of the image pair: the image is that pair's one quickest path by the same margin (its cost is exact,
+        a sum of the same link costs in the same order; any other path is slower by the margin, far past rounding),
+        and every branch of `routes` gives the one quickest path where there is one (its own search, a unit-0
+        route moved by a rotation that keeps costs, or networkx's exact search)."""
+        if self.faulted or self.grid or self._fabric is not self.graph:
+            return False
+        path = self._quickest.path(src, dst)
+        return path is not None and self.routes(src, dst) == [path]
+
     def _switched_route(self, src: Any, dst: Any) -> list[Any]:
         """The quickest path on a routed (not grid) fabric: on a node system, unit 0's moved over
         (`simulator.engine.route_symmetry`) where unit 0's is the one quickest; else searched directly."""
