@@ -39,14 +39,21 @@ class LinkTable:
         self.nodes = list(graph.nodes)
         self.index = {v: i for i, v in enumerate(self.nodes)}
         classes: dict[tuple, int] = {}
-        ends, kinds = [], []
+        src, dst, kinds = [], [], []
         index = self.index
-        for u, v, data in graph.edges(data=True):
-            ends.append((index[u], index[v]))
-            kinds.append(classes.setdefault(tuple(data.get(k) for k in _LINK_KEYS), len(classes)))
+        bandwidth, latency, kind = _LINK_KEYS
+        for u, out in graph.adjacency():  # (the order of graph.edges)
+            i = index[u]
+            for v, data in out.items():
+                src.append(i)
+                dst.append(index[v])
+                key = (data.get(bandwidth), data.get(latency), data.get(kind))
+                c = classes.get(key)
+                if c is None:
+                    c = classes[key] = len(classes)
+                kinds.append(c)
         n = len(self.nodes)
-        pairs = np.array(ends, dtype=np.int64).reshape(-1, 2)
-        self.src, self.dst = pairs[:, 0], pairs[:, 1]
+        self.src, self.dst = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
         self.cls = np.array(kinds, dtype=np.int64)
         keys = self.src * n + self.dst
         order = np.argsort(keys, kind="stable")
