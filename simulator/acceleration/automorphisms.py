@@ -114,7 +114,7 @@ class Automorphisms:
 #: the powers of the last generators built (`_powers`), by the permutation's id, with the permutation itself (so
 #: that its id is not reused while kept): the groups a system's generators make share them
 _POWERS: dict[int, tuple[dict[Any, Any], int, list[dict[Any, Any]]]] = {}
-_POWERS_KEPT = 16
+_POWERS_KEPT = 32  #: (two entries a generator: it and its first power)
 
 
 def _powers(perm: dict[Any, Any], k: int, name: str) -> list[dict[Any, Any]]:
@@ -132,6 +132,8 @@ def _powers(perm: dict[Any, Any], k: int, name: str) -> list[dict[Any, Any]]:
     if len(_POWERS) >= _POWERS_KEPT:
         _POWERS.clear()
     _POWERS[id(perm)] = (perm, k, powers)
+    if k > 1:  # and under its own first power, the generator a subgroup is built from (`Automorphisms.generator`)
+        _POWERS[id(powers[1])] = (powers[1], k, powers)
     return powers
 
 

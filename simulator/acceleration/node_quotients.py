@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from simulator.acceleration.quotient import quotient
@@ -17,6 +18,8 @@ if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
 #: the last fabric's symmetry groups (`NodeQuotients._candidates`), by `fabric_key`: they hold no channels (a
 #: step's reruns on fresh systems reuse them already), so a later step on an identical fabric can too
 _CANDIDATES: dict[tuple, list[Any]] = {}
+#: each network's chip pairs: whether the pair's route is its one quickest path (`Network.route_is_unique`)
+_UNIQUE: weakref.WeakKeyDictionary[Any, dict[tuple[Any, Any], bool]] = weakref.WeakKeyDictionary()
 
 
 def fabric_key(net: Any) -> tuple | None:
@@ -79,7 +82,10 @@ class NodeQuotients:
                 raise Rerun("a collective is not equivariant under the step's group")  # no use running on
         elif self._first is None:
             chosen = self.shared.get(("node choice", self.node_allowed))  # an earlier run's: tried first
-            for action in ([chosen] if chosen is not None else []) + self._candidates():
+            for candidate in ([chosen] if chosen is not None else []) + self._candidates():
+                action = _built(candidate)
+                if action is None:  # a slice candidate that is not a group of its order
+                    continue
                 q = self._quotient_of(entry, action)
                 if q is not None:
                     self.node_action = self.shared[("node choice", self.node_allowed)] = action
@@ -101,23 +107,27 @@ class NodeQuotients:
         return quotient(net, entry, action)
 
     def _candidates(self) -> list[Any]:
-        """The node system's symmetry groups, largest first (those named in ``node_allowed``)."""
+        """The node system's symmetry groups, largest first (those named in ``node_allowed``): built
+        (`simulator.acceleration.automorphisms.Automorphisms`) on GPU nodes, not yet built on a multislice system
+        (`simulator.acceleration.slice_symmetry.Candidate`, built by `_built` when tried: the first that fits is
+        the largest, and the others are never built)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
             from simulator.acceleration.automorphisms import block_actions, node_actions
-            from simulator.acceleration.slice_symmetry import slice_actions
+            from simulator.acceleration.slice_symmetry import slice_candidates
 
             net, allowed = self._net(), self.node_allowed
             every = self.shared.get(("node candidates",))
+            if every is None and net.graph.graph.get("kind") == "multislice":  # cheap until built: not kept
+                every = slice_candidates(net)
             if every is None:  # of the same fabric as an earlier step's (a plan's finalists): those, else built
                 key = fabric_key(net)
                 every = _CANDIDATES.get(key) if key is not None else None
                 if every is None:
-                    every = sorted(itertools.chain(node_actions(net), block_actions(net), slice_actions(net)),
-                                   key=lambda a: -a.order)
+                    every = sorted(itertools.chain(node_actions(net), block_actions(net)), key=lambda a: -a.order)
                     if key is not None:
                         _CANDIDATES.clear()  # one fabric kept: bounded memory
                         _CANDIDATES[key] = every
-                self.shared[("node candidates",)] = every
+            self.shared[("node candidates",)] = every
             self._node_candidates = [a for a in every if allowed is None or a.name in allowed]
         return self._node_candidates
 
@@ -125,7 +135,15 @@ class NodeQuotients:
         """The names of the candidate groups (of those named in ``among``, if given) ``transfers`` (as
         `_quotient_of` takes them) is equivariant under."""
         return frozenset(a.name for a in self._candidates() if (among is None or a.name in among)
-                         and self._quotient_of(transfers, a) is not None)
+                         and (action := _built(a)) is not None and self._quotient_of(transfers, action) is not None)
+
+
+def _built(candidate: Any) -> Any:
+    """A candidate group as `_quotient_of` takes it: built (`slice_symmetry.Candidate.build`, None where it is
+    not a group), or as it is."""
+    from simulator.acceleration.slice_symmetry import Candidate
+
+    return candidate.build() if type(candidate) is Candidate else candidate
 
 
 def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], action: Any, cache: dict) -> Any:
@@ -137,7 +155,9 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
     the images of g0's, each group's built alike from its positions (`plan_one_group` checks that the job is the
     one of every group), and G's orbit representatives are S's in g0 (the smallest chip of each orbit, which
     must lie in g0). Checked, not assumed: those images; g0's schedule equivariant under S (`quotient`); and
-    the route of each of g0's chip pairs moved by every other element, the image of its route. The
+    the route of each of g0's chip pairs moved by every other element, the image of its route (where the pair's
+    route is its one quickest path, `Network.route_is_unique`, a theorem for every element: they keep every link's
+    bandwidth, latency and kind; elsewhere compared route by route). The
     representatives' routes are then taken on G's representative links, and the quotient's order is |G|.
     ``cache`` keeps each stabiliser (a step's reruns share it)."""
     from simulator.acceleration.automorphisms import Automorphisms
@@ -162,9 +182,16 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
     if q0 is None:
         return None
     pairs = {(t.src, t.dst) for t in transfers if t.src is not None and t.src != t.dst and t.nbytes}
-    for h in moves:
-        for src, dst in pairs:
-            paths, image = net.routes(src, dst), net.routes(action.apply(h, src), action.apply(h, dst))
+    # a pair routed on its one quickest path moves with every element (`Network.route_is_unique`: they keep link
+    # bandwidth, latency and kind, checked when the group was built); the others' images are compared route by route
+    unique = _UNIQUE.setdefault(net, {})
+    for src, dst in pairs:
+        if unique.get((src, dst)) is None:
+            unique[(src, dst)] = net.route_is_unique(src, dst)
+    for src, dst in [pair for pair in pairs if not unique[pair]]:
+        paths = net.routes(src, dst)
+        for h in moves:
+            image = net.routes(action.apply(h, src), action.apply(h, dst))
             if len(paths) != len(image) or any([action.apply(h, v) for v in p] != r
                                                for p, r in zip(paths, image, strict=True)):
                 return None

@@ -223,12 +223,19 @@ class Symmetry(NodeQuotients):
         net, system = self._net(), self.system
         if net.graph.graph.get("kind") != "multislice":  # (GPU nodes: NIC rings and NCCL protocols, built in full)
             return None
-        groups = list(exact["groups"]) if "groups" in exact else collective_groups(net, exact["axes"], exact["mesh"])
+        if "groups" in exact:
+            groups = list(exact["groups"])
+        else:  # the step's collectives over these axes share them (and reruns of the step: they hold no channels)
+            key = ("groups", tuple(exact["axes"]), id(exact["mesh"]))
+            kept = self.shared.get(key)
+            if kept is None or kept[0] is not exact["mesh"]:
+                kept = self.shared[key] = (exact["mesh"], collective_groups(net, exact["axes"], exact["mesh"]))
+            groups = list(kept[1])
         home = min(net.chips)
         mine = next((g for g in groups if home in g.members.values()), None)
         if len(groups) < 2 or mine is None:
             return None
-        plan = plan_one_group(kind, system, nbytes, mine, **exact)
+        plan = plan_one_group(kind, system, nbytes, mine, every=None if "groups" in exact else groups, **exact)
         if plan is None or plan.schedule is None:
             return None
         self.shared[("one group", kind, nbytes, tuple(axes), stage)] = groups

@@ -79,23 +79,26 @@ def plan_collective(kind: str, system: System, nbytes: float | None = None, *, a
     return plan
 
 
-def plan_one_group(kind: str, system: System, nbytes: float, group: Group, **kwargs: Any) -> CollectivePlan | None:
+def plan_one_group(kind: str, system: System, nbytes: float, group: Group, every: Sequence[Group] | None = None,
+                   **kwargs: Any) -> CollectivePlan | None:
     """`plan_collective` (keywords as there) with the schedule of ``group``, one of its groups, alone: the algorithm
     and its job chosen over every group, then built for ``group`` as `plan_collective` builds each group; None
     where that job would not be the same (chunks, keys, layout), the plan runs in reduced mode, over several NIC
     rings, round faults or with an NCCL protocol (build every group then). For a caller that runs the whole
-    collective on a quotient whose representatives lie in ``group`` (`simulator.acceleration.node_quotients`)."""
-    return _plan(kind, system, nbytes, **kwargs, only=group)
+    collective on a quotient whose representatives lie in ``group`` (`simulator.acceleration.node_quotients`).
+    ``every``: the collective's groups where the caller has them already (exactly `collective_groups` of its
+    ``axes`` and ``mesh``: not computed again; ignored with explicit ``groups``)."""
+    return _plan(kind, system, nbytes, **kwargs, only=group, every=every)
 
 
 def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
           algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
           data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None, rings: int | None = None,
           groups: Sequence[Group] | None = None, protocol: str = "auto", direct_quotient: bool = False,
-          only: Group | None = None) -> CollectivePlan | None:
+          only: Group | None = None, every: Sequence[Group] | None = None) -> CollectivePlan | None:
     """`plan_collective`; ``direct_quotient`` (`run_collective`'s aggregated runs, mode ``auto``) lets an
     algorithm that declares `Capabilities.direct_quotient` build its quotient in place of the schedule; ``only``:
-    `plan_one_group` (None where it does not apply)."""
+    `plan_one_group` (None where it does not apply), ``every`` its groups where the caller has them."""
     net = system.network
     if net is None:
         raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
@@ -115,7 +118,7 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
         return None
     explicit = groups is not None
     groups = _explicit_groups(net, groups, axes, mesh, rings) if groups is not None else \
-        collective_groups(net, axes, mesh)
+        list(every) if every is not None else collective_groups(net, axes, mesh)
     rings = 1 if explicit else rings  # explicit groups are the rings themselves
     group = groups[0]
     root_pos = root_position(groups, root)

@@ -63,6 +63,7 @@ class Network:
         self._links: dict[tuple[Any, Any], Channel] = {}
         self._efficiency: Any = None  # kind -> fraction of the link rate (calibrated collectives)
         self._latency: Any = None  # (kind, nominal latency) -> seconds a hop (a calibrated protocol)
+        self._settings: dict[tuple[str, float], tuple[float, float]] = {}  # their values (`_apply_efficiency`)
         self._link_cache: dict[tuple[Any, Any, bool], tuple[list[list[Channel]], list[tuple[str, int]]]] = {}
         self._routes: dict[tuple[Any, Any, bool], list[list[Any]]] = {}
         hosts = [v for v, role in graph.nodes(data="role") if role == "host"]
@@ -71,6 +72,7 @@ class Network:
         self._symmetry: Any = False  # a node system's `UnitRotation` (None: none; False: not looked for yet)
         self._unit_routes: dict[tuple[Any, Any], list[Any] | None] = {}  # unit-0 pairs' quickest paths
         self._plain_routes: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> plain channels or None (`delivery`)
+        self._unique: set[tuple[Any, Any]] = set()  # pairs routed on their one quickest path (`route_is_unique`)
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
         self.grid = graph.graph.get("kind") in _GRID_KINDS and len(self.shape) > 0
@@ -115,7 +117,7 @@ class Network:
         or change one."""
         other = copy.copy(self)
         other.graph = graph
-        other._routes, other._link_cache, other._plain_routes = {}, {}, {}
+        other._routes, other._link_cache, other._plain_routes, other._unique = {}, {}, {}, set()
         hosts = [v for v, role in graph.nodes(data="role") if role == "host"]
         other._fabric = nx.restricted_view(graph, hosts, []) if hosts else graph
         other._quickest = QuickestPaths(other._fabric, _route_cost)
@@ -141,16 +143,22 @@ class Network:
         """
         self._efficiency = fraction
         self._latency = latency
+        self._settings = {}  # (kind, nominal latency) -> (fraction, hop latency) under these settings
         for channel in self._links.values():
             self._apply_efficiency(channel)
 
     def _apply_efficiency(self, channel: Channel) -> None:
         if channel.busy:
             raise PodsimError(f"{channel.name} has transfers in flight; change link efficiency between collectives")
-        factor = self._efficiency(channel.kind) if self._efficiency is not None else 1.0
-        channel.bandwidth_bytes_per_s = channel.nominal_bandwidth_bytes_per_s * factor
         nominal = channel.nominal_latency_s
-        channel.latency_s = nominal if self._latency is None else self._latency(channel.kind, nominal)
+        key = (channel.kind, nominal)
+        found = self._settings.get(key)  # (a function of kind and nominal latency: each asked once per setting)
+        if found is None:
+            factor = self._efficiency(channel.kind) if self._efficiency is not None else 1.0
+            found = self._settings[key] = (factor, nominal if self._latency is None else
+                                           self._latency(channel.kind, nominal))
+        channel.bandwidth_bytes_per_s = channel.nominal_bandwidth_bytes_per_s * found[0]
+        channel.latency_s = found[1]
 
     def link_bytes(self) -> dict[str, float]:
         """Bytes carried per link direction that carried any (``"u->v"`` keys)."""
@@ -172,6 +180,19 @@ class Network:
             self._routes[key] = paths
         return paths
 
+    def route_is_unique(self, src: Any, dst: Any) -> bool:
+        """Whether ``routes(src, dst)`` is the one quickest path by a clear margin (`simulator.engine.routing.TIE`
+        at every node on it) on an unfaulted fabric routed by cost (not a grid, no hosts). Then every permutation of
+        the nodes that keeps every link's bandwidth, latency and kind (so its cost, `_route_cost`) maps it onto the
+        route of the image pair: the image is that pair's one quickest path by the same margin (its cost is exact,
+        a sum of the same link costs in the same order; any other path is slower by the margin, far past rounding),
+        and every branch of `routes` gives the one quickest path where there is one (its own search, a unit-0
+        route moved by a rotation that keeps costs, or networkx's exact search)."""
+        if self.faulted or self.grid or self._fabric is not self.graph:
+            return False
+        self.routes(src, dst)
+        return (src, dst) in self._unique
+
     def _switched_route(self, src: Any, dst: Any) -> list[Any]:
         """The quickest path on a routed (not grid) fabric: on a node system, unit 0's moved over
         (`simulator.engine.route_symmetry`) where unit 0's is the one quickest; else searched directly."""
@@ -186,8 +207,13 @@ class Network:
                     self._unit_routes[(a, b)] = self._quickest.path(a, b)
                 path = self._unit_routes[(a, b)]
                 if path is not None:
+                    self._unique.add((src, dst))
                     return [sym.move(v, shift) for v in path]
-        return self._quickest.path(src, dst) or nx.shortest_path(self._fabric, src, dst, weight=_route_cost)
+        path = self._quickest.path(src, dst)
+        if path is None:
+            return nx.shortest_path(self._fabric, src, dst, weight=_route_cost)
+        self._unique.add((src, dst))
+        return path
 
     def _fault_routes(self, src: Any, dst: Any, multipath: bool) -> list[list[Any]]:
         """Routes where links are down or chips failed: the usual ones that survive (no dead link, no failed

@@ -55,7 +55,8 @@ class TrainStep:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
         self.reruns: list[str] = []  #: the reruns `simulate_step` took before this run (`acceleration.reruns.REASONS`)
-        system, mesh = built or build_system(chip, plan, topology, trace, calibrated)
+        with gc_paused():  # tens of thousands of links and chips, freed by reference counting: no full passes
+            system, mesh = built or build_system(chip, plan, topology, trace, calibrated)
         self.system: System = system
         self.mesh: Mesh | None = mesh
         if self.system.network is not None:  # every row carries the step's own groups: none is idle to borrow
@@ -305,7 +306,8 @@ class TrainStep:
             self.system.process(self.program(chip), f"chip {chip} training step")
         with gc_paused():  # the trace's spans: a full pass of the collector over them costs more than the run
             self.system.run()
-        self.sym.finish(self.system.trace)
+        with gc_paused():  # (the orbits' links it builds: thousands of channels, no garbage cycles)
+            self.sym.finish(self.system.trace)
         k = self.sym.per_stage if self.sym.active else 1  # chips each simulated one stands for
         step, n = self.env.now, len(self.system.chips)
         pipelined = max(self.pipe_end.values())
