@@ -153,11 +153,11 @@ def refine(q: dict[str, float], keys: tuple[str, ...], subset: list[dict[str, st
     from scipy.optimize import minimize
 
     def loss(x: np.ndarray) -> float:
-        return errors({**q, **{k: float(np.exp(v)) for k, v in zip(keys, x)}}, subset)
+        return errors({**q, **{k: float(np.exp(v)) for k, v in zip(keys, x, strict=True)}}, subset)
 
     start = np.log([q[k] for k in keys])
     res = minimize(loss, start, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 2000})
-    return {**q, **{k: float(np.exp(v)) for k, v in zip(keys, res.x)}} if res.fun < loss(start) else q
+    return {**q, **{k: float(np.exp(v)) for k, v in zip(keys, res.x, strict=True)}} if res.fun < loss(start) else q
 
 
 SOURCES = {
