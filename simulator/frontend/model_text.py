@@ -39,9 +39,27 @@ def print_model(out: dict[str, Any]) -> None:
                         for name, op in out["per_op"].items())
         print(f"  each op by its own roofline, summed (the book's): {format_quantity(out['lower_bound_per_op_s'], 's')}"
               f" = {ops}; max(total compute, total memory) {format_quantity(out['lower_bound_s'], 's')}")
-    print(f"  {out['fit_note']}; largest batch at this context: {out['max_batch']}")
+    print(f"  {out['fit_note']}; {max_batch_text(out)}")
     print_served(out)
     _print_notes(out)
+
+
+def max_batch_text(out: dict[str, Any]) -> str:
+    """The largest-batch clause of a decode or prefill budget's fit line: a bound (KV cache beside the weights in
+    HBM, no working memory), with the cached positions per request it assumes; when the step's context is shorter
+    than the budget's reference context (`simulator.workloads.budget.REFERENCE_CONTEXT`), the batch at that
+    context beside it, since at context 0 a request holds one position (the token the step writes)."""
+    if out["max_batch"] is None:
+        return "largest batch: not bounded by HBM (no KV cache)"
+    positions = out.get("max_batch_positions")
+    if positions is None:
+        return f"largest batch at this context (bound: KV beside the weights): {out['max_batch']:,}"
+    text = (f"largest batch at this context (bound: KV of {positions:,} cached position{'s' * (positions != 1)} a "
+            f"request beside the weights, no working memory): {out['max_batch']:,}")
+    ref = out.get("max_batch_reference")
+    if ref and positions <= ref["context"]:
+        text += f"; at context {ref['context']:,}: {ref['max_batch']:,}"
+    return text
 
 
 def _print_notes(out: dict[str, Any]) -> None:

@@ -5,10 +5,17 @@ below a streaming copy) plus per-layer launch and synchronisation costs; prefill
 matmul peak its large GEMMs reach. `DecodeCalibration` holds those factors for one chip preset:
 
 - ``hbm_fraction``: fraction of the spec HBM bandwidth decode's weight-streaming kernels reach at batch 1;
+- ``hbm_fraction_8bit``: per engine, the fraction its 8-bit weight kernels reach where they differ from its bf16
+  ones (gpt-fast's int8 weight-only GEMVs convert each int8 weight to bf16 and scale it inside the kernel, and
+  its README's one-GPU rows reach less of HBM in int8 than in bf16); None: ``hbm_fraction`` (an engine with
+  native 8-bit kernels, or none fitted);
 - ``batch_slowdown``: weight streaming slows by ``1 + batch_slowdown * log2(m)`` for ``m`` rows of a step's
   small-m matmuls (skinny GEMMs fill their tiles with fewer rows than they are built for), up to 64 rows;
 - ``attention_fraction``: KV-cache streaming relative to ``hbm_fraction`` (1: as fast as weights);
-- ``layer_overhead_s``: seconds per layer per step for kernel launches and synchronisation;
+- ``layer_overhead_s``: seconds per layer per step for kernel launches and synchronisation, and for each kernel's
+  fixed start and drain (filling the memory pipeline, the last wave of blocks): a weight matrix of ``b`` bytes
+  streams at ``b / (b + B_half)`` of the kernel's rate with ``B_half`` its share of this time at that rate, so
+  the small per-GPU matrices of a tensor-parallel step reach less of HBM than one GPU's whole ones;
 - ``matmul_fraction``: fraction of the MXU / tensor-core peak prefill's matmuls reach, per compute dtype
   (``bf16``, ``int8`` for 8-bit weights);
 - ``allreduce_sync_s``: per engine, seconds each tensor-parallel AllReduce pays per doubling of the GPUs
@@ -67,6 +74,8 @@ class DecodeCalibration:
     #: the engine's custom AllReduce kernel constants (``served_tp.AllReduceKernel`` fields), None: first principles
     allreduce_kernel: dict[str, Any] | None = None
     borrowed_from: str | None = None  #: the preset whose factors these are (no fit rows of this chip)
+    #: the engine's 8-bit weight kernels' HBM fraction (int8 weight-only: dequantized in the kernel), None: as bf16's
+    hbm_fraction_8bit: float | None = None
 
     def for_engine(self, engine: str | None) -> DecodeCalibration:
         """These factors as serving engine ``engine`` reaches them (None: `DEFAULT_ENGINE`)."""
@@ -77,7 +86,14 @@ class DecodeCalibration:
             raise PodsimError(f"no decode calibration for engine {name!r} on chip {self.chip!r}; engines: "
                               f"{', '.join(sorted(self.engines))}")
         return replace(self, engine=name, **{"allreduce_sync_s": None, "sync_fitted_to": None, "allreduce_kernel": None,
-                                                     **self.engines[name]})
+                                             "hbm_fraction_8bit": None, **self.engines[name]})
+
+    def weight_fraction(self, weight_elem_bytes: float) -> float:
+        """Fraction of the spec HBM bandwidth the engine's decode kernels stream weights of ``weight_elem_bytes``
+        bytes an element at (``hbm_fraction_8bit`` for 8-bit weights where fitted, else ``hbm_fraction``)."""
+        if weight_elem_bytes == 1 and self.hbm_fraction_8bit is not None:
+            return self.hbm_fraction_8bit
+        return self.hbm_fraction
 
     def weight_slowdown(self, rows: int) -> float:
         """Factor (>= 1) by which streaming the weights slows for a step whose matmuls have ``rows`` rows."""

@@ -246,7 +246,7 @@ def decode_budget(cfg: TransformerConfig, chip: ChipSpec, batch: int = 1, contex
                                       * cfg.n_experts / max(1, cfg.experts_per_token))
     if out["critical_batch"] == math.inf:  # a report holds no inf: None, and why
         out.update(critical_batch=None, critical_batch_note=NEVER_COMPUTE_BOUND)
-    out.update(_fit(cfg, chip, contexts, par, kv_share))
+    out.update(_fit(cfg, chip, contexts, par, kv_share, new_tokens))
     if past:
         out["notes"] = [past]
     return out
@@ -314,17 +314,26 @@ def smallest_model_axis(cfg: TransformerConfig, at_least: float) -> int:
     return cfg.n_heads
 
 
+#: The context (cached positions per request) at which a decode budget also states its largest batch when the
+#: step's own context is short (``max_batch_reference``): at context 0 each request holds one position, the token
+#: the step writes, so the batch HBM holds there (1.67 M for Llama-3-70B on 8 H100s) says nothing about serving.
+REFERENCE_CONTEXT = 4096
+
+
 def _fit(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Parallelism,
-         kv_share: float) -> dict[str, Any]:
-    """Whether weights + KV (after this step) fit in each chip's HBM, by how much, and the largest batch."""
+         kv_share: float, new_tokens: int = 1) -> dict[str, Any]:
+    """Whether weights + KV (after this step: each request's context plus its ``new_tokens``) fit in each chip's
+    HBM, by how much, and the largest batch (at this context, and at `REFERENCE_CONTEXT` + 1 positions)."""
     cap = chip.hbm_capacity_bytes
     weights = cfg.params() * cfg.weight_elem_bytes / par.model
-    kv = kv_bytes_per_position(cfg) * sum(c + 1 for c in contexts) * kv_share
+    kv = kv_bytes_per_position(cfg) * sum(c + new_tokens for c in contexts) * kv_share
     need = weights + kv
-    ctx = max(contexts)
-    per_request = kv_bytes_per_position(cfg) * (ctx + 1) * kv_share  # each chip's share of one more request
+    positions = max(contexts) + new_tokens
+    per_position = kv_bytes_per_position(cfg) * kv_share  # each chip's share of one cached position
+    per_request = per_position * positions  # each chip's share of one more request
     max_batch = math.floor((cap - weights) / per_request) if cap > weights else 0  # requests on the whole mesh
     max_batch -= max_batch % par.data
+    at_ref = math.floor((cap - weights) / (per_position * (REFERENCE_CONTEXT + 1))) if cap > weights else 0
     fits = need <= cap
     if fits:
         note = f"fits: {need / GiB:.3f} GiB of {cap / GiB:.3f} GiB per chip, {(cap - need) / GiB:.3f} GiB spare"
@@ -338,6 +347,8 @@ def _fit(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], par: Paral
                 f"{cap / GiB:.3f} GiB of HBM; at this context a batch of {max_batch} fits")
     return {"fits": fits, "hbm_needed_per_chip_bytes": need, "hbm_capacity_bytes": cap,
             "hbm_spare_bytes": cap - need, "max_batch": max_batch, "fit_note": note,
+            "max_batch_positions": positions, "max_batch_reference": {"context": REFERENCE_CONTEXT,
+                                                                      "max_batch": at_ref - at_ref % par.data},
             "book_hbm": _book_hbm(cfg, chip, contexts, weights, per_request, par)}
 
 

@@ -8,7 +8,8 @@ per-layer ops (`simulator.workloads.simulate.layer_ops`: weights, KV cache, FLOP
 chip's fitted factors as a serving engine reaches them (`simulator.hardware.decode_calibration`: vLLM,
 TensorRT-LLM, gpt-fast), per op::
 
-    memory   = weights / (B * eta) * (1 + beta * log2(rows)) + KV read / (B * eta * alpha) + KV write / (B * eta)
+    memory   = weights / (B * eta_w) * (1 + beta * log2(rows)) + KV read / (B * eta * alpha) + KV write / (B * eta)
+               (eta_w: eta, or the engine's own 8-bit fraction for 8-bit weights: gpt-fast's int8 weight-only)
     compute  = useful FLOPs / (peak * epsilon[dtype])   (the fitted epsilon absorbs tile padding)
     op       = max(memory, compute)                   (streaming overlaps compute, as double buffering does)
     step     = sum of ops + layers * tau_layer
@@ -85,13 +86,14 @@ def _step_sums(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibration, b
     dtype = _compute_dtype(cfg)
     bw, peak = spec.hbm_bandwidth_bytes_per_s, spec.peak_flops_per_s(dtype)
     eta, alpha, eps = cal.hbm_fraction, cal.attention_fraction, cal.matmul(dtype)
+    eta_w = cal.weight_fraction(cfg.weight_elem_bytes)  # int8 weight-only kernels: their own fraction
     slow = cal.weight_slowdown(batch * new_tokens)
     ideal, real = _Sums(), _Sums()
     for op, times in [(u, cfg.n_layers) for u in ops] + [(head, 1)]:
         kv = op.kv_read_bytes + op.kv_write_bytes
         useful = op.flops if op.useful_flops is None else op.useful_flops
         ideal.add(op.weight_bytes / bw, kv / bw, op.flops / peak, times)
-        real.add(op.weight_bytes / (bw * eta) * slow,
+        real.add(op.weight_bytes / (bw * eta_w) * slow,
                  op.kv_read_bytes / (bw * eta * alpha) + op.kv_write_bytes / (bw * eta), useful / (peak * eps), times)
     real.launch_sync = cfg.n_layers * cal.layer_overhead_s
     for op in ops:
