@@ -153,6 +153,63 @@ def add_measured(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
                    book_assumed_mfu_step_time_s=2 * params * tokens / (chips * peak * mfu))
 
 
+def add_serving(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
+                cfg: TransformerConfig | None = None) -> None:
+    """The book's serving calculation (applied-inference, "What about prefill?") from one decode step's report
+    ``out``, with ``--decode-length N`` (and ``--prefill-mfu F``). Every decode step of a request is priced as this
+    one (its --context, its batch): a bound, as the step is.
+
+    - ``decode_time_s`` = step x N (one request's whole generation; the book's 19 ms x 512 = 9.7 s);
+    - ``queries_per_s`` = B / (step x N) and ``queries_per_s_per_chip`` (the book's 43 / (0.019 x 512 x 16));
+    - ``sequences_finished_per_step`` = B / N and ``kv_tokens_evicted_per_step`` = B (P + N) / N, P the mean
+      --context (the prompt): the book's 32 (8192 + 4096) / 4096 = 96;
+    - with ``--prefill-mfu F``: ``prefill_s``, one request's prefill of P tokens on the same chips at F of the
+      peak (podsim's FLOPs, attention counted), ``book_prefill_s`` (the book's 2 N P), and the disaggregated
+      servers' ratio P / G = prefill x B / (step x N) (``prefill_to_generate_servers``, and the book's with
+      its prefill count, ``book_prefill_to_generate_servers``: 0.91 x 32 / (0.019 x 512) = 3).
+    """
+    length, mfu_text = getattr(args, "decode_length", None), getattr(args, "prefill_mfu", None)
+    if length is None and mfu_text is None:
+        return
+    if args.mode != "decode":
+        flag = "--decode-length" if length is not None else "--prefill-mfu"
+        raise PodsimError(f"{flag} prices a request's whole generation from a decode step; --mode {args.mode} has "
+                          "none (use --mode decode, the default)")
+    if length is None:
+        raise PodsimError("--prefill-mfu F sizes the prefill servers against the generate servers; give "
+                          "--decode-length N too (the median tokens a request generates, e.g. 512)")
+    steps = parse_int(length, name="--decode-length", maximum=2**24)
+    step = float(out.get("step_time_s") or out["lower_bound_s"])
+    batch = int(out["batch"])
+    chips = int(out.get("data", 1)) * int(out.get("model_parallel", 1))
+    ctx = out["context"]
+    prompt = sum(ctx) / len(ctx) if isinstance(ctx, list) else float(ctx)
+    out.update(decode_length=steps, decode_time_s=step * steps, queries_per_s=batch / (step * steps),
+               queries_per_s_per_chip=batch / (step * steps * chips), sequences_finished_per_step=batch / steps,
+               kv_tokens_evicted_per_step=batch * (prompt + steps) / steps)
+    if mfu_text is None:
+        return
+    mfu = parse_positive(mfu_text, "number", name="--prefill-mfu")
+    if not 0 < mfu <= 1:
+        raise PodsimError(f"--prefill-mfu {mfu:g} must be a fraction in (0, 1], e.g. 0.4")
+    if prompt < 1:
+        raise PodsimError("--prefill-mfu F prices the prefill of each request's prompt, its --context P tokens; give "
+                          "--context P of at least 1 (e.g. 8192)")
+    peak = chip.peak_flops_per_s(out.get("compute_dtype") or "bf16")
+    params = float(cfg.params(active=True) if cfg is not None else out["params_total"])
+    if cfg is not None:
+        from simulator.workloads.budget import decode_flops
+
+        flops = decode_flops(cfg, [0], round(prompt))["flops"]
+    else:
+        flops = 2.0 * params * prompt
+    prefill = flops / (chips * peak * mfu)
+    book = 2.0 * params * prompt / (chips * peak * mfu)
+    out.update(prefill_mfu=mfu, prefill_s=prefill, book_prefill_s=book,
+               prefill_to_generate_servers=prefill * batch / (step * steps),
+               book_prefill_to_generate_servers=book * batch / (step * steps))
+
+
 def _chips(args: argparse.Namespace, default: int | None = None) -> int:
     if args.chips is not None:
         return parse_int(args.chips, name="--chips", maximum=MAX_PROJECTED_CHIPS)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.errors import PodsimError
-from simulator.hardware.specs import ChipSpec, check_dtype
+from simulator.hardware.specs import ChipSpec, check_dtype, check_storage_dtype
 from simulator.units import check_int, parse_int, show
 from simulator.workloads.transformer import ModelError, TransformerConfig
 
@@ -256,7 +256,7 @@ def with_dtypes(cfg: TransformerConfig, weight_dtype: str | None, kv_dtype: str 
     changes = {}
     for field, dtype in (("weight_elem_bytes", weight_dtype), ("kv_elem_bytes", kv_dtype)):
         if dtype is not None:
-            changes[field] = check_dtype(dtype)
+            changes[field] = check_storage_dtype(dtype)
     return cfg.replace(**changes) if changes else cfg
 
 
@@ -302,8 +302,13 @@ def _critical_batch(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int],
 
 
 def fewer_bytes_advice(weight_elem_bytes: float) -> str:
-    """The tail of a does-not-fit note: 8-bit weights as a remedy only when the weights are wider than 8 bits."""
-    return " or 8-bit weights" if weight_elem_bytes > 1 else " (the weights are already 8-bit)"
+    """The tail of a does-not-fit note: narrower weights as a remedy only when there are narrower ones (8-bit for
+    16-bit weights, int4 for 8-bit ones)."""
+    if weight_elem_bytes > 1:
+        return " or 8-bit weights"
+    if weight_elem_bytes > 0.5:
+        return " or int4 weights (--weight-dtype int4; the weights are already 8-bit)"
+    return " (the weights are already int4)"
 
 
 def smallest_model_axis(cfg: TransformerConfig, at_least: float) -> int:
