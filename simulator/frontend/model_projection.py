@@ -25,6 +25,8 @@ def check_flags(args: argparse.Namespace) -> None:
                   if v is not None]
     if args.mode == "prefill" and projecting == ["--assume-mfu"]:  # the prefill step at an assumed utilisation
         projecting = []
+    if args.mode == "train" and args.params is not None and projecting == ["--chips"]:  # an abstract step's split
+        projecting = []
     if projecting and args.mode != "train":
         raise PodsimError(f"{projecting[0]} projects a training run; add --mode train")
     if projecting and args.tokens_total is None:
@@ -37,10 +39,11 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.mode != "train" and args.kv_bytes_per_token is None:
         raise PodsimError(f"--params N in --mode {args.mode} needs --kv-bytes-per-token BYTES (all layers' K and V "
                           "of one token, e.g. 100e3)")
-    if args.mode == "train" and (args.tokens_total is None or (args.assume_mfu is None and
-                                                               args.measured_chip_hours is None)):
+    if args.mode == "train" and args.tokens_total is not None and (args.assume_mfu is None and
+                                                                   args.measured_chip_hours is None):
         raise PodsimError("--params N in --mode train projects a run from an assumed utilisation: give "
-                          "--tokens-total T and --assume-mfu F (e.g. 0.4), or --measured-chip-hours H")
+                          "--tokens-total T and --assume-mfu F (e.g. 0.4), or --measured-chip-hours H (or drop "
+                          "--tokens-total for the step's tokens per chip alone)")
     if args.kv_dtype:
         raise PodsimError("--kv-dtype has no meaning with --kv-bytes-per-token, which already gives bytes; drop it")
 
@@ -51,6 +54,8 @@ def abstract_model(args: argparse.Namespace, chip: ChipSpec, price: float | None
     from simulator.workloads.projection import abstract_budget, check_params, train_projection
 
     params = check_params(parse_positive(args.params, "number", name="--params"))
+    if args.mode == "train" and args.tokens_total is None:
+        return abstract_train_step(args, params, chip)
     if args.mode == "train":
         mfu = (parse_positive(args.assume_mfu, "number", name="--assume-mfu") if args.assume_mfu is not None else
                measured_mfu(args, params, chip))
@@ -84,6 +89,32 @@ def abstract_model(args: argparse.Namespace, chip: ChipSpec, price: float | None
         from simulator.workloads.projection import step_cost
 
         out.update(step_cost(price, par.chips, step, batch * new))
+    return out
+
+
+def abstract_train_step(args: argparse.Namespace, params: float, chip: ChipSpec) -> dict[str, Any]:
+    """``--params N --mode train`` without ``--tokens-total``: one step's batch split over the chips (the book's
+    "per-GPU token batch size", gpus quiz 5 Q3: 192 x 4096 / 192 = 4,096 for Megatron's 16B) and, on a GPU mesh
+    with data parallelism outside model sharding, the book's critical batch per GPU for it
+    (`simulator.workloads.plans.train.book_gpu_outer_data_critical_batch`). Closed forms, no simulated step (an
+    abstract model has no layers to run)."""
+    from simulator.workloads.plans import parse_plan_mesh
+    from simulator.workloads.plans.train import book_gpu_outer_data_critical_batch
+
+    batch = parse_int(args.batch, name="--batch")
+    seq = parse_tokens(args.seq or "1024", name="--seq", maximum=2**24)
+    plan = parse_plan_mesh(args.mesh)
+    mesh = {a: plan.size(a) for a in plan.used}
+    on_mesh = _chips(args)
+    if args.chips is not None and args.mesh and on_mesh != plan.chips:
+        raise PodsimError(f"--chips {on_mesh}, but --mesh {args.mesh} has {plan.chips} chips; give one of them, or "
+                          "both alike")
+    out: dict[str, Any] = {"model": f"abstract {params / 1e9:.4g}B", "chip": chip.name, "mode": "train",
+                           "abstract": True, "params_total": params, "chips": on_mesh, "mesh": mesh, "batch": batch,
+                           "seq": seq, "tokens_per_step": batch * seq, "tokens_per_chip": batch * seq / on_mesh}
+    book = book_gpu_outer_data_critical_batch(chip, mesh)
+    if book:
+        out["critical_batch_per_chip_book"] = book
     return out
 
 
@@ -230,7 +261,15 @@ def _tokens_total(args: argparse.Namespace) -> float:
 
 def print_projection(out: dict[str, Any]) -> None:
     """One or two lines: the projected run, its basis, chip-hours and cost."""
-    if "time_to_train_s" not in out:
+    if "time_to_train_s" not in out and not out.get("abstract"):
+        return
+    if out.get("abstract") and "time_to_train_s" not in out:
+        print(f"{out['model']} training step on {out['chips']} x {out['chip']}: {out['tokens_per_step']:,} tokens, "
+              f"{out['tokens_per_chip']:,.6g} per chip")
+        book = out.get("critical_batch_per_chip_book")
+        if book:
+            print(f"  the book's critical batch for data parallelism outside {book['model_nodes_spanned']:g} node(s) "
+                  f"of model sharding: {book['data_outside_model']:,.6g} tokens per GPU (bound)")
         return
     if out.get("abstract"):
         print(f"{out['model']} training on {out['chips']} x {out['chip']}")

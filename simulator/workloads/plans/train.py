@@ -107,6 +107,26 @@ def book_gpu_critical_batches(chip: ChipSpec, links: dict[str, AxisLink]) -> dic
     return out
 
 
+def book_gpu_outer_data_critical_batch(chip: ChipSpec, mesh: dict[str, int]) -> dict[str, float]:
+    """The book's GPU rule for data parallelism OUTSIDE model sharding (ch. gpus, "Reductions when array is
+    sharded over a separate axis" and quiz 5, Q2.3 and Q3): with data (and fsdp) the outermost axis over m =
+    chips / (data x fsdp) GPUs of model sharding (model, pipeline, expert, sequence), the outer reduction's cost
+    falls by the k = max(1, m / 8) nodes one model group spans, so the per-GPU batch that keeps it compute-bound
+    is C / (W_node k): 990e12 / (400e9 x 2) = 1,237 for 16-way model sharding (Megatron's 70B), 309 for 64-way
+    (its 314B; 8-way TP x 8-way PP). ``data_outside_model`` and ``model_nodes_spanned``; empty unless a GPU
+    (switch) mesh with data or fsdp > 1 and model sharding > 1. A bound: the book's rule, perfect overlap."""
+    from simulator.hardware.facts import GPUS_PER_NODE
+
+    outer = mesh.get("data", 1) * mesh.get("fsdp", 1)
+    chips = math.prod(mesh.values()) if mesh else 1
+    inner = chips // outer
+    if chip.wraparound != "switch" or outer == 1 or inner == 1:
+        return {}
+    nodes = max(1.0, inner / GPUS_PER_NODE)
+    return {"data_outside_model": chip.peak_flops_per_s() / (GPUS_PER_NODE * chip.dcn_bandwidth_bytes_per_s * nodes),
+            "model_nodes_spanned": nodes}
+
+
 def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan,
                opts: TrainOptions | None = None, topology: str | None = None, simulate: bool = True,
                trace: bool = True, calibrated: bool = False,
@@ -148,7 +168,8 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                                                      {a: links[a].bandwidth_bytes_per_s for a in links})
     if notes:
         out["critical_batch_notes"] = notes
-    book = book_gpu_critical_batches(chip, links)
+    book = {**book_gpu_critical_batches(chip, links),
+            **book_gpu_outer_data_critical_batch(chip, {a: plan.size(a) for a in plan.used})}
     if book:
         out["critical_batch_per_chip_book"] = book
     if out["critical_batch_per_chip"].get("fsdp+model") is not None:  # the older edition's, beside the current one
