@@ -134,7 +134,10 @@ def add_projection(args: argparse.Namespace, out: dict[str, Any], cfg: Transform
     if not same:  # the book's memory and FSDP split of the projected run's chips
         from simulator.workloads.plans.train import book_train_figures
 
+        sharded = out.get("book_memory", {}).get("state_per_chip_model_sharded_bytes")  # the mesh's, not the run's
         out.update(book_train_figures(cfg, chip, out["checkpoint"], out["batch"] * out["seq"], chips))
+        if sharded is not None:
+            out["book_memory"]["state_per_chip_model_sharded_bytes"] = sharded
     out.update(train_projection(_tokens_total(args), cfg.params(active=True), chips, chip.peak_flops_per_s("bf16"),
                                 mfu, out["step_time_s"] if same else None, out["batch"] * out["seq"], price))
 

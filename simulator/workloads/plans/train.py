@@ -175,6 +175,10 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
     if out["critical_batch_per_chip"].get("fsdp+model") is not None:  # the older edition's, beside the current one
         out["critical_batch_per_chip_older_edition"] = {"fsdp+model": 4 * out["critical_batch_per_chip"]["fsdp+model"]}
     out.update(book_train_figures(cfg, chip, opts.checkpoint, batch * seq, plan.chips))
+    # the book's state per chip when only the model axes shard it (data replicates it; gpus quiz 5 Q2.3.1: 8-way
+    # TP and pure DP keep 700 GB / 8 = 87.5 GB a GPU): bf16 weights and fp32 Adam over model x pipeline x expert
+    model_ways = plan.chips // (plan.size("data") * plan.size("fsdp"))
+    out["book_memory"]["state_per_chip_model_sharded_bytes"] = out["book_memory"]["state_bytes"] / model_ways
     if simulate:
         sim, measured = simulate_step(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast,
                                       (system, mesh) if reuse else None)
