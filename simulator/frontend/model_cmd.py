@@ -142,6 +142,7 @@ def cmd_model(args: argparse.Namespace) -> None:
 
     cfg = model_config(args)
     projection.check_flags(args)
+    projection.check_serving_flags(args)
     check_mode_flags(args)
     chip = _chip(args)
     if cfg is None:

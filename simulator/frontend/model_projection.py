@@ -187,6 +187,27 @@ def add_measured(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
                    book_assumed_mfu_step_time_s=2 * params * tokens / (chips * peak * mfu))
 
 
+def check_serving_flags(args: argparse.Namespace) -> tuple[int, str | None] | None:
+    """``--decode-length`` and ``--prefill-mfu``, checked before any work: (N, F's text) or None when neither is
+    given; `PodsimError` (one line) outside decode mode, for F without N, and for N or F out of range."""
+    length, mfu_text = getattr(args, "decode_length", None), getattr(args, "prefill_mfu", None)
+    if length is None and mfu_text is None:
+        return None
+    if args.mode != "decode":
+        flag = "--decode-length" if length is not None else "--prefill-mfu"
+        raise PodsimError(f"{flag} prices a request's whole generation from a decode step; --mode {args.mode} has "
+                          "none (use --mode decode, the default)")
+    if length is None:
+        raise PodsimError("--prefill-mfu F sizes the prefill servers against the generate servers; give "
+                          "--decode-length N too (the median tokens a request generates, e.g. 512)")
+    steps = parse_int(length, name="--decode-length", maximum=2**24)
+    if mfu_text is not None:
+        mfu = parse_positive(mfu_text, "number", name="--prefill-mfu")
+        if not 0 < mfu <= 1:
+            raise PodsimError(f"--prefill-mfu {mfu:g} must be a fraction in (0, 1], e.g. 0.4")
+    return steps, mfu_text
+
+
 def add_serving(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
                 cfg: TransformerConfig | None = None) -> None:
     """The book's serving calculation (applied-inference, "What about prefill?") from one decode step's report
@@ -202,17 +223,10 @@ def add_serving(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
       servers' ratio P / G = prefill x B / (step x N) (``prefill_to_generate_servers``, and the book's with
       its prefill count, ``book_prefill_to_generate_servers``: 0.91 x 32 / (0.019 x 512) = 3).
     """
-    length, mfu_text = getattr(args, "decode_length", None), getattr(args, "prefill_mfu", None)
-    if length is None and mfu_text is None:
+    checked = check_serving_flags(args)
+    if checked is None:
         return
-    if args.mode != "decode":
-        flag = "--decode-length" if length is not None else "--prefill-mfu"
-        raise PodsimError(f"{flag} prices a request's whole generation from a decode step; --mode {args.mode} has "
-                          "none (use --mode decode, the default)")
-    if length is None:
-        raise PodsimError("--prefill-mfu F sizes the prefill servers against the generate servers; give "
-                          "--decode-length N too (the median tokens a request generates, e.g. 512)")
-    steps = parse_int(length, name="--decode-length", maximum=2**24)
+    steps, mfu_text = checked
     step = float(out.get("step_time_s") or out["lower_bound_s"])
     batch = int(out["batch"])
     chips = int(out.get("data", 1)) * int(out.get("model_parallel", 1))
@@ -224,8 +238,6 @@ def add_serving(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
     if mfu_text is None:
         return
     mfu = parse_positive(mfu_text, "number", name="--prefill-mfu")
-    if not 0 < mfu <= 1:
-        raise PodsimError(f"--prefill-mfu {mfu:g} must be a fraction in (0, 1], e.g. 0.4")
     if prompt < 1:
         raise PodsimError("--prefill-mfu F prices the prefill of each request's prompt, its --context P tokens; give "
                           "--context P of at least 1 (e.g. 8192)")
