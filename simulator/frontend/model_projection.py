@@ -187,6 +187,10 @@ def add_measured(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
                    book_assumed_mfu_step_time_s=2 * params * tokens / (chips * peak * mfu))
 
 
+NO_PROMPT = ("--prefill-mfu F prices the prefill of each request's prompt, its --context P tokens; give --context P of "
+             "at least 1 (e.g. 8192)")
+
+
 def check_serving_flags(args: argparse.Namespace) -> tuple[int, str | None] | None:
     """``--decode-length`` and ``--prefill-mfu``, checked before any work: (N, F's text) or None when neither is
     given; `PodsimError` (one line) outside decode mode, for F without N, and for N or F out of range."""
@@ -205,6 +209,8 @@ def check_serving_flags(args: argparse.Namespace) -> tuple[int, str | None] | No
         mfu = parse_positive(mfu_text, "number", name="--prefill-mfu")
         if not 0 < mfu <= 1:
             raise PodsimError(f"--prefill-mfu {mfu:g} must be a fraction in (0, 1], e.g. 0.4")
+        if args.context is None or all(c.strip() == "0" for c in args.context.split(",")):
+            raise PodsimError(NO_PROMPT)
     return steps, mfu_text
 
 
@@ -239,8 +245,7 @@ def add_serving(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
         return
     mfu = parse_positive(mfu_text, "number", name="--prefill-mfu")
     if prompt < 1:
-        raise PodsimError("--prefill-mfu F prices the prefill of each request's prompt, its --context P tokens; give "
-                          "--context P of at least 1 (e.g. 8192)")
+        raise PodsimError(NO_PROMPT)
     peak = chip.peak_flops_per_s(out.get("compute_dtype") or "bf16")
     params = float(cfg.params(active=True) if cfg is not None else out["params_total"])
     if cfg is not None:
