@@ -243,6 +243,18 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     # --- applied-training (Training LLaMA 3 on TPUs) ---------------------------------------------------------
     ("applied-training", "LLaMA 3-70B parameter count from its table (70.4e9)",
      "model llama-3-70b --chip tpu-v5p --no-simulate", "params_total", 70.4e9, "match 1%"),
+    ("applied-training", "its table: FFW parameters, 8192 x 28672 x 3 x 80 (56.3e9)",
+     "model llama-3-70b --chip tpu-v5p --no-simulate", "params_by_part.mlp", 56.3e9, "match 1%"),
+    ("applied-training", "its table: vocabulary parameters, 2 x 128,256 x 8192 (2.1e9)",
+     "model llama-3-70b --chip tpu-v5p --no-simulate", "params_by_part.embeddings", 2.1e9, "match 1%"),
+    ("applied-training", "its table: attention parameters, 80 (2 x 8192 x 64 x 128 + 2 x 8192 x 8 x 128) (12e9)",
+     "model llama-3-70b --chip tpu-v5p --no-simulate", "params_by_part.attention", 12e9, "match 1%"),
+    ("applied-training", "FLOPs per token of a training step, 6 x 70e9 (4.2e11; podsim counts attention, 1% at "
+     "seq 1024)", "model llama-3-70b --mode train --chip tpu-v5p --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate",
+     "model_flops_per_token", 4.2e11, "match 1%"),
+    ("applied-training", "one token's step on a single v5p at full utilisation, 4.2e11 / 4.59e14 ('roughly 1 ms': "
+     "0.92 ms)", "model llama-3-70b --mode train --chip tpu-v5p --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate "
+     "--tokens-total 1 --assume-mfu 1 --chips 1", "time_to_train_s", 4.2e11 / 4.59e14, "match 1%"),
     ("applied-training", "LLaMA 3-70B on 15T tokens: training FLOPs, 6 N T (6.3e24)",
      "model llama-3-70b --mode train --chip tpu-v5p --mesh fsdp=8 --batch 8 --seq 1024 --no-simulate "
      "--tokens-total 15e12 --assume-mfu 0.4 --chips 8960", "train_flops", 6.3e24, "match 1%"),
@@ -271,6 +283,12 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      2.4e9, "match 1%"),
     ("applied-training", "FSDP alone over 8,960 chips: tokens per chip, 4 x 1024 x 1024 / 8960 (468)", AT419,
      "book_fsdp_model.tokens_per_chip", 468, "match 0.1%"),
+    ("applied-training", "on the 225 chips that hold it: 44 days x 8960 / 225 (1,752 days; the book writes '/ 171' "
+     "but divides by 225)", AT4M + " --chips 225", "time_to_train_days", 44 * 8960 / 225, "match 2%"),
+    ("applied-training", "with 12 checkpoints a layer on 8,960 chips: memory per chip (8 GB)",
+     AT4M.replace("--checkpoints-per-layer 4", "--checkpoints-per-layer 12"), "book_memory.per_chip_bytes", 8e9,
+     "differs: (2 x 8192 x 4e6 x 12 x 80 + 700e9) / 8960 = 7.1 GB; the book's 'we'd still only be at 8 GB' is a "
+     "round upper figure"),
     ("applied-training", "mixed FSDP + tensor parallelism: X_opt = sqrt(2 x 4.19e6 x 8960 / 28672) (1618)", AT419,
      "book_fsdp_model.x_opt", 1618, "match 0.1%"),
     # --- inference -------------------------------------------------------------------------------------------
@@ -292,6 +310,14 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("inference", "Q1 the chapter's LLaMA-2-13B-like model: parameters (18.4e9)",
      "model --config docs/book_models/inference_worked.toml --chip tpu-v5e --no-simulate", "params_total", 18.4e9,
      "match 1%"),
+    ("inference", "Q1 the same model's KV cache per token (no printed answer; the chapter's 2 H K L x 2 B = 2 x 256 x "
+     "8 x 64 x 2: 524,288 in bf16)", "model --config docs/book_models/inference_worked.toml --chip tpu-v5e "
+     "--no-simulate", "kv_bytes_per_position", 2 * 256 * 8 * 64 * 2, "match 0%"),
+    ("inference", "In-text: LLaMA 2-13B's bf16 weights for inference (26 GB)",
+     "model llama-2-13b --chip tpu-v5e --batch 1 --context 8192 --no-simulate", "weight_bytes", 26e9, "match 1%"),
+    ("inference", "In-text: LLaMA 2-13B's bf16 KV cache of one 8192 sequence, 8192 x 40 x 128 x 40 x 2 x 2 (6.7 GB)",
+     "model llama-2-13b --chip tpu-v5e --batch 1 --context 8192 --no-simulate", "kv_cache_bytes", 6.7e9,
+     "match 1%"),
     ("inference", "Q3 int8 weights from HBM on a v5e 4x4 (no printed answer; the chapter's method: 18.4e9 B / (16 x "
      "8.1e11) = 1.42 ms)", "model --config docs/book_models/inference_worked.toml --chip tpu-v5e --mesh model=16 "
      "--weight-dtype int8 --kv-dtype int8 --no-simulate", "t_memory_s", 1.42e-3, "match 2%"),
@@ -305,6 +331,9 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("inference", "Q5.2 the same by the book's rule, the dense C / W_hbm times E / k (1,920)",
      "model --config docs/book_models/inference_moe.toml --chip tpu-v5e --no-simulate", "critical_batch_book", 1920,
      "match 1%"),
+    ("inference", "Q5.3 the MoE's KV cache per token: the dense model's, experts hold no KV (no printed answer; "
+     "524,288 in bf16)", "model --config docs/book_models/inference_moe.toml --chip tpu-v5e --no-simulate",
+     "kv_bytes_per_position", 2 * 256 * 8 * 64 * 2, "match 0%"),
     ("inference", "Q2, Q4, Q6 fit, sharding and free HBM of the same models on v5e", None, None, None,
      "none: no printed answer in the Feb 2025 edition, and Q2 gives no context length to size a batch at; with "
      "one, podsim model --config docs/book_models/inference_worked.toml --mesh model=16 answers it (max_batch, "

@@ -267,3 +267,15 @@ def test_versus_refuses_itself_and_calibrated_runs(capsys):
     assert "--versus" in refused(capsys, *base, "--versus", "all_gather")
     assert "--calibrated" in refused(capsys, *base, "--versus", "all_to_all", "--calibrated")
     assert "bogus" in refused(capsys, *base, "--versus", "bogus")
+
+
+def test_training_flops_per_token_is_6N_plus_causal_attention(capsys):
+    """applied-training: about 6 x 70e9 = 4.2e11 FLOPs a token; podsim adds causal attention, 3 x 4 L (H Q) (T + 1) / 2
+    a token, so a sequence twice as long adds 3 x 4 x 80 x 8192 x (2049 - 1025) / 2 = 4.03e9."""
+    def per_token(seq: int) -> float:
+        return run(capsys, "model", "llama-3-70b", "--mode", "train", "--chip", "tpu-v5p", "--mesh", "fsdp=8",
+                   "--batch", "8", "--seq", str(seq), "--no-simulate")["model_flops_per_token"]
+
+    short, long = per_token(1024), per_token(2048)
+    assert long - short == pytest.approx(3 * 4 * 80 * 8192 * (2049 - 1025) / 2, rel=1e-9)
+    assert short == pytest.approx(6 * 70.55e9, rel=0.02)

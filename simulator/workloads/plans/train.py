@@ -188,7 +188,8 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
     out.update(memory_verdict(out))
     flops = model_flops(cfg, batch, seq)
     step = out["step_time_s"]
-    out.update(model_flops_per_step=flops, mfu=flops / (plan.chips * chip.peak_flops_per_s() * step),
+    out.update(model_flops_per_step=flops, model_flops_per_token=flops / (batch * seq),  # ~6 N (+ attention)
+               mfu=flops / (plan.chips * chip.peak_flops_per_s() * step),
                tokens_per_s=batch * seq / step)
     if price_per_chip_hour is not None:
         out.update(price_per_chip_hour_usd=price_per_chip_hour,
