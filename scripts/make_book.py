@@ -89,6 +89,8 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "(pod_hbm_capacity_bytes_book, next row)"),
     ("tpus", "Q2 v5p pod: HBM as the book counts it, 8960 x 96e9 (860 TB)", "chips tpu-v5p",
      "facts.pod.pod_hbm_capacity_bytes_book", 860e12, "match 0.1%"),
+    ("tpus", "In-text: v5e bf16 FLOP/s per MXU, 1.97e14 / 4 ('about 5e13')", "chips tpu-v5e",
+     "facts.per_core.bf16_flops_per_s_per_mxu", 5e13, "match 2%"),
     ("tpus", "Q3 v6e over PCIe: smallest batch that stays FLOPs-bound (61,000 at 1.5e10 B/s)",
      "roofline --chip tpu-v6e --memory pcie --matmul 1,8192,32768 --find batch", "critical_batch_book", 61000,
      "differs: the question assumes 1.5e10 B/s of PCIe; podsim's v6e preset has 3.2e10 (REFERENCE.md), so "
@@ -240,6 +242,13 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("training", "Q4 at 10M tokens: state and the three big matmuls' checkpoints in all (no printed answer; "
      "130e9 + 2 L B (D + 2F) = 26.3 TB, under the slice's 393 TB)", T13 + " --batch 10000 --seq 1000",
      "book_memory.ffw_outputs.total_bytes", 130e9 + 2 * 40 * 1e7 * (5120 + 2 * 13824), "match 0.1%"),
+    ("training", "In-text: LLaMA-3 70B's 16M-token batch over 16e6 / (2550 / 3) = 18,823 v5p at 50% MFU (about 17 "
+     "days)", "model llama-3-70b --mode train --chip tpu-v5p --mesh fsdp=8 --batch 4000 --seq 4000 --no-simulate "
+     "--tokens-total 15e12 --assume-mfu 0.5 --chips 18823", "time_to_train_days", 17, "match 1%"),
+    ("training", "In-text: pure data parallelism over DCN is comms-bound below C_pod / W_dcn per pod (76,000; the "
+     "book's 8k x 4.5e14 = 3.8e18 over 2000 hosts x 2.5e10: podsim's 4.59e14 / 6.25e9 a chip is 73,440)",
+     "roofline --chip tpu-v5p --memory dcn --flops 1 --bytes 1", "critical_batch_per_slice.data_parallel", 76000,
+     "match 5%"),
     # --- applied-training (Training LLaMA 3 on TPUs) ---------------------------------------------------------
     ("applied-training", "LLaMA 3-70B parameter count from its table (70.4e9)",
      "model llama-3-70b --chip tpu-v5p --no-simulate", "params_total", 70.4e9, "match 1%"),
