@@ -317,7 +317,8 @@ def cmd_collective(args: argparse.Namespace) -> None:
     if "versus" in extra:
         vs = extra["versus"]
         book = "" if vs["book_ratio"] is None else f", book estimates {vs['book_ratio']:.4g}x"
-        print(f"  versus {vs['kind']} (same bytes, simulated {format_quantity(vs['time_s'], 's')}): {args.kind} takes "
+        print(f"  versus {vs['kind']} (same bytes, simulated {format_quantity(vs['time_s'], 's')}, bound: ideal peak "
+              f"links): {args.kind} takes "
               f"{vs['time_ratio']:.4g}x its time{book}; busiest link {vs['max_link_bytes_ratio']:.4g}x its bytes")
 
 

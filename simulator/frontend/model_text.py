@@ -55,7 +55,7 @@ def _print_serving(out: dict[str, Any]) -> None:
           f"{out['sequences_finished_per_step']:.4g} sequences finish and {out['kv_tokens_evicted_per_step']:.4g} KV "
           "tokens are evicted a step")
     if "prefill_s" in out:
-        print(f"  prefill of the --context at {out['prefill_mfu']:.0%} MFU (bound at that utilisation): "
+        print(f"  prefill of the --context at an assumed {out['prefill_mfu']:.0%} MFU (an estimate, as the book's): "
               f"{format_quantity(out['prefill_s'], 's')} (the book's 2 N T: "
               f"{format_quantity(out['book_prefill_s'], 's')}); "
               f"prefill:generate servers {out['prefill_to_generate_servers']:.3g} (the book's count: "
