@@ -456,6 +456,12 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      L3 + " --mesh model=32 --kv-sharding auto --batch 138 --context 8192 --decode-length 512 --no-simulate",
      "queries_per_s_per_chip", 0.51,
      "differs: follows the book's batch of 161; at the 138 that fit, 138 / (0.0194 x 512 x 32) = 0.43"),
+    ("applied-inference", "bf16 on a 4x8 at batch 64: model parallelism stays HBM-bound up to F / (8 B) = 28,672 / "
+     "(8 x 64) (56)", L3 + " --layout 2d --mesh model=32 --batch 64 --context 0 --no-simulate",
+     "comm_bound_chips.1d_vs_hbm", 56,
+     "differs: the book weighs one matmul's weights against one [B, D] collective and rounds beta = W_hbm / W_ici to "
+     "8; podsim weighs a whole layer (attention and the gated MLP's 3 matrices, (3F + 2q + 2kv) / 4 = 26,112 columns "
+     "against its two AllReduces) with v5e's beta of 9.1: 44.8"),
     ("applied-inference", "prefill 8192, decode 4096, batch 32: sequences finishing a step, 32 / 4096 (0.0078)",
      L3 + " --mesh model=16 --batch 32 --context 8192 --decode-length 4096 --no-simulate",
      "sequences_finished_per_step", 32 / 4096, "match 0%"),
