@@ -221,6 +221,17 @@ CASES: list[tuple[str, str]] = [
     ("serving", "serve gpt2 --chip h100 --rate 1 --prompt-len 2000"),
     ("serving", "serve gpt2 --chip h100 --rate 1 --scheduler-steps 0"),
     ("sweeps", "plan gpt2 --chips 8 --chip tpu-v5e --batch 16 --seq 1024 --scheduler nonsense://"),
+    # the book's serving calculation, int4 and --versus (issue 32)
+    ("model configs", "model llama-3-8b --decode-length 0"),
+    ("model configs", "model llama-3-8b --prefill-mfu 0.4"),
+    ("model configs", "model llama-3-8b --decode-length 512 --prefill-mfu 1.5"),
+    ("model configs", "model llama-3-8b --decode-length 512 --prefill-mfu 0.4"),
+    ("model configs", "model llama-3-8b --mode prefill --decode-length 512"),
+    ("model configs", "model llama-3-8b --weight-dtype int4 --compute-dtype int4"),
+    ("model configs", "model --params 7e9 --mode train --chip h100 --mesh data=8 --chips 16"),
+    ("collectives", "collective all_gather --chip h100 --topology switch:8 --bytes 1MB --versus all_gather"),
+    ("collectives", "collective all_gather --chip h100 --topology switch:8 --bytes 1MB --versus all_to_all "
+     "--calibrated"),
 ]
 
 

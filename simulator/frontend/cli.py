@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="root chip of broadcast, gather, scatter, reduce: an index or a coordinate "
                    "such as 0,0 (default: chip 0)")
     p.add_argument("--mode", default="auto", help="auto, full or reduced (one representative ring per axis)")
+    p.add_argument("--versus", metavar="KIND2", help="also run collective KIND2 on the same bytes, topology and "
+                   "algorithm, and give KIND's figures over KIND2's (versus.time_ratio, book_ratio, "
+                   "max_link_bytes_ratio; e.g. all_gather --versus all_to_all, the book's factor of 4)")
     p.add_argument("--calibrated", action="store_true",
                    help="also run the chip's calibrated model (fitted efficiencies) beside the ideal one")
     p.add_argument("--protocol", default="auto", help="the calibrated run's NCCL protocol: LL, LL128, Simple or auto "
@@ -273,6 +276,8 @@ def cmd_collective(args: argparse.Namespace) -> None:
         fig = array[2]
         params.update(array=fig["array"], sharding=fig["spec"], mesh=fig["mesh"])
         shard["bytes_per_device"] = fig["bytes_per_device"]
+    if args.versus is not None and args.calibrated:
+        raise PodsimError("--versus compares two ideal collectives; drop --calibrated (or --versus)")
     if args.calibrated:  # ONE simulation (the calibrated one); the ideal figures are closed forms
         _collective_calibrated(args, params, system, nbytes, axes, chunks, root, protocol, shard)
         return
@@ -280,6 +285,8 @@ def cmd_collective(args: argparse.Namespace) -> None:
                        chunks=chunks, root=root, mode=args.mode)
     extra = r.to_json()
     extra.update(shard, **_book_levels(args.kind, system, r), ideal_from="simulation", simulated_run="ideal")
+    if args.versus is not None:
+        extra["versus"] = _versus(args, nbytes, axes, chunks, r)
     warnings = _over_hbm(args.kind, nbytes, r.group_size, system.spec)
     if warnings:
         extra["warnings"] = warnings
@@ -307,6 +314,33 @@ def cmd_collective(args: argparse.Namespace) -> None:
     assert r.algbw_bytes_per_s is not None and r.busbw_bytes_per_s is not None  # more than one chip
     print(f"  algbw {format_quantity(r.algbw_bytes_per_s, 'B/s')}, busbw {format_quantity(r.busbw_bytes_per_s, 'B/s')}"
           f", busiest link carried {format_quantity(r.max_link_bytes, 'B')}")
+    if "versus" in extra:
+        vs = extra["versus"]
+        book = "" if vs["book_ratio"] is None else f", book estimates {vs['book_ratio']:.4g}x"
+        print(f"  versus {vs['kind']} (same bytes, simulated {format_quantity(vs['time_s'], 's')}, bound: ideal peak "
+              f"links): {args.kind} takes "
+              f"{vs['time_ratio']:.4g}x its time{book}; busiest link {vs['max_link_bytes_ratio']:.4g}x its bytes")
+
+
+def _versus(args: argparse.Namespace, nbytes: float, axes: Any, chunks: Any, first: Any) -> dict[str, Any]:
+    """``--versus KIND2``: KIND2 on a fresh system of the same chip and topology, with the same bytes, axes,
+    algorithm and root, and KIND's simulated time, book estimate and busiest link's bytes over KIND2's (ideal
+    peaks, both: ratios of bounds). A ratio whose KIND2 figure is zero or absent is None."""
+    from simulator.collectives import run_collective
+
+    if args.versus == args.kind:
+        raise PodsimError(f"--versus {args.versus} is the collective itself; name another kind, e.g. all_to_all")
+    system = _system(args)
+    r = run_collective(args.versus, system, nbytes, axes=axes, algorithm=args.algorithm, multi_axis=args.multi_axis,
+                       chunks=chunks, root=_root(system.graph, args.root), mode=args.mode)
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return None if a is None or not b else a / b
+
+    return {"kind": args.versus, "algorithm": r.algorithm, "time_s": r.time_s, "book_s": r.book_s,
+            "max_link_bytes": r.max_link_bytes, "time_ratio": ratio(first.time_s, r.time_s),
+            "book_ratio": ratio(first.book_s, r.book_s),
+            "max_link_bytes_ratio": ratio(first.max_link_bytes, r.max_link_bytes)}
 
 
 def _collective_calibrated(args: argparse.Namespace, params: dict[str, Any], system: Any, nbytes: float,

@@ -12,7 +12,7 @@ from simulator.errors import PodsimError
 from simulator.frontend.fault_args import add_fault_args
 from simulator.frontend.model_text import print_model, print_presets, print_train
 from simulator.frontend.served_cmd import add_engine_arg, check_served, served_extras
-from simulator.hardware.specs import DTYPE_BYTES, PRESETS, get_chip, load_chip_file
+from simulator.hardware.specs import PRESETS, STORAGE_DTYPE_BYTES, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import parse_int, parse_positive, parse_tokens
 
@@ -62,8 +62,9 @@ def add_model_parser(sub: Any) -> None:
     p.add_argument("--kv-sharding", help=f"decode/prefill: one of {', '.join(KV_SHARDINGS)} (default heads)")
     p.add_argument("--layout", default="1d", help="decode/prefill: 1d (model axis, Megatron), 2d (weight-stationary "
                                                 "over an X x Y grid of the model axis, the best grid) or 2d:XxY")
-    p.add_argument("--weight-dtype", help=f"one of {', '.join(DTYPE_BYTES)}")
-    p.add_argument("--kv-dtype", help=f"one of {', '.join(DTYPE_BYTES)}")
+    p.add_argument("--weight-dtype", help=f"one of {', '.join(STORAGE_DTYPE_BYTES)} (int4: half a byte a "
+                                          "weight, computed at the bf16 rate)")
+    p.add_argument("--kv-dtype", help=f"one of {', '.join(STORAGE_DTYPE_BYTES)}")
     p.add_argument("--compute-dtype", help="MXU rate: bf16 (weight-only quantization) or int8/fp8 (default: "
                                            "8-bit when the weights are)")
     p.add_argument("--params", metavar="N", help="an abstract model of N parameters instead of a preset (with "
@@ -78,6 +79,12 @@ def add_model_parser(sub: Any) -> None:
                    "tokens in H measured chip-hours achieved, 6 N T / (H x 3600 x peak) (measured_mfu at the bf16 "
                    "peak, measured_mfu_8bit at the int8/fp8 peak)")
     p.add_argument("--chips", metavar="N", help="train: chips the run is projected on (default: the mesh's)")
+    p.add_argument("--decode-length", metavar="N", help="decode: tokens a request generates (the median), every step "
+                   "priced as this one: decode_time_s, queries_per_s(_per_chip), sequences finished and KV tokens "
+                   "evicted per step")
+    p.add_argument("--prefill-mfu", metavar="F", help="decode, with --decode-length: one request's prefill of its "
+                   "--context tokens at this utilisation on the same chips (prefill_s, book_prefill_s) and the "
+                   "disaggregated prefill:generate server ratio")
     p.add_argument("--price-per-chip-hour", metavar="USD", help="price of one chip-hour, for the cost of a step")
     p.add_argument("--no-simulate", action="store_true", help="closed forms only (skip the simulated step)")
     p.add_argument("--exact", action="store_true", help="simulate every chip, not one per pipeline stage (train) or "
@@ -135,6 +142,7 @@ def cmd_model(args: argparse.Namespace) -> None:
 
     cfg = model_config(args)
     projection.check_flags(args)
+    projection.check_serving_flags(args)
     check_mode_flags(args)
     chip = _chip(args)
     if cfg is None:
@@ -143,6 +151,7 @@ def cmd_model(args: argparse.Namespace) -> None:
         out = check_fit(args, _train(args, cfg, chip) if args.mode == "train" else _serve(args, cfg, chip))
         projection.add_projection(args, out, cfg, chip, _price(args))
     projection.add_measured(args, out, chip, cfg)
+    projection.add_serving(args, out, chip, cfg)
     if args.json:
         print(dumps_json(out))
     elif out.get("abstract") and args.mode == "train":

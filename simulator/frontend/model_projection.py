@@ -25,6 +25,8 @@ def check_flags(args: argparse.Namespace) -> None:
                   if v is not None]
     if args.mode == "prefill" and projecting == ["--assume-mfu"]:  # the prefill step at an assumed utilisation
         projecting = []
+    if args.mode == "train" and args.params is not None and projecting == ["--chips"]:  # an abstract step's split
+        projecting = []
     if projecting and args.mode != "train":
         raise PodsimError(f"{projecting[0]} projects a training run; add --mode train")
     if projecting and args.tokens_total is None:
@@ -37,10 +39,11 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.mode != "train" and args.kv_bytes_per_token is None:
         raise PodsimError(f"--params N in --mode {args.mode} needs --kv-bytes-per-token BYTES (all layers' K and V "
                           "of one token, e.g. 100e3)")
-    if args.mode == "train" and (args.tokens_total is None or (args.assume_mfu is None and
-                                                               args.measured_chip_hours is None)):
+    if args.mode == "train" and args.tokens_total is not None and (args.assume_mfu is None and
+                                                                   args.measured_chip_hours is None):
         raise PodsimError("--params N in --mode train projects a run from an assumed utilisation: give "
-                          "--tokens-total T and --assume-mfu F (e.g. 0.4), or --measured-chip-hours H")
+                          "--tokens-total T and --assume-mfu F (e.g. 0.4), or --measured-chip-hours H (or drop "
+                          "--tokens-total for the step's tokens per chip alone)")
     if args.kv_dtype:
         raise PodsimError("--kv-dtype has no meaning with --kv-bytes-per-token, which already gives bytes; drop it")
 
@@ -51,6 +54,8 @@ def abstract_model(args: argparse.Namespace, chip: ChipSpec, price: float | None
     from simulator.workloads.projection import abstract_budget, check_params, train_projection
 
     params = check_params(parse_positive(args.params, "number", name="--params"))
+    if args.mode == "train" and args.tokens_total is None:
+        return abstract_train_step(args, params, chip)
     if args.mode == "train":
         mfu = (parse_positive(args.assume_mfu, "number", name="--assume-mfu") if args.assume_mfu is not None else
                measured_mfu(args, params, chip))
@@ -87,6 +92,32 @@ def abstract_model(args: argparse.Namespace, chip: ChipSpec, price: float | None
     return out
 
 
+def abstract_train_step(args: argparse.Namespace, params: float, chip: ChipSpec) -> dict[str, Any]:
+    """``--params N --mode train`` without ``--tokens-total``: one step's batch split over the chips (the book's
+    "per-GPU token batch size", gpus quiz 5 Q3: 192 x 4096 / 192 = 4,096 for Megatron's 16B) and, on a GPU mesh
+    with data parallelism outside model sharding, the book's critical batch per GPU for it
+    (`simulator.workloads.plans.train.book_gpu_outer_data_critical_batch`). Closed forms, no simulated step (an
+    abstract model has no layers to run)."""
+    from simulator.workloads.plans import parse_plan_mesh
+    from simulator.workloads.plans.train import book_gpu_outer_data_critical_batch
+
+    batch = parse_int(args.batch, name="--batch")
+    seq = parse_tokens(args.seq or "1024", name="--seq", maximum=2**24)
+    plan = parse_plan_mesh(args.mesh)
+    mesh = {a: plan.size(a) for a in plan.used}
+    on_mesh = _chips(args)
+    if args.chips is not None and args.mesh and on_mesh != plan.chips:
+        raise PodsimError(f"--chips {on_mesh}, but --mesh {args.mesh} has {plan.chips} chips; give one of them, or "
+                          "both alike")
+    out: dict[str, Any] = {"model": f"abstract {params / 1e9:.4g}B", "chip": chip.name, "mode": "train",
+                           "abstract": True, "params_total": params, "chips": on_mesh, "mesh": mesh, "batch": batch,
+                           "seq": seq, "tokens_per_step": batch * seq, "tokens_per_chip": batch * seq / on_mesh}
+    book = book_gpu_outer_data_critical_batch(chip, mesh)
+    if book:
+        out["critical_batch_per_chip_book"] = book
+    return out
+
+
 def add_projection(args: argparse.Namespace, out: dict[str, Any], cfg: TransformerConfig, chip: ChipSpec,
                    price: float | None) -> None:
     """Add the whole-run projection of ``--tokens-total`` to a training step's report ``out``."""
@@ -103,7 +134,10 @@ def add_projection(args: argparse.Namespace, out: dict[str, Any], cfg: Transform
     if not same:  # the book's memory and FSDP split of the projected run's chips
         from simulator.workloads.plans.train import book_train_figures
 
+        sharded = out.get("book_memory", {}).get("state_per_chip_model_sharded_bytes")  # the mesh's, not the run's
         out.update(book_train_figures(cfg, chip, out["checkpoint"], out["batch"] * out["seq"], chips))
+        if sharded is not None:
+            out["book_memory"]["state_per_chip_model_sharded_bytes"] = sharded
     out.update(train_projection(_tokens_total(args), cfg.params(active=True), chips, chip.peak_flops_per_s("bf16"),
                                 mfu, out["step_time_s"] if same else None, out["batch"] * out["seq"], price))
 
@@ -153,6 +187,80 @@ def add_measured(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
                    book_assumed_mfu_step_time_s=2 * params * tokens / (chips * peak * mfu))
 
 
+NO_PROMPT = ("--prefill-mfu F prices the prefill of each request's prompt, its --context P tokens; give --context P of "
+             "at least 1 (e.g. 8192)")
+
+
+def check_serving_flags(args: argparse.Namespace) -> tuple[int, str | None] | None:
+    """``--decode-length`` and ``--prefill-mfu``, checked before any work: (N, F's text) or None when neither is
+    given; `PodsimError` (one line) outside decode mode, for F without N, and for N or F out of range."""
+    length, mfu_text = getattr(args, "decode_length", None), getattr(args, "prefill_mfu", None)
+    if length is None and mfu_text is None:
+        return None
+    if args.mode != "decode":
+        flag = "--decode-length" if length is not None else "--prefill-mfu"
+        raise PodsimError(f"{flag} prices a request's whole generation from a decode step; --mode {args.mode} has "
+                          "none (use --mode decode, the default)")
+    if length is None:
+        raise PodsimError("--prefill-mfu F sizes the prefill servers against the generate servers; give "
+                          "--decode-length N too (the median tokens a request generates, e.g. 512)")
+    steps = parse_int(length, name="--decode-length", maximum=2**24)
+    if mfu_text is not None:
+        mfu = parse_positive(mfu_text, "number", name="--prefill-mfu")
+        if not 0 < mfu <= 1:
+            raise PodsimError(f"--prefill-mfu {mfu:g} must be a fraction in (0, 1], e.g. 0.4")
+        if args.context is None or all(c.strip() == "0" for c in args.context.split(",")):
+            raise PodsimError(NO_PROMPT)
+    return steps, mfu_text
+
+
+def add_serving(args: argparse.Namespace, out: dict[str, Any], chip: ChipSpec,
+                cfg: TransformerConfig | None = None) -> None:
+    """The book's serving calculation (applied-inference, "What about prefill?") from one decode step's report
+    ``out``, with ``--decode-length N`` (and ``--prefill-mfu F``). Every decode step of a request is priced as this
+    one (its --context, its batch): a bound, as the step is.
+
+    - ``decode_time_s`` = step x N (one request's whole generation; the book's 19 ms x 512 = 9.7 s);
+    - ``queries_per_s`` = B / (step x N) and ``queries_per_s_per_chip`` (the book's 43 / (0.019 x 512 x 16));
+    - ``sequences_finished_per_step`` = B / N and ``kv_tokens_evicted_per_step`` = B (P + N) / N, P the mean
+      --context (the prompt): the book's 32 (8192 + 4096) / 4096 = 96;
+    - with ``--prefill-mfu F``: ``prefill_s``, one request's prefill of P tokens on the same chips at F of the
+      peak (podsim's FLOPs, attention counted), ``book_prefill_s`` (the book's 2 N P), and the disaggregated
+      servers' ratio P / G = prefill x B / (step x N) (``prefill_to_generate_servers``, and the book's with
+      its prefill count, ``book_prefill_to_generate_servers``: 0.91 x 32 / (0.019 x 512) = 3).
+    """
+    checked = check_serving_flags(args)
+    if checked is None:
+        return
+    steps, mfu_text = checked
+    step = float(out.get("step_time_s") or out["lower_bound_s"])
+    batch = int(out["batch"])
+    chips = int(out.get("data", 1)) * int(out.get("model_parallel", 1))
+    ctx = out["context"]
+    prompt = sum(ctx) / len(ctx) if isinstance(ctx, list) else float(ctx)
+    out.update(decode_length=steps, decode_time_s=step * steps, queries_per_s=batch / (step * steps),
+               queries_per_s_per_chip=batch / (step * steps * chips), sequences_finished_per_step=batch / steps,
+               kv_tokens_evicted_per_step=batch * (prompt + steps) / steps)
+    if mfu_text is None:
+        return
+    mfu = parse_positive(mfu_text, "number", name="--prefill-mfu")
+    if prompt < 1:
+        raise PodsimError(NO_PROMPT)
+    peak = chip.peak_flops_per_s(out.get("compute_dtype") or "bf16")
+    params = float(cfg.params(active=True) if cfg is not None else out["params_total"])
+    if cfg is not None:
+        from simulator.workloads.budget import decode_flops
+
+        flops = decode_flops(cfg, [0], round(prompt))["flops"]
+    else:
+        flops = 2.0 * params * prompt
+    prefill = flops / (chips * peak * mfu)
+    book = 2.0 * params * prompt / (chips * peak * mfu)
+    out.update(prefill_mfu=mfu, prefill_s=prefill, book_prefill_s=book,
+               prefill_to_generate_servers=prefill * batch / (step * steps),
+               book_prefill_to_generate_servers=book * batch / (step * steps))
+
+
 def _chips(args: argparse.Namespace, default: int | None = None) -> int:
     if args.chips is not None:
         return parse_int(args.chips, name="--chips", maximum=MAX_PROJECTED_CHIPS)
@@ -173,7 +281,15 @@ def _tokens_total(args: argparse.Namespace) -> float:
 
 def print_projection(out: dict[str, Any]) -> None:
     """One or two lines: the projected run, its basis, chip-hours and cost."""
-    if "time_to_train_s" not in out:
+    if "time_to_train_s" not in out and not out.get("abstract"):
+        return
+    if out.get("abstract") and "time_to_train_s" not in out:
+        print(f"{out['model']} training step on {out['chips']} x {out['chip']}: {out['tokens_per_step']:,} tokens, "
+              f"{out['tokens_per_chip']:,.6g} per chip")
+        book = out.get("critical_batch_per_chip_book")
+        if book:
+            print(f"  the book's critical batch for data parallelism outside {book['model_nodes_spanned']:g} node(s) "
+                  f"of model sharding: {book['data_outside_model']:,.6g} tokens per GPU (bound)")
         return
     if out.get("abstract"):
         print(f"{out['model']} training on {out['chips']} x {out['chip']}")

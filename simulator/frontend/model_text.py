@@ -40,6 +40,7 @@ def print_model(out: dict[str, Any]) -> None:
         print(f"  each op by its own roofline, summed (the book's): {format_quantity(out['lower_bound_per_op_s'], 's')}"
               f" = {ops}; max(total compute, total memory) {format_quantity(out['lower_bound_s'], 's')}")
     print(f"  {out['fit_note']}; {max_batch_text(out)}")
+    _print_serving(out)
     print_served(out)
     _print_notes(out)
 
@@ -60,6 +61,23 @@ def max_batch_text(out: dict[str, Any]) -> str:
     if ref and positions <= ref["context"]:
         text += f"; at context {ref['context']:,}: {ref['max_batch']:,}"
     return text
+
+
+def _print_serving(out: dict[str, Any]) -> None:
+    """--decode-length (and --prefill-mfu): the book's serving calculation, each step priced as this one (bounds)."""
+    if "decode_length" not in out:
+        return
+    print(f"  {out['decode_length']:,} decode steps (bound, each as this step): "
+          f"{format_quantity(out['decode_time_s'], 's')} a request; {out['queries_per_s']:.4g} queries/s "
+          f"({out['queries_per_s_per_chip']:.4g} a chip); "
+          f"{out['sequences_finished_per_step']:.4g} sequences finish and {out['kv_tokens_evicted_per_step']:.4g} KV "
+          "tokens are evicted a step")
+    if "prefill_s" in out:
+        print(f"  prefill of the --context at an assumed {out['prefill_mfu']:.0%} MFU (an estimate, as the book's): "
+              f"{format_quantity(out['prefill_s'], 's')} (the book's 2 N T: "
+              f"{format_quantity(out['book_prefill_s'], 's')}); "
+              f"prefill:generate servers {out['prefill_to_generate_servers']:.3g} (the book's count: "
+              f"{out['book_prefill_to_generate_servers']:.3g})")
 
 
 def _print_notes(out: dict[str, Any]) -> None:

@@ -21,6 +21,10 @@ MiB = 2.0**20
 
 #: Bytes per element of each dtype podsim knows.
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int8": 1}
+#: Dtypes a model may STORE its weights or KV cache in (`podsim model --weight-dtype / --kv-dtype`): the compute
+#: dtypes and int4, half a byte an element (the book's applied-inference int4 rows). int4 is storage only: its
+#: matmuls run at the bf16 (or --compute-dtype) rate, so it is not a compute dtype of `DTYPE_BYTES`.
+STORAGE_DTYPE_BYTES: dict[str, float] = {**DTYPE_BYTES, "int4": 0.5}
 
 #: Wraparound rules: which axes of a slice are rings (REFERENCE.md, "Wraparound").
 WRAPAROUND_RULES = {
@@ -122,6 +126,14 @@ def check_dtype(dtype: str) -> int:
     if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         raise SpecError(f"dtype={dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
     return DTYPE_BYTES[dtype]
+
+
+def check_storage_dtype(dtype: str) -> float:
+    """Bytes per element of a weight or KV-cache storage ``dtype`` (`STORAGE_DTYPE_BYTES`: int4 is 0.5);
+    `SpecError` listing them otherwise."""
+    if not isinstance(dtype, str) or dtype not in STORAGE_DTYPE_BYTES:
+        raise SpecError(f"dtype={dtype!r}; valid weight and KV-cache dtypes: {', '.join(STORAGE_DTYPE_BYTES)}")
+    return STORAGE_DTYPE_BYTES[dtype]
 
 
 _BOOK = "scaling-book ch. tpus (hardware table)"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.errors import PodsimError
-from simulator.hardware.specs import ChipSpec, check_dtype
+from simulator.hardware.specs import ChipSpec, check_dtype, check_storage_dtype
 from simulator.units import check_int, parse_int, show
 from simulator.workloads.transformer import ModelError, TransformerConfig
 
@@ -256,7 +256,7 @@ def with_dtypes(cfg: TransformerConfig, weight_dtype: str | None, kv_dtype: str 
     changes = {}
     for field, dtype in (("weight_elem_bytes", weight_dtype), ("kv_elem_bytes", kv_dtype)):
         if dtype is not None:
-            changes[field] = check_dtype(dtype)
+            changes[field] = check_storage_dtype(dtype)
     return cfg.replace(**changes) if changes else cfg
 
 
@@ -302,8 +302,13 @@ def _critical_batch(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int],
 
 
 def fewer_bytes_advice(weight_elem_bytes: float) -> str:
-    """The tail of a does-not-fit note: 8-bit weights as a remedy only when the weights are wider than 8 bits."""
-    return " or 8-bit weights" if weight_elem_bytes > 1 else " (the weights are already 8-bit)"
+    """The tail of a does-not-fit note: narrower weights as a remedy only when there are narrower ones (8-bit for
+    16-bit weights, int4 for 8-bit ones)."""
+    if weight_elem_bytes > 1:
+        return " or 8-bit weights"
+    if weight_elem_bytes > 0.5:
+        return " or int4 weights (--weight-dtype int4; the weights are already 8-bit)"
+    return " (the weights are already int4)"
 
 
 def smallest_model_axis(cfg: TransformerConfig, at_least: float) -> int:
@@ -357,7 +362,8 @@ def _book_hbm(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], weigh
     """The fit as the book counts it (applied-inference, "smallest slice"), HBM in decimal GB (16e9 on v5e:
     `simulator.hardware.facts.nominal_hbm_bytes`): the chips whose HBM the weights alone fill (70e9 x 2 B /
     16e9 = 8.75 in bf16), the chips the weights and this step's KV cache fill (112e9 / 16e9 = 7), unrounded as
-    the book writes them, and the largest batch the HBM left beside each chip's weights holds at this context
+    the book writes them, the HBM the mesh's chips have left beside the weights (``kv_room_bytes``: 16 x 16e9 -
+    140e9 = 116e9 on a 4x4 in bf16), and the largest batch the HBM left beside each chip's weights holds at this context
     (43 at 8k in bf16 on a 4x4). Counts; no working memory (the book's own caveat)."""
     from simulator.hardware.facts import nominal_hbm_bytes
 
@@ -366,7 +372,7 @@ def _book_hbm(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], weigh
     kv = kv_bytes_per_position(cfg) * sum(contexts)  # the cached positions, once (160e3 x 8192 x 32)
     biggest = math.floor((hbm - weights) / per_request) if hbm > weights and per_request > 0 else 0
     return {"chips_for_weights": whole / hbm, "chips_for_weights_plus_kv": (whole + kv) / hbm,
-            "max_batch": biggest - biggest % par.data}
+            "kv_room_bytes": max(0.0, par.chips * hbm - whole), "max_batch": biggest - biggest % par.data}
 
 
 #: Activations a layer saves for its backward pass, per token, in elements: the residual and norm

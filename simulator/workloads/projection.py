@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from simulator.errors import PodsimError
-from simulator.hardware.specs import ChipSpec, check_dtype
+from simulator.hardware.specs import ChipSpec, check_dtype, check_storage_dtype
 from simulator.units import check_bytes, check_derived, positive
 from simulator.workloads.budget import fewer_bytes_advice
 
@@ -53,7 +53,7 @@ def abstract_budget(params: float, kv_bytes_per_token: float, chip: ChipSpec, ba
     if batch % data:
         raise PodsimError(f"mesh data={data} does not divide batch={batch}; use a multiple of {data}")
     chips = data * model
-    b_w = check_dtype(weight_dtype or "bf16")
+    b_w = check_storage_dtype(weight_dtype or "bf16")
     dtype = compute_dtype or ("int8" if b_w == 1 else "bf16")
     check_dtype(dtype)
     weights = params * b_w

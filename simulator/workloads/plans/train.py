@@ -107,6 +107,26 @@ def book_gpu_critical_batches(chip: ChipSpec, links: dict[str, AxisLink]) -> dic
     return out
 
 
+def book_gpu_outer_data_critical_batch(chip: ChipSpec, mesh: dict[str, int]) -> dict[str, float]:
+    """The book's GPU rule for data parallelism OUTSIDE model sharding (ch. gpus, "Reductions when array is
+    sharded over a separate axis" and quiz 5, Q2.3 and Q3): with data (and fsdp) the outermost axis over m =
+    chips / (data x fsdp) GPUs of model sharding (model, pipeline, expert, sequence), the outer reduction's cost
+    falls by the k = max(1, m / 8) nodes one model group spans, so the per-GPU batch that keeps it compute-bound
+    is C / (W_node k): 990e12 / (400e9 x 2) = 1,237 for 16-way model sharding (Megatron's 70B), 309 for 64-way
+    (its 314B; 8-way TP x 8-way PP). ``data_outside_model`` and ``model_nodes_spanned``; empty unless a GPU
+    (switch) mesh with data or fsdp > 1 and model sharding > 1. A bound: the book's rule, perfect overlap."""
+    from simulator.hardware.facts import GPUS_PER_NODE
+
+    outer = mesh.get("data", 1) * mesh.get("fsdp", 1)
+    chips = math.prod(mesh.values()) if mesh else 1
+    inner = chips // outer
+    if chip.wraparound != "switch" or outer == 1 or inner == 1:
+        return {}
+    nodes = max(1.0, inner / GPUS_PER_NODE)
+    return {"data_outside_model": chip.peak_flops_per_s() / (GPUS_PER_NODE * chip.dcn_bandwidth_bytes_per_s * nodes),
+            "model_nodes_spanned": nodes}
+
+
 def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, plan: MeshPlan,
                opts: TrainOptions | None = None, topology: str | None = None, simulate: bool = True,
                trace: bool = True, calibrated: bool = False,
@@ -148,12 +168,17 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
                                                      {a: links[a].bandwidth_bytes_per_s for a in links})
     if notes:
         out["critical_batch_notes"] = notes
-    book = book_gpu_critical_batches(chip, links)
+    book = {**book_gpu_critical_batches(chip, links),
+            **book_gpu_outer_data_critical_batch(chip, {a: plan.size(a) for a in plan.used})}
     if book:
         out["critical_batch_per_chip_book"] = book
     if out["critical_batch_per_chip"].get("fsdp+model") is not None:  # the older edition's, beside the current one
         out["critical_batch_per_chip_older_edition"] = {"fsdp+model": 4 * out["critical_batch_per_chip"]["fsdp+model"]}
     out.update(book_train_figures(cfg, chip, opts.checkpoint, batch * seq, plan.chips))
+    # the book's state per chip when only the model axes shard it (data replicates it; gpus quiz 5 Q2.3.1: 8-way
+    # TP and pure DP keep 700 GB / 8 = 87.5 GB a GPU): bf16 weights and fp32 Adam over model x pipeline x expert
+    model_ways = plan.chips // (plan.size("data") * plan.size("fsdp"))
+    out["book_memory"]["state_per_chip_model_sharded_bytes"] = out["book_memory"]["state_bytes"] / model_ways
     if simulate:
         sim, measured = simulate_step(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast,
                                       (system, mesh) if reuse else None)
@@ -163,7 +188,8 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
     out.update(memory_verdict(out))
     flops = model_flops(cfg, batch, seq)
     step = out["step_time_s"]
-    out.update(model_flops_per_step=flops, mfu=flops / (plan.chips * chip.peak_flops_per_s() * step),
+    out.update(model_flops_per_step=flops, model_flops_per_token=flops / (batch * seq),  # ~6 N (+ attention)
+               mfu=flops / (plan.chips * chip.peak_flops_per_s() * step),
                tokens_per_s=batch * seq / step)
     if price_per_chip_hour is not None:
         out.update(price_per_chip_hour_usd=price_per_chip_hour,
