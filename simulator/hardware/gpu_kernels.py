@@ -83,6 +83,8 @@ class GpuKernels:
     tile_k: dict[str, int] = field(default_factory=dict, hash=False)  #: k padding per dtype
     tile_cost: float = 0.0  #: operand-traffic cost c of small tiles (`tile_efficiency`)
     split_k: tuple[int, ...] = (1,)  #: split-K factors the kernel may choose
+    #: a tile's main-loop fill and drain per dtype, in k elements (`main_loop_efficiency`; absent: none)
+    k_half: dict[str, float] = field(default_factory=dict, hash=False)
     kernel_s: float = 0.0  #: fixed device seconds per GEMM kernel
     dtype_kernel_s: dict[str, float] = field(default_factory=dict, hash=False)  #: extra fixed seconds per dtype
     matmul_hbm_fraction: float = 1.0  #: share of HBM bandwidth a GEMM's operands stream at
@@ -143,10 +145,20 @@ class GpuKernels:
         tiles = batch * math.ceil(m / tm) * math.ceil(n / tn) * split
         waves = math.ceil(tiles / self.sms)
         per_sm = self.peak(dtype) * self.peak_fraction[dtype] / self.sms * self.tile_efficiency(tile)
-        seconds = waves * 2.0 * tm * tn * k_chunk / per_sm
+        seconds = waves * 2.0 * tm * tn * k_chunk / (per_sm * self.main_loop_efficiency(k_chunk, dtype))
         if split > 1:
             seconds += batch * m * n * 4.0 * (split + 1) / (self.hbm_bytes_per_s * self.matmul_hbm_fraction)
         return seconds
+
+    def main_loop_efficiency(self, k: float, dtype: str = "bf16") -> float:
+        """Share of a tile's time its k loop runs at the steady rate: k / (k + k_half[dtype]) for a tile that
+        loops over ``k`` elements of k. Before the first multiply-accumulate the pipeline's stages fill with operand
+        tiles, and after the last the accumulators drain to HBM (the epilogue); both are a fixed time per tile,
+        worth ``k_half`` elements of k at the steady rate, so the efficiency is 1/2 at k = k_half and tends to 1
+        (``peak_fraction`` is the asymptote) as k grows. A dtype without a fitted ``k_half``: 1."""
+        if not k > 0:
+            raise PodsimError(f"k={k!r} must be a positive number of elements")
+        return k / (k + self.k_half.get(dtype, 0.0))
 
     def tile_efficiency(self, tile: tuple[int, int]) -> float:
         """A tile's rate relative to the largest candidate's: (1 + c (1/tm0 + 1/tn0)) / (1 + c (1/tm + 1/tn)), so
@@ -291,7 +303,8 @@ def build(chip: str, constants: dict[str, Any]) -> GpuKernels:
         chip=chip, sms=spec.tensor_cores, hbm_bytes_per_s=spec.hbm_bandwidth_bytes_per_s,
         peak_flops_per_s=peak_rates(chip), peak_fraction=dict(constants["peak_fraction"]),
         tiles=tuple(tuple(t) for t in constants["tiles"]), tile_k=dict(constants["tile_k"]),
-        tile_cost=constants["tile_cost"], split_k=tuple(constants["split_k"]), kernel_s=constants["kernel_s"],
+        tile_cost=constants["tile_cost"], split_k=tuple(constants["split_k"]),
+        k_half=dict(constants.get("k_half", {})), kernel_s=constants["kernel_s"],
         dtype_kernel_s=dict(constants.get("dtype_kernel_s", {})),
         matmul_hbm_fraction=constants["matmul_hbm_fraction"], hbm_fraction=dict(constants["hbm_fraction"]),
         memory_kernel_s=dict(constants["memory_kernel_s"]), attention=attention,
