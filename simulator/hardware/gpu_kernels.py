@@ -6,11 +6,13 @@ Every number these functions return is a **forecast** (calibrated): seconds of o
   dtype's ``tile_k``); the tiles spread over the SMs in waves (wave quantization: a 1024^3 GEMM in 128 x 256
   tiles is 32 tiles, one part-full wave of 132 SMs on an H100). A tile's SM runs at ``peak_fraction[dtype]`` of its
   share of the dtype's peak in the largest tile, and less in smaller ones, which pay for their extra operand
-  traffic (`GpuKernels.tile_efficiency`);
-  a split of k over ``s`` tiles (split-K) adds ``s`` partial outputs to reduce. The kernel picks the candidate tile
-  and split that finishes first (as cuBLAS's heuristics do), and is never faster than streaming its operands
-  through HBM at ``matmul_hbm_fraction`` (the roofline: whichever binds). Each kernel pays ``kernel_s`` of fixed
-  device time (plus ``dtype_kernel_s`` for a dtype whose kernels start slower: TF32) and ``launch_s`` to launch.
+  traffic (`GpuKernels.tile_efficiency`), and its k loop runs at k / (k + ``k_half[dtype]``) of that rate: the
+  pipeline's fill before the first multiply-accumulate and the epilogue's drain after the last are a fixed time per
+  tile, worth ``k_half`` elements of k (`GpuKernels.main_loop_efficiency`; ``peak_fraction`` is the asymptote as k
+  grows); a split of k over ``s`` tiles (split-K) adds ``s`` partial outputs to reduce. The kernel picks the
+  candidate tile and split that finishes first (as cuBLAS's heuristics do), and is never faster than streaming its
+  operands through HBM at ``matmul_hbm_fraction`` (the roofline: whichever binds). Each kernel pays ``kernel_s`` of
+  fixed device time (plus ``dtype_kernel_s`` for a dtype whose kernels start slower: TF32) and ``launch_s`` to launch.
 - **Attention** (`GpuKernels.attention_s`): a FlashAttention-2 (A100) / -3 (H100, H200; B200 reuses it) kernel.
   Useful FLOPs are the closed form 4 b h q kv d (half of it causal; backward 2.5x forward), as the FlashAttention
   papers count them. The kernel runs waves of thread blocks (b h ceil(q / 128) forward, one per key block
