@@ -59,7 +59,8 @@ def test_tile_quantization_pads_m_n_and_k():
 
 def test_the_fitted_h100_by_hand():
     """4096 x 1024 x 512 bf16 on the fitted H100: every candidate tile and split computed here from the JSON's
-    constants (the main loop's fill and drain included); the model runs the fastest, plus its fixed cost and launch, or the HBM time if that is longer."""
+    constants (the main loop's fill and drain included); the model runs the fastest, plus its fixed cost and
+    launch, or the HBM time if that is longer."""
     c = json.loads(KERNEL_DATA.read_text())["chips"]["h100"]
     m, k, n, fraction, cost = 4096, 1024, 512, c["peak_fraction"]["bf16"], c["tile_cost"]
     tm0, tn0 = c["tiles"][0]
