@@ -11,8 +11,11 @@ Per chip:
 
 - GEMM (gpu_gemm.csv: the XLA cost-model tables and mamf-finder's best shapes; gpu_kernels_vidur.csv: vidur's
   fp16 operator profiles; on H100 also h100_matmul_square.csv, torch eager, whose timings include the launch):
-  ``peak_fraction`` per dtype, ``tile_cost``, ``kernel_s``, TF32's extra fixed time, ``matmul_hbm_fraction`` and
-  (H100) ``launch_s``, jointly, by Powell's method on the log of each constant, every fit row weighing the same.
+  ``peak_fraction`` per dtype, ``tile_cost``, ``kernel_s``, TF32's extra fixed time, ``matmul_hbm_fraction``,
+  (H100) ``launch_s`` and the tile main loop's fill and drain ``k_half`` (one per chip in k-tiles, `fit_gemm`),
+  jointly, by Powell's method on the log of each constant, every fit row weighing the same. A row carries
+  ``launch_s`` only if its source timed it from the host (torch's square log; XLA, vidur and mamf-finder time the
+  device: the data README's table).
   A dtype or constant a chip has no rows for is reused from another chip, as the JSON's ``sources`` record.
 - Memory-bound kernels (vidur's RMSNorm, SiLU-and-multiply and residual add): ``hbm_fraction`` and
   ``memory_kernel_s`` per kind; no optimizer-kernel measurement: "optimizer" takes the element-wise constants.
@@ -51,7 +54,11 @@ TILES = {
 SPLIT_K = [1, 2, 4]
 GRAPH_LAUNCH_S = 0.5e-6  # NVIDIA, "Getting Started with CUDA Graphs": 3.8 us -> 3.4 us per 2.9 us kernel
 GEMM_BOUNDS = {"tile_cost": (math.log(0.1), math.log(200.0)), "kernel_s": (math.log(1e-7), math.log(2e-5)),
-               "fixed": (math.log(1e-8), math.log(2e-5)), "launch_s": (math.log(1e-8), math.log(1e-4))}
+               "fixed": (math.log(1e-8), math.log(2e-5)),
+               "k_tiles": (math.log(0.05), math.log(32.0)), "launch_s": (math.log(1e-8), math.log(1e-4))}
+#: the tile fill-and-drain (k-tiles) at which the GEMM fit first fits the other constants (`fit_gemm`)
+K_TILES_GRID = (1.0, 2.0, 3.0)
+K_REF = 1024.0  #: k (elements) at which a main-loop dtype's share of peak is searched in the joint step (`fit_gemm`)
 START = {"peak": 0.8, "fixed": 1e-6, "launch_s": 3e-6, "tile_cost": 4.0, "kernel_s": 3e-6, "matmul_hbm_fraction": 0.8}
 
 
@@ -122,31 +129,76 @@ def row_loss(pairs: list[tuple[float, float]]) -> float:
     return sum(abs(math.log(p / m)) for p, m in pairs) / len(pairs)
 
 
-def fit_gemm(chip: str, base: dict[str, Any], free: list[str], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Fit the ``free`` GEMM constants of ``chip`` (``peak:<dtype>``, ``tile_cost``, ``kernel_s``,
-    ``matmul_hbm_fraction``) on its fit rows; the rest of ``base`` stays."""
+def fit_gemm(chip: str, base: dict[str, Any], free: list[str], rows: list[dict[str, Any]],
+             main_loop: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Fit the ``free`` GEMM constants of ``chip`` (``peak:<dtype>``, ``fixed:<dtype>``, ``tile_cost``,
+    ``kernel_s``, ``matmul_hbm_fraction``, ``launch_s``) on its fit rows; the rest of ``base`` stays. The fp16
+    constants are bf16's (the same tensor-core path).
+
+    With ``main_loop`` dtypes, also one tile fill-and-drain for them all, counted in k-tiles (k_half[dtype] =
+    k_tiles x tile_k[dtype]: the same pipeline depth and epilogue, whatever a dtype's k-tile width). The loss is not
+    smooth (a min over tiles) and k_half trades off against the share of peak (time ~ (k + k_half) / peak_fraction),
+    so Powell's method alone stops short: the other constants are fitted at each of ``K_TILES_GRID``, and from the
+    best of them all are fitted together, k_tiles included, with each main-loop dtype's share of peak searched as its
+    share at ``K_REF`` elements of k (p_ref = peak_fraction x K_REF / (K_REF + k_half); a step in k_tiles then leaves
+    the mid-k rows where they were). An asymptote above 1 is refused."""
     fit = [r for r in rows if r["set"] == "fit"]
 
-    def constants(x) -> dict[str, Any]:
+    def constants(x, names: list[str], k_tiles: float | None) -> dict[str, Any]:
         c = json.loads(json.dumps(base))
-        for name, value in zip(free, x, strict=True):
+        for name, value in zip(names, x, strict=True):
             v = math.exp(value)
             if name.startswith("peak:"):
                 c["peak_fraction"][name[5:]] = v
             elif name.startswith("fixed:"):
                 c["dtype_kernel_s"][name[6:]] = v
+            elif name == "k_tiles":
+                k_tiles = v
             else:
                 c[name] = v
+        if main_loop:
+            assert k_tiles is not None
+            c["k_half"] = {d: k_tiles * c["tile_k"][d] for d in main_loop}
+            if "k_tiles" in names:  # p_ref -> the asymptote
+                for d in main_loop:
+                    c["peak_fraction"][d] *= (K_REF + c["k_half"][d]) / K_REF
         c["peak_fraction"]["fp16"] = c["peak_fraction"]["bf16"]
+        if "bf16" in c.get("k_half", {}):
+            c["k_half"]["fp16"] = c["k_half"]["bf16"]
         return c
 
-    def loss(x) -> float:
-        model = kernels(chip, constants(x))
-        return row_loss([gemm_pair(model, r) for r in fit])
+    def loss_of(names: list[str], k_tiles: float | None):
+        def loss(x) -> float:
+            c = constants(x, names, k_tiles)
+            if max(c["peak_fraction"].values()) > 1.0:
+                return math.inf
+            return row_loss([gemm_pair(kernels(chip, c), r) for r in fit])
+        return loss
 
-    x0 = [math.log(START[n.split(":")[0]]) for n in free]
     bounds = [GEMM_BOUNDS.get(n.split(":")[0], LOG_FRACTION) for n in free]
-    return constants(solve(loss, x0, bounds))
+    x0 = [math.log(START[n.split(":")[0]]) for n in free]
+    if not main_loop:
+        return constants(solve(loss_of(free, None), x0, bounds), free, None)
+    tried = []
+    for k_tiles in K_TILES_GRID:
+        x = solve(loss_of(free, k_tiles), x0, bounds)
+        tried.append((loss_of(free, k_tiles)(x), k_tiles, x))
+    _, k_tiles, x = min(tried)
+    start = constants(x, free, k_tiles)
+    names = [*free, "k_tiles"]
+    x1 = []
+    for name, value in zip(free, x, strict=True):  # the best grid point, its main-loop shares as p_ref
+        d = name[5:]
+        x1.append(value + math.log(K_REF / (K_REF + start["k_half"][d])) if name.startswith("peak:") and
+                  d in main_loop else value)
+    x1.append(math.log(k_tiles))
+    return constants(solve(loss_of(names, None), x1, [*bounds, GEMM_BOUNDS["k_tiles"]]), names, None)
+
+
+def same_k_tiles(c: dict[str, Any], fitted: str, others: tuple[str, ...]) -> None:
+    """Give ``others`` (dtypes without rows of their own) the ``fitted`` dtype's fill and drain in k-tiles."""
+    for d in others:
+        c["k_half"][d] = c["k_half"][fitted] / c["tile_k"][fitted] * c["tile_k"][d]
 
 
 def mamf_ratio(chip: str, dtype: str, base: str) -> float:
@@ -284,9 +336,11 @@ def build() -> dict[str, Any]:
 
     # H100: GEMM (bf16, fp32 from XLA and vidur and mamf; fp8 from mamf), memory kernels, launch, FA3
     h100 = fit_gemm("h100", skeleton("h100"), ["peak:bf16", "peak:fp32", "fixed:fp32", "tile_cost", "kernel_s",
-                                               "matmul_hbm_fraction", "launch_s"], gemm_rows("h100"))
+                                               "matmul_hbm_fraction", "launch_s"], gemm_rows("h100"),
+                    main_loop=("bf16", "fp32"))
     h100["peak_fraction"]["fp8"] = h100["peak_fraction"]["bf16"] * mamf_ratio("h100", "fp8", "bf16")
     h100["peak_fraction"]["int8"] = h100["peak_fraction"]["fp8"]
+    same_k_tiles(h100, "bf16", ("fp8", "int8"))
     h100 = fit_memory("h100", h100)
     h100 = fit_attention("h100", h100, attention_rows("h100", "fa3"))
     chips["h100"] = h100
@@ -294,7 +348,9 @@ def build() -> dict[str, Any]:
     # A100: GEMM from vidur + mamf (bf16/fp16); TF32 and int8 shares reused from H100's ratios to bf16
     a100 = skeleton("a100")
     a100["launch_s"] = h100["launch_s"]
-    a100 = fit_gemm("a100", a100, ["peak:bf16", "tile_cost", "kernel_s", "matmul_hbm_fraction"], gemm_rows("a100"))
+    a100 = fit_gemm("a100", a100, ["peak:bf16", "tile_cost", "kernel_s", "matmul_hbm_fraction"], gemm_rows("a100"),
+                    main_loop=("bf16",))
+    same_k_tiles(a100, "bf16", ("fp32", "int8"))
     ratio = h100["peak_fraction"]["fp32"] / h100["peak_fraction"]["bf16"]
     a100["peak_fraction"]["fp32"] = a100["peak_fraction"]["bf16"] * ratio
     a100["peak_fraction"]["int8"] = a100["peak_fraction"]["bf16"]
@@ -309,8 +365,9 @@ def build() -> dict[str, Any]:
     # B200: GEMM from XLA sm_100 + mamf (bf16, fp32, fp8); HBM share, memory kernels, launch, attention from H100
     b200 = {**json.loads(json.dumps(h100)), "peak_fraction": dict(h100["peak_fraction"])}
     b200 = fit_gemm("b200", b200, ["peak:bf16", "peak:fp32", "fixed:fp32", "peak:fp8", "tile_cost", "kernel_s"],
-                    gemm_rows("b200"))
+                    gemm_rows("b200"), main_loop=("bf16", "fp32", "fp8"))
     b200["peak_fraction"]["int8"] = b200["peak_fraction"]["fp8"]
+    same_k_tiles(b200, "fp8", ("int8",))
     chips["b200"] = b200
 
     # H200: H100's SMs, clocks and kernels; only HBM differs (the preset's bandwidth)
@@ -349,6 +406,8 @@ SOURCES: dict[str, dict[str, str]] = {
         "tile_cost": _GEMM.format(xla="sm_90"), "kernel_s": _GEMM.format(xla="sm_90"),
         "matmul_hbm_fraction": _GEMM.format(xla="sm_90") + " (the memory-bound rows are vidur's few-token GEMMs)",
         "tiles": "cuBLAS sm90 kernel names (tilesize128x256x64, 128x128x64, 64x128x64, 64x64x64); not fitted",
+        "k_half": "bf16/fp16, fp32 (TF32): one fill and drain in k-tiles, " + _GEMM.format(xla="sm_90") + " and "
+                  "h100_matmul_square.csv; fp8, int8: the same k-tiles (no rows of their own at small k)",
         "hbm_fraction": "gpu_kernels_vidur.csv: RMSNorm (norm), residual add (elementwise), SiLU-and-multiply "
                         "(activation); optimizer: no measurement, takes the element-wise share",
         "memory_kernel_s": "gpu_kernels_vidur.csv, the same memory-bound rows, per kind (optimizer: element-wise's)",
@@ -368,6 +427,8 @@ SOURCES: dict[str, dict[str, str]] = {
         "kernel_s": "gpu_kernels_vidur.csv + mamf-finder (A100), jointly",
         "matmul_hbm_fraction": "gpu_kernels_vidur.csv (A100's few-token GEMMs)",
         "tiles": "cuBLAS sm80 kernel names (ampere_*_s16816gemm_*_256x128, 128x128, 128x64, 64x64); not fitted",
+        "k_half": "bf16/fp16: gpu_kernels_vidur.csv + mamf-finder (A100), jointly, in k-tiles; fp32 (TF32), int8: "
+                  "the same k-tiles",
         "hbm_fraction": "gpu_kernels_vidur.csv (A100 RMSNorm, SiLU-and-multiply, residual add); optimizer takes "
                         "the element-wise share",
         "memory_kernel_s": "gpu_kernels_vidur.csv (A100)",
@@ -384,6 +445,8 @@ SOURCES: dict[str, dict[str, str]] = {
         "tile_cost": "gpu_gemm.csv (sm_100)", "kernel_s": "gpu_gemm.csv (sm_100)",
         "matmul_hbm_fraction": "H100's (the sm_100 shapes are never memory-bound)",
         "tiles": "Hopper's cuBLAS tile shapes (no 2-SM Blackwell tiles modelled)",
+        "k_half": "bf16, fp32 (TF32), fp8: one fill and drain in k-tiles, gpu_gemm.csv (sm_100), jointly; int8: "
+                  "fp8's",
         "hbm_fraction": "H100's (no B200 memory-bound kernel measurement)",
         "memory_kernel_s": "H100's", "launch_s": "H100's",
         "graph_launch_s": "NVIDIA 'Getting Started with CUDA Graphs'",

@@ -6,11 +6,13 @@ Every number these functions return is a **forecast** (calibrated): seconds of o
   dtype's ``tile_k``); the tiles spread over the SMs in waves (wave quantization: a 1024^3 GEMM in 128 x 256
   tiles is 32 tiles, one part-full wave of 132 SMs on an H100). A tile's SM runs at ``peak_fraction[dtype]`` of its
   share of the dtype's peak in the largest tile, and less in smaller ones, which pay for their extra operand
-  traffic (`GpuKernels.tile_efficiency`);
-  a split of k over ``s`` tiles (split-K) adds ``s`` partial outputs to reduce. The kernel picks the candidate tile
-  and split that finishes first (as cuBLAS's heuristics do), and is never faster than streaming its operands
-  through HBM at ``matmul_hbm_fraction`` (the roofline: whichever binds). Each kernel pays ``kernel_s`` of fixed
-  device time (plus ``dtype_kernel_s`` for a dtype whose kernels start slower: TF32) and ``launch_s`` to launch.
+  traffic (`GpuKernels.tile_efficiency`), and its k loop runs at k / (k + ``k_half[dtype]``) of that rate: the
+  pipeline's fill before the first multiply-accumulate and the epilogue's drain after the last are a fixed time per
+  tile, worth ``k_half`` elements of k (`GpuKernels.main_loop_efficiency`; ``peak_fraction`` is the asymptote as k
+  grows); a split of k over ``s`` tiles (split-K) adds ``s`` partial outputs to reduce. The kernel picks the
+  candidate tile and split that finishes first (as cuBLAS's heuristics do), and is never faster than streaming its
+  operands through HBM at ``matmul_hbm_fraction`` (the roofline: whichever binds). Each kernel pays ``kernel_s`` of
+  fixed device time (plus ``dtype_kernel_s`` for a dtype whose kernels start slower: TF32) and ``launch_s`` to launch.
 - **Attention** (`GpuKernels.attention_s`): a FlashAttention-2 (A100) / -3 (H100, H200; B200 reuses it) kernel.
   Useful FLOPs are the closed form 4 b h q kv d (half of it causal; backward 2.5x forward), as the FlashAttention
   papers count them. The kernel runs waves of thread blocks (b h ceil(q / 128) forward, one per key block
@@ -83,6 +85,8 @@ class GpuKernels:
     tile_k: dict[str, int] = field(default_factory=dict, hash=False)  #: k padding per dtype
     tile_cost: float = 0.0  #: operand-traffic cost c of small tiles (`tile_efficiency`)
     split_k: tuple[int, ...] = (1,)  #: split-K factors the kernel may choose
+    #: a tile's main-loop fill and drain per dtype, in k elements (`main_loop_efficiency`; absent: none)
+    k_half: dict[str, float] = field(default_factory=dict, hash=False)
     kernel_s: float = 0.0  #: fixed device seconds per GEMM kernel
     dtype_kernel_s: dict[str, float] = field(default_factory=dict, hash=False)  #: extra fixed seconds per dtype
     matmul_hbm_fraction: float = 1.0  #: share of HBM bandwidth a GEMM's operands stream at
@@ -143,10 +147,20 @@ class GpuKernels:
         tiles = batch * math.ceil(m / tm) * math.ceil(n / tn) * split
         waves = math.ceil(tiles / self.sms)
         per_sm = self.peak(dtype) * self.peak_fraction[dtype] / self.sms * self.tile_efficiency(tile)
-        seconds = waves * 2.0 * tm * tn * k_chunk / per_sm
+        seconds = waves * 2.0 * tm * tn * k_chunk / (per_sm * self.main_loop_efficiency(k_chunk, dtype))
         if split > 1:
             seconds += batch * m * n * 4.0 * (split + 1) / (self.hbm_bytes_per_s * self.matmul_hbm_fraction)
         return seconds
+
+    def main_loop_efficiency(self, k: float, dtype: str = "bf16") -> float:
+        """Share of a tile's time its k loop runs at the steady rate: k / (k + k_half[dtype]) for a tile that
+        loops over ``k`` elements of k. Before the first multiply-accumulate the pipeline's stages fill with operand
+        tiles, and after the last the accumulators drain to HBM (the epilogue); both are a fixed time per tile,
+        worth ``k_half`` elements of k at the steady rate, so the efficiency is 1/2 at k = k_half and tends to 1
+        (``peak_fraction`` is the asymptote) as k grows. A dtype without a fitted ``k_half``: 1."""
+        if not k > 0:
+            raise PodsimError(f"k={k!r} must be a positive number of elements")
+        return k / (k + self.k_half.get(dtype, 0.0))
 
     def tile_efficiency(self, tile: tuple[int, int]) -> float:
         """A tile's rate relative to the largest candidate's: (1 + c (1/tm0 + 1/tn0)) / (1 + c (1/tm + 1/tn)), so
@@ -291,7 +305,8 @@ def build(chip: str, constants: dict[str, Any]) -> GpuKernels:
         chip=chip, sms=spec.tensor_cores, hbm_bytes_per_s=spec.hbm_bandwidth_bytes_per_s,
         peak_flops_per_s=peak_rates(chip), peak_fraction=dict(constants["peak_fraction"]),
         tiles=tuple(tuple(t) for t in constants["tiles"]), tile_k=dict(constants["tile_k"]),
-        tile_cost=constants["tile_cost"], split_k=tuple(constants["split_k"]), kernel_s=constants["kernel_s"],
+        tile_cost=constants["tile_cost"], split_k=tuple(constants["split_k"]),
+        k_half=dict(constants.get("k_half", {})), kernel_s=constants["kernel_s"],
         dtype_kernel_s=dict(constants.get("dtype_kernel_s", {})),
         matmul_hbm_fraction=constants["matmul_hbm_fraction"], hbm_fraction=dict(constants["hbm_fraction"]),
         memory_kernel_s=dict(constants["memory_kernel_s"]), attention=attention,
