@@ -22,12 +22,9 @@ from typing import Any
 
 from simulator.frontend.validate_decode import VARIANTS
 from simulator.hardware.calibration import DATA
-from simulator.hardware.specs import get_chip
-from simulator.workloads.budget import Parallelism
-from simulator.workloads.serving.host import run_requests
+from simulator.workloads.serving.host import run_requests, vllm_replay
 from simulator.workloads.serving.metrics import summarize
-from simulator.workloads.serving.scheduler import SchedulerConfig
-from simulator.workloads.serving.simulate import ServeSetup, run_stream
+from simulator.workloads.serving.simulate import run_stream
 from simulator.workloads.transformer import get_model
 
 FAMILY = "Serving request streams (vLLM, one GPU)"
@@ -35,7 +32,6 @@ TP_FAMILY = "Serving request streams (vLLM, tensor parallel)"
 HOST_FAMILY = "vLLM host time per engine step (Vidur, one A100)"
 FRONTEND_FAMILY = "Serving request streams (vLLM 0.6, SGLang's runs)"
 UNITS = {"median_ttft": "ms", "median_tpot": "ms", "output_throughput": "tokens/s"}
-SCHEDULER_STEPS = 10  #: vLLM 0.6.0 --num-scheduler-steps of the LambdaLabs runs (benchmark_v0.md; ITLs 10 apart)
 MEMORY_FRACTION = 0.95  #: LambdaLabs benchmark.py's --gpu-memory-utilization default
 TARGETS = {FAMILY: 0.15, TP_FAMILY: 0.15, FRONTEND_FAMILY: 0.15}  #: issue 33: held-out throughput, p50 latencies in 15%
 
@@ -58,10 +54,7 @@ def _model(name: str) -> Any:
 @cache
 def predict_run(run: str, chip: str, model: str, gpus: int, max_model_len: int) -> dict[str, float]:
     """The forecast of ``run``: median TTFT and TPOT (ms) and output tokens/s."""
-    sched = SchedulerConfig(max_batch=256, chunk_tokens=0, whole_budget_tokens=max(max_model_len, 2048),
-                            num_steps=SCHEDULER_STEPS)
-    setup = ServeSetup(_model(model), get_chip(chip), Parallelism(1, gpus), sched=sched, max_model_len=max_model_len,
-                       memory_fraction=MEMORY_FRACTION, engine="vllm")
+    setup = vllm_replay(_model(model), chip, gpus, max_model_len, MEMORY_FRACTION)
     s = summarize(run_stream(setup, run_requests(run), "forecast").done)
     return {"median_ttft": 1e3 * s["ttft_s"]["p50"], "median_tpot": 1e3 * s["tpot_s"]["p50"],
             "output_throughput": s["output_tokens_per_s"]}

@@ -123,24 +123,39 @@ def sharegpt_stream(rate_per_s: float, n: int, seed: int = 1) -> list[Any]:
     return [Arrival(float(t), *pairs[i]) for t, i in zip(times, idx, strict=True)]
 
 
-SCHEDULER_STEPS = 10  #: the SGLang runs' --num-scheduler-steps
+#: vLLM 0.6.0's --num-scheduler-steps of the replayed runs (SGLang's; LambdaLabs' benchmark_v0.md, ITLs 10 apart)
+SCHEDULER_STEPS = 10
+
+
+def vllm_replay(model: Any, chip: str, gpus: int, max_model_len: int, memory_fraction: float) -> Any:
+    """The `ServeSetup` of a published vLLM 0.6.0 run replayed request by request: ``model`` (a
+    `TransformerConfig`) tensor parallel over ``gpus`` of ``chip``, chunked prefill off with a prefill budget of
+    max(``max_model_len``, 2048) tokens (vLLM V0's max_num_batched_tokens), 256 sequences, `SCHEDULER_STEPS`-step
+    decode windows, and ``memory_fraction`` of each GPU's memory for weights and KV (--gpu-memory-utilization)."""
+    from simulator.hardware.specs import get_chip
+    from simulator.workloads.budget import Parallelism
+    from simulator.workloads.serving.scheduler import SchedulerConfig
+    from simulator.workloads.serving.simulate import ServeSetup
+
+    sched = SchedulerConfig(max_batch=256, chunk_tokens=0, whole_budget_tokens=max(max_model_len, 2048),
+                            num_steps=SCHEDULER_STEPS)
+    return ServeSetup(model, get_chip(chip), Parallelism(1, gpus), sched=sched, max_model_len=max_model_len,
+                      memory_fraction=memory_fraction, engine="vllm")
+
+
+SGLANG_MEMORY_FRACTION = 0.9  #: vLLM 0.6's default --gpu-memory-utilization, what SGLang's runs are replayed with
 
 
 @cache
 def simulate_run(run: str, frontend_s: float) -> dict[str, float]:
     """Median TTFT and TPOT (ms) of SGLang's ``run`` replayed (host time per call in place, ``frontend_s``)."""
-    from simulator.hardware.specs import get_chip
-    from simulator.workloads.budget import Parallelism
     from simulator.workloads.serving.metrics import summarize
-    from simulator.workloads.serving.scheduler import SchedulerConfig
-    from simulator.workloads.serving.simulate import ServeSetup, run_stream
+    from simulator.workloads.serving.simulate import run_stream
     from simulator.workloads.transformer import get_model
 
     r = next(r for r in run_rows() if r["run"] == run)
-    sched = SchedulerConfig(max_batch=256, chunk_tokens=0, whole_budget_tokens=max(int(r["max_model_len"]), 2048),
-                            num_steps=SCHEDULER_STEPS)
-    setup = ServeSetup(get_model(r["model"]), get_chip(r["chip"]), Parallelism(1, int(r["gpus"])), sched=sched,
-                       max_model_len=int(r["max_model_len"]), memory_fraction=0.9, engine="vllm")
+    setup = vllm_replay(get_model(r["model"]), r["chip"], int(r["gpus"]), int(r["max_model_len"]),
+                        SGLANG_MEMORY_FRACTION)
     arrivals = sharegpt_stream(float(r["request_rate"]), int(r["prompts"]))
     s = summarize(run_stream(setup, arrivals, "forecast", frontend_s=frontend_s).done)
     return {"median_ttft": 1e3 * s["ttft_s"]["p50"], "median_tpot": 1e3 * s["tpot_s"]["p50"]}
