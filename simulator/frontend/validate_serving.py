@@ -12,7 +12,8 @@ every step priced by the calibrated served model for the row's engine. vLLM 0.6.
 ``--gpu-memory-utilization 0.95``. Runs on one GPU and tensor parallel over 2-8 GPUs of one node are two
 families. Metrics as ``vllm bench serve`` reports them: medians over requests, output tokens over the run's span.
 The forecast of these vLLM 0.6 multi-step runs includes vLLM 0.6's host time (`simulator.workloads.serving.host`);
-two more families hold that mechanism's own sources: Vidur's per-step CPU profile and SGLang's vLLM 0.6.0 runs.
+three more families hold its mechanisms' own sources: Vidur's per-step CPU profile, the same profile's
+tensor-parallel barrier, and SGLang's vLLM 0.6.0 runs.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from simulator.workloads.transformer import get_model
 FAMILY = "Serving request streams (vLLM, one GPU)"
 TP_FAMILY = "Serving request streams (vLLM, tensor parallel)"
 HOST_FAMILY = "vLLM host time per engine step (Vidur, one A100)"
+SYNC_FAMILY = "vLLM tensor-parallel worker sync"
 FRONTEND_FAMILY = "Serving request streams (vLLM 0.6, SGLang's runs)"
 UNITS = {"median_ttft": "ms", "median_tpot": "ms", "output_throughput": "tokens/s"}
 MEMORY_FRACTION = 0.95  #: LambdaLabs benchmark.py's --gpu-memory-utilization default
@@ -68,11 +70,15 @@ def predict(row: dict[str, str]) -> float:
 
 def host_cases(case: Any) -> list[Any]:
     """The vLLM 0.6 host-time mechanisms' own sources (`simulator.workloads.serving.host`): Vidur's per-step CPU
-    times against the fitted lines, and SGLang's vLLM 0.6.0 request streams replayed with both mechanisms."""
+    times and its barrier after input preparation at 1-4 GPUs against the fitted lines, and SGLang's vLLM 0.6.0
+    request streams replayed with the host time (the one-GPU front-end time fitted from them)."""
     from simulator.workloads.serving import host
 
+    rows = host.host_rows()
     out = [case(HOST_FAMILY, r["row"], float(r["measured_ms"]), 1e3 * host.component_s(r["component"], int(r["batch"])),
-                "ms", r["set"] != "fit") for r in host.host_rows()]
+                "ms", r["set"] != "fit") for r in rows if r["component"] in host.COMPONENTS]
+    out += [case(SYNC_FAMILY, r["row"], float(r["measured_ms"]), 1e3 * host.barrier_s(int(r["tp"]), int(r["batch"])),
+                 "ms", r["set"] != "fit") for r in rows if r["component"] == host.TP_BARRIER]
     fe = 1e3 * host.vllm_v0_frontend_s()
     out += [case(FRONTEND_FAMILY, r["row"], float(r["measured"]),
                  host.simulate_run(r["run"], 0.0)[r["metric"]] + (fe if r["metric"] == "median_ttft" else 0.0), "ms",
