@@ -129,3 +129,15 @@ def test_vllm_replay_is_the_set_up_of_both_published_run_callers(monkeypatch):
         assert s.engine == "vllm" and s.max_model_len == int(r["max_model_len"])
         assert (s.sched.max_batch, s.sched.chunk_tokens, s.sched.num_steps) == (256, 0, 10)
         assert s.sched.whole_budget_tokens == max(int(r["max_model_len"]), 2048)
+
+
+def test_the_calibrated_parts_name_the_sync_only_on_more_than_one_gpu():
+    """`podsim serve`'s calibrated_parts: a line for the worker sync on 4 GPUs (its per-step and per-sequence
+    milliseconds, from the raw rows), none on one GPU."""
+    llama = get_model("llama-3-8b")
+    raw = _raw_lines()
+    sched = SchedulerConfig(chunk_tokens=0, whole_budget_tokens=2048, num_steps=10)
+    lines = {tp: host.describe(*host_parts(ServeSetup(llama, get_chip("h100"), Parallelism(1, tp), sched=sched,
+                                                      max_model_len=4096, engine="vllm"))) for tp in (1, 4)}
+    assert not any("worker sync" in line for line in lines[1]) and len(lines[4]) == len(lines[1]) + 1
+    assert f"{1e3 * (raw[4][0] - raw[1][0]):.3f} + {1e3 * (raw[4][1] - raw[1][1]):.4f} ms" in lines[4][-1]
