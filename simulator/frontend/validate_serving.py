@@ -138,7 +138,15 @@ NOTES = {FAMILY: (
     "choice to add it. Now: median TPOT 10% low on 8B TP2, 6% high, 2% and 10% low on 70B TP2 / TP4 / TP8 "
     "(before the sync: 11% low, 5% high, 5% and 14% low); output throughput 3-16% off; median TTFT 20-34% low "
     "(the sync adds under 1 ms to a first token: the one-GPU front-end time closes 25 ms of the 36-81 ms "
-    "first-token gap; 70B's prefill on 2-8 GPUs is the likely rest, and no fit row identifies it)"),
+    "first-token gap). Diagnosed from the result files' per-request timings (not fitted): the first tokens are "
+    "not clustered -- every request with text gets its first token within 1.7 ms of the others (one prefill "
+    "iteration of all 10 prompts, as replayed); two requests returned no text (TTFT 0 in the files, in the "
+    "published median, which the equal others leave at their common value). The gap left is 10 ms on 8B TP2 and "
+    "57 / 34 / 41 ms on 70B TP2 / TP4 / TP8, +42%, +42% and +76% of the forecast prefill: neither 1/TP (a "
+    "prefill-compute shortfall) nor constant (a front-end term); the files' first decode window after the "
+    "prefill is also 4-16 ms longer than the later ones, which the replay lacks. vLLM 0.6 runs prefill without "
+    "CUDA graphs (host launch work of 80 layers in each worker) is a candidate; no source read sizes it, so "
+    "nothing was changed"),
     HOST_FAMILY: (
     "misses the 10% target on its held-out rows (the fit rows meet it); the source of the host time per "
     "scheduler call (simulator.workloads.serving.host): Vidur's profile of its "
