@@ -144,9 +144,9 @@ NOTES = {FAMILY: (
     "published median, which the equal others leave at their common value). The gap left is 10 ms on 8B TP2 and "
     "57 / 34 / 41 ms on 70B TP2 / TP4 / TP8, +42%, +42% and +76% of the forecast prefill: neither 1/TP (a "
     "prefill-compute shortfall) nor constant (a front-end term); the files' first decode window after the "
-    "prefill is also 4-16 ms longer than the later ones, which the replay lacks. vLLM 0.6 runs prefill without "
-    "CUDA graphs (host launch work of 80 layers in each worker) is a candidate; no source read sizes it, so "
-    "nothing was changed"),
+    "prefill is also 4-16 ms longer than the later ones, which the replay lacks. A candidate: vLLM 0.6 runs "
+    "prefill without CUDA graphs (the host launches 80 layers' kernels in each worker); no source read sizes it, "
+    "so nothing was changed"),
     HOST_FAMILY: (
     "misses the 10% target on its held-out rows (the fit rows meet it); the source of the host time per "
     "scheduler call (simulator.workloads.serving.host): Vidur's profile of its "
