@@ -156,13 +156,16 @@ def kv_transfer_line(setup: ServeSetup) -> tuple[float, float, dict[str, Any]]:
                      "simulated": [{"bytes": s, "time_s": t} for s, t in zip(sizes, times, strict=True)]}
 
 
-def host_parts(setup: ServeSetup, frontend_s: float | None = None) -> tuple[float, HostCost]:
+def host_parts(setup: ServeSetup, frontend_s: float | None = None, par: Parallelism | None = None
+               ) -> tuple[float, HostCost]:
     """(front-end seconds per request, host cost per scheduler call) the forecast of ``setup`` adds
-    (`simulator.workloads.serving.host`: vLLM 0.6's fitted values under multi-step scheduling, else zeros);
+    (`simulator.workloads.serving.host`: vLLM 0.6's fitted values under multi-step scheduling, with the
+    tensor-parallel worker sync of ``par``'s model axis -- default the decode mesh, or the mesh --, else zeros);
     ``frontend_s`` replaces the fitted front-end time when given."""
     if not host_applies(setup.engine, setup.sched.num_steps):
         return (frontend_s or 0.0), HostCost()
-    return (vllm_v0_frontend_s() if frontend_s is None else frontend_s), vllm_v0_host()
+    tp = (par or setup.decode_mesh or setup.mesh).model
+    return (vllm_v0_frontend_s() if frontend_s is None else frontend_s), vllm_v0_host(tp)
 
 
 def run_stream(setup: ServeSetup, arrivals: list[Arrival], kind: str = "forecast",
@@ -182,7 +185,8 @@ def run_stream(setup: ServeSetup, arrivals: list[Arrival], kind: str = "forecast
     pc = StepCosts(setup.cfg, setup.chip, setup.prefill_mesh.model, calibrated=calibrated, engine=setup.engine)
     dc = StepCosts(setup.cfg, setup.chip, setup.decode_mesh.model, calibrated=calibrated, engine=setup.engine)
     first, prep = _serve(setup, setup.prefill_mesh, _requests(arrivals, hit, fe), pc.forecast_s if calibrated else
-                         pc.bound_s, prefill_only=True, host=host)
+                         pc.bound_s, prefill_only=True,
+                         host=host_parts(setup, frontend_s, setup.prefill_mesh)[1] if calibrated else host)
     lat, bw = transfer
     per_position = kv_bytes_per_position(setup.cfg) / setup.prefill_mesh.model
     moved, waits = [], []
