@@ -52,7 +52,7 @@ def ring_links(n: int, closed: bool) -> list[tuple[int, int]]:
 
 
 def chain_phase_time(net: Network, rings: list[Ring], closed: bool, steps: int, units: Units,
-                     unit_bytes: float) -> float:
+                     unit_bytes: float, *, windows: bool = False) -> float:
     """The longer of the slowest chain and the busiest link's work, for chains run along ``rings`` at once
     (one ring per NIC; they share the links their routes share).
 
@@ -63,26 +63,63 @@ def chain_phase_time(net: Network, rings: list[Ring], closed: bool, steps: int, 
     that link's bandwidth, and a chain's hops run one after another. The busiest link's work is its
     bytes over all steps over its bandwidth.
     """
-    return chain_phase_profile(net, rings, closed, steps, units).time(unit_bytes)
+    return chain_phase_profile(net, rings, closed, steps, units, windows=windows).time(unit_bytes)
 
 
 @dataclass(frozen=True)
 class PhaseProfile:
     """`chain_phase_time` for any unit size: each chain's latency and seconds per unit byte, and the busiest
-    link's seconds per unit byte (both terms grow linearly with the unit)."""
+    link's seconds per unit byte (both terms grow linearly with the unit); with ``windows``, each loaded link's
+    lock-step window (see `Windows`)."""
 
     chains: tuple[tuple[float, float], ...]  #: (seconds of latency, seconds per byte of a unit)
     busiest: float  #: seconds per byte of a unit on the busiest link
+    windows: Windows | None = None  #: the lock-step window of each loaded link (None: not priced)
 
     def time(self, unit_bytes: float) -> float:
         """Seconds of the phase when a unit is ``unit_bytes`` bytes."""
         slowest = max((latency + unit_bytes * per_byte for latency, per_byte in self.chains), default=0.0)
-        return max(slowest, unit_bytes * self.busiest)
+        window = 0.0 if self.windows is None else self.windows.time(unit_bytes)
+        return max(slowest, unit_bytes * self.busiest, window)
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Each loaded physical link's window: the steps before its first busy step and after its last (each as long
+    as its slowest hop in lock step), its own work in between, and its route's latency (once, or once per busy
+    step where the chains take the link one after another, ``serial``).
+
+    The steps before a link's first unit are what its data must cross to reach it; the steps after its last unit
+    are what that unit, or the units of the other chains then under way, must still cross. Where the busiest link
+    is busy in every step (a unidirectional ring) the window is its work plus one latency; where it is busy in
+    only some (the InfiniBand crossing of a line over nodes) it adds the lead-in and the tail the chain term and
+    the work term each leave out.
+    """
+
+    pairs: np.ndarray  #: (column, seconds of latency, seconds per unit byte) of every hop that can be a step's slowest
+    lengths: np.ndarray  #: steps each column stands for (one column of many alike steps, or the pieces of `_Pieces`)
+    links: np.ndarray  #: (first column, last column, seconds per unit byte of work, seconds of latency) per link
+
+    def time(self, unit_bytes: float) -> float:
+        """The longest window when a unit is ``unit_bytes`` bytes (seconds)."""
+        if not len(self.links):
+            return 0.0
+        step = np.zeros(len(self.lengths))
+        np.maximum.at(step, self.pairs[:, 0].astype(int), self.pairs[:, 1] + unit_bytes * self.pairs[:, 2])
+        prefix = np.concatenate([[0.0], np.cumsum(step * self.lengths)])
+        first, last = self.links[:, 0].astype(int), self.links[:, 1].astype(int)
+        lead, tail = prefix[first], prefix[-1] - prefix[last + 1]
+        return float(np.max(lead + tail + unit_bytes * self.links[:, 2] + self.links[:, 3]))
 
 
 def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: int, units: Units,
-                        table: Table | None = None, *, compress: bool | None = None) -> PhaseProfile:
+                        table: Table | None = None, *, compress: bool | None = None, windows: bool = False,
+                        serial: bool = False) -> PhaseProfile:
     """The `PhaseProfile` of chains run along ``rings`` at once (see `chain_phase_time`).
+
+    ``windows``: also price each loaded link's lock-step window (`Windows`: the steps before and after its busy
+    ones, its work and its latency); ``serial``: the chains take each link one after another (a line's
+    ReduceScatter), so the window pays the link's latency once per busy step.
 
     ``table(n, d)`` (optional) gives ``units(n, i, d, h)`` for every position i and step h = 1..steps as
     an (n, steps) array at once; without it each entry is evaluated through ``units``. Ring links whose
@@ -125,14 +162,19 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
                 routes.append(step_edges(net, ring, i, d))
             laid.append((n, d, ids, routes))
     users: dict[Any, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # physical link -> row -> count
+    route_lat: dict[Any, float] = {}  # physical link -> the least latency of a loaded route over it
     for _, _, ids, routes in laid:
         for r, edges in zip(ids, routes, strict=True):
+            lat = route_latency(net, edges) if windows and r >= 0 and np.any(rows[r] > 0) else None
             for e in edges:
                 users[e][r] += 1
+                if lat is not None:
+                    route_lat[e] = min(route_lat.get(e, lat), lat)
     loads: list[np.ndarray] = []  # units a physical link carries at each step, one per distinct mix of rows
     load_of: dict[tuple[tuple[int, int], ...], int] = {}
     per_byte_of: dict[Any, tuple[int, float]] = {}  # physical link -> (its load, its bandwidth)
     work = 0.0
+    spans: list[tuple[float, float, float, float]] = []  # (first, last busy column, work s/B, latency s) per link
     for e, counts in users.items():
         key = tuple(sorted(counts.items()))
         if key not in load_of:
@@ -142,11 +184,14 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
         per_byte_of[e] = (load_of[key], bw)
         total = loads[load_of[key]].sum() if pieces is None else loads[load_of[key]] @ pieces.lengths
         work = max(work, float(total) / bw)
+        if windows and e in route_lat and total > 0:
+            spans.append(_span(loads[load_of[key]], pieces, float(total) / bw, route_lat[e], serial))
     chains: set[tuple[float, float]] = set()
     columns = steps if pieces is None else len(pieces.starts)
     steady = all(np.all(row == row[0]) for row in rows) and steps <= min(sizes)  # alike steps
     made: dict[tuple[tuple[int, float], ...], np.ndarray] = {}  # a route's links -> its hop's row
     seen: set[Any] = set()
+    pairs: list[np.ndarray] = []  # (column, latency, s per unit byte) of each active hop, for `Windows`
     for n, d, ids, routes in laid:
         if all(r < 0 or not np.any(rows[r] > 0) for r in ids):
             chains.add((0.0, 0.0))  # nothing goes this way
@@ -167,7 +212,28 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
         else:
             walked = _chains(n, d, steps, active, hop, latency)
         chains.update(zip(*walked, strict=True))
-    return PhaseProfile(tuple(sorted(chains)), work)
+        if windows:
+            at, col = np.nonzero(active)
+            pairs.append(np.column_stack([col, latency[at], hop[at, col]]))
+    if not windows or not spans:
+        return PhaseProfile(tuple(sorted(chains)), work)
+    if steady:  # one column stands for every step, and every loaded link is busy in all of them
+        lengths = np.array([float(steps)])
+        spans = [(0.0, 0.0, w, lat) for _, _, w, lat in spans]
+    else:
+        lengths = np.ones(steps) if pieces is None else pieces.lengths.astype(float)
+    return PhaseProfile(tuple(sorted(chains)), work,
+                        Windows(np.unique(np.concatenate(pairs), axis=0), lengths, np.unique(np.array(spans), axis=0)))
+
+
+def _span(load: np.ndarray, pieces: _Pieces | None, work: float, latency: float,
+          serial: bool) -> tuple[float, float, float, float]:
+    """(first busy column, last busy column, seconds per unit byte of work, seconds of latency) of a link whose
+    units per column are ``load`` (``serial``: its latency once per busy step, else once)."""
+    busy = np.flatnonzero(load > 0)
+    lengths = np.ones(len(load)) if pieces is None else pieces.lengths
+    times = float(lengths[busy].sum()) if serial else 1.0
+    return float(busy[0]), float(busy[-1]), work, latency * times
 
 
 def _row_ids(table: np.ndarray, rows: list[np.ndarray], row_of: dict[bytes, int]) -> list[int]:
