@@ -69,47 +69,15 @@ def chain_phase_time(net: Network, rings: list[Ring], closed: bool, steps: int, 
 @dataclass(frozen=True)
 class PhaseProfile:
     """`chain_phase_time` for any unit size: each chain's latency and seconds per unit byte, and the busiest
-    link's seconds per unit byte (both terms grow linearly with the unit); with ``windows``, each loaded link's
-    lock-step window (see `Windows`)."""
+    link's seconds per unit byte (both terms grow linearly with the unit)."""
 
     chains: tuple[tuple[float, float], ...]  #: (seconds of latency, seconds per byte of a unit)
     busiest: float  #: seconds per byte of a unit on the busiest link
-    windows: Windows | None = None  #: the lock-step window of each loaded link (None: not priced)
 
     def time(self, unit_bytes: float) -> float:
         """Seconds of the phase when a unit is ``unit_bytes`` bytes."""
         slowest = max((latency + unit_bytes * per_byte for latency, per_byte in self.chains), default=0.0)
-        window = 0.0 if self.windows is None else self.windows.time(unit_bytes)
-        return max(slowest, unit_bytes * self.busiest, window)
-
-
-@dataclass(frozen=True)
-class Windows:
-    """Each loaded physical link's window: the steps before its first busy step and after its last (each as long
-    as its slowest hop in lock step), its own work in between, and its route's latency (once, or once per busy
-    step where the chains take the link one after another, ``serial``).
-
-    The steps before a link's first unit are what its data must cross to reach it; the steps after its last unit
-    are what that unit, or the units of the other chains then under way, must still cross. Where the busiest link
-    is busy in every step (a unidirectional ring) the window is its work plus one latency; where it is busy in
-    only some (the InfiniBand crossing of a line over nodes) it adds the lead-in and the tail the chain term and
-    the work term each leave out.
-    """
-
-    pairs: np.ndarray  #: (column, seconds of latency, seconds per unit byte) of every hop that can be a step's slowest
-    lengths: np.ndarray  #: steps each column stands for (one column of many alike steps, or the pieces of `_Pieces`)
-    links: np.ndarray  #: (first column, last column, seconds per unit byte of work, seconds of latency) per link
-
-    def time(self, unit_bytes: float) -> float:
-        """The longest window when a unit is ``unit_bytes`` bytes (seconds)."""
-        if not len(self.links):
-            return 0.0
-        step = np.zeros(len(self.lengths))
-        np.maximum.at(step, self.pairs[:, 0].astype(int), self.pairs[:, 1] + unit_bytes * self.pairs[:, 2])
-        prefix = np.concatenate([[0.0], np.cumsum(step * self.lengths)])
-        first, last = self.links[:, 0].astype(int), self.links[:, 1].astype(int)
-        lead, tail = prefix[first], prefix[-1] - prefix[last + 1]
-        return float(np.max(lead + tail + unit_bytes * self.links[:, 2] + self.links[:, 3]))
+        return max(slowest, unit_bytes * self.busiest)
 
 
 def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: int, units: Units,
@@ -117,9 +85,10 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
                         serial: bool = False) -> PhaseProfile:
     """The `PhaseProfile` of chains run along ``rings`` at once (see `chain_phase_time`).
 
-    ``windows``: also price each loaded link's lock-step window (`Windows`: the steps before and after its busy
-    ones, its work and its latency); ``serial``: the chains take each link one after another (a line's
-    ReduceScatter), so the window pays the link's latency once per busy step.
+    ``windows``: also price, for each ring link, the chain through its busiest physical link (`_windows`): the
+    hops that bring that link its first unit, all the link's work while the ring link is busy, its latency, and
+    the hops that take its last unit on; ``serial``: the chains take each link one after another (a line's
+    ReduceScatter), so that window pays the route's latency once per busy step.
 
     ``table(n, d)`` (optional) gives ``units(n, i, d, h)`` for every position i and step h = 1..steps as
     an (n, steps) array at once; without it each entry is evaluated through ``units``. Ring links whose
@@ -162,19 +131,14 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
                 routes.append(step_edges(net, ring, i, d))
             laid.append((n, d, ids, routes))
     users: dict[Any, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # physical link -> row -> count
-    route_lat: dict[Any, float] = {}  # physical link -> the least latency of a loaded route over it
     for _, _, ids, routes in laid:
         for r, edges in zip(ids, routes, strict=True):
-            lat = route_latency(net, edges) if windows and r >= 0 and np.any(rows[r] > 0) else None
             for e in edges:
                 users[e][r] += 1
-                if lat is not None:
-                    route_lat[e] = min(route_lat.get(e, lat), lat)
     loads: list[np.ndarray] = []  # units a physical link carries at each step, one per distinct mix of rows
     load_of: dict[tuple[tuple[int, int], ...], int] = {}
     per_byte_of: dict[Any, tuple[int, float]] = {}  # physical link -> (its load, its bandwidth)
     work = 0.0
-    spans: list[tuple[float, float, float, float]] = []  # (first, last busy column, work s/B, latency s) per link
     for e, counts in users.items():
         key = tuple(sorted(counts.items()))
         if key not in load_of:
@@ -184,14 +148,11 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
         per_byte_of[e] = (load_of[key], bw)
         total = loads[load_of[key]].sum() if pieces is None else loads[load_of[key]] @ pieces.lengths
         work = max(work, float(total) / bw)
-        if windows and e in route_lat and total > 0:
-            spans.append(_span(loads[load_of[key]], pieces, float(total) / bw, route_lat[e], serial))
     chains: set[tuple[float, float]] = set()
     columns = steps if pieces is None else len(pieces.starts)
     steady = all(np.all(row == row[0]) for row in rows) and steps <= min(sizes)  # alike steps
     made: dict[tuple[tuple[int, float], ...], np.ndarray] = {}  # a route's links -> its hop's row
     seen: set[Any] = set()
-    pairs: list[np.ndarray] = []  # (column, latency, s per unit byte) of each active hop, for `Windows`
     for n, d, ids, routes in laid:
         if all(r < 0 or not np.any(rows[r] > 0) for r in ids):
             chains.add((0.0, 0.0))  # nothing goes this way
@@ -212,28 +173,49 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
         else:
             walked = _chains(n, d, steps, active, hop, latency)
         chains.update(zip(*walked, strict=True))
-        if windows:
-            at, col = np.nonzero(active)
-            pairs.append(np.column_stack([col, latency[at], hop[at, col]]))
-    if not windows or not spans:
-        return PhaseProfile(tuple(sorted(chains)), work)
-    if steady:  # one column stands for every step, and every loaded link is busy in all of them
-        lengths = np.array([float(steps)])
-        spans = [(0.0, 0.0, w, lat) for _, _, w, lat in spans]
-    else:
-        lengths = np.ones(steps) if pieces is None else pieces.lengths.astype(float)
-    return PhaseProfile(tuple(sorted(chains)), work,
-                        Windows(np.unique(np.concatenate(pairs), axis=0), lengths, np.unique(np.array(spans), axis=0)))
+        if windows and pieces is None:
+            chains.update(_windows(n, d, steps, active, hop, latency, keys, loads, steady, serial))
+    return PhaseProfile(tuple(sorted(chains)), work)
 
 
-def _span(load: np.ndarray, pieces: _Pieces | None, work: float, latency: float,
-          serial: bool) -> tuple[float, float, float, float]:
-    """(first busy column, last busy column, seconds per unit byte of work, seconds of latency) of a link whose
-    units per column are ``load`` (``serial``: its latency once per busy step, else once)."""
-    busy = np.flatnonzero(load > 0)
-    lengths = np.ones(len(load)) if pieces is None else pieces.lengths
-    times = float(lengths[busy].sum()) if serial else 1.0
-    return float(busy[0]), float(busy[-1]), work, latency * times
+def _windows(n: int, d: int, steps: int, active: np.ndarray, hop: np.ndarray, latency: np.ndarray,
+             keys: list[tuple[tuple[int, float], ...]], loads: list[np.ndarray], steady: bool,
+             serial: bool) -> list[tuple[float, float]]:
+    """(latency, seconds per unit byte) of the chain through each ring link's busiest physical link, in lock step.
+
+    Ring link i -> i + d is busy from step f to step l. The unit it carries at step f came along the chain that
+    started f - 1 hops behind it at step 1, and the unit it carries at step l goes on along the chain that reaches
+    i at step l, for as long as that chain's next link is busy; between them a physical link of its route does all
+    the work it has in steps f..l (its units over its bandwidth), and the route's latency is paid once (or once per
+    busy step where the chains take the link one after another, ``serial``). So the window is the first chain's
+    hops before step f, that work, the latency, and the second chain's hops after step l, each hop priced as in
+    `_chains` (its latency plus its busiest link's bytes that step). Where the ring link is busy in every step
+    (``steady``, or a unidirectional ring) the window is the link's work plus one latency.
+    """
+    out: list[tuple[float, float]] = []
+    cols = np.arange(steps if not steady else 1)
+    if steady:  # every step alike: every loaded link is busy throughout
+        for i in range(n):
+            if keys[i] and active[i, 0]:
+                work = max(float(loads[load].sum()) / bw for load, bw in keys[i])
+                out.append((latency[i] * (steps if serial else 1), work))
+        return out
+    pos = (np.arange(n)[:, None] + d * cols[None, :]) % n  # (chain origin, step) -> position
+    alive = np.cumprod(active[pos, cols[None, :]], axis=1)
+    cum_lat = np.concatenate([np.zeros((n, 1)), np.cumsum(alive * latency[pos], axis=1)], axis=1)
+    cum_hop = np.concatenate([np.zeros((n, 1)), np.cumsum(alive * hop[pos, cols[None, :]], axis=1)], axis=1)
+    for i in range(n):
+        busy = np.flatnonzero(active[i])
+        if not keys[i] or not len(busy):
+            continue
+        f, last = int(busy[0]), int(busy[-1])  # 0-based first and last busy step
+        before, after = (i - f * d) % n, (i - last * d) % n  # origins of the chains at i at steps f and l
+        work = max(float(loads[load][f:last + 1].sum()) / bw for load, bw in keys[i])
+        times = float(np.count_nonzero(active[i, f:last + 1])) if serial else 1.0
+        lat = cum_lat[before, f] + latency[i] * times + cum_lat[after, steps] - cum_lat[after, last + 1]
+        per_byte = cum_hop[before, f] + work + cum_hop[after, steps] - cum_hop[after, last + 1]
+        out.append((float(lat), float(per_byte)))
+    return out
 
 
 def _row_ids(table: np.ndarray, rows: list[np.ndarray], row_of: dict[bytes, int]) -> list[int]:
