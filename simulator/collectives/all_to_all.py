@@ -73,5 +73,5 @@ def closed_form(job: Job, on_axis: OnAxis) -> float:
         algorithm = on_axis(job.group.wraps[a])
         rings = [r for groups in job.rings for r in rings_along(groups, tuple(0 for _ in sizes), a, job.net.faulted)]
         total += chain_phase_time(job.net, rings, algorithm.closed, algorithm.steps(n_a),
-                                  algorithm.all_to_all_units, chunk_bytes)
+                                  algorithm.all_to_all_units, chunk_bytes, windows=True)
     return total

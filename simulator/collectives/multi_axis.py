@@ -125,7 +125,8 @@ class _Pricer:
             table = _table(algorithm, what, split)
             self.profiles[key] = chain_phase_profile(job.net, rings, algorithm.closed,
                                                      algorithm.steps(job.group.sizes[a]),
-                                                     lambda n, i, d, h: per_step(n, i, d, h, split), table)
+                                                     lambda n, i, d, h: per_step(n, i, d, h, split), table,
+                                                     windows=True, serial=what == "rs" and algorithm.serial_reduce)
         return self.profiles[key].time(sum(units) * unit_bytes)
 
 

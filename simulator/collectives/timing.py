@@ -52,7 +52,7 @@ def ring_links(n: int, closed: bool) -> list[tuple[int, int]]:
 
 
 def chain_phase_time(net: Network, rings: list[Ring], closed: bool, steps: int, units: Units,
-                     unit_bytes: float) -> float:
+                     unit_bytes: float, *, windows: bool = False) -> float:
     """The longer of the slowest chain and the busiest link's work, for chains run along ``rings`` at once
     (one ring per NIC; they share the links their routes share).
 
@@ -63,7 +63,7 @@ def chain_phase_time(net: Network, rings: list[Ring], closed: bool, steps: int, 
     that link's bandwidth, and a chain's hops run one after another. The busiest link's work is its
     bytes over all steps over its bandwidth.
     """
-    return chain_phase_profile(net, rings, closed, steps, units).time(unit_bytes)
+    return chain_phase_profile(net, rings, closed, steps, units, windows=windows).time(unit_bytes)
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,14 @@ class PhaseProfile:
 
 
 def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: int, units: Units,
-                        table: Table | None = None, *, compress: bool | None = None) -> PhaseProfile:
+                        table: Table | None = None, *, compress: bool | None = None, windows: bool = False,
+                        serial: bool = False) -> PhaseProfile:
     """The `PhaseProfile` of chains run along ``rings`` at once (see `chain_phase_time`).
+
+    ``windows``: also price, for each ring link, the chain through its busiest physical link (`_windows`): the
+    hops that bring that link its first unit, all the link's work while the ring link is busy, its latency, and
+    the hops that take its last unit on; ``serial``: the chains take each link one after another (a line's
+    ReduceScatter), so that window pays the route's latency once per busy step.
 
     ``table(n, d)`` (optional) gives ``units(n, i, d, h)`` for every position i and step h = 1..steps as
     an (n, steps) array at once; without it each entry is evaluated through ``units``. Ring links whose
@@ -167,7 +173,49 @@ def chain_phase_profile(net: Network, rings: list[Ring], closed: bool, steps: in
         else:
             walked = _chains(n, d, steps, active, hop, latency)
         chains.update(zip(*walked, strict=True))
+        if windows and pieces is None:
+            chains.update(_windows(n, d, steps, active, hop, latency, keys, loads, steady, serial))
     return PhaseProfile(tuple(sorted(chains)), work)
+
+
+def _windows(n: int, d: int, steps: int, active: np.ndarray, hop: np.ndarray, latency: np.ndarray,
+             keys: list[tuple[tuple[int, float], ...]], loads: list[np.ndarray], steady: bool,
+             serial: bool) -> list[tuple[float, float]]:
+    """(latency, seconds per unit byte) of the chain through each ring link's busiest physical link, in lock step.
+
+    Ring link i -> i + d is busy from step f to step l. The unit it carries at step f came along the chain that
+    started f - 1 hops behind it at step 1, and the unit it carries at step l goes on along the chain that reaches
+    i at step l, for as long as that chain's next link is busy; between them a physical link of its route does all
+    the work it has in steps f..l (its units over its bandwidth), and the route's latency is paid once (or once per
+    busy step where the chains take the link one after another, ``serial``). So the window is the first chain's
+    hops before step f, that work, the latency, and the second chain's hops after step l, each hop priced as in
+    `_chains` (its latency plus its busiest link's bytes that step). Where the ring link is busy in every step
+    (``steady``, or a unidirectional ring) the window is the link's work plus one latency.
+    """
+    out: list[tuple[float, float]] = []
+    cols = np.arange(steps if not steady else 1)
+    if steady:  # every step alike: every loaded link is busy throughout
+        for i in range(n):
+            if keys[i] and active[i, 0]:
+                work = max(float(loads[load].sum()) / bw for load, bw in keys[i])
+                out.append((latency[i] * (steps if serial else 1), work))
+        return out
+    pos = (np.arange(n)[:, None] + d * cols[None, :]) % n  # (chain origin, step) -> position
+    alive = np.cumprod(active[pos, cols[None, :]], axis=1)
+    cum_lat = np.concatenate([np.zeros((n, 1)), np.cumsum(alive * latency[pos], axis=1)], axis=1)
+    cum_hop = np.concatenate([np.zeros((n, 1)), np.cumsum(alive * hop[pos, cols[None, :]], axis=1)], axis=1)
+    for i in range(n):
+        busy = np.flatnonzero(active[i])
+        if not keys[i] or not len(busy):
+            continue
+        f, last = int(busy[0]), int(busy[-1])  # 0-based first and last busy step
+        before, after = (i - f * d) % n, (i - last * d) % n  # origins of the chains at i at steps f and l
+        work = max(float(loads[load][f:last + 1].sum()) / bw for load, bw in keys[i])
+        times = float(np.count_nonzero(active[i, f:last + 1])) if serial else 1.0
+        lat = cum_lat[before, f] + latency[i] * times + cum_lat[after, steps] - cum_lat[after, last + 1]
+        per_byte = cum_hop[before, f] + work + cum_hop[after, steps] - cum_hop[after, last + 1]
+        out.append((float(lat), float(per_byte)))
+    return out
 
 
 def _row_ids(table: np.ndarray, rows: list[np.ndarray], row_of: dict[bytes, int]) -> list[int]:
