@@ -130,3 +130,13 @@ def test_one_axis_degrading_never_slower_than_removing_and_healthy_never_slower(
     if kind != "all_reduce":
         rows, n = (int(x) for x in topology.split(":")[1].split("x"))
         assert down >= cut_bound_s(rows, n, 64e6) * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
+def test_the_topology_bound_counts_the_cut(kind: str) -> None:
+    """`topology_bound_s` holds the column cut (the slab bound), on top of the per-chip links it had (8.89 ms);
+    healthy, the same slab gives the rings' own a/2 V / b."""
+    faulted = run_collective(kind, _dead(), V, axes=[1])
+    assert faulted.topology_bound_s == pytest.approx(cut_bound_s(4, 4), rel=1e-3)  # (+ one link's latency)
+    healthy = run_collective(kind, System("tpu-v5e", topology="torus:4x4"), V, axes=[1])
+    assert healthy.topology_bound_s == pytest.approx(3 / 8 * V / B, rel=1e-3)
