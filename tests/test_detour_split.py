@@ -20,9 +20,10 @@ def test_a_dead_cable_in_one_row_no_longer_makes_every_row_a_line() -> None:
     faults = [LinkDown((0, 0), (0, 1))]
     r = run_collective("all_gather", System("tpu-v5e", topology="torus:4x4", faults=faults), V, axes=[1])
     lines = A * V / B
-    assert r.algorithm == "detour_split" and "detour" in (r.note or "")
-    assert r.analytic_s == pytest.approx(0.75 * lines, rel=5e-3)
-    assert r.time_s >= r.topology_bound_s * (1 - 1e-9)
-    assert r.time_s < 0.95 * lines  # the detour's steps wait on the borrowed link: 15.3 ms simulated
+    assert "detour" in (r.note or "")  # auto runs multi_detour here (tests/test_multi_detour.py); detour_split tried
+    mine = next(a for a in r.alternatives if a["algorithm"] == "detour_split")
+    assert mine["time_s"] == pytest.approx(0.75 * lines, rel=5e-3)
+    assert mine["simulated_s"] >= r.topology_bound_s * (1 - 1e-9)
+    assert mine["simulated_s"] < 0.95 * lines  # the detour's steps wait on the borrowed link: 15.3 ms simulated
     healthy = run_collective("all_gather", System("tpu-v5e", topology="torus:4x4"), V, axes=[1])
     assert healthy.time_s <= r.time_s

@@ -45,6 +45,7 @@ from simulator.collectives import (  # noqa: F401
     hierarchical,
     line,
     line_pipelined,
+    multi_detour,
     nvls,
     nvls_tree,
     rail_chains,

@@ -21,6 +21,9 @@ group, the collective needs at least:
   inside and those outside to leave the slab through the links that cross its boundary (the cut bound:
   on a line the middle links, on a torus with axes of different lengths the longest axis's links, which
   the link-load bound averages with the idle short axes);
+- on grids, each slab one coordinate thick along an axis (a column across the groups' axis) to receive and send
+  what its members need from and owe to the members outside it, every group's at once, through the links into
+  and out of the slab (`_slab_bound`: a dead cable in one row leaves a column 2R - 1 links in for R chips);
 - the farthest member's data (the root's, for Broadcast) to arrive: its route's latency;
 - on multi-level systems (GPU nodes, slices over DCN), the K nodes or slices a group spans, whose fabric
   between them cannot add, to receive together (K - 1)V (ReduceScatter) or 2(K - 1)V (AllReduce) through
@@ -70,6 +73,7 @@ def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, 
         bound = max(bound, fill(into_group, together))  # holders are the members for these kinds
     bound = max(bound, _region_bound(kind, net, groups, nbytes, root_pos))
     bound = max(bound, _axis_load_bound(kind, net, groups, nbytes))
+    bound = max(bound, _slab_bound(kind, net, groups, nbytes, root_pos))
     if kind in ROOTED and len(groups) > 1:
         bound = max(bound, _roots_together(kind, g, groups, nbytes, root_pos))
     if kind == "all_to_all":
@@ -113,6 +117,43 @@ def _axis_load_bound(kind: str, net: Network, groups: list[Group], nbytes: float
         crossings = sum(len({g.nodes[c]["coord"][a] for c in group.members.values()}) - 1 for group in groups)
         bound = max(bound, fill(along, per * crossings * nbytes))
     return bound
+
+
+def _slab_bound(kind: str, net: Network, groups: list[Group], nbytes: float, root_pos: tuple[int, ...]) -> float:
+    """The cut round each slab of a grid one coordinate thick (issue 31): the chips at coordinate x along an axis
+    hold m of a group's n members; what those must receive from (send to) the other n - m crosses the links into
+    (out of) the slab (`_region_bytes`), every group's at once. On a healthy torus a slab across the groups' axis
+    has two links in per chip and gives the rings' own time; a dead cable leaves it 2R - 1 links in for R chips
+    (torus:4x4 ``--axes 1``, cable (0,0)-(0,1) down: 4 x 3/4 V over 7 links, 3/7 V / b, where each chip's own
+    links in allow 3/4 V over 3)."""
+    if not net.grid:
+        return 0.0
+    g = net.graph
+    coord = {v: c for v, c in g.nodes(data="coord") if c is not None}
+    into: dict[tuple[int, int], list[Link]] = {}
+    out: dict[tuple[int, int], list[Link]] = {}
+    for u, v, data in g.edges(data=True):
+        if u not in coord or v not in coord:
+            continue
+        link = (data["latency_s"], data["bandwidth_bytes_per_s"])
+        for a, (x, y) in enumerate(zip(coord[u], coord[v], strict=True)):
+            if x != y:
+                out.setdefault((a, x), []).append(link)
+                into.setdefault((a, y), []).append(link)
+    need: dict[tuple[int, int], list[float]] = {}
+    for group in groups:
+        root = group.members[root_pos] if kind in ROOTED else None
+        count: dict[tuple[int, int], int] = {}
+        for c in group.members.values():
+            for a, x in enumerate(coord.get(c, ())):
+                count[(a, x)] = count.get((a, x), 0) + 1
+        for key, m in count.items():
+            has_root = root is not None and coord[root][key[0]] == key[1]
+            receive, send = _region_bytes(kind, group.n, m, nbytes, has_root)
+            total = need.setdefault(key, [0.0, 0.0])
+            total[0] += receive
+            total[1] += send
+    return max((max(fill(into.get(k, []), r), fill(out.get(k, []), t)) for k, (r, t) in need.items()), default=0.0)
 
 
 def _roots_together(kind: str, g: nx.DiGraph, groups: list[Group], nbytes: float, root_pos: tuple[int, ...]) -> float:
