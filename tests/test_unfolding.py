@@ -1,7 +1,7 @@
 """A fast run's figures unfolded onto every chip before they leave for exports and pictures (`Trace.unfolded`).
 
 A symmetric step runs one representative chip per stage (`simulator.acceleration.step_symmetry`); its trace names
-the chips each representative stood for (`Trace.chip_images`). The oracle is the exact run (``fast=False``,
+the chips each representative stood for (`Trace.stood_for`). The oracle is the exact run (``fast=False``,
 every chip simulated): per chip, the busy seconds of each chip unit, the FLOPs and the bytes moved by chip units
 must equal the unfolded fast trace's, and every chip must have compute spans in the Perfetto export and the Gantt.
 """
@@ -14,6 +14,7 @@ from collections import defaultdict
 import matplotlib
 import pytest
 
+from simulator.acceleration.unfolding import stand_ins
 from simulator.engine.trace import PoolTimeline, Span, Trace, busy_by_chip
 from simulator.hardware.specs import get_chip
 from simulator.report import export, plots
@@ -65,8 +66,9 @@ def runs(request):
 def test_the_fast_run_stood_for_chips_it_did_not_run(runs):
     _, fast, exact = runs
     ran = {s.chip for s in fast.trace.spans if s.kind == "compute"}
-    assert fast.trace.chip_images and len(ran) < len(exact.chips)  # representatives only, before unfolding
-    stood_for = {c for reps in fast.trace.chip_images.values() for c in reps} | set(fast.trace.chip_images)
+    chips = fast.trace.stood_for.chips
+    assert chips and len(ran) < len(exact.chips)  # representatives only, before unfolding
+    stood_for = {c for reps in chips.values() for c in reps} | set(chips)
     assert stood_for == {c.index for c in exact.chips}
 
 
@@ -107,9 +109,9 @@ def test_unfolding_copies_chip_units_and_memory_but_not_links():
     trace.add(Span(0, "mxu", "matmul", 0.0, 1.0, "compute", 0.0, 5.0))
     trace.add(Span(0, "link 0->1", "ring", 0.0, 2.0, "send", 8.0))
     trace.pools.append(PoolTimeline(0, "hbm", 1e9, [(0.0, 1.0)]))
-    trace.chip_images = {0: [2, 3]}
+    stand_ins(trace).chips[0] = [2, 3]
     whole = trace.whole()
     assert sorted((s.chip, s.unit) for s in whole.spans) == [(0, "link 0->1"), (0, "mxu"), (2, "mxu"), (3, "mxu")]
-    assert [p.chip for p in whole.pools] == [0, 2, 3] and whole.chip_images == {}
+    assert [p.chip for p in whole.pools] == [0, 2, 3] and whole.stood_for is None
     assert trace.unfolded(limit=3) is None and trace.whole() is not trace
     assert Trace().whole().spans == []

@@ -39,7 +39,6 @@ from simulator.engine.simpy_door import clock, queued
 from simulator.engine.trace import (
     COMPUTE_KINDS,
     Span,
-    add_images,
     busy_by_chip,
     intersection_length,
     merge_intervals,
@@ -136,7 +135,8 @@ class Replays:
                 units[unit] = units.get(unit, 0.0) + seconds
             starts, ends = template.union
             moving.extend(zip(map(now.__add__, starts), map(now.__add__, ends), strict=True))
-        add_images(per_chip, trace.images)  # links a quotient's representatives stood for
+        if trace.stood_for:  # links a quotient's representatives stood for
+            trace.stood_for.unfold_busy(per_chip)
         per_chip = {chip: dict(sorted(per_chip[chip].items())) for chip in sorted(per_chip, key=str)}
         busy: dict[str, float] = {}
         for units in per_chip.values():

@@ -45,6 +45,7 @@ import simpy
 from simulator.acceleration.node_quotients import NodeQuotients, Rerun  # noqa: F401  (Rerun: re-exported)
 from simulator.acceleration.quotient import Translations, execute_quotient, quotient
 from simulator.acceleration.replay import Replays
+from simulator.acceleration.unfolding import stand_ins
 from simulator.collectives import collective_groups, plan_collective
 from simulator.collectives.api import plan_one_group, start_planned
 from simulator.collectives.schedule import execute
@@ -345,11 +346,12 @@ class Symmetry(NodeQuotients):
     # -- the whole system's figures --------------------------------------------------------------------
     def finish(self, trace: Any) -> None:
         """Scale ``trace``'s counters from the representatives to every chip, and name the chips each representative
-        stood for (`Trace.chip_images`); check the transfers' arrivals."""
+        stood for (`Trace.stood_for`); check the transfers' arrivals."""
         if not self.active:
             return
-        trace.chip_images = {rep: [c for c in self.members[stage] if c != rep] for stage, rep in self.reps.items()
-                             if len(self.members[stage]) > 1}  # exports and pictures show every chip (`Trace.unfolded`)
+        if trace.enabled:  # exports and pictures show every chip (`Trace.unfolded`)
+            stand_ins(trace).chips.update({rep: [c for c in self.members[stage] if c != rep]
+                                           for stage, rep in self.reps.items() if len(self.members[stage]) > 1})
         if self.node_action is not None:  # every link of a representative's orbit: its bytes and busy time
             from types import SimpleNamespace
 
