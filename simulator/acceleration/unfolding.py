@@ -122,6 +122,6 @@ class Translates:
                 image = (self.move(k, u), self.move(k, v))
             except KeyError:  # off the grid (a line without wraparound): no such link
                 continue
-            if image not in ran and image in net.links:
+            if image not in ran and net.graph.has_edge(*image):
                 out[image] = None
         return list(out)

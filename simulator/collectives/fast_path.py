@@ -67,7 +67,8 @@ class FastPath(Protocol):
 
     def total_link_bytes(self, net: Network, groups: list[Group], group: Group,
                          link_bytes: dict[str, float]) -> float:
-        """Bytes over every link of the system, from a reduced run's representative rings."""
+        """Bytes over every link of the system, from a reduced run's representative rings (whose trace then names
+        the links they stood for)."""
         ...
 
 
