@@ -16,7 +16,7 @@ path with the garbage collector paused (what the pause alone buys), flow-level a
 aggregation without the later fast paths (``Channel.admit_ahead``: a flow sent on an idle link admitted at once,
 as of its arrival, one timer instead of two; ``FaultChannel.aggregates``: jittered and faulted links send without
 events too), and aggregation without the lean paths (``FaultChannel.lean``: on jittered links of constant rate a
-flow joining a busy link and the end timers in one call each; ``_Aggregated.lean``: an arrival starts a dependent
+flow joining a busy link and the end timers in one call each; ``Aggregated.lean``: an arrival starts a dependent
 over one plain link itself) -- what those buy, measured in the same run.
 It prints events processed (`System.events_processed`), wall and CPU seconds (planning included), plain events
 per second, and the aggregated run's "equivalent" rate -- the plain run's events over the aggregated wall (and
@@ -33,8 +33,9 @@ import sys
 import time
 from typing import Any
 
+from simulator.acceleration.aggregate import Aggregated
 from simulator.collectives import plan_collective, run_collective, topology_bound
-from simulator.collectives.schedule import _Aggregated, gc_paused
+from simulator.collectives.schedule import gc_paused
 from simulator.engine.channel import Channel
 from simulator.engine.disturb import FaultChannel
 from simulator.engine.faults import Jitter, LinkDown
@@ -59,7 +60,7 @@ ASYMMETRIC = [("torus 8x8x8, link 0-1 down", "torus:8x8x8", "tpu-v5p", {"faults"
 VARIANTS = (("plain", False, False, True, True), ("plain, GC paused", False, True, True, True),
             ("aggregated", True, False, True, True),
             ("aggregated, no admit_ahead / FaultChannel.send", True, False, False, True),
-            ("aggregated, no FaultChannel/_Aggregated.lean", True, False, True, False))
+            ("aggregated, no FaultChannel/Aggregated.lean", True, False, True, False))
 ROUNDS = 2
 
 
@@ -87,19 +88,19 @@ def full_run(topology: str, chip: str, system_kw: dict[str, Any], what: tuple[st
              pause: bool, fast: bool = True, lean: bool = True) -> dict[str, Any]:
     """One collective of NBYTES in full mode: wall and CPU seconds from building the system to the result
     (``fast``: with ``Channel.admit_ahead`` and ``FaultChannel.aggregates`` as they are, else both off; ``lean``:
-    with ``FaultChannel.lean`` and ``_Aggregated.lean`` as they are, else both off)."""
-    switches = Channel.admit_ahead, FaultChannel.aggregates, FaultChannel.lean, _Aggregated.lean
+    with ``FaultChannel.lean`` and ``Aggregated.lean`` as they are, else both off)."""
+    switches = Channel.admit_ahead, FaultChannel.aggregates, FaultChannel.lean, Aggregated.lean
     if not fast:
         Channel.admit_ahead = FaultChannel.aggregates = False
     if not lean:
-        FaultChannel.lean = _Aggregated.lean = False
+        FaultChannel.lean = Aggregated.lean = False
     try:
         wall, cpu = time.perf_counter(), time.process_time()
         system = System(chip, topology=topology, trace=False, **system_kw)
         with gc_paused(pause):
             r = run_collective(what[0], system, NBYTES, mode="full", algorithm=what[1], aggregate=aggregate)
     finally:
-        Channel.admit_ahead, FaultChannel.aggregates, FaultChannel.lean, _Aggregated.lean = switches
+        Channel.admit_ahead, FaultChannel.aggregates, FaultChannel.lean, Aggregated.lean = switches
     return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "events": system.events_processed,
             "time_s": r.time_s, "link_bytes": r.link_bytes, "algorithm": r.algorithm, "transfers": r.n_transfers}
 

@@ -85,7 +85,10 @@ MOVED = {f"simulator.{old}": f"simulator.{new}" for old, new in (
     ("workloads.plans.symmetry", "acceleration.step_symmetry"),
     ("workloads.plans.node_quotients", "acceleration.node_quotients"),
     ("workloads.plans.replay", "acceleration.replay"), ("workloads.plans.templates", "acceleration.templates"),
-    ("workloads.plans.reruns", "acceleration.reruns"))}
+    ("workloads.plans.reruns", "acceleration.reruns"),
+    # the rest of the layer (issue 28, 2026-12-03): flow aggregation (with the engine's delivery it runs on), route
+    # search by rotation; the engine and collectives reach them through `engine.speedups`, `collectives.fast_path`
+    ("engine.delivery", "acceleration.aggregate"), ("engine.route_symmetry", "acceleration.route_symmetry"))}
 MOVED_REMOVAL = "2027-06-01"  #: the first release without the old import paths
 
 

@@ -1,6 +1,6 @@
 """Flow-level aggregation (issue 16) against the plain full simulation, on small symmetric and asymmetric cases.
 
-``aggregate=True`` (the default) runs a collective's transfers through `simulator.engine.delivery`:
+``aggregate=True`` (the default) runs a collective's transfers through `simulator.acceleration.aggregate`:
 callbacks instead of events, one shared timer for the flows that start at one instant with one delay.
 The reference is the plain path (``aggregate=False``): one event per transfer and hop. Both must give the
 same simulated times (to 1e-9 relative), the same bytes per link and per interface, and the same spans

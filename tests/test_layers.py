@@ -7,8 +7,11 @@ resolved to the layer it names; a module may import from its own layer or a lowe
 
 The acceleration layer (`simulator/acceleration/`, between collectives and workloads) has a door of its own
 (issue 28, docs/acceleration.md): **only the executor imports acceleration internals; only the step drivers
-(`EXECUTOR_USERS`) import the executor**, and the one module below it that reaches it, by name at run time,
-is `simulator.collectives.fast_path` (the protocol the collectives API owns and the executor registers into).
+(`EXECUTOR_USERS`) import the executor**, and the modules below it that reach it are its two doors (`DOORS`),
+each by name at run time and only its own provider: `simulator.collectives.fast_path` (the `FastPath` protocol
+the collectives API owns and the executor registers into: quotients, reduced mode, flow aggregation) and
+`simulator.engine.speedups` (the `RouteFinder` the engine owns, which route search by rotation registers into;
+its `StandIns`, which the acceleration layer sets on a trace, needs no loading).
 """
 from __future__ import annotations
 
@@ -30,8 +33,14 @@ ACCEL = "simulator.acceleration"
 EXECUTOR = f"{ACCEL}.executor"
 #: the only modules outside the acceleration layer that import its executor
 EXECUTOR_USERS = {"simulator.workloads.plans.step", "simulator.workloads.simulate"}
-#: the only module that names the layer otherwise: by a string, loaded at run time (dependency inversion)
+#: the only modules that name the layer otherwise, each its own provider: by a string, loaded at run time
+#: (dependency inversion)
+DOORS = {"simulator.collectives.fast_path": EXECUTOR,
+         "simulator.engine.speedups": f"{ACCEL}.route_symmetry"}
 DOOR = "simulator.collectives.fast_path"
+#: every mechanism of the layer lives in it (issue 28): none of these is left below it
+MECHANISMS = {"aggregate", "automorphisms", "executor", "node_quotients", "quotient", "reduced", "replay", "reruns",
+              "ring_quotient", "route_symmetry", "slice_symmetry", "step_symmetry", "templates", "unfolding"}
 
 
 def rank(module: str) -> int | None:
@@ -95,10 +104,10 @@ def door_violations(module: str, tree: ast.AST) -> list[str]:
     docstrings = {id(n.body[0].value) for n in ast.walk(tree)
                   if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
                   and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    named = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    named = [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
              and id(n) not in docstrings and n.value.startswith(ACCEL)]
-    if module != DOOR:
-        bad += [f"line {line}: names {ACCEL} in a string (only {DOOR} loads it by name)" for line in named]
+    bad += [f"line {line}: names {value} in a string (only {sorted(DOORS)} load the layer by name, each its own "
+            "provider)" for line, value in named if DOORS.get(module) != value]
     return bad
 
 
@@ -117,7 +126,37 @@ def test_the_door_rule_catches_a_reach_in():
     assert len(door_violations("simulator.report.plots", ast.parse(use))) == 1  # not one of EXECUTOR_USERS
     by_name = 'import importlib\nimportlib.import_module("simulator.acceleration.replay")\n'
     assert len(door_violations("simulator.engine.trace", ast.parse(by_name))) == 1
-    assert door_violations(DOOR, ast.parse(by_name)) == []
+    assert len(door_violations(DOOR, ast.parse(by_name))) == 1  # a door names its own provider only
+    own = 'import importlib\nimportlib.import_module("simulator.acceleration.route_symmetry")\n'
+    assert door_violations("simulator.engine.speedups", ast.parse(own)) == []
+    assert len(door_violations("simulator.engine.network", ast.parse(own))) == 1
+    assert len(door_violations("simulator.engine.network",
+                               ast.parse("from simulator.acceleration.route_symmetry import UnitRotation"))) == 1
+
+
+def test_every_mechanism_lives_in_the_layer():
+    """The layer's modules are its mechanisms (no fewer: a mechanism moved back below would be missed), and no
+    module below the layer still holds one: flow aggregation left `collectives.schedule` (its runner, the engine's
+    `delivery`), route search by rotation and trace unfolding left the engine."""
+    here = {p.stem for p in (ROOT / "acceleration").glob("*.py") if p.stem != "__init__"}
+    assert here == MECHANISMS
+    below = {dotted(p) for p in modules() if (r := rank(dotted(p))) is not None and r < LAYERS.index("acceleration")}
+    assert {"simulator.engine.delivery", "simulator.engine.route_symmetry"}.isdisjoint(below)
+    schedule = ast.parse((ROOT / "collectives" / "schedule.py").read_text())
+    defined = {n.name for n in ast.walk(schedule) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert {"_execute_aggregated", "_Aggregated", "_single_link", "Aggregated"}.isdisjoint(defined)
+    trace = ast.parse((ROOT / "engine" / "trace.py").read_text())
+    fields = {n.target.id for n in ast.walk(trace) if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    assert "stood_for" in fields and {"images", "chip_images"}.isdisjoint(fields)
+
+
+def _same_members(protocol: type, implementation: type, count: int) -> None:
+    """Every public method of ``protocol`` (``count`` of them) on ``implementation``, with the same parameters."""
+    wanted = [name for name, _ in inspect.getmembers(protocol, inspect.isfunction) if not name.startswith("_")]
+    assert len(wanted) == count
+    for name in wanted:
+        assert list(inspect.signature(getattr(protocol, name)).parameters) == \
+            list(inspect.signature(getattr(implementation, name)).parameters), name
 
 
 def test_the_executor_implements_the_collectives_fast_path():
@@ -125,13 +164,38 @@ def test_the_executor_implements_the_collectives_fast_path():
     from simulator.acceleration.executor import FAST, Executor
     from simulator.collectives.fast_path import PROVIDER, FastPath, fast_path
 
-    assert PROVIDER == EXECUTOR
-    wanted = [name for name, _ in inspect.getmembers(FastPath, inspect.isfunction) if not name.startswith("_")]
-    assert len(wanted) == 7
-    for name in wanted:
-        assert list(inspect.signature(getattr(FastPath, name)).parameters) == \
-            list(inspect.signature(getattr(Executor, name)).parameters), name
+    assert PROVIDER == EXECUTOR == DOORS["simulator.collectives.fast_path"]
+    _same_members(FastPath, Executor, 8)
     assert fast_path() is FAST
+
+
+def test_the_layer_implements_the_engine_s_protocols():
+    """`RouteFinder` (registered by its provider) and `StandIns` (`Unfolding`), each member with its parameters."""
+    from simulator.acceleration.route_symmetry import FINDER, UnitRotation
+    from simulator.acceleration.unfolding import Unfolding
+    from simulator.engine import speedups
+
+    assert DOORS["simulator.engine.speedups"] == speedups.PROVIDER
+    _same_members(speedups.RouteFinder, type(FINDER), 1)
+    _same_members(speedups.RouteSymmetry, UnitRotation, 2)
+    _same_members(speedups.StandIns, Unfolding, 4)
+    assert speedups.route_finder() is FINDER
+
+
+def test_the_engine_alone_loads_route_search_by_name_and_not_the_executor():
+    """A fresh interpreter that builds a node system's routes (engine only) finds them by rotation, loading the
+    light provider by name and not the executor (0.2 s of imports)."""
+    probe = """
+import json, sys
+from simulator.engine.system import System
+net = System("h100", topology="nodes:4:8", trace=False).network
+before = "simulator.acceleration.route_symmetry" in sys.modules
+net.routes(9, 30)
+print(json.dumps([before, "simulator.acceleration.route_symmetry" in sys.modules,
+                  "simulator.acceleration.executor" in sys.modules, type(net._symmetry).__name__]))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == [False, True, False, "UnitRotation"]
 
 
 def test_a_collective_alone_loads_the_fast_path_by_name_and_runs_on_the_quotient():

@@ -2,7 +2,7 @@
 
 - ``FaultChannel.lean``: on a channel of constant rate (jitter alone) a flow joining a busy channel and the end
   timers do `ListChannel`'s advance / admit / schedule / timer steps in one call each; off, call by call.
-- ``_Aggregated.lean``: an arrival starts a dependent over one plain link itself; off, by ``start``.
+- ``Aggregated.lean``: an arrival starts a dependent over one plain link itself; off, by ``start``.
 - `Network` routes on faulted grids that cut nothing (jitter) are the grid's own dimension-order routes; the
   route walker moves the node index by the axis stride (checked against coordinates, not the code).
 - `Schedule.arrivals` and ``by_tag``, indexed apart and on demand, against a recount from the transfers.
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import simpy
 
+from simulator.acceleration.aggregate import Aggregated
 from simulator.collectives import run_collective
-from simulator.collectives.schedule import Schedule, _Aggregated
+from simulator.collectives.schedule import Schedule
 from simulator.engine.disturb import FaultChannel, Noise
 from simulator.engine.faults import ChipPause, Jitter, LinkDown
 from simulator.engine.system import System
@@ -56,7 +57,7 @@ def test_the_lean_paths_give_the_results_of_the_paths_they_replace(monkeypatch, 
                                                                    aggregate):
     lean = _run(topology, system_kw, aggregate, **kw)
     monkeypatch.setattr(FaultChannel, "lean", False)
-    monkeypatch.setattr(_Aggregated, "lean", False)
+    monkeypatch.setattr(Aggregated, "lean", False)
     _same(lean, _run(topology, system_kw, aggregate, **kw))
     if aggregate:  # and the plain path (no aggregation at all) agrees too
         _same(lean, _run(topology, system_kw, False, **kw))

@@ -124,5 +124,5 @@ def test_exports_after_a_quotient_run_hold_every_link(tmp_path):
 
     system = System(chip="h100", topology="nodes:4:4")
     result = run_collective("all_reduce", system, 16e6)
-    assert result.mode == "quotient" and system.trace.images
+    assert result.mode == "quotient" and system.trace.stood_for and system.trace.stood_for.links
     assert system.trace.unfolded(limit=len(system.trace.spans)) is None

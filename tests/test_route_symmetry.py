@@ -1,4 +1,4 @@
-"""Routes of node systems by unit rotation, and route searches in bounded memory (simulator.engine.route_symmetry,
+"""Routes of node systems by unit rotation, and route searches in bounded memory (simulator.acceleration.route_symmetry,
 simulator.engine.routing): every route is networkx's quickest path, whichever way it was found."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from simulator.acceleration.route_symmetry import UnitRotation
 from simulator.collectives.algorithm import get_algorithm
 from simulator.collectives.hierarchical import _uniform_table
 from simulator.engine import routing
-from simulator.engine.route_symmetry import UnitRotation
 from simulator.engine.system import System
 
 

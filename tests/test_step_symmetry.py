@@ -96,7 +96,7 @@ def test_unlike_arrivals_rerun_in_full(monkeypatch):
     sym.active, sym._arrivals, sym.broken = True, [[1.0, 1.0], [2.0, 2.0 + 1e-9]], False
     sym.per_stage, sym.link_kinds, sym.extra_link_bytes, sym.reps, sym.members = 1, set(), {}, {}, {}
     sym.finish(type("T", (), {"bytes_by_interface": {}, "bytes_by_tensor": {}, "flops_total": 0.0,
-                              "padded_flops_total": 0.0})())
+                              "padded_flops_total": 0.0, "enabled": False})())  # (untraced: no stand-ins named)
     assert sym.broken
     real = Symmetry.finish
 

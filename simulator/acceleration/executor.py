@@ -6,6 +6,7 @@ bound (ideal links) or forecast (calibrated) as the exact run, computed with les
 lives in this subpackage and is reached only from here:
 
 ======================  =================================================================================
+`aggregate`             flow-level aggregation: transfers share timers, no event per message (exact runs too)
 `reduced`               one ring per axis for every ring of that axis (the algorithm builds it)
 `quotient`              a schedule equivariant under a symmetry runs one transfer per orbit; `unfold`
 `automorphisms`,        the symmetry groups: GPU node and rail rotations, XOR blocks; multislice slice
@@ -27,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from simulator.acceleration import aggregate as _aggregate
 from simulator.acceleration import quotient as _quotient
 from simulator.acceleration import reduced as _reduced
 from simulator.acceleration import ring_quotient as _ring_quotient
@@ -36,11 +38,12 @@ from simulator.acceleration.step_symmetry import Symmetry
 from simulator.collectives import fast_path
 
 if TYPE_CHECKING:  # annotations only
+    import numpy as np
     import simpy
 
     from simulator.collectives.algorithm import Algorithm, Job
     from simulator.collectives.groups import Group
-    from simulator.collectives.schedule import Completion
+    from simulator.collectives.schedule import Completion, Transfer
     from simulator.engine.channel import Channel
     from simulator.engine.network import Network
     from simulator.engine.system import System
@@ -120,6 +123,12 @@ class Executor:
         """(quotient, group) to run ``plan`` on (`ring_quotient.run_quotient`); None: every transfer."""
         return _ring_quotient.run_quotient(system, plan, mode, timing) if self.fast else None
 
+    def execute_aggregated(self, net: Network, transfers: list[Transfer],
+                           buffers: dict[Any, dict[Any, np.ndarray]] | None, label: str) -> Completion:
+        """Run a schedule by flow-level aggregation (`aggregate.execute_aggregated`; the exact figures: exact
+        executors too)."""
+        return _aggregate.execute_aggregated(net, transfers, buffers, label)
+
     def execute_quotient(self, net: Network, quotient: Any, label: str = "") -> Completion:
         """Run a quotient's representatives (`quotient.execute_quotient`)."""
         return _quotient.execute_quotient(net, quotient, label)
@@ -130,7 +139,9 @@ class Executor:
 
     def total_link_bytes(self, net: Network, groups: list[Group], group: Group,
                          link_bytes: dict[str, float]) -> float:
-        """A reduced run's bytes over every link of the system (`reduced.total_link_bytes`)."""
+        """A reduced run's bytes over every link of the system (`reduced.total_link_bytes`); the trace names the
+        links the rings stood for (`reduced.stand_in_rings`), so exports show every ring's spans."""
+        _reduced.stand_in_rings(net, groups, link_bytes)
         return _reduced.total_link_bytes(net, groups, group, link_bytes)
 
     # -- a step ---------------------------------------------------------------------------------------------------

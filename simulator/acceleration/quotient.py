@@ -37,16 +37,16 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Protocol
 
+from simulator.acceleration.aggregate import Aggregated, cut_through
+from simulator.acceleration.unfolding import stand_ins
 from simulator.collectives.schedule import (
     AGGREGATED_EVENTS_PER_TRANSFER,
     LONG_RUN_HINT,
     Completion,
     Transfer,
-    _Aggregated,
     _new_transfer,
 )
 from simulator.engine.channel import Channel, call_after
-from simulator.engine.delivery import cut_through
 from simulator.engine.network import Network
 from simulator.engine.watch import TICK, expect_events
 
@@ -291,7 +291,7 @@ def _shared(net: Network, action: Any, u: Any, v: Any) -> Channel | None:
     return channel
 
 
-class _QuotientRun(_Aggregated):
+class _QuotientRun(Aggregated):
     """An aggregated `execute` of a quotient: each representative over its representative channels."""
 
     __slots__ = ("routes", "scale")
@@ -361,9 +361,10 @@ def unfold(net: Network, action: Any, q: Quotient | SimpleNamespace, before: dic
     """After a quotient run, give every link of each representative link's orbit what that link carried: the
     bytes it carried in the run (since ``before``, bytes per channel; of ``q`` only its ``links`` are read, so a
     step's several quotients by one group pass a ``SimpleNamespace(links=...)`` of theirs) and, with tracing on,
-    its busy time (``trace.images``: `simulator.engine.trace.compute_metrics` counts the representative's spans
-    for each, so busy times, utilisation and bounds are a full run's; the spans themselves stay on the
-    representative links, as a full run of a thousand GPUs would hold tens of millions)."""
+    its busy time and spans (`simulator.acceleration.unfolding.Unfolding` on ``trace.stood_for``:
+    `simulator.engine.trace.compute_metrics` counts the representative's spans for each, so busy times,
+    utilisation and bounds are a full run's; the spans themselves stay on the representative links until an
+    export unfolds them, as a full run of a thousand GPUs would hold tens of millions)."""
     trace = net.trace
     ends = {channel: pair for pair, channel in net.links.items()}
     for channel in q.links:
@@ -381,6 +382,5 @@ def unfold(net: Network, action: Any, q: Quotient | SimpleNamespace, before: dic
                 image.bytes_carried += carried
         out = [(image.chip, image.name) for image in list(seen)[1:]]
         assert len(seen) * m == action.order, (u, v, m)  # the orbit, each link once
-        if trace is not None and trace.enabled:
-            key = (channel.chip, channel.name)
-            trace.images[key] = list(dict.fromkeys([*trace.images.get(key, ()), *out]))
+        if trace is not None and trace.enabled:  # spans: each of the m flows, on every link of the orbit
+            stand_ins(trace).add_links((channel.chip, channel.name), out, m)

@@ -2,13 +2,15 @@
 
 The algorithm builds it (`simulator.collectives.algorithm.Job.reduced`: the first group only, where it declares
 `Capabilities.reduced`); this module decides when a job may be reduced and counts the bytes of the rings that did
-not run. Moved here from `simulator.collectives.api` (issue 28), which asks through
-`simulator.collectives.fast_path`.
+not run, and names on the trace the links they stood for (`stand_in_rings`). Moved here from
+`simulator.collectives.api` (issue 28), which asks through `simulator.collectives.fast_path`.
 """
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
+from simulator.acceleration.unfolding import Translates, stand_ins
 from simulator.collectives.algorithm import REDUCED_KINDS, Algorithm, algorithms
 from simulator.errors import PodsimError
 
@@ -49,3 +51,35 @@ def total_link_bytes(net: Network, groups: list[Group], group: Group, link_bytes
         n_axis = net.shape[net.graph.edges[u, v]["axis"]]
         total += link_bytes.get(f"{u}->{v}", 0.0) * len(groups) * group.n / n_axis
     return total
+
+
+def grid_translations(net: Network) -> Translates:
+    """Every translation of ``net``'s grid (a wrapped torus, or axes of two chips: there ``+1`` is the one link back),
+    as `Translates`: move ``k`` adds the k-th offset (row-major) to every chip's coordinates, modulo the shape."""
+    shape = net.shape
+    coord = {v: tuple(c) for v, c in net.graph.nodes(data="coord") if c is not None}
+    at = {c: v for v, c in coord.items()}
+    deltas = list(itertools.product(*map(range, shape)))
+
+    def translate(k: int, chip: Any) -> Any:
+        return at[tuple((x + d) % n for x, d, n in zip(coord[chip], deltas[k], shape, strict=True))]
+    return Translates(len(deltas), translate)
+
+
+def stand_in_rings(net: Network, groups: list[Group], link_bytes: dict[str, float]) -> None:
+    """After a reduced run, name on the trace (`simulator.acceleration.unfolding.Unfolding`) the links of the rings
+    that did not run, each stood for by the ring link it is a translate of (``link_bytes``: what the run carried
+    per link, ``"u->v"``): every ring of an axis runs alike on its own links (`eligible`), so its spans are the
+    representative ring's. Only links between chips of ``groups`` are named."""
+    trace = net.trace
+    if trace is None or not trace.enabled:
+        return
+    members = {c for g in groups for c in g.members.values()}
+    ran = {pair for pair in net.links if f"{pair[0]}->{pair[1]}" in link_bytes}
+    moves, unfolding = grid_translations(net), stand_ins(trace)
+    claimed: set[tuple[Any, Any]] = set()  # each link stood for by one ring link (the first; any is alike)
+    for pair in ran:
+        images = [p for p in moves.images(net, pair, ran) if p[0] in members and p[1] in members and p not in claimed]
+        claimed.update(images)
+        rep = net.links[pair]
+        unfolding.add_links((rep.chip, rep.name), [(c.chip, c.name) for c in (net.link(u, v) for u, v in images)])

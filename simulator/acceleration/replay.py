@@ -4,12 +4,12 @@ A training step runs the same collective (kind, bytes, group) again and again: e
 AllReduce, every layer's FSDP AllGather. A collective whose links carry nothing else while it runs takes the
 same time from its start, loads each link with the same bytes and keeps each link busy over the same
 intervals, whatever the instant it starts at: its transfers meet only one another. `Replays` records such a
-lone run once (a `Template`: its duration, and for each link its bytes and its busy intervals, offsets from
-the start) and replays the later ones: a timer for the completion, the links' byte counters, the trace's
-interface counters and one span per busy interval, instead of thousands of transfers. Collectives that start
-at one instant on overlapping links (a layer's FSDP ReduceScatter and the next layer's AllGather) form a
-group, recorded and replayed together; a group is replayed at its first member's start when that collective
-started it before, the others expected at the same instant.
+lone run once (a `Template`: its duration, and for each link its bytes and its spans, offsets from the start)
+and replays the later ones: a timer for the completion, the links' byte counters, the trace's interface counters
+and the recorded spans (one per transfer, as the exact run's), instead of thousands of transfers' events.
+Collectives that start at one instant on overlapping links (a layer's FSDP ReduceScatter and the next layer's
+AllGather) form a group, recorded and replayed together; a group is replayed at its first member's start when that
+collective started it before, the others expected at the same instant.
 
 Being alone is checked, not assumed. Every piece of network traffic of the step claims its links when it
 starts (a collective's: the links its transfers' routes cross; a pipeline message's: its route's) until it
@@ -21,7 +21,7 @@ inside its window; a member its group expected that did not come (named with the
 any other event due within `TIE` of a replayed completion -- in the full run it could come before or after
 the completion, an order (e.g. of the HBM ledger's points at one instant) a replay cannot promise. What
 remains is the float rounding of start + offset: times agree to about 1e-15 relative. The trace's spans of
-a replay are each link's busy intervals (the union of its transfers' spans), labelled as the collectives, and
+a replay are the recorded run's, one per transfer with its label and bytes, moved to the replay's start, and
 are added after the metrics, which take each link's busy time and the data movement's union from the template.
 """
 from __future__ import annotations
@@ -33,13 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from simulator.acceleration.templates import Template, _union
+from simulator.acceleration.templates import Template, offsets
 from simulator.engine.channel import Channel
 from simulator.engine.simpy_door import clock, queued
 from simulator.engine.trace import (
     COMPUTE_KINDS,
     Span,
-    add_images,
     busy_by_chip,
     intersection_length,
     merge_intervals,
@@ -136,7 +135,8 @@ class Replays:
                 units[unit] = units.get(unit, 0.0) + seconds
             starts, ends = template.union
             moving.extend(zip(map(now.__add__, starts), map(now.__add__, ends), strict=True))
-        add_images(per_chip, trace.images)  # links a quotient's representatives stood for
+        if trace.stood_for:  # links a quotient's representatives stood for
+            trace.stood_for.unfold_busy(per_chip)
         per_chip = {chip: dict(sorted(per_chip[chip].items())) for chip in sorted(per_chip, key=str)}
         busy: dict[str, float] = {}
         for units in per_chip.values():
@@ -148,11 +148,11 @@ class Replays:
                        upper_bound_s=upper_bound(per_chip) if upper_bound is not None else
                        max((sum(u.values()) for u in per_chip.values()), default=0.0),
                        utilization={unit: (v / e2e if e2e > 0 else 0.0) for unit, v in busy.items()})
-        for template, now, label in pending:  # one span per busy interval, built in C (map, zip)
-            chips, units_, starts, ends, nbytes = template.columns
+        for template, now, _ in pending:  # one span per transfer, as the exact run records them, built in C
+            chips, units_, labels, starts, ends, kinds, nbytes = template.columns
             shift = now.__add__
-            spans.extend(map(_span, zip(chips, units_, repeat(label), map(shift, starts), map(shift, ends),
-                                        repeat("send"), nbytes, repeat(0.0))))
+            spans.extend(map(_span, zip(chips, units_, labels, map(shift, starts), map(shift, ends), kinds, nbytes,
+                                        repeat(0.0))))
         return metrics
 
     # -- claims ---------------------------------------------------------------------------------------------
@@ -322,20 +322,20 @@ class Replays:
         if key in self.templates:
             return
         now, trace = clock(self.env), self.trace
-        by_unit: dict[tuple[Any, str], list[tuple[float, float, float]]] = {}
+        by_unit: dict[tuple[Any, str], list[tuple[float, float, float, str, str]]] = {}
         units = {(c.chip, c.name) for c in run.links}
         if trace is not None and trace.enabled:
             for s in trace.spans[run.span_index:]:
                 if (s.chip, s.unit) in units:
-                    by_unit.setdefault((s.chip, s.unit), []).append((s.start, s.end, s.nbytes))
-        links: list[tuple[Channel, float, float, tuple[tuple[float, float, float], ...]]] = []
+                    by_unit.setdefault((s.chip, s.unit), []).append((s.start, s.end, s.nbytes, s.label, s.kind))
+        links: list[tuple[Channel, float, float, tuple[tuple[float, float, float, str, str], ...]]] = []
         kinds: dict[str, float] = {}
         for c in run.links:
             nbytes = c.bytes_carried - run.carried[c]
             kinds[c.kind] = kinds.get(c.kind, 0.0) + nbytes * run.scale
-            intervals = _union(by_unit.get((c.chip, c.name), []), run.start)
-            last = intervals[-1][1] if intervals else now - run.start
-            links.append((c, nbytes, last, intervals))
+            spans = offsets(by_unit.get((c.chip, c.name), []), run.start)  # one per transfer, as the exact run's
+            last = max((b for a, b, _, _, _ in spans if b > a), default=now - run.start)
+            links.append((c, nbytes, last, spans))
         if len(key) > 1:
             self._first[key[0]] = key
         self.templates[key] = Template(tuple(run.ends), tuple(links), tuple(kinds.items()), tuple(run.order))

@@ -35,6 +35,7 @@ representatives' spans and links only.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -44,7 +45,9 @@ import simpy
 
 from simulator.acceleration.node_quotients import NodeQuotients, Rerun  # noqa: F401  (Rerun: re-exported)
 from simulator.acceleration.quotient import Translations, execute_quotient, quotient
+from simulator.acceleration.reduced import grid_translations
 from simulator.acceleration.replay import Replays
+from simulator.acceleration.unfolding import Translates, stand_ins
 from simulator.collectives import collective_groups, plan_collective
 from simulator.collectives.api import plan_one_group, start_planned
 from simulator.collectives.schedule import execute
@@ -352,11 +355,14 @@ class Symmetry(NodeQuotients):
     # -- the whole system's figures --------------------------------------------------------------------
     def finish(self, trace: Any) -> None:
         """Scale ``trace``'s counters from the representatives to every chip, and name the chips each representative
-        stood for (`Trace.chip_images`); check the transfers' arrivals."""
+        stood for (`Trace.stood_for`); check the transfers' arrivals."""
         if not self.active:
             return
-        trace.chip_images = {rep: [c for c in self.members[stage] if c != rep] for stage, rep in self.reps.items()
-                             if len(self.members[stage]) > 1}  # exports and pictures show every chip (`Trace.unfolded`)
+        if trace.enabled:  # exports and pictures show every chip (`Trace.unfolded`)
+            stand_ins(trace).chips.update({rep: [c for c in self.members[stage] if c != rep]
+                                           for stage, rep in self.reps.items() if len(self.members[stage]) > 1})
+        if trace.enabled and self.group_reduce:  # the links of the groups that did not run: their spans
+            self._stand_in_links(trace)
         if self.node_action is not None:  # every link of a representative's orbit: its bytes and busy time
             from types import SimpleNamespace
 
@@ -378,6 +384,74 @@ class Symmetry(NodeQuotients):
             record["written"] *= k
         trace.flops_total *= k
         trace.padded_flops_total *= k
+
+    def _stand_in_links(self, trace: Any) -> None:
+        """Name on ``trace`` (`simulator.acceleration.unfolding.Unfolding`) the links each link that ran stood for,
+        so that exports, pictures and busy times hold every link's spans: on a quotient, its orbit under the
+        translations (`_quotient`); then the translates (`Translates`, `_moves`) of those onto the groups the step
+        did not run. Links that ran keep their own spans; a link none of whose translates is known keeps none."""
+        net = self._net()
+        ends = {channel: pair for pair, channel in net.links.items()}
+        stands: dict[tuple[Any, str], tuple[dict[tuple[Any, Any], None], list[Translates]]] = {}
+        ran: set[tuple[Any, Any]] = set()
+        found: dict[tuple, Translates | None] = {}  #: the moves of each kind of run (one ring an axis, groups, stage)
+        for key, (plan, kwargs, _, _, q) in self._plans.items():
+            close = self.shared[key][3]
+            if plan.schedule is None or close is None:
+                continue
+            kind = (plan.reduced, "groups" in kwargs, frozenset(close), key[3])
+            if kind not in found:
+                found[kind] = self._moves(plan, kwargs, close, key[3])
+            moves = found[kind]
+            if q is not None:
+                action = self._actions[frozenset(close)]
+                steps = [range(0, n, step) for step, n in zip(action.steps, action.shape, strict=True)]
+                elements = list(itertools.product(*steps))
+                pairs = [(c, ends[getattr(c, "real", c)]) for c in q.links]  # (a shared link's copy: the real one)
+                used = [(c, [(action.apply(h, u), action.apply(h, v)) for h in elements]) for c, (u, v) in pairs]
+            else:
+                used = [(c, [ends[c]]) for c in self.replays.links_of(plan.schedule.transfers) or ()]
+            for channel, orbit in used:
+                entry = stands.setdefault((channel.chip, channel.name), ({}, []))
+                entry[0].update(dict.fromkeys(orbit))
+                if moves is not None and moves not in entry[1]:
+                    entry[1].append(moves)
+                ran.update(orbit)
+        unfolding = stand_ins(trace)
+        claimed: set[tuple[Any, Any]] = set()  # each link stood for by one link that ran (the first; any is alike)
+        for rep, (stood, translates) in stands.items():
+            images = dict.fromkeys(stood)
+            for move in translates:
+                for pair in stood:
+                    images.update(dict.fromkeys(p for p in move.images(net, pair, ran) if p not in claimed))
+            claimed.update(images)
+            links = [net.link(*pair) for pair in images]  # (built where the step never used them: exports name them)
+            unfolding.add_links(rep, [(c.chip, c.name) for c in links])
+
+    def _moves(self, plan: Any, kwargs: dict[str, Any], close: set[str], stage: int) -> Translates | None:
+        """The translations that map the groups of ``plan`` that ran onto those of the whole stage's collective
+        that did not (None: every group ran). One ring per axis (``plan.reduced``: every axis wraps, none split)
+        stands for every ring along its axis: every translation of the grid. The representative's neighbourhood
+        (``groups``: `_neighbourhood`, the rep's coordinate on every mesh axis outside ``close``) stands for each
+        assignment of coordinates to those axes but ``pipeline`` (the stage's other neighbourhoods): a
+        neighbourhood's chips share those coordinates, so setting them moves each chip by one offset, a translation."""
+        net, mesh = self._net(), self.mesh
+        if plan.reduced:
+            return grid_translations(net)
+        if "groups" not in kwargs:  # reduced asked for, every group of the axes ran (`_planned`)
+            return None
+        fixed = [i for i, name in enumerate(mesh.names) if name not in close and name != "pipeline"]
+        origin = mesh.coords(self.reps[stage])
+        settings = list(itertools.product(*(range(mesh.sizes[i]) for i in fixed)))
+
+        def move(k: int, chip: Any) -> Any:
+            coords = list(mesh.coords(chip))
+            for i, value in zip(fixed, settings[k], strict=True):
+                if coords[i] != origin[i]:
+                    raise KeyError(chip)  # not in the representative's neighbourhood: no translation known
+                coords[i] = value
+            return mesh.device(tuple(coords))
+        return Translates(len(settings), move)
 
     def upper_bound(self, per_chip: dict[Any, dict[str, float]]) -> float:
         """The whole system's ``upper_bound_s`` (`simulator.engine.trace.compute_metrics`: on the chip with the

@@ -1,8 +1,9 @@
 """The collectives API's one door to the acceleration layer (`simulator.acceleration`): dependency inversion.
 
 `simulator.collectives.api` runs a collective exactly on its own (every transfer of the schedule). Each shortcut
-that gives the same figures with less work -- reduced mode (one ring per axis), a quotient of the schedule by a
-symmetry of the network, a quotient built without the schedule -- is asked of the `FastPath` registered here, an
+that gives the same figures with less work -- flow-level aggregation (`simulator.collectives.schedule.execute`'s
+default, in exact runs too), reduced mode (one ring per axis), a quotient of the schedule by a symmetry of the
+network, a quotient built without the schedule -- is asked of the `FastPath` registered here, an
 interface this layer owns and the layer above implements. `simulator.acceleration.executor` registers its fast
 `Executor` when it is imported; the API loads it by name (`PROVIDER`) the first time it needs one, so a script that
 only calls `run_collective` runs fast without this layer importing the one above it. Nothing here imports upward;
@@ -17,9 +18,11 @@ import importlib
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only
+    import numpy as np
+
     from simulator.collectives.algorithm import Algorithm, Job
     from simulator.collectives.groups import Group
-    from simulator.collectives.schedule import Completion
+    from simulator.collectives.schedule import Completion, Transfer
     from simulator.engine.channel import Channel
     from simulator.engine.network import Network
     from simulator.engine.system import System
@@ -48,6 +51,12 @@ class FastPath(Protocol):
         """(quotient, group) to run ``plan`` on, or None (run every transfer)."""
         ...
 
+    def execute_aggregated(self, net: Network, transfers: list[Transfer],
+                           buffers: dict[Any, dict[Any, np.ndarray]] | None, label: str) -> Completion:
+        """Start every transfer once its dependencies have arrived, by flow-level aggregation (one shared timer
+        per instant and delay; the exact figures, exact runs too); the completion fires with the last arrival."""
+        ...
+
     def execute_quotient(self, net: Network, quotient: Any, label: str = "") -> Completion:
         """Start the representatives' transfers; the completion fires when the whole collective would end."""
         ...
@@ -58,7 +67,8 @@ class FastPath(Protocol):
 
     def total_link_bytes(self, net: Network, groups: list[Group], group: Group,
                          link_bytes: dict[str, float]) -> float:
-        """Bytes over every link of the system, from a reduced run's representative rings."""
+        """Bytes over every link of the system, from a reduced run's representative rings (whose trace then names
+        the links they stood for)."""
         ...
 
 

@@ -4,15 +4,15 @@ A transfer says "send these keys from ``src`` to ``dst``, copying or adding them
 transfers have arrived". `execute` starts each transfer the moment its dependencies have arrived, so
 no global barrier is assumed; a barrier is an explicit zero-byte transfer that waits for a set.
 
-By default `execute` aggregates (issue 16): each transfer is sent with `Channel.send` through
-`simulator.engine.delivery`, calling back on arrival, and the timers of flows due at one time share one
-SimPy event -- a ring step of equal messages on idle links costs two events, not two per message -- with
-the plain path's times, bytes and spans (``aggregate=False`` keeps the plain path; tests/test_aggregate.py
-compares them). `run_collective` also pauses the garbage collector while it plans and runs (`gc_paused`).
+By default `execute` aggregates (issue 16): the acceleration layer's flow aggregation (reached through
+`simulator.collectives.fast_path.FastPath.execute_aggregated`, so this layer names no module above it) sends each
+transfer with `Channel.send`, calling back on arrival, and the timers of flows due at one time share one SimPy
+event -- a ring step of equal messages on idle links costs two events, not two per message -- with the plain
+path's times, bytes and spans (``aggregate=False`` keeps the plain path here; tests/test_aggregate.py compares
+them). `run_collective` also pauses the garbage collector while it plans and runs (`gc_paused`).
 """
 from __future__ import annotations
 
-import operator
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import simpy
 
-from simulator.engine.delivery import cut_through, deliver, deliver_hop, plain_route
+from simulator.collectives.fast_path import fast_path
 from simulator.engine.gcpause import gc_paused  # noqa: F401  (re-exported: callers import it from here)
 from simulator.engine.memory_budget import check_memory
 from simulator.engine.network import Network
@@ -44,7 +44,6 @@ class Transfer(NamedTuple):
 
 
 _new_transfer = tuple.__new__  #: ``_new_transfer(Transfer, (id, src, dst, keys, op, deps, nbytes))``
-_deps = operator.itemgetter(5)  #: a transfer's ``deps``
 
 
 EVENTS_PER_TRANSFER = 3  #: simulated events of one transfer over one hop on the plain path (start, link, arrival)
@@ -57,7 +56,6 @@ DEP_BYTES = 8  #: and of each dependency it lists
 PULSE = 0x1000  #: arrivals between two reports of an aggregated run (progress, wall-clock limit: `System.pulse`)
 LONG_RUN_HINT = "use fewer chips or a smaller topology (or --mode reduced, on wrapped tori)"
 _TICK_MASK = TICK - 1
-_PULSE_MASK = PULSE - 1
 _BARRIER = object()  #: the tag `Schedule` files a barrier under: none (a barrier arrives nowhere)
 
 
@@ -189,14 +187,14 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
     With ``buffers`` (device -> key -> array), each transfer snapshots its keys at the sender when it
     starts and copies or adds them into the receiver when it arrives.
 
-    ``aggregate`` (flow-level aggregation, `simulator.engine.delivery`): transfers call back on arrival
+    ``aggregate`` (flow-level aggregation, `FastPath.execute_aggregated`): transfers call back on arrival
     instead of firing events, and those that start at one instant with one delay share one timer event:
     the same times (to float rounding), bytes and spans, far fewer events; only the order of events
     within one instant can differ (so the order of spans in the trace). False: one event per transfer
     and hop (the plain path).
     """
     if aggregate:
-        return _execute_aggregated(net, transfers, buffers, label)
+        return fast_path().execute_aggregated(net, transfers, buffers, label)
     done = Completion(net.env)
     rest = len(transfers) % TICK  # what `Schedule.add` did not report; it counted the others as aggregated
     expect_events(EVENTS_PER_TRANSFER * rest + (EVENTS_PER_TRANSFER - AGGREGATED_EVENTS_PER_TRANSFER) *
@@ -237,118 +235,6 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
         if not t.deps:
             start(t)
     return done
-
-
-def _execute_aggregated(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any, np.ndarray]] | None,
-                        label: str) -> Completion:
-    """`execute` with flow-level aggregation: `deliver` in place of `Network.message` (see `execute`)."""
-    done = Completion(net.env)
-    expect_events(AGGREGATED_EVENTS_PER_TRANSFER * (len(transfers) % TICK), LONG_RUN_HINT)  # the rest `add` did not
-    if not transfers:
-        done.succeed(net.env.now)
-        return done
-    run = _Aggregated(net, transfers, buffers, label, done)
-    for t in transfers:
-        if not t.deps:
-            run.start(t)
-    return done
-
-
-class _Aggregated:
-    """One aggregated `execute` under way. An object, not closures that call each other: those would make a
-    reference cycle holding the whole schedule until the garbage collector's next full pass."""
-
-    __slots__ = ("net", "transfers", "buffers", "label", "done", "waiting", "remaining", "dependents", "payloads",
-                 "single", "by_interface", "chips", "pulse")
-
-    #: `arrive` starts a dependent that crosses one plain link (timing only, untraced) itself, as `start` would
-    #: (one call fewer a transfer). False: always by `start`.
-    lean = True
-
-    def __init__(self, net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any, np.ndarray]] | None,
-                 label: str, done: Completion) -> None:
-        self.net, self.transfers, self.buffers, self.label, self.done = net, transfers, buffers, label, done
-        self.waiting = list(map(len, map(_deps, transfers)))
-        self.remaining = [len(transfers)]
-        done.pending = _Pending(transfers, self.waiting, self.remaining, label)
-        dependents: list[list[int]] = [[] for _ in transfers]
-        for tid, _, _, _, _, deps, _ in transfers:
-            for d in deps:
-                dependents[d].append(tid)
-        self.dependents = dependents
-        self.payloads: dict[int, dict[Any, np.ndarray]] = {}
-        self.single: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> its route's one plain link, or False
-        self.by_interface = net.trace.bytes_by_interface if net.trace is not None else None  # what Trace.count adds to
-        self.chips = set(net.chips)
-        self.pulse = getattr(net.env, "podsim_pulse", None)  # `System.pulse`: progress and the wall-clock limit
-
-    def start(self, t: Transfer) -> None:
-        if self.buffers is not None:
-            self.payloads[t.id] = {k: self.buffers[t.src][k].copy() for k in t.keys}
-        src, dst, chips = t.src, t.dst, self.chips
-        link = self.single.get((src, dst))
-        if link is None:
-            link = self.single[(src, dst)] = _single_link(self.net, src, dst, chips)
-        nbytes = t.nbytes
-        if link and nbytes > 0:  # what `deliver` does on a route of plain links
-            if type(link) is tuple:  # several, cut-through
-                links, kinds = link
-                if self.by_interface is not None:
-                    for kind, count in kinds:
-                        self.by_interface[kind] += nbytes * count
-                cut_through(self.net, links, nbytes, self.label, self.arrive, t.id)
-                return
-            if self.by_interface is not None:
-                self.by_interface[link.kind] += nbytes
-            link.send(nbytes, self.label, "send", self.arrive, t.id)
-        elif src == dst or (src in chips and dst in chips):
-            deliver(self.net, src, dst, t.nbytes, self.label, self.arrive, t.id)
-        else:  # a chip and its switch (in-switch reduction, NVLS)
-            deliver_hop(self.net, src, dst, t.nbytes, self.label, self.arrive, t.id)
-
-    def arrive(self, tid: int) -> None:
-        transfers = self.transfers
-        if self.buffers is not None:
-            t = transfers[tid]
-            store = self.buffers[t.dst]
-            for k, value in self.payloads.pop(tid).items():
-                store[k] = store[k] + value if t.op == "add" and k in store else value  # a switch starts empty
-        waiting = self.waiting
-        for d in self.dependents[tid]:
-            waiting[d] -= 1
-            if waiting[d] == 0:
-                t = transfers[d]
-                link = self.single.get((t[1], t[2])) if self.lean else None
-                nbytes = t[6]
-                if link and nbytes > 0 and type(link) is not tuple and self.buffers is None:  # `start`, inline
-                    if self.by_interface is not None:
-                        self.by_interface[link.kind] += nbytes
-                    link.send(nbytes, self.label, "send", self.arrive, t[0])
-                else:
-                    self.start(t)
-        remaining = self.remaining
-        left = remaining[0] = remaining[0] - 1
-        if left & _PULSE_MASK == 0 and self.pulse is not None:  # every `PULSE` arrivals (counted down from the end)
-            first = len(transfers) & _PULSE_MASK if left + PULSE > len(transfers) else 0  # the first report's
-            self.pulse(AGGREGATED_EVENTS_PER_TRANSFER * (first or PULSE))
-        if left == 0:
-            self.done.succeed(self.net.env.now)
-
-
-def _single_link(net: Network, src: Any, dst: Any, chips: set[Any]) -> Any:
-    """The one plain `Channel` a transfer from ``src`` to ``dst`` crosses, or (the plain channels of its one
-    cut-through route, the interfaces they cross: `simulator.engine.delivery.plain_route`), or False (none, or
-    not plain: `deliver` decides)."""
-    if src == dst:
-        return False
-    if src in chips and dst in chips:
-        links, kinds = plain_route(net, src, dst)
-        if links is not None and len(links) > 1:
-            return links, kinds
-        link = links[0] if links is not None else None
-    else:
-        link = net.link(src, dst)
-    return link if link is not None and link.aggregates else False
 
 
 class _Pending:

@@ -82,8 +82,8 @@ class Channel:
     #: Complete a lone flow's event inside its timer's callback instead of scheduling it (see `_finish`):
     #: the same callbacks in the same order, one event fewer. False: always schedule (the plain path).
     complete_inline = True
-    #: `send` shares timers and builds no event (`simulator.engine.delivery` sends over the channel); False: it is
-    #: `transfer` with a callback, and delivery takes `Network.message` instead.
+    #: `send` shares timers and builds no event (`simulator.acceleration.aggregate` sends over the channel); False:
+    #: it is `transfer` with a callback, and the aggregated delivery takes `Network.message` instead.
     aggregates = True
     #: `send` on an idle channel with no flow on its way in admits the flow at once, as of its arrival (``now +
     #: latency``: no flow sent later arrives sooner), and sets only its end timer -- one timer where there were

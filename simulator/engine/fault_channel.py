@@ -106,9 +106,9 @@ class FaultChannel(ListChannel):
         call_at(self.env, at, self._admit, flow)
         return True
 
-    #: `send` without events of its own (flow-level aggregation, `simulator.engine.delivery`): the flow's latency
-    #: timer is a shared `call_after` and it calls back on arrival; it draws its jitter factor when sent, as
-    #: `transfer` does. False: `send` is `transfer` with a callback, and `simulator.engine.delivery` takes
+    #: `send` without events of its own (flow-level aggregation, `simulator.acceleration.aggregate`): the flow's
+    #: latency timer is a shared `call_after` and it calls back on arrival; it draws its jitter factor when sent, as
+    #: `transfer` does. False: `send` is `transfer` with a callback, and `simulator.acceleration.aggregate` takes
     #: `Network.message` over these links (the plain path).
     aggregates = True
 

@@ -31,8 +31,8 @@ import simpy
 
 from simulator import analytic
 from simulator.engine.channel import Channel
-from simulator.engine.route_symmetry import UnitRotation
 from simulator.engine.routing import QuickestPaths
+from simulator.engine.speedups import route_finder
 from simulator.engine.trace import Trace
 from simulator.errors import PodsimError
 from simulator.units import MAX_BYTES, check_bytes, positive, positive_int
@@ -69,9 +69,9 @@ class Network:
         hosts = [v for v, role in graph.nodes(data="role") if role == "host"]
         self._fabric = nx.restricted_view(graph, hosts, []) if hosts else graph  # chips never route via a host
         self._quickest = QuickestPaths(self._fabric, _route_cost)  # many routes from one source: one search
-        self._symmetry: Any = False  # a node system's `UnitRotation` (None: none; False: not looked for yet)
+        self._symmetry: Any = False  # a node system's `speedups.RouteSymmetry` (None: none; False: not looked for yet)
         self._unit_routes: dict[tuple[Any, Any], list[Any] | None] = {}  # unit-0 pairs' quickest paths
-        self._plain_routes: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> plain channels or None (`delivery`)
+        self._plain_routes: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> plain channels or None (aggregation)
         self._unique: set[tuple[Any, Any]] = set()  # pairs routed on their one quickest path (`route_is_unique`)
         self.shape: tuple[int, ...] = tuple(graph.graph.get("shape", ()))
         self.wrap: tuple[bool, ...] = tuple(graph.graph.get("wrap", ()))
@@ -195,9 +195,9 @@ class Network:
 
     def _switched_route(self, src: Any, dst: Any) -> list[Any]:
         """The quickest path on a routed (not grid) fabric: on a node system, unit 0's moved over
-        (`simulator.engine.route_symmetry`) where unit 0's is the one quickest; else searched directly."""
+        (`simulator.engine.speedups.RouteFinder`) where unit 0's is the one quickest; else searched directly."""
         if self._symmetry is False:
-            self._symmetry = UnitRotation.of(self._fabric) if self._fabric is self.graph else None
+            self._symmetry = route_finder().symmetry(self._fabric) if self._fabric is self.graph else None
         sym = self._symmetry
         if sym is not None:
             shift = sym.offset(src)

@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from simulator.analytic import exposed_s
+
+if TYPE_CHECKING:  # annotations only
+    from simulator.engine.speedups import StandIns
 
 #: Span kinds that count as compute; every other kind is data movement.
 COMPUTE_KINDS = frozenset({"compute"})
@@ -74,40 +77,23 @@ class Trace:
     padded_flops_total: float = 0.0
     links: dict[str, dict[str, Any]] = field(default_factory=dict)
     pools: list[PoolTimeline] = field(default_factory=list)
-    #: (chip, unit) of a link a collective ran on its quotient -> the links it stood for, whose spans are not kept:
-    #: `compute_metrics` gives them its busy time (`simulator.acceleration.quotient.unfold`)
-    images: dict[tuple[Any, str], list[tuple[Any, str]]] = field(default_factory=dict)
-    #: a representative chip of a symmetric step (`simulator.acceleration.step_symmetry`: one chip per stage runs)
-    #: -> the chips it stood for, whose spans on chip units (every unit but links) and memory timelines are its own
-    chip_images: dict[Any, list[Any]] = field(default_factory=dict)
+    #: what a fast run's representatives stood for (the chips and links it did not simulate), set by the
+    #: acceleration layer (`simulator.acceleration.unfolding`); None: an exact run, every span its own
+    stood_for: StandIns | None = None
 
     def unfolded(self, limit: int = 2_000_000) -> Trace | None:
-        """This trace as the full run records it, for exports and pictures: the spans of every link a quotient
-        run's representative links stood for (``images``) and of every chip a symmetric step's representative
-        chips stood for (``chip_images``: their compute, memory and transfer spans on chip units, and their
-        memory timelines), each a copy of the representative's, same times and bytes (tests/test_quotient_nodes.py,
-        tests/test_unfolding.py). Itself where nothing stood for anything; None where the copies would exceed
-        ``limit`` spans (a thousand GPUs: tens of millions)."""
-        if not self.images and not self.chip_images:
+        """This trace as the exact run records it, for exports and pictures: with ``stood_for``, the spans of every
+        link and chip the representatives stood for (copies of theirs, same times and bytes) and the memory
+        timelines of every chip (tests/test_unfolding.py); itself where nothing stood for anything; None where
+        the copies would exceed ``limit`` spans (a thousand GPUs: tens of millions)."""
+        stood_for = self.stood_for
+        if not stood_for:
             return self
-        images, chips = self.images, self.chip_images
-
-        def copies(s: Span) -> list[Span]:
-            out = [s._replace(chip=chip, unit=unit) for chip, unit in images.get((s.chip, s.unit), ())]
-            if s.chip in chips and not s.unit.startswith("link "):
-                out += [s._replace(chip=chip) for chip in chips[s.chip]]
-            return out
-
-        extra = sum(len(images.get((s.chip, s.unit), ())) for s in self.spans)
-        extra += sum(len(chips[s.chip]) for s in self.spans if s.chip in chips and not s.unit.startswith("link "))
-        if len(self.spans) + extra > limit:
+        if len(self.spans) + stood_for.extra_spans(self.spans) > limit:
             return None
-        spans = list(self.spans)
-        for s in self.spans:
-            spans += copies(s)
+        spans = list(self.spans) + stood_for.unfold_spans(self.spans)
         spans.sort(key=lambda s: (s.start, s.end))
-        pools = list(self.pools) + [replace(p, chip=chip) for p in self.pools for chip in chips.get(p.chip, ())]
-        return replace(self, spans=spans, pools=pools, images={}, chip_images={})
+        return replace(self, spans=spans, pools=list(self.pools) + stood_for.unfold_pools(self.pools), stood_for=None)
 
     def whole(self) -> Trace:
         """`unfolded`, or (past its limit) this trace itself: what exports and pictures show."""
@@ -180,17 +166,6 @@ def busy_by_chip(spans: Iterable[Span]) -> dict[Any, dict[str, float]]:
     return dict(out)
 
 
-def add_images(per_chip: dict[Any, dict[str, float]], images: dict[tuple[Any, str], list[tuple[Any, str]]]) -> None:
-    """Give every link a quotient run's representative link stood for (``images``: `Trace.images`) the
-    representative's busy seconds in ``per_chip`` (`busy_by_chip`'s form)."""
-    for (chip, unit), copies in images.items():
-        seconds = per_chip.get(chip, {}).get(unit)
-        if seconds is None:
-            continue
-        for image in copies:
-            per_chip.setdefault(image[0], {})[image[1]] = seconds
-
-
 def compute_metrics(trace: Trace, end_to_end_s: float | None = None,
                     upper_bound: Callable[[dict[Any, dict[str, float]]], float] | None = None) -> dict[str, Any]:
     """The standard metrics of a run.
@@ -216,7 +191,8 @@ def compute_metrics(trace: Trace, end_to_end_s: float | None = None,
                 "flops": trace.flops_total, "overlap_s": None, "exposed_s": None, "lower_bound_s": None,
                 "upper_bound_s": None, "utilization": None}
     per_chip = busy_by_chip(spans)
-    add_images(per_chip, trace.images)
+    if trace.stood_for:  # the links a fast run's representatives stood for: theirs
+        trace.stood_for.unfold_busy(per_chip)
     busy: dict[str, float] = {}
     for units in per_chip.values():
         for unit, seconds in units.items():

@@ -90,10 +90,11 @@ def write_outputs(result: Result, args: argparse.Namespace) -> None:
         return
     if result.trace is None or not result.trace.spans:
         raise PodsimError(f"{result.scenario} recorded no spans to export (was trace=False?)")
-    trace = result.trace.unfolded()  # a quotient run's spans on every link they stood for
+    trace = result.trace.unfolded()  # a fast run's spans on every chip and link they stood for
     if trace is None:
         trace = result.trace
-        print(f"podsim: note: the exported spans are the quotient's {len(trace.images):,} representative links' "
+        links = len({(s.chip, s.unit) for s in trace.spans if s.unit.startswith("link ")})
+        print(f"podsim: note: the exported spans are the quotient's {links:,} representative links' "
               "only (every link's would be too many); --mode full records every link", file=sys.stderr)
     if args.trace == STDOUT:
         _stream().write(export.chrome_trace_text(trace) + "\n")

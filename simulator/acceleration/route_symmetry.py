@@ -11,12 +11,17 @@ is then the rotated quickest path between their images in unit 0: `Network.route
 256 chips of one superpod unit instead of from all 25,600 of superpod:100, and moves the answer over.
 Where the unit-0 search meets a tie, the pair is routed directly as before, so every route is the one
 the direct search gives.
+
+The engine reaches it through its `simulator.engine.speedups.RouteFinder` door: importing this module registers
+`FINDER` there (`speedups.route_finder` imports it by name on first need), so the engine imports nothing above it.
 """
 from __future__ import annotations
 
 from typing import Any
 
 import networkx as nx
+
+from simulator.engine import speedups
 
 _LINK_KEYS = ("bandwidth_bytes_per_s", "latency_s", "kind")
 
@@ -79,3 +84,15 @@ class UnitRotation:
         if d.get("role") == "host":
             raise KeyError(v)  # hosts hang off particular nodes: not moved here
         return v
+
+
+class _Finder:
+    """The `simulator.engine.speedups.RouteFinder` this layer gives the engine: `UnitRotation.of`."""
+
+    def symmetry(self, graph: nx.DiGraph) -> UnitRotation | None:
+        """The rotation of ``graph``'s units (`UnitRotation.of`), or None."""
+        return UnitRotation.of(graph)
+
+
+FINDER = _Finder()
+speedups.register(FINDER)
