@@ -241,7 +241,7 @@ def _mean_share(parts: list[tuple[float, float]]) -> float:
     return sum(t * s for t, s in parts) / total if total > 0 else 0.0
 
 
-def chunked_grad_sync_exposed_s(total_s: float, chunks: int, group_bwd_s: float, first_buckets: int = 1) -> float:
+def chunked_grad_sync_exposed_s(total_s: float, chunks: int, group_bwd_s: float) -> float:
     """Seconds of gradient reduction left after the first pipeline stage's last backward pass under an interleaved
     schedule of ``chunks`` model chunks (Megatron-Core ``forward_backward_pipelining_with_interleaving``, its
     ``grad_sync_func``: a chunk's reduce-scatter is launched right after that chunk's last microbatch's backward).
@@ -249,24 +249,25 @@ def chunked_grad_sync_exposed_s(total_s: float, chunks: int, group_bwd_s: float,
     The last round runs the chunks' backwards in reverse order, ``group_bwd_s`` seconds each (a group of
     microbatches through one chunk), so chunk ``c`` launches ``c x group_bwd_s`` before the end; the chunks'
     reductions (``total_s / chunks`` each, the whole stage's ``total_s``) queue on one NIC. Chunk 0 launches at
-    the end, so at least its share is exposed (and at least the first bucket, ``total_s / first_buckets``).
-    The first stage idles in the drain as well, which this leaves out: a bound from below on the cover."""
+    the end, so at least its share is exposed. The first stage idles in the drain as well, which this leaves
+    out: a bound from below on the cover."""
     if total_s <= 0:
         return 0.0
     finish = -math.inf
     for c in range(chunks - 1, -1, -1):
         finish = max(finish, -c * group_bwd_s) + total_s / chunks
-    return max(finish, total_s / max(1, first_buckets))
+    return finish
 
 
 def chunked_param_gather_exposed_s(total_s: float, chunks: int, group_fwd_s: float, in_pass_s: float,
-                                   first_buckets: int = 1) -> float:
+                                   first_buckets: int | None = None) -> float:
     """Seconds the first stage's forward passes wait for the updated weights under an interleaved schedule
     (Megatron-Core's ``param_sync_func`` with ``--overlap-param-gather``): chunks 0 and 1 are gathered from the
     step's start, chunk ``c`` >= 2 from the start of chunk ``c - 1``'s first microbatch; the first stage runs its
     warm-up forwards back to back, ``group_fwd_s`` per chunk, each chunk's gather covered by its own first
     forward up to ``in_pass_s`` (its buckets gathered one ahead). The gathers (``total_s / chunks`` each) queue
-    on one NIC; a late chunk delays every later pass."""
+    on one NIC; a late chunk delays every later pass. ``first_buckets``: the buckets of the stage's layers (None:
+    no floor), the first of which, ``total_s / first_buckets``, no pass covers."""
     if total_s <= 0:
         return 0.0
     finish = delay = 0.0
@@ -274,7 +275,7 @@ def chunked_param_gather_exposed_s(total_s: float, chunks: int, group_fwd_s: flo
         start = 0.0 if c < 2 else (c - 1) * group_fwd_s + delay
         finish = max(finish, start) + total_s / chunks
         delay += max(0.0, finish - (c * group_fwd_s + in_pass_s + delay))
-    return max(delay, total_s / max(1, first_buckets))
+    return max(delay, total_s / first_buckets if first_buckets else 0.0)
 
 
 def _stage_layers(n_layers: int, stages: int) -> list[int]:
@@ -394,7 +395,7 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
         slowed = k_i * sum(share * min(t, w) for t, w, share in hidden)
     else:  # interleaved: each chunk's reductions and gathers behind the other chunks' passes
         group = min(p, mb)  # microbatches a chunk runs back to back (Megatron: the pipeline size)
-        ex_b = chunked_grad_sync_exposed_s(after_b + dp_ar, v, group * stage_layers / v * (bwd + redo), last)
+        ex_b = chunked_grad_sync_exposed_s(after_b + dp_ar, v, group * stage_layers / v * (bwd + redo))
         ex_f = chunked_param_gather_exposed_s(before_f, v, group * stage_layers / v * fwd, window_f, last)
         exposed_grads = ex_b + ex_f
         slowed = k_i * (share_b * (after_b + dp_ar - ex_b) + share_f * (before_f - ex_f))
@@ -489,5 +490,6 @@ def calibrated_gpu_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, 
 
 
 __all__ = ["ATTENTION", "FRAMEWORK_GRAD_REDUCE", "GRAD_REDUCE_DTYPES", "LOSS_BYTES_PER_LOGIT", "TE_UB_SMS",
-           "IdealKernels", "calibrated_gpu_step", "collective_sm_share", "gpu_step_factors", "require_kernels",
+           "IdealKernels", "calibrated_gpu_step", "chunked_grad_sync_exposed_s", "chunked_param_gather_exposed_s",
+           "collective_sm_share", "gpu_step_factors", "require_kernels",
            "uncalibrated_parts"]
