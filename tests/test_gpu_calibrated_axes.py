@@ -47,3 +47,19 @@ def test_calibrated_serving_runs_on_a_gpu_mesh_with_an_engine(mode: str, mesh: s
     assert main(args) == 0
     text = capsys.readouterr().out
     assert f"served, forecast ({engine}" in text
+
+
+def test_an_axis_that_is_not_there_exposes_exactly_nothing() -> None:
+    """No model axis, no tensor-parallel collective: its exposed time is 0, not a difference of two equal sums
+    (which printed 5.6e-17 s); the same for fsdp with no fsdp axis."""
+    from simulator.hardware.specs import get_chip
+    from simulator.workloads.plans.calibrated_gpu import calibrated_gpu_step
+    from simulator.workloads.plans.layout import MeshPlan, TrainOptions
+    from simulator.workloads.transformer import get_model
+
+    cfg, h100 = get_model("llama-3-8b"), get_chip("h100")
+    for chip, fsdp, seq in (("h100", 8, 4096), ("h100", 16, 4096), ("a100", 4, 2048)):  # printed 5.6e-17 or 1.1e-16
+        no_tp = calibrated_gpu_step(cfg, get_chip(chip), MeshPlan({"fsdp": fsdp}), TrainOptions(), 2 * fsdp, seq)
+        assert no_tp["factors"]["exposed_tp_s"] == 0.0 and no_tp["factors"]["exposed_fsdp_s"] > 0
+    no_fsdp = calibrated_gpu_step(cfg, h100, MeshPlan({"model": 8}), TrainOptions(microbatches=2), 16, 4096)
+    assert no_fsdp["factors"]["exposed_fsdp_s"] == 0.0 and no_fsdp["factors"]["exposed_tp_s"] > 0

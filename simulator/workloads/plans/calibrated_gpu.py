@@ -235,6 +235,13 @@ def collective_sm_share(kind: str, nbytes: float, net: AxisNet | None, sms: int)
     return min(1.0, graph.channels / sms)
 
 
+def _excess(with_s: float, without_s: float) -> float:
+    """Seconds ``with_s`` adds over ``without_s``, never negative; rounding noise (below 1e-12 of the sum, the
+    difference of two equal sums taken in another order) is none."""
+    extra = with_s - without_s
+    return extra if extra > 1e-12 * abs(with_s) else 0.0
+
+
 def _mean_share(parts: list[tuple[float, float]]) -> float:
     """Time-weighted SM share of collectives run back to back: ``parts`` (seconds, share)."""
     total = sum(t for t, _ in parts)
@@ -354,8 +361,8 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
             if stage == 0:  # exposed: what each collective adds to the layers' compute
                 nf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, 0.0, False, k_i * ag_share)
                 nb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, 0.0, False, k_i * b_share)
-                exposed["tp"] += max(0.0, tf + tb - nf - nb)
-                exposed["fsdp"] += max(0.0, nf + nb - n_l * (fwd + seq_f + bwd + redo + seq_b))
+                exposed["tp"] += _excess(tf + tb, nf + nb)
+                exposed["fsdp"] += _excess(nf + nb, n_l * (fwd + seq_f + bwd + redo + seq_b))
                 exposed["cp"] += n_l * (cp_f + cp_b)
                 exposed["ep"] += n_l * 4 * ep_one
         per_stage.append(total)
