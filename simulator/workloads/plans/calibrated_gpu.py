@@ -56,6 +56,7 @@ rate and every kernel at peak; this one is what the fitted kernels and NCCL reac
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -234,10 +235,54 @@ def collective_sm_share(kind: str, nbytes: float, net: AxisNet | None, sms: int)
     return min(1.0, graph.channels / sms)
 
 
+def _excess(with_s: float, without_s: float) -> float:
+    """Seconds ``with_s`` adds over ``without_s``, never negative; rounding noise (below 1e-12 of the sum, the
+    difference of two equal sums taken in another order) is none."""
+    extra = with_s - without_s
+    return extra if extra > 1e-12 * abs(with_s) else 0.0
+
+
 def _mean_share(parts: list[tuple[float, float]]) -> float:
     """Time-weighted SM share of collectives run back to back: ``parts`` (seconds, share)."""
     total = sum(t for t, _ in parts)
     return sum(t * s for t, s in parts) / total if total > 0 else 0.0
+
+
+def chunked_grad_sync_exposed_s(total_s: float, chunks: int, group_bwd_s: float) -> float:
+    """Seconds of gradient reduction left after the first pipeline stage's last backward pass under an interleaved
+    schedule of ``chunks`` model chunks (Megatron-Core ``forward_backward_pipelining_with_interleaving``, its
+    ``grad_sync_func``: a chunk's reduce-scatter is launched right after that chunk's last microbatch's backward).
+
+    The last round runs the chunks' backwards in reverse order, ``group_bwd_s`` seconds each (a group of
+    microbatches through one chunk), so chunk ``c`` launches ``c x group_bwd_s`` before the end; the chunks'
+    reductions (``total_s / chunks`` each, the whole stage's ``total_s``) queue on one NIC. Chunk 0 launches at
+    the end, so at least its share is exposed. The first stage idles in the drain as well, which this leaves
+    out: a bound from below on the cover."""
+    if total_s <= 0:
+        return 0.0
+    finish = -math.inf
+    for c in range(chunks - 1, -1, -1):
+        finish = max(finish, -c * group_bwd_s) + total_s / chunks
+    return finish
+
+
+def chunked_param_gather_exposed_s(total_s: float, chunks: int, group_fwd_s: float, in_pass_s: float,
+                                   first_buckets: int | None = None) -> float:
+    """Seconds the first stage's forward passes wait for the updated weights under an interleaved schedule
+    (Megatron-Core's ``param_sync_func`` with ``--overlap-param-gather``): chunks 0 and 1 are gathered from the
+    step's start, chunk ``c`` >= 2 from the start of chunk ``c - 1``'s first microbatch; the first stage runs its
+    warm-up forwards back to back, ``group_fwd_s`` per chunk, each chunk's gather covered by its own first
+    forward up to ``in_pass_s`` (its buckets gathered one ahead). The gathers (``total_s / chunks`` each) queue
+    on one NIC; a late chunk delays every later pass. ``first_buckets``: the buckets of the stage's layers (None:
+    no floor), the first of which, ``total_s / first_buckets``, no pass covers."""
+    if total_s <= 0:
+        return 0.0
+    finish = delay = 0.0
+    for c in range(chunks):
+        start = 0.0 if c < 2 else (c - 1) * group_fwd_s + delay
+        finish = max(finish, start) + total_s / chunks
+        delay += max(0.0, finish - (c * group_fwd_s + in_pass_s + delay))
+    return max(delay, total_s / first_buckets if first_buckets else 0.0)
 
 
 def _stage_layers(n_layers: int, stages: int) -> list[int]:
@@ -316,8 +361,8 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
             if stage == 0:  # exposed: what each collective adds to the layers' compute
                 nf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, 0.0, False, k_i * ag_share)
                 nb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, 0.0, False, k_i * b_share)
-                exposed["tp"] += max(0.0, tf + tb - nf - nb)
-                exposed["fsdp"] += max(0.0, nf + nb - n_l * (fwd + seq_f + bwd + redo + seq_b))
+                exposed["tp"] += _excess(tf + tb, nf + nb)
+                exposed["fsdp"] += _excess(nf + nb, n_l * (fwd + seq_f + bwd + redo + seq_b))
                 exposed["cp"] += n_l * (cp_f + cp_b)
                 exposed["ep"] += n_l * 4 * ep_one
         per_stage.append(total)
@@ -351,9 +396,16 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     last = max(1, stage_layers)
     window_b = stage_layers / v * (bwd + redo) * (1 - 1 / last)  # the last backward after its first bucket
     window_f = stage_layers / v * fwd * (1 - 1 / last)  # the first forward after its first layer's gather
-    hidden = [(after_b + dp_ar, window_b, share_b), (before_f, window_f, share_f)]
-    exposed_grads = sum(max(t - w, t / last) for t, w, _ in hidden if t)
-    slowed = k_i * sum(share * min(t, w) for t, w, share in hidden)
+    if v == 1:  # one chunk: its reductions bucketed inside the last backward, its gathers inside the first forward
+        hidden = [(after_b + dp_ar, window_b, share_b), (before_f, window_f, share_f)]
+        exposed_grads = sum(max(t - w, t / last) for t, w, _ in hidden if t)
+        slowed = k_i * sum(share * min(t, w) for t, w, share in hidden)
+    else:  # interleaved: each chunk's reductions and gathers behind the other chunks' passes
+        group = min(p, mb)  # microbatches a chunk runs back to back (Megatron: the pipeline size)
+        ex_b = chunked_grad_sync_exposed_s(after_b + dp_ar, v, group * stage_layers / v * (bwd + redo))
+        ex_f = chunked_param_gather_exposed_s(before_f, v, group * stage_layers / v * fwd, window_f, last)
+        exposed_grads = ex_b + ex_f
+        slowed = k_i * (share_b * (after_b + dp_ar - ex_b) + share_f * (before_f - ex_f))
     optimizer = kern.vector(shard * adamw_bytes_per_param(e_w, opts.master_copy), "optimizer")
     step = pipelined + p2p + exposed_grads + slowed + optimizer + c.step_overhead_s
     layers = mb * cfg.n_layers / p  # layer passes of the busiest stage per step
@@ -445,5 +497,6 @@ def calibrated_gpu_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, 
 
 
 __all__ = ["ATTENTION", "FRAMEWORK_GRAD_REDUCE", "GRAD_REDUCE_DTYPES", "LOSS_BYTES_PER_LOGIT", "TE_UB_SMS",
-           "IdealKernels", "calibrated_gpu_step", "collective_sm_share", "gpu_step_factors", "require_kernels",
+           "IdealKernels", "calibrated_gpu_step", "chunked_grad_sync_exposed_s", "chunked_param_gather_exposed_s",
+           "collective_sm_share", "gpu_step_factors", "require_kernels",
            "uncalibrated_parts"]
