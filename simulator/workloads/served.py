@@ -92,7 +92,9 @@ def _step_sums(cfg: TransformerConfig, spec: ChipSpec, cal: DecodeCalibration, b
     for op, times in [(u, cfg.n_layers) for u in ops] + [(head, 1)]:
         kv = op.kv_read_bytes + op.kv_write_bytes
         useful = op.flops if op.useful_flops is None else op.useful_flops
-        ideal.add(op.weight_bytes / bw, kv / bw, op.flops / peak, times)
+        # the bound prices the useful FLOPs at peak: small-batch GEMMs need not pad the token dimension to the
+        # MXU's sublanes (swap-AB kernels put it on the narrow side), and the calibration's fraction is of those
+        ideal.add(op.weight_bytes / bw, kv / bw, useful / peak, times)
         real.add(op.weight_bytes / (bw * eta_w) * slow,
                  op.kv_read_bytes / (bw * eta * alpha) + op.kv_write_bytes / (bw * eta), useful / (peak * eps), times)
     real.launch_sync = cfg.n_layers * cal.layer_overhead_s
