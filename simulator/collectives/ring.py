@@ -10,6 +10,7 @@ algorithm (``fallback``) there.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -138,18 +139,25 @@ class RingAlgorithm(Algorithm):
         if job.kind in RING_KINDS:
             multi_axis.prepare(job, self.on_axis)
 
-    def priced_chunks(self, job: Job) -> int | None:
-        """Broadcast with the default pieces: the power of two (up to `PRICED_TRANSFERS` transfers) that
-        minimises `broadcast.closed_form` on the job's links, as NCCL pipelines a ring broadcast in chunks."""
+    def priced_chunks(self, job: Job, piece_bytes: float = 0.0) -> int | None:
+        """Broadcast with the default pieces, as NCCL pipelines a ring broadcast in chunks. ``piece_bytes`` > 0 (a
+        protocol that store-and-forwards whole chunks, NCCL's Simple): the array in pieces of at most that many
+        bytes, as few as that allows (`protocol.broadcast_piece_bytes`). Else (LL and LL128 forward each line as it
+        lands: cut-through) the power of two of pieces that minimises `broadcast.closed_form` on the job's links
+        -- which falls as pieces shrink (a hop's latency is paid once, `chains.broadcast_phase`), so the finest
+        cut the budget allows. At most `PRICED_TRANSFERS` transfers (two a piece a hop: its bytes, its latency)."""
         if job.kind != "broadcast" or not job.auto_chunks or job.numeric:
             return None
-        per_piece = (job.group.n - 1) * len(job.groups) * len(job.rings)
+        per_piece = 2 * (job.group.n - 1) * len(job.groups) * len(job.rings)
         if per_piece <= 0:
             return None
         whole = job.key_bytes * job.chunks  # one ring's array
+        most = max(1, PRICED_TRANSFERS // per_piece)
+        if piece_bytes > 0:
+            return min(most, max(1, math.ceil(whole / piece_bytes)))
         best: tuple[float, int] | None = None
         c = 1
-        while c * per_piece <= PRICED_TRANSFERS or c == 1:
+        while c <= most:
             t = broadcast.closed_form(replace(job, chunks=c, key_bytes=whole / c, cache={}), self.on_axis)
             if best is None or t < best[0]:
                 best = (t, c)
