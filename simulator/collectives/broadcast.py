@@ -57,7 +57,7 @@ def _piece_start(s: Schedule, earlier: list[Any], ring: Ring) -> Callable[[int, 
 def closed_form(job: Job, on_axis: OnAxis) -> float:
     """Pieces pipelined along the critical path (see the module docstring)."""
     sizes, root = job.group.sizes, job.root_pos
-    path: list[float] = []
+    path: list[tuple[float, float]] = []
     for a, n_a in enumerate(sizes):
         algorithm = on_axis(job.group.wraps[a])
         chains = [(root[a], d, h) for d, h in algorithm.broadcast_reach(n_a, root[a]).items() if h > 0]

@@ -236,13 +236,13 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
     def start(t: Transfer) -> None:
         payload = {k: buffers[t.src][k].copy() for k in t.keys} if buffers is not None else None
         if t.op not in PLAIN_OPS:  # a split hop's bytes, or its latency
-            event = net.env.event()
+            def fire(_: Any) -> None:
+                arrive(t, payload)
+
             if t.op == DELAY:
-                net.env.timeout(net.route_latency_s(t.src, t.dst)).callbacks.append(
-                    lambda _e: event.succeed(net.env.now))
+                net.env.timeout(net.route_latency_s(t.src, t.dst)).callbacks.append(fire)
             else:
-                net.send_bytes(t.src, t.dst, t.nbytes, label, lambda _a: event.succeed(net.env.now), None)
-            event.callbacks.append(lambda _e: arrive(t, payload))
+                net.send_bytes(t.src, t.dst, t.nbytes, label, fire, None)
             return
         event = net.message(t.src, t.dst, t.nbytes, label) if t.src == t.dst or {t.src, t.dst} <= chips else \
             net.hop(t.src, t.dst, t.nbytes, label)  # a chip and its switch (in-switch reduction, NVLS)

@@ -15,7 +15,7 @@ the network's routes and prices them:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -375,7 +375,7 @@ def chain_time(costs: list[float], pieces: int) -> float:
     return sum(costs) + (pieces - 1) * max(costs) if costs else 0.0
 
 
-def split_chain_time(hops: list[tuple[float, float]], pieces: int) -> float:
+def split_chain_time(hops: Sequence[tuple[float, float]], pieces: int) -> float:
     """``pieces`` pieces along split hops of (latency, bytes' seconds) each: a piece's bytes leave once it has
     arrived and the piece before it has left the link, and it arrives the latency later -- a tandem of
     deterministic servers with pure delays between them, ``sum(latency) + sum(s) + (pieces - 1) max(s)``.
