@@ -136,3 +136,11 @@ def test_no_broadcast_beats_the_topology_bound_and_ideal_runs_keep_one_piece(top
     one = run_collective("broadcast", ideal, nbytes, algorithm="unidirectional")
     assert one.time_s == pytest.approx(run_collective("broadcast", ideal, nbytes, algorithm="unidirectional",
                                                       chunks=1).time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("protocol", ["LL", "LL128", "Simple"])
+@pytest.mark.parametrize("nbytes", [2.0**20, 2.0**26])
+def test_a_calibrated_ring_reduce_is_the_broadcast_run_backwards(protocol, nbytes):
+    """NCCL's ring Reduce (REDUCE_CHUNKSTEPS 1, as Broadcast's): the same chain towards the root, the same pieces."""
+    r = run_collective("reduce", _system("a100", 8), nbytes, algorithm="unidirectional", protocol=protocol)
+    assert r.time_s == pytest.approx(_split("a100", nbytes, 8, protocol, _pieces(nbytes, 8, protocol, 12)), rel=1e-6)

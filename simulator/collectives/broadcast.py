@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.collectives.algorithm import Job
-from simulator.collectives.chains import broadcast_phase
+from simulator.collectives.chains import broadcast_phase, reduce_to_phase
 from simulator.collectives.groups import Group, Ring, ring_bases
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.timing import hop_parts, link_use, split_chain_time
@@ -66,3 +66,21 @@ def closed_form(job: Job, on_axis: OnAxis) -> float:
                                                         link_use(job.net, ring, chains))]
         path += max(costs, key=lambda c: split_chain_time(list(c), job.chunks), default=[])
     return split_chain_time(path, job.chunks)
+
+
+def build_reduce(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
+    """Add the Reduce of every group (one axis: NCCL's ring Reduce) to its root position ``job.root_pos``."""
+    for group in groups:
+        ring = group.ring(tuple(job.root_pos), 0, False)
+        reduce_to_phase(s, ring, job.root_pos[0], job.chunks, on_axis(ring.wrap), ("ring reduce", id(group)))
+
+
+def reduce_closed_form(job: Job, on_axis: OnAxis) -> float:
+    """The slowest chain towards the root (one axis): `split_chain_time` of its hops, from the far end in."""
+    n, root = job.group.sizes[0], job.root_pos[0]
+    algorithm = on_axis(job.group.wraps[0])
+    chains = [((root - hops * d) % n, d, hops) for d, hops in algorithm.reach_to(n, root) if hops > 0]
+    rings = [groups[0].ring((0,), 0) for groups in job.rings]
+    costs = [c for ring in rings for c in hop_parts(job.net, ring, chains, job.key_bytes,
+                                                    link_use(job.net, ring, chains))]
+    return max((split_chain_time(list(c), job.chunks) for c in costs), default=0.0)

@@ -137,6 +137,29 @@ def broadcast_phase(s: Schedule, ring: Ring, origin: int, pieces: int, scheme: S
                 prev = [sent]
 
 
+def reduce_to_phase(s: Schedule, ring: Ring, owner: int, pieces: int, scheme: Scheme, tag: Any) -> None:
+    """Reduce along ``ring`` to ``owner``: each piece's partial sum starts at the far end of every chain towards
+    ``owner`` (``scheme.reach_to``) and is added into each member's own on the way, pieces one behind another on every
+    link -- `broadcast_phase` run backwards, its hops split the same way where there are several pieces."""
+    n = len(ring.devices)
+    for d, hops in scheme.reach_to(n, owner):
+        behind: list[int | None] = [None] * (hops + 1)  # last piece's transfer at each hop (its bytes, when split)
+        for j in range(pieces):
+            prev: list[int] = []
+            for h in range(1, hops + 1):
+                a, b = (owner - (hops - h + 1) * d) % n, (owner - (hops - h) * d) % n
+                last = behind[h]
+                keys = (("piece", j),)
+                if pieces > 1:
+                    behind[h], sent = s.add_split(ring.devices[a], ring.devices[b], keys, "add", prev, (tag, j),
+                                                  ring.slots[b], [last] if last is not None else [])
+                else:
+                    deps = prev + ([last] if last is not None else [])
+                    sent = behind[h] = s.add(ring.devices[a], ring.devices[b], keys, "add", deps, (tag, j),
+                                             ring.slots[b])
+                prev = [sent]
+
+
 def gather_split_phase(s: Schedule, ring: Ring, bundles: list[Bundle], scheme: SplitScheme, start: Start,
                        tag: Any) -> None:
     """AllGather along ``ring``: the bundle of position i reaches every other position, the last hop of a

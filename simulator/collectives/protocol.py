@@ -156,11 +156,12 @@ SIMPLE_STEP_BYTES = 2.0**22 / 8
 
 
 def broadcast_piece_bytes(job: Any, protocol: str) -> float:
-    """Bytes of the pieces one of ``job``'s rings store-and-forwards under ``protocol`` (0: cut-through). Simple: one
+    """Bytes of the pieces one of ``job``'s rings store-and-forwards under ``protocol`` (0: cut-through), for a ring
+    Broadcast or Reduce (``REDUCE_CHUNKSTEPS`` is 1 too). Simple: one
     step on each channel of NCCL's ring graph (`nccl_tuner.comm_for`) that the ring stands for, its channels moving
     together -- an H100 node's 12 channels on its one ring (6 MiB pieces); two nodes' 8 channels over their 8 NIC
     rings, one each (512 KiB). LL and LL128 forward each 8- or 128-byte line as its flag lands: 0."""
-    if protocol != "Simple" or getattr(job, "kind", None) != "broadcast":
+    if protocol != "Simple" or getattr(job, "kind", None) not in ("broadcast", "reduce"):
         return 0.0
     comm = nccl_tuner.comm_for(job.net, list(job.group.members.values()))
     channels = comm.ring.channels if comm is not None else 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import ClassVar
 
 import numpy as np
 
@@ -29,7 +30,7 @@ PRICED_TRANSFERS = 16_384  #: most transfers a calibrated broadcast's pieces may
 class RingAlgorithm(Algorithm):
     """Chains of neighbour hops along each axis of a group (subclasses give the geometry)."""
 
-    kinds = KINDS[:5]  #: every kind but the root ones (`simulator.collectives.root`)
+    kinds: ClassVar[tuple[str, ...]] = KINDS[:5]  #: every kind but the root ones (`simulator.collectives.root`)
     closed: bool = True  #: uses the wraparound link (needs an axis that wraps)
     serial_reduce: bool = False  #: reduction chains cross a link in a fixed order (a line)
     fallback: str = "line"  #: algorithm on axes without wraparound
@@ -146,7 +147,7 @@ class RingAlgorithm(Algorithm):
         lands: cut-through) the power of two of pieces that minimises `broadcast.closed_form` on the job's links
         -- which falls as pieces shrink (a hop's latency is paid once, `chains.broadcast_phase`), so the finest
         cut the budget allows. At most `PRICED_TRANSFERS` transfers (two a piece a hop: its bytes, its latency)."""
-        if job.kind != "broadcast" or not job.auto_chunks or job.numeric:
+        if job.kind not in ("broadcast", "reduce") or not job.auto_chunks or job.numeric:
             return None
         per_piece = 2 * (job.group.n - 1) * len(job.groups) * len(job.rings)
         if per_piece <= 0:
@@ -158,17 +159,19 @@ class RingAlgorithm(Algorithm):
         best: tuple[float, int] | None = None
         c = 1
         while c <= most:
-            t = broadcast.closed_form(replace(job, chunks=c, key_bytes=whole / c, cache={}), self.on_axis)
+            t = self.closed_form(replace(job, chunks=c, key_bytes=whole / c, cache={}))
             if best is None or t < best[0]:
                 best = (t, c)
             c *= 2
         return best[1] if best else None
 
     def build(self, job: Job, schedule: Schedule) -> None:
-        pattern = {"all_to_all": all_to_all.build, "broadcast": broadcast.build}.get(job.kind, multi_axis.build)
+        pattern = {"all_to_all": all_to_all.build, "broadcast": broadcast.build,
+                   "reduce": broadcast.build_reduce}.get(job.kind, multi_axis.build)
         for groups in job.rings:
             pattern(job, groups[:1] if job.reduced else groups, self.on_axis, schedule)
 
     def closed_form(self, job: Job) -> float:
-        pattern = {"all_to_all": all_to_all.closed_form, "broadcast": broadcast.closed_form}
+        pattern = {"all_to_all": all_to_all.closed_form, "broadcast": broadcast.closed_form,
+                   "reduce": broadcast.reduce_closed_form}
         return pattern.get(job.kind, multi_axis.closed_form)(job, self.on_axis)
