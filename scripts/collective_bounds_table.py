@@ -65,6 +65,9 @@ BY_ALGORITHM = {
 BY_KIND_ALGORITHM: dict[tuple[str, str], str] = {
     ("broadcast", "bidirectional"): "a ring broadcast sends the whole array as one piece, hop after hop (n/2 hops "
                                     "each way); spanning_trees pipelines pieces and is what auto runs",
+    ("reduce", "unidirectional"): "NCCL's ring Reduce, on ideal links one piece of the whole array hop after hop "
+                                  "(n - 1 hops); a calibrated GPU run cuts it as NCCL does, and auto runs the "
+                                  "fastest root algorithm",
     ("all_to_all", "bidirectional"): "chunks forwarded round rings one axis at a time, each chunk stored at every "
                                      "hop; dimension_order routes them and is what auto runs",
     ("gather", "root_chains"): "axis by axis along the root's lines: only the root's own axis links carry the "

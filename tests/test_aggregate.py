@@ -199,3 +199,17 @@ def test_aggregate_must_be_a_bool_and_gc_is_restored():
         assert not gc.isenabled()
         raise ValueError
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("case", [
+    {"topology": "torus:4x4", "chip": "tpu-v5p", "algorithm": "bidirectional"},
+    {"topology": "switch:8", "chip": "h100", "algorithm": "unidirectional"},  # two links a hop, cut-through
+    {"topology": "nodes:2:8", "chip": "h100", "algorithm": "unidirectional"},  # NIC rings over InfiniBand
+    {"topology": "torus:4x4", "chip": "tpu-v5p", "algorithm": "bidirectional",
+     "system_kw": {"faults": [LinkDegraded(0, 1, 0.4), LinkLatency(0, 4, 2e-6)]}},  # fault channels
+])
+def test_a_split_pipelined_broadcast_agrees_on_both_paths(case):
+    """A broadcast of several pieces splits every hop into its bytes and its latency (issue 27): both executors
+    run the split alike (times, bytes, spans)."""
+    case = dict(case)
+    _compare(case.pop("topology"), "broadcast", nbytes=3e6, chunks=8, **case)

@@ -101,10 +101,28 @@ def test_all_to_all_on_a_line_follows_its_longest_chain(n):
     assert r.time_s > 1.1 * busiest
 
 
+@pytest.mark.parametrize("nbytes", [V, 1e4])  # bandwidth-bound; latency-bound (1e4 B / B = 0.2 us < A)
+@pytest.mark.parametrize("n", [2, 5, 8])
 @pytest.mark.parametrize("chunks", [1, 4, 16])
-def test_broadcast_pipelines_pieces(chunks):
-    r = _run("broadcast", "line:8", chunks=chunks)
-    assert r.time_s == pytest.approx((7 + chunks - 1) * (A + V / (chunks * B)), rel=1e-9)
+def test_broadcast_pipelines_pieces(chunks, n, nbytes):
+    """From the end of a line of n, c pieces of p = V / c bytes: a piece leaves a hop as soon as the one before it
+    has left that link and it has itself arrived, and arrives a hop latency A after its bytes (a tandem of
+    deterministic servers p / B with pure delays A between them): (n - 1) A + (n - 1 + c - 1) p / B -- the
+    latency paid once a hop, not once a piece (issue 27; before, (n - 1 + c - 1)(A + p / B))."""
+    r = _run("broadcast", f"line:{n}", nbytes, chunks=chunks, algorithm="line", root=0)
+    expected = (n - 1) * A + (n - 1 + chunks - 1) * nbytes / chunks / B
+    assert r.time_s == pytest.approx(expected, rel=1e-9)
+    assert r.analytic_s == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("chunks", [1, 8, 64])
+def test_broadcast_pieces_cross_the_switch_cut_through(chunks):
+    """A unidirectional ring through an H100 node's switch: each hop is two links (chip -> switch -> chip, latency A
+    each) whose bytes move at once (cut-through) at a port's 18 x 25 GB/s: 7 (2 A) + (7 + c - 1) p / egress."""
+    r = run_collective("broadcast", System("h100", topology="switch:8", trace=False), V, algorithm="unidirectional",
+                       chunks=chunks)
+    egress = 18 * 2.5e10
+    assert r.time_s == pytest.approx(7 * 2 * A + (7 + chunks - 1) * V / chunks / egress, rel=1e-9)
 
 
 def test_switch_ring_goes_through_the_switch_port():

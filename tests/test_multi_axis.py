@@ -233,8 +233,11 @@ def test_all_to_all_over_a_torus_adds_one_ring_per_axis():
                                                                                             rel=1e-9)
 
 
-def test_broadcast_pipelines_pieces_across_axes():
-    piece = V / 4
-    hops = 2 + 2  # the farthest chip of a 4x4 torus is 2 hops away on each axis
-    assert _run("broadcast", "torus:4x4", chunks=4, algorithm="bidirectional").time_s == pytest.approx(
-        (hops + 4 - 1) * (A + piece / B), rel=1e-9)
+@pytest.mark.parametrize("nbytes", [V, 1e4])
+def test_broadcast_pipelines_pieces_across_axes(nbytes):
+    """The farthest chip of a 4x4 torus is 2 + 2 hops away; 4 pieces follow each other down them, each hop's
+    latency paid once (a piece's bytes leave once the one before it has left the link; issue 27)."""
+    piece = nbytes / 4
+    hops = 2 + 2
+    assert _run("broadcast", "torus:4x4", nbytes, chunks=4, algorithm="bidirectional").time_s == pytest.approx(
+        hops * A + (hops + 4 - 1) * piece / B, rel=1e-9)

@@ -25,8 +25,11 @@ from typing import Any
 import numpy as np
 
 from simulator.collectives.schedule import (
+    ADDS,
     AGGREGATED_EVENTS_PER_TRANSFER,
+    DELAY,
     LONG_RUN_HINT,
+    PLAIN_OPS,
     PULSE,
     Completion,
     Transfer,
@@ -182,6 +185,12 @@ class Aggregated:
         if self.buffers is not None:
             self.payloads[t.id] = {k: self.buffers[t.src][k].copy() for k in t.keys}
         src, dst, chips = t.src, t.dst, self.chips
+        if t.op not in PLAIN_OPS:  # a split hop (`simulator.collectives.schedule.DELAY`): its bytes, or its latency
+            if t.op == DELAY:
+                call_after(self.net.env, self.net.route_latency_s(src, dst), self.arrive, t.id)
+            else:
+                self.net.send_bytes(src, dst, t.nbytes, self.label, self.arrive, t.id)
+            return
         link = self.single.get((src, dst))
         if link is None:
             link = self.single[(src, dst)] = _single_link(self.net, src, dst, chips)
@@ -208,7 +217,7 @@ class Aggregated:
             t = transfers[tid]
             store = self.buffers[t.dst]
             for k, value in self.payloads.pop(tid).items():
-                store[k] = store[k] + value if t.op == "add" and k in store else value  # a switch starts empty
+                store[k] = store[k] + value if t.op in ADDS and k in store else value  # a switch starts empty
         waiting = self.waiting
         for d in self.dependents[tid]:
             waiting[d] -= 1
@@ -216,7 +225,8 @@ class Aggregated:
                 t = transfers[d]
                 link = self.single.get((t[1], t[2])) if self.lean else None
                 nbytes = t[6]
-                if link and nbytes > 0 and type(link) is not tuple and self.buffers is None:  # `start`, inline
+                if link and nbytes > 0 and type(link) is not tuple and self.buffers is None \
+                        and t[4] in PLAIN_OPS:  # `start`, inline
                     if self.by_interface is not None:
                         self.by_interface[link.kind] += nbytes
                     link.send(nbytes, self.label, "send", self.arrive, t[0])

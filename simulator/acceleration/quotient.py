@@ -41,7 +41,9 @@ from simulator.acceleration.aggregate import Aggregated, cut_through
 from simulator.acceleration.unfolding import stand_ins
 from simulator.collectives.schedule import (
     AGGREGATED_EVENTS_PER_TRANSFER,
+    DELAY,
     LONG_RUN_HINT,
+    PLAIN_OPS,
     Completion,
     Transfer,
     _new_transfer,
@@ -226,7 +228,8 @@ def rep_routes(net: Network, transfers: list[Transfer], action: Any) -> tuple[li
     routes: list[Any] = []
     used: dict[Channel, None] = {}
     for t in transfers:
-        route = None if t.src is None or t.src == t.dst or not t.nbytes else _rep_route(net, t.src, t.dst, action)
+        route = None if t.src is None or t.src == t.dst or not (t.nbytes or t.op == DELAY) else \
+            _rep_route(net, t.src, t.dst, action)
         if route is False:
             return None
         if route is not None:
@@ -305,6 +308,23 @@ class _QuotientRun(Aggregated):
             return
         links, kinds = route
         nbytes = t.nbytes
+        if t.op not in PLAIN_OPS:  # a split hop (`simulator.collectives.schedule.DELAY`) on the representative links
+            if t.op == DELAY:
+                call_after(self.net.env, sum(link.latency_s for link in links), self.arrive, t.id)
+                return
+            if self.by_interface is not None:
+                for kind, count in kinds:
+                    self.by_interface[kind] += nbytes * count * self.scale
+            left = [len(links)]
+
+            def one_done(_: Any) -> None:
+                left[0] -= 1
+                if left[0] == 0:
+                    self.arrive(t.id)
+
+            for link in links:
+                link.send_bytes(nbytes, self.label, "send", one_done, None)
+            return
         if self.by_interface is not None:
             for kind, count in kinds:
                 self.by_interface[kind] += nbytes * count * self.scale

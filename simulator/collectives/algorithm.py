@@ -129,9 +129,10 @@ class Algorithm:
         in numeric mode. One unless the algorithm pipelines (`simulator.collectives.spanning_trees`)."""
         return 1
 
-    def priced_chunks(self, job: Job) -> int | None:
+    def priced_chunks(self, job: Job, piece_bytes: float = 0.0) -> int | None:
         """Pieces that minimise this algorithm's closed form on ``job``'s network (whose links a calibrated
-        protocol has priced), where it pipelines pieces and ``job.auto_chunks``; None: keep ``job.chunks``."""
+        protocol has priced), where it pipelines pieces and ``job.auto_chunks``; None: keep ``job.chunks``.
+        ``piece_bytes`` > 0: the protocol store-and-forwards pieces of that many bytes (none smaller)."""
         return None
 
     def build(self, job: Job, schedule: Schedule) -> None:

@@ -1,14 +1,16 @@
-"""Broadcast: the root's array, cut into ``chunks`` pieces, spreads axis by axis, store and forward.
+"""Broadcast: the root's array, cut into ``chunks`` pieces, spreads axis by axis, each piece store and forward.
 
 Phase j spreads every piece along axis j from each device that holds it (the root's line of devices
 first); a holder forwards piece j the moment it has it, whichever earlier phase brought it, and every
 link carries the pieces in order, so the pieces pipeline through the whole group.
 
 Closed form (`closed_form`): the critical path runs from the root to the farthest device, axis by axis;
-each hop costs its route latency plus a piece's bytes over the hop's share of its slowest link (a link
-that two chains of the ring cross, such as a root's switch port sending both ways, gives each a share),
-and ``c`` pieces pipelined along hops of ``t_h`` seconds take ``sum(t_h) + (c - 1) max(t_h)``
-(`simulator.collectives.timing.chain_time`): ``(H + c - 1)(latency + piece / b)`` for H equal hops.
+each hop costs its route latency ``a_h`` plus a piece's bytes over the hop's share of its slowest link, ``s_h`` (a
+link that two chains of the ring cross, such as a root's switch port sending both ways, gives each a share).
+One piece takes ``sum(a_h + s_h)``. Several pieces split every hop (`chains.broadcast_phase`): a piece's bytes
+leave as soon as the piece before it has left the link, and the latency follows as a pure delay, so ``c`` pieces
+take ``sum(a_h) + sum(s_h) + (c - 1) max(s_h)`` (`simulator.collectives.timing.split_chain_time`):
+``H latency + (H + c - 1) piece / b`` for H equal hops -- a hop's latency paid once, not once a piece.
 NIC rings (GPU nodes) each start at their own position 0 and move in step, so they never meet on a link;
 each is priced alone. Exact on tori, lines and switches; on two-level rings within a few percent (tested).
 """
@@ -18,10 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.collectives.algorithm import Job
-from simulator.collectives.chains import broadcast_phase
+from simulator.collectives.chains import broadcast_phase, reduce_to_phase
 from simulator.collectives.groups import Group, Ring, ring_bases
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import chain_time, hop_costs, link_use
+from simulator.collectives.timing import hop_parts, link_use, split_chain_time
 
 OnAxis = Callable[[bool], Any]
 
@@ -55,12 +57,30 @@ def _piece_start(s: Schedule, earlier: list[Any], ring: Ring) -> Callable[[int, 
 def closed_form(job: Job, on_axis: OnAxis) -> float:
     """Pieces pipelined along the critical path (see the module docstring)."""
     sizes, root = job.group.sizes, job.root_pos
-    path: list[float] = []
+    path: list[tuple[float, float]] = []
     for a, n_a in enumerate(sizes):
         algorithm = on_axis(job.group.wraps[a])
         chains = [(root[a], d, h) for d, h in algorithm.broadcast_reach(n_a, root[a]).items() if h > 0]
         rings = [groups[0].ring(root[:a] + (0,) + root[a + 1:], a) for groups in job.rings]
-        costs = [c for ring in rings for c in hop_costs(job.net, ring, chains, job.key_bytes,
+        costs = [c for ring in rings for c in hop_parts(job.net, ring, chains, job.key_bytes,
                                                         link_use(job.net, ring, chains))]
-        path += max(costs, key=lambda c: chain_time(list(c), job.chunks), default=[])
-    return chain_time(path, job.chunks)
+        path += max(costs, key=lambda c: split_chain_time(list(c), job.chunks), default=[])
+    return split_chain_time(path, job.chunks)
+
+
+def build_reduce(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
+    """Add the Reduce of every group (one axis: NCCL's ring Reduce) to its root position ``job.root_pos``."""
+    for group in groups:
+        ring = group.ring(tuple(job.root_pos), 0, False)
+        reduce_to_phase(s, ring, job.root_pos[0], job.chunks, on_axis(ring.wrap), ("ring reduce", id(group)))
+
+
+def reduce_closed_form(job: Job, on_axis: OnAxis) -> float:
+    """The slowest chain towards the root (one axis): `split_chain_time` of its hops, from the far end in."""
+    n, root = job.group.sizes[0], job.root_pos[0]
+    algorithm = on_axis(job.group.wraps[0])
+    chains = [((root - hops * d) % n, d, hops) for d, hops in algorithm.reach_to(n, root) if hops > 0]
+    rings = [groups[0].ring((0,), 0) for groups in job.rings]
+    costs = [c for ring in rings for c in hop_parts(job.net, ring, chains, job.key_bytes,
+                                                    link_use(job.net, ring, chains))]
+    return max((split_chain_time(list(c), job.chunks) for c in costs), default=0.0)

@@ -112,18 +112,51 @@ def all_to_all_phase(s: Schedule, ring: Ring, bundles: list[dict[int, tuple]], s
 
 def broadcast_phase(s: Schedule, ring: Ring, origin: int, pieces: int, scheme: Scheme,
                     start: Callable[[int, int], list[int]], tag: Any) -> None:
-    """Broadcast along ``ring`` from ``origin``: pieces pipeline hop by hop, in order on every link."""
+    """Broadcast along ``ring`` from ``origin``: pieces pipeline hop by hop, in order on every link.
+
+    One piece is one transfer a hop (its latency, then its bytes). Several pieces split each hop in two
+    (`Schedule.add_split`): piece j's bytes leave once piece j has arrived at the hop's sender and piece j - 1's
+    bytes have left the link, and it arrives the route's latency later -- each piece store-and-forwarded, the
+    latency of a hop paid once, not once a piece (issue 27; `simulator.collectives.timing.split_chain_time`)."""
     n = len(ring.devices)
     for d, hops in scheme.reach(n, origin):
-        behind: list[int | None] = [None] * (hops + 1)  # last piece's transfer at each hop
+        behind: list[int | None] = [None] * (hops + 1)  # last piece's transfer at each hop (its bytes, when split)
         for j in range(pieces):
             prev = start(origin, j)
             for h in range(1, hops + 1):
                 a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
                 last = behind[h]
-                deps = prev + ([last] if last is not None else [])
-                sent = s.add(ring.devices[a], ring.devices[b], (("piece", j),), "copy", deps, (tag, j), ring.slots[b])
-                behind[h] = sent
+                keys = (("piece", j),)
+                if pieces > 1:
+                    behind[h], sent = s.add_split(ring.devices[a], ring.devices[b], keys, "copy", prev, (tag, j),
+                                                  ring.slots[b], [last] if last is not None else [])
+                else:
+                    deps = prev + ([last] if last is not None else [])
+                    sent = behind[h] = s.add(ring.devices[a], ring.devices[b], keys, "copy", deps, (tag, j),
+                                             ring.slots[b])
+                prev = [sent]
+
+
+def reduce_to_phase(s: Schedule, ring: Ring, owner: int, pieces: int, scheme: Scheme, tag: Any) -> None:
+    """Reduce along ``ring`` to ``owner``: each piece's partial sum starts at the far end of every chain towards
+    ``owner`` (``scheme.reach_to``) and is added into each member's own on the way, pieces one behind another on every
+    link -- `broadcast_phase` run backwards, its hops split the same way where there are several pieces."""
+    n = len(ring.devices)
+    for d, hops in scheme.reach_to(n, owner):
+        behind: list[int | None] = [None] * (hops + 1)  # last piece's transfer at each hop (its bytes, when split)
+        for j in range(pieces):
+            prev: list[int] = []
+            for h in range(1, hops + 1):
+                a, b = (owner - (hops - h + 1) * d) % n, (owner - (hops - h) * d) % n
+                last = behind[h]
+                keys = (("piece", j),)
+                if pieces > 1:
+                    behind[h], sent = s.add_split(ring.devices[a], ring.devices[b], keys, "add", prev, (tag, j),
+                                                  ring.slots[b], [last] if last is not None else [])
+                else:
+                    deps = prev + ([last] if last is not None else [])
+                    sent = behind[h] = s.add(ring.devices[a], ring.devices[b], keys, "add", deps, (tag, j),
+                                             ring.slots[b])
                 prev = [sent]
 
 

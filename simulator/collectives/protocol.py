@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from simulator.collectives import nccl_tuner
 from simulator.errors import PodsimError
 from topologies.multilevel import DEFAULT_IB_LATENCY_S
 from topologies.switch import DEFAULT_NVLINK_LATENCY_S
@@ -140,16 +141,36 @@ def calibrated_price(calibration: Any, asked: str = AUTO) -> Callable[[Any, Any]
             key = (name, algorithm.name if fitted_apart(calibration, algorithm.name) else "")
             if key not in views:
                 views[key] = priced_view(job.net, fraction, latency)
-            times[name] = launch + algorithm.closed_form(_pieced(algorithm, _on(job, views[key])))
+            times[name] = launch + algorithm.closed_form(_pieced(algorithm, _on(job, views[key]),
+                                                                 broadcast_piece_bytes(job, name)))
         best = min(times, key=lambda n: (times[n], list(PROTOCOLS).index(n)))
         return times[best], best, times
 
     return price
 
 
-def _pieced(algorithm: Any, job: Any) -> Any:
+#: Bytes of one Simple step (NVIDIA/nccl src/init.cc ``DEFAULT_BUFFSIZE`` 4 MiB over ``NCCL_STEPS`` = 8 slots): a ring
+#: broadcast's chunk on one channel (src/device/broadcast.h: ``calcBytePerStep() x BROADCAST_CHUNKSTEPS``, which
+#: src/device/collectives.h sets to 1), which a rank receives whole before it forwards it (the step's tail flag).
+SIMPLE_STEP_BYTES = 2.0**22 / 8
+
+
+def broadcast_piece_bytes(job: Any, protocol: str) -> float:
+    """Bytes of the pieces one of ``job``'s rings store-and-forwards under ``protocol`` (0: cut-through), for a ring
+    Broadcast or Reduce (``REDUCE_CHUNKSTEPS`` is 1 too). Simple: one
+    step on each channel of NCCL's ring graph (`nccl_tuner.comm_for`) that the ring stands for, its channels moving
+    together -- an H100 node's 12 channels on its one ring (6 MiB pieces); two nodes' 8 channels over their 8 NIC
+    rings, one each (512 KiB). LL and LL128 forward each 8- or 128-byte line as its flag lands: 0."""
+    if protocol != "Simple" or getattr(job, "kind", None) not in ("broadcast", "reduce"):
+        return 0.0
+    comm = nccl_tuner.comm_for(job.net, list(job.group.members.values()))
+    channels = comm.ring.channels if comm is not None else 1
+    return max(1.0, channels / max(1, len(job.rings))) * SIMPLE_STEP_BYTES
+
+
+def _pieced(algorithm: Any, job: Any, piece_bytes: float = 0.0) -> Any:
     """``job`` cut into the pieces that pipeline best on its (priced) network (`Algorithm.priced_chunks`)."""
-    pieces = algorithm.priced_chunks(job)
+    pieces = algorithm.priced_chunks(job, piece_bytes)
     if pieces is None or pieces == job.chunks:
         return job
     return replace(job, chunks=pieces, key_bytes=job.key_bytes * job.chunks / pieces, cache={})
@@ -159,7 +180,8 @@ def protocol_chunks(calibration: Any, algorithm: Any, job: Any, protocol: str) -
     """Pieces ``algorithm`` cuts ``job``'s array into under ``protocol`` (as `calibrated_price` priced it), or
     None where it keeps ``job.chunks``."""
     fraction, latency, _ = link_settings(calibration, job.nbytes, algorithm.name, protocol)
-    return algorithm.priced_chunks(_on(job, priced_view(job.net, fraction, latency)))
+    return algorithm.priced_chunks(_on(job, priced_view(job.net, fraction, latency)),
+                                   broadcast_piece_bytes(job, protocol))
 
 
 def _on(job: Any, view: Any) -> Any:

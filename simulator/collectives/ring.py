@@ -10,7 +10,9 @@ algorithm (``fallback``) there.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+from typing import ClassVar
 
 import numpy as np
 
@@ -28,7 +30,7 @@ PRICED_TRANSFERS = 16_384  #: most transfers a calibrated broadcast's pieces may
 class RingAlgorithm(Algorithm):
     """Chains of neighbour hops along each axis of a group (subclasses give the geometry)."""
 
-    kinds = KINDS[:5]  #: every kind but the root ones (`simulator.collectives.root`)
+    kinds: ClassVar[tuple[str, ...]] = KINDS[:5]  #: every kind but the root ones (`simulator.collectives.root`)
     closed: bool = True  #: uses the wraparound link (needs an axis that wraps)
     serial_reduce: bool = False  #: reduction chains cross a link in a fixed order (a line)
     fallback: str = "line"  #: algorithm on axes without wraparound
@@ -138,29 +140,38 @@ class RingAlgorithm(Algorithm):
         if job.kind in RING_KINDS:
             multi_axis.prepare(job, self.on_axis)
 
-    def priced_chunks(self, job: Job) -> int | None:
-        """Broadcast with the default pieces: the power of two (up to `PRICED_TRANSFERS` transfers) that
-        minimises `broadcast.closed_form` on the job's links, as NCCL pipelines a ring broadcast in chunks."""
-        if job.kind != "broadcast" or not job.auto_chunks or job.numeric:
+    def priced_chunks(self, job: Job, piece_bytes: float = 0.0) -> int | None:
+        """Broadcast with the default pieces, as NCCL pipelines a ring broadcast in chunks. ``piece_bytes`` > 0 (a
+        protocol that store-and-forwards whole chunks, NCCL's Simple): the array in pieces of at most that many
+        bytes, as few as that allows (`protocol.broadcast_piece_bytes`). Else (LL and LL128 forward each line as it
+        lands: cut-through) the power of two of pieces that minimises `broadcast.closed_form` on the job's links
+        -- which falls as pieces shrink (a hop's latency is paid once, `chains.broadcast_phase`), so the finest
+        cut the budget allows. At most `PRICED_TRANSFERS` transfers (two a piece a hop: its bytes, its latency)."""
+        if job.kind not in ("broadcast", "reduce") or not job.auto_chunks or job.numeric:
             return None
-        per_piece = (job.group.n - 1) * len(job.groups) * len(job.rings)
+        per_piece = 2 * (job.group.n - 1) * len(job.groups) * len(job.rings)
         if per_piece <= 0:
             return None
         whole = job.key_bytes * job.chunks  # one ring's array
+        most = max(1, PRICED_TRANSFERS // per_piece)
+        if piece_bytes > 0:
+            return min(most, max(1, math.ceil(whole / piece_bytes)))
         best: tuple[float, int] | None = None
         c = 1
-        while c * per_piece <= PRICED_TRANSFERS or c == 1:
-            t = broadcast.closed_form(replace(job, chunks=c, key_bytes=whole / c, cache={}), self.on_axis)
+        while c <= most:
+            t = self.closed_form(replace(job, chunks=c, key_bytes=whole / c, cache={}))
             if best is None or t < best[0]:
                 best = (t, c)
             c *= 2
         return best[1] if best else None
 
     def build(self, job: Job, schedule: Schedule) -> None:
-        pattern = {"all_to_all": all_to_all.build, "broadcast": broadcast.build}.get(job.kind, multi_axis.build)
+        pattern = {"all_to_all": all_to_all.build, "broadcast": broadcast.build,
+                   "reduce": broadcast.build_reduce}.get(job.kind, multi_axis.build)
         for groups in job.rings:
             pattern(job, groups[:1] if job.reduced else groups, self.on_axis, schedule)
 
     def closed_form(self, job: Job) -> float:
-        pattern = {"all_to_all": all_to_all.closed_form, "broadcast": broadcast.closed_form}
+        pattern = {"all_to_all": all_to_all.closed_form, "broadcast": broadcast.closed_form,
+                   "reduce": broadcast.reduce_closed_form}
         return pattern.get(job.kind, multi_axis.closed_form)(job, self.on_axis)

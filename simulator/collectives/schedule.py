@@ -45,6 +45,17 @@ class Transfer(NamedTuple):
 
 _new_transfer = tuple.__new__  #: ``_new_transfer(Transfer, (id, src, dst, keys, op, deps, nbytes))``
 
+#: A pipelined hop split in two (issue 27): a transfer whose op is ``COPY_BYTES`` or ``ADD_BYTES`` sends its
+#: bytes with no latency (`simulator.engine.network.Network.send_bytes`) and "arrives" when they have left the
+#: link, so the next piece over that hop can follow at once; a ``DELAY`` transfer (no keys, no bytes) from the same
+#: ``src`` to ``dst``, depending on it, then waits the route's latency (`Network.route_latency_s`): the piece has
+#: arrived when the delay has. Buffers are written when the bytes have left; a chain's next hop waits for the delay.
+COPY_BYTES = "copy bytes"
+ADD_BYTES = "add bytes"
+DELAY = "delay"
+ADDS = ("add", ADD_BYTES)  #: the ops that add into the receiver's buffer
+PLAIN_OPS = ("copy", "add")  #: the ops sent with their latency (`Network.message`, `Channel.send`)
+
 
 EVENTS_PER_TRANSFER = 3  #: simulated events of one transfer over one hop on the plain path (start, link, arrival)
 #: Work units of one transfer in an aggregated run (`execute`): its timers share SimPy events with a whole
@@ -136,6 +147,17 @@ class Schedule:
             self.expect(0)  # and its memory so far (an algorithm that knows its size refused it up front)
         return tid
 
+    def add_split(self, src: Any, dst: Any, keys: tuple | int, op: str, deps: Sequence[int], tag: Any, slot: Any,
+                  after: Sequence[int] = (), nbytes: float | None = None) -> tuple[int, int]:
+        """A hop split in two (see `DELAY`): the bytes of ``keys`` (op ``copy`` or ``add``) once ``deps`` have
+        arrived and the transfers ``after`` (earlier pieces' bytes on the same hop) have left, then the route's
+        latency; returns (the bytes' transfer, the delay's). The delay is what arrives at (``tag``, ``slot``);
+        the bytes are filed under (("bytes", ``tag``), ``slot``)."""
+        bytes_op = {"copy": COPY_BYTES, "add": ADD_BYTES}[op]
+        both = list(deps) + list(after)
+        sent = self.add(src, dst, keys, bytes_op, both, ("bytes", tag), slot, nbytes)
+        return sent, self.add(src, dst, 0, DELAY, [sent], tag, slot)
+
     def barrier(self, tags: Any) -> int:
         """A zero-byte transfer that arrives once every transfer with one of ``tags`` has arrived."""
         tid = len(self.transfers)
@@ -213,6 +235,15 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
 
     def start(t: Transfer) -> None:
         payload = {k: buffers[t.src][k].copy() for k in t.keys} if buffers is not None else None
+        if t.op not in PLAIN_OPS:  # a split hop's bytes, or its latency
+            def fire(_: Any) -> None:
+                arrive(t, payload)
+
+            if t.op == DELAY:
+                net.env.timeout(net.route_latency_s(t.src, t.dst)).callbacks.append(fire)
+            else:
+                net.send_bytes(t.src, t.dst, t.nbytes, label, fire, None)
+            return
         event = net.message(t.src, t.dst, t.nbytes, label) if t.src == t.dst or {t.src, t.dst} <= chips else \
             net.hop(t.src, t.dst, t.nbytes, label)  # a chip and its switch (in-switch reduction, NVLS)
         event.callbacks.append(lambda _e: arrive(t, payload))
@@ -222,7 +253,7 @@ def execute(net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any
             assert buffers is not None  # a payload is copied from the buffers
             store = buffers[t.dst]
             for k, value in payload.items():
-                store[k] = store[k] + value if t.op == "add" and k in store else value  # a switch starts empty
+                store[k] = store[k] + value if t.op in ADDS and k in store else value  # a switch starts empty
         for d in dependents[t.id]:
             waiting[d] -= 1
             if waiting[d] == 0:

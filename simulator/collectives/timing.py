@@ -15,7 +15,7 @@ the network's routes and prices them:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -343,6 +343,22 @@ def hop_costs(net: Network, ring: Ring, chains: list[tuple[int, int, int]], piec
     return out
 
 
+def hop_parts(net: Network, ring: Ring, chains: list[tuple[int, int, int]], piece_bytes: float,
+              shared: dict[tuple[Any, Any], int]) -> list[list[tuple[float, float]]]:
+    """`hop_costs` in its two parts: (route latency, the piece's bytes over the slowest link's share) in seconds
+    for each hop of each chain (a split hop, `simulator.collectives.schedule.DELAY`, pays them apart)."""
+    n = len(ring.devices)
+    out = []
+    for origin, d, hops in chains:
+        parts = []
+        for k in range(hops):
+            edges = step_edges(net, ring, (origin + k * d) % n, d)
+            share = min(net.graph.edges[e]["bandwidth_bytes_per_s"] / shared[e] for e in edges)
+            parts.append((route_latency(net, edges), piece_bytes / share))
+        out.append(parts)
+    return out
+
+
 def link_use(net: Network, ring: Ring, chains: list[tuple[int, int, int]]) -> dict[tuple[Any, Any], int]:
     """How many hops of ``chains`` (one piece each) cross each physical link."""
     n = len(ring.devices)
@@ -357,3 +373,16 @@ def link_use(net: Network, ring: Ring, chains: list[tuple[int, int, int]]) -> di
 def chain_time(costs: list[float], pieces: int) -> float:
     """``pieces`` pieces store-and-forwarded along hops of ``costs`` seconds each."""
     return sum(costs) + (pieces - 1) * max(costs) if costs else 0.0
+
+
+def split_chain_time(hops: Sequence[tuple[float, float]], pieces: int) -> float:
+    """``pieces`` pieces along split hops of (latency, bytes' seconds) each: a piece's bytes leave once it has
+    arrived and the piece before it has left the link, and it arrives the latency later -- a tandem of
+    deterministic servers with pure delays between them, ``sum(latency) + sum(s) + (pieces - 1) max(s)``.
+    One piece is one plain hop each: ``chain_time`` of latency plus seconds."""
+    if not hops:
+        return 0.0
+    if pieces == 1:
+        return chain_time([a + t for a, t in hops], 1)
+    sends = [t for _, t in hops]
+    return sum(a for a, _ in hops) + sum(sends) + (pieces - 1) * max(sends)

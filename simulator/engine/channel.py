@@ -195,6 +195,16 @@ class Channel:
         flow.generation = self._generation
         call_at(env, at + nbytes / self._bandwidth, self._lone_done, flow)
 
+    def send_bytes(self, nbytes: float, label: str, kind: str, then: Callable[[Any], Any], arg: Any) -> None:
+        """`send` without the latency: the bytes start moving now and ``then(arg)`` is called when the last has left
+        the channel. A pipelined chain pays its hop latency apart, as a pure delay after the bytes
+        (`simulator.collectives.schedule.DELAY`), so the next piece can follow as soon as this one has left."""
+        latency, self.latency_s = self.latency_s, 0.0  # (read once, synchronously, by every `send` and `transfer`)
+        try:
+            self.send(nbytes, label, kind, then, arg)
+        finally:
+            self.latency_s = latency
+
     def _enter(self, flow: _Flow) -> None:
         """`_join` for a `send` flow: on an idle channel its completion timer is a shared `call_after`."""
         if self._flows and (self._last_update <= clock(self.env) or not self._unadmit()):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from simulator import analytic
 from simulator.engine.channel import Channel
 from simulator.engine.routing import QuickestPaths
 from simulator.engine.speedups import route_finder
+from simulator.engine.timers import call_after
 from simulator.engine.trace import Trace
 from simulator.errors import PodsimError
 from simulator.units import MAX_BYTES, check_bytes, positive, positive_int
@@ -319,6 +320,56 @@ class Network:
         if self.trace is not None:
             self.trace.count(channel.kind, nbytes)
         return channel.transfer(nbytes, label, "send")
+
+    # -- a pipelined hop split in two: its bytes, then its latency (`simulator.collectives.schedule.DELAY`) -----
+    def hop_links(self, src: Any, dst: Any) -> list[Channel]:
+        """The channels a transfer from ``src`` to ``dst`` crosses: its one route between two chips, else the one
+        link (a chip and its switch); none from a device to itself."""
+        if src == dst:
+            return []
+        if src in self._chip_set and dst in self._chip_set:
+            return self._route_links(src, dst, False)[0][0]
+        return [self.link(src, dst)]
+
+    def route_latency_s(self, src: Any, dst: Any) -> float:
+        """Seconds of latency a transfer from ``src`` to ``dst`` pays (its links' latencies add, as they do
+        cut-through and store-and-forward alike), at the links' present (possibly calibrated) latencies."""
+        return sum(link.latency_s for link in self.hop_links(src, dst))
+
+    def send_bytes(self, src: Any, dst: Any, nbytes: float, label: str, then: Callable[[Any], Any],
+                   arg: Any) -> None:
+        """The bytes of a transfer from ``src`` to ``dst`` without its latency (`Channel.send_bytes` on every link;
+        cut-through, every link of the route carries them at once; store-and-forward, link after link), then
+        ``then(arg)`` when they have all left the last link: ``route_latency_s`` later they would have arrived.
+        Counts the bytes per interface as `message` and `hop` do."""
+        check_bytes(nbytes, name="message nbytes")
+        links = self.hop_links(src, dst)
+        if not links or nbytes == 0:
+            call_after(self.env, 0.0, then, arg)
+            return
+        if self.trace is not None:
+            for link in links:
+                self.trace.count(link.kind, nbytes)
+        if len(links) == 1:
+            links[0].send_bytes(nbytes, label, "send", then, arg)
+        elif self.switching == "cut_through":
+            left = [len(links)]
+
+            def one_done(_: Any) -> None:
+                left[0] -= 1
+                if left[0] == 0:
+                    then(arg)
+
+            for link in links:
+                link.send_bytes(nbytes, label, "send", one_done, None)
+        else:
+            def forward(k: int) -> None:
+                if k == len(links):
+                    then(arg)
+                else:
+                    links[k].send_bytes(nbytes, label, "send", forward, k + 1)
+
+            forward(0)
 
     def _route_links(self, src: Any, dst: Any, multipath: bool) -> tuple[list[list[Channel]], list[tuple[str, int]]]:
         """The channels of each route and how many hops of each link kind they cross (cached per pair)."""
