@@ -84,6 +84,10 @@ def test_trace_reads_common_column_names(tmp_path):
     ms = tmp_path / "mooncake.csv"
     ms.write_text("timestamp_ms,input_length,output_length\n3000,10,2\n1000,20,3\n")
     assert read_trace(str(ms)) == [Arrival(0.0, 20, 3), Arrival(2.0, 10, 2)]
+    burst = tmp_path / "burstgpt.csv"  # BurstGPT's header; its Timestamp is seconds
+    burst.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     "45,ChatGPT,1087,14,1101,Conversation log\n5,GPT-4,472,18,490,API log\n")
+    assert read_trace(str(burst)) == [Arrival(0.0, 472, 18), Arrival(40.0, 1087, 14)]
 
 
 def test_empty_or_broken_trace_is_refused(tmp_path):

@@ -14,9 +14,9 @@ ignored), first match wins:
   ``TIMESTAMP`` (Azure LLM inference trace: an ISO date-time, taken relative to the first row), or
   milliseconds in ``timestamp_ms`` (Mooncake's ``timestamp`` is milliseconds too: give it as timestamp_ms);
 - prompt tokens: ``prompt_tokens``, ``input_tokens``, ``input_length``, ``ContextTokens`` (Azure),
-  ``input_len``, ``prompt_len``;
+  ``input_len``, ``prompt_len``, ``Request tokens`` (BurstGPT, whose ``Timestamp`` is seconds);
 - output tokens: ``output_tokens``, ``output_length``, ``GeneratedTokens`` (Azure), ``output_len``,
-  ``completion_tokens``.
+  ``completion_tokens``, ``Response tokens`` (BurstGPT).
 """
 from __future__ import annotations
 
@@ -34,8 +34,10 @@ from simulator.units import show
 MAX_REQUESTS = 10_000_000  #: requests in one stream (an hour at 2,700 req/s); more is a units mistake
 TIME_COLUMNS = ("arrival_s", "arrival_time", "timestamp", "time")
 MS_COLUMNS = ("timestamp_ms",)
-PROMPT_COLUMNS = ("prompt_tokens", "input_tokens", "input_length", "contexttokens", "input_len", "prompt_len")
-OUTPUT_COLUMNS = ("output_tokens", "output_length", "generatedtokens", "output_len", "completion_tokens")
+PROMPT_COLUMNS = ("prompt_tokens", "input_tokens", "input_length", "contexttokens", "input_len", "prompt_len",
+                  "request tokens")
+OUTPUT_COLUMNS = ("output_tokens", "output_length", "generatedtokens", "output_len", "completion_tokens",
+                  "response tokens")
 
 
 @dataclass(frozen=True)
