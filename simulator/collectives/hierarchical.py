@@ -60,7 +60,7 @@ import numpy as np
 
 from simulator.collectives import payload
 from simulator.collectives.algorithm import Algorithm, Job, get_algorithm, register
-from simulator.collectives.chains import gather_phase, reduce_phase
+from simulator.collectives.chains import Trail, gather_phase, reduce_phase
 from simulator.collectives.groups import Group, keys_where
 from simulator.collectives.levels import TWO_LEVEL_KINDS, Levels, three_levels, two_levels
 from simulator.collectives.ring import RingAlgorithm
@@ -95,6 +95,7 @@ class Hierarchical(Algorithm):
     pipeline = 1  #: chunks flowing through the levels
     three = False  #: split the domains into units / pods as well (`simulator.collectives.levels.three_levels`)
     tier_ring = "unidirectional"  #: the ring each outer tier runs
+    step_pipeline = False  #: pipelined chunks follow each other hop by hop, not phase by phase (`_build_steps`)
 
     def levels(self, net: Network, group: Group) -> Levels | str:
         """The group's levels (two, or three for `three`), or why it has none."""
@@ -117,8 +118,13 @@ class Hierarchical(Algorithm):
     def prepare(self, job: Job) -> None:
         """Pipelined, timing only: the chunk count among `pipeline`, twice and four times it whose closed form is
         the least (issue 31: more chunks shorten the fill on small systems -- multislice:2:4x4 AllGather 1.24x
-        the bound at 4 chunks, 1.07x at 16 -- while on large ones their phases' latencies add up)."""
+        the bound at 4 chunks, 1.07x at 16 -- while on large ones their phases' latencies add up). A count the
+        caller gave (``chunks``, ``--chunks``) is the chunks flowing through the levels, as it is."""
         if self.pipeline == 1 or job.numeric:
+            return
+        if not job.auto_chunks:
+            count, job.chunks = job.chunks, 1  # the pieces are the pipeline's chunks, not cuts of each key
+            self._set_chunks(job, count)
             return
         best: tuple[float, int] | None = None
         for count in (self.pipeline, 2 * self.pipeline, 4 * self.pipeline):
@@ -136,6 +142,9 @@ class Hierarchical(Algorithm):
 
     # -- schedule --------------------------------------------------------------------------------------
     def build(self, job: Job, schedule: Schedule) -> None:
+        if self.step_pipeline and self.chunks_of(job) > 1:
+            self._build_steps(job, schedule)
+            return
         for group in job.groups:
             levels = self.levels(job.net, group)
             assert isinstance(levels, Levels)
@@ -148,16 +157,44 @@ class Hierarchical(Algorithm):
                     done[x] = schedule.barrier(tags)
                     before = [done[x]]
 
+    def _build_steps(self, job: Job, schedule: Schedule) -> None:
+        """`step_pipeline`: no barriers. A chip's chains in a phase start once its own arrivals of the chunk's
+        phase before have come in (not every chip's), and each hop of a ring takes the chunks in order, hop h
+        of chunk c after hop h of chunk c - 1 (`simulator.collectives.chains.Trail`), as NCCL's per-step
+        slots do: a link sends chunk c's step while chunk c - 1's next step waits out its hop latency."""
+        for group in job.groups:
+            levels = self.levels(job.net, group)
+            assert isinstance(levels, Levels)
+            trail = Trail()
+            for chunk in range(self.chunks_of(job)):
+                ready: dict[Any, list[int]] = {}  # device -> transfers of the chunk's phase before into it
+                for x, stage in enumerate(stages(job.kind, len(levels.sizes), len(levels.tiers))):
+                    first = len(schedule.transfers)
+                    self._stage(job, levels, schedule, stage, chunk, [], (id(group), chunk, x), ready=ready,
+                                trail=trail, prefix=(id(group), x))
+                    ready = {}
+                    for t in schedule.transfers[first:]:
+                        ready.setdefault(t.dst, []).append(t.id)
+                trail.next_chunk()
+
     def _stage(self, job: Job, lv: Levels, s: Schedule, stage: Stage, chunk: int, deps: list[int],
-               tag: Any) -> list[Any]:
+               tag: Any, ready: dict[Any, list[int]] | None = None, trail: Trail | None = None,
+               prefix: Any = None) -> list[Any]:
+        """Add one phase of ``chunk``: every chain waits for ``deps``, or (``ready`` given) for the arrivals
+        ``ready`` lists at its first chip; ``trail``/``prefix``: `simulator.collectives.chains.Trail`."""
         what, level, j = stage
         run = reduce_phase if what == "rs" else gather_phase
         n_axes, tags = len(lv.sizes), []
+
+        def start_of(ring: Any) -> Any:
+            if ready is None:
+                return lambda i, d=deps: d  # every chain waits for the phase before
+            return lambda i: ready.get(ring.devices[i], [])
+
         for r in range(n_axes):
             parts = [p for p in range(chunk * PARTS, (chunk + 1) * PARTS) if p % n_axes == r]
             rtag = (*tag, r)
             tags.append(rtag)
-            start = lambda i, d=deps: d  # noqa: E731  (every chain waits for the phase before)
             if level == "out":
                 for b in keys_where(lv.sizes, {}):
                     for k in (k for k in range(lv.outer) if lv.digits(k)[j] == 0):
@@ -167,7 +204,7 @@ class Hierarchical(Algorithm):
                                        for i in range(lv.tiers[j])]
                         else:  # a bundle's count: the parts of each slower tier's domains
                             bundles = [len(parts) * math.prod(lv.tiers[j + 1:])] * lv.tiers[j]
-                        run(s, ring, bundles, _ring(self.tier_ring), start, rtag)
+                        run(s, ring, bundles, _ring(self.tier_ring), start_of(ring), rtag, trail, (prefix, r, b, k))
                 continue
             order = _phase_order(job.kind, what, r, n_axes)
             a = order[j]
@@ -180,7 +217,8 @@ class Hierarchical(Algorithm):
                     free = math.prod(n for x, n in enumerate(lv.sizes) if x != a and x not in fixed)
                     bundles = [len(parts) * lv.outer * free] * lv.sizes[a]
                 for k in range(lv.outer):
-                    run(s, lv.inner_ring(k, base, a), bundles, lv.inner_algorithm(a), start, rtag)
+                    ring = lv.inner_ring(k, base, a)
+                    run(s, ring, bundles, lv.inner_algorithm(a), start_of(ring), rtag, trail, (prefix, r, base, k))
         return tags
 
     # -- closed form -----------------------------------------------------------------------------------
@@ -367,6 +405,7 @@ class Hierarchical3Pipelined(Hierarchical3):
     name = "hierarchical3_pipelined"
     summary = "three levels pipelined: the array in 8 chunks flows inside, across leaves/pods and back"
     pipeline = 8  #: three levels fill longer than two: 8 chunks keep the fill under an eighth of the sum
+    step_pipeline = True
 
 
 HIERARCHICAL = register(Hierarchical())
