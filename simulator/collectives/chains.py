@@ -16,37 +16,6 @@ from simulator.collectives.schedule import Schedule
 Start = Callable[[int], list[int]]  #: position -> transfers its first hop waits for
 
 
-class Trail:
-    """Chunks that follow each other over one set of rings, hop by hop, two at a time: chunk c + 1 enters a link
-    once chunk c is half way through its hops there -- its hop h waits for chunk c's hop h + floor(H/2) on the
-    same link, of the H that chunk c made there -- so each link carries at most two chunks at once, one sending
-    while the other waits out a hop's latency (as NCCL's per-step slots let a ring run ahead), and the chunks still
-    finish in order. A whole phase after the other (a barrier) leaves every link idle for a hop's latency at each
-    step. A pipelined caller passes one to every chunk's phases (a ``prefix`` per ring) and calls `next_chunk`
-    between chunks."""
-
-    def __init__(self) -> None:
-        self.behind: dict[Any, list[int]] = {}  # link -> the previous chunk's transfers on it, in hop order
-        self.current: dict[Any, list[tuple[int, int]]] = {}  # link -> (hop, transfer) of this chunk
-
-    def wait(self, prefix: Any, a: Any, b: Any, h: int) -> list[int]:
-        """What hop ``h`` of this chunk from ``a`` to ``b`` waits for besides its chain."""
-        last = self.behind.get((prefix, a, b))
-        if not last:
-            return []
-        i = h - 1 + len(last) // 2
-        return [last[i]] if i < len(last) else []
-
-    def record(self, prefix: Any, a: Any, b: Any, h: int, tid: int) -> None:
-        """Hop ``h`` from ``a`` to ``b`` of this chunk is transfer ``tid``."""
-        self.current.setdefault((prefix, a, b), []).append((h, tid))
-
-    def next_chunk(self) -> None:
-        """The chunk is laid out: the next one follows it."""
-        self.behind = {link: [t for _, t in sorted(hops)] for link, hops in self.current.items()}
-        self.current = {}
-
-
 class Scheme(Protocol):
     """What the builders need of a ring algorithm."""
 
@@ -85,11 +54,9 @@ class Bundle:
 
 
 def walk_chains(s: Schedule, ring: Ring, scheme: Scheme, start: Start, tag: Any,
-                payload: Callable[[int, int, int, int], tuple | int], trail: Trail | None = None,
-                prefix: Any = None) -> None:
+                payload: Callable[[int, int, int, int], tuple | int]) -> None:
     """Send every origin's chain of hops round ``ring``; hop h carries ``payload(origin, d, h, hops)``
-    and waits for hop h - 1 (the first hop for ``start(origin)``) and, given ``trail``, for the transfer
-    that crossed the same hop before (`Trail`). An empty payload ends the chain."""
+    and waits for hop h - 1 (the first hop for ``start(origin)``). An empty payload ends the chain."""
     n = len(ring.devices)
     for origin in range(n):
         for d, hops in scheme.reach(n, origin):
@@ -99,24 +66,18 @@ def walk_chains(s: Schedule, ring: Ring, scheme: Scheme, start: Start, tag: Any,
                 if not keys:
                     break
                 a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
-                src, dst = ring.devices[a], ring.devices[b]
-                deps = prev + trail.wait(prefix, src, dst, h) if trail is not None else prev
-                prev = [s.add(src, dst, keys, "copy", deps, tag, ring.slots[b])]
-                if trail is not None:
-                    trail.record(prefix, src, dst, h, prev[0])
+                prev = [s.add(ring.devices[a], ring.devices[b], keys, "copy", prev, tag, ring.slots[b])]
 
 
 def gather_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], scheme: Scheme, start: Start,
-                 tag: Any, trail: Trail | None = None, prefix: Any = None) -> None:
-    """AllGather along ``ring``: the bundle of position i reaches every other position (``trail``: as in
-    `walk_chains`)."""
-    walk_chains(s, ring, scheme, start, tag, lambda origin, d, h, hops: bundles[origin], trail, prefix)
+                 tag: Any) -> None:
+    """AllGather along ``ring``: the bundle of position i reaches every other position."""
+    walk_chains(s, ring, scheme, start, tag, lambda origin, d, h, hops: bundles[origin])
 
 
 def reduce_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], scheme: Scheme, start: Start,
-                 tag: Any, trail: Trail | None = None, prefix: Any = None) -> None:
-    """ReduceScatter along ``ring``: partial sums of bundle c flow to position c, adding on the way
-    (``trail``: as in `walk_chains`, a chain named by its owner).
+                 tag: Any) -> None:
+    """ReduceScatter along ``ring``: partial sums of bundle c flow to position c, adding on the way.
 
     On a ring every chain starts at a different device, so no two share a link at the same step. On a
     line every chain towards the right starts at the left end; each link then serves the chains in
@@ -131,13 +92,10 @@ def reduce_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], scheme: Sc
         for h in range(1, hops + 1):
             a, b = (owner - (hops - h + 1) * d) % n, (owner - (hops - h) * d) % n
             link_order = [ahead[(d, h)]] if scheme.serial_reduce and (d, h) in ahead else []
-            src, dst = ring.devices[a], ring.devices[b]
-            deps = prev + start(a) + link_order + (trail.wait(prefix, src, dst, h) if trail is not None else [])
-            prev = [s.add(src, dst, bundles[owner], "add", deps, tag, ring.slots[b])]
+            deps = prev + start(a) + link_order
+            prev = [s.add(ring.devices[a], ring.devices[b], bundles[owner], "add", deps, tag, ring.slots[b])]
             if scheme.serial_reduce:
                 ahead[(d, h)] = prev[0]
-            if trail is not None:
-                trail.record(prefix, src, dst, h, prev[0])
 
 
 def all_to_all_phase(s: Schedule, ring: Ring, bundles: list[dict[int, tuple]], scheme: Scheme, start: Start,

@@ -47,7 +47,16 @@ Two variants (each for two and three levels):
   it on three (fat trees and pods, every kind, 1 KB to 1 GB)
   (tests/test_switched_algorithms.py, tests/test_three_levels.py). The sequential variant equals its closed form exactly
   on two levels with one switch above the domains and on three levels; where two-level rails cross a shared
-  core or spine link, within 4%.
+  core or spine link, within 4%. ``chunks`` (``--chunks``) sets the chunks flowing through the levels; without
+  it `prepare` picks them.
+
+  Tried and left out (issue 32): chunks following each other hop by hop with no barrier (a chip's chains starting
+  on its own arrivals, each link taking two chunks at once, the next entering half way through the hops of the one
+  before). Under fair sharing the two chunks on a link start each hop together and so wait out its latency
+  together, and each chunk's pass takes about two periods, which lengthens the fill and bunches the last chunks:
+  1 GB on superpod:4 AllGather 3.393 -> 3.257 ms, AllReduce +1.5%; superpod:2 AllGather -4.1%, AllReduce +6.1%;
+  16 nodes of 8 H100s (8 a leaf) AllGather +4.5%, ReduceScatter -6.4% -- no better on the whole than the phase by
+  phase pipeline here.
 """
 from __future__ import annotations
 
@@ -60,7 +69,7 @@ import numpy as np
 
 from simulator.collectives import payload
 from simulator.collectives.algorithm import Algorithm, Job, get_algorithm, register
-from simulator.collectives.chains import Trail, gather_phase, reduce_phase
+from simulator.collectives.chains import gather_phase, reduce_phase
 from simulator.collectives.groups import Group, keys_where
 from simulator.collectives.levels import TWO_LEVEL_KINDS, Levels, three_levels, two_levels
 from simulator.collectives.ring import RingAlgorithm
@@ -95,7 +104,6 @@ class Hierarchical(Algorithm):
     pipeline = 1  #: chunks flowing through the levels
     three = False  #: split the domains into units / pods as well (`simulator.collectives.levels.three_levels`)
     tier_ring = "unidirectional"  #: the ring each outer tier runs
-    step_pipeline = False  #: pipelined chunks follow each other hop by hop, not phase by phase (`_build_steps`)
 
     def levels(self, net: Network, group: Group) -> Levels | str:
         """The group's levels (two, or three for `three`), or why it has none."""
@@ -142,9 +150,6 @@ class Hierarchical(Algorithm):
 
     # -- schedule --------------------------------------------------------------------------------------
     def build(self, job: Job, schedule: Schedule) -> None:
-        if self.step_pipeline and self.chunks_of(job) > 1:
-            self._build_steps(job, schedule)
-            return
         for group in job.groups:
             levels = self.levels(job.net, group)
             assert isinstance(levels, Levels)
@@ -157,44 +162,16 @@ class Hierarchical(Algorithm):
                     done[x] = schedule.barrier(tags)
                     before = [done[x]]
 
-    def _build_steps(self, job: Job, schedule: Schedule) -> None:
-        """`step_pipeline`: no barriers. A chip's chains in a phase start once its own arrivals of the chunk's
-        phase before have come in (not every chip's), and each hop of a ring takes the chunks in order, hop h
-        of chunk c after hop h of chunk c - 1 (`simulator.collectives.chains.Trail`), as NCCL's per-step
-        slots do: a link sends chunk c's step while chunk c - 1's next step waits out its hop latency."""
-        for group in job.groups:
-            levels = self.levels(job.net, group)
-            assert isinstance(levels, Levels)
-            trail = Trail()
-            for chunk in range(self.chunks_of(job)):
-                ready: dict[Any, list[int]] = {}  # device -> transfers of the chunk's phase before into it
-                for x, stage in enumerate(stages(job.kind, len(levels.sizes), len(levels.tiers))):
-                    first = len(schedule.transfers)
-                    self._stage(job, levels, schedule, stage, chunk, [], (id(group), chunk, x), ready=ready,
-                                trail=trail, prefix=(id(group), x))
-                    ready = {}
-                    for t in schedule.transfers[first:]:
-                        ready.setdefault(t.dst, []).append(t.id)
-                trail.next_chunk()
-
     def _stage(self, job: Job, lv: Levels, s: Schedule, stage: Stage, chunk: int, deps: list[int],
-               tag: Any, ready: dict[Any, list[int]] | None = None, trail: Trail | None = None,
-               prefix: Any = None) -> list[Any]:
-        """Add one phase of ``chunk``: every chain waits for ``deps``, or (``ready`` given) for the arrivals
-        ``ready`` lists at its first chip; ``trail``/``prefix``: `simulator.collectives.chains.Trail`."""
+               tag: Any) -> list[Any]:
         what, level, j = stage
         run = reduce_phase if what == "rs" else gather_phase
         n_axes, tags = len(lv.sizes), []
-
-        def start_of(ring: Any) -> Any:
-            if ready is None:
-                return lambda i, d=deps: d  # every chain waits for the phase before
-            return lambda i: ready.get(ring.devices[i], [])
-
         for r in range(n_axes):
             parts = [p for p in range(chunk * PARTS, (chunk + 1) * PARTS) if p % n_axes == r]
             rtag = (*tag, r)
             tags.append(rtag)
+            start = lambda i, d=deps: d  # noqa: E731  (every chain waits for the phase before)
             if level == "out":
                 for b in keys_where(lv.sizes, {}):
                     for k in (k for k in range(lv.outer) if lv.digits(k)[j] == 0):
@@ -204,7 +181,7 @@ class Hierarchical(Algorithm):
                                        for i in range(lv.tiers[j])]
                         else:  # a bundle's count: the parts of each slower tier's domains
                             bundles = [len(parts) * math.prod(lv.tiers[j + 1:])] * lv.tiers[j]
-                        run(s, ring, bundles, _ring(self.tier_ring), start_of(ring), rtag, trail, (prefix, r, b, k))
+                        run(s, ring, bundles, _ring(self.tier_ring), start, rtag)
                 continue
             order = _phase_order(job.kind, what, r, n_axes)
             a = order[j]
@@ -217,8 +194,7 @@ class Hierarchical(Algorithm):
                     free = math.prod(n for x, n in enumerate(lv.sizes) if x != a and x not in fixed)
                     bundles = [len(parts) * lv.outer * free] * lv.sizes[a]
                 for k in range(lv.outer):
-                    ring = lv.inner_ring(k, base, a)
-                    run(s, ring, bundles, lv.inner_algorithm(a), start_of(ring), rtag, trail, (prefix, r, base, k))
+                    run(s, lv.inner_ring(k, base, a), bundles, lv.inner_algorithm(a), start, rtag)
         return tags
 
     # -- closed form -----------------------------------------------------------------------------------
@@ -405,7 +381,6 @@ class Hierarchical3Pipelined(Hierarchical3):
     name = "hierarchical3_pipelined"
     summary = "three levels pipelined: the array in 8 chunks flows inside, across leaves/pods and back"
     pipeline = 8  #: three levels fill longer than two: 8 chunks keep the fill under an eighth of the sum
-    step_pipeline = True
 
 
 HIERARCHICAL = register(Hierarchical())
