@@ -198,9 +198,11 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "model --config docs/book_models/transformers_q1.toml --chip tpu-v5e --no-simulate",
      "context_attention_equals_projections", 8192, "match 0%"),
     ("transformers", "Q2-Q4, Q6 FLOP and intensity algebra", None, None, None,
-     "none: answers in symbols (2BDF / (XY) per device, 2 IJKLMNO, TG / (G + 1)) with no numbers to put in; Q6 has "
-     "no printed answer; podsim model --config F.toml gives flops_per_token and per_op intensities for a concrete "
-     "model"),
+     "none: answers in symbols (2BDF / (XY) per device, 2 IJKLMNO, TG / (G + 1)) with no numbers to put in; Q4's "
+     "one figure, prefill attention 'compute bound at S=240', is v5e's critical intensity read as a context, where "
+     "its own TG / (G + 1) puts the crossing at 240 (G + 1) / G (480 with no grouped heads), for no stated model; Q6 "
+     "has no printed answer; podsim model --config F.toml gives flops_per_token and per_op intensities for a "
+     "concrete model"),
     ("transformers", "Q7 DeepSeek v3: MFU from 2.79M H800-hours, 14.8T tokens, 37B active (21.7%)",
      "model --params 37e9 --mode train --tokens-total 14.8e12 --measured-chip-hours 2.79e6 --chip h100",
      "measured_mfu_8bit", 0.217,
