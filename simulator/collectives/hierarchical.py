@@ -124,9 +124,10 @@ class Hierarchical(Algorithm):
         return job.cache.get("pipeline", self.pipeline)
 
     def prepare(self, job: Job) -> None:
-        """Pipelined, timing only: the chunk count among `pipeline`, twice and four times it whose closed form is
-        the least (issue 31: more chunks shorten the fill on small systems -- multislice:2:4x4 AllGather 1.24x
-        the bound at 4 chunks, 1.07x at 16 -- while on large ones their phases' latencies add up). A count the
+        """Pipelined, timing only: the chunk count among half `pipeline`, `pipeline`, twice and four times it whose
+        closed form is the least (issue 31: more chunks shorten the fill on small systems -- multislice:2:4x4
+        AllGather 1.24x the bound at 4 chunks, 1.07x at 16 -- while on large ones their phases' latencies add up:
+        superpod:4 AllGather of 1 GB, 3.35 ms closed form at 8, 3.28 at 4). A count the
         caller gave (``chunks``, ``--chunks``) is the chunks flowing through the levels, as it is."""
         if self.pipeline == 1 or job.numeric:
             return
@@ -135,7 +136,7 @@ class Hierarchical(Algorithm):
             self._set_chunks(job, count)
             return
         best: tuple[float, int] | None = None
-        for count in (self.pipeline, 2 * self.pipeline, 4 * self.pipeline):
+        for count in (self.pipeline, self.pipeline // 2, 2 * self.pipeline, 4 * self.pipeline):
             self._set_chunks(job, count)
             t = self.closed_form(job)
             if best is None or t < best[0] * (1 - 1e-9):
