@@ -198,9 +198,11 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
      "model --config docs/book_models/transformers_q1.toml --chip tpu-v5e --no-simulate",
      "context_attention_equals_projections", 8192, "match 0%"),
     ("transformers", "Q2-Q4, Q6 FLOP and intensity algebra", None, None, None,
-     "none: answers in symbols (2BDF / (XY) per device, 2 IJKLMNO, TG / (G + 1)) with no numbers to put in; Q6 has "
-     "no printed answer; podsim model --config F.toml gives flops_per_token and per_op intensities for a concrete "
-     "model"),
+     "none: answers in symbols (2BDF / (XY) per device, 2 IJKLMNO, TG / (G + 1)) with no numbers to put in; Q4's "
+     "one figure, prefill attention 'compute bound at S=240', is v5e's critical intensity read as a context, where "
+     "its own TG / (G + 1) puts the crossing at 240 (G + 1) / G (480 with no grouped heads), for no stated model; Q6 "
+     "has no printed answer; podsim model --config F.toml gives flops_per_token and per_op intensities for a "
+     "concrete model"),
     ("transformers", "Q7 DeepSeek v3: MFU from 2.79M H800-hours, 14.8T tokens, 37B active (21.7%)",
      "model --params 37e9 --mode train --tokens-total 14.8e12 --measured-chip-hours 2.79e6 --chip h100",
      "measured_mfu_8bit", 0.217,
@@ -343,10 +345,24 @@ QUESTIONS: list[tuple[str, str, str | None, str | None, float | None, str]] = [
     ("inference", "Q5.3 the MoE's KV cache per token: the dense model's, experts hold no KV (no printed answer; "
      "524,288 in bf16)", "model --config docs/book_models/inference_moe.toml --chip tpu-v5e --no-simulate",
      "kv_bytes_per_position", 2 * 256 * 8 * 64 * 2, "match 0%"),
-    ("inference", "Q2, Q4, Q6 fit, sharding and free HBM of the same models on v5e", None, None, None,
-     "none: no printed answer in the Feb 2025 edition, and Q2 gives no context length to size a batch at; with "
-     "one, podsim model --config docs/book_models/inference_worked.toml --mesh model=16 answers it (max_batch, "
-     "book_hbm.max_batch), and inference_moe.toml Q6 (t_memory_s, hbm_spare_bytes)"),
+    ("inference", "Q6.1 the MoE's int8 weights from HBM on a v5e 8x16, Y=8, Z=16 (no printed answer; the chapter's "
+     "method: Q5.1's 211.7e9 B / (128 x 8.1e11) = 2.04 ms)", "model --params 211.66e9 --kv-bytes-per-token 262144 "
+     "--chip tpu-v5e --mesh model=128 --weight-dtype int8 --no-simulate", "t_memory_s", 211.7e9 / (128 * 8.1e11),
+     "match 2%"),
+    ("inference", "Q6.1 the same: free HBM per TPU (no printed answer; 16e9 - 211.7e9 / 128 = 14.35e9)",
+     "model --params 211.66e9 --kv-bytes-per-token 262144 --chip tpu-v5e --mesh model=128 --weight-dtype int8 "
+     "--no-simulate", "book_hbm.spare_per_chip_bytes", 16e9 - 211.7e9 / 128, "match 1%"),
+    ("inference", "Q6.2 the smallest slice for the MoE's int8 weights (no printed answer; 211.7e9 / 16e9 = 13.2 "
+     "chips: a 4x4)", "model --config docs/book_models/inference_moe.toml --chip tpu-v5e --mesh model=16 "
+     "--weight-dtype int8 --kv-dtype int8 --no-simulate", "book_hbm.chips_for_weights", 211.7e9 / 16e9,
+     "match 1%"),
+    ("inference", "Q2, Q4 the largest int8 batch and a sharding on a v5e 4x4", None, None, None,
+     "none: no printed answer in the current edition, and Q2 gives no context length to size a batch at; with "
+     "one, podsim model --config docs/book_models/inference_worked.toml --mesh model=16 --weight-dtype int8 "
+     "--kv-dtype int8 --context N answers it (max_batch, book_hbm.max_batch); Q4 is a design question (podsim "
+     "plan ranks layouts). Q6.1 is priced from the whole model's bytes (--params, Q5.1's count): podsim's decode "
+     "shards over data and model axes only, and model=128 does not divide the config's 32 heads -- expert "
+     "sharding (E over Z) is a training axis in podsim"),
     # --- applied-inference (Serving LLaMA 3-70B on TPUs) -----------------------------------------------------
     ("applied-inference", "LLaMA 3-70B int8 KV cache per token, 2 K H L (160 kB)",
      L3 + " --kv-dtype int8 --no-simulate", "kv_bytes_per_position", 160e3, "match 3%"),

@@ -14,7 +14,8 @@ from simulator.engine.watch import TICK, RunWatch, watching
 from simulator.errors import RunawayError
 from topologies.fattree import fattree
 
-CASES = [("nodes:8:8", "h100", "hierarchical_pipelined"), ("torus:8x8", "tpu-v5p", "bidirectional")]
+#: the first has more than one TICK of transfers at 1 MB (11,272), which the wall-clock limit and progress tests need
+CASES = [("nodes:16:8", "h100", "hierarchical_pipelined"), ("torus:8x8", "tpu-v5p", "bidirectional")]
 
 
 def _transfers(topology: str, chip: str, algorithm: str) -> int:
@@ -100,8 +101,8 @@ def test_long_run_warning_names_the_whole_schedule() -> None:
 
 
 def test_budget_still_refuses_a_schedule_while_it_is_built() -> None:
-    # more than TICK transfers (22,544 on 16 nodes): the first report, two units each, passes the budget
-    system = System("h100", topology="nodes:16:8", trace=False)
+    # more than TICK transfers (38,920 on 32 nodes): the first report, two units each, passes the budget
+    system = System("h100", topology="nodes:32:8", trace=False)
     with watching(RunWatch(max_events=10_000)), pytest.raises(RunawayError, match="budget of 10,000"):
         plan_collective("all_reduce", system, 1e6, algorithm="hierarchical_pipelined")
 

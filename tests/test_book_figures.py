@@ -106,7 +106,7 @@ def test_superpod_allgather_gives_the_books_overlapped_levels_beside_podsims(cap
     assert out["book_levels_bandwidth_bytes_per_s"] == pytest.approx(book, rel=1e-9)
     assert out["book_levels_s"] == pytest.approx(1e9 / book, rel=1e-9)
     assert out["book_levels_bottleneck"] == "leaf"
-    assert out["algbw_bytes_per_s"] < book  # podsim's levels do not overlap perfectly (about 295 GB/s)
+    assert out["algbw_bytes_per_s"] < book  # podsim's levels do not overlap perfectly (about 301 GB/s)
 
 
 # --- advice ------------------------------------------------------------------------------------------------

@@ -279,3 +279,16 @@ def test_training_flops_per_token_is_6N_plus_causal_attention(capsys):
     short, long = per_token(1024), per_token(2048)
     assert long - short == pytest.approx(3 * 4 * 80 * 8192 * (2049 - 1025) / 2, rel=1e-9)
     assert short == pytest.approx(6 * 70.55e9, rel=0.02)
+
+
+def test_spare_hbm_per_chip_is_16_gb_less_its_share_of_the_weights(capsys):
+    """inference Q6.1 (no printed answer): the MoE's 211.7e9 int8 bytes over 128 v5e leave 16e9 - 211.7e9 / 128 =
+    14.35e9 a chip; a model config's field agrees with its own weights over the model axis (bf16 on a 4x4:
+    16e9 - 141.1e9 / 16)."""
+    out = run(capsys, "model", "--params", "211.66e9", "--kv-bytes-per-token", "262144", "--chip", "tpu-v5e",
+              "--mesh", "model=128", "--weight-dtype", "int8", "--no-simulate")
+    assert out["book_hbm"]["spare_per_chip_bytes"] == pytest.approx(V5E_HBM_GB - 211.66e9 / 128, rel=1e-12)
+    assert out["book_hbm"]["chips_for_weights"] == pytest.approx(211.66e9 / V5E_HBM_GB, rel=1e-12)
+    out = run(capsys, *L3, "--mesh", "model=16", "--batch", "1", "--context", "8192")
+    assert out["book_hbm"]["spare_per_chip_bytes"] == pytest.approx(V5E_HBM_GB - out["params_total"] * 2 / 16,
+                                                                    rel=1e-12)

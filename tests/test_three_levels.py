@@ -184,3 +184,20 @@ def test_cli_bad_protocols_are_one_line_errors(capsys, args, match):
     assert main(base + args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and match in err
+
+
+def test_chunks_set_the_pipelines_chunks(capsys):
+    """--chunks was ignored by the pipelined levels; now it is the chunks flowing through them (6 parts each)."""
+    from simulator.collectives import plan_collective
+    from simulator.collectives.hierarchical import HIERARCHICAL3_PIPELINED
+    system = System("h100", topology=_small_fattree(), trace=False)
+    jobs = {c: plan_collective("all_reduce", system, 1e8, algorithm="hierarchical3_pipelined", chunks=c).job
+            for c in (2, 16)}
+    assert [HIERARCHICAL3_PIPELINED.chunks_of(jobs[c]) for c in (2, 16)] == [2, 16]
+    assert [jobs[c].parts for c in (2, 16)] == [12, 96]
+    times = []
+    for c in ("2", "16"):
+        main(["collective", "all_reduce", "--chip", "tpu-v5e", "--topology", "multipod:2:2:2x2", "--bytes", "1e8",
+              "--algorithm", "hierarchical3_pipelined", "--chunks", c, "--json"])
+        times.append(json.loads(capsys.readouterr().out)["time_s"])
+    assert times[0] != pytest.approx(times[1], rel=1e-3)

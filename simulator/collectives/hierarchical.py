@@ -47,7 +47,16 @@ Two variants (each for two and three levels):
   it on three (fat trees and pods, every kind, 1 KB to 1 GB)
   (tests/test_switched_algorithms.py, tests/test_three_levels.py). The sequential variant equals its closed form exactly
   on two levels with one switch above the domains and on three levels; where two-level rails cross a shared
-  core or spine link, within 4%.
+  core or spine link, within 4%. ``chunks`` (``--chunks``) sets the chunks flowing through the levels; without
+  it `prepare` picks them.
+
+  Tried and left out (issue 32): chunks following each other hop by hop with no barrier (a chip's chains starting
+  on its own arrivals, each link taking two chunks at once, the next entering half way through the hops of the one
+  before). Under fair sharing the two chunks on a link start each hop together and so wait out its latency
+  together, and each chunk's pass takes about two periods, which lengthens the fill and bunches the last chunks:
+  1 GB on superpod:4 AllGather 3.393 -> 3.257 ms, AllReduce +1.5%; superpod:2 AllGather -4.1%, AllReduce +6.1%;
+  16 nodes of 8 H100s (8 a leaf) AllGather +4.5%, ReduceScatter -6.4% -- no better on the whole than the phase by
+  phase pipeline here.
 """
 from __future__ import annotations
 
@@ -115,13 +124,19 @@ class Hierarchical(Algorithm):
         return job.cache.get("pipeline", self.pipeline)
 
     def prepare(self, job: Job) -> None:
-        """Pipelined, timing only: the chunk count among `pipeline`, twice and four times it whose closed form is
-        the least (issue 31: more chunks shorten the fill on small systems -- multislice:2:4x4 AllGather 1.24x
-        the bound at 4 chunks, 1.07x at 16 -- while on large ones their phases' latencies add up)."""
+        """Pipelined, timing only: the chunk count among half `pipeline`, `pipeline`, twice and four times it whose
+        closed form is the least (issue 31: more chunks shorten the fill on small systems -- multislice:2:4x4
+        AllGather 1.24x the bound at 4 chunks, 1.07x at 16 -- while on large ones their phases' latencies add up:
+        superpod:4 AllGather of 1 GB, 3.35 ms closed form at 8, 3.28 at 4). A count the
+        caller gave (``chunks``, ``--chunks``) is the chunks flowing through the levels, as it is."""
         if self.pipeline == 1 or job.numeric:
             return
+        if not job.auto_chunks:
+            count, job.chunks = job.chunks, 1  # the pieces are the pipeline's chunks, not cuts of each key
+            self._set_chunks(job, count)
+            return
         best: tuple[float, int] | None = None
-        for count in (self.pipeline, 2 * self.pipeline, 4 * self.pipeline):
+        for count in (self.pipeline, self.pipeline // 2, 2 * self.pipeline, 4 * self.pipeline):
             self._set_chunks(job, count)
             t = self.closed_form(job)
             if best is None or t < best[0] * (1 - 1e-9):

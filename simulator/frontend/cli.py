@@ -159,8 +159,9 @@ def _max_memory(args: argparse.Namespace) -> Iterator[None]:
 def _network_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", required=True, help="e.g. ring:8, torus:4x4, mesh:4x4, slice:8x16, switch:8")
     p.add_argument("--switching", default="cut_through", help="cut_through or store_and_forward")
-    p.add_argument("--chunks", help="pieces a message is cut into (store and forward pipelining; default 1) or a "
-                   "broadcast's array (default: the algorithm's own count)")
+    p.add_argument("--chunks", help="pieces a message is cut into (store and forward pipelining; default 1), a "
+                   "broadcast's array, or the chunks a pipelined hierarchical collective sends through its levels "
+                   "(default: the algorithm's own count)")
 
 
 def _output_args(p: argparse.ArgumentParser) -> None:

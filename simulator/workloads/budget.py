@@ -363,7 +363,8 @@ def _book_hbm(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], weigh
     `simulator.hardware.facts.nominal_hbm_bytes`): the chips whose HBM the weights alone fill (70e9 x 2 B /
     16e9 = 8.75 in bf16), the chips the weights and this step's KV cache fill (112e9 / 16e9 = 7), unrounded as
     the book writes them, the HBM the mesh's chips have left beside the weights (``kv_room_bytes``: 16 x 16e9 -
-    140e9 = 116e9 on a 4x4 in bf16), and the largest batch the HBM left beside each chip's weights holds at this context
+    140e9 = 116e9 on a 4x4 in bf16), each chip's HBM beside its share of the weights (``spare_per_chip_bytes``:
+    16e9 - 140e9 / 16 = 7.25e9), and the largest batch the HBM left beside each chip's weights holds at this context
     (43 at 8k in bf16 on a 4x4). Counts; no working memory (the book's own caveat)."""
     from simulator.hardware.facts import nominal_hbm_bytes
 
@@ -372,7 +373,8 @@ def _book_hbm(cfg: TransformerConfig, chip: ChipSpec, contexts: list[int], weigh
     kv = kv_bytes_per_position(cfg) * sum(contexts)  # the cached positions, once (160e3 x 8192 x 32)
     biggest = math.floor((hbm - weights) / per_request) if hbm > weights and per_request > 0 else 0
     return {"chips_for_weights": whole / hbm, "chips_for_weights_plus_kv": (whole + kv) / hbm,
-            "kv_room_bytes": max(0.0, par.chips * hbm - whole), "max_batch": biggest - biggest % par.data}
+            "kv_room_bytes": max(0.0, par.chips * hbm - whole), "spare_per_chip_bytes": hbm - weights,
+            "max_batch": biggest - biggest % par.data}
 
 
 #: Activations a layer saves for its backward pass, per token, in elements: the residual and norm

@@ -111,6 +111,10 @@ def abstract_budget(params: float, kv_bytes_per_token: float, chip: ChipSpec, ba
                 f"{cap / GiB:.3f} GiB of HBM; at this context a batch of {max_batch} fits")
     out.update(fits=need <= cap, hbm_needed_per_chip_bytes=need, hbm_capacity_bytes=cap, hbm_spare_bytes=cap - need,
                max_batch=max_batch, fit_note=note)
+    from simulator.hardware.facts import nominal_hbm_bytes
+
+    hbm = nominal_hbm_bytes(chip)  # the book's decimal GB (16e9 on v5e), as `simulator.workloads.budget` counts it
+    out["book_hbm"] = {"chips_for_weights": weights / hbm, "spare_per_chip_bytes": hbm - weights / model}
     return out
 
 
