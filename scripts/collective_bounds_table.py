@@ -255,7 +255,8 @@ def uncovered(table: list[dict]) -> list[str]:
 
 def _axes(axes: Any) -> list[int] | None:
     """The axes of a shape's collective ("slow": all; "dead": axis 1)."""
-    return {"slow": None, "dead": [1], "slowchip": None}.get(axes, axes) if isinstance(axes, str) else axes
+    named: dict[str, list[int] | None] = {"slow": None, "dead": [1], "slowchip": None}
+    return named.get(axes) if isinstance(axes, str) else axes
 
 
 def _row(system: System) -> list[Group]:
