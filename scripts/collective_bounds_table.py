@@ -205,7 +205,8 @@ BY_SHAPE: dict[tuple[str, ...], str] = {
                                                         "between pods through the slower core -- open: not analysed "
                                                         "(slice_direct is built for one level of slices)",
     **{("multipod:2:2:4x4", kind): "no root algorithm for three levels (slice_rails and slice_gather are built for "
-                                   "multislice's two): auto falls back to line / root_direct -- open"
+                                   "multislice's two): auto falls back to a one-level one (line, unidirectional, "
+                                   "root_direct) -- open"
        for kind in ("broadcast", "reduce", "gather", "scatter")},
     ("mesh:2x4x4", "all_reduce", "line"): "each axis's ReduceScatter then AllGather on lines loads the end links "
                                           "with 2 (n-1)/n V; grid_pipelined (a share per line of every axis, "
