@@ -80,7 +80,9 @@ from simulator.collectives.schedule import Schedule
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
 
-TRANSFER_BUDGET = 120_000  #: default pieces stop where the schedule would pass this many transfers
+TRANSFER_BUDGET = 120_000  #: default pieces stop where the schedule would pass this many transfers...
+FILL = 4  #: ...unless that leaves fewer than FILL x (D - 1) pieces (the fill then costs over ~0.6 / FILL of the sum)...
+MAX_TRANSFERS = 500_000  #: ...which may take the schedule up to this many transfers (mesh:8x8x8: ~15 s, 330 MB)
 Pos = tuple[int, ...]  #: a position in a group
 Hop = tuple[Pos, Pos, int, str]  #: (from position, to position, offset, op)
 Shape = tuple[tuple[int, ...], tuple[bool, ...]]  #: (sizes, wraps) of a 2-D or 3-D group
@@ -319,13 +321,18 @@ class GridPipelined(Algorithm):
         return units(_shape(group)) if len(group.sizes) in (2, 3) else 1
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
-        """Pieces that minimise the closed form (within `TRANSFER_BUDGET`); numeric mode: N."""
+        """Pieces that minimise the closed form within `TRANSFER_BUDGET` transfers, or where that budget leaves
+        fewer than `FILL` x (D - 1) pieces (a deep 3-D grid: D = 36 on 8x8x8, 48 on 2x16x16), up to that many within
+        `MAX_TRANSFERS` (as `simulator.collectives.spanning_trees`); numeric mode: N."""
         group = groups[0]
         if nbytes is None:
             return group.n
         profile = _Profile(net, group)
         per_step = len(profile.hist) * len(groups) + 1  # a bundle per link direction, a barrier
-        cap = max(1, min(MAX_PIECES, TRANSFER_BUDGET // per_step - profile.d + 1))
+        cap = TRANSFER_BUDGET // per_step - profile.d + 1
+        if cap < FILL * (profile.d - 1):
+            cap = max(cap, min(FILL * (profile.d - 1), MAX_TRANSFERS // per_step - profile.d + 1))
+        cap = max(1, min(MAX_PIECES, cap))
         best = min(_candidates(cap), key=lambda c: profile.time(nbytes, c))
         return best
 

@@ -309,7 +309,7 @@ class SliceRails(Algorithm):
         for rows in sorted({max(1, round(MAX_ROWS ** (i / 20))) for i in range(21)}):
             sizes, g = plan.layout(rows, nbytes / (rows * each))
             if rows > 1 and plan.transfers(rows, len(sizes), g) > MAX_TRANSFERS:
-                break
+                continue  # not monotone in rows: more rows may batch into fewer, larger messages (g > 1)
             times[rows] = slice_rails_time(plan, rows, nbytes / (rows * each))
         return min(times, key=lambda r: (times[r], r)) * each
 
