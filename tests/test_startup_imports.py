@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from simulator.frontend.command_help import EXTERNAL
+
 HEAVY = ("numpy", "networkx", "scipy", "simpy", "matplotlib", "topologies", "simulator.collectives",
          "simulator.workloads.hlo", "simulator.workloads.plans.train", "scenarios.collective_matmul")
 
@@ -44,6 +46,32 @@ def test_help_and_chips_import_nothing_heavy(argv):
 
 def test_a_one_block_run_imports_only_what_a_system_needs():
     assert loaded("run", "double_buffer", "--set", "blocks=1") == ["numpy", "networkx", "simpy", "topologies"]
+
+
+COMMAND_MODULES = tuple(module for module, _ in EXTERNAL.values())  #: the commands with modules of their own
+
+
+def test_help_and_a_run_import_no_other_command_s_module():
+    """`podsim --help` and `podsim run` register the other commands as stubs: none of their modules loads."""
+    for argv in (["--help"], ["run", "double_buffer", "--set", "blocks=1"]):
+        probe = subprocess.run([sys.executable, "-c", PROBE, json.dumps(COMMAND_MODULES), *argv], capture_output=True,
+                               text=True, check=True)
+        assert json.loads(probe.stdout.strip().splitlines()[-1])["loaded"] == [], argv
+
+
+def test_a_stub_s_help_line_is_its_command_s_own():
+    """The top-level help from stubs equals the one from every command's full parser (the same lines, in order)."""
+    import argparse
+
+    from simulator.frontend.cli import build_parser
+
+    def lines(parser: argparse.ArgumentParser) -> list[tuple[str, str | None]]:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return [(choice.dest, choice.help) for choice in sub._choices_actions]
+
+    full, stubs = build_parser(), build_parser(only=())
+    assert lines(full) == lines(stubs) and len(lines(full)) >= 15
+    assert full.format_help() == stubs.format_help()
 
 
 def test_an_unknown_algorithm_is_still_one_line_naming_the_valid_ones(capsys):
