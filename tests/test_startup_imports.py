@@ -2,8 +2,8 @@
 
 No timing here (benchmarks/startup.py times them): each command runs in a fresh interpreter and reports which
 heavy modules it loaded. --help and chips need none of NumPy, NetworkX, SciPy, SimPy or the collectives; a
-one-block double-buffer run needs a System (NumPy, NetworkX, SimPy) but neither SciPy nor the collectives nor
-the other scenarios.
+one-block double-buffer run needs a System of one chip (NumPy, SimPy) but no graph (NetworkX loads with a
+topology), neither SciPy nor the collectives nor the other scenarios.
 """
 from __future__ import annotations
 
@@ -45,7 +45,12 @@ def test_help_and_chips_import_nothing_heavy(argv):
 
 
 def test_a_one_block_run_imports_only_what_a_system_needs():
-    assert loaded("run", "double_buffer", "--set", "blocks=1") == ["numpy", "networkx", "simpy", "topologies"]
+    assert loaded("run", "double_buffer", "--set", "blocks=1") == ["numpy", "simpy"]  # a lone chip: no graph
+
+
+def test_a_run_on_a_topology_still_loads_networkx():
+    assert {"networkx", "topologies"} <= set(loaded("send", "--topology", "ring:2", "--src", "0", "--dst", "1",
+                                                    "--bytes", "1MB"))
 
 
 COMMAND_MODULES = tuple(module for module, _ in EXTERNAL.values())  #: the commands with modules of their own
