@@ -8,7 +8,10 @@ not run, and names on the trace the links they stood for (`stand_in_rings`). Mov
 from __future__ import annotations
 
 import itertools
+import math
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from simulator.acceleration.unfolding import Translates, stand_ins
 from simulator.collectives.algorithm import REDUCED_KINDS, Algorithm, algorithms
@@ -63,7 +66,21 @@ def grid_translations(net: Network) -> Translates:
 
     def translate(k: int, chip: Any) -> Any:
         return at[tuple((x + d) % n for x, d, n in zip(coord[chip], deltas[k], shape, strict=True))]
-    return Translates(len(deltas), translate)
+
+    if not all(len(c) == len(shape) and all(0 <= x < n for x, n in zip(c, shape, strict=True)) for c in at):
+        return Translates(len(deltas), translate)
+    cell = np.full(math.prod(shape), None, dtype=object)  # the chip at each flat (row-major) coordinate, or None
+    for c, v in at.items():
+        cell[np.ravel_multi_index(c, shape)] = v
+    offsets, sizes = np.array(deltas, dtype=np.int64).reshape(len(deltas), len(shape)), np.array(shape)
+
+    def every(chip: Any) -> list[Any]:
+        """``[translate(k, chip) for k ...]`` in one step (a chip without coordinates: None for each move)."""
+        if chip not in coord:
+            return [None] * len(deltas)
+        moved = (np.array(coord[chip], dtype=np.int64) + offsets) % sizes
+        return cell[np.ravel_multi_index(tuple(moved.T), shape)].tolist()
+    return Translates(len(deltas), translate, every)
 
 
 def stand_in_rings(net: Network, groups: list[Group], link_bytes: dict[str, float]) -> None:
