@@ -121,14 +121,12 @@ class Translates:
         u, v = ends
         out: dict[tuple[Any, Any], None] = {}
         if self.every is not None:  # (an image with a None end, off the grid, is no link)
-            succ = net.graph.succ  # ``b in succ[a]``: ``has_edge(a, b)``, ``succ[a]`` once a node (2.3 M on the pod)
-            heads: dict[Any, Any] = {}
+            # ``b in succ[a]`` is ``has_edge(a, b)`` on NetworkX's own dict of successors (2.3 M images on the pod;
+            # the public ``graph.succ`` view builds a view a lookup); a graph without it takes has_edge
+            succ = getattr(net.graph, "_succ", None)
+            has_edge = net.graph.has_edge
             for image in zip(self.every(u), self.every(v), strict=True):
-                a = image[0]
-                out_of = heads.get(a)
-                if out_of is None:
-                    out_of = heads[a] = succ.get(a, ())
-                if image[1] in out_of and image not in ran:
+                if image not in ran and (image[1] in succ.get(image[0], ()) if succ is not None else has_edge(*image)):
                     out[image] = None
             return list(out)
         for k in range(self.count):
