@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -56,9 +57,22 @@ def total_link_bytes(net: Network, groups: list[Group], group: Group, link_bytes
     return total
 
 
+_GRID_TRANSLATIONS: weakref.WeakKeyDictionary[Any, tuple[Any, Translates]] = weakref.WeakKeyDictionary()
+
+
 def grid_translations(net: Network) -> Translates:
     """Every translation of ``net``'s grid (a wrapped torus, or axes of two chips: there ``+1`` is the one link back),
-    as `Translates`: move ``k`` adds the k-th offset (row-major) to every chip's coordinates, modulo the shape."""
+    as `Translates`: move ``k`` adds the k-th offset (row-major) to every chip's coordinates, modulo the shape. One
+    object a network and graph (its memo of orbits serves every caller of the same run)."""
+    known = _GRID_TRANSLATIONS.get(net)
+    if known is not None and known[0] is net.graph:
+        return known[1]
+    moves = _grid_translations(net)
+    _GRID_TRANSLATIONS[net] = (net.graph, moves)
+    return moves
+
+
+def _grid_translations(net: Network) -> Translates:
     shape = net.shape
     coord = {v: tuple(c) for v, c in net.graph.nodes(data="coord") if c is not None}
     at = {c: v for v, c in coord.items()}
@@ -68,7 +82,7 @@ def grid_translations(net: Network) -> Translates:
         return at[tuple((x + d) % n for x, d, n in zip(coord[chip], deltas[k], shape, strict=True))]
 
     if not all(len(c) == len(shape) and all(0 <= x < n for x, n in zip(c, shape, strict=True)) for c in at):
-        return Translates(len(deltas), translate)
+        return Translates(len(deltas), translate, group=True)
     cell = np.full(math.prod(shape), None, dtype=object)  # the chip at each flat (row-major) coordinate, or None
     for c, v in at.items():
         cell[np.ravel_multi_index(c, shape)] = v
@@ -80,7 +94,7 @@ def grid_translations(net: Network) -> Translates:
             return [None] * len(deltas)
         moved = (np.array(coord[chip], dtype=np.int64) + offsets) % sizes
         return cell[np.ravel_multi_index(tuple(moved.T), shape)].tolist()
-    return Translates(len(deltas), translate, every)
+    return Translates(len(deltas), translate, every, group=True)
 
 
 def stand_in_rings(net: Network, groups: list[Group], link_bytes: dict[str, float]) -> None:
