@@ -1,9 +1,10 @@
 """Whole step: one llama-3-70b training step on 64 tpu-v5p chips (data=8, model=8) against the lean pipeline.
 
-Issue 16's whole-step target: the step's wall time at most 4x that of benchmarks/engine.py's lean plain-SimPy
-pipeline of 10,000 blocks, measured in the same run (process start-up excluded). Prints both wall times
+Issue 16's whole-step target, kept by issue 29 at 2x: the step's wall time at most 2x that of
+benchmarks/engine.py's lean plain-SimPy pipeline of 10,000 blocks, measured in the same run (process start-up
+excluded). Prints both wall times
 (best of ``--repeat``, interleaved so machine load falls on both), the step's simulated time and event
-count, and ends with ``ratio: X`` where X = step wall / lean wall (the target is X <= 4). The step runs by
+count, and ends with ``ratio: X`` where X = step wall / lean wall (the target is X <= 2). The step runs by
 symmetry (one chip per pipeline stage, `simulator.acceleration.step_symmetry`), its collectives on the quotient
 of the 4x4x4 torus by the translations that map the groups onto groups (y is split between data and model:
 translations by (1, 2, 1), 32 of them; `simulator.acceleration.quotient`), its repeated collectives
@@ -23,6 +24,7 @@ from scenarios import transformer_step
 
 STEP = {"model": "llama-3-70b", "mode": "train", "chip": "tpu-v5p", "mesh": "data=8,model=8", "batch": 8,
         "seq": 2048, "require_fit": False}  # 136 GiB a chip without FSDP: timed anyway, as in the issue
+TARGET = 2.0  #: issue 29's keep-target: step wall / lean wall
 
 
 def main() -> None:
@@ -55,7 +57,7 @@ def main() -> None:
         same = abs(full.extra["step_time_s"] - result.extra["step_time_s"]) <= 1e-9 * full.extra["step_time_s"]
         print(f"exact (every chip) wall: {exact_s * 1e3:.1f} ms  events: {events[0]:,}  same step: {same}  "
               f"exact ratio: {exact_s / lean_s:.2f}")
-    print(f"ratio: {step_s / lean_s:.2f}")
+    print(f"ratio: {step_s / lean_s:.2f} (target <= {TARGET:g})")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 No timing here (benchmarks/startup.py times them): each command runs in a fresh interpreter and reports which
 heavy modules it loaded. --help and chips need none of NumPy, NetworkX, SciPy, SimPy or the collectives; a
-one-block double-buffer run needs a System (NumPy, NetworkX, SimPy) but neither SciPy nor the collectives nor
-the other scenarios.
+one-block double-buffer run needs a System of one chip (NumPy, SimPy) but no graph (NetworkX loads with a
+topology), neither SciPy nor the collectives nor the other scenarios.
 """
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+
+from simulator.frontend.command_help import EXTERNAL
 
 HEAVY = ("numpy", "networkx", "scipy", "simpy", "matplotlib", "topologies", "simulator.collectives",
          "simulator.workloads.hlo", "simulator.workloads.plans.train", "scenarios.collective_matmul")
@@ -43,7 +45,38 @@ def test_help_and_chips_import_nothing_heavy(argv):
 
 
 def test_a_one_block_run_imports_only_what_a_system_needs():
-    assert loaded("run", "double_buffer", "--set", "blocks=1") == ["numpy", "networkx", "simpy", "topologies"]
+    assert loaded("run", "double_buffer", "--set", "blocks=1") == ["numpy", "simpy"]  # a lone chip: no graph
+
+
+def test_a_run_on_a_topology_still_loads_networkx():
+    assert {"networkx", "topologies"} <= set(loaded("send", "--topology", "ring:2", "--src", "0", "--dst", "1",
+                                                    "--bytes", "1MB"))
+
+
+COMMAND_MODULES = tuple(module for module, _ in EXTERNAL.values())  #: the commands with modules of their own
+
+
+def test_help_and_a_run_import_no_other_command_s_module():
+    """`podsim --help` and `podsim run` register the other commands as stubs: none of their modules loads."""
+    for argv in (["--help"], ["run", "double_buffer", "--set", "blocks=1"]):
+        probe = subprocess.run([sys.executable, "-c", PROBE, json.dumps(COMMAND_MODULES), *argv], capture_output=True,
+                               text=True, check=True)
+        assert json.loads(probe.stdout.strip().splitlines()[-1])["loaded"] == [], argv
+
+
+def test_a_stub_s_help_line_is_its_command_s_own():
+    """The top-level help from stubs equals the one from every command's full parser (the same lines, in order)."""
+    import argparse
+
+    from simulator.frontend.cli import build_parser
+
+    def lines(parser: argparse.ArgumentParser) -> list[tuple[str, str | None]]:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return [(choice.dest, choice.help) for choice in sub._choices_actions]
+
+    full, stubs = build_parser(), build_parser(only=())
+    assert lines(full) == lines(stubs) and len(lines(full)) >= 15
+    assert full.format_help() == stubs.format_help()
 
 
 def test_an_unknown_algorithm_is_still_one_line_naming_the_valid_ones(capsys):

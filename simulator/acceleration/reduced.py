@@ -8,7 +8,11 @@ not run, and names on the trace the links they stood for (`stand_in_rings`). Mov
 from __future__ import annotations
 
 import itertools
+import math
+import weakref
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from simulator.acceleration.unfolding import Translates, stand_ins
 from simulator.collectives.algorithm import REDUCED_KINDS, Algorithm, algorithms
@@ -53,9 +57,22 @@ def total_link_bytes(net: Network, groups: list[Group], group: Group, link_bytes
     return total
 
 
+_GRID_TRANSLATIONS: weakref.WeakKeyDictionary[Any, tuple[Any, Translates]] = weakref.WeakKeyDictionary()
+
+
 def grid_translations(net: Network) -> Translates:
     """Every translation of ``net``'s grid (a wrapped torus, or axes of two chips: there ``+1`` is the one link back),
-    as `Translates`: move ``k`` adds the k-th offset (row-major) to every chip's coordinates, modulo the shape."""
+    as `Translates`: move ``k`` adds the k-th offset (row-major) to every chip's coordinates, modulo the shape. One
+    object a network and graph (its memo of orbits serves every caller of the same run)."""
+    known = _GRID_TRANSLATIONS.get(net)
+    if known is not None and known[0] is net.graph:
+        return known[1]
+    moves = _grid_translations(net)
+    _GRID_TRANSLATIONS[net] = (net.graph, moves)
+    return moves
+
+
+def _grid_translations(net: Network) -> Translates:
     shape = net.shape
     coord = {v: tuple(c) for v, c in net.graph.nodes(data="coord") if c is not None}
     at = {c: v for v, c in coord.items()}
@@ -63,7 +80,21 @@ def grid_translations(net: Network) -> Translates:
 
     def translate(k: int, chip: Any) -> Any:
         return at[tuple((x + d) % n for x, d, n in zip(coord[chip], deltas[k], shape, strict=True))]
-    return Translates(len(deltas), translate)
+
+    if not all(len(c) == len(shape) and all(0 <= x < n for x, n in zip(c, shape, strict=True)) for c in at):
+        return Translates(len(deltas), translate, group=True)
+    cell = np.full(math.prod(shape), None, dtype=object)  # the chip at each flat (row-major) coordinate, or None
+    for c, v in at.items():
+        cell[np.ravel_multi_index(c, shape)] = v
+    offsets, sizes = np.array(deltas, dtype=np.int64).reshape(len(deltas), len(shape)), np.array(shape)
+
+    def every(chip: Any) -> list[Any]:
+        """``[translate(k, chip) for k ...]`` in one step (a chip without coordinates: None for each move)."""
+        if chip not in coord:
+            return [None] * len(deltas)
+        moved = (np.array(coord[chip], dtype=np.int64) + offsets) % sizes
+        return cell[np.ravel_multi_index(tuple(moved.T), shape)].tolist()
+    return Translates(len(deltas), translate, every, group=True)
 
 
 def stand_in_rings(net: Network, groups: list[Group], link_bytes: dict[str, float]) -> None:

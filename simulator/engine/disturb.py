@@ -22,7 +22,6 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 import simpy
 
@@ -47,7 +46,9 @@ from simulator.engine.faults import (
 from simulator.engine.trace import Span, Trace
 from simulator.errors import FaultError, IncompleteRunError
 
-if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
+if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle; NetworkX loads with a topology)
+    import networkx as nx
+
     from simulator.engine.system import System
 
 __all__ = ["FaultChannel", "FaultModel", "FaultUnit", "Noise", "model_for"]
@@ -156,6 +157,8 @@ class FaultModel:
             f = links[0]
             raise FaultError(f"link {f.src}->{f.dst}: this system has no links ({len(system.chips)} chip(s), no "
                              "topology); link faults need a topology such as torus:8")
+        import networkx as nx
+
         graph = nx.DiGraph(spec=f"{len(system.chips)} unconnected chip(s)")
         graph.add_nodes_from((c.index, {"role": "chip"}) for c in system.chips)
         self.applied = [chip_record(f, resolve_node(graph, f.chip)) for f in self.faults if isinstance(f, CHIP_FAULTS)]

@@ -10,17 +10,14 @@ import time
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 import simpy
 
-import topologies
 from simulator.engine.chip import Chip
 from simulator.engine.disturb import model_for
 from simulator.engine.environment import Environment, api_misuse
 from simulator.engine.faults import Fault, Jitter
 from simulator.engine.gcpause import gc_paused
-from simulator.engine.network import Network
 from simulator.engine.simpy_door import run_until_empty
 from simulator.engine.trace import Trace, compute_metrics
 from simulator.engine.watch import TICK, RunWatch, current_watch
@@ -29,8 +26,11 @@ from simulator.errors import DeadlockError, PodsimError, RunawayError, Simulatio
 from simulator.hardware.specs import ChipSpec, get_chip
 from simulator.units import positive, positive_int
 
-if TYPE_CHECKING:  # annotations only (host imports system)
+if TYPE_CHECKING:  # annotations only (host imports system; NetworkX and the network load with a topology)
+    import networkx as nx
+
     from simulator.engine.host import HostMemory
+    from simulator.engine.network import Network
 
 
 def resolve_chip(chip: str | ChipSpec) -> ChipSpec:
@@ -40,6 +40,10 @@ def resolve_chip(chip: str | ChipSpec) -> ChipSpec:
 
 def resolve_topology(topology: str | nx.DiGraph, chip: ChipSpec) -> nx.DiGraph:
     """A topology graph from a spec string (links take ``chip``'s bandwidth and latency) or a graph."""
+    import networkx as nx
+
+    import topologies
+
     if isinstance(topology, nx.DiGraph):
         return topology
     if not isinstance(topology, str):
@@ -79,6 +83,8 @@ class System:
             self.graph = resolve_topology(topology, self.spec)
             if self.faults is not None:
                 self.graph = self.faults.prepare_graph(self.graph)
+            from simulator.engine.network import Network
+
             self.network = Network(self.env, self.graph, self.trace, switching)
             self.network.chip = self.spec
             ids: list[int] = self.network.chips

@@ -8,11 +8,12 @@ slice has (`topologies.shapes.slice_shapes` lists the shapes Cloud TPU sells) al
 from __future__ import annotations
 
 import math
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from simulator.hardware.specs import ChipSpec
-from topologies.shapes import slice_shapes
+
+if TYPE_CHECKING:  # annotations only: a lone chip's System loads no NetworkX
+    import networkx as nx
 
 _SWITCHED = ("switch", "nodes")  #: graph kinds whose chips meet in a switch
 
@@ -44,6 +45,8 @@ def _slice_notes(chip: ChipSpec, graph: nx.DiGraph) -> list[str]:
     shape = tuple(graph.graph.get("slice_shape") or graph.graph.get("shape", ()))
     if is_real_slice(shape, rule):
         return []
+    from topologies.shapes import slice_shapes
+
     n = math.prod(shape)
     real = slice_shapes(n, rule)
     offer = f"real {n}-chip slices: {', '.join(_x(s) for s in real)}" if real else f"no real slice has {n} chips"
@@ -60,6 +63,8 @@ def is_real_slice(shape: tuple[int, ...], rule: str) -> bool:
     """
     def core(s: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(sorted(n for n in s if n > 1))
+
+    from topologies.shapes import slice_shapes
 
     return core(shape) in {core(s) for s in slice_shapes(math.prod(shape), rule)}
 

@@ -6,29 +6,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from simulator.engine.memory_budget import DEFAULT_FRACTION, memory_budget
 from simulator.engine.memory_budget import ENV_VAR as MEMORY_ENV_VAR
 from simulator.errors import NonFiniteError, PodsimError, one_line
 from simulator.frontend.chips_cmd import cmd_chips
-from simulator.frontend.compare_cmd import add_compare_parser, cmd_compare
-from simulator.frontend.hlo_cmd import add_hlo_parser, cmd_hlo
-from simulator.frontend.model_cmd import add_model_parser, cmd_model
+from simulator.frontend.command_help import EXTERNAL
 from simulator.frontend.montecarlo import add_fault_args, dispatch
 from simulator.frontend.outputs import check_outputs, stdout_for, write_outputs
-from simulator.frontend.plan_cmd import add_plan_parser, cmd_plan
 from simulator.frontend.progress import command_watch
-from simulator.frontend.roofline_cmd import add_roofline_parser, cmd_roofline
 from simulator.frontend.scenario import list_scenarios, load_scenario, parse_sets, run_scenario, scenario_params
-from simulator.frontend.serve_cmd import add_serve_parser, cmd_serve
-from simulator.frontend.shard_cmd import add_shard_parser, cmd_shard
-from simulator.frontend.sweep import add_sweep_parser, cmd_sweep
 from simulator.hardware.specs import PRESETS, ChipSpec, get_chip, load_chip_file
 from simulator.report.result import Result, dumps_json
 from simulator.units import check_derived, format_quantity, parse_int, parse_positive
@@ -59,8 +53,16 @@ def _chip_args(p: argparse.ArgumentParser) -> None:
     group.add_argument("--chip-file", metavar="F.toml", help="a user chip in TOML (fields of ChipSpec)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+def build_parser(only: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every subcommand; with ``only``, the commands of `command_help.EXTERNAL` outside
+    it are stubs with their help line alone, their modules not imported (`main` passes the command being run)."""
+
+    def external(name: str, *extra: Any) -> None:
+        if only is None or name in only:
+            getattr(importlib.import_module(EXTERNAL[name][0]), f"add_{name}_parser")(sub, *extra)
+        else:
+            sub.add_parser(name, help=EXTERNAL[name][1])
+
     parser = _Parser(prog="podsim", description="Discrete-event simulator of ML accelerator chips and links.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("chips", help="list the chip presets; with a NAME, that chip's facts (pod, hosts, SMs, clocks)")
@@ -79,11 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text summary: links by kind, or each")
     _output_args(p)
     add_fault_args(p)
-    add_roofline_parser(sub, _chip_args)
-    add_shard_parser(sub, _chip_args)
-    add_model_parser(sub)
-    add_plan_parser(sub)
-    add_serve_parser(sub)
+    external("roofline", _chip_args)
+    external("shard", _chip_args)
+    external("model")
+    external("plan")
+    external("serve")
     p = sub.add_parser("collective", help="simulate one collective on a topology")
     p.add_argument("kind", help="all_gather, reduce_scatter, all_reduce, all_to_all, broadcast, gather, scatter "
                                 "or reduce")
@@ -124,9 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--single-path", action="store_true", help="use one route only (default: link-disjoint routes)")
     p.add_argument("--json", action="store_true")
     add_fault_args(p)
-    add_sweep_parser(sub)
-    add_hlo_parser(sub)
-    add_compare_parser(sub)
+    external("sweep")
+    external("hlo")
+    external("compare")
     for name in MEMORY_COMMANDS:  # the commands that simulate: a memory budget, like the event budget
         sub.choices[name].add_argument(
             "--max-memory", metavar="SIZE",
@@ -488,17 +490,35 @@ def cmd_send(args: argparse.Namespace) -> None:
     print("".join(f"  note: {note}\n" for note in system.notes), end="")  # not the chip's own topology
 
 
-COMMANDS = {"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "roofline": cmd_roofline,
-            "collective": cmd_collective, "send": cmd_send, "model": cmd_model, "plan": cmd_plan, "serve": cmd_serve,
-            "validate": cmd_validate,
-            "sweep": cmd_sweep, "algorithms": cmd_algorithms, "hlo": cmd_hlo, "shard": cmd_shard,
-            "compare": cmd_compare}
+class _Commands(Mapping[str, Callable[[argparse.Namespace], Any]]):
+    """Command name -> the function running it; a command of `command_help.EXTERNAL` is imported when looked up."""
+
+    def __init__(self, own: dict[str, Callable[[argparse.Namespace], Any]]) -> None:
+        self._own = own
+
+    def __getitem__(self, name: str) -> Callable[[argparse.Namespace], Any]:
+        if name in self._own:
+            return self._own[name]
+        if name not in EXTERNAL:
+            raise KeyError(name)
+        return getattr(importlib.import_module(EXTERNAL[name][0]), f"cmd_{name}")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._own, *EXTERNAL])
+
+    def __len__(self) -> int:
+        return len(self._own) + len(EXTERNAL)
+
+
+COMMANDS = _Commands({"chips": cmd_chips, "list": cmd_list, "run": cmd_run, "collective": cmd_collective,
+                      "send": cmd_send, "validate": cmd_validate, "algorithms": cmd_algorithms})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``podsim`` console script; returns the exit status."""
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(only=argv[:1]).parse_args(argv)  # the command's own parser; stubs for the rest
         watch = command_watch() if args.command != "sweep" else contextlib.nullcontext()  # a sweep has its own bar
         with watch, _max_memory(args), stdout_for(args):  # `--csv -`: stdout for the spans, the rest to stderr
             status = dispatch(args, COMMANDS[args.command])  # --fault, --jitter, --samples (montecarlo)

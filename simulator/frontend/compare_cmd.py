@@ -22,12 +22,13 @@ from typing import Any
 
 from simulator.analytic import EXPOSED_MEANING
 from simulator.errors import PodsimError
+from simulator.frontend.command_help import HELP
 from simulator.units import format_quantity, show
 
 
 def add_compare_parser(sub: Any) -> None:
     """Register ``podsim compare`` on the subcommand set ``sub``."""
-    p = sub.add_parser("compare", help="what changed between two saved runs (--json or --trace files)")
+    p = sub.add_parser("compare", help=HELP["compare"])
     p.add_argument("a", metavar="A.json", help="the first run: a --json result or a --trace file")
     p.add_argument("b", metavar="B.json", help="the second run, the same kinds")
     p.add_argument("--gantt", metavar="DIFF.png", help="both timelines on one time axis (two --trace files)")

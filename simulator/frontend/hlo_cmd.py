@@ -8,6 +8,7 @@ import argparse
 from typing import Any
 
 from simulator.errors import PodsimError
+from simulator.frontend.command_help import HELP
 from simulator.hardware.specs import PRESETS, get_chip, load_chip_file
 from simulator.units import parse_int
 
@@ -20,7 +21,7 @@ DTYPE_POLICIES = ("source", "compiled")
 
 def add_hlo_parser(sub: Any) -> None:
     """Add the ``hlo`` subcommand to the ``podsim`` subparsers ``sub``."""
-    p = sub.add_parser("hlo", help="simulate a compiled JAX/XLA program (HLO text) on a topology")
+    p = sub.add_parser("hlo", help=HELP["hlo"])
     p.add_argument("file", help="HLO text: compiled.as_text() saved to a file, or an XLA dump *.txt")
     chips = p.add_mutually_exclusive_group()
     chips.add_argument("--chip", default=None, help=f"preset name ({', '.join(PRESETS)}; default tpu-v5e)")

@@ -9,6 +9,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import PodsimError
+from simulator.frontend.command_help import HELP
 from simulator.frontend.fault_args import add_fault_args
 from simulator.frontend.model_text import print_model, print_presets, print_train
 from simulator.frontend.served_cmd import add_engine_arg, check_served, served_extras
@@ -28,7 +29,7 @@ def add_model_parser(sub: Any) -> None:
     """Register ``podsim model`` on the subcommand set ``sub``."""
     from simulator.workloads.plans import KV_SHARDINGS, SCHEDULES
 
-    p = sub.add_parser("model", help="budgets, fit and a simulated decode, prefill or training step of a Transformer")
+    p = sub.add_parser("model", help=HELP["model"])
     p.add_argument("preset", nargs="?", help="a model preset (see --list)")
     p.add_argument("--list", action="store_true", help="list the model presets")
     p.add_argument("--config", metavar="F.toml", help="TransformerConfig fields in TOML")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.analytic import EXPOSED_MEANING
 from simulator.errors import PodsimError
+from simulator.frontend.command_help import HELP
 from simulator.hardware.specs import PRESETS, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import format_quantity, parse_int, parse_tokens
@@ -20,7 +21,7 @@ MODES = ("train", "prefill", "decode", "serve")
 
 def add_plan_parser(sub: Any) -> None:
     """Register ``podsim plan`` on the subcommand set ``sub``."""
-    p = sub.add_parser("plan", help="rank the parallelism layouts of a model on N chips; simulate the best")
+    p = sub.add_parser("plan", help=HELP["plan"])
     p.add_argument("preset", nargs="?", help="a model preset (see `podsim model --list`)")
     p.add_argument("--config", metavar="F.toml", help="TransformerConfig fields in TOML")
     p.add_argument("--hf-config", metavar="config.json", help="a Hugging Face config.json")

@@ -20,6 +20,7 @@ from typing import Any
 
 from simulator import analytic
 from simulator.errors import PodsimError
+from simulator.frontend.command_help import HELP
 from simulator.frontend.roofline_find import batch_points, check_find, find_batch, parse_batches
 from simulator.hardware.calibration import get_calibration
 from simulator.hardware.facts import GPUS_PER_NODE
@@ -39,7 +40,7 @@ MAX_AXES = 64  #: largest --axes parsed (a chip's own torus axes bound it furthe
 
 def add_roofline_parser(sub: Any, chip_args: Callable[[argparse.ArgumentParser], None]) -> None:
     """Register ``podsim roofline`` on the subcommand set ``sub`` (``chip_args`` adds --chip/--chip-file)."""
-    p = sub.add_parser("roofline", help="roofline bounds of a task or a matmul on a chip")
+    p = sub.add_parser("roofline", help=HELP["roofline"])
     chip_args(p)
     p.add_argument("--flops", help="FLOPs of the task (e.g. 2e12)")
     p.add_argument("--bytes", help="bytes moved by the task (e.g. 1GB)")

@@ -10,6 +10,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import PodsimError
+from simulator.frontend.command_help import HELP
 from simulator.hardware.specs import PRESETS, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import format_quantity, parse_int, parse_positive, parse_quantity
@@ -25,7 +26,7 @@ PREEMPT_MODES = ("recompute", "swap")  #: `simulator.workloads.serving.simulate.
 
 def add_serve_parser(sub: Any) -> None:
     """Register ``podsim serve`` on the subcommand set ``sub``."""
-    p = sub.add_parser("serve", help="serve a stream of requests: TTFT, TPOT, latency percentiles, goodput")
+    p = sub.add_parser("serve", help=HELP["serve"])
     p.add_argument("preset", nargs="?", help="a model preset (see `podsim model --list`)")
     p.add_argument("--config", metavar="F.toml", help="TransformerConfig fields in TOML")
     p.add_argument("--hf-config", metavar="config.json", help="a Hugging Face config.json")

@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from simulator.frontend.command_help import HELP
 from simulator.hardware.specs import ChipSpec, get_chip, load_chip_file
 from simulator.report.result import dumps_json
 from simulator.units import format_quantity
@@ -20,7 +21,7 @@ DEFAULT_CHIP = "tpu-v5e"
 
 def add_shard_parser(sub: Any, chip_args: Callable[[argparse.ArgumentParser], None]) -> None:
     """Register ``podsim shard`` on the subcommand set ``sub`` (``chip_args`` adds --chip/--chip-file)."""
-    p = sub.add_parser("shard", help="local shape and bytes of a sharded array on each device")
+    p = sub.add_parser("shard", help=HELP["shard"])
     p.add_argument("array", help='dtype and shape, e.g. "fp32[1024,4096]"')
     p.add_argument("spec", help='the book\'s sharding, e.g. "A[I_XY, J]" (I split over X then Y)')
     p.add_argument("--mesh", required=True, help="mesh axes and sizes, e.g. X=8,Y=2")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import PodsimError, one_line
+from simulator.frontend.command_help import HELP
 from simulator.frontend.scenario import load_scenario, parse_sets
 from simulator.frontend.sweep_table import (
     LiveCsv,
@@ -270,7 +271,7 @@ def _collect(plan: SweepPlan, old: list[tuple[int, Row]], todo: list[int],
 
 def add_sweep_parser(sub: Any) -> None:
     """Add ``podsim sweep`` to the CLI's subparsers."""
-    p = sub.add_parser("sweep", help="run a scenario over a grid of parameters, one CSV row per point")
+    p = sub.add_parser("sweep", help=HELP["sweep"])
     p.add_argument("scenario", help="name from `podsim list`, or a path to a scenario .py file")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="values of one parameter (separate with ';' when values contain commas); "
