@@ -53,6 +53,38 @@ def total_link_bytes(net: Network, groups: list[Group], group: Group, link_bytes
     return total
 
 
+def ring_images(net: Network, pair: tuple[Any, Any], members: set[Any]) -> list[tuple[Any, Any]]:
+    """The links (u, v) that ring link ``pair`` of a reduced run stands for: its translates across the other axes
+    (offset 0 along the link's own axis, so a line never lands on the wraparound it does not use), between chips
+    of ``members``, ``pair`` itself left out. Each ring of an axis is such a translate of the one that ran."""
+    shape = net.shape
+    axis = net.graph.edges[pair]["axis"]
+    coord = {v: tuple(c) for v, c in net.graph.nodes(data="coord") if c is not None}
+    at = {c: v for v, c in coord.items()}
+    out: list[tuple[Any, Any]] = []
+    for delta in itertools.product(*(range(1) if a == axis else range(n) for a, n in enumerate(shape))):
+        if not any(delta):
+            continue
+        u, v = (at[tuple((x + d) % n for x, d, n in zip(coord[c], delta, shape, strict=True))] for c in pair)
+        if u in members and v in members and net.graph.has_edge(u, v):
+            out.append((u, v))
+    return out
+
+
+def every_link_bytes(net: Network, groups: list[Group], link_bytes: dict[str, float]) -> dict[str, float]:
+    """A reduced run's bytes per link (``"u->v"``) on every link of the system: each link of a ring that did not
+    run carries what the ring link it is a translate of carried (`ring_images`; the rings of an axis run alike on
+    their own links, `eligible`). ``link_bytes`` (what ran) is kept as it is."""
+    members = {c for g in groups for c in g.members.values()}
+    out = dict(link_bytes)
+    for pair in net.links:
+        nbytes = link_bytes.get(f"{pair[0]}->{pair[1]}")
+        if nbytes is not None:
+            for u, v in ring_images(net, pair, members):
+                out.setdefault(f"{u}->{v}", nbytes)
+    return out
+
+
 def grid_translations(net: Network) -> Translates:
     """Every translation of ``net``'s grid (a wrapped torus, or axes of two chips: there ``+1`` is the one link back),
     as `Translates`: move ``k`` adds the k-th offset (row-major) to every chip's coordinates, modulo the shape."""
@@ -76,10 +108,10 @@ def stand_in_rings(net: Network, groups: list[Group], link_bytes: dict[str, floa
         return
     members = {c for g in groups for c in g.members.values()}
     ran = {pair for pair in net.links if f"{pair[0]}->{pair[1]}" in link_bytes}
-    moves, unfolding = grid_translations(net), stand_ins(trace)
+    unfolding = stand_ins(trace)
     claimed: set[tuple[Any, Any]] = set()  # each link stood for by one ring link (the first; any is alike)
     for pair in ran:
-        images = [p for p in moves.images(net, pair, ran) if p[0] in members and p[1] in members and p not in claimed]
+        images = [p for p in ring_images(net, pair, members) if p not in ran and p not in claimed]
         claimed.update(images)
         rep = net.links[pair]
         unfolding.add_links((rep.chip, rep.name), [(c.chip, c.name) for c in (net.link(u, v) for u, v in images)])
