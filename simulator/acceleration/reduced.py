@@ -117,5 +117,5 @@ def stand_in_rings(net: Network, groups: list[Group], link_bytes: dict[str, floa
         stood_for.setdefault(rep, []).append(pair)
     unfolding = stand_ins(trace)
     for rep_pair, images in stood_for.items():
-        rep = net.links[rep_pair]
-        unfolding.add_links((rep.chip, rep.name), [(c.chip, c.name) for c in (net.link(u, v) for u, v in images)])
+        link = net.links[rep_pair]
+        unfolding.add_links((link.chip, link.name), [(c.chip, c.name) for c in (net.link(u, v) for u, v in images)])
