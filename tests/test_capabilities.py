@@ -147,7 +147,7 @@ def test_every_algorithm_lists_its_capabilities(capsys):
 @pytest.mark.parametrize("kind", REDUCED_KINDS)
 def test_every_algorithm_that_declares_reduced_mode_agrees_with_its_full_run(kind):
     """On a wrapped torus (and a line, for algorithms of lines) auto takes reduced mode for exactly the
-    algorithms that declare it, with the full run's time and total link bytes."""
+    algorithms that declare it, with the full run's time, total link bytes and bytes on every link."""
     checked = 0
     for algorithm in algorithms():
         for topology in ("torus:4x4", "ring:6", "torus:2x4"):
@@ -161,6 +161,9 @@ def test_every_algorithm_that_declares_reduced_mode_agrees_with_its_full_run(kin
             assert (auto.mode == "reduced") <= algorithm.capabilities.reduced, (algorithm.name, topology)
             assert auto.time_s == pytest.approx(full.time_s, rel=1e-9), (algorithm.name, topology)
             assert auto.total_link_bytes == pytest.approx(full.total_link_bytes, rel=1e-9), (algorithm.name, topology)
+            assert auto.link_bytes.keys() == full.link_bytes.keys(), (algorithm.name, topology)  # every link
+            assert all(auto.link_bytes[k] == pytest.approx(v, rel=1e-9) for k, v in full.link_bytes.items()), \
+                (algorithm.name, topology)
             checked += auto.mode == "reduced"
     assert checked >= 2
 

@@ -165,7 +165,7 @@ def test_the_executor_implements_the_collectives_fast_path():
     from simulator.collectives.fast_path import PROVIDER, FastPath, fast_path
 
     assert PROVIDER == EXECUTOR == DOORS["simulator.collectives.fast_path"]
-    _same_members(FastPath, Executor, 8)
+    _same_members(FastPath, Executor, 9)
     assert fast_path() is FAST
 
 

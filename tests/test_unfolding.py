@@ -253,3 +253,31 @@ def test_a_quotient_with_shared_links_unfolds_every_flow_in_a_real_run():
         for a, b in zip(got[link], spans, strict=True):
             assert a[0] == b[0] and a[3] == b[3] and math.isclose(a[1], b[1], rel_tol=1e-9, abs_tol=1e-15) \
                 and math.isclose(a[2], b[2], rel_tol=1e-9, abs_tol=1e-15), (link, a, b)
+
+
+@pytest.mark.parametrize("algorithm", ["line", "bidirectional"])
+@pytest.mark.parametrize("topology", ["torus:4x4", "torus:2x4"])
+def test_a_reduced_collective_s_trace_and_link_bytes_name_the_links_the_full_run_uses(algorithm, topology):
+    """A line never uses the wraparound: its reduced run must not unfold spans onto it (it did, by translating the
+    ring along its own axis), and ``link_bytes`` holds every link, not only the representative ring's."""
+    def run(mode):
+        system = System("tpu-v5e", topology=topology, trace=True)
+        result = run_collective("all_gather", system, 6e6, algorithm=algorithm, mode=mode)
+        events = export.chrome_trace(system.trace)  # what an export shows, unfolded
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        track = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
+                 if e.get("ph") == "M" and e["name"] == "thread_name"}
+        per_link: dict = defaultdict(lambda: [0, 0.0])
+        for e in events:
+            name = track.get((e["pid"], e.get("tid")), "")
+            if e.get("ph") == "X" and name.startswith("link "):
+                per_link[name][0] += 1
+                per_link[name][1] += e["dur"]
+        return result, dict(per_link)
+    (fast, fast_links), (full, full_links) = run("auto"), run("full")
+    assert fast.mode == "reduced" and full.mode == "full"
+    assert fast.link_bytes.keys() == full.link_bytes.keys()
+    assert all(fast.link_bytes[k] == pytest.approx(v, rel=1e-9) for k, v in full.link_bytes.items())
+    assert fast_links.keys() == full_links.keys()
+    assert all(fast_links[k][0] == n and fast_links[k][1] == pytest.approx(t, rel=1e-9)
+               for k, (n, t) in full_links.items())

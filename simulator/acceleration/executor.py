@@ -144,6 +144,10 @@ class Executor:
         _reduced.stand_in_rings(net, groups, link_bytes)
         return _reduced.total_link_bytes(net, groups, group, link_bytes)
 
+    def every_link_bytes(self, net: Network, groups: list[Group], link_bytes: dict[str, float]) -> dict[str, float]:
+        """A reduced run's bytes on every link its rings stood for (`reduced.every_link_bytes`)."""
+        return _reduced.every_link_bytes(net, groups, link_bytes)
+
     # -- a step ---------------------------------------------------------------------------------------------------
     def symmetry(self, system: System, mesh: Any, stage_of: dict[Any, int], rings: bool = False,
                  axis_sets: list[tuple[str, ...]] | None = None, attempt: Attempt | None = None,

@@ -57,6 +57,43 @@ def total_link_bytes(net: Network, groups: list[Group], group: Group, link_bytes
     return total
 
 
+def ring_stand_ins(net: Network, groups: list[Group],
+                   ran: set[tuple[Any, Any]]) -> dict[tuple[Any, Any], tuple[Any, Any]]:
+    """After a reduced run, each link (u, v) between chips of ``groups`` that did not run, mapped to the ring link
+    in ``ran`` it is a translate of across the other axes: the same axis, the same coordinates along it (so a line
+    never lands on the wraparound it does not use). Each ring of an axis is such a translate of the one that ran."""
+    members = {c for g in groups for c in g.members.values()}
+    coord = dict(net.graph.nodes(data="coord"))
+
+    def key(u: Any, v: Any) -> tuple[Any, Any, Any] | None:
+        axis = net.graph.edges[u, v].get("axis")
+        return None if axis is None or coord.get(u) is None or coord.get(v) is None else \
+            (axis, coord[u][axis], coord[v][axis])
+    reps: dict[tuple[Any, Any, Any], tuple[Any, Any]] = {}
+    for u, v in ran:
+        if (k := key(u, v)) is not None:
+            reps.setdefault(k, (u, v))
+    out: dict[tuple[Any, Any], tuple[Any, Any]] = {}
+    for u, v in net.graph.edges:  # `net.links` holds only the links made so far (made on first use)
+        if (u, v) not in ran and u in members and v in members:
+            k = key(u, v)
+            rep = None if k is None else reps.get(k)
+            if rep is not None:
+                out[u, v] = rep
+    return out
+
+
+def every_link_bytes(net: Network, groups: list[Group], link_bytes: dict[str, float]) -> dict[str, float]:
+    """A reduced run's bytes per link (``"u->v"``) on every link of the system: each link of a ring that did not
+    run carries what the ring link it is a translate of carried (`ring_stand_ins`; the rings of an axis run alike
+    on their own links, `eligible`). ``link_bytes`` (what ran) is kept as it is."""
+    ran = {pair for pair in net.links if f"{pair[0]}->{pair[1]}" in link_bytes}
+    out = dict(link_bytes)
+    for (u, v), (ru, rv) in ring_stand_ins(net, groups, ran).items():
+        out[f"{u}->{v}"] = link_bytes[f"{ru}->{rv}"]
+    return out
+
+
 _GRID_TRANSLATIONS: weakref.WeakKeyDictionary[Any, tuple[Any, Translates]] = weakref.WeakKeyDictionary()
 
 
@@ -105,12 +142,11 @@ def stand_in_rings(net: Network, groups: list[Group], link_bytes: dict[str, floa
     trace = net.trace
     if trace is None or not trace.enabled:
         return
-    members = {c for g in groups for c in g.members.values()}
     ran = {pair for pair in net.links if f"{pair[0]}->{pair[1]}" in link_bytes}
-    moves, unfolding = grid_translations(net), stand_ins(trace)
-    claimed: set[tuple[Any, Any]] = set()  # each link stood for by one ring link (the first; any is alike)
-    for pair in ran:
-        images = [p for p in moves.images(net, pair, ran) if p[0] in members and p[1] in members and p not in claimed]
-        claimed.update(images)
-        rep = net.links[pair]
-        unfolding.add_links((rep.chip, rep.name), [(c.chip, c.name) for c in (net.link(u, v) for u, v in images)])
+    stood_for: dict[tuple[Any, Any], list[tuple[Any, Any]]] = {}
+    for pair, rep in ring_stand_ins(net, groups, ran).items():
+        stood_for.setdefault(rep, []).append(pair)
+    unfolding = stand_ins(trace)
+    for rep_pair, images in stood_for.items():
+        link = net.links[rep_pair]
+        unfolding.add_links((link.chip, link.name), [(c.chip, c.name) for c in (net.link(u, v) for u, v in images)])

@@ -28,9 +28,10 @@ translation-invariant), so ``mode="reduced"`` (chosen automatically for timing-o
 ReduceScatter and AllReduce, by algorithms that declare it: `Capabilities`, docs/acceleration.md)
 simulates one representative ring per axis with all parts sharing its links; it gives the same time as
 the full simulation (tested at small sizes). Its trace and
-``link_bytes`` show the representative links only; ``max_link_bytes``, ``total_link_bytes`` and the
-``bytes`` metric count the whole system. Reduced mode and the quotients live in the layer above
-(`simulator.acceleration`); ``api`` reaches them only through the protocol of ``fast_path``.
+``link_bytes`` show every link, each ring that did not run stood for by the representative's translate;
+``max_link_bytes``, ``total_link_bytes`` and the ``bytes`` metric count the whole system. Reduced mode and
+the quotients live in the layer above (`simulator.acceleration`); ``api`` reaches them only through the
+protocol of ``fast_path``.
 """
 from __future__ import annotations
 

@@ -406,6 +406,7 @@ def _run(kind: str, system: System, nbytes: float | None, aggregate: bool, kwarg
     if plan.reduced:  # the trace saw one ring per axis; count the bytes of all the others too
         total = fast_path().total_link_bytes(net, plan.groups, job.group, link_bytes)
         system.trace.count(next(iter(net.links.values())).kind, total - sum(link_bytes.values()))
+        link_bytes = fast_path().every_link_bytes(net, plan.groups, link_bytes)  # metrics never see representatives
     return CollectiveResult(
         kind=kind, time_s=time_s, analytic_s=_analytic_s(plan),
         book_s=None if net.faulted else book_estimate(kind, job.group, net, job.parts, plan.nbytes, job.root_pos),

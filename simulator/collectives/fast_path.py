@@ -71,6 +71,10 @@ class FastPath(Protocol):
         the links they stood for)."""
         ...
 
+    def every_link_bytes(self, net: Network, groups: list[Group], link_bytes: dict[str, float]) -> dict[str, float]:
+        """A reduced run's bytes per link (``"u->v"``) on every link, not only the representative rings' links."""
+        ...
+
 
 _registered: list[FastPath] = []
 
