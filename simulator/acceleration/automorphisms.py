@@ -293,6 +293,34 @@ def block_actions(net: Network) -> Iterator[Automorphisms]:
             continue
 
 
+def stride_actions(net: Network) -> Iterator[Automorphisms]:
+    """On ``nodes:K:G`` (one InfiniBand switch): node rotations k -> k + s (mod K) for every s dividing K with
+    1 < s < K (order K / s) times rail rotations by r (every r dividing G), largest group first -- the groups a
+    pipelined mesh is equivariant under: where the pipeline (and any axis inside it) takes s consecutive nodes,
+    the data-parallel replicas of a stage lie s nodes apart, so these rotations map every stage onto itself and
+    its replicas onto one another (node rotations by 1 and rotations inside blocks move nodes across stages)."""
+    graph = net.graph
+    if graph.graph.get("kind") != "nodes" or graph.graph.get("fabric") == "fattree" or net.faulted \
+            or len(net.shape) != 2:
+        return
+    count, per_node = net.shape
+    strides = [s for s in range(2, count) if count % s == 0]
+    shifts = [r for r in range(1, per_node + 1) if per_node % r == 0]
+    options = sorted((((count // s) * (per_node // r), -s, s, r) for s in strides for r in shifts), reverse=True)
+    for _, _, s, r in options:
+        generators = [(node_rotation(net, s), count // s)]
+        if r < per_node:
+            one = rail_rotation(net)
+            perm = dict(one)
+            for _ in range(r - 1):
+                perm = {v: one[w] for v, w in perm.items()}
+            generators.append((perm, per_node // r))
+        try:
+            yield Automorphisms(net, generators, f"nodes by {s} + rails by {r}")
+        except (ValueError, KeyError):
+            continue
+
+
 def _xor_actions(net: Network, count: int, per_node: int) -> Iterator[Automorphisms]:
     """Where K and G are powers of two: node k -> k XOR s for s a multiple of 2^a (every a), times GPU g -> g XOR t
     for t a multiple of 2^c, largest first -- the symmetries of recursive halving and doubling (partners at XOR

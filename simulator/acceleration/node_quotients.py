@@ -112,7 +112,7 @@ class NodeQuotients:
         (`simulator.acceleration.slice_symmetry.Candidate`, built by `_built` when tried: the first that fits is
         the largest, and the others are never built)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
-            from simulator.acceleration.automorphisms import block_actions, node_actions
+            from simulator.acceleration.automorphisms import block_actions, node_actions, stride_actions
             from simulator.acceleration.slice_symmetry import slice_candidates
 
             net, allowed = self._net(), self.node_allowed
@@ -123,7 +123,8 @@ class NodeQuotients:
                 key = fabric_key(net)
                 every = _CANDIDATES.get(key) if key is not None else None
                 if every is None:
-                    every = sorted(itertools.chain(node_actions(net), block_actions(net)), key=lambda a: -a.order)
+                    every = sorted(itertools.chain(node_actions(net), stride_actions(net), block_actions(net)),
+                                   key=lambda a: -a.order)
                     if key is not None:
                         _CANDIDATES.clear()  # one fabric kept: bounded memory
                         _CANDIDATES[key] = every
