@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from simulator.engine.network import Network
@@ -260,40 +260,94 @@ def slice_actions(net: Network) -> list[Automorphisms]:
     return [action]
 
 
+Spec = tuple[str, int, Callable[[], list[tuple[dict[Any, Any], int]]]]
+"""A group known before it is built: (name, order, its generators' maker: (permutation, order) pairs, unchecked)."""
+
+
+def built(net: Any, specs: Iterator[Spec]) -> Iterator[Automorphisms]:
+    """The groups of ``specs`` on ``net`` (anything with the network's ``graph``), those that are groups (every
+    generator an automorphism, commuting)."""
+    for name, _, generators in specs:
+        try:
+            yield Automorphisms(net, generators(), name)
+        except (ValueError, KeyError):
+            continue
+
+
 def block_actions(net: Network) -> Iterator[Automorphisms]:
     """On ``nodes:K:G`` (one InfiniBand switch; not a fat tree, whose leaves a rotation inside units would fix):
     node rotations inside blocks of b consecutive nodes (every b > 1 dividing K) times rail rotations by r (every
     r dividing G), largest group first, built one at a time -- the subgroups a mesh laid over the GPUs in order is
     equivariant under where `node_actions`' are too large (data=2 over 128 nodes: blocks of 64; model=4 of 8 GPUs:
-    rails by 4)."""
+    rails by 4); XOR groups first (`_xor_specs`). `block_specs`: the same unbuilt."""
+    return built(net, block_specs(net))
+
+
+def block_specs(net: Any) -> Iterator[Spec]:
+    """`block_actions` unbuilt (`Spec`)."""
     graph = net.graph
-    if graph.graph.get("kind") != "nodes" or graph.graph.get("fabric") == "fattree" or net.faulted \
-            or len(net.shape) != 2:
+    if not _one_switch(net):
         return
-    count, per_node = net.shape
+    count, per_node = graph.graph["shape"]
     blocks = [b for b in range(count, 1, -1) if count % b == 0] + [1]
     shifts = [r for r in range(1, per_node + 1) if per_node % r == 0]  # rails by r: order per_node // r
     options = sorted(((b * (per_node // r), -b, b, r) for b in blocks for r in shifts), reverse=True)
-    yield from _xor_actions(net, count, per_node)
+    yield from _xor_specs(net, count, per_node)
     for order, _, b, r in options:
         if order < 2:
             continue
-        generators = []
-        if b > 1:
-            generators.append((node_rotation(net, 1, inside=b), b))
-        if r < per_node:
-            one = rail_rotation(net)
-            perm = dict(one)
-            for _ in range(r - 1):
-                perm = {v: one[w] for v, w in perm.items()}
-            generators.append((perm, per_node // r))
-        try:
-            yield Automorphisms(net, generators, f"nodes in blocks of {b} + rails by {r}")
-        except (ValueError, KeyError):
-            continue
+
+        def generators(b: int = b, r: int = r) -> list[tuple[dict[Any, Any], int]]:
+            out = [(node_rotation(net, 1, inside=b), b)] if b > 1 else []
+            return out + _rails_by(net, r)
+        yield f"nodes in blocks of {b} + rails by {r}", order, generators
 
 
-def _xor_actions(net: Network, count: int, per_node: int) -> Iterator[Automorphisms]:
+def stride_actions(net: Network) -> Iterator[Automorphisms]:
+    """On ``nodes:K:G`` (one InfiniBand switch): node rotations k -> k + s (mod K) for every s dividing K with
+    1 < s < K (order K / s) times rail rotations by r (every r dividing G), largest group first -- the groups a
+    pipelined mesh is equivariant under: where the pipeline (and any axis inside it) takes s consecutive nodes,
+    the data-parallel replicas of a stage lie s nodes apart, so these rotations map every stage onto itself and
+    its replicas onto one another (node rotations by 1 and rotations inside blocks move nodes across stages).
+    `stride_specs`: the same unbuilt."""
+    return built(net, stride_specs(net))
+
+
+def stride_specs(net: Any) -> Iterator[Spec]:
+    """`stride_actions` unbuilt (`Spec`)."""
+    graph = net.graph
+    if not _one_switch(net):
+        return
+    count, per_node = graph.graph["shape"]
+    strides = [s for s in range(2, count) if count % s == 0]
+    shifts = [r for r in range(1, per_node + 1) if per_node % r == 0]
+    options = sorted((((count // s) * (per_node // r), -s, s, r) for s in strides for r in shifts), reverse=True)
+    for order, _, s, r in options:
+        def generators(s: int = s, r: int = r) -> list[tuple[dict[Any, Any], int]]:
+            return [(node_rotation(net, s), count // s), *_rails_by(net, r)]
+        yield f"nodes by {s} + rails by {r}", order, generators
+
+
+def _one_switch(net: Any) -> bool:
+    """Whether ``net`` (a network, or a stand-in holding its ``graph``) is ``nodes:K:G`` unfaulted."""
+    graph = net.graph
+    return graph.graph.get("kind") == "nodes" and graph.graph.get("fabric") != "fattree" \
+        and not getattr(net, "faulted", False) and len(graph.graph["shape"]) == 2
+
+
+def _rails_by(net: Any, r: int) -> list[tuple[dict[Any, Any], int]]:
+    """The rail rotation by ``r`` GPUs as a generator with its order (none where ``r`` is every GPU of a node)."""
+    per_node = net.graph.graph["shape"][1]
+    if r >= per_node:
+        return []
+    one = rail_rotation(net)
+    perm = dict(one)
+    for _ in range(r - 1):
+        perm = {v: one[w] for v, w in perm.items()}
+    return [(perm, per_node // r)]
+
+
+def _xor_specs(net: Any, count: int, per_node: int) -> Iterator[Spec]:
     """Where K and G are powers of two: node k -> k XOR s for s a multiple of 2^a (every a), times GPU g -> g XOR t
     for t a multiple of 2^c, largest first -- the symmetries of recursive halving and doubling (partners at XOR
     distances), which rotations are not; one InfiniBand switch and one NVLink switch a node treat every node and
@@ -323,8 +377,7 @@ def _xor_actions(net: Network, count: int, per_node: int) -> Iterator[Automorphi
     for size, a, c in reversed(options):
         if size < 1:
             continue
-        generators = [(xor(bit, None), 2) for bit in node_bits[a:]] + [(xor(None, bit), 2) for bit in rail_bits[c:]]
-        try:
-            yield Automorphisms(net, generators, f"nodes xor {a} + rails xor {c}")
-        except (ValueError, KeyError):
-            continue
+
+        def generators(a: int = a, c: int = c) -> list[tuple[dict[Any, Any], int]]:
+            return [(xor(bit, None), 2) for bit in node_bits[a:]] + [(xor(None, bit), 2) for bit in rail_bits[c:]]
+        yield f"nodes xor {a} + rails xor {c}", 2 ** size, generators

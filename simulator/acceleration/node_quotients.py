@@ -82,7 +82,10 @@ class NodeQuotients:
                 raise Rerun("a collective is not equivariant under the step's group")  # no use running on
         elif self._first is None:
             chosen = self.shared.get(("node choice", self.node_allowed))  # an earlier run's: tried first
+            sources = None if groups is not None else {t.src for t in transfers if t.src is not None}
             for candidate in ([chosen] if chosen is not None else []) + self._candidates():
+                if sources is not None and not _keeps(candidate, sources):
+                    continue
                 action = _built(candidate)
                 if action is None:  # a slice candidate that is not a group of its order
                     continue
@@ -112,8 +115,8 @@ class NodeQuotients:
         (`simulator.acceleration.slice_symmetry.Candidate`, built by `_built` when tried: the first that fits is
         the largest, and the others are never built)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
-            from simulator.acceleration.automorphisms import block_actions, node_actions
-            from simulator.acceleration.slice_symmetry import slice_candidates
+            from simulator.acceleration.automorphisms import block_specs, node_actions, stride_specs
+            from simulator.acceleration.slice_symmetry import _Graph, slice_candidates
 
             net, allowed = self._net(), self.node_allowed
             every = self.shared.get(("node candidates",))
@@ -123,7 +126,10 @@ class NodeQuotients:
                 key = fabric_key(net)
                 every = _CANDIDATES.get(key) if key is not None else None
                 if every is None:
-                    every = sorted(itertools.chain(node_actions(net), block_actions(net)), key=lambda a: -a.order)
+                    stand_in = _Graph(net.graph)  # (no channels: kept across steps)
+                    lazy = [NodeCandidate(name, order, stand_in, make)
+                            for name, order, make in itertools.chain(stride_specs(net), block_specs(net))]
+                    every = sorted(itertools.chain(node_actions(net), lazy), key=lambda a: -a.order)
                     if key is not None:
                         _CANDIDATES.clear()  # one fabric kept: bounded memory
                         _CANDIDATES[key] = every
@@ -134,16 +140,66 @@ class NodeQuotients:
     def _fits(self, transfers: Any, among: frozenset | None = None) -> frozenset:
         """The names of the candidate groups (of those named in ``among``, if given) ``transfers`` (as
         `_quotient_of` takes them) is equivariant under."""
+        sources = {t.src for t in transfers if t.src is not None} if isinstance(transfers, list) else None
         return frozenset(a.name for a in self._candidates() if (among is None or a.name in among)
+                         and (sources is None or _keeps(a, sources))
                          and (action := _built(a)) is not None and self._quotient_of(transfers, action) is not None)
 
 
+class NodeCandidate:
+    """A node system's symmetry group known by its ``name`` and ``order`` (`automorphisms.Spec`) before it is
+    built: `perms` makes its generators' permutations (cheap), `build` checks them and makes the group (each
+    generator an automorphism: a pass over every link), once; None where it is not a group."""
+
+    __slots__ = ("name", "order", "_net", "_make", "_made", "_built")
+
+    def __init__(self, name: str, order: int, net: Any, make: Any) -> None:
+        self.name, self.order = name, order
+        self._net, self._make = net, make
+        self._made: list[tuple[dict[Any, Any], int]] | None = None
+        self._built: Any = None
+
+    def perms(self) -> list[dict[Any, Any]] | None:
+        """The generators' permutations, unchecked; None where they cannot be made."""
+        if self._made is None and self._make is not None:
+            try:
+                self._made = self._make()
+            except (ValueError, KeyError):
+                self._make = None
+        return None if self._made is None else [perm for perm, _ in self._made]
+
+    def build(self) -> Any:
+        """The group (`Automorphisms`, built on first call), or None."""
+        if self._built is None and self.perms() is not None:
+            from simulator.acceleration.automorphisms import Automorphisms
+
+            try:
+                self._built = Automorphisms(self._net, self._made, self.name)  # type: ignore[arg-type]
+            except (ValueError, KeyError):
+                self._built = False
+            self._make = None
+        return self._built or None
+
+
+def _keeps(candidate: Any, sources: set[Any]) -> bool:
+    """Whether ``candidate``'s generators (where known unbuilt: `NodeCandidate`) map the chips that send in a
+    schedule onto themselves -- what a quotient needs (every orbit whole: each chip of a source's orbit sends as it
+    does), checked before the group is built; True where not known."""
+    if type(candidate) is not NodeCandidate:
+        return True
+    perms = candidate.perms()
+    keeps = perms is not None and all(perm[c] in sources for perm in perms for c in sources)
+    if not keeps and candidate._built is None:
+        candidate._made = None  # (not kept while unbuilt: thousands of nodes each; made again if asked)
+    return keeps
+
+
 def _built(candidate: Any) -> Any:
-    """A candidate group as `_quotient_of` takes it: built (`slice_symmetry.Candidate.build`, None where it is
-    not a group), or as it is."""
+    """A candidate group as `_quotient_of` takes it: built (`slice_symmetry.Candidate.build`,
+    `NodeCandidate.build`, None where it is not a group), or as it is."""
     from simulator.acceleration.slice_symmetry import Candidate
 
-    return candidate.build() if type(candidate) is Candidate else candidate
+    return candidate.build() if type(candidate) in (Candidate, NodeCandidate) else candidate
 
 
 def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], action: Any, cache: dict) -> Any:

@@ -17,12 +17,15 @@ groups that are translates of each other, pipeline transfers to counterparts at 
   of the torus by the translations that map the groups onto each other (`simulator.acceleration.quotient`: one
   transfer and one link per orbit; ``quotients=False`` turns it off; a class of links where some collective has
   no quotient reruns without: ``mixed``);
-- elsewhere (a switch, GPU nodes) every group runs, as in the full simulation -- on GPU nodes with one stage on
-  the quotient by the node and rail rotations the step's first collective is equivariant under (one group for
-  the whole step), every link given its orbit's bytes and busy time in `finish`;
+- elsewhere (a switch, GPU nodes) every group runs, as in the full simulation -- on GPU nodes on the quotient
+  by the node and rail rotations the step's first collective (or pipeline send) is equivariant under (one group
+  for the whole step), every link given its orbit's bytes and busy time in `finish`; with pipeline stages, the
+  groups that map every stage onto itself (rotations by the nodes a stage's replicas lie apart, rotations inside
+  blocks, rails: `quotient` refuses the others), so one replica per stage runs;
 - a collective that repeats one that ran alone on its links is replayed from that run
   (`simulator.acceleration.replay`; ``replay=False`` runs every one);
-- pipeline transfers run for every chip of the stage (they cross only the pipeline axis's links), and
+- pipeline transfers run for every chip of the stage (they cross only the pipeline axis's links) -- on a node
+  quotient for the orbits' representatives only, on representative links (`_send_quotient`) -- and
   each one's arrival is checked against the representative's: any difference means the stage is not
   symmetric after all, and the caller reruns the step in full (`broken`).
 
@@ -35,6 +38,7 @@ representatives' spans and links only.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import defaultdict
@@ -91,7 +95,7 @@ class Symmetry(NodeQuotients):
                  axis_sets: list[tuple[str, ...]] | None = None, replay: bool = True,
                  avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None,
                  node_allowed: frozenset | None = None) -> None:
-        self.system, self.mesh = system, mesh
+        self.system, self.mesh, self.stage_of = system, mesh, stage_of
         self.why = "fast=False" if not fast else why_not_symmetric(system, mesh)
         self.active = self.why is None
         self.members: dict[int, list[Any]] = defaultdict(list)
@@ -120,7 +124,10 @@ class Symmetry(NodeQuotients):
         self.quotients = quotients and self.group_reduce  #: run collectives on the quotient by translations
         #: on a GPU node system: by node and rail rotations (one for the step); calibrated too (their efficiency is
         #: a function of link kind and size, and the rotations keep kinds; no multiplicities, `node_actions`)
-        self.node_quotients = quotients and self.active and not self.group_reduce and len(self.members) == 1
+        #: with pipeline stages too: the groups that map every stage onto itself (`automorphisms.stride_actions`;
+        #: `quotient` refuses one that moves a stage's collective onto another's), the stage's sends on it (`send`)
+        self.node_quotients = quotients and self.active and not self.group_reduce
+        self._sends: dict[tuple, Any] = {}  #: each kind of pipeline send on the node quotient (`_send_quotient`)
         self.node_allowed = node_allowed  #: names of the node groups this run may use (None: any)
         self.node_next: frozenset | None = None  #: a rerun's groups: the first and the stopping collective's
         self._node_candidates: list[Any] | None = None
@@ -176,6 +183,8 @@ class Symmetry(NodeQuotients):
         if shared is None:
             shared = self.shared[(kind, nbytes, tuple(axes), stage)] = self._planned(kind, nbytes, axes, stage, exact)
         plan, kwargs, extra, close = shared
+        if plan.job.net is not self._net():  # a rerun's, on a fresh system: the calibrated path runs on the job's net
+            plan = dataclasses.replace(plan, job=dataclasses.replace(plan.job, net=self._net()))
         if close is None:
             q = None
             if self.node_quotients and plan.schedule is not None:
@@ -338,6 +347,10 @@ class Symmetry(NodeQuotients):
         net, replays = self._net(), self.replays
         times: list[float] = []
         self._arrivals.append(times)
+        found = self._send_quotient(chip, nbytes, counterpart) if self.node_quotients else None
+        if found is not None:
+            self._send_on_quotient(chip, found, nbytes, label, times, arrived)
+            return
         for member in self.members[self.stage_of_rep[chip]]:
             dst = counterpart(member)
             event = net.message(member, dst, nbytes, label=label)
@@ -350,6 +363,62 @@ class Symmetry(NodeQuotients):
                     replays.release(links)
                 event.callbacks.append(release)
             if member == chip:
+                event.callbacks.append(arrived)
+
+    def _send_quotient(self, chip: Any, nbytes: float, counterpart: Callable[[Any], Any]) -> Any:
+        """The stage's sends (every chip of ``chip``'s stage to its counterpart) on the step's node quotient
+        (`NodeQuotients._node_quotient`: the step's group, chosen on these sends where no collective came first;
+        `Rerun` where they are not equivariant under it): (the representatives' sends, each with its route's
+        representative channels and the link kinds it crosses, and the orbit size), or None (send from every
+        chip). Kept per (stage, target, bytes): a stage's counterparts are the same for every microbatch."""
+        stage = self.stage_of_rep[chip]
+        target = self.stage_of.get(counterpart(chip))
+        key = (stage, target, nbytes)
+        if key in self._sends:
+            return self._sends[key]
+        if self.node_action is None and self._first is not None:  # the step's first collective had no quotient
+            self._sends[key] = None
+            return None
+        from types import SimpleNamespace
+
+        from simulator.collectives.schedule import Transfer
+
+        transfers = [Transfer(i, m, counterpart(m), (), "copy", (), nbytes)
+                     for i, m in enumerate(self.members[stage])]
+        q = self._node_quotient(SimpleNamespace(schedule=SimpleNamespace(transfers=transfers)))
+        found = None
+        if q is not None:
+            found = ([(t.src, route) for t, route in zip(q.transfers, q.routes, strict=True)], q.order)
+        self._sends[key] = found
+        return found
+
+    def _send_on_quotient(self, chip: Any, found: Any, nbytes: float, label: str, times: list[float],
+                          arrived: Callable[[Any], None]) -> None:
+        """Each representative's send of `_send_quotient` on its route's representative channels, as
+        `Network.message` sends it (one channel, or a cut-through process over several), its bytes counted for its
+        whole orbit; ``arrived`` on ``chip``'s (a representative: its orbit's smallest chip), every arrival kept."""
+        net, replays = self._net(), self.replays
+        trace = net.trace
+        sends, order = found
+        for src, route in sends:
+            if route is None:  # (a chip sending to itself)
+                event = self.system.env.event().succeed(self.system.env.now)
+            else:
+                links, kinds = route
+                if trace is not None:
+                    for kind, count in kinds:
+                        trace.count(kind, nbytes * count * order)
+                event = links[0].transfer(nbytes, label, "send") if len(links) == 1 else \
+                    self.system.env.process(net._send(list(links), nbytes, label, 1))
+                if replays.enabled:
+                    claimed = list(links)
+                    replays.claim(claimed)
+
+                    def release(_e: Any, claimed: list[Channel] = claimed) -> None:
+                        replays.release(claimed)
+                    event.callbacks.append(release)
+            event.callbacks.append(lambda e: times.append(self.system.env.now))
+            if src == chip:
                 event.callbacks.append(arrived)
 
     # -- the whole system's figures --------------------------------------------------------------------
