@@ -114,13 +114,13 @@ FAULTED: dict[tuple[str, str], str] = {
                                     "carries twice a ring's load (multi_detour spreads it over every row: what auto "
                                     "runs); the bound counts the column cut",
     ("reduce_scatter", "detour_split"): "the broken row's missing step detoured through row 1 alone (twice its "
-                                        "link's load); multi_detour, whose programme reaches the cut bound, runs "
-                                        "longer backwards (its trial row), so auto runs this -- open",
-    ("reduce_scatter", "multi_detour"): "the trees backwards: partial sums converge on the owner over detours that "
-                                        "share a borrowed link fairly with that row's own ring, so the last hops "
-                                        "wait (closed form 10.72 ms, multi_detour.py) -- open",
-    ("all_reduce", "multi_detour"): "its ReduceScatter's trees backwards (see that row), then the AllGather "
-                                    "(closed form 19.64 ms) -- open",
+                                        "link's load; multi_detour spreads it over every row: what auto runs)",
+    ("reduce_scatter", "multi_detour"): "the AllGather's trees backwards, each hop over its own routes reversed "
+                                        "(closed form 10.72 ms, multi_detour.py); a chain's last hops wait on "
+                                        "pieces round a detour sharing a borrowed link",
+    ("all_reduce", "multi_detour"): "each chunk's ReduceScatter then its AllGather: 1.10x its closed form "
+                                    "(19.64 ms; the pipeline's ramp, multi_detour.py), so auto runs detour_split "
+                                    "-- open",
     ("all_reduce", "line_pipelined"): "every row a line: line_pipelined reaches V / b; the rings' 2 a V / (2 b) "
                                       "would need the broken row's detour (detour_split: 20.8 ms by closed form, "
                                       "within the margin for unlike links of the line's 22.7 ms, so not chosen)",

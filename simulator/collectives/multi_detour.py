@@ -23,15 +23,18 @@ torus:4x4 of tpu-v5e, 1 GB over axis 1, cable (0,0)-(0,1) dead (healthy 8.335 ms
 | kind | bound (cut) | programme | closed form | simulated | detour_split simulated |
 |---|---|---|---|---|---|
 | AllGather | 9.524 ms | 9.524 ms | 10.72 ms | 10.71 ms | 15.28 ms |
-| ReduceScatter | 9.524 ms | 9.524 ms | 10.72 ms | 13.80 ms | 13.43 ms |
-| AllReduce | 17.78 ms | 17.78 ms | 19.64 ms | 23.69 ms | 21.23 ms |
+| ReduceScatter | 9.524 ms | 9.524 ms | 10.72 ms | 10.50 ms | 13.43 ms |
+| AllReduce | 17.78 ms | 17.78 ms | 19.64 ms | 21.66 ms | 21.23 ms |
 
 The cut bound: column 0 must take in 4 x 3/4 V over its 7 surviving links in, 3/7 V / b (tests/test_multi_detour.py;
 AllReduce's column is `topology_bound_s`). The programme reaches both; the simulation runs
 longer where a chain's last hops wait on pieces that came round a detour sharing a borrowed link fairly with that
-row's own ring (AllGather: the broken row's link 0,1->0,2 ends 1.2 ms after most). ReduceScatter and AllReduce
-lose more (the trees backwards, their partial sums converging on the owner) and ``auto``, which simulates its
-leading candidates round faults (`simulator.collectives.fault_routes`), runs detour_split there.
+row's own ring (AllGather: the broken row's link 0,1->0,2 ends 1.2 ms after most). ReduceScatter runs each tree
+hop backwards over that hop's own routes reversed, as the programme prices it (it once took the opposite hop's
+split, 13.80 ms, and ``auto`` ran detour_split). AllReduce (each chunk's AllGather half after that chunk's
+ReduceScatter, the chunks leaving in turn in both) still runs 1.10x its closed form (more chunks narrow it:
+16 give 20.15 vs 18.72 ms, so the ramp costs more than the one chunk per chain it counts; open) and ``auto``, which
+simulates its leading candidates round faults (`simulator.collectives.fault_routes`), runs detour_split there.
 
 Closed form (`MultiDetour.closed_form`): the programme's busiest link time plus the deepest chain's latencies
 (each hop's longest route) and fill (one chunk over each link of that chain). Timing only (numeric data is
@@ -277,6 +280,7 @@ class MultiDetour(Algorithm):
                 piece = w * job.nbytes / n / c
                 chains = [ch for ch in tree_hops(n, j, e) if ch]
                 first: dict[int, list[list[int]]] = {}  # chain -> the chunk before's hops (chunks follow in turn)
+                again: dict[int, list[list[int]]] = {}  # the same for AllReduce's AllGather half
                 for k in range(c):
                     tag = ("multi_detour", lane_no, j, e, k)
                     if job.kind == "all_gather":
@@ -285,13 +289,14 @@ class MultiDetour(Algorithm):
                         continue
                     ends = []
                     for m, chain in enumerate(chains):  # ReduceScatter: each chain backwards, toward the owner j
-                        back = [((q + d) % n, -d) for q, d in reversed(chain)]
-                        hops = _chain(s, lane, back, piece, "add", [], tag, first.get(m))
+                        # hop h = (q, d) run from q + d to q over h's own routes reversed: the programme priced
+                        # a ReduceScatter's hop h on its routes' links reversed (not hop (q + d, -d)'s split)
+                        hops = _chain(s, lane, chain, piece, "add", [], tag, first.get(m), backwards=True)
                         first[m] = hops
                         ends += hops[-1]
                     if job.kind == "all_reduce":
-                        for chain in chains:
-                            _chain(s, lane, chain, piece, "copy", ends, tag)
+                        for m, chain in enumerate(chains):
+                            again[m] = _chain(s, lane, chain, piece, "copy", ends, tag, again.get(m))
 
     # -- the closed form -------------------------------------------------------------------------------
     def closed_form(self, job: Job) -> float:
@@ -315,17 +320,21 @@ class MultiDetour(Algorithm):
 
 
 def _chain(s: Schedule, lane: dict[str, Any], chain: list[Hop], piece: float, op: str, start: list[int],
-           tag: Any, before: list[list[int]] | None = None) -> list[list[int]]:
+           tag: Any, before: list[list[int]] | None = None, backwards: bool = False) -> list[list[int]]:
     """One chunk down ``chain``: each hop over its routes (fractions of ``piece``), each route link after link; a
     hop starts when every route of the hop before has arrived, and after ``before`` (the chunk before's same hop,
-    where given: the chunks leave in turn). Returns each hop's last transfers."""
+    where given: the chunks leave in turn). ``backwards`` (ReduceScatter): the chain from its tip back to its first
+    chip, each hop over its own routes reversed, as the programme prices it. Returns each hop's last transfers."""
     out: list[list[int]] = []
     deps = list(start)
-    for k, h in enumerate(chain):
+    for k, h in enumerate(reversed(chain) if backwards else chain):
         arrived = []
         if before is not None and k == 0:
             deps = deps + before[k]
-        for links, frac in lane["split"][h]:
+        routes = lane["split"][h]
+        if backwards:  # from h's far end back to its start: h's own routes, link order and direction reversed
+            routes = [([(v, u) for u, v in reversed(links)], frac) for links, frac in routes]
+        for links, frac in routes:
             prev = deps
             for u, v in links:
                 prev = [s.add(u, v, 1, op, prev, tag, v, nbytes=frac * piece)]
