@@ -144,3 +144,36 @@ def test_a_calibrated_ring_reduce_is_the_broadcast_run_backwards(protocol, nbyte
     """NCCL's ring Reduce (REDUCE_CHUNKSTEPS 1, as Broadcast's): the same chain towards the root, the same pieces."""
     r = run_collective("reduce", _system("a100", 8), nbytes, algorithm="unidirectional", protocol=protocol)
     assert r.time_s == pytest.approx(_split("a100", nbytes, 8, protocol, _pieces(nbytes, 8, protocol, 12)), rel=1e-6)
+
+
+#: (topology, V) where a calibrated broadcast on GPU nodes pipelines many Simple pieces and its simulation runs
+#: 7-23% above its closed form (issue 27 / 31, h27nodes): the NIC rings share every GPU's NVLink port in the
+#: pipeline fill, which `broadcast.closed_form` (each NIC ring priced alone) does not see. Recorded, not fixed.
+NODE_GAP = {("nodes:2:8", 2.0**26), ("nodes:2:8", 2.0**30), ("nodes:4:8", 2.0**26), ("nodes:4:8", 2.0**30)}
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+@pytest.mark.parametrize("nbytes", [2.0**20, 2.0**26, 2.0**30])
+@pytest.mark.parametrize("topology", ["nodes:2:8", "nodes:4:8"])
+def test_the_closed_form_the_tuner_ranks_by_is_the_simulation_on_gpu_nodes(topology, nbytes, calibrated, request):
+    """Issue 31's principle on two-level rings: the ring broadcast's closed form (what the tuner ranks by) within 3%
+    of its simulation. Ideal runs (one piece) and calibrated 1 MB (LL128) hold; calibrated Simple at 64 MB and 1 GB
+    does not yet (strict xfail: the gap is recorded until the closed form sees the rings' shared NVLink ports)."""
+    if calibrated and (topology, nbytes) in NODE_GAP:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="issue 27: NIC rings share NVLink ports in the "
+                                              "fill; the closed form prices each ring alone"))
+    system = System("h100", topology=topology, calibrated=calibrated, trace=False)
+    r = run_collective("broadcast", system, nbytes, algorithm="unidirectional")
+    assert r.analytic_s == pytest.approx(r.time_s, rel=0.03)
+
+
+def test_one_nic_ring_alone_is_its_closed_form_exactly():
+    """The gap above comes from the rings meeting, not from one ring's hops: a single NIC ring (rings=1) over
+    nodes:2:8, calibrated Simple with 16 pieces of 512 KiB (one NCCL step), matches its closed form exactly -- the
+    tandem of its 14 NVLink hops and its NIC hop (`timing.split_chain_time`)."""
+    system = System("h100", topology="nodes:2:8", calibrated=True, trace=False)
+    r = run_collective("broadcast", system, 2.0**23, algorithm="unidirectional", protocol="Simple", rings=1,
+                      chunks=16)
+    assert r.analytic_s == pytest.approx(r.time_s, rel=1e-9)
+    eight = run_collective("broadcast", system, 2.0**26, algorithm="unidirectional", protocol="Simple", chunks=16)
+    assert eight.time_s > 1.2 * r.time_s  # eight rings, the same bytes and pieces each: the shared ports cost >20%
