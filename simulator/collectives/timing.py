@@ -331,16 +331,8 @@ def hop_costs(net: Network, ring: Ring, chains: list[tuple[int, int, int]], piec
               shared: dict[tuple[Any, Any], int]) -> list[list[float]]:
     """Seconds one piece spends on each hop of each chain ``(origin, direction, hops)``: route latency
     plus the piece's bytes over the slowest link's share (``shared[e]`` pieces cross link e per round)."""
-    n = len(ring.devices)
-    out = []
-    for origin, d, hops in chains:
-        costs = []
-        for k in range(hops):
-            edges = step_edges(net, ring, (origin + k * d) % n, d)
-            share = min(net.graph.edges[e]["bandwidth_bytes_per_s"] / shared[e] for e in edges)
-            costs.append(route_latency(net, edges) + piece_bytes / share)
-        out.append(costs)
-    return out
+    return [[latency + transfer for latency, transfer in parts]
+            for parts in hop_parts(net, ring, chains, piece_bytes, shared)]
 
 
 def hop_parts(net: Network, ring: Ring, chains: list[tuple[int, int, int]], piece_bytes: float,
