@@ -58,12 +58,18 @@ GPU_NOTE = ('whole GPU training steps (`podsim model --mode train --calibrated` 
             "not reproduced (the size-trend note): the forecast drops 17% from 32B to 70B where the source drops 9%; "
             "at 70B (PP 2, 8 microbatches of one sequence, read as 1F1B) stage 0's fp32 gradient reduce-scatter and "
             "parameter gather over one NIC per GPU outlast their one-microbatch windows by 0.36 s (15% of the step) "
-            "and the 1F1B bubble another 10%. The README's 'pipeline-parallel communication (enabled by default)' "
-            "overlap exists in Megatron-LM only under the interleaved schedule (arguments.py turns overlap_p2p_comm "
-            "off without virtual stages), so the pipelined rows were probably interleaved, at an unstated depth: "
-            "one layer per virtual stage (NeMo 24.07's choice in 4 of its 7 interleaved recipes), tried, put the "
-            "177B and 462B fit rows 19-22% fast and was reverted; no other depth was tried, so that a reading is not "
-            "chosen by its errors. Changes made after held-out "
+            "and the 1F1B bubble another 10%. Those windows are Megatron-Core 0.8's (schedules.py enables the "
+            "gradient sync only for the last microbatch's backward; distrib_optimizer.py gathers bucket by bucket "
+            "in the first forward). But the source did not run plain 1F1B: its strong-scaling figure (177B, TP 8 x "
+            "PP 6, batch 1152) gives 47% MFU at 96 GPUs and 42% at 4608, where 1F1B's bubble alone (29% of the "
+            "step at 12 microbatches) would leave 33.5%; only interleaving at 4 or more virtual stages fits, and "
+            "the README's pipeline-communication overlap exists only under interleaving (arguments.py). The "
+            "forecast for that 96-GPU run is 54-57% MFU, so its pipelined step (one sequence a microbatch, TP 8) "
+            "is 15-21% fast, and the 1F1B reading's bubble hides it in the 177B and 462B fit rows (+0.0%); "
+            "read interleaved at one layer per virtual stage (the only depth 119B's 23 and 462B's 7 layers a "
+            "stage allow) and refitted on the fit rows, they go 14-17% fast and the fit loss rises from 6.81% to "
+            "7.54%, so the 1F1B reading stays until the step is fixed (calibration/gpu_training_sources.md). "
+            "Changes made after held-out "
             "errors were seen, never a constant tuned to them (the constants refitted on the fit rows alone): the "
             "step's collectives priced by NCCL's own tuner "
             "(it ran rings only), pipeline sends of 1/TP of the activations (Megatron's scatter-gather), an "
@@ -85,7 +91,9 @@ GPU_NOTE = ('whole GPU training steps (`podsim model --mode train --calibrated` 
             "23.5% before); the first refit stopped its coordinate descent at sm_interference 3.0 with a worse fit "
             "loss (6.87%) than a scan of the fit rows found near 6 (6.72%), and its held-out result (7.9%, worst "
             "25.6%) was seen before the fitter was given several starting points (1, 2, 4, 8; the lowest fit loss "
-            "wins), which gives 7.6 and the fit-row loss 6.81%")
+            "wins), which gives 7.6 and the fit-row loss 6.81%. Then, reading the source for the size trend: a trial "
+            "script printed the held-out Megatron-Core rows under two trial changes (one layer per virtual stage, "
+            "and Transformer Engine's userbuffer GEMMs in chunks); neither was kept and no constant changed")
 
 
 def gpu_training_cases() -> list[Case]:
