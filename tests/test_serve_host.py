@@ -30,7 +30,7 @@ def test_one_request_at_zero_load_waits_the_front_end_then_one_prefill_step_and_
     setup = _setup()
     fe, cost = host_parts(setup)
     assert fe > 0 and not cost.zero
-    costs = StepCosts(LLAMA, H100, 1, engine="vllm")
+    costs = StepCosts(LLAMA, H100, 1, engine="vllm", eager_prefill=True)  # V0: the prefill runs eagerly
     prefill = costs.forecast_s(0, 0, [(100, 0)])
     req = run_stream(setup, [Arrival(0.0, 100, 1)], "forecast").done[0]
     assert req.first_token_s == pytest.approx(fe + prefill + cost.seconds(1, 1), rel=1e-12)

@@ -43,6 +43,8 @@ from simulator.workloads.budget import (
     weight_bytes_read,
 )
 from simulator.workloads.served_tp import MAX_GPUS, ideal_allreduce_s
+from simulator.workloads.serving.eager import applies as eager_applies
+from simulator.workloads.serving.eager import eager_prefill_s
 from simulator.workloads.transformer import TransformerConfig
 
 CUDA_GRAPH_BATCHES = (1, 2, 4, *range(8, 257, 8))  #: vLLM's decode CUDA-graph batch sizes (model_runner.py)
@@ -72,12 +74,14 @@ class StepCosts:
     skips the forecast (the bound stands for it)."""
 
     def __init__(self, cfg: TransformerConfig, chip: ChipSpec, model: int = 1, calibrated: bool = True,
-                 engine: str | None = None) -> None:
+                 engine: str | None = None, eager_prefill: bool = False) -> None:
         check_layout(cfg, Parallelism(1, model), 1)
         self.cfg, self.chip, self.model, self.engine = cfg, chip, model, engine
         self.fitted = calibrated and chip.name in decode_calibrated_chips() and model <= MAX_GPUS
         self.calibrated = calibrated
         self.graphs = (engine or DEFAULT_ENGINE) == "vllm"  #: decode batches padded to a captured CUDA graph
+        #: prefill steps priced kernel by kernel, run eagerly (vLLM 0.6's V0 engine: `serving.eager`)
+        self.eager_prefill = eager_prefill and self.fitted and eager_applies(cfg, chip)
         dtype = "int8" if cfg.weight_elem_bytes == 1 else "bf16"
         self._peak = chip.peak_flops_per_s(dtype) * model
         self._bw = chip.hbm_bandwidth_bytes_per_s * model
@@ -146,6 +150,10 @@ class StepCosts:
         return self._price(batch, context, 1)
 
     def _prefill_s(self, n: int, tokens: int, context: int) -> float:
+        if self.eager_prefill:
+            eager = eager_prefill_s(self.cfg, self.chip, self.model, n, tokens, context, self.engine or DEFAULT_ENGINE)
+            assert eager is not None  # eager_applies held at construction
+            return eager
         return self._price(n, context, tokens)
 
     def _decode_at(self, batch: int, mean_ctx: float) -> float:
