@@ -122,7 +122,8 @@ def test_the_cli_names_the_host_time_under_calibrated_parts_only_where_it_applie
         assert main([*base, "--scheduler-steps", steps]) == 0
         outs[steps] = json.loads(capsys.readouterr().out)
     parts = outs["10"]["calibrated_parts"]
-    assert len(parts) == 2 and "front-end" in parts[0] and "host time per scheduler call" in parts[1]
+    assert len(parts) == 3 and "front-end" in parts[0] and "host time per scheduler call" in parts[1]
+    assert "prefill steps run eagerly" in parts[2]
     assert any("host" in u for u in outs["10"]["uncalibrated"])
     assert outs["1"]["calibrated_parts"] == [] and not any("vLLM 0.6" in u for u in outs["1"]["uncalibrated"])
     fe = host.vllm_v0_frontend_s()
