@@ -17,7 +17,10 @@ chunks (chunk i: ``c_i`` new prompt tokens after ``p_i`` already cached). Two pr
   once) -- as `simulator.workloads.served.served_concurrent` prices a mixed step; no fitted constant of its
   own. A step of prefills alone pays the prefill step whole. vLLM runs decode in CUDA graphs and pads a
   pure-decode batch to the next captured size (1, 2, 4, 8, 16, ..., 256: vLLM ``_BATCH_SIZES_TO_CAPTURE``),
-  so the step is priced at that many rows over the same cached positions. Chips without serving factors
+  so the step is priced at that many rows over the same cached positions. With ``eager_prefill`` (vLLM 0.6's V0
+  engine, which runs any step with a prefill in it outside CUDA graphs) the prefill step is priced kernel by
+  kernel instead (`simulator.workloads.serving.eager`), and a mixed step adds that less one decode token as
+  above; decode-only steps keep their graph price. Chips without serving factors
   (TPUs), or model axes wider than one NVLink node, forecast the ideal step plus each AllReduce's hop
   latencies on the ring (`simulator.analytic.all_reduce_time`), and say so in ``uncalibrated``.
 
