@@ -30,7 +30,7 @@ def test_one_request_at_zero_load_waits_the_front_end_then_one_prefill_step_and_
     setup = _setup()
     fe, cost = host_parts(setup)
     assert fe > 0 and not cost.zero
-    costs = StepCosts(LLAMA, H100, 1, engine="vllm")
+    costs = StepCosts(LLAMA, H100, 1, engine="vllm", eager_prefill=True)  # V0: the prefill runs eagerly
     prefill = costs.forecast_s(0, 0, [(100, 0)])
     req = run_stream(setup, [Arrival(0.0, 100, 1)], "forecast").done[0]
     assert req.first_token_s == pytest.approx(fe + prefill + cost.seconds(1, 1), rel=1e-12)
@@ -122,7 +122,8 @@ def test_the_cli_names_the_host_time_under_calibrated_parts_only_where_it_applie
         assert main([*base, "--scheduler-steps", steps]) == 0
         outs[steps] = json.loads(capsys.readouterr().out)
     parts = outs["10"]["calibrated_parts"]
-    assert len(parts) == 2 and "front-end" in parts[0] and "host time per scheduler call" in parts[1]
+    assert len(parts) == 3 and "front-end" in parts[0] and "host time per scheduler call" in parts[1]
+    assert "prefill steps run eagerly" in parts[2]
     assert any("host" in u for u in outs["10"]["uncalibrated"])
     assert outs["1"]["calibrated_parts"] == [] and not any("vLLM 0.6" in u for u in outs["1"]["uncalibrated"])
     fe = host.vllm_v0_frontend_s()

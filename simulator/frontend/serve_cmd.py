@@ -197,11 +197,16 @@ def _header(setup: ServeSetup, args: argparse.Namespace, rate: float | None, tra
     meshes = ({"prefill_mesh": vars(setup.prefill_mesh), "decode_mesh": vars(setup.decode_mesh)}
               if setup.disaggregated else {"mesh": vars(setup.mesh)})
     par = setup.decode_mesh or setup.mesh
-    from simulator.workloads.serving.host import describe
+    from simulator.workloads.serving.host import describe, host_applies
     from simulator.workloads.serving.simulate import host_parts
 
-    costs = StepCosts(setup.cfg, setup.chip, par.model, calibrated=args.calibrated, engine=setup.engine)
+    costs = StepCosts(setup.cfg, setup.chip, par.model, calibrated=args.calibrated, engine=setup.engine,
+                      eager_prefill=host_applies(setup.engine, setup.sched.num_steps))
     parts = describe(*host_parts(setup)) if args.calibrated else []
+    if args.calibrated and costs.eager_prefill:
+        parts = [*parts, "vLLM 0.6 prefill steps run eagerly (CUDA graphs are captured for decode only): priced "
+                 "kernel by kernel on the GPU kernel model (fitted to Vidur's operator profiles, XLA's H100 table "
+                 "and mamf-finder), the norms and residual adds whole on every GPU, the LM head on the last tokens"]
     uncalibrated = costs.uncalibrated if args.calibrated else []
     if parts:
         uncalibrated = [*uncalibrated, "vLLM 0.6 host time on this node's CPU: measured on one A100 node's host "

@@ -17,7 +17,10 @@ chunks (chunk i: ``c_i`` new prompt tokens after ``p_i`` already cached). Two pr
   once) -- as `simulator.workloads.served.served_concurrent` prices a mixed step; no fitted constant of its
   own. A step of prefills alone pays the prefill step whole. vLLM runs decode in CUDA graphs and pads a
   pure-decode batch to the next captured size (1, 2, 4, 8, 16, ..., 256: vLLM ``_BATCH_SIZES_TO_CAPTURE``),
-  so the step is priced at that many rows over the same cached positions. Chips without serving factors
+  so the step is priced at that many rows over the same cached positions. With ``eager_prefill`` (vLLM 0.6's V0
+  engine, which runs any step with a prefill in it outside CUDA graphs) the prefill step is priced kernel by
+  kernel instead (`simulator.workloads.serving.eager`), and a mixed step adds that less one decode token as
+  above; decode-only steps keep their graph price. Chips without serving factors
   (TPUs), or model axes wider than one NVLink node, forecast the ideal step plus each AllReduce's hop
   latencies on the ring (`simulator.analytic.all_reduce_time`), and say so in ``uncalibrated``.
 
@@ -43,6 +46,8 @@ from simulator.workloads.budget import (
     weight_bytes_read,
 )
 from simulator.workloads.served_tp import MAX_GPUS, ideal_allreduce_s
+from simulator.workloads.serving.eager import applies as eager_applies
+from simulator.workloads.serving.eager import eager_prefill_s
 from simulator.workloads.transformer import TransformerConfig
 
 CUDA_GRAPH_BATCHES = (1, 2, 4, *range(8, 257, 8))  #: vLLM's decode CUDA-graph batch sizes (model_runner.py)
@@ -72,12 +77,14 @@ class StepCosts:
     skips the forecast (the bound stands for it)."""
 
     def __init__(self, cfg: TransformerConfig, chip: ChipSpec, model: int = 1, calibrated: bool = True,
-                 engine: str | None = None) -> None:
+                 engine: str | None = None, eager_prefill: bool = False) -> None:
         check_layout(cfg, Parallelism(1, model), 1)
         self.cfg, self.chip, self.model, self.engine = cfg, chip, model, engine
         self.fitted = calibrated and chip.name in decode_calibrated_chips() and model <= MAX_GPUS
         self.calibrated = calibrated
         self.graphs = (engine or DEFAULT_ENGINE) == "vllm"  #: decode batches padded to a captured CUDA graph
+        #: prefill steps priced kernel by kernel, run eagerly (vLLM 0.6's V0 engine: `serving.eager`)
+        self.eager_prefill = eager_prefill and self.fitted and eager_applies(cfg, chip)
         dtype = "int8" if cfg.weight_elem_bytes == 1 else "bf16"
         self._peak = chip.peak_flops_per_s(dtype) * model
         self._bw = chip.hbm_bandwidth_bytes_per_s * model
@@ -146,6 +153,10 @@ class StepCosts:
         return self._price(batch, context, 1)
 
     def _prefill_s(self, n: int, tokens: int, context: int) -> float:
+        if self.eager_prefill:
+            eager = eager_prefill_s(self.cfg, self.chip, self.model, n, tokens, context, self.engine or DEFAULT_ENGINE)
+            assert eager is not None  # eager_applies held at construction
+            return eager
         return self._price(n, context, tokens)
 
     def _decode_at(self, batch: int, mean_ctx: float) -> float:

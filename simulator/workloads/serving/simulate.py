@@ -176,14 +176,18 @@ def run_stream(setup: ServeSetup, arrivals: list[Arrival], kind: str = "forecast
     calibrated = kind == "forecast"
     hit = setup.sched.prefix_hit
     fe, host = host_parts(setup, frontend_s) if calibrated else (0.0, HostCost())
+    eager = host_applies(setup.engine, setup.sched.num_steps)  # vLLM 0.6's V0 engine: prefill outside CUDA graphs
     if not setup.disaggregated:
-        costs = StepCosts(setup.cfg, setup.chip, setup.mesh.model, calibrated=calibrated, engine=setup.engine)
+        costs = StepCosts(setup.cfg, setup.chip, setup.mesh.model, calibrated=calibrated, engine=setup.engine,
+                          eager_prefill=eager)
         price = costs.forecast_s if calibrated else costs.bound_s
         done, reps = _serve(setup, setup.mesh, _requests(arrivals, hit, fe), price, host=host)
         return ServeRun(kind, sorted(done, key=lambda r: r.rid), reps, shapes=costs.distinct_shapes)
     assert setup.prefill_mesh is not None and setup.decode_mesh is not None and transfer is not None
-    pc = StepCosts(setup.cfg, setup.chip, setup.prefill_mesh.model, calibrated=calibrated, engine=setup.engine)
-    dc = StepCosts(setup.cfg, setup.chip, setup.decode_mesh.model, calibrated=calibrated, engine=setup.engine)
+    pc = StepCosts(setup.cfg, setup.chip, setup.prefill_mesh.model, calibrated=calibrated, engine=setup.engine,
+                   eager_prefill=eager)
+    dc = StepCosts(setup.cfg, setup.chip, setup.decode_mesh.model, calibrated=calibrated, engine=setup.engine,
+                   eager_prefill=eager)
     first, prep = _serve(setup, setup.prefill_mesh, _requests(arrivals, hit, fe), pc.forecast_s if calibrated else
                          pc.bound_s, prefill_only=True,
                          host=host_parts(setup, frontend_s, setup.prefill_mesh)[1] if calibrated else host)
