@@ -226,3 +226,26 @@ def test_ll128_at_1_mb_on_two_nodes_is_one_step_at_the_nic():
     assert r.protocol == "LL128"
     assert STEP_DATA["LL128"] > 2.0**20 / 8
     assert r.analytic_s == pytest.approx(r.time_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("topology", ["switch:8", "nodes:2:8"])
+def test_auto_runs_nccl_pick_and_names_a_faster_forecast(topology):
+    """Issue 27 item 3: auto runs what NCCL's tuner picks -- Simple at 64 MB (its model: Simple's bandwidth beats
+    LL128's 0.92 x and one step of latency each) -- even where podsim's own forecast puts LL128 ahead (its pieces
+    cut through the NVLink hops where Simple's 512 KiB steps fill the chain, and it pays 1.9 us a hop, not 3.4).
+    The pick says so, with the times of the runs that ``protocol=`` names; at 1 GB Simple wins both and nothing
+    is added."""
+    system = System("h100", topology=topology, calibrated=True, trace=False)
+    v = 2.0**26
+    r = run_collective("broadcast", system, v)
+    assert (r.algorithm, r.protocol) == ("unidirectional", "Simple")
+    simple = run_collective("broadcast", system, v, algorithm="unidirectional", protocol="Simple")
+    ll128 = run_collective("broadcast", system, v, algorithm="unidirectional", protocol="LL128")
+    assert ll128.time_s < simple.time_s and ll128.analytic_s < simple.analytic_s  # podsim's forecast (both ways)
+    faster = r.nccl["forecast_faster"]
+    assert faster["protocol"] == "LL128"
+    assert faster["time_s"] == pytest.approx(ll128.analytic_s, rel=1e-9)
+    assert faster["picked_time_s"] == pytest.approx(simple.analytic_s, rel=1e-9)
+    assert "podsim forecasts LL128 faster" in r.nccl["reason"]
+    big = run_collective("broadcast", system, 2.0**30)
+    assert big.protocol == "Simple" and "forecast_faster" not in big.nccl
