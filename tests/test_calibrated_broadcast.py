@@ -215,6 +215,14 @@ def test_a_network_hop_forwards_whole_nccl_steps(protocol, chunks):
     assert r.analytic_s == pytest.approx(expected, rel=1e-6)
     cut_through = base * US + 14 * step_lat * US + NET_LAT[protocol] * US + 14 * s + t + (chunks - 1) * t
     assert r.time_s > cut_through  # the NIC hop's pieces each as they land would be faster: the step costs
+    # NCCL's ring Reduce (the proxy path is the same): from the root's successor once round to the root, so 6 NVLink
+    # hops, the NIC, 7 NVLink hops, the NIC back into the root's node. The second NIC takes each group as the first
+    # sends one (m t apart), so it never waits after its first: 13 (a + s) + 2 a_N + 2 (m - 1) s + (c + m) t
+    back = run_collective("reduce", system, v, algorithm="unidirectional", protocol=protocol, rings=1, chunks=chunks)
+    reduced = base * US + 13 * step_lat * US + 2 * NET_LAT[protocol] * US + 13 * s + 2 * (m - 1) * s \
+        + (chunks + m) * t
+    assert back.time_s == pytest.approx(reduced, rel=1e-6)
+    assert back.analytic_s == pytest.approx(reduced, rel=1e-6)
 
 
 def test_ll128_at_1_mb_on_two_nodes_is_one_step_at_the_nic():

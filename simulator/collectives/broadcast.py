@@ -26,7 +26,7 @@ from simulator.collectives.algorithm import Job
 from simulator.collectives.chains import broadcast_phase, reduce_to_phase
 from simulator.collectives.groups import Group, Ring, ring_bases
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import grouped_chain_time, hop_parts, link_use, split_chain_time, step_edges
+from simulator.collectives.timing import grouped_chain_time, hop_parts, link_use, step_edges
 
 OnAxis = Callable[[bool], Any]
 
@@ -104,7 +104,8 @@ def build_reduce(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) ->
     """Add the Reduce of every group (one axis: NCCL's ring Reduce) to its root position ``job.root_pos``."""
     for group in groups:
         ring = group.ring(tuple(job.root_pos), 0, False)
-        reduce_to_phase(s, ring, job.root_pos[0], job.chunks, on_axis(ring.wrap), ("ring reduce", id(group)))
+        reduce_to_phase(s, ring, job.root_pos[0], job.chunks, on_axis(ring.wrap), ("ring reduce", id(group)),
+                        _grouping(job, ring))
 
 
 def reduce_closed_form(job: Job, on_axis: OnAxis) -> float:
@@ -113,6 +114,5 @@ def reduce_closed_form(job: Job, on_axis: OnAxis) -> float:
     algorithm = on_axis(job.group.wraps[0])
     chains = [((root - hops * d) % n, d, hops) for d, hops in algorithm.reach_to(n, root) if hops > 0]
     rings = [groups[0].ring((0,), 0) for groups in job.rings]
-    costs = [c for ring in rings for c in hop_parts(job.net, ring, chains, job.key_bytes,
-                                                    link_use(job.net, ring, chains))]
-    return max((split_chain_time(list(c), job.chunks) for c in costs), default=0.0)
+    costs = [c for ring in rings for c in _hops(job, ring, chains)]
+    return max((grouped_chain_time(list(c), job.chunks) for c in costs), default=0.0)

@@ -216,9 +216,9 @@ def network_step_bytes(job: Any, protocol: str) -> float:
     receiver polls each line's flag and forwards it); over the network NCCL's proxy posts a step to the NIC only
     once every line of it has landed (src/transport/net.cc ``sendProxyProgress``: LL checks both flags of every
     line, LL128 the step's tail), so a network hop store-and-forwards whole steps. Simple's pieces already are
-    steps (0 here). Ring Broadcast only."""
+    steps (0 here). Ring Broadcast and Reduce (the same chain run backwards)."""
     step = {"LL": LL_STEP_BYTES, "LL128": LL128_STEP_BYTES}.get(protocol)
-    if step is None or getattr(job, "kind", None) != "broadcast":
+    if step is None or getattr(job, "kind", None) not in ("broadcast", "reduce"):
         return 0.0
     comm = nccl_tuner.comm_for(job.net, list(job.group.members.values()))
     channels = comm.ring.channels if comm is not None else 1
