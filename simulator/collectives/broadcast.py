@@ -10,7 +10,10 @@ link that two chains of the ring cross, such as a root's switch port sending bot
 One piece takes ``sum(a_h + s_h)``. Several pieces split every hop (`chains.broadcast_phase`): a piece's bytes
 leave as soon as the piece before it has left the link, and the latency follows as a pure delay, so ``c`` pieces
 take ``sum(a_h) + sum(s_h) + (c - 1) max(s_h)`` (`simulator.collectives.timing.split_chain_time`):
-``H latency + (H + c - 1) piece / b`` for H equal hops -- a hop's latency paid once, not once a piece.
+``H latency + (H + c - 1) piece / b`` for H equal hops -- a hop's latency paid once, not once a piece. A network
+(InfiniBand) hop under LL or LL128 forwards whole NCCL steps, ``m`` pieces at once (``job.net_step_bytes``,
+`network_group`), as NCCL's proxy does; the closed form is then the same tandem with that hop batching
+(`simulator.collectives.timing.grouped_chain_time`).
 NIC rings (GPU nodes) each start at their own position 0 and move in step; each is priced alone. Exact on tori,
 lines and switches, and on GPU nodes with one piece (ideal runs) or one NIC ring. With many pieces the rings do meet:
 every GPU's NVLink port forwards 7 of a node's 8 NIC rings, their pieces overlap there in the pipeline, and the

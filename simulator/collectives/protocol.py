@@ -28,6 +28,9 @@ that base latency; the simulation runs on channels set the same way (`link_setti
 every protocol an algorithm can use and keeps the fastest (`calibrated_price`). Algorithms the
 calibration fitted apart (NVLS, whose measurements already are NCCL's Simple protocol: NCCL runs NVLS
 with Simple only) keep their own fitted links, wire latency and launch, and report ``Simple``.
+A ring Broadcast or Reduce pipelines its array in pieces as the protocol forwards it: Simple whole steps at every
+hop (`broadcast_piece_bytes`), LL and LL128 each line as it lands over NVLink but whole steps over the network
+(`network_step_bytes`: NCCL's proxy posts a step to the NIC once all its lines are in).
 Protocols apply where the calibration is a GPU's (it has an ``nvlink`` model); TPU links (ICI, DCN) have
 none, and their results carry ``protocol`` None.
 """
