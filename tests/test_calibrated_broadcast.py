@@ -177,3 +177,83 @@ def test_one_nic_ring_alone_is_its_closed_form_exactly():
     assert r.analytic_s == pytest.approx(r.time_s, rel=1e-9)
     eight = run_collective("broadcast", system, 2.0**26, algorithm="unidirectional", protocol="Simple", chunks=16)
     assert eight.time_s > 1.2 * r.time_s  # eight rings, the same bytes and pieces each: the shared ports cost >20%
+
+
+#: NVIDIA/nccl src/init.cc: DEFAULT_LL_BUFFSIZE = 8 lines x 512 threads x 8 steps x 16 B, DEFAULT_LL128_BUFFSIZE =
+#: 120 x 640 x 8 x 8 B, each over NCCL_STEPS = 8; src/enqueue.cc calcCollChunking: an LL chunk is half its step (8 of
+#: a 16-byte line's bytes are flags), an LL128 chunk 15 of every 16 words. Data bytes of one step on one channel.
+STEP_DATA = {"LL": 8 * 512 * 16 / 2, "LL128": 120 * 640 * 8 * 15 / 16}
+H100_NIC = 5.0e10  #: nodes:2:8's InfiniBand link, bytes/s each way (one 400 Gb/s NIC a GPU)
+#: tuning.cc hwLat over the network, ring, us a step: one NIC hop (GPU -> IB switch -> GPU)
+NET_LAT = {"LL": 2.7, "LL128": 4.0}
+
+
+@pytest.mark.parametrize("protocol, chunks", [("LL", 64), ("LL128", 16)])
+def test_a_network_hop_forwards_whole_nccl_steps(protocol, chunks):
+    """Over InfiniBand NCCL's proxy posts a step to the NIC only once every line of it has landed
+    (src/transport/net.cc sendProxyProgress), so under LL and LL128 the NIC hop store-and-forwards whole steps while
+    the NVLink hops cut through. One NIC ring over nodes:2:8 (rings=1: it stands for all 8 of NCCL's channels),
+    8 MiB in c pieces: 7 NVLink hops, the NIC hop sending m = floor(8 x step / piece) pieces at a time, 7 NVLink hops.
+    By hand: piece j reaches the NIC after 7 (a + s) + j s (s < the NIC's piece time t, so the NIC never waits after
+    its first group); the NIC sends its c / m groups back to back from when the first group is in, 7 (a + s) +
+    (m - 1) s + c t; the last group's m pieces then cross 7 NVLink hops, a_N + 7 (a + s) + (m - 1) s."""
+    system = System("h100", topology="nodes:2:8", calibrated=True, trace=False)
+    channels = nccl_tuner.comm_for(system.network, list(system.network.chips)).ring.channels
+    assert channels == 8  # two nodes: 8 channels (test_nccl_tuner), all on the one ring here
+    assert "ib" not in json.loads((DATA / "calibration.json").read_text())["chips"]["h100"]["links"]  # IB at line rate
+    v = 2.0**23
+    piece = v / chunks
+    m = int(channels * STEP_DATA[protocol] // piece)
+    assert m > 1 and chunks % m == 0  # LL: 2 of 128 KiB in a 256 KiB step; LL128: 8 of 512 KiB in 4.4 MiB
+    step_lat, base, payload = NCCL[protocol]
+    s = piece / _rate("h100", v, protocol)
+    t = piece / (H100_NIC * payload)
+    assert s < t
+    expected = base * US + 14 * step_lat * US + NET_LAT[protocol] * US + 14 * s + 2 * (m - 1) * s + chunks * t
+    r = run_collective("broadcast", system, v, algorithm="unidirectional", protocol=protocol, rings=1, chunks=chunks)
+    assert r.time_s == pytest.approx(expected, rel=1e-6)
+    assert r.analytic_s == pytest.approx(expected, rel=1e-6)
+    cut_through = base * US + 14 * step_lat * US + NET_LAT[protocol] * US + 14 * s + t + (chunks - 1) * t
+    assert r.time_s > cut_through  # the NIC hop's pieces each as they land would be faster: the step costs
+    # NCCL's ring Reduce (the proxy path is the same): from the root's successor once round to the root, so 6 NVLink
+    # hops, the NIC, 7 NVLink hops, the NIC back into the root's node. The second NIC takes each group as the first
+    # sends one (m t apart), so it never waits after its first: 13 (a + s) + 2 a_N + 2 (m - 1) s + (c + m) t
+    back = run_collective("reduce", system, v, algorithm="unidirectional", protocol=protocol, rings=1, chunks=chunks)
+    reduced = base * US + 13 * step_lat * US + 2 * NET_LAT[protocol] * US + 13 * s + 2 * (m - 1) * s \
+        + (chunks + m) * t
+    assert back.time_s == pytest.approx(reduced, rel=1e-6)
+    assert back.analytic_s == pytest.approx(reduced, rel=1e-6)
+
+
+def test_ll128_at_1_mb_on_two_nodes_is_one_step_at_the_nic():
+    """Calibrated nodes:2:8 at 1 MB (NCCL picks LL128): each of the 8 NIC rings carries 128 KiB, less than one LL128
+    step, so its NIC hop forwards the whole of it at once; then the rings' pieces no longer meet on the NVLink ports
+    while in flight and the simulation equals its closed form."""
+    system = System("h100", topology="nodes:2:8", calibrated=True, trace=False)
+    r = run_collective("broadcast", system, 2.0**20)
+    assert r.protocol == "LL128"
+    assert STEP_DATA["LL128"] > 2.0**20 / 8
+    assert r.analytic_s == pytest.approx(r.time_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("topology", ["switch:8", "nodes:2:8"])
+def test_auto_runs_nccl_pick_and_names_a_faster_forecast(topology):
+    """Issue 27 item 3: auto runs what NCCL's tuner picks -- Simple at 64 MB (its model: Simple's bandwidth beats
+    LL128's 0.92 x and one step of latency each) -- even where podsim's own forecast puts LL128 ahead (its pieces
+    cut through the NVLink hops where Simple's 512 KiB steps fill the chain, and it pays 1.9 us a hop, not 3.4).
+    The pick says so, with the times of the runs that ``protocol=`` names; at 1 GB Simple wins both and nothing
+    is added."""
+    system = System("h100", topology=topology, calibrated=True, trace=False)
+    v = 2.0**26
+    r = run_collective("broadcast", system, v)
+    assert (r.algorithm, r.protocol) == ("unidirectional", "Simple")
+    simple = run_collective("broadcast", system, v, algorithm="unidirectional", protocol="Simple")
+    ll128 = run_collective("broadcast", system, v, algorithm="unidirectional", protocol="LL128")
+    assert ll128.time_s < simple.time_s and ll128.analytic_s < simple.analytic_s  # podsim's forecast (both ways)
+    faster = r.nccl["forecast_faster"]
+    assert faster["protocol"] == "LL128"
+    assert faster["time_s"] == pytest.approx(ll128.analytic_s, rel=1e-9)
+    assert faster["picked_time_s"] == pytest.approx(simple.analytic_s, rel=1e-9)
+    assert "podsim forecasts LL128 faster" in r.nccl["reason"]
+    big = run_collective("broadcast", system, 2.0**30)
+    assert big.protocol == "Simple" and "forecast_faster" not in big.nccl

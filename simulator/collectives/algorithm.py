@@ -91,6 +91,9 @@ class Job:
     layout: Any = None  #: ring kinds: the `simulator.collectives.layout.Layout` `Algorithm.prepare` chose
     cache: dict[Any, Any] = field(default_factory=dict)  #: closed-form pieces an algorithm keeps between calls
     auto_chunks: bool = False  #: ``chunks`` was the algorithm's default (the caller gave none; timing mode)
+    #: bytes of one NCCL step on the channels a ring stands for, which a network hop forwards whole (a calibrated
+    #: ring Broadcast under LL or LL128, `simulator.collectives.protocol.network_step_bytes`; 0: none)
+    net_step_bytes: float = 0.0
 
     @property
     def group(self) -> Group:

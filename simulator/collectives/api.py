@@ -141,6 +141,7 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
         pieces = protocols.protocol_chunks(system.calibration, choice.algorithm, job, choice.protocol)
         if pieces is not None and pieces != job.chunks:
             job = make_job(choice.algorithm, pieces)
+        job.net_step_bytes = protocols.network_step_bytes(job, choice.protocol)  # network hops move whole steps
     job.reduced = fast_path().use_reduced(mode, eligible, choice.algorithm, algorithm == AUTO)
     if only is not None:
         if job.reduced or price is not None or route != AS_FAULTED or data is not None or len(job.rings) != 1 \

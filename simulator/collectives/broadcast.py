@@ -10,7 +10,10 @@ link that two chains of the ring cross, such as a root's switch port sending bot
 One piece takes ``sum(a_h + s_h)``. Several pieces split every hop (`chains.broadcast_phase`): a piece's bytes
 leave as soon as the piece before it has left the link, and the latency follows as a pure delay, so ``c`` pieces
 take ``sum(a_h) + sum(s_h) + (c - 1) max(s_h)`` (`simulator.collectives.timing.split_chain_time`):
-``H latency + (H + c - 1) piece / b`` for H equal hops -- a hop's latency paid once, not once a piece.
+``H latency + (H + c - 1) piece / b`` for H equal hops -- a hop's latency paid once, not once a piece. A network
+(InfiniBand) hop under LL or LL128 forwards whole NCCL steps, ``m`` pieces at once (``job.net_step_bytes``,
+`network_group`), as NCCL's proxy does; the closed form is then the same tandem with that hop batching
+(`simulator.collectives.timing.grouped_chain_time`).
 NIC rings (GPU nodes) each start at their own position 0 and move in step; each is priced alone. Exact on tori,
 lines and switches, and on GPU nodes with one piece (ideal runs) or one NIC ring. With many pieces the rings do meet:
 every GPU's NVLink port forwards 7 of a node's 8 NIC rings, their pieces overlap there in the pipeline, and the
@@ -26,7 +29,7 @@ from simulator.collectives.algorithm import Job
 from simulator.collectives.chains import broadcast_phase, reduce_to_phase
 from simulator.collectives.groups import Group, Ring, ring_bases
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import hop_parts, link_use, split_chain_time
+from simulator.collectives.timing import grouped_chain_time, hop_parts, link_use, step_edges
 
 OnAxis = Callable[[bool], Any]
 
@@ -42,7 +45,7 @@ def build(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
             for base in ring_bases(group, a, fixed, False):
                 ring = group.ring(base, a, False)
                 broadcast_phase(s, ring, job.root_pos[a], job.chunks, on_axis(ring.wrap),
-                                _piece_start(s, list(tags), ring), tag)
+                                _piece_start(s, list(tags), ring), tag, _grouping(job, ring))
             tags.append(tag)
 
 
@@ -57,25 +60,55 @@ def _piece_start(s: Schedule, earlier: list[Any], ring: Ring) -> Callable[[int, 
     return start
 
 
+def network_group(job: Job) -> int:
+    """Pieces a network hop forwards at once: the whole pieces in one NCCL step of the job's protocol on the
+    channels a ring stands for (``job.net_step_bytes``, `simulator.collectives.protocol.network_step_bytes`);
+    1 (each piece as it lands) without one."""
+    if job.net_step_bytes <= 0 or job.chunks <= 1 or job.key_bytes <= 0:
+        return 1
+    return max(1, min(job.chunks, int(job.net_step_bytes // job.key_bytes)))
+
+
+def _is_network(net: Any, edges: list[tuple[Any, Any]]) -> bool:
+    """Whether a hop's route crosses a network (InfiniBand) link, where NCCL's proxy moves whole steps."""
+    return any(net.graph.edges[e].get("kind") == "ib" for e in edges)
+
+
+def _grouping(job: Job, ring: Ring) -> Callable[[int, int], int] | None:
+    """(position, direction) -> pieces the hop from there forwards at once on ``ring`` (None: one at a time)."""
+    m = network_group(job)
+    if m == 1:
+        return None
+    return lambda i, d: m if _is_network(job.net, step_edges(job.net, ring, i, d)) else 1
+
+
+def _hops(job: Job, ring: Ring, chains: list[tuple[int, int, int]]) -> list[list[tuple[float, float, int]]]:
+    """(latency, a piece's seconds, pieces forwarded at once) of every hop of each chain on ``ring``."""
+    n, m = len(ring.devices), network_group(job)
+    parts = hop_parts(job.net, ring, chains, job.key_bytes, link_use(job.net, ring, chains))
+    return [[(a, s, m if m > 1 and _is_network(job.net, step_edges(job.net, ring, (origin + k * d) % n, d)) else 1)
+             for k, (a, s) in enumerate(chain)] for (origin, d, _), chain in zip(chains, parts, strict=True)]
+
+
 def closed_form(job: Job, on_axis: OnAxis) -> float:
     """Pieces pipelined along the critical path (see the module docstring)."""
     sizes, root = job.group.sizes, job.root_pos
-    path: list[tuple[float, float]] = []
+    path: list[tuple[float, float, int]] = []
     for a, n_a in enumerate(sizes):
         algorithm = on_axis(job.group.wraps[a])
         chains = [(root[a], d, h) for d, h in algorithm.broadcast_reach(n_a, root[a]).items() if h > 0]
         rings = [groups[0].ring(root[:a] + (0,) + root[a + 1:], a) for groups in job.rings]
-        costs = [c for ring in rings for c in hop_parts(job.net, ring, chains, job.key_bytes,
-                                                        link_use(job.net, ring, chains))]
-        path += max(costs, key=lambda c: split_chain_time(list(c), job.chunks), default=[])
-    return split_chain_time(path, job.chunks)
+        costs = [c for ring in rings for c in _hops(job, ring, chains)]
+        path += max(costs, key=lambda c: grouped_chain_time(list(c), job.chunks), default=[])
+    return grouped_chain_time(path, job.chunks)
 
 
 def build_reduce(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
     """Add the Reduce of every group (one axis: NCCL's ring Reduce) to its root position ``job.root_pos``."""
     for group in groups:
         ring = group.ring(tuple(job.root_pos), 0, False)
-        reduce_to_phase(s, ring, job.root_pos[0], job.chunks, on_axis(ring.wrap), ("ring reduce", id(group)))
+        reduce_to_phase(s, ring, job.root_pos[0], job.chunks, on_axis(ring.wrap), ("ring reduce", id(group)),
+                        _grouping(job, ring))
 
 
 def reduce_closed_form(job: Job, on_axis: OnAxis) -> float:
@@ -84,6 +117,5 @@ def reduce_closed_form(job: Job, on_axis: OnAxis) -> float:
     algorithm = on_axis(job.group.wraps[0])
     chains = [((root - hops * d) % n, d, hops) for d, hops in algorithm.reach_to(n, root) if hops > 0]
     rings = [groups[0].ring((0,), 0) for groups in job.rings]
-    costs = [c for ring in rings for c in hop_parts(job.net, ring, chains, job.key_bytes,
-                                                    link_use(job.net, ring, chains))]
-    return max((split_chain_time(list(c), job.chunks) for c in costs), default=0.0)
+    costs = [c for ring in rings for c in _hops(job, ring, chains)]
+    return max((grouped_chain_time(list(c), job.chunks) for c in costs), default=0.0)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from simulator.collectives.groups import Ring
-from simulator.collectives.schedule import Schedule
+from simulator.collectives.schedule import ADD_BYTES, COPY_BYTES, DELAY, Schedule
 
 Start = Callable[[int], list[int]]  #: position -> transfers its first hop waits for
 
@@ -111,14 +111,21 @@ def all_to_all_phase(s: Schedule, ring: Ring, bundles: list[dict[int, tuple]], s
 
 
 def broadcast_phase(s: Schedule, ring: Ring, origin: int, pieces: int, scheme: Scheme,
-                    start: Callable[[int, int], list[int]], tag: Any) -> None:
+                    start: Callable[[int, int], list[int]], tag: Any,
+                    group: Callable[[int, int], int] | None = None) -> None:
     """Broadcast along ``ring`` from ``origin``: pieces pipeline hop by hop, in order on every link.
 
     One piece is one transfer a hop (its latency, then its bytes). Several pieces split each hop in two
     (`Schedule.add_split`): piece j's bytes leave once piece j has arrived at the hop's sender and piece j - 1's
     bytes have left the link, and it arrives the route's latency later -- each piece store-and-forwarded, the
-    latency of a hop paid once, not once a piece (issue 27; `simulator.collectives.timing.split_chain_time`)."""
+    latency of a hop paid once, not once a piece (issue 27; `simulator.collectives.timing.split_chain_time`).
+    ``group`` (position a, direction d) -> m: the hop from a forwards its pieces m at a time (`_grouped_chain`)."""
     n = len(ring.devices)
+    if group is not None and pieces > 1 and any(group((origin + k * d) % n, d) > 1
+                                                for d, hops in scheme.reach(n, origin) for k in range(hops)):
+        for d, hops in scheme.reach(n, origin):
+            _grouped_chain(s, ring, origin, d, hops, pieces, start, tag, group)
+        return
     for d, hops in scheme.reach(n, origin):
         behind: list[int | None] = [None] * (hops + 1)  # last piece's transfer at each hop (its bytes, when split)
         for j in range(pieces):
@@ -137,11 +144,43 @@ def broadcast_phase(s: Schedule, ring: Ring, origin: int, pieces: int, scheme: S
                 prev = [sent]
 
 
-def reduce_to_phase(s: Schedule, ring: Ring, owner: int, pieces: int, scheme: Scheme, tag: Any) -> None:
+def _grouped_chain(s: Schedule, ring: Ring, origin: int, d: int, hops: int, pieces: int,
+                   start: Callable[[int, int], list[int]], tag: Any, group: Callable[[int, int], int],
+                   op: str = "copy") -> None:
+    """One chain of `broadcast_phase` whose hops forward ``group(a, d)`` pieces at a time (a network hop moves
+    whole NCCL steps, `simulator.collectives.protocol.network_step_bytes`): a group's bytes, one transfer, leave
+    once all its pieces have arrived and the group before it has left the link; then each piece's delay (the
+    route's latency) arrives as that piece (`simulator.collectives.timing.grouped_chain_time`). Built a hop at a
+    time over all pieces."""
+    n = len(ring.devices)
+    prev = [start(origin, j) for j in range(pieces)]
+    for h in range(1, hops + 1):
+        a, b = (origin + (h - 1) * d) % n, (origin + h * d) % n
+        m = max(1, min(group(a, d), pieces))
+        last: int | None = None
+        for first in range(0, pieces, m):
+            js = range(first, min(first + m, pieces))
+            deps = [t for j in js for t in prev[j]] + ([last] if last is not None else [])
+            keys = tuple(("piece", j) for j in js)
+            last = s.add(ring.devices[a], ring.devices[b], keys, ADD_BYTES if op == "add" else COPY_BYTES, deps,
+                         ("bytes", (tag, js[-1])),
+                         ring.slots[b])
+            for j in js:
+                prev[j] = [s.add(ring.devices[a], ring.devices[b], 0, DELAY, [last], (tag, j), ring.slots[b])]
+
+
+def reduce_to_phase(s: Schedule, ring: Ring, owner: int, pieces: int, scheme: Scheme, tag: Any,
+                    group: Callable[[int, int], int] | None = None) -> None:
     """Reduce along ``ring`` to ``owner``: each piece's partial sum starts at the far end of every chain towards
     ``owner`` (``scheme.reach_to``) and is added into each member's own on the way, pieces one behind another on every
-    link -- `broadcast_phase` run backwards, its hops split the same way where there are several pieces."""
+    link -- `broadcast_phase` run backwards, its hops split the same way where there are several pieces (and
+    grouped the same way, ``group``)."""
     n = len(ring.devices)
+    if group is not None and pieces > 1 and any(group((owner - (hops - k) * d) % n, d) > 1
+                                                for d, hops in scheme.reach_to(n, owner) for k in range(hops)):
+        for d, hops in scheme.reach_to(n, owner):
+            _grouped_chain(s, ring, (owner - hops * d) % n, d, hops, pieces, lambda i, j: [], tag, group, "add")
+        return
     for d, hops in scheme.reach_to(n, owner):
         behind: list[int | None] = [None] * (hops + 1)  # last piece's transfer at each hop (its bytes, when split)
         for j in range(pieces):

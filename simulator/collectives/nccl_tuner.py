@@ -317,6 +317,32 @@ def _size(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
+#: a protocol podsim forecasts faster than NCCL's pick by more than this share is named beside the pick
+FORECAST_MARGIN = 0.05
+
+
+def _forecast_faster(protocols: dict[str, float], picked: str) -> dict[str, Any]:
+    """``{"forecast_faster": {"protocol", "time_s", "picked_time_s"}}`` where podsim's calibrated closed form
+    (a **forecast**, seconds) puts another protocol more than `FORECAST_MARGIN` below NCCL's pick; else empty. NCCL's
+    pick still runs (issue 27: auto is what stock NCCL runs); this only says what ``--protocol`` would gain."""
+    if picked not in protocols:
+        return {}
+    best = min(protocols, key=lambda q: protocols[q])
+    if best == picked or protocols[best] >= (1 - FORECAST_MARGIN) * protocols[picked]:
+        return {}
+    return {"forecast_faster": {"protocol": best, "time_s": protocols[best], "picked_time_s": protocols[picked]}}
+
+
+def _faster_note(faster: dict[str, Any], picked: str) -> str:
+    """The reason's clause for `_forecast_faster` (empty where NCCL's pick is podsim's fastest too)."""
+    if not faster:
+        return ""
+    f = faster["forecast_faster"]
+    return (f"; podsim forecasts {f['protocol']} faster here ({f['time_s'] * 1e6:.1f} us against "
+            f"{picked}'s {f['picked_time_s'] * 1e6:.1f} us, calibrated closed form; --protocol {f['protocol']} "
+            f"runs it)")
+
+
 def decide(comm: Comm, kind: str, nbytes: float, asked: str, name: str,
            priced: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """NCCL's choice for ``kind`` of ``nbytes`` (``name``: ``auto`` or the algorithm asked for) among the podsim
@@ -345,8 +371,10 @@ def decide(comm: Comm, kind: str, nbytes: float, asked: str, name: str,
                     "reason": f"{name} asked for by name: a custom kernel stock NCCL lacks ({label(name)['source']}), "
                               f"run with its fastest protocol"}
         a, p = mine[0]
-        return {**info, "plugin": name, "algorithm": a, "protocol": p, "model_time_s": times[(a, p)],
-                "reason": f"{name} asked for (NCCL_ALGO={a}): NCCL's tuner picks {p} for it at {where}"}
+        faster = _forecast_faster(priced[name]["protocols"], p)
+        return {**info, "plugin": name, "algorithm": a, "protocol": p, "model_time_s": times[(a, p)], **faster,
+                "reason": f"{name} asked for (NCCL_ALGO={a}): NCCL's tuner picks {p} for it at {where}"
+                          + _faster_note(faster, p)}
     skipped: list[str] = []
     for a, p in ranked:
         chosen = PLUGINS[a]
@@ -357,8 +385,9 @@ def decide(comm: Comm, kind: str, nbytes: float, asked: str, name: str,
                 why += f", next {runner_up[0]}/{runner_up[1]} {times[runner_up] * 1e6:.1f} us"
             if skipped:
                 why += f" (NCCL's first choice {skipped[0]} has no podsim plug-in that applies here)"
+            faster = _forecast_faster(priced[chosen]["protocols"], p)
             return {**info, "plugin": chosen, "algorithm": a, "protocol": p, "model_time_s": times[(a, p)],
-                    "reason": why}
+                    **faster, "reason": why + _faster_note(faster, p)}
         skipped.append(f"{a}/{p}")
     return {**info, "plugin": None, "algorithm": None, "protocol": None,
             "reason": f"NCCL's tuner would run {ranked[0][0] if ranked else 'nothing'} here, which podsim has no "

@@ -28,6 +28,9 @@ that base latency; the simulation runs on channels set the same way (`link_setti
 every protocol an algorithm can use and keeps the fastest (`calibrated_price`). Algorithms the
 calibration fitted apart (NVLS, whose measurements already are NCCL's Simple protocol: NCCL runs NVLS
 with Simple only) keep their own fitted links, wire latency and launch, and report ``Simple``.
+A ring Broadcast or Reduce pipelines its array in pieces as the protocol forwards it: Simple whole steps at every
+hop (`broadcast_piece_bytes`), LL and LL128 each line as it lands over NVLink but whole steps over the network
+(`network_step_bytes`: NCCL's proxy posts a step to the NIC once all its lines are in).
 Protocols apply where the calibration is a GPU's (it has an ``nvlink`` model); TPU links (ICI, DCN) have
 none, and their results carry ``protocol`` None.
 """
@@ -175,7 +178,8 @@ def calibrated_price(calibration: Any, asked: str = AUTO) -> Callable[[Any, Any]
             if key not in views:
                 views[key] = priced_view(job.net, fraction, latency)
             times[name] = launch + algorithm.closed_form(_pieced(algorithm, _on(job, views[key]),
-                                                                 broadcast_piece_bytes(job, name)))
+                                                                 broadcast_piece_bytes(job, name),
+                                                                 network_step_bytes(job, name)))
         best = min(times, key=lambda n: (times[n], list(PROTOCOLS).index(n)))
         return times[best], best, times
 
@@ -201,8 +205,34 @@ def broadcast_piece_bytes(job: Any, protocol: str) -> float:
     return max(1.0, channels / max(1, len(job.rings))) * SIMPLE_STEP_BYTES
 
 
-def _pieced(algorithm: Any, job: Any, piece_bytes: float = 0.0) -> Any:
-    """``job`` cut into the pieces that pipeline best on its (priced) network (`Algorithm.priced_chunks`)."""
+#: Data bytes of one LL and one LL128 step, the chunk a ring Broadcast moves per channel (NVIDIA/nccl src/init.cc
+#: ``DEFAULT_LL_BUFFSIZE`` = 8 lines x 512 threads x 8 steps x 16 B and ``DEFAULT_LL128_BUFFSIZE`` = 120 x 640 x 8 x
+#: 8 B, over ``NCCL_STEPS`` = 8; src/enqueue.cc ``calcCollChunking``: LL halves it (8 of each 16-byte line are flags),
+#: LL128 keeps 15 of every 16 words): 32 KiB and 562.5 KiB.
+LL_STEP_BYTES = 8 * 512 * 16 / 2
+LL128_STEP_BYTES = 120 * 640 * 8 * 15 / 16
+
+
+def network_step_bytes(job: Any, protocol: str) -> float:
+    """Bytes one of ``job``'s rings forwards whole over a network hop under LL or LL128 (0: none): one step on each
+    channel the ring stands for, as `broadcast_piece_bytes` counts them. Over NVLink LL and LL128 cut through (the
+    receiver polls each line's flag and forwards it); over the network NCCL's proxy posts a step to the NIC only
+    once every line of it has landed (src/transport/net.cc ``sendProxyProgress``: LL checks both flags of every
+    line, LL128 the step's tail), so a network hop store-and-forwards whole steps. Simple's pieces already are
+    steps (0 here). Ring Broadcast and Reduce (the same chain run backwards)."""
+    step = {"LL": LL_STEP_BYTES, "LL128": LL128_STEP_BYTES}.get(protocol)
+    if step is None or getattr(job, "kind", None) not in ("broadcast", "reduce"):
+        return 0.0
+    comm = nccl_tuner.comm_for(job.net, list(job.group.members.values()))
+    channels = comm.ring.channels if comm is not None else 1
+    return max(1.0, channels / max(1, len(job.rings))) * step
+
+
+def _pieced(algorithm: Any, job: Any, piece_bytes: float = 0.0, step_bytes: float = 0.0) -> Any:
+    """``job`` cut into the pieces that pipeline best on its (priced) network (`Algorithm.priced_chunks`), its
+    network hops forwarding ``step_bytes`` at once (`network_step_bytes`)."""
+    if step_bytes != getattr(job, "net_step_bytes", 0.0):
+        job = replace(job, net_step_bytes=step_bytes, cache={})
     pieces = algorithm.priced_chunks(job, piece_bytes)
     if pieces is None or pieces == job.chunks:
         return job
@@ -213,7 +243,9 @@ def protocol_chunks(calibration: Any, algorithm: Any, job: Any, protocol: str) -
     """Pieces ``algorithm`` cuts ``job``'s array into under ``protocol`` (as `calibrated_price` priced it), or
     None where it keeps ``job.chunks``."""
     fraction, latency, _ = link_settings(calibration, job.nbytes, algorithm.name, protocol)
-    return algorithm.priced_chunks(_on(job, priced_view(job.net, fraction, latency)),
+    view = _on(job, priced_view(job.net, fraction, latency))
+    step = network_step_bytes(job, protocol)
+    return algorithm.priced_chunks(replace(view, net_step_bytes=step) if step else view,
                                    broadcast_piece_bytes(job, protocol))
 
 

@@ -378,3 +378,27 @@ def split_chain_time(hops: Sequence[tuple[float, float]], pieces: int) -> float:
         return chain_time([a + t for a, t in hops], 1)
     sends = [t for _, t in hops]
     return sum(a for a, _ in hops) + sum(sends) + (pieces - 1) * max(sends)
+
+
+def grouped_chain_time(hops: Sequence[tuple[float, float, int]], pieces: int) -> float:
+    """`split_chain_time` where hop h forwards its pieces ``m_h`` at a time: (latency, one piece's bytes' seconds,
+    ``m_h``) each. A group of ``m`` pieces leaves once all of them have arrived and the group before it has left the
+    link, takes ``m`` pieces' seconds, and arrives the latency later (a network hop that moves whole NCCL steps,
+    NVIDIA/nccl src/transport/net.cc ``sendProxyProgress``: the proxy posts a step once every line of it has landed).
+
+    The tandem of deterministic servers evaluated exactly, a hop at a time over all pieces (numpy): departures
+    ``D_g = max(ready_g, D_{g-1}) + size_g s`` unrolled as ``D_g = S_g + max_{k <= g}(ready_k - S_{k-1})`` with ``S``
+    the running sum of the groups' seconds. Every ``m_h`` = 1 is `split_chain_time` (returned as it, exactly)."""
+    if all(m == 1 for _, _, m in hops) or pieces == 1:
+        return split_chain_time([(a, s) for a, s, _ in hops], pieces)
+    arrive = np.zeros(pieces)
+    for latency, seconds, m in hops:
+        m = max(1, min(int(m), pieces))
+        starts = np.arange(0, pieces, m)
+        ready = np.maximum.reduceat(arrive, starts)
+        sizes = np.diff(np.append(starts, pieces))
+        busy = sizes * seconds
+        total = np.cumsum(busy)
+        leave = total + np.maximum.accumulate(ready - (total - busy))
+        arrive = np.repeat(leave + latency, sizes)
+    return float(arrive[-1])
