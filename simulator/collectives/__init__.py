@@ -49,6 +49,7 @@ from simulator.collectives import (  # noqa: F401
     multi_detour,
     nvls,
     nvls_tree,
+    pod_rails,
     rail_chains,
     rail_gather,
     recursive,

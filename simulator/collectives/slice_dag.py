@@ -44,16 +44,24 @@ def broadcast_dag(plan: RailPlan, sizes: list[int], g: int) -> _Dag:
                 behind = [behind_id]
     rail: dict[tuple[int, Pos], int] = {}  # (chain hop, position) -> its last message
     came: dict[tuple[int, int], list[int]] = {}  # (chain hop, batch) -> the messages that brought its shares
-    for x in plan.positions:
-        for q, rows in enumerate(batches):
-            share = tuple(plan.piece(row, x, p) for row in rows for p in range(a))
-            ready = sorted({got[(x, j // g)] for j in share}) if x != plan.root else []
-            for i in range(1, len(plan.order)):
+    after: dict[int, int] = {}  # crossing chain hop -> the barrier after its last batch's messages
+    for q, rows in enumerate(batches):
+        shares = {x: tuple(plan.piece(row, x, p) for row in rows for p in range(a)) for x in plan.positions}
+        ready = {x: sorted({got[(x, j // g)] for j in shares[x]}) if x != plan.root else [] for x in plan.positions}
+        for i in range(1, len(plan.order)):
+            if i in plan.crossings:  # every rail's message of the batch leaves the pod at once, and lands at once
+                before = dag.barrier([d for x in plan.positions for d in ready[x]] + ([after[i]] if i in after
+                                                                                     else []))
+            for x in plan.positions:
                 behind = [rail[(i, x)]] if (i, x) in rail else []
-                rail[(i, x)] = msg = dag.add(plan.chip(plan.order[i - 1], x), plan.chip(plan.order[i], x), share,
-                                             ready + behind)
+                deps = [before] if i in plan.crossings else ready[x] + behind
+                rail[(i, x)] = msg = dag.add(plan.chip(plan.order[i - 1], x), plan.chip(plan.order[i], x),
+                                             shares[x], deps)
                 came.setdefault((i, q), []).append(msg)
-                ready = [msg]
+                ready[x] = [msg]
+            if i in plan.crossings:
+                after[i] = dag.barrier(came[(i, q)])
+                ready = {x: [after[i]] for x in plan.positions}
     for i in range(1, len(plan.order)):
         done: list[int] = []
         for q, rows in enumerate(batches):

@@ -95,7 +95,7 @@ class RailPlan:
         self.at = {(graph.nodes[c]["group"], tuple(graph.nodes[c]["local_coord"])): c for c in group.members.values()}
         root = graph.nodes[group.members[root_pos]]
         self.root_slice, self.root = root["group"], tuple(root["local_coord"])
-        self.order = [(self.root_slice + i) % k for i in range(k)]  # the chain: the root's slice first
+        self.order = chain_order(graph.graph, k, self.root_slice)  # the chain: the root's slice first
         self.local = local
         self.positions = list(itertools.product(*(range(n) for n in local)))
         self.index = {x: i for i, x in enumerate(self.positions)}
@@ -108,6 +108,11 @@ class RailPlan:
         self.rings = [bool(w) and n >= 3 for n, w in zip(local, wraps, strict=True)]  # gathered both ways round
         self._layouts: dict[tuple[int, float], tuple[list[int], int]] = {}
         self._routes: dict[tuple[Any, Any], tuple[float, float]] = {}
+        pod = {s: s // graph.graph["slices_per_pod"] for s in self.order} if graph.graph.get("pods") else {}
+        #: chain hops i (slice order[i - 1] -> order[i]) that leave a pod: the m rails' messages cross its core
+        #: link together, each at ``rail_rate`` (a barrier before and after starts and ends them at once)
+        self.crossings = {i for i in range(1, k) if pod and pod[self.order[i - 1]] != pod[self.order[i]]}
+        self._rates: dict[int, tuple[float, float]] = {}
 
     def hop(self, src: Any, dst: Any, nbytes: float) -> float:
         """`hop_time`, the route's latency and slowest bandwidth looked up once."""
@@ -116,6 +121,26 @@ class RailPlan:
             base = hop_time(self.net, src, dst, 0.0)
             route = self._routes[(src, dst)] = (base, 1.0 / (hop_time(self.net, src, dst, 1.0) - base))
         return route[0] + nbytes / route[1]
+
+    def chain_hop(self, i: int, nbytes: float) -> float:
+        """Seconds of one rail message of ``nbytes`` on chain hop ``i``: `hop` but on a hop that leaves a pod,
+        where all m rails' messages cross at once, each at the least over its route of a link's bandwidth over
+        the rails that share it (fair shares: every rail alike, so each gets exactly that)."""
+        src, dst = self.chip(self.order[i - 1], self.positions[0]), self.chip(self.order[i], self.positions[0])
+        if i not in self.crossings:
+            return self.hop(src, dst, nbytes)
+        if i not in self._rates:
+            routes = [self.net.routes(self.chip(self.order[i - 1], x), self.chip(self.order[i], x))[0]
+                      for x in self.positions]
+            count: dict[tuple[Any, Any], int] = {}
+            for path in routes:
+                for e in zip(path, path[1:], strict=False):
+                    count[e] = count.get(e, 0) + 1
+            edges = self.net.graph.edges
+            rate = min(edges[e]["bandwidth_bytes_per_s"] / count[e] for e in count)
+            self._rates[i] = (self.hop(src, dst, 0.0), rate)
+        base, rate = self._rates[i]
+        return base + nbytes / rate
 
     def chip(self, s: int, x: Pos) -> Any:
         """The chip at local position ``x`` of slice ``s``."""
@@ -186,6 +211,17 @@ class RailPlan:
         return rows * m * a * (m - 1) // g + batches * (m * (k - 1) + (k - 1) * (a * lines + a + 1))
 
 
+def chain_order(graph: dict, k: int, root_slice: int) -> list[int]:
+    """The slices in rail-chain order: the root's first, then the next ones round; on multipod the rest of the
+    root's pod, then each other pod's slices in turn (from the root's pod round), so a rail leaves every pod
+    once and crosses its core link once each way at most."""
+    if not graph.get("pods"):
+        return [(root_slice + i) % k for i in range(k)]
+    per, pods = graph["slices_per_pod"], graph["pods"]
+    home = root_slice // per
+    return [p * per + (root_slice + i) % per for j in range(pods) for p in [(home + j) % pods] for i in range(per)]
+
+
 def ramp(rows: int, cap: int) -> list[int]:
     """Rows of each batch: 1, 2, 4, ... below ``cap`` (while both ends fit), then batches of ``cap`` (and one of
     what is left), then the same ramp down (``cap`` 1: every batch one row)."""
@@ -251,18 +287,23 @@ def _time(plan: RailPlan, sizes: list[int], piece: float, g: int) -> float:
     ends = np.cumsum(sizes)
     ready_at = np.maximum.reduceat(arrival, ends - np.asarray(sizes), axis=0).tolist()  # (batch, position)
 
-    x0, hops = plan.positions[0], range(1, len(plan.order))
+    hops = range(1, len(plan.order))
     rail = [[0.0] * len(plan.order) for _ in plan.positions]  # per position, per chain hop: its last arrival
     start = [-math.inf] * len(plan.order)  # per slice of the chain: its last batch's start
     t_ag = 0.0
     for q, u_rows in enumerate(sizes):
-        dcn = [plan.hop(plan.chip(plan.order[i - 1], x0), plan.chip(plan.order[i], x0), u_rows * a * piece)
-               for i in hops]
+        dcn = [plan.chain_hop(i, u_rows * a * piece) for i in hops]
         came = [0.0] * len(plan.order)
-        for ready, line in zip(ready_at[q], rail, strict=True):
-            for i in hops:
-                ready = line[i] = max(ready, line[i]) + dcn[i - 1]
-                came[i] = max(came[i], ready)
+        ready = list(ready_at[q])
+        for i in hops:
+            if i in plan.crossings:  # a barrier before (every rail's message in, the last batch's across) and after
+                ready = [max(max(ready), rail[0][i]) + dcn[i - 1]] * len(ready)
+                for line in rail:
+                    line[i] = ready[0]
+            else:
+                for b, line in enumerate(rail):
+                    ready[b] = line[i] = max(ready[b], line[i]) + dcn[i - 1]
+            came[i] = max(ready)
         for i in hops:
             start[i] = max(came[i], start[i] + t_ag)
         t_ag = plan.gather_time(u_rows * piece)
