@@ -32,6 +32,7 @@ import math
 
 from simulator.collectives.algorithm import register
 from simulator.collectives.groups import Group
+from simulator.collectives.slice_gather import SliceGather
 from simulator.collectives.slice_rails import SliceRails
 from simulator.engine.network import Network
 
@@ -48,17 +49,37 @@ class PodRails(SliceRails):
     nic_rings = False
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
-        why = super(SliceRails, self).unfit(kind, net, groups)
-        if why is not None:
-            return why
-        graph = net.graph.graph
-        if not graph.get("pods"):
-            return "it orders its DCN chains by pods under a core (multipod); slice_rails serves multislice"
-        if len(groups) != 1 or groups[0].n != len(net.chips):
-            return "it sends to every chip of every slice (a group of the whole system)"
-        if graph["shape"][0] < 2 or math.prod(graph["shape"][1:]) < 2:
-            return "it needs two slices or more of two chips or more"
-        return None
+        return _unfit(self, kind, net, groups, "slice_rails")
+
+
+class PodGather(SliceGather):
+    """Gather / Scatter on multipod: slice_gather, its DCN steps from another pod priced at their core share."""
+
+    name = "pod_gather"
+    summary = ("Gather, Scatter on multipod: every shard over its chip's DCN link (and the core, from another pod) "
+               "to its counterpart in the root's slice, then up (down) that slice's arc-disjoint trees, in rounds")
+    kinds = ("gather", "scatter")
+    topologies = ("multislice",)
+    nic_rings = False
+
+    def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
+        return _unfit(self, kind, net, groups, "slice_gather")
+
+
+def _unfit(algorithm: SliceRails, kind: str, net: Network, groups: list[Group], two_levels: str) -> str | None:
+    """Why ``algorithm`` (multipod only) cannot run ``kind`` on ``groups`` (None: it can)."""
+    why = super(SliceRails, algorithm).unfit(kind, net, groups)
+    if why is not None:
+        return why
+    graph = net.graph.graph
+    if not graph.get("pods"):
+        return f"it orders its DCN messages by pods under a core (multipod); {two_levels} serves multislice"
+    if len(groups) != 1 or groups[0].n != len(net.chips):
+        return "it sends to every chip of every slice (a group of the whole system)"
+    if graph["shape"][0] < 2 or math.prod(graph["shape"][1:]) < 2:
+        return "it needs two slices or more of two chips or more"
+    return None
 
 
 POD_RAILS = register(PodRails())
+POD_GATHER = register(PodGather())

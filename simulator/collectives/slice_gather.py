@@ -18,7 +18,10 @@ Closed form (a message costs its route's latency plus bytes over its slowest lin
 carries one message at a time, each after the one before has arrived):
 
 - the DCN messages into one chip come one after another (pieces in order, the slices in chain order within a
-  piece), so the j-th is in at ``D_j = (j + 1) h_dcn(s / R)`` (every route alike), j < R (K - 1);
+  piece), every chip of the root's slice in step, so the j-th is in at ``D_j = D_(j-1) + h_j(s / R)``, j < R (K - 1):
+  ``(j + 1) h_dcn(s / R)`` where every route is alike (multislice); on multipod (`pod_gather`) the m messages
+  from a slice of another pod cross its core link at once, each at its fair share
+  (`simulator.collectives.slice_rails.RailPlan.together`);
 - a round in which each chip holds one item of b bytes: link x -> parent(x) sends x's own item first, then its
   children's merged round-robin (as `tree_gather`): a child's i-th item arrives at (i + 1) h, never after its
   place in x's order, so every link is busy without a gap and the round lasts ``top h(b / d)``, top the most
@@ -40,7 +43,7 @@ from typing import Any
 from simulator.collectives.algorithm import Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.slice_rails import RailPlan, SliceRails, hop_time
+from simulator.collectives.slice_rails import RailPlan, SliceRails
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
 
@@ -65,9 +68,9 @@ def _orders(plan: RailPlan, parents: dict[Pos, Pos], depth: dict[Pos, int],
 
 def gather_time(plan: RailPlan, rounds: int, shard: float) -> float:
     """The closed form of the module docstring (timing mode: every item in d parts, one per tree)."""
-    net, k, d = plan.net, len(plan.order), len(plan.forest)
-    x0 = plan.positions[0]
-    dcn = hop_time(net, plan.chip(plan.order[1], x0), plan.chip(plan.order[0], x0), shard / rounds)
+    k, d = len(plan.order), len(plan.forest)
+    dcn = [plan.step_time([(source(plan, x, j), x) for x in plan.positions], plan.order[0], shard / rounds)
+           for j in range(k - 1)]  # the steps of one round (the rounds repeat them)
 
     def top(items: int) -> int:  # most items on one of the root's links in a tree
         return max(max((len(_orders(plan, parents, depth, {x: [0] * items for x in parents})[x])
@@ -75,9 +78,19 @@ def gather_time(plan: RailPlan, rounds: int, shard: float) -> float:
 
     end = top(1) * plan.line_hop(shard / d)  # every ICI hop of a slice alike
     step = top(1) * plan.line_hop(shard / (rounds * d))
+    came = 0.0  # D_j: the j-th DCN message into every chip of the root's slice (all in step)
     for j in range(rounds * (k - 1)):
-        end = max(end, (j + 1) * dcn) + step
-    return max(end, rounds * (k - 1) * dcn)
+        came += dcn[j % (k - 1)]
+        end = max(end, came) + step
+    return max(end, came)
+
+
+def source(plan: RailPlan, x: Pos, j: int) -> int:
+    """The slice whose chip sends its shard's ``j``-th DCN message to position ``x`` of the root's slice: the other
+    slices in chain order, each position's order rotated by its index on multipod (`pod_gather`), so every step
+    brings each of them about m / (K - 1) messages and the core links carry their share of every step."""
+    others = plan.order[1:]
+    return others[(j + (plan.index[x] if plan.pods else 0)) % len(others)]
 
 
 class SliceGather(SliceRails):
@@ -141,20 +154,25 @@ def _gather_dag(job: Job, plan: RailPlan) -> list[tuple[Any, Any, tuple, float, 
     s0, others = plan.order[0], plan.order[1:]
     into: dict[Pos, int] = {}  # position of the root's slice -> the last DCN message into it
     came: list[list[int]] = []  # per DCN message into every position: its messages into all but the root
-    for _ in range(rounds):
-        for sl in others:
-            came.append([])
-            for x in plan.positions:
-                behind = [into[x]] if x in into else []
-                into[x] = add(plan.chip(sl, x), plan.chip(s0, x), (plan.chip(sl, x),), shard / rounds, behind)
-                if x != plan.root:
-                    came[-1].append(into[x])
+    after: list[int] = []  # multipod: the barrier after the step before (each step starts and ends at once)
+    for j in range(rounds * len(others)):
+        came.append([])
+        step: list[int] = []
+        for x in plan.positions:
+            sl = source(plan, x, j)
+            behind = after if plan.pods else [into[x]] if x in into else []
+            into[x] = add(plan.chip(sl, x), plan.chip(s0, x), (plan.chip(sl, x),), shard / rounds, behind)
+            step.append(into[x])
+            if x != plan.root:
+                came[-1].append(into[x])
+        if plan.pods:
+            after = [add(None, None, (), 0.0, step)]
+            came[-1] = after
     start = add(None, None, (), 0.0, [])
     for j in range(len(came) + 1):
         if j:
             start = add(None, None, (), 0.0, came[j - 1] + [start])
-        sl = others[(j - 1) % len(others)]
-        own = {x: [plan.chip(s0 if not j else sl, x)] for x in plan.positions if x != plan.root}
+        own = {x: [plan.chip(s0 if not j else source(plan, x, j - 1), x)] for x in plan.positions if x != plan.root}
         sent = _tree_round(plan, own, (shard if not j else shard / rounds) / d, start, job.numeric, add)
         start = add(None, None, (), 0.0, sent + [start])
     return ops

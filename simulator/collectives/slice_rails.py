@@ -112,7 +112,8 @@ class RailPlan:
         #: chain hops i (slice order[i - 1] -> order[i]) that leave a pod: the m rails' messages cross its core
         #: link together, each at ``rail_rate`` (a barrier before and after starts and ends them at once)
         self.crossings = {i for i in range(1, k) if pod and pod[self.order[i - 1]] != pod[self.order[i]]}
-        self._rates: dict[int, tuple[float, float]] = {}
+        self.pods = bool(pod)  #: multipod: `pod_gather` rotates its DCN steps and barriers each
+        self._rates: dict[tuple[int, int], tuple[float, float]] = {}
 
     def hop(self, src: Any, dst: Any, nbytes: float) -> float:
         """`hop_time`, the route's latency and slowest bandwidth looked up once."""
@@ -126,21 +127,50 @@ class RailPlan:
         """Seconds of one rail message of ``nbytes`` on chain hop ``i``: `hop` but on a hop that leaves a pod,
         where all m rails' messages cross at once, each at the least over its route of a link's bandwidth over
         the rails that share it (fair shares: every rail alike, so each gets exactly that)."""
-        src, dst = self.chip(self.order[i - 1], self.positions[0]), self.chip(self.order[i], self.positions[0])
         if i not in self.crossings:
-            return self.hop(src, dst, nbytes)
-        if i not in self._rates:
-            routes = [self.net.routes(self.chip(self.order[i - 1], x), self.chip(self.order[i], x))[0]
-                      for x in self.positions]
+            x0 = self.positions[0]
+            return self.hop(self.chip(self.order[i - 1], x0), self.chip(self.order[i], x0), nbytes)
+        return self.together(self.order[i - 1], self.order[i], nbytes)
+
+    def together(self, src: int, dst: int, nbytes: float) -> float:
+        """Seconds of m messages of ``nbytes`` that start at once, from every chip of slice ``src`` to the chip at
+        the same position of slice ``dst`` (equal routes, bar the chips' own links): the route's latency plus the
+        bytes at the least over the route of a link's bandwidth over the messages on it (fair shares, every
+        message alike: each gets exactly that); `hop` where no link carries two."""
+        x0 = self.positions[0]
+        if (src, dst) not in self._rates:
             count: dict[tuple[Any, Any], int] = {}
-            for path in routes:
+            for x in self.positions:
+                path = self.net.routes(self.chip(src, x), self.chip(dst, x))[0]
                 for e in zip(path, path[1:], strict=False):
                     count[e] = count.get(e, 0) + 1
             edges = self.net.graph.edges
             rate = min(edges[e]["bandwidth_bytes_per_s"] / count[e] for e in count)
-            self._rates[i] = (self.hop(src, dst, 0.0), rate)
-        base, rate = self._rates[i]
-        return base + nbytes / rate
+            shared = max(count.values()) > 1
+            self._rates[(src, dst)] = (self.hop(self.chip(src, x0), self.chip(dst, x0), 0.0), rate if shared else 0.0)
+        base, rate = self._rates[(src, dst)]
+        return base + nbytes / rate if rate else self.hop(self.chip(src, x0), self.chip(dst, x0), nbytes)
+
+    def step_time(self, flows: list[tuple[int, Pos]], dst: int, nbytes: float) -> float:
+        """Seconds of messages of ``nbytes`` that start at once, one from each (slice, position) of ``flows`` to
+        the chip at that position of slice ``dst``, till the last lands: each its route's latency plus the bytes at
+        the least over its route of a link's bandwidth over the messages on it (the fair share where every message
+        on a shared link has it as its tightest, as between pods: the core's); `hop` where no link carries two."""
+        routes = [self.net.routes(self.chip(s, x), self.chip(dst, x))[0] for s, x in flows]
+        count: dict[tuple[Any, Any], int] = {}
+        for path in routes:
+            for e in zip(path, path[1:], strict=False):
+                count[e] = count.get(e, 0) + 1
+        edges = self.net.graph.edges
+        worst = 0.0
+        for (s, x), path in zip(flows, routes, strict=True):
+            hops = list(zip(path, path[1:], strict=False))
+            if max(count[e] for e in hops) == 1:
+                worst = max(worst, self.hop(self.chip(s, x), self.chip(dst, x), nbytes))
+                continue
+            rate = min(edges[e]["bandwidth_bytes_per_s"] / count[e] for e in hops)
+            worst = max(worst, self.hop(self.chip(s, x), self.chip(dst, x), 0.0) + nbytes / rate)
+        return worst
 
     def chip(self, s: int, x: Pos) -> Any:
         """The chip at local position ``x`` of slice ``s``."""
