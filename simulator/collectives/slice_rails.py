@@ -243,8 +243,8 @@ class RailPlan:
 
 def chain_order(graph: dict, k: int, root_slice: int) -> list[int]:
     """The slices in rail-chain order: the root's first, then the next ones round; on multipod the rest of the
-    root's pod, then each other pod's slices in turn (from the root's pod round), so a rail leaves every pod
-    once and crosses its core link once each way at most."""
+    root's pod, then each other pod in turn (from the root's pod round), every pod's slices from the root's offset
+    in its pod round, so a rail leaves every pod once and crosses its core link once each way at most."""
     if not graph.get("pods"):
         return [(root_slice + i) % k for i in range(k)]
     per, pods = graph["slices_per_pod"], graph["pods"]
