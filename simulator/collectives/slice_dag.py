@@ -1,6 +1,7 @@
 """The DAG of `simulator.collectives.slice_rails`' Broadcast: trees in the root's slice, shares along the DCN rails,
-gathers in the other slices (Reduce adds it backwards). A list of messages (src, dst, pieces, deps) with every
-dependency first; barriers have no ends. Its timing is `simulator.collectives.slice_rails.slice_rails_time`.
+gathers in the other slices (Reduce adds it backwards). A list of messages (src, dst, pieces, deps, after) with
+every dependency first; barriers have no ends; the rails' hops inside a pod are split (bytes, then latency). Its
+timing is `simulator.collectives.slice_rails.slice_rails_time`.
 """
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ class _Dag:
     """Broadcast's messages as a DAG (src, dst, pieces, deps), to be added as they are or reversed (Reduce)."""
 
     def __init__(self) -> None:
-        self.ops: list[tuple[Any, Any, tuple[int, ...], list[int]]] = []
+        #: (src, dst, pieces, deps, after): ``after`` None for a plain message (its latency, then its bytes), else
+        #: a hop split in two (`simulator.collectives.schedule.Schedule.add_split`): its bytes once ``deps`` have
+        #: arrived and the messages ``after`` (the hop's earlier ones) have left the link, then the latency
+        self.ops: list[tuple[Any, Any, tuple[int, ...], list[int], list[int] | None]] = []
 
-    def add(self, src: Any, dst: Any, pieces: tuple[int, ...], deps: list[int]) -> int:
-        self.ops.append((src, dst, pieces, deps))
+    def add(self, src: Any, dst: Any, pieces: tuple[int, ...], deps: list[int], after: list[int] | None = None) -> int:
+        self.ops.append((src, dst, pieces, deps, after))
         return len(self.ops) - 1
 
     def barrier(self, deps: list[int]) -> int:
@@ -54,9 +58,12 @@ def broadcast_dag(plan: RailPlan, sizes: list[int], g: int) -> _Dag:
                                                                                      else []))
             for x in plan.positions:
                 behind = [rail[(i, x)]] if (i, x) in rail else []
-                deps = [before] if i in plan.crossings else ready[x] + behind
-                rail[(i, x)] = msg = dag.add(plan.chip(plan.order[i - 1], x), plan.chip(plan.order[i], x),
-                                             shares[x], deps)
+                src, dst = plan.chip(plan.order[i - 1], x), plan.chip(plan.order[i], x)
+                if i in plan.crossings:
+                    msg = dag.add(src, dst, shares[x], [before])
+                else:  # split: the batch's bytes follow the last one's at once, the hop's latency paid once
+                    msg = dag.add(src, dst, shares[x], ready[x], behind)
+                rail[(i, x)] = msg
                 came.setdefault((i, q), []).append(msg)
                 ready[x] = [msg]
             if i in plan.crossings:

@@ -321,6 +321,8 @@ def _time(plan: RailPlan, sizes: list[int], piece: float, g: int) -> float:
     rail = [[0.0] * len(plan.order) for _ in plan.positions]  # per position, per chain hop: its last arrival
     start = [-math.inf] * len(plan.order)  # per slice of the chain: its last batch's start
     t_ag = 0.0
+    x0 = plan.positions[0]
+    latency = [0.0] + [plan.hop(plan.chip(plan.order[i - 1], x0), plan.chip(plan.order[i], x0), 0.0) for i in hops]
     for q, u_rows in enumerate(sizes):
         dcn = [plan.chain_hop(i, u_rows * a * piece) for i in hops]
         came = [0.0] * len(plan.order)
@@ -330,9 +332,10 @@ def _time(plan: RailPlan, sizes: list[int], piece: float, g: int) -> float:
                 ready = [max(max(ready), rail[0][i]) + dcn[i - 1]] * len(ready)
                 for line in rail:
                     line[i] = ready[0]
-            else:
+            else:  # split: the bytes once in and the last batch's bytes gone, then the latency
                 for b, line in enumerate(rail):
-                    ready[b] = line[i] = max(ready[b], line[i]) + dcn[i - 1]
+                    line[i] = max(ready[b], line[i]) + dcn[i - 1] - latency[i]
+                    ready[b] = line[i] + latency[i]
             came[i] = max(ready)
         for i in hops:
             start[i] = max(came[i], start[i] + t_ag)
@@ -408,18 +411,36 @@ class SliceRails(Algorithm):
             keys: tuple | int = tuple(("piece", j) for j in pieces) if job.numeric else len(pieces)
             return s.add(src, dst, keys, op, deps, tag, dst, nbytes=None if job.numeric else len(pieces) * piece)
 
+        def emit_split(src: Any, dst: Any, pieces: tuple[int, ...], op: str, deps: list[int],
+                       left: list[int]) -> tuple[int, int]:
+            keys: tuple | int = tuple(("piece", j) for j in pieces) if job.numeric else len(pieces)
+            return s.add_split(src, dst, keys, op, deps, tag, dst, left,
+                               nbytes=None if job.numeric else len(pieces) * piece)
+
+        arrive = [0] * len(dag.ops)  # per op: its transfer that arrives (a split hop's delay)
+        gone = [0] * len(dag.ops)  # per op: its transfer whose bytes have left (a split hop's bytes)
         if job.kind == "broadcast":
-            for src, dst, pieces, deps in dag.ops:
-                emit(src, dst, pieces, "copy", deps)
+            for i, (src, dst, pieces, deps, left) in enumerate(dag.ops):
+                if left is None:
+                    arrive[i] = gone[i] = emit(src, dst, pieces, "copy", [arrive[k] for k in deps])
+                else:
+                    gone[i], arrive[i] = emit_split(src, dst, pieces, "copy", [arrive[k] for k in deps],
+                                                    [gone[k] for k in left])
             return
-        after: list[list[int]] = [[] for _ in dag.ops]  # reversed dependencies: who waited for each message
-        for i, (_, _, _, deps) in enumerate(dag.ops):
+        waited: list[list[int]] = [[] for _ in dag.ops]  # reversed dependencies: who waited for each message
+        follows: list[list[int]] = [[] for _ in dag.ops]  # reversed order on a split hop: who followed each one
+        for i, (_, _, _, deps, left) in enumerate(dag.ops):
             for dep in deps:
-                after[dep].append(i)
-        ids = [0] * len(dag.ops)
+                waited[dep].append(i)
+            for k in left or ():
+                follows[k].append(i)
         for i in range(len(dag.ops) - 1, -1, -1):
-            src, dst, pieces, _ = dag.ops[i]
-            ids[i] = emit(dst, src, pieces, "add", [ids[k] for k in after[i]])
+            src, dst, pieces, _, left = dag.ops[i]
+            deps = [arrive[k] for k in waited[i]]
+            if left is None:
+                arrive[i] = gone[i] = emit(dst, src, pieces, "add", deps)
+            else:
+                gone[i], arrive[i] = emit_split(dst, src, pieces, "add", deps, [gone[k] for k in follows[i]])
 
 
 SLICE_RAILS = register(SliceRails())
