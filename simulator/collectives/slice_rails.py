@@ -32,8 +32,10 @@ has arrived, so a message costs its route's latency plus bytes over its slowest 
 - a chain of hops of costs t_1..t_h delivers its i-th message (from 0) at ``sum t + i max t``; in tree t a
   position x gets message u (the ``u // d``-th of its tree) at ``a(x, u) = sum + (u // d) max`` over its path;
 - share b of batch q (rows of B_q) is ready at ``r(b, q) = max a(b, j(r, b, p) // g)`` over its rows and parts
-  (0 at the root); along the rail (hop k from slice k - 1 to slice k of the chain):
-  ``D_k(b, q) = max(D_(k-1)(b, q), D_k(b, q - 1)) + h_dcn(|B_q| A P)``;
+  (0 at the root); along the rail (hop k from slice k - 1 to slice k of the chain) each hop is split in two
+  (`simulator.collectives.schedule.Schedule.add_split`): batch q's bytes leave once its share is in and batch
+  q - 1's bytes have left, then the route's latency, ``L_k(b, q) = max(D_(k-1)(b, q), L_k(b, q - 1)) + |B_q| A P
+  / W_d`` and ``D_k(b, q) = L_k(b, q) + alpha_k`` (a hop's latency is paid once, not once a batch);
 - a line of n, bundles of B bytes: chip n - 1 gets chip 0's bundle last, at ``(n - 1) h(B)`` (by induction: the
   i-th link delivers chip j's bundle at (i - j + 1) h(B)); a ring, the same induction, at ``(n // 2) h(B)``;
   phase time ``max over parts``, the batch's ``T_ag(q) = sum over phases max_p reach(a_p) h(|B_q| P prod of
@@ -45,16 +47,18 @@ Reduce runs this DAG backwards, adding (each chip receives each piece once in Br
 sends each piece's partial sum once: the root ends with the sum), every link direction carrying the reversed
 messages of the opposite direction in the reverse order: the same longest path, the same T.
 
-Against the bound (tpu-v5e; time / bound at 64 MB, 256 MB, 1 GB): 2 x 4x4 1.24, 1.10, 1.05; 2 x 8x8 1.57, 1.28,
-1.15; 4 x 4x4 1.48, 1.22, 1.11. On 8x8 slices the root's ICI links carry V / (2W) (its DCN link idles: 1.035x the
-bound), the trees add their depth and a latency a message (`spanning_trees` alone is 1.29x its bound at 64 MB on
-8x8), the gathers keep pace with the trees, the last batch's DCN message and gather come after. On 4x4 slices the
-DCN binds: a rail carries V / m in Q messages, each paying 2 DCN latencies, and over K slices the chain adds K - 2
-of its largest message: at least ``2 sqrt(2 alpha_d (K - 2) V / (m W_d))`` over the bound (4 x 4x4, 64 MB: 0.45
-ms on 1.29 ms), a cost of one message at a time on a link; relaying sub-shares two hops deep instead (each slice
-forwarding a (K - 1)-th to the others) puts K - 1 messages a batch on every link and measured no better by this
-closed form. R minimises the closed form within `MAX_TRANSFERS`; g and the ramp's cap are the fastest by closed
-form for that R (`RailPlan.layout`).
+Against the bound (time / bound at 64 MB, 256 MB, 1 GB; tpu-v5e): 2 x 4x4 1.06, 1.02, 1.007; 2 x 8x8 1.57, 1.28,
+1.15; 4 x 4x4 1.11, 1.04, 1.03; tpu-v5p 4 x 4x4x4 2.13, 1.50, 1.23. On 8x8 slices the root's ICI links carry
+V / (2W) (its DCN link idles: 1.035x the bound), the trees add their depth and a latency a message
+(`spanning_trees` alone is 1.29x its bound at 64 MB on 8x8), the gathers keep pace with the trees, the last
+batch's DCN message and gather come after. On 4x4 slices the DCN binds: a rail carries V / m in Q batches whose
+bytes follow each other at once, and over K slices the chain adds K - 2 of its largest message and the latency
+of each hop once. Before the hops were split (issue 31) every batch paid 2 DCN latencies one after another on
+its link (at least ``2 sqrt(2 alpha_d (K - 2) V / (m W_d))`` over the bound: 4 x 4x4x4 at 1 GB 1.38x, 2 x 4x4
+1.05x); relaying sub-shares two hops deep instead (each slice forwarding a (K - 1)-th to the others) puts K - 1
+messages a batch on every link and measured no better by this closed form. What remains on v5p 4 x 4x4x4 (0.57
+ms over the bound at 1 GB, at 28 rows) is not broken down further. R minimises the closed form within
+`MAX_TRANSFERS`; g and the ramp's cap are the fastest by closed form for that R (`RailPlan.layout`).
 """
 from __future__ import annotations
 
