@@ -276,3 +276,16 @@ def test_default_rows_are_the_fastest_within_the_transfer_cap():
             fits[rows] = slice_rails_time(plan, rows, 1e9 / (rows * each))
     assert max(fits) > min(r for r in candidates if r not in fits)  # a row count over the cap, then some under it
     assert slice_rails_time(plan, chosen, 1e9 / (chosen * each)) == pytest.approx(min(fits.values()), rel=1e-12)
+
+
+def test_v5p_four_slices_of_64_within_1_3x_of_the_dcn_bound_by_hand():
+    """tpu-v5p multislice:4:4x4x4, 1 GB (issue 31: <= 1.3x): every non-root slice takes V over its 64 DCN
+    downlinks of 6.25 GB/s, each moving bytes from its 10 us latency on: 10 us + V / (64 x 6.25 GB/s) = 2.51 ms.
+    Before the rails' hops were split every batch paid its DCN latencies one after another (3.455 ms, 1.38x)."""
+    v = 1e9
+    hand = 1e-5 + v / (64 * 6.25e9)
+    for kind in ("broadcast", "reduce"):
+        r = run_collective(kind, System("tpu-v5p", topology="multislice:4:4x4x4", trace=False), v)
+        assert r.algorithm == "slice_rails"
+        assert r.time_s == pytest.approx(r.analytic_s, rel=1e-6)
+        assert hand <= r.time_s <= 1.3 * hand
