@@ -46,7 +46,7 @@ SHAPES: list[tuple[Any, ...]] = [
     ("tpu-v5p", "slice:8x8x8", None, ("all_to_all",)),  # AllToAll at 2 MB per chip (issue 31)
     ("tpu-v5e", "multislice:2:4x4", None),
     ("tpu-v5p", "multislice:4:4x4x4", None),
-    ("tpu-v5e", "multipod:2:2:4x4", None),  # three levels: hierarchical3, hierarchical3_pipelined
+    ("tpu-v5e", "multipod:2:2:4x4", None),  # three levels: hierarchical3(_pipelined), pod_rails, pod_gather
     ("h100", "switch:8", None),
     ("h100", "nodes:2:8", None),
     ("h100", "nodes:4:8", None),
@@ -166,9 +166,6 @@ _DCN_CHUNKS = ("v5p slices of 64 chips: the DCN binds (each chip's 3 V / 256 ove
                "latency before the next enters (0.294 ms a chunk of 8 against 0.234 ms of bytes), and the last "
                "chunk's ICI phases drain after; letting chunks share the DCN at once was slower (AllGather 4.38 ms) "
                "-- open: issue 31 item 5 (<= 1.2x) not met")
-_RAIL_FILL = ("the DCN binds (V / (64 x 6.25 GB/s), 2.5 ms); the rails' chains add K - 2 = 2 DCN hops of fill, the "
-              "root slice's trees their depth and the last batch's gather on 4x4x4 (147 rows, the least closed form "
-              "within the transfer cap: 3.46 ms) -- open: issue 31 item 5 (<= 1.3x) not met")
 #: (topology, kind[, algorithm]) -> reason, for slack that is the shape's, not one algorithm's
 BY_SHAPE: dict[tuple[str, ...], str] = {
     ("slice:4x4x4", "all_to_all", "dimension_order"): "one row of 4 alone: its 8 own link directions must carry 16 "
@@ -190,8 +187,6 @@ BY_SHAPE: dict[tuple[str, ...], str] = {
     ("multislice:4:4x4x4", "all_reduce", "hierarchical_pipelined"): _DCN_CHUNKS.replace(
         "(0.294 ms a chunk of 8 against 0.234 ms of bytes)", "(AllReduce: 16 chunks, each DCN phase 0.177 ms against "
         "0.117 ms of bytes, twice)"),
-    ("multislice:4:4x4x4", "broadcast", "slice_rails"): _RAIL_FILL,
-    ("multislice:4:4x4x4", "reduce", "slice_rails"): _RAIL_FILL,
     **{("multipod:2:2:4x4", kind, "hierarchical3_pipelined"): (
         "8 chunks through the three levels' phases (inside, across the slices of a pod, across the pods): the fill "
         "and drain of one chunk's phases -- open: not analysed further "
@@ -204,10 +199,6 @@ BY_SHAPE: dict[tuple[str, ...], str] = {
     ("multipod:2:2:4x4", "all_to_all", "slice_direct"): "every pair's chunks over its own DCN route, the chunks "
                                                         "between pods through the slower core -- open: not analysed "
                                                         "(slice_direct is built for one level of slices)",
-    **{("multipod:2:2:4x4", kind): "no root algorithm for three levels (slice_rails and slice_gather are built for "
-                                   "multislice's two): auto falls back to a one-level one (line, unidirectional, "
-                                   "root_direct) -- open"
-       for kind in ("broadcast", "reduce", "gather", "scatter")},
     ("mesh:2x4x4", "all_reduce", "line"): "each axis's ReduceScatter then AllGather on lines loads the end links "
                                           "with 2 (n-1)/n V; grid_pipelined (a share per line of every axis, "
                                           "balanced over all link directions) is what auto runs",
