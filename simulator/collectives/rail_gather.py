@@ -8,11 +8,13 @@ Here they cross the NICs of the root's node, one per rail, then NVLink:
 Gather, root (a, b) (node a, GPU b). The GPUs (k, b) of the root's rail send their shards straight to the
 root over InfiniBand, all at once: ``alpha_ib + (K - 1) s / W_ib``. Every other GPU (k, h) of the other
 nodes sends its shard to its rail's GPU (a, h) in the root's node, the nodes in turn (node k_j at step j,
-after step j - 1's shard has arrived), and (a, h) forwards each to the root over NVLink as it arrives
+its bytes once step j - 1's have left the NIC, then the route's latency: the step split in two,
+`simulator.collectives.schedule.Schedule.add_split`, so the latency is paid once, not once a step), and
+(a, h) forwards each to the root over NVLink as it arrives
 (after its own shard, sent first, and its forward of step j - 1 have arrived). The G - 1 GPUs of the root's
 node send alike, so the root's NVLink port takes G - 1 equal shards at a time:
 
-    r_j = j (alpha_ib + s / W_ib)                               (step j's shards at the rail GPUs)
+    r_j = alpha_ib + j s / W_ib                                 (step j's shards at the rail GPUs)
     f_0 = alpha_nv + (G - 1) s / W_nv                           (their own shards at the root)
     f_j = max(r_j, f_(j-1)) + alpha_nv + (G - 1) s / W_nv       (step j's forwards at the root)
     T = max(f_(K-1), alpha_ib + (K - 1) s / W_ib)
@@ -20,12 +22,13 @@ node send alike, so the root's NVLink port takes G - 1 equal shards at a time:
 (alpha: a route's latency, two links; a link direction shares its bandwidth fairly among its messages,
 so equal messages that start together end together.) Scatter runs it backwards: the root sends the rail
 GPUs of its node step j's shards over NVLink one step after another (``n_j = j (alpha_nv + (G - 1) s /
-W_nv)``), each forwards over InfiniBand as they arrive (``b_j = max(n_j, b_(j-1)) + alpha_ib + s / W_ib``),
+W_nv)``), each forwards over InfiniBand as they arrive, split the same way (``L_j = max(n_j, L_(j-1)) + s /
+W_ib``, ``b_j = L_j + alpha_ib``),
 then the root sends its node's own shards (``n_K``); its rail's shards go straight over its NIC at once:
 ``T = max(b_(K-1), n_K, alpha_ib + (K - 1) s / W_ib)``.
 
-H100 nodes:2:8, 64 MB: 1.22x the bound (5.3x with root_direct); nodes:4:8: 1.33x (7.6x): the rail GPUs'
-InfiniBand steps, each a route latency plus a shard, set the pace.
+H100 nodes:2:8, 64 MB: 1.22x the bound (5.3x with root_direct); nodes:4:8: 1.25x (7.6x; 1.33x before the
+steps were split): the rail GPUs' InfiniBand steps, a shard each after one route latency, set the pace.
 """
 from __future__ import annotations
 
@@ -95,17 +98,16 @@ class RailGather(Algorithm):
         s = job.key_bytes
         alpha_nv, w_nv, alpha_ib, w_ib = self._links(job)
         nv = alpha_nv + peers * s / w_nv if peers else 0.0
-        ib = alpha_ib + s / w_ib if steps else 0.0
         straight = alpha_ib + steps * s / w_ib if steps else 0.0
         if job.kind == "gather":
             f = nv
             for j in range(1, steps + 1):
-                f = max(j * ib, f) + nv
+                f = max(alpha_ib + j * s / w_ib, f) + nv
             return max(f, straight)
-        b_j = 0.0
+        left = 0.0
         for j in range(1, steps + 1):
-            b_j = max(j * nv, b_j) + ib
-        return max(b_j if peers else 0.0, (steps + 1) * nv, straight)
+            left = max(j * nv, left) + s / w_ib
+        return max(left + alpha_ib if peers and steps else 0.0, (steps + 1) * nv, straight)
 
     def build(self, job: Job, s: Schedule) -> None:
         root, at, a, b = self._plan(job)
@@ -117,6 +119,12 @@ class RailGather(Algorithm):
             keys = ((0, position[owner]),) if job.numeric else 1
             return s.add(src, dst, keys, "copy", deps, tag, dst)
 
+        def split(src: Any, dst: Any, owner: Any, deps: list[int], behind: list[int]) -> tuple[int, int]:
+            """An InfiniBand step split in two: its bytes once ``deps`` are in and ``behind`` (the rail's step
+            before) has left the NIC, then the route's latency; (bytes, arrival)."""
+            keys = ((0, position[owner]),) if job.numeric else 1
+            return s.add_split(src, dst, keys, "copy", deps, tag, dst, behind)
+
         others = [k for k in sorted(at) if k != a]
         rails = [h for h in sorted(at[a]) if h != b]
         if job.kind == "gather":
@@ -125,10 +133,11 @@ class RailGather(Algorithm):
             for h in rails:
                 head = at[a][h]
                 forward = add(head, root, head, [])
-                arrived: list[int] = []
+                gone: list[int] = []
                 for k in others:
-                    arrived = [add(at[k][h], head, at[k][h], arrived)]
-                    forward = add(head, root, at[k][h], arrived + [forward])
+                    left, arrived = split(at[k][h], head, at[k][h], [], gone)
+                    gone = [left]
+                    forward = add(head, root, at[k][h], [arrived, forward])
             return
         for k in others:
             add(root, at[k][b], at[k][b], [])
@@ -138,7 +147,7 @@ class RailGather(Algorithm):
             for h in rails:
                 head = at[a][h]
                 sent[h] = add(root, head, at[k][h], [sent[h]] if h in sent else [])
-                onward[h] = add(head, at[k][h], at[k][h], [sent[h]] + ([onward[h]] if h in onward else []))
+                onward[h], _ = split(head, at[k][h], at[k][h], [sent[h]], [onward[h]] if h in onward else [])
         for h in rails:
             add(root, at[a][h], at[a][h], [sent[h]] if h in sent else [])
 
