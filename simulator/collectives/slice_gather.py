@@ -21,7 +21,7 @@ carries one message at a time, each after the one before has arrived):
   piece), every chip of the root's slice in step, so the j-th is in at ``D_j = D_(j-1) + h_j(s / R)``, j < R (K - 1):
   ``(j + 1) h_dcn(s / R)`` where every route is alike (multislice); on multipod (`pod_gather`) the m messages
   from a slice of another pod cross its core link at once, each at its fair share
-  (`simulator.collectives.slice_rails.RailPlan.together`);
+  (`simulator.collectives.slice_rails.RailPlan.step_time`);
 - a round in which each chip holds one item of b bytes: link x -> parent(x) sends x's own item first, then its
   children's merged round-robin (as `tree_gather`): a child's i-th item arrives at (i + 1) h, never after its
   place in x's order, so every link is busy without a gap and the round lasts ``top h(b / d)``, top the most
