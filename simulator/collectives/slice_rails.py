@@ -239,10 +239,11 @@ class RailPlan:
 
     def transfers(self, rows: int, batches: int, g: int = 1) -> int:
         """Transfers of a schedule of ``rows`` rows in ``batches`` batches, tree messages of ``g`` pieces (trees,
-        rails, gathers with their barriers)."""
-        k, m, a = len(self.order), self.m, self.parts
+        rails: two a split hop, one a crossing between pods and its two barriers; gathers with their barriers)."""
+        k, m, a, c = len(self.order), self.m, self.parts, len(self.crossings)
         lines = sum(m * (self.local[ax] - 1) for ax in self.axes)  # one part's line messages over all phases
-        return rows * m * a * (m - 1) // g + batches * (m * (k - 1) + (k - 1) * (a * lines + a + 1))
+        rails = m * (2 * (k - 1 - c) + c) + 2 * c
+        return rows * m * a * (m - 1) // g + batches * (rails + (k - 1) * (a * lines + a + 1))
 
 
 def chain_order(graph: dict, k: int, root_slice: int) -> list[int]:
