@@ -46,7 +46,8 @@ def test_numeric_mode_equals_numpy(chip, topology, kind, name):
     system = System(chip, topology=topology or _small_fattree())
     n = len(system.network.chips)
     rng = np.random.default_rng(n + len(kind))
-    data = rng.standard_normal((n, 48 if kind == "all_gather" else 48 * n))
+    # rows in 12 parts a chunk, 8 chunks (hierarchical3_pipelined): 96 pieces
+    data = rng.standard_normal((n, 96 if kind == "all_gather" else 96 * n))
     r = run_collective(kind, system, data=data, algorithm=name)
     for dev, want in _reference(kind, data, n).items():
         np.testing.assert_allclose(r.outputs[dev], want, rtol=1e-12, atol=1e-12)
@@ -187,14 +188,14 @@ def test_cli_bad_protocols_are_one_line_errors(capsys, args, match):
 
 
 def test_chunks_set_the_pipelines_chunks(capsys):
-    """--chunks was ignored by the pipelined levels; now it is the chunks flowing through them (6 parts each)."""
+    """--chunks was ignored by the pipelined levels; now it is the chunks flowing through them (12 parts each)."""
     from simulator.collectives import plan_collective
     from simulator.collectives.hierarchical import HIERARCHICAL3_PIPELINED
     system = System("h100", topology=_small_fattree(), trace=False)
     jobs = {c: plan_collective("all_reduce", system, 1e8, algorithm="hierarchical3_pipelined", chunks=c).job
             for c in (2, 16)}
     assert [HIERARCHICAL3_PIPELINED.chunks_of(jobs[c]) for c in (2, 16)] == [2, 16]
-    assert [jobs[c].parts for c in (2, 16)] == [12, 96]
+    assert [jobs[c].parts for c in (2, 16)] == [24, 192]
     times = []
     for c in ("2", "16"):
         main(["collective", "all_reduce", "--chip", "tpu-v5e", "--topology", "multipod:2:2:2x2", "--bytes", "1e8",
