@@ -127,6 +127,22 @@ def test_one_gigabyte_within_1_2x_of_the_hierarchical_optimum_across_pods():
     assert 1.0 <= seq.time_s / optimum <= 1.2
 
 
+@pytest.mark.parametrize("kind,crossing", [("all_gather", 0.5), ("reduce_scatter", 0.5), ("all_reduce", 1.0)])
+def test_the_bound_counts_the_core_between_pods_and_the_pipeline_is_within_1_2x_of_it(kind, crossing):
+    """Issue 31: multipod:2:2:4x4 of v5e, 2 pods of 32 chips, each pod's one link to the core at a quarter of a DCN
+    port per chip (32 x 3.125 / 4 = 25 GB/s each way). The core forwards, never adds, so a pod must take in what its
+    chips lack from the other pod: AllGather the other pod's 32 shards (V/2), ReduceScatter the other pod's partial
+    sums of its own 32 shards (V/2), AllReduce the other pod's partial sum of every element (V) -- 20, 20 and 40 ms
+    through that one link. The bound used to stop at the slices' DCN ports (15 ms: hierarchical3_pipelined read
+    1.46x); it now counts the pod cut, and the pipelined levels run within 1.2x of it."""
+    v, core = 1e9, 32 * DCN_B / 4
+    cut = crossing * v / core
+    r = run_collective(kind, System("tpu-v5e", topology="multipod:2:2:4x4", trace=False), v,
+                       algorithm="hierarchical3_pipelined")
+    assert cut <= r.topology_bound_s <= cut + 1e-4  # the cut, plus at most the routes' latencies
+    assert r.topology_bound_s <= r.time_s <= 1.2 * cut
+
+
 @pytest.mark.parametrize("chip,topology,match", [
     ("h100", "nodes:4:8", "needs a third level"),
     ("h100", "fattree:4:8", "inside one scalable unit"),
