@@ -121,7 +121,8 @@ def test_one_gigabyte_allreduce_within_1_2x_of_the_hierarchical_optimum(chip, to
 
 
 @pytest.mark.parametrize("chip,topology", [("h100", "nodes:2:4"), ("h100", "nodes:3:2"),
-                                           ("tpu-v5e", "multislice:2:4x4"), ("tpu-v5e", "multislice:3:2x4")])
+                                           ("tpu-v5e", "multislice:2:4x4"), ("tpu-v5e", "multislice:3:2x4"),
+                                           ("tpu-v5p", "multislice:2:4x4x4")])  # wrapped: rings of 4, halves split
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter"])
 def test_hierarchical_closed_forms(chip, topology, kind):
     for nbytes in (1e3, 1e8):
