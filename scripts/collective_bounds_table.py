@@ -115,11 +115,11 @@ FAULTED: dict[tuple[str, str], str] = {
     ("reduce_scatter", "detour_split"): "the broken row's missing step detoured through row 1 alone (twice its "
                                         "link's load; multi_detour spreads it over every row: what auto runs)",
     ("reduce_scatter", "multi_detour"): "the AllGather's trees backwards, each hop over its own routes reversed "
-                                        "(closed form 10.72 ms, multi_detour.py); a chain's last hops wait on "
-                                        "pieces round a detour sharing a borrowed link",
-    ("all_reduce", "multi_detour"): "each chunk's ReduceScatter then its AllGather: 1.10x its closed form "
-                                    "(19.64 ms; the pipeline's ramp, multi_detour.py), so auto runs detour_split "
-                                    "-- open",
+                                        "(16 chunks: closed form 10.13 ms, multi_detour.py); a chain's last hops "
+                                        "wait on pieces round a detour sharing a borrowed link",
+    ("all_reduce", "multi_detour"): "each chunk's ReduceScatter then its AllGather, 32 chunks: 1.065x its closed "
+                                    "form (18.26 ms): the broken row's link 0,2->0,1 idles on pieces round detours "
+                                    "and ends last (multi_detour.py) -- open",
     ("all_reduce", "line_pipelined"): "every row a line: line_pipelined reaches V / b; the rings' 2 a V / (2 b) "
                                       "would need the broken row's detour (detour_split: 20.8 ms by closed form, "
                                       "within the margin for unlike links of the line's 22.7 ms, so not chosen)",
@@ -160,11 +160,6 @@ DEAD: dict[tuple[str, str], str] = {
     ("all_to_all", "dimension_order"): "every row a line (the dead cable unwrapped axis 1): a line's middle links "
                                        "carry what a ring splits both ways -- open: a detoured AllToAll is not built",
 }
-_DCN_CHUNKS = ("v5p slices of 64 chips: the DCN binds (each chip's 3 V / 256 over 6.25 GB/s, 1.88 ms); the chunks "
-               "keep order through each level, so every chunk's DCN ring (3 steps round 4 slices) pays its hops' "
-               "latency before the next enters (0.294 ms a chunk of 8 against 0.234 ms of bytes), and the last "
-               "chunk's ICI phases drain after; letting chunks share the DCN at once was slower (AllGather 4.38 ms) "
-               "-- open: issue 31 item 5 (<= 1.2x) not met")
 #: (topology, kind[, algorithm]) -> reason, for slack that is the shape's, not one algorithm's
 BY_SHAPE: dict[tuple[str, ...], str] = {
     ("slice:4x4x4", "all_to_all", "dimension_order"): "one row of 4 alone: its 8 own link directions must carry 16 "
@@ -181,23 +176,10 @@ BY_SHAPE: dict[tuple[str, ...], str] = {
                                                       "-- open: issue 31 item 5 (<= 1.2x) not met at this size",
     ("slice:8x8x8", "all_to_all", "bidirectional"): "chunks forwarded round rings one axis at a time, each stored at "
                                                     "every hop; dimension_order is what auto runs",
-    ("multislice:4:4x4x4", "all_gather", "hierarchical_pipelined"): _DCN_CHUNKS,
-    ("multislice:4:4x4x4", "reduce_scatter", "hierarchical_pipelined"): _DCN_CHUNKS,
-    ("multislice:4:4x4x4", "all_reduce", "hierarchical_pipelined"): _DCN_CHUNKS.replace(
-        "(0.294 ms a chunk of 8 against 0.234 ms of bytes)", "(AllReduce: 16 chunks, each DCN phase 0.177 ms against "
-        "0.117 ms of bytes, twice)"),
-    **{("multipod:2:2:4x4", kind, "hierarchical3_pipelined"): (
-        "8 chunks through the three levels' phases (inside, across the slices of a pod, across the pods): the fill "
-        "and drain of one chunk's phases -- open: not analysed further "
-        "(its closed form is within -12% / +13% of the simulation on three levels, hierarchical.py)")
-       for kind in ("all_gather", "reduce_scatter", "all_reduce")},
     **{("multipod:2:2:4x4", kind, "hierarchical_pipelined"): (
         "two levels on three: every slice of both pods one DCN level, so its rails' rings cross the slower core "
         "between the pods at every step; hierarchical3_pipelined splits the tiers and is what auto runs")
        for kind in ("all_gather", "reduce_scatter", "all_reduce")},
-    ("multipod:2:2:4x4", "all_to_all", "slice_direct"): "every pair's chunks over its own DCN route, the chunks "
-                                                        "between pods through the slower core -- open: not analysed "
-                                                        "(slice_direct is built for one level of slices)",
     ("mesh:2x4x4", "all_reduce", "line"): "each axis's ReduceScatter then AllGather on lines loads the end links "
                                           "with 2 (n-1)/n V; grid_pipelined (a share per line of every axis, "
                                           "balanced over all link directions) is what auto runs",

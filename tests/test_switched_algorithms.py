@@ -121,7 +121,8 @@ def test_one_gigabyte_allreduce_within_1_2x_of_the_hierarchical_optimum(chip, to
 
 
 @pytest.mark.parametrize("chip,topology", [("h100", "nodes:2:4"), ("h100", "nodes:3:2"),
-                                           ("tpu-v5e", "multislice:2:4x4"), ("tpu-v5e", "multislice:3:2x4")])
+                                           ("tpu-v5e", "multislice:2:4x4"), ("tpu-v5e", "multislice:3:2x4"),
+                                           ("tpu-v5p", "multislice:2:4x4x4")])  # wrapped: rings of 4, halves split
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter"])
 def test_hierarchical_closed_forms(chip, topology, kind):
     for nbytes in (1e3, 1e8):
@@ -193,3 +194,38 @@ def test_pipelined_allreduce_prices_its_inner_links_by_their_bytes(topology, wit
     assert abs(r.time_s / r.analytic_s - 1) <= within
     ports = 2 * 7 / 8 * 1e9 / NV_B  # every NVLink port's bytes over its bandwidth: neither can beat it
     assert r.time_s >= ports and r.analytic_s >= ports
+
+
+V5P_ICI_B, V5P_DCN_B = 9e10, 6.25e9  # tpu-v5p: an ICI link each way; a chip's DCN port each way
+
+
+@pytest.mark.parametrize("kind,passes", [("all_gather", 1), ("reduce_scatter", 1), ("all_reduce", 2)])
+def test_multislice_pipelined_levels_within_1_2x_of_the_dcn_ports(kind, passes):
+    """Issue 31: 4 v5p slices of 4x4x4 at 1 GB. A slice holds a quarter of what its chips need (AllGather) or must
+    ship three quarters of its partial sums out (ReduceScatter), through its 64 DCN ports: 3 V / 4 / 64 bytes a
+    port, over 6.25 GB/s, 1.875 ms; AllReduce twice. The ICI phases carry (1 - 4/256) V over each chip's six
+    links (1.82 ms), so only a pipeline overlapping both levels gets near the DCN's time. Before: each chunk's
+    3-step DCN ring paid its hops' latency before the next chunk entered, and the ICI rings of 4 sent whole
+    bundles one way on the antipodal hop (AllGather 1.46x). The closed form auto ranks by is held to the
+    simulation too."""
+    v = 1e9
+    ports = passes * 3 / 4 * v / 64 / V5P_DCN_B
+    ici = passes * (1 - 4 / 256) * v / (6 * V5P_ICI_B)  # all but the 4 shards the rail brought
+    assert ici < ports  # (the DCN binds)
+    r = run_collective(kind, System("tpu-v5p", topology="multislice:4:4x4x4", trace=False), v,
+                       algorithm="hierarchical_pipelined")
+    assert ports <= r.topology_bound_s * (1 + 1e-9) and r.time_s >= r.topology_bound_s * (1 - 1e-12)
+    assert r.time_s <= 1.2 * ports
+    assert abs(r.analytic_s / r.time_s - 1) <= 0.02
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_multislice_pipelined_levels_move_the_right_numbers(kind):
+    """Numeric mode on wrapped slices (v5p 4x4x4: rings of 4, halves sent opposite ways) and direct DCN phases whose
+    transfers are split from their latency: numpy's sums and concatenations."""
+    system = System("tpu-v5p", topology="multislice:2:4x4x4")
+    n = len(system.network.chips)
+    data = np.random.default_rng(7).standard_normal((n, 48 if kind == "all_gather" else 48 * n))
+    r = run_collective(kind, system, data=data, algorithm="hierarchical_pipelined")
+    for dev, want in _reference(kind, data, n).items():
+        np.testing.assert_allclose(r.outputs[dev], want, rtol=1e-12, atol=1e-12)

@@ -46,7 +46,8 @@ def test_numeric_mode_equals_numpy(chip, topology, kind, name):
     system = System(chip, topology=topology or _small_fattree())
     n = len(system.network.chips)
     rng = np.random.default_rng(n + len(kind))
-    data = rng.standard_normal((n, 48 if kind == "all_gather" else 48 * n))
+    # rows in 12 parts a chunk, 8 chunks (hierarchical3_pipelined): 96 pieces
+    data = rng.standard_normal((n, 96 if kind == "all_gather" else 96 * n))
     r = run_collective(kind, system, data=data, algorithm=name)
     for dev, want in _reference(kind, data, n).items():
         np.testing.assert_allclose(r.outputs[dev], want, rtol=1e-12, atol=1e-12)
@@ -126,6 +127,22 @@ def test_one_gigabyte_within_1_2x_of_the_hierarchical_optimum_across_pods():
     assert 1.0 <= seq.time_s / optimum <= 1.2
 
 
+@pytest.mark.parametrize("kind,crossing", [("all_gather", 0.5), ("reduce_scatter", 0.5), ("all_reduce", 1.0)])
+def test_the_bound_counts_the_core_between_pods_and_the_pipeline_is_within_1_2x_of_it(kind, crossing):
+    """Issue 31: multipod:2:2:4x4 of v5e, 2 pods of 32 chips, each pod's one link to the core at a quarter of a DCN
+    port per chip (32 x 3.125 / 4 = 25 GB/s each way). The core forwards, never adds, so a pod must take in what its
+    chips lack from the other pod: AllGather the other pod's 32 shards (V/2), ReduceScatter the other pod's partial
+    sums of its own 32 shards (V/2), AllReduce the other pod's partial sum of every element (V) -- 20, 20 and 40 ms
+    through that one link. The bound used to stop at the slices' DCN ports (15 ms: hierarchical3_pipelined read
+    1.46x); it now counts the pod cut, and the pipelined levels run within 1.2x of it."""
+    v, core = 1e9, 32 * DCN_B / 4
+    cut = crossing * v / core
+    r = run_collective(kind, System("tpu-v5e", topology="multipod:2:2:4x4", trace=False), v,
+                       algorithm="hierarchical3_pipelined")
+    assert cut <= r.topology_bound_s <= cut + 1e-4  # the cut, plus at most the routes' latencies
+    assert r.topology_bound_s <= r.time_s <= 1.2 * cut
+
+
 @pytest.mark.parametrize("chip,topology,match", [
     ("h100", "nodes:4:8", "needs a third level"),
     ("h100", "fattree:4:8", "inside one scalable unit"),
@@ -187,14 +204,14 @@ def test_cli_bad_protocols_are_one_line_errors(capsys, args, match):
 
 
 def test_chunks_set_the_pipelines_chunks(capsys):
-    """--chunks was ignored by the pipelined levels; now it is the chunks flowing through them (6 parts each)."""
+    """--chunks was ignored by the pipelined levels; now it is the chunks flowing through them (12 parts each)."""
     from simulator.collectives import plan_collective
     from simulator.collectives.hierarchical import HIERARCHICAL3_PIPELINED
     system = System("h100", topology=_small_fattree(), trace=False)
     jobs = {c: plan_collective("all_reduce", system, 1e8, algorithm="hierarchical3_pipelined", chunks=c).job
             for c in (2, 16)}
     assert [HIERARCHICAL3_PIPELINED.chunks_of(jobs[c]) for c in (2, 16)] == [2, 16]
-    assert [jobs[c].parts for c in (2, 16)] == [12, 96]
+    assert [jobs[c].parts for c in (2, 16)] == [24, 192]
     times = []
     for c in ("2", "16"):
         main(["collective", "all_reduce", "--chip", "tpu-v5e", "--topology", "multipod:2:2:2x2", "--bytes", "1e8",

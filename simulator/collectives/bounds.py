@@ -27,8 +27,8 @@ group, the collective needs at least:
 - the farthest member's data (the root's, for Broadcast) to arrive: its route's latency;
 - on multi-level systems (GPU nodes, slices over DCN), the K nodes or slices a group spans, whose fabric
   between them cannot add, to receive together (K - 1)V (ReduceScatter) or 2(K - 1)V (AllReduce) through
-  the links into them (`_levels_together`); on multipod the same cuts around each pod, whose core link alone
-  enters and leaves it (Broadcast: V into every other pod over one core link).
+  the links into them (`_levels_together`); on a multipod the same cuts around each pod, whose links in and
+  out are its core links (an AllGather over 2 pods takes V/2 into each pod through its one core link).
 
 A link that can first move bytes at time d, with bandwidth b, carries at most b (T - d) by time T; each
 bound is the smallest T at which its links can have carried its bytes. The result is the largest.
@@ -73,6 +73,8 @@ def topology_bound(kind: str, net: Network, groups: list[Group], nbytes: float, 
             bound = max(bound, fill(into, receive), fill(_out_links(g, c, members, first_out), send))
         bound = max(bound, fill(into_group, together))  # holders are the members for these kinds
     bound = max(bound, _region_bound(kind, net, groups, nbytes, root_pos))
+    if net.graph.graph.get("pods", 0) > 1:  # the pods of a multipod: a second cut, through the slower core
+        bound = max(bound, _region_bound(kind, net, groups, nbytes, root_pos, "pod"))
     bound = max(bound, _axis_load_bound(kind, net, groups, nbytes))
     bound = max(bound, _slab_bound(kind, net, groups, nbytes, root_pos))
     if kind in ROOTED and len(groups) > 1:
@@ -336,24 +338,14 @@ def _region_bytes(kind: str, n: int, m: int, nbytes: float, has_root: bool) -> t
             "all_to_all": (m * (n - m) * nbytes / n**2, m * (n - m) * nbytes / n**2)}[kind]
 
 
-def _region_bound(kind: str, net: Network, groups: list[Group], nbytes: float, root_pos: tuple[int, ...]) -> float:
+def _region_bound(kind: str, net: Network, groups: list[Group], nbytes: float, root_pos: tuple[int, ...],
+                  attribute: str = "group") -> float:
     """The cut around each node of a multi-level system (chips and switches sharing a ``group`` attribute:
-    ``nodes:``, ``fattree:``, multislice) and, on multipod, around each pod (its chips and its DCN switch, sharing
-    a ``pod`` attribute: only the pod's core link enters and leaves it): what its members must receive from /
-    send to members outside it crosses the links into / out of it (each able to move bytes once its own latency
-    has passed)."""
+    ``nodes:``, ``fattree:``, multislice; with ``attribute="pod"``, each pod of a multipod, its slices and its
+    DCN switch, whose only links out run to the core): what its members must receive from / send to members
+    outside it crosses the links into / out of it (each able to move bytes once its own latency has passed)."""
     g = _fabric(net)
-    bound = 0.0
-    for attribute in ("group", "pod"):
-        region = {v: k for v, k in g.nodes(data=attribute) if k is not None}
-        bound = max(bound, _cut_regions(kind, g, region, groups, nbytes, root_pos))
-    return bound
-
-
-def _cut_regions(kind: str, g: nx.DiGraph, region: dict[Any, Any], groups: list[Group], nbytes: float,
-                 root_pos: tuple[int, ...]) -> float:
-    """`_region_bound` for one partition of the fabric's nodes (``region``: node -> its region; nodes outside
-    every region absent)."""
+    region = {v: k for v, k in g.nodes(data=attribute) if k is not None}
     if len(set(region.values())) < 2:
         return 0.0
     need: dict[Any, list[float]] = {k: [0.0, 0.0] for k in set(region.values())}

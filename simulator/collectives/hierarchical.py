@@ -12,7 +12,9 @@ position b -- each chip on its own DCN port or NIC, all m rails at once (per-rai
 inside every domain. ReduceScatter is the first two steps (the rail only reduce-scatters); AllGather
 gathers over the rails first, so the slow level moves the least data. Inner phases use the torus trick
 of `simulator.collectives.multi_axis`: the array is cut into parts, each part running the inner axes
-in its own rotated order, so every axis's links stay busy.
+in its own rotated order, so every axis's links stay busy; on an even wrapped axis each bundle's two halves
+(whole parts) go opposite ways on the antipodal hop, as `multi_axis` sends them, so every link of a ring of 4
+carries 1.5 bundles a phase, not 2 (issue 31: the ICI phases of multislice:4:4x4x4 were 4/3 their bytes).
 
 Three levels split the rail step in two: the Q chips at one inner position inside a unit / pod reduce-
 scatter their 1/m (each chip on its own NIC / DCN port, through its leaf / pod switch), then the P chips
@@ -37,10 +39,20 @@ Two variants (each for two and three levels):
   inner links each carry a reduce-scatter chain and an all-gather chain of two chunks at once, one sending
   while the other waits out a hop's latency: W_in alone, as the simulation shows -- nodes:2:8, 1 GB: the
   pair takes 0.2456 ms a chunk against W_in = 0.2430 and W_in + A_in = 0.2572; closed form 4.29 -> 4.08 ms
-  against 3.99 simulated, nodes:4:8 4.39 -> 4.28 against 4.27). W_in sums the inner phases'
-  bandwidth parts (they share the fast links); W_out is the busiest physical link's bytes over all outer
+  against 3.99 simulated, nodes:4:8 4.39 -> 4.28 against 4.27). W_in is the busiest inner link's bytes over
+  all inner phases over its bandwidth (they share the fast links; a line's phases load opposite link
+  directions, so the sum of each phase's busiest link overstated it 1.5x on multislice:2:4x4's unwrapped
+  axes); W_out is the busiest physical link's bytes over all outer
   phases over its bandwidth (a chip's NIC or DCN port carries every tier's rails, a spine or core link only
-  its tier's). About the MAX of the level terms for many chunks, where the sequential variant pays their
+  its tier's). On a multislice the pipelined variant's rail phases run direct (`Hierarchical.direct`): each
+  bundle straight to its K - 1 peers through the DCN switch, one hop's latency where a ring pays K - 1, and
+  each transfer split from its latency so the next chunk's bytes follow at once: the rail phases' period is
+  W_out alone (multislice:4:4x4x4 at 1 GB: AllGather 2.749 -> 2.020 ms, 1.07x the bound). An AllReduce whose
+  inner links pace it takes at least c W_in, and they idle only at the end, (W_rs / W_in) D while the last chunk
+  is out on the rails (D: its outer phases; W_rs: the reduce-scatters' share of W_in): the closed form is the
+  larger of that and the chained form without W_in (multislice:2:4x4x4 at 100 MB: 0.432 -> 0.392 ms against
+  0.391 simulated; nodes:2:8 at 1 GB 4.083 -> 3.972 against 3.990).
+  About the MAX of the level terms for many chunks, where the sequential variant pays their
   SUM. Two levels use 4 chunks, three use 8 (their fill, the sum of one chunk's phases, is longer). The
   simulation runs within -2.5% / +3.3% of it on two levels (GPU nodes and multislices, every kind, 1 KB to
   1 GB; the fill, which the sum of one chunk's phases prices as if alone, is the rest), within -12% / +13% of
@@ -60,6 +72,7 @@ Two variants (each for two and three levels):
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import Counter
@@ -69,15 +82,17 @@ import numpy as np
 
 from simulator.collectives import payload
 from simulator.collectives.algorithm import Algorithm, Job, get_algorithm, register
-from simulator.collectives.chains import gather_phase, reduce_phase
-from simulator.collectives.groups import Group, keys_where
+from simulator.collectives.chains import Bundle, gather_phase, gather_split_phase, reduce_phase, reduce_split_phase
+from simulator.collectives.groups import Group, Ring, keys_where
 from simulator.collectives.levels import TWO_LEVEL_KINDS, Levels, three_levels, two_levels
 from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import PhaseProfile, chain_phase_profile, ring_links, step_edges
+from simulator.collectives.timing import PhaseProfile, chain_phase_profile, ring_links, route_latency, step_edges
 from simulator.engine.network import Network
 
-PARTS = 6  #: inner parts per chunk: an equal share for each rotation over 1, 2 or 3 inner axes
+#: inner parts per chunk: an equal share for each rotation over 1, 2 or 3 inner axes, each share in two halves of
+#: whole parts (an even wrapped axis sends them opposite ways on its antipodal hop, `_halves`)
+PARTS = 12
 Stage = tuple[str, str, int]  #: ("rs" or "ag", "in" or "out", index into the part's inner axis order)
 
 
@@ -104,10 +119,23 @@ class Hierarchical(Algorithm):
     pipeline = 1  #: chunks flowing through the levels
     three = False  #: split the domains into units / pods as well (`simulator.collectives.levels.three_levels`)
     tier_ring = "unidirectional"  #: the ring each outer tier runs
+    #: pipelined, on a multislice: the rail phases send each bundle straight to its K - 1 peers through the one DCN
+    #: switch (`_direct_phase`), pieces split from their latency (`direct`)
+    direct_tiers = False
 
     def levels(self, net: Network, group: Group) -> Levels | str:
         """The group's levels (two, or three for `three`), or why it has none."""
         return three_levels(net, group) if self.three else two_levels(net, group)
+
+    def direct(self, net: Network, lv: Levels) -> bool:
+        """Whether the rail phases run direct (`direct_tiers`): on one tier of slices under one DCN switch, where
+        every pair of a rail's chips is one switch apart. A ring of K there moves the same bytes through each DCN
+        port as sending every bundle straight to its K - 1 peers at once, but pays K - 1 hops' latency where direct
+        pays one; and the pieces are split from their latency (`Schedule.add_split`): a chunk's bytes leave a port
+        as soon as the chunk before's have left it, so the DCN port never idles through a latency between chunks
+        (issue 31: multislice:4:4x4x4, every chunk's 3-step ring paid 60 us a chunk of 294)."""
+        return (self.direct_tiers and lv.kind == "multislice" and len(lv.tiers) == 1
+                and not net.graph.graph.get("pods", 0) > 1)
 
     def unfit(self, kind: str, net: Network, groups: list[Group]) -> str | None:
         why = super().unfit(kind, net, groups)
@@ -154,17 +182,21 @@ class Hierarchical(Algorithm):
         for group in job.groups:
             levels = self.levels(job.net, group)
             assert isinstance(levels, Levels)
+            direct = self.direct(job.net, levels)
             done: dict[int, int] = {}  # stage -> barrier of the previous chunk (the pipeline keeps order)
             for chunk in range(self.chunks_of(job)):
                 before: list[int] = []
                 for x, stage in enumerate(stages(job.kind, len(levels.sizes), len(levels.tiers))):
                     deps = before + ([done[x]] if x in done else [])
-                    tags = self._stage(job, levels, schedule, stage, chunk, deps, (id(group), chunk, x))
-                    done[x] = schedule.barrier(tags)
-                    before = [done[x]]
+                    tags = self._stage(job, levels, schedule, stage, chunk, deps, (id(group), chunk, x), direct)
+                    arrived = schedule.barrier(tags)
+                    # a direct rail phase: the next chunk's bytes follow once this chunk's have left every port
+                    done[x] = schedule.barrier([("bytes", t) for t in tags]) if direct and stage[1] == "out" \
+                        else arrived
+                    before = [arrived]
 
     def _stage(self, job: Job, lv: Levels, s: Schedule, stage: Stage, chunk: int, deps: list[int],
-               tag: Any) -> list[Any]:
+               tag: Any, direct: bool = False) -> list[Any]:
         what, level, j = stage
         run = reduce_phase if what == "rs" else gather_phase
         n_axes, tags = len(lv.sizes), []
@@ -182,20 +214,24 @@ class Hierarchical(Algorithm):
                                        for i in range(lv.tiers[j])]
                         else:  # a bundle's count: the parts of each slower tier's domains
                             bundles = [len(parts) * math.prod(lv.tiers[j + 1:])] * lv.tiers[j]
-                        run(s, ring, bundles, _ring(self.tier_ring), start, rtag)
+                        if direct:
+                            _direct_phase(s, ring, bundles, what, deps, rtag)
+                        else:
+                            run(s, ring, bundles, _ring(self.tier_ring), start, rtag)
                 continue
             order = _phase_order(job.kind, what, r, n_axes)
             a = order[j]
+            split = reduce_split_phase if what == "rs" else gather_split_phase
             for base in keys_where(tuple(1 if x == a else n for x, n in enumerate(lv.sizes)), {}):
                 fixed = _fixed(what, order, j, base)
                 if job.numeric:  # the same for every domain's ring: keys of every domain's chips
-                    bundles = [_keys(job, parts, [lv.position[(kk, bb)] for bb in keys_where(lv.sizes, fixed | {a: i})
-                                                  for kk in range(lv.outer)]) for i in range(lv.sizes[a])]
+                    halves = [_halves(job, parts, [lv.position[(kk, bb)] for bb in keys_where(lv.sizes, fixed | {a: i})
+                                                   for kk in range(lv.outer)]) for i in range(lv.sizes[a])]
                 else:
                     free = math.prod(n for x, n in enumerate(lv.sizes) if x != a and x not in fixed)
-                    bundles = [len(parts) * lv.outer * free] * lv.sizes[a]
+                    halves = [_halves(job, parts, lv.outer * free)] * lv.sizes[a]
                 for k in range(lv.outer):
-                    run(s, lv.inner_ring(k, base, a), bundles, lv.inner_algorithm(a), start, rtag)
+                    split(s, lv.inner_ring(k, base, a), halves, lv.inner_algorithm(a), start, rtag)
         return tags
 
     # -- closed form -----------------------------------------------------------------------------------
@@ -213,8 +249,13 @@ class Hierarchical(Algorithm):
                 free = math.prod(lv.tiers[j + 1:])  # positions of the slower tiers a bundle still holds
                 steps = algorithm.steps(lv.tiers[j])
                 table = _uniform_table(algorithm, what, units)
-                profile = _profile(job, ("out", what, j), lambda j=j, units=units, steps=steps, table=table:
-                                   chain_phase_profile(job.net, _tier_rings(job.net, lv, j), True, steps, units, table))
+                if self.direct(job.net, lv):
+                    profile = _profile(job, ("direct", j), lambda j=j: _direct_profile(job.net,
+                                                                                       _tier_rings(job.net, lv, j)))
+                else:
+                    profile = _profile(job, ("out", what, j), lambda j=j, units=units, steps=steps, table=table:
+                                       chain_phase_profile(job.net, _tier_rings(job.net, lv, j), True, steps, units,
+                                                           table))
                 out.append(("out", profile.time(key * PARTS * free)))
                 continue
             times = []
@@ -224,7 +265,8 @@ class Hierarchical(Algorithm):
                 held = order[j + 1:] if what == "rs" else order[:j]
                 unit = key * per_rotation[r] * lv.outer * math.prod(lv.sizes[x] for x in held)
                 algorithm = lv.inner_algorithm(a)
-                units = algorithm.reduce_units if what == "rs" else algorithm.gather_units
+                per_step = algorithm.split_reduce_units if what == "rs" else algorithm.split_gather_units
+                units = functools.partial(_even, per_step)
                 ring = lv.inner_ring(0, tuple(0 for _ in lv.sizes), a)
                 profile = _profile(job, ("in", what, j, r), lambda ring=ring, algorithm=algorithm, units=units, a=a:
                                    chain_phase_profile(job.net, [ring], algorithm.closed, algorithm.steps(lv.sizes[a]),
@@ -249,14 +291,57 @@ class Hierarchical(Algorithm):
                 for _, level, j in stages(job.kind, len(lv.sizes), len(lv.tiers))]
         split = [(level, t2 - t, (2 * t - t2) / w) for (level, t), (_, t2), w in zip(
             times, self.stage_times(job, 2.0), ways, strict=True)]
-        inner = sum(w for level, w, _ in split if level == "in")
+        inner_work = self._inner_work(job)
+        inner = max(inner_work.values(), default=0.0)
         outer = max(self._outer_work(job).values(), default=0.0)
         # AllReduce: every inner link carries a reduce-scatter chain and an all-gather chain of two chunks at once,
         # and while one waits out a hop's latency the other sends, so the links' period is their bytes alone
         wait = 0.0 if job.kind == "all_reduce" else max((a for level, _, a in split if level == "in"), default=0.0)
-        busiest = max(inner + wait,
-                      outer + max((a for level, _, a in split if level == "out"), default=0.0))
-        return total + (self.chunks_of(job) - 1) * max(busiest, max(t for _, t in times))
+        # direct rail phases: a chunk's bytes follow the last chunk's out of each port, its latency apart from them,
+        # so a rail phase's period is its bytes alone
+        direct = self.direct(job.net, lv)
+        outer_period = outer + (0.0 if direct else max((a for level, _, a in split if level == "out"), default=0.0))
+        slowest = max(w if direct and level == "out" else t for (level, w, _), (_, t) in zip(split, times, strict=True))
+        c = self.chunks_of(job)
+        if job.kind != "all_reduce" or not inner_work:
+            return total + (c - 1) * max(inner + wait, outer_period, slowest)
+        # AllReduce paced by its inner links: they work without a break (reduce-scatters of later chunks fill in while
+        # a chunk is out on the rails) but at the end: the last chunk's reduce-scatter done, its all-gather waits out
+        # its outer phases D, while the all-gathers of the chunks out before it arrive at the rate the links took
+        # their reduce-scatters, W_ag / W_in of the links' time: they idle (1 - W_ag / W_in) D = (W_rs / W_in) D
+        # (multislice:2:4x4x4, 100 MB: 0.432 ms by the chained form, 0.391 simulated)
+        busiest = max(inner_work, key=inner_work.__getitem__)
+        reducing = self._inner_work(job, "rs")[busiest]
+        out = sum(t for level, t in times if level == "out")
+        return max(total + (c - 1) * max(outer_period, slowest), c * inner + reducing / inner * out)
+
+    def _inner_work(self, job: Job, only: str | None = None) -> Counter:
+        """Seconds each physical link of a domain spends on one chunk's inner phases: every ring link's units over
+        all steps of each phase, times a unit's bytes (as `stage_times` prices them), over the bandwidth of each
+        link on its route. A line's phases load its link directions unevenly (a ReduceScatter the links towards
+        one end, its AllGather the other way), so their busiest links differ from phase to phase; one domain's
+        rings through inner position 0 stand for all (every ring of an axis is alike, on links of its own).
+        ``only`` ("rs" or "ag"): the reduce-scatter or all-gather phases alone."""
+        lv = self.levels(job.net, job.group)
+        assert isinstance(lv, Levels)
+        g, n_axes, work = job.net.graph, len(lv.sizes), Counter[Any]()
+        per_rotation = [len([q for q in range(PARTS) if q % n_axes == r]) for r in range(n_axes)]
+        for what, level, j in stages(job.kind, n_axes, len(lv.tiers)):
+            if level != "in" or only not in (None, what):
+                continue
+            for r in range(n_axes):
+                order = _phase_order(job.kind, what, r, n_axes)
+                a = order[j]
+                held = order[j + 1:] if what == "rs" else order[:j]
+                unit = job.key_bytes * per_rotation[r] * lv.outer * math.prod(lv.sizes[x] for x in held)
+                algorithm = lv.inner_algorithm(a)
+                per_step = algorithm.split_reduce_units if what == "rs" else algorithm.split_gather_units
+                ring, n = lv.inner_ring(0, tuple(0 for _ in lv.sizes), a), lv.sizes[a]
+                for i, d in ring_links(n, algorithm.closed):
+                    units = sum(per_step(n, i, d, h, 0.5) for h in range(1, algorithm.steps(n) + 1))
+                    for e in step_edges(job.net, ring, i, d) if units else ():
+                        work[e] += units * unit / g.edges[e]["bandwidth_bytes_per_s"]
+        return work
 
     def _outer_work(self, job: Job) -> Counter:
         """Seconds each physical link spends on one chunk's outer phases: every ring hop's units over all
@@ -267,6 +352,14 @@ class Hierarchical(Algorithm):
         work: Counter[Any] = Counter()
         for what, level, j in stages(job.kind, len(lv.sizes), len(lv.tiers)):
             if level != "out":
+                continue
+            if self.direct(job.net, lv):  # a unit from every position to every other, on each of its links
+                unit = job.key_bytes * PARTS * math.prod(lv.tiers[j + 1:])
+                for ring in _tier_rings(job.net, lv, j):
+                    for a, b in itertools.permutations(ring.devices, 2):
+                        path = job.net.routes(a, b)[0]
+                        for e in zip(path, path[1:], strict=False):
+                            work[e] += unit / g.edges[e]["bandwidth_bytes_per_s"]
                 continue
             load = algorithm.reduce_load if what == "rs" else algorithm.gather_load  # units a ring link carries
             unit = job.key_bytes * PARTS * math.prod(lv.tiers[j + 1:])
@@ -285,6 +378,33 @@ class HierarchicalPipelined(Hierarchical):
     name = "hierarchical_pipelined"
     summary = "two levels pipelined: the array in 4 chunks flows inside, across and inside again"
     pipeline = 4
+    direct_tiers = True
+
+
+def _direct_phase(s: Schedule, ring: Ring, bundles: list[tuple | int], what: str, deps: list[int], tag: Any) -> None:
+    """A rail phase straight through the switch: AllGather (``what`` "ag"), position o's bundle to every other
+    position; ReduceScatter ("rs"), every other position's partial of bundle o added into o's. Each transfer is
+    split from its latency (`Schedule.add_split`), all of them waiting for ``deps``."""
+    devices, n = ring.devices, len(ring.devices)
+    for o in range(n):
+        for i in range(n):
+            if i != o:
+                a, b, op = (o, i, "copy") if what == "ag" else (i, o, "add")
+                s.add_split(devices[a], devices[b], bundles[o], op, deps, tag, ring.slots[b])
+
+
+def _direct_profile(net: Network, rings: list[Ring]) -> PhaseProfile:
+    """`_direct_phase`'s `PhaseProfile` over ``rings`` at once, one unit a transfer: each transfer pays its route's
+    latency and its unit at the share its busiest link leaves it (that link's transfers share it fairly); the
+    busiest link carries all its transfers' units."""
+    flows = [net.routes(ring.devices[a], ring.devices[b])[0] for ring in rings
+             for a in range(len(ring.devices)) for b in range(len(ring.devices)) if a != b]
+    edges = [list(zip(path, path[1:], strict=False)) for path in flows]
+    load: Counter[Any] = Counter(e for route in edges for e in route)
+    g = net.graph
+    per_byte = {e: count / g.edges[e]["bandwidth_bytes_per_s"] for e, count in load.items()}
+    chains = {(route_latency(net, route), max(per_byte[e] for e in route)) for route in edges}
+    return PhaseProfile(tuple(sorted(chains)), max(per_byte.values(), default=0.0))
 
 
 def _ring(name: str) -> RingAlgorithm:
@@ -358,6 +478,26 @@ def _fixed(what: str, order: list[int], j: int, base: tuple[int, ...]) -> dict[i
     if what == "rs":
         return {x: base[x] for x in order[:j]}
     return {x: base[x] for x in range(len(base)) if x not in order[:j] and x != order[j]}
+
+
+def _even(per_step: Any, n: int, i: int, d: int, h: int) -> float:
+    """``per_step`` (a ring algorithm's ``split_gather_units`` or ``split_reduce_units``) with even halves."""
+    return float(per_step(n, i, d, h, 0.5))
+
+
+def _halves(job: Job, parts: list[int], positions: list[tuple[int, ...]] | int) -> Bundle:
+    """An inner ring position's `Bundle`: its keys (`_keys`; timing only, ``positions`` is their count), the first
+    half of ``parts`` one half, the rest the other."""
+    half = len(parts) // 2
+    if job.numeric:
+        assert not isinstance(positions, int)
+        first, second = _keys(job, parts[:half], positions), _keys(job, parts[half:], positions)
+        assert isinstance(first, tuple) and isinstance(second, tuple)
+        return Bundle(first + second, (len(first) + len(second)) * job.key_bytes,
+                      ((first, len(first) * job.key_bytes), (second, len(second) * job.key_bytes)))
+    count = positions if isinstance(positions, int) else len(positions)
+    return Bundle((), len(parts) * count * job.key_bytes,
+                  (((), half * count * job.key_bytes), ((), (len(parts) - half) * count * job.key_bytes)))
 
 
 def _keys(job: Job, parts: list[int], positions: list[tuple[int, ...]]) -> tuple | int:
