@@ -25,7 +25,7 @@ import simpy
 
 from simulator.engine.chip import Chip
 from simulator.engine.memory import Allocation
-from simulator.engine.simpy_door import succeed_urgent
+from simulator.engine.simpy_door import pops_next, succeed_urgent
 from simulator.engine.system import System
 from simulator.engine.watch import expect_events
 from simulator.errors import CapacityError, PodsimError
@@ -139,6 +139,26 @@ class _Slots:
             event.callbacks.append(self._wake)
         return event
 
+    def take(self) -> bool:
+        """`get` without its event, where nothing could happen before it is processed: take a free slot now and
+        return True when one is free and the grant would be the next event popped (`simpy_door.pops_next`);
+        else False, nothing changed (`get` then). Only for a process that runs as the last thing its event does
+        (the loader: see `_Pipeline`)."""
+        if self.level >= 1 and pops_next(self.env):
+            self.level -= 1
+            return True
+        return False
+
+    def give(self) -> bool:
+        """`put` without its event, where it would be the next one popped: the slot back, a waiting get woken (as
+        the put event's callback would, first), True; else False, nothing changed (`put` then)."""
+        if not pops_next(self.env):
+            return False
+        self.level += 1
+        if self.waiting is not None:
+            self._wake(None)  # type: ignore[arg-type]  # (it reads no event)
+        return True
+
     def _wake(self, _event: simpy.Event) -> None:
         waiting = self.waiting
         if waiting is not None and self.level >= 1:
@@ -148,6 +168,20 @@ class _Slots:
 
 
 class _Pipeline:
+    """The loader and compute processes of one `run_steps`.
+
+    Both skip the wait on an event granted at once (a free buffer slot, VMEM that fits, a slot given back) where
+    that event would be the next one popped (`simpy_door.pops_next`) -- one event fewer, the same order: the
+    process would resume from it before anything else runs. That holds because each process runs here as the
+    last thing the event it resumed from does: those events are the pipeline's own (slots, VMEM requests, the
+    chip's DMA and compute timers), each with the process's resume as its one callback, processed by the run
+    loop or (a lone DMA's end) at the tail of its timer's one callback (`Channel._finish`). The compute process
+    skips only after a compute timer, never after a ``before`` event (which others may also wait on).
+    """
+
+    #: skip the waits on grants made at once (above); False: wait on every event (the plain path, for tests)
+    skip_granted = True
+
     def __init__(self, system: System, chip: Chip, steps: Sequence[Step], buffers: int,
                  reserve_vmem: bool) -> None:
         self.env = system.env
@@ -162,10 +196,13 @@ class _Pipeline:
 
     def loader(self) -> Generator[simpy.Event, Any, None]:
         slots, load, ready, reserve = self.slots, self.chip.load, self.ready, self.reserve_vmem
-        allocate = self.chip.vmem.allocate
+        env, skip = self.env, self.skip_granted
+        allocate, take = self.chip.vmem.allocate, self.chip.vmem.take
         carried: dict[str, Allocation | None] = {}
+        alloc: Allocation | None = None
         for i, step in enumerate(self.steps):
-            yield slots.get()
+            if not (skip and slots.take()):
+                yield slots.get()
             held: dict[str, Allocation | None] = {}
             self.held.append(held)
             for op in step.operands:
@@ -173,12 +210,20 @@ class _Pipeline:
                 if key in carried:
                     held[key] = carried[key]
                     continue
-                held[key] = (yield allocate(op.nbytes, op.label)) if reserve else None
+                if reserve:
+                    alloc = take(op.nbytes, op.label) if skip and pops_next(env) else None
+                    if alloc is None:
+                        alloc = yield allocate(op.nbytes, op.label)
+                held[key] = alloc
                 yield load(op.nbytes, op.label, key)
             outs: list[Allocation | None] = []
             self.out_allocs.append(outs)
             for out in step.outputs:
-                outs.append((yield allocate(out.nbytes, out.label)) if reserve else None)
+                if reserve:
+                    alloc = take(out.nbytes, out.label) if skip and pops_next(env) else None
+                    if alloc is None:
+                        alloc = yield allocate(out.nbytes, out.label)
+                outs.append(alloc)
             _succeed(ready[i])
             carried = held
 
@@ -188,7 +233,7 @@ class _Pipeline:
 
     def computer(self) -> Generator[simpy.Event, Any, None]:
         steps, ready, slots, chip = self.steps, self.ready, self.slots, self.chip
-        last = len(steps) - 1
+        last, skip = len(steps) - 1, self.skip_granted
         for i, step in enumerate(steps):
             yield ready[i]
             if step.before is not None:
@@ -213,7 +258,8 @@ class _Pipeline:
                         break  # carried into the next step
                 else:
                     self._free(held[key])
-            yield slots.put()
+            if not (skip and slots.give()):
+                yield slots.put()
         if self.stores:
             yield simpy.AllOf(self.env, self.stores)
 
