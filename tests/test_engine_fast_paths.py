@@ -126,8 +126,11 @@ def test_skipping_granted_waits_changes_nothing_but_the_event_count(monkeypatch)
 
 def test_skipping_without_the_next_event_check_would_be_caught(monkeypatch):
     """The check above can fail: skipping every wait granted at once, whether or not another event of the instant
-    would run first (the guard `simpy_door.pops_next` dropped), reorders the VMEM timelines of some of the seeds."""
+    would run first (the guard `simpy_door.pops_next` dropped), reorders the VMEM timelines of some of the seeds.
+    (With the wait on a step's ready event in place of the slot's, `_Slots.take_after`, none of these seeds
+    reaches an unguarded skip that matters: it is off here.)"""
     monkeypatch.setattr(pipeline, "pops_next", lambda env: True)
+    monkeypatch.setattr(pipeline._Slots, "take_after", lambda self, event: False)
 
     def take(self):
         if self.level >= 1:
@@ -144,6 +147,22 @@ def test_skipping_without_the_next_event_check_would_be_caught(monkeypatch):
     monkeypatch.setattr(pipeline._Slots, "take", take)
     monkeypatch.setattr(pipeline._Slots, "give", give)
     assert _skipping_vs_waiting(monkeypatch, range(120)) > 0
+
+
+def test_take_after_joins_only_an_event_a_process_already_waits_on():
+    env = simpy.Environment()
+    slots = pipeline._Slots(env, 1)
+    nobody = env.event()
+    pipeline._succeed(nobody)
+    assert not slots.take_after(nobody) and slots.level == 1  # nobody waits: another could join after us
+    waited = env.event()
+    waited.callbacks.append(lambda e: None)
+    pipeline._succeed(waited)
+    assert slots.take_after(waited) and slots.level == 0
+    assert not slots.take_after(waited) and slots.level == 0  # no slot left
+    env.run()
+    slots.level = 1
+    assert not slots.take_after(waited)  # processed (callbacks None)
 
 
 def test_skipping_granted_waits_in_a_training_step(monkeypatch):

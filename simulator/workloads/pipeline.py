@@ -149,6 +149,18 @@ class _Slots:
             return True
         return False
 
+    def take_after(self, event: simpy.Event) -> bool:
+        """`get` as one more callback of ``event``, an URGENT event triggered now, the last one queued, that a
+        process already waits on: take a free slot now and return True (the caller then waits on ``event``);
+        else False, nothing changed. The get's event would be queued next and popped right after ``event``,
+        before anything ``event``'s callbacks queue, so resuming from ``event``, after its waiting process, is
+        the same order with one event fewer. (The waiting process must be the only one to wait on ``event``: the
+        pipeline's computer on a step's ready event.)"""
+        if self.level >= 1 and event.callbacks:  # (None once processed; [] while nobody waits)
+            self.level -= 1
+            return True
+        return False
+
     def give(self) -> bool:
         """`put` without its event, where it would be the next one popped: the slot back, a waiting get woken (as
         the put event's callback would, first), True; else False, nothing changed (`put` then)."""
@@ -176,7 +188,9 @@ class _Pipeline:
     last thing the event it resumed from does: those events are the pipeline's own (slots, VMEM requests, the
     chip's DMA and compute timers), each with the process's resume as its one callback, processed by the run
     loop or (a lone DMA's end) at the tail of its timer's one callback (`Channel._finish`). The compute process
-    skips only after a compute timer, never after a ``before`` event (which others may also wait on).
+    skips only after a compute timer, never after a ``before`` event (which others may also wait on). Where the
+    loader has just readied a step the compute process waits on, it waits for its next slot on that ready event
+    (`_Slots.take_after`): the slot's own event would pop right after it.
     """
 
     #: skip the waits on grants made at once (above); False: wait on every event (the plain path, for tests)
@@ -200,8 +214,11 @@ class _Pipeline:
         allocate, take = self.chip.vmem.allocate, self.chip.vmem.take
         carried: dict[str, Allocation | None] = {}
         alloc: Allocation | None = None
+        readied: simpy.Event | None = None  # step i - 1's ready event, triggered just now (no event queued since)
         for i, step in enumerate(self.steps):
-            if not (skip and slots.take()):
+            if skip and readied is not None and slots.take_after(readied):
+                yield readied
+            elif not (skip and slots.take()):
                 yield slots.get()
             held: dict[str, Allocation | None] = {}
             self.held.append(held)
@@ -224,7 +241,8 @@ class _Pipeline:
                     if alloc is None:
                         alloc = yield allocate(out.nbytes, out.label)
                 outs.append(alloc)
-            _succeed(ready[i])
+            readied = ready[i]
+            _succeed(readied)
             carried = held
 
     def _free(self, alloc: Allocation | None) -> None:
