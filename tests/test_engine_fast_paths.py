@@ -316,3 +316,46 @@ def test_merge_intervals_equals_the_list_based_union():
     for _ in range(500):
         intervals = [(pick(), pick()) for _ in range(rng.randint(0, 10))]
         assert merge_intervals(intervals) == _merged_by_lists(intervals)
+
+
+def _validate_in_full(steps, chip, buffers):
+    """`pipeline.validate_steps` as it was before its one-operand fast path: every step through `_check_step`."""
+    from simulator.units import check_bytes
+
+    pipeline.check_int(buffers, name="buffers", hint="1 = serial, 2 = double buffering")
+    previous = {}
+    for step in steps:
+        pipeline._check_step(step, previous)
+        previous = {op.key: op.nbytes for op in step.operands}
+        need = 0.0
+        for op in step.operands + step.outputs:
+            if op.nbytes.__class__ is not float or not 0.0 <= op.nbytes <= pipeline.MAX_BYTES:
+                check_bytes(op.nbytes, name=f"{op.key} nbytes")
+            need += op.nbytes
+        if need > chip.vmem.capacity_bytes:
+            raise pipeline.CapacityError(
+                f"block {step.name!r} needs {need:.0f} bytes of VMEM (operands and outputs) but chip "
+                f"{chip.index} VMEM holds only {chip.vmem.capacity_bytes:.0f} bytes; use smaller blocks")
+
+
+def _raised(fn):
+    try:
+        fn()
+    except Exception as err:  # noqa: BLE001 -- the type and message are what is compared
+        return type(err), str(err)
+    return None
+
+
+@pytest.mark.parametrize("bad", [{}, {"flops": -1.0}, {"flops": float("nan")}, {"flops": 5}, {"flops": "many"},
+                                 {"nbytes": -3.0}, {"nbytes": float("inf")}, {"nbytes": 2 ** 20},
+                                 {"nbytes": "big"}, {"nbytes": 1e12}, {"carried": 2e5}, {"carried": 1e5}])
+def test_one_operand_validation_says_what_the_full_check_says(bad):
+    chip = System("tpu-v5e").chip
+    steps = [Step(f"s{i}", (Operand(f"k{i}", "x", 1e5),), flops=1e6) for i in range(3)]
+    if "carried" in bad:  # the last step carries step 1's operand, at that size or another
+        steps[2] = Step("s2", (Operand("k1", "x", bad["carried"]),), flops=1e6)
+    else:
+        steps[1] = Step("s1", (Operand("k1", "x", bad.get("nbytes", 1e5)),), flops=bad.get("flops", 1e6))
+    fast = _raised(lambda: pipeline.validate_steps(steps, chip, 2))
+    assert fast == _raised(lambda: _validate_in_full(steps, chip, 2))
+    assert (fast is None) == (bad in ({}, {"flops": 5}, {"nbytes": 2 ** 20}, {"carried": 1e5}))

@@ -157,8 +157,14 @@ class Channel:
         if self.latency_s > 0:
             self._arrive_by = clock(env) + self.latency_s
             Timeout(env, self.latency_s).callbacks.append(lambda _e: self._join(flow))
-        else:
+        elif self._flows:
             self._join(flow)
+        else:  # an idle channel (the usual DMA): what `_join` does for a lone flow, inlined
+            flow.start = self._last_update = clock(env)
+            self._flows = [(nbytes, 0, flow)]
+            self._v = 0.0
+            generation = self._generation = self._generation + 1
+            timeout(env, nbytes / self._bandwidth).callbacks.append(lambda _e: self._on_timer(generation, flow))
         return event
 
     def send(self, nbytes: float, label: str, kind: str, then: Callable[[Any], Any], arg: Any) -> None:

@@ -65,16 +65,29 @@ def validate_steps(steps: Sequence[Step], chip: Chip, buffers: int, reserve_vmem
     if len(steps) > MAX_STEPS:
         raise PodsimError(f"{len(steps)} steps; at most {MAX_STEPS:,} are simulated -- use larger blocks")
     capacity = chip.vmem.capacity_bytes if reserve_vmem else math.inf
-    previous: dict[str, float] = {}
+    previous: tuple[Operand, ...] = ()  # the operands of the step before
     for step in steps:
-        _check_step(step, previous)
-        previous = {op.key: op.nbytes for op in step.operands}
-        need = 0.0
-        for op in step.operands + step.outputs:
-            nbytes = op.nbytes
-            if nbytes.__class__ is not float or not 0.0 <= nbytes <= MAX_BYTES:  # the usual case skips the call
-                check_bytes(nbytes, name=f"{op.key} nbytes")
-            need += nbytes
+        operands = step.operands
+        if step.outputs or len(operands) != 1 or step.matmul is not None:
+            _check_step(step, {op.key: op.nbytes for op in previous})
+            need = 0.0
+            for op in operands + step.outputs:
+                nbytes = op.nbytes
+                if nbytes.__class__ is not float or not 0.0 <= nbytes <= MAX_BYTES:  # the usual case skips the call
+                    check_bytes(nbytes, name=f"{op.key} nbytes")
+                need += nbytes
+        else:  # one operand, no outputs, a FLOP count (uniform blocks): what the loop above checks, inlined
+            op = operands[0]
+            need = op.nbytes
+            flops = step.flops
+            for before in previous:
+                if before.key == op.key and before.nbytes != need:
+                    _check_step(step, {before.key: before.nbytes})  # raises, saying which operand
+            if flops.__class__ is not float or not 0.0 <= flops < math.inf:
+                positive(flops, name=f"block {step.name!r} flops", allow_zero=True)
+            if need.__class__ is not float or not 0.0 <= need <= MAX_BYTES:
+                check_bytes(need, name=f"{op.key} nbytes")
+        previous = operands
         if need > capacity:
             raise CapacityError(
                 f"block {step.name!r} needs {need:.0f} bytes of VMEM (operands and outputs) but chip "
@@ -251,7 +264,7 @@ class _Pipeline:
 
     def computer(self) -> Generator[simpy.Event, Any, None]:
         steps, ready, slots, chip = self.steps, self.ready, self.slots, self.chip
-        last, skip = len(steps) - 1, self.skip_granted
+        last, skip, free = len(steps) - 1, self.skip_granted, chip.vmem.free
         for i, step in enumerate(steps):
             yield ready[i]
             if step.before is not None:
@@ -275,7 +288,9 @@ class _Pipeline:
                     if nxt.key == key:
                         break  # carried into the next step
                 else:
-                    self._free(held[key])
+                    alloc = held[key]
+                    if alloc is not None:
+                        free(alloc)
             if not (skip and slots.give()):
                 yield slots.put()
         if self.stores:
