@@ -24,6 +24,7 @@ from typing import Any
 import simpy
 
 from simulator.engine.chip import Chip
+from simulator.engine.gcpause import gc_paused
 from simulator.engine.memory import Allocation
 from simulator.engine.simpy_door import pops_next, succeed_urgent
 from simulator.engine.system import System
@@ -312,7 +313,8 @@ def run_steps(system: System, steps: Sequence[Step], buffers: int = 2, chip: Chi
     chip = chip if chip is not None else system.chip
     validate_steps(steps, chip, buffers, reserve_vmem)
     expect_events(7 * len(steps), "use fewer, larger blocks")  # load, compute, store and their waits
-    pipe = _Pipeline(system, chip, steps, buffers, reserve_vmem)
+    with gc_paused():  # a ready event a step (see `uniform_steps`)
+        pipe = _Pipeline(system, chip, steps, buffers, reserve_vmem)
     system.process(pipe.loader(), f"{name} loader (chip {chip.index})")
     return system.process(pipe.computer(), f"{name} compute (chip {chip.index})")
 
@@ -359,15 +361,16 @@ def uniform_steps(blocks: int, load_bytes: float, flops: float, label: str = "x"
     step_fields = {f.name: f.default for f in fields(Step)}  # built without the frozen dataclasses' __init__
     step_fields["flops"] = flops  # (a third of the time; the objects equal Step(...) and Operand(...))
     steps = []
-    for i in range(blocks):
-        key = f"{label}{i}"
-        operand = _new(Operand)
-        _set(operand, "__dict__", {"key": key, "label": label, "nbytes": load_bytes})
-        fields_i = step_fields.copy()
-        fields_i["name"], fields_i["operands"] = key, (operand,)
-        step = _new(Step)
-        _set(step, "__dict__", fields_i)
-        steps.append(step)
+    with gc_paused():  # 4 tracked objects a block, none in a cycle: the collector's passes would cost half the time
+        for i in range(blocks):
+            key = f"{label}{i}"
+            operand = _new(Operand)
+            _set(operand, "__dict__", {"key": key, "label": label, "nbytes": load_bytes})
+            fields_i = step_fields.copy()
+            fields_i["name"], fields_i["operands"] = key, (operand,)
+            step = _new(Step)
+            _set(step, "__dict__", fields_i)
+            steps.append(step)
     return steps
 
 
