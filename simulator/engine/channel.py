@@ -314,7 +314,7 @@ class Channel:
             self._finish(entry[2])
 
     def _finish(self, flow: _Flow, inline: bool = False) -> None:
-        now = self.env.now
+        now = clock(self.env)
         self.bytes_carried += flow.nbytes
         trace = self.trace
         if trace is not None and trace.enabled:  # (its FLOPs, 0, leave trace.flops_total as it is)
@@ -412,7 +412,7 @@ class SerialUnit:
             kind: str = "compute") -> simpy.Event:
         """Occupy the unit for ``duration_s``; the event fires when the operation ends."""
         env = self.env
-        now = env.now
+        now = clock(env)
         start = now if now > self._free_at else self._free_at
         end = start + duration_s
         self._free_at = end

@@ -26,7 +26,7 @@ import simpy
 from simulator.engine.chip import Chip
 from simulator.engine.gcpause import gc_paused
 from simulator.engine.memory import Allocation
-from simulator.engine.simpy_door import pops_next, succeed_urgent
+from simulator.engine.simpy_door import fire_now, pops_next, succeed_urgent
 from simulator.engine.system import System
 from simulator.engine.watch import expect_events
 from simulator.errors import CapacityError, PodsimError
@@ -204,7 +204,9 @@ class _Pipeline:
     loop or (a lone DMA's end) at the tail of its timer's one callback (`Channel._finish`). The compute process
     skips only after a compute timer, never after a ``before`` event (which others may also wait on). Where the
     loader has just readied a step the compute process waits on, it waits for its next slot on that ready event
-    (`_Slots.take_after`): the slot's own event would pop right after it.
+    (`_Slots.take_after`): the slot's own event would pop right after it. A ready event that nobody waits on yet
+    and that would pop next is processed at once (`simpy_door.fire_now`, no callbacks): the compute process, not
+    running until then, finds it processed either way.
     """
 
     #: skip the waits on grants made at once (above); False: wait on every event (the plain path, for tests)
@@ -256,7 +258,10 @@ class _Pipeline:
                         alloc = yield allocate(out.nbytes, out.label)
                 outs.append(alloc)
             readied = ready[i]
-            _succeed(readied)
+            if skip and not readied.callbacks and pops_next(env):
+                fire_now(readied, None)  # nobody waits yet, and it would pop right after this: processed now
+            else:
+                _succeed(readied)
             carried = held
 
     def _free(self, alloc: Allocation | None) -> None:
@@ -273,7 +278,7 @@ class _Pipeline:
             if step.matmul is not None:
                 yield chip.matmul(*step.matmul, label=step.name, dtype=step.dtype)
             else:
-                yield chip.compute(step.flops, label=step.name, dtype=step.dtype, useful_flops=step.useful_flops)
+                yield chip.compute(step.flops, step.name, step.dtype, step.useful_flops)
             if step.vector_flops:
                 yield chip.vector(step.vector_flops, step.name)
             if step.after is not None:
