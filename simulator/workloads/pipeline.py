@@ -221,7 +221,7 @@ class _Pipeline:
         self.slots = _Slots(self.env, buffers)
         self.ready: list[simpy.Event] = [simpy.Event(self.env) for _ in self.steps]
         self.held: list[dict[str, Allocation | None]] = []  # per step (appended by the loader): key -> VMEM
-        self.out_allocs: list[list[Allocation | None]] = []
+        self.out_allocs: list[Sequence[Allocation | None]] = []  # per step: its outputs' VMEM (() when it has none)
         self.stores: list[simpy.Event] = []
 
     def loader(self) -> Generator[simpy.Event, Any, None]:
@@ -231,13 +231,14 @@ class _Pipeline:
         carried: dict[str, Allocation | None] = {}
         alloc: Allocation | None = None
         readied: simpy.Event | None = None  # step i - 1's ready event, triggered just now (no event queued since)
+        hold, hold_outputs = self.held.append, self.out_allocs.append
         for i, step in enumerate(self.steps):
             if skip and readied is not None and slots.take_after(readied):
                 yield readied
             elif not (skip and slots.take()):
                 yield slots.get()
             held: dict[str, Allocation | None] = {}
-            self.held.append(held)
+            hold(held)
             for op in step.operands:
                 key = op.key
                 if key in carried:
@@ -249,14 +250,17 @@ class _Pipeline:
                         alloc = yield allocate(op.nbytes, op.label)
                 held[key] = alloc
                 yield load(op.nbytes, op.label, key)
-            outs: list[Allocation | None] = []
-            self.out_allocs.append(outs)
-            for out in step.outputs:
-                if reserve:
-                    alloc = take(out.nbytes, out.label) if skip and pops_next(env) else None
-                    if alloc is None:
-                        alloc = yield allocate(out.nbytes, out.label)
-                outs.append(alloc)
+            if step.outputs:
+                outs: list[Allocation | None] = []
+                hold_outputs(outs)
+                for out in step.outputs:
+                    if reserve:
+                        alloc = take(out.nbytes, out.label) if skip and pops_next(env) else None
+                        if alloc is None:
+                            alloc = yield allocate(out.nbytes, out.label)
+                    outs.append(alloc)
+            else:
+                hold_outputs(())
             readied = ready[i]
             if skip and not readied.callbacks and pops_next(env):
                 fire_now(readied, None)  # nobody waits yet, and it would pop right after this: processed now
