@@ -55,7 +55,7 @@ class MemoryPool:
         self.peak_bytes = 0.0
         self.peak_time_s = 0.0
         self.timeline: list[tuple[float, float]] = [(0.0, 0.0)]  #: (time s, live bytes) after each change
-        self.live: dict[int, Allocation] = {}
+        self.live: dict[Allocation, Allocation] = {}  #: by identity (eq=False), in the order granted
         self._waiting: deque[tuple[simpy.Event, Allocation]] = deque()
 
     def check_fits(self, nbytes: float, label: str) -> None:
@@ -90,7 +90,7 @@ class MemoryPool:
             return None
         allocation = Allocation(self, label, nbytes)  # what _hold does, inlined (the pipeline's hot path)
         now = allocation.start_s = clock(self.env)
-        self.live[id(allocation)] = allocation
+        self.live[allocation] = allocation
         live = self.live_bytes = self.live_bytes + nbytes
         if live > self.peak_bytes:
             self.peak_bytes, self.peak_time_s = live, now
@@ -100,7 +100,7 @@ class MemoryPool:
     def _hold(self, allocation: Allocation) -> Allocation:
         """What _grant (_take, _change) does for a request granted at once, inlined; returns ``allocation``."""
         now = allocation.start_s = clock(self.env)
-        self.live[id(allocation)] = allocation
+        self.live[allocation] = allocation
         live = self.live_bytes = self.live_bytes + allocation.nbytes
         if live > self.peak_bytes:
             self.peak_bytes, self.peak_time_s = live, now
@@ -112,7 +112,7 @@ class MemoryPool:
         if allocation.freed or allocation.pool is not self:
             raise PodsimError(f"allocation {allocation.label!r} freed twice or in the wrong pool ({self.name})")
         allocation.freed = True
-        del self.live[id(allocation)]
+        del self.live[allocation]
         self.live_bytes -= allocation.nbytes  # what _change does for a decrease
         self.timeline.append((clock(self.env), self.live_bytes))
         if self._waiting:
@@ -124,7 +124,7 @@ class MemoryPool:
 
     def _take(self, event: simpy.Event, allocation: Allocation) -> None:
         allocation.start_s = self.env.now
-        self.live[id(allocation)] = allocation
+        self.live[allocation] = allocation
         self._change(allocation.nbytes)
         event.succeed(allocation)
 
