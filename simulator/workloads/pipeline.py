@@ -219,8 +219,10 @@ class _Pipeline:
         self.chip = chip
         self.steps = list(steps)
         self.slots = _Slots(self.env, buffers)
-        self.ready: list[simpy.Event] = [simpy.Event(self.env) for _ in self.steps]
-        self.held: list[dict[str, Allocation | None]] = []  # per step (appended by the loader): key -> VMEM
+        #: per step: the event the loader triggers once its operands are in (None once the compute process is past it)
+        self.ready: list[simpy.Event | None] = [simpy.Event(self.env) for _ in self.steps]
+        #: per step (appended by the loader): key -> VMEM (None once the compute process is done with it)
+        self.held: list[dict[str, Allocation | None] | None] = []
         self.out_allocs: list[Sequence[Allocation | None]] = []  # per step: its outputs' VMEM (() when it has none)
         self.stores: list[simpy.Event] = []
 
@@ -262,6 +264,7 @@ class _Pipeline:
             else:
                 hold_outputs(())
             readied = ready[i]
+            assert readied is not None  # (the compute process drops it only once past it)
             if skip and not readied.callbacks and pops_next(env):
                 fire_now(readied, None)  # nobody waits yet, and it would pop right after this: processed now
             else:
@@ -276,7 +279,8 @@ class _Pipeline:
         steps, ready, slots, chip = self.steps, self.ready, self.slots, self.chip
         last, skip, free = len(steps) - 1, self.skip_granted, chip.vmem.free
         for i, step in enumerate(steps):
-            yield ready[i]
+            yield ready[i]  # type: ignore[misc]  # (None only once past it, below)
+            ready[i] = None  # what a step held is dropped once it is done with: memory reused while the run goes
             if step.before is not None:
                 yield step.before()
             if step.matmul is not None:
@@ -291,7 +295,7 @@ class _Pipeline:
                 for out, alloc in zip(step.outputs, self.out_allocs[i], strict=True):
                     self.stores.append(self._store(out, alloc))
             following = steps[i + 1].operands if i < last else ()
-            held = self.held[i]
+            held: dict[str, Allocation | None] = self.held[i]  # type: ignore[assignment]  # (dropped only below)
             for op in step.operands:
                 key = op.key
                 for nxt in following:
@@ -301,6 +305,7 @@ class _Pipeline:
                     alloc = held[key]
                     if alloc is not None:
                         free(alloc)
+            self.held[i] = None
             if not (skip and slots.give()):
                 yield slots.put()
         if self.stores:
