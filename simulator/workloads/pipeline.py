@@ -219,8 +219,9 @@ class _Pipeline:
         self.chip = chip
         self.steps = list(steps)
         self.slots = _Slots(self.env, buffers)
-        #: per step: the event the loader triggers once its operands are in (None once the compute process is past it)
-        self.ready: list[simpy.Event | None] = [simpy.Event(self.env) for _ in self.steps]
+        #: per step: the event the loader triggers once its operands are in, made by whichever process comes to it
+        #: first (None before that, and again once the compute process is past it)
+        self.ready: list[simpy.Event | None] = [None] * len(self.steps)
         #: per step (appended by the loader): key -> VMEM (None once the compute process is done with it)
         self.held: list[dict[str, Allocation | None] | None] = []
         self.out_allocs: list[Sequence[Allocation | None]] = []  # per step: its outputs' VMEM (() when it has none)
@@ -264,7 +265,8 @@ class _Pipeline:
             else:
                 hold_outputs(())
             readied = ready[i]
-            assert readied is not None  # (the compute process drops it only once past it)
+            if readied is None:  # the compute process is not there yet
+                readied = ready[i] = simpy.Event(env)
             if skip and not readied.callbacks and pops_next(env):
                 fire_now(readied, None)  # nobody waits yet, and it would pop right after this: processed now
             else:
@@ -276,10 +278,13 @@ class _Pipeline:
             self.chip.vmem.free(alloc)
 
     def computer(self) -> Generator[simpy.Event, Any, None]:
-        steps, ready, slots, chip = self.steps, self.ready, self.slots, self.chip
+        steps, ready, slots, chip, env = self.steps, self.ready, self.slots, self.chip, self.env
         last, skip, free = len(steps) - 1, self.skip_granted, chip.vmem.free
         for i, step in enumerate(steps):
-            yield ready[i]  # type: ignore[misc]  # (None only once past it, below)
+            waiting = ready[i]
+            if waiting is None:  # the loader is not there yet
+                waiting = ready[i] = simpy.Event(env)
+            yield waiting
             ready[i] = None  # what a step held is dropped once it is done with: memory reused while the run goes
             if step.before is not None:
                 yield step.before()
@@ -294,6 +299,7 @@ class _Pipeline:
             if step.outputs:
                 for out, alloc in zip(step.outputs, self.out_allocs[i], strict=True):
                     self.stores.append(self._store(out, alloc))
+                self.out_allocs[i] = ()
             following = steps[i + 1].operands if i < last else ()
             held: dict[str, Allocation | None] = self.held[i]  # type: ignore[assignment]  # (dropped only below)
             for op in step.operands:
@@ -327,8 +333,7 @@ def run_steps(system: System, steps: Sequence[Step], buffers: int = 2, chip: Chi
     chip = chip if chip is not None else system.chip
     validate_steps(steps, chip, buffers, reserve_vmem)
     expect_events(7 * len(steps), "use fewer, larger blocks")  # load, compute, store and their waits
-    with gc_paused():  # a ready event a step (see `uniform_steps`)
-        pipe = _Pipeline(system, chip, steps, buffers, reserve_vmem)
+    pipe = _Pipeline(system, chip, steps, buffers, reserve_vmem)
     system.process(pipe.loader(), f"{name} loader (chip {chip.index})")
     return system.process(pipe.computer(), f"{name} compute (chip {chip.index})")
 
