@@ -82,11 +82,11 @@ def _random_steps(rng, tag, n):
     return steps
 
 
-def _random_pipelines(seed):
+def _random_pipelines(case, **disturb):
     """1 to 3 pipelines on 1 or 2 chips (two may share a chip's DMA and VMEM), VMEM full size or tight; the end
     time (or the deadlock message), every span in order, every pool's timeline, the bytes."""
-    rng = random.Random(seed)
-    system = System("tpu-v5e", n_chips=rng.choice([1, 2]))
+    rng = random.Random(case)
+    system = System("tpu-v5e", n_chips=rng.choice([1, 2]), **disturb)
     vmem = rng.choice([None, 6e6, 9e6])
     for chip in system.chips:
         if vmem is not None:
@@ -102,14 +102,14 @@ def _random_pipelines(seed):
     return end, list(system.trace.spans), pools, dict(system.trace.bytes_by_interface), system.events_processed
 
 
-def _skipping_vs_waiting(monkeypatch, seeds):
-    """How many of ``seeds`` differ (in anything but the event count) between skipping granted waits and not."""
+def _skipping_vs_waiting(monkeypatch, cases, **disturb):
+    """How many of ``cases`` differ (in anything but the event count) between skipping granted waits and not."""
     differ = 0
-    for seed in seeds:
+    for case in cases:
         monkeypatch.setattr(pipeline._Pipeline, "skip_granted", True)
-        fast = _random_pipelines(seed)
+        fast = _random_pipelines(case, **disturb)
         monkeypatch.setattr(pipeline._Pipeline, "skip_granted", False)
-        plain = _random_pipelines(seed)
+        plain = _random_pipelines(case, **disturb)
         differ += fast[:-1] != plain[:-1]
         assert fast[-1] <= plain[-1]
     return differ
@@ -122,6 +122,11 @@ def test_skipping_granted_waits_changes_nothing_but_the_event_count(monkeypatch)
     monkeypatch.setattr(pipeline._Pipeline, "skip_granted", False)
     plain = _pipeline_run(_mixed_steps(), 2, 2.5e6)
     assert fast[:-1] == plain[:-1] and fast[-1] < plain[-1]
+
+
+def test_skipping_granted_waits_on_jittered_units(monkeypatch):
+    """Jitter makes every chip's DMA a `FaultChannel` and its MXU a `FaultUnit` (their own completion paths)."""
+    assert _skipping_vs_waiting(monkeypatch, range(40), jitter=Jitter("lognormal", 0.1), seed=7) == 0
 
 
 def test_skipping_without_the_next_event_check_would_be_caught(monkeypatch):
