@@ -8,7 +8,8 @@ its System, Chip, MemoryPool and pipeline helper with tracing on. Prints both wa
 ``--repeat`` interleaved rounds), checks that both reach the closed-form end time, and ends with
 ``ratio: X`` where
 X = podsim speed / lean speed = lean wall / podsim wall (1.0 would mean podsim costs nothing over the
-lean model; 0.25 means it is four times slower).
+lean model; 0.25 means it is four times slower). It also prints the SimPy events each model processes a block
+(from one untimed run of each): each event is a heap push and pop and, mostly, a process resumed.
 
     python benchmarks/engine.py [--blocks 10000] [--repeat 5]
 """
@@ -29,9 +30,9 @@ BUFFERS = 2
 TARGET = 0.8  #: issue 29's keep-target: lean wall / podsim wall
 
 
-def lean(blocks: int) -> float:
+def lean(blocks: int, env: simpy.Environment | None = None) -> float:
     """The pipeline in plain SimPy: a slot container, a ready store, timeouts; returns the end time (s)."""
-    env = simpy.Environment()
+    env = env if env is not None else simpy.Environment()
     slots = simpy.Container(env, capacity=BUFFERS, init=BUFFERS)
     ready = simpy.Store(env)
 
@@ -62,6 +63,30 @@ def podsim(blocks: int) -> float:
     end = system.run()
     assert len(system.trace.spans) == 2 * blocks
     return end
+
+
+class _Counting(simpy.Environment):
+    """SimPy's environment, counting the events it processes (`events_per_block`; never timed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.processed = 0
+
+    def step(self) -> None:
+        super().step()
+        self.processed += 1
+
+
+def events_per_block(blocks: int) -> tuple[float, float]:
+    """SimPy events processed a block by the lean model and by podsim, from one untimed run of each."""
+    env = _Counting()
+    lean(blocks, env)
+    system = System("tpu-v5e", trace=True)
+    spec = system.spec
+    run_steps(system, uniform_steps(blocks, LOAD_S * spec.hbm_bandwidth_bytes_per_s,
+                                    COMPUTE_S * spec.peak_flops_per_s()), buffers=BUFFERS)
+    system.run()
+    return env.processed / blocks, system.events_processed / blocks
 
 
 CPU_S: dict[str, float] = {}  #: fastest CPU time (s) of each model's runs, by function name (see best_of)
@@ -114,6 +139,8 @@ def main() -> None:
     print(f"lean simpy wall: {lean_s * 1e3:.1f} ms  ({args.blocks / lean_s:,.0f} blocks/s, nothing recorded)")
     print(f"podsim wall:     {pod_s * 1e3:.1f} ms  ({args.blocks / pod_s:,.0f} blocks/s, tracing on)")
     print(f"podsim costs {pod_s / lean_s:.1f}x the lean model")
+    lean_events, pod_events = events_per_block(args.blocks)
+    print(f"SimPy events a block: lean {lean_events:.2f}, podsim {pod_events:.2f} (untimed runs)")
     print(f"cpu time: lean {CPU_S['lean'] * 1e3:.1f} ms, podsim {CPU_S['podsim'] * 1e3:.1f} ms, "
           f"cpu ratio: {CPU_S['lean'] / CPU_S['podsim']:.2f}")
     print(f"ratio: {lean_s / pod_s:.2f} (target >= {TARGET:g})")

@@ -58,8 +58,8 @@ def test_vmem_too_small_for_the_working_set_waits_and_is_reported():
 
 
 def test_event_count_guard_stops_a_runaway_run():
-    system = System(max_events=50_000)
-    run_steps(system, [Step(f"b{i}", (Operand(f"b{i}", "x", 1e3),), flops=1e3) for i in range(20_000)])
+    system = System(max_events=50_000)  # 40,000 blocks: about 120,000 events (3 a block), checked every TICK
+    run_steps(system, [Step(f"b{i}", (Operand(f"b{i}", "x", 1e3),), flops=1e3) for i in range(40_000)])
     with pytest.raises(RunawayError, match="max_events=50,000"):
         system.run()
 

@@ -177,6 +177,28 @@ def test_succeed_urgent_queues_before_this_instants_normal_events():
     assert door == [(1.0, "urgent"), (1.0, "value v"), (1.0, "normal timeout")]
 
 
+@pytest.mark.parametrize("queued", [(), ("normal",), ("urgent",), ("later",), ("normal", "later"),
+                                    ("urgent", "normal"), ("later urgent",)])
+def test_pops_next_says_whether_an_urgent_event_triggered_now_pops_first(queued):
+    # the oracle is SimPy's own loop: trigger one more URGENT event now and step once; did that pop it?
+    env = simpy.Environment(2.0)
+    for what in queued:
+        if what == "normal":
+            env.event().succeed()  # NORMAL, now
+        elif what == "later":
+            env.timeout(1.0)
+        else:  # queued at URGENT (now, or a second later), as Environment.schedule queues a process's Initialize
+            ev = env.event()
+            ev._ok, ev._value = True, None  # what Event.succeed sets
+            env.schedule(ev, URGENT, delay=0.0 if what == "urgent" else 1.0)
+    said = simpy_door.pops_next(env)
+    mine = env.event()
+    simpy_door.succeed_urgent(mine)
+    env.step()
+    assert said == mine.processed
+    assert said == ("urgent" not in queued)
+
+
 def test_init_pending_makes_an_untriggered_event():
     class Mine(simpy.Event):
         def __init__(self, env):

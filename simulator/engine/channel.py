@@ -157,8 +157,14 @@ class Channel:
         if self.latency_s > 0:
             self._arrive_by = clock(env) + self.latency_s
             Timeout(env, self.latency_s).callbacks.append(lambda _e: self._join(flow))
-        else:
+        elif self._flows:
             self._join(flow)
+        else:  # an idle channel (the usual DMA): what `_join` does for a lone flow, inlined
+            flow.start = self._last_update = clock(env)
+            self._flows = [(nbytes, 0, flow)]
+            self._v = 0.0
+            generation = self._generation = self._generation + 1
+            timeout(env, nbytes / self._bandwidth).callbacks.append(lambda _e: self._on_timer(generation, flow))
         return event
 
     def send(self, nbytes: float, label: str, kind: str, then: Callable[[Any], Any], arg: Any) -> None:
@@ -308,7 +314,7 @@ class Channel:
             self._finish(entry[2])
 
     def _finish(self, flow: _Flow, inline: bool = False) -> None:
-        now = self.env.now
+        now = clock(self.env)
         self.bytes_carried += flow.nbytes
         trace = self.trace
         if trace is not None and trace.enabled:  # (its FLOPs, 0, leave trace.flops_total as it is)
@@ -406,7 +412,7 @@ class SerialUnit:
             kind: str = "compute") -> simpy.Event:
         """Occupy the unit for ``duration_s``; the event fires when the operation ends."""
         env = self.env
-        now = env.now
+        now = clock(env)
         start = now if now > self._free_at else self._free_at
         end = start + duration_s
         self._free_at = end

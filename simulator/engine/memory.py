@@ -17,7 +17,7 @@ from simulator.errors import CapacityError, PodsimError
 from simulator.units import format_quantity, positive
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Allocation:
     """``nbytes`` held in ``pool`` under ``label`` since ``start_s``."""
 
@@ -55,7 +55,7 @@ class MemoryPool:
         self.peak_bytes = 0.0
         self.peak_time_s = 0.0
         self.timeline: list[tuple[float, float]] = [(0.0, 0.0)]  #: (time s, live bytes) after each change
-        self.live: dict[int, Allocation] = {}
+        self.live: dict[Allocation, Allocation] = {}  #: by identity (eq=False), in the order granted
         self._waiting: deque[tuple[simpy.Event, Allocation]] = deque()
 
     def check_fits(self, nbytes: float, label: str) -> None:
@@ -74,26 +74,45 @@ class MemoryPool:
         allocation = Allocation(self, label, nbytes)
         event = _Request(self.env, allocation)
         if not self._waiting and self.live_bytes + nbytes <= self.capacity_bytes:
-            # nobody queued and it fits: what _grant (_take, _change, event.succeed) does for it, inlined
-            env = self.env
-            now = allocation.start_s = clock(env)
-            self.live[id(allocation)] = allocation
-            live = self.live_bytes = self.live_bytes + nbytes
-            if live > self.peak_bytes:
-                self.peak_bytes, self.peak_time_s = live, now
-            self.timeline.append((now, live))
-            succeed_urgent(event, allocation)
+            succeed_urgent(event, self._hold(allocation))  # nobody queued and it fits: granted now
         else:
             self._waiting.append((event, allocation))
             self._grant()
         return event
+
+    def take(self, nbytes: float, label: str) -> Allocation | None:
+        """`allocate` without its event, where it would be granted at once: the `Allocation` when ``nbytes`` (a
+        plain float within the capacity) fit now and nobody is queued, else None (nothing changed; `allocate`
+        then queues it or says why it is refused). The caller knows the grant event would not be waited for:
+        the pipeline's loader takes this when the event would be the next one popped (`simpy_door.pops_next`)."""
+        if nbytes.__class__ is not float or not 0.0 <= nbytes <= self.capacity_bytes or self._waiting or \
+                self.live_bytes + nbytes > self.capacity_bytes:
+            return None
+        allocation = Allocation(self, label, nbytes)  # what _hold does, inlined (the pipeline's hot path)
+        now = allocation.start_s = clock(self.env)
+        self.live[allocation] = allocation
+        live = self.live_bytes = self.live_bytes + nbytes
+        if live > self.peak_bytes:
+            self.peak_bytes, self.peak_time_s = live, now
+        self.timeline.append((now, live))
+        return allocation
+
+    def _hold(self, allocation: Allocation) -> Allocation:
+        """What _grant (_take, _change) does for a request granted at once, inlined; returns ``allocation``."""
+        now = allocation.start_s = clock(self.env)
+        self.live[allocation] = allocation
+        live = self.live_bytes = self.live_bytes + allocation.nbytes
+        if live > self.peak_bytes:
+            self.peak_bytes, self.peak_time_s = live, now
+        self.timeline.append((now, live))
+        return allocation
 
     def free(self, allocation: Allocation) -> None:
         """Return ``allocation``'s bytes to the pool and wake waiting requests in order."""
         if allocation.freed or allocation.pool is not self:
             raise PodsimError(f"allocation {allocation.label!r} freed twice or in the wrong pool ({self.name})")
         allocation.freed = True
-        del self.live[id(allocation)]
+        del self.live[allocation]
         self.live_bytes -= allocation.nbytes  # what _change does for a decrease
         self.timeline.append((clock(self.env), self.live_bytes))
         if self._waiting:
@@ -105,7 +124,7 @@ class MemoryPool:
 
     def _take(self, event: simpy.Event, allocation: Allocation) -> None:
         allocation.start_s = self.env.now
-        self.live[id(allocation)] = allocation
+        self.live[allocation] = allocation
         self._change(allocation.nbytes)
         event.succeed(allocation)
 

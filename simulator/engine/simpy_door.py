@@ -45,7 +45,8 @@ TESTED = ((4, 1), (4, 2))  # [low, high)
 TESTED_TEXT = "simpy>=4.1,<4.2"
 
 __all__ = ["NORMAL", "TESTED_TEXT", "URGENT", "EmptySchedule", "SimPyChanged", "bind_event_classes",
-           "check_internals", "clock", "fire_now", "init_pending", "queued", "run_until_empty", "succeed_urgent",
+           "check_internals", "clock", "fire_now", "init_pending", "pops_next", "queued", "run_until_empty",
+           "succeed_urgent",
            "timeout", "timer_at"]
 
 _new = object.__new__
@@ -77,6 +78,13 @@ def succeed_urgent(event: Event, value: Any = None) -> None:
     env = event.env
     event._ok, event._value = True, value  # internal: Event._ok, Event._value
     heappush(env._queue, (env._now, URGENT, next(env._eid), event))  # internal: _queue, _eid, _now
+
+
+def pops_next(env: simpy.Environment) -> bool:
+    """Whether an event triggered now at priority URGENT (`succeed_urgent`) would be the next one popped: no
+    URGENT event of this instant is queued (a NORMAL one of this instant, or any later one, pops after it)."""
+    queue = env._queue  # internal: Environment._queue, entries (time, priority, eid, event); [0] the least
+    return not queue or queue[0][1] != URGENT or queue[0][0] != env._now  # internal: Environment._now
 
 
 def fire_now(event: Event, value: Any) -> None:

@@ -24,8 +24,9 @@ from typing import Any
 import simpy
 
 from simulator.engine.chip import Chip
+from simulator.engine.gcpause import gc_paused
 from simulator.engine.memory import Allocation
-from simulator.engine.simpy_door import succeed_urgent
+from simulator.engine.simpy_door import fire_now, pops_next, succeed_urgent
 from simulator.engine.system import System
 from simulator.engine.watch import expect_events
 from simulator.errors import CapacityError, PodsimError
@@ -65,16 +66,29 @@ def validate_steps(steps: Sequence[Step], chip: Chip, buffers: int, reserve_vmem
     if len(steps) > MAX_STEPS:
         raise PodsimError(f"{len(steps)} steps; at most {MAX_STEPS:,} are simulated -- use larger blocks")
     capacity = chip.vmem.capacity_bytes if reserve_vmem else math.inf
-    previous: dict[str, float] = {}
+    previous: tuple[Operand, ...] = ()  # the operands of the step before
     for step in steps:
-        _check_step(step, previous)
-        previous = {op.key: op.nbytes for op in step.operands}
-        need = 0.0
-        for op in step.operands + step.outputs:
-            nbytes = op.nbytes
-            if nbytes.__class__ is not float or not 0.0 <= nbytes <= MAX_BYTES:  # the usual case skips the call
-                check_bytes(nbytes, name=f"{op.key} nbytes")
-            need += nbytes
+        operands = step.operands
+        if step.outputs or len(operands) != 1 or step.matmul is not None:
+            _check_step(step, {op.key: op.nbytes for op in previous})
+            need = 0.0
+            for op in operands + step.outputs:
+                nbytes = op.nbytes
+                if nbytes.__class__ is not float or not 0.0 <= nbytes <= MAX_BYTES:  # the usual case skips the call
+                    check_bytes(nbytes, name=f"{op.key} nbytes")
+                need += nbytes
+        else:  # one operand, no outputs, a FLOP count (uniform blocks): what the loop above checks, inlined
+            op = operands[0]
+            need = op.nbytes
+            flops = step.flops
+            for before in previous:
+                if before.key == op.key and before.nbytes != need:
+                    _check_step(step, {before.key: before.nbytes})  # raises, saying which operand
+            if flops.__class__ is not float or not 0.0 <= flops < math.inf:
+                positive(flops, name=f"block {step.name!r} flops", allow_zero=True)
+            if need.__class__ is not float or not 0.0 <= need <= MAX_BYTES:
+                check_bytes(need, name=f"{op.key} nbytes")
+        previous = operands
         if need > capacity:
             raise CapacityError(
                 f"block {step.name!r} needs {need:.0f} bytes of VMEM (operands and outputs) but chip "
@@ -139,6 +153,38 @@ class _Slots:
             event.callbacks.append(self._wake)
         return event
 
+    def take(self) -> bool:
+        """`get` without its event, where nothing could happen before it is processed: take a free slot now and
+        return True when one is free and the grant would be the next event popped (`simpy_door.pops_next`);
+        else False, nothing changed (`get` then). Only for a process that runs as the last thing its event does
+        (the loader: see `_Pipeline`)."""
+        if self.level >= 1 and pops_next(self.env):
+            self.level -= 1
+            return True
+        return False
+
+    def take_after(self, event: simpy.Event) -> bool:
+        """`get` as one more callback of ``event``, an URGENT event triggered now, the last one queued, that a
+        process already waits on: take a free slot now and return True (the caller then waits on ``event``);
+        else False, nothing changed. The get's event would be queued next and popped right after ``event``,
+        before anything ``event``'s callbacks queue, so resuming from ``event``, after its waiting process, is
+        the same order with one event fewer. (The waiting process must be the only one to wait on ``event``: the
+        pipeline's computer on a step's ready event.)"""
+        if self.level >= 1 and event.callbacks:  # (None once processed; [] while nobody waits)
+            self.level -= 1
+            return True
+        return False
+
+    def give(self) -> bool:
+        """`put` without its event, where it would be the next one popped: the slot back, a waiting get woken (as
+        the put event's callback would, first), True; else False, nothing changed (`put` then)."""
+        if not pops_next(self.env):
+            return False
+        self.level += 1
+        if self.waiting is not None:
+            self._wake(None)  # type: ignore[arg-type]  # (it reads no event)
+        return True
+
     def _wake(self, _event: simpy.Event) -> None:
         waiting = self.waiting
         if waiting is not None and self.level >= 1:
@@ -148,6 +194,24 @@ class _Slots:
 
 
 class _Pipeline:
+    """The loader and compute processes of one `run_steps`.
+
+    Both skip the wait on an event granted at once (a free buffer slot, VMEM that fits, a slot given back) where
+    that event would be the next one popped (`simpy_door.pops_next`) -- one event fewer, the same order: the
+    process would resume from it before anything else runs. That holds because each process runs here as the
+    last thing the event it resumed from does: those events are the pipeline's own (slots, VMEM requests, the
+    chip's DMA and compute timers), each with the process's resume as its one callback, processed by the run
+    loop or (a lone DMA's end) at the tail of its timer's one callback (`Channel._finish`). The compute process
+    skips only after a compute timer, never after a ``before`` event (which others may also wait on). Where the
+    loader has just readied a step the compute process waits on, it waits for its next slot on that ready event
+    (`_Slots.take_after`): the slot's own event would pop right after it. A ready event that nobody waits on yet
+    and that would pop next is processed at once (`simpy_door.fire_now`, no callbacks): the compute process, not
+    running until then, finds it processed either way.
+    """
+
+    #: skip the waits on grants made at once (above); False: wait on every event (the plain path, for tests)
+    skip_granted = True
+
     def __init__(self, system: System, chip: Chip, steps: Sequence[Step], buffers: int,
                  reserve_vmem: bool) -> None:
         self.env = system.env
@@ -155,31 +219,58 @@ class _Pipeline:
         self.chip = chip
         self.steps = list(steps)
         self.slots = _Slots(self.env, buffers)
-        self.ready: list[simpy.Event] = [simpy.Event(self.env) for _ in self.steps]
-        self.held: list[dict[str, Allocation | None]] = []  # per step (appended by the loader): key -> VMEM
-        self.out_allocs: list[list[Allocation | None]] = []
+        #: per step: the event the loader triggers once its operands are in, made by whichever process comes to it
+        #: first (None before that, and again once the compute process is past it)
+        self.ready: list[simpy.Event | None] = [None] * len(self.steps)
+        #: per step (appended by the loader): key -> VMEM (None once the compute process is done with it)
+        self.held: list[dict[str, Allocation | None] | None] = []
+        self.out_allocs: list[Sequence[Allocation | None]] = []  # per step: its outputs' VMEM (() when it has none)
         self.stores: list[simpy.Event] = []
 
     def loader(self) -> Generator[simpy.Event, Any, None]:
         slots, load, ready, reserve = self.slots, self.chip.load, self.ready, self.reserve_vmem
-        allocate = self.chip.vmem.allocate
+        env, skip = self.env, self.skip_granted
+        allocate, take = self.chip.vmem.allocate, self.chip.vmem.take
         carried: dict[str, Allocation | None] = {}
+        alloc: Allocation | None = None
+        readied: simpy.Event | None = None  # step i - 1's ready event, triggered just now (no event queued since)
+        hold, hold_outputs = self.held.append, self.out_allocs.append
         for i, step in enumerate(self.steps):
-            yield slots.get()
+            if skip and readied is not None and slots.take_after(readied):
+                yield readied
+            elif not (skip and slots.take()):
+                yield slots.get()
             held: dict[str, Allocation | None] = {}
-            self.held.append(held)
+            hold(held)
             for op in step.operands:
                 key = op.key
                 if key in carried:
                     held[key] = carried[key]
                     continue
-                held[key] = (yield allocate(op.nbytes, op.label)) if reserve else None
+                if reserve:
+                    alloc = take(op.nbytes, op.label) if skip and pops_next(env) else None
+                    if alloc is None:
+                        alloc = yield allocate(op.nbytes, op.label)
+                held[key] = alloc
                 yield load(op.nbytes, op.label, key)
-            outs: list[Allocation | None] = []
-            self.out_allocs.append(outs)
-            for out in step.outputs:
-                outs.append((yield allocate(out.nbytes, out.label)) if reserve else None)
-            _succeed(ready[i])
+            if step.outputs:
+                outs: list[Allocation | None] = []
+                hold_outputs(outs)
+                for out in step.outputs:
+                    if reserve:
+                        alloc = take(out.nbytes, out.label) if skip and pops_next(env) else None
+                        if alloc is None:
+                            alloc = yield allocate(out.nbytes, out.label)
+                    outs.append(alloc)
+            else:
+                hold_outputs(())
+            readied = ready[i]
+            if readied is None:  # the compute process is not there yet
+                readied = ready[i] = simpy.Event(env)
+            if skip and not readied.callbacks and pops_next(env):
+                fire_now(readied, None)  # nobody waits yet, and it would pop right after this: processed now
+            else:
+                _succeed(readied)
             carried = held
 
     def _free(self, alloc: Allocation | None) -> None:
@@ -187,16 +278,20 @@ class _Pipeline:
             self.chip.vmem.free(alloc)
 
     def computer(self) -> Generator[simpy.Event, Any, None]:
-        steps, ready, slots, chip = self.steps, self.ready, self.slots, self.chip
-        last = len(steps) - 1
+        steps, ready, slots, chip, env = self.steps, self.ready, self.slots, self.chip, self.env
+        last, skip, free = len(steps) - 1, self.skip_granted, chip.vmem.free
         for i, step in enumerate(steps):
-            yield ready[i]
+            waiting = ready[i]
+            if waiting is None:  # the loader is not there yet
+                waiting = ready[i] = simpy.Event(env)
+            yield waiting
+            ready[i] = None  # what a step held is dropped once it is done with: memory reused while the run goes
             if step.before is not None:
                 yield step.before()
             if step.matmul is not None:
                 yield chip.matmul(*step.matmul, label=step.name, dtype=step.dtype)
             else:
-                yield chip.compute(step.flops, label=step.name, dtype=step.dtype, useful_flops=step.useful_flops)
+                yield chip.compute(step.flops, step.name, step.dtype, step.useful_flops)
             if step.vector_flops:
                 yield chip.vector(step.vector_flops, step.name)
             if step.after is not None:
@@ -204,16 +299,21 @@ class _Pipeline:
             if step.outputs:
                 for out, alloc in zip(step.outputs, self.out_allocs[i], strict=True):
                     self.stores.append(self._store(out, alloc))
+                self.out_allocs[i] = ()
             following = steps[i + 1].operands if i < last else ()
-            held = self.held[i]
+            held: dict[str, Allocation | None] = self.held[i]  # type: ignore[assignment]  # (dropped only below)
             for op in step.operands:
                 key = op.key
                 for nxt in following:
                     if nxt.key == key:
                         break  # carried into the next step
                 else:
-                    self._free(held[key])
-            yield slots.put()
+                    alloc = held[key]
+                    if alloc is not None:
+                        free(alloc)
+            self.held[i] = None
+            if not (skip and slots.give()):
+                yield slots.put()
         if self.stores:
             yield simpy.AllOf(self.env, self.stores)
 
@@ -280,15 +380,16 @@ def uniform_steps(blocks: int, load_bytes: float, flops: float, label: str = "x"
     step_fields = {f.name: f.default for f in fields(Step)}  # built without the frozen dataclasses' __init__
     step_fields["flops"] = flops  # (a third of the time; the objects equal Step(...) and Operand(...))
     steps = []
-    for i in range(blocks):
-        key = f"{label}{i}"
-        operand = _new(Operand)
-        _set(operand, "__dict__", {"key": key, "label": label, "nbytes": load_bytes})
-        fields_i = step_fields.copy()
-        fields_i["name"], fields_i["operands"] = key, (operand,)
-        step = _new(Step)
-        _set(step, "__dict__", fields_i)
-        steps.append(step)
+    with gc_paused():  # 4 tracked objects a block, none in a cycle: the collector's passes would cost half the time
+        for i in range(blocks):
+            key = f"{label}{i}"
+            operand = _new(Operand)
+            _set(operand, "__dict__", {"key": key, "label": label, "nbytes": load_bytes})
+            fields_i = step_fields.copy()
+            fields_i["name"], fields_i["operands"] = key, (operand,)
+            step = _new(Step)
+            _set(step, "__dict__", fields_i)
+            steps.append(step)
     return steps
 
 
