@@ -105,14 +105,6 @@ TE_UB_SMS = (1 + 16) / 2
 proj_dgrad, fc2_dgrad) run as ``ring_exchange`` on 1 SM with copy engines moving the data; the ReduceScatters
 (proj_fprop, fc2_fprop: ``pipeline``) and the bulk overlaps beside the weight-gradient GEMMs on 16 SMs, which
 the GEMM leaves free (``set_sm_margin``). Half the overlapped bytes each way: 8.5 SMs on average."""
-UB_PIPELINE_SPLITS = 4
-"""Chunks Transformer Engine's userbuffers cut a ``pipeline``-overlapped GEMM into (the ReduceScatters after the
-attention projection and the second MLP GEMM, ``proj_fprop`` and ``fc2_fprop``): ``initialize_ub``'s default
-``num_splits=4 if method == "pipeline"`` (``transformer_engine/pytorch/module/base.py``). Each chunk's
-ReduceScatter runs beside the next chunk's GEMM, so the last chunk's -- 1/4 of the layer output's -- waits
-exposed (``split_overlap_rs``). The ``ring_exchange`` GEMMs (``qkv_fprop``, ``fc1_fprop``, ``proj_dgrad``,
-``fc2_dgrad``) run in tensor-parallel-size chunks, one per peer's shard, the first on the local shard, so nothing
-of their AllGather waits unless a step's copy outlasts a chunk's GEMM."""
 NCCL_FALLBACK_CHANNELS = 16  #: channels where NCCL's tuner model has no view of the group (an uneven split)
 GRAD_REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  #: dtypes a framework reduces gradients in -> bytes
 #: what each framework reduces 16-bit gradients in by default (the forecast's default; a published row names its own):
@@ -170,25 +162,12 @@ class _Kernels:
     def vector(self, nbytes: float, kind: str = "elementwise") -> float:
         return self._floor(self.k.memory_bound_s(nbytes, kind))
 
-    def gemm_chunks(self, m: float, k: float, n: float, chunks: int) -> float:
-        """Seconds of ``[m, k] @ [k, n]`` run as ``chunks`` GEMM kernels of m / chunks rows each, issued round-robin
-        on Transformer Engine's userbuffer compute streams (``_stream_compute[i % ...]``), each waiting only on its
-        own chunk's data: consecutive chunks share the SMs, so their tiles fill one another's last wave and the
-        chunks cost the whole GEMM plus each further kernel's fixed and launch time."""
-        fixed = getattr(self.k, "kernel_s", 0.0) + getattr(self.k, "launch_s", 0.0)
-        return self.gemm(m, k, n) + max(0, chunks - 1) * self._floor(fixed / self.compute)
 
-
-def _gemms_s(kern: _Kernels, shapes: list[tuple[float, float, float]], backward: bool,
-             chunks: tuple[tuple[int, int], ...] | None = None) -> float:
-    """Forward GEMMs [m, k] @ [k, n], or their backward: data gradient [m, n] @ [n, k], weight [k, m] @ [m, n].
-    ``chunks``: per shape, the (forward, data-gradient) GEMMs' userbuffer chunk counts (`_Kernels.gemm_chunks`;
-    None: whole kernels)."""
-    cuts = chunks or ((1, 1),) * len(shapes)
+def _gemms_s(kern: _Kernels, shapes: list[tuple[float, float, float]], backward: bool) -> float:
+    """Forward GEMMs [m, k] @ [k, n], or their backward: data gradient [m, n] @ [n, k], weight [k, m] @ [m, n]."""
     if not backward:
-        return sum(kern.gemm_chunks(m, k, n, c) for (m, k, n), (c, _) in zip(shapes, cuts, strict=True))
-    return sum(kern.gemm_chunks(m, n, k, c) + kern.gemm(k, m, n) for (m, k, n), (_, c) in zip(shapes, cuts,
-                                                                                           strict=True))
+        return sum(kern.gemm(m, k, n) for m, k, n in shapes)
+    return sum(kern.gemm(m, n, k) + kern.gemm(k, m, n) for m, k, n in shapes)
 
 
 def _attention_s(kern: _Kernels, cfg: TransformerConfig, m: int, seqs: float, q_len: int, kv_len: int,
@@ -209,12 +188,9 @@ def _attention_s(kern: _Kernels, cfg: TransformerConfig, m: int, seqs: float, q_
 
 
 def _layer_s(cfg: TransformerConfig, kern: _Kernels, plan: MeshPlan, t: float, seqs: float, seq: int,
-             attention: str, userbuffers: bool = False) -> dict[str, dict[str, float]]:
+             attention: str) -> dict[str, dict[str, float]]:
     """Forward and backward seconds of one layer's kernels on one GPU for one microbatch (``t`` tokens): ``forward``
-    and ``backward``, each gemm, attention, vector and launch seconds. ``userbuffers``: the tensor-parallel GEMMs
-    run as Transformer Engine's ``--tp-comm-overlap`` cuts them (`UB_PIPELINE_SPLITS`): QKV and the first MLP GEMM
-    forward, the projection's and second MLP GEMM's data gradients in one chunk per tensor-parallel rank; the
-    projection and second MLP GEMM forward in `UB_PIPELINE_SPLITS` (dense MLPs only)."""
+    and ``backward``, each gemm, attention, vector and launch seconds."""
     m, s, e = plan.size("model"), plan.size("sequence"), plan.size("expert")
     d, e_a = cfg.d_model, cfg.act_elem_bytes
     q, kv = cfg.q_width / m, kv_heads_per_chip(cfg, m) * cfg.head_dim
@@ -228,12 +204,10 @@ def _layer_s(cfg: TransformerConfig, kern: _Kernels, plan: MeshPlan, t: float, s
         mlp.append((t, d, cfg.n_experts))
     else:
         mlp = [(t, d, up), (t, ff, d)]
-    ring, split = (m, UB_PIPELINE_SPLITS) if userbuffers and m > 1 else (1, 1)
-    cuts = ((ring, 1), (split, ring)) + (((ring, 1), (split, ring)) if not cfg.n_experts else ((1, 1),) * len(mlp))
     out = {}
     for name, bwd in (("forward", False), ("backward", True)):
         start = kern.launch
-        gemm = _gemms_s(kern, attn_gemms + mlp, bwd, cuts)
+        gemm = _gemms_s(kern, attn_gemms + mlp, bwd)
         attn = _attention_s(kern, cfg, m, seqs, seq // s, seq, attention, bwd)
         vec_bytes = e_a * t * (ELEMENTWISE_D * d / m + ELEMENTWISE_F * ff + 2 * (q + kv))
         vec = VECTOR_KERNELS * kern.vector(vec_bytes / VECTOR_KERNELS * (2 if bwd else 1))
@@ -337,7 +311,7 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     nets = axis_nets(chip, plan, c)
     c = c or GPU_IDEAL
     kern = _Kernels(kernels, dtype, c)
-    layer = _layer_s(cfg, kern, plan, t, seqs, seq, attention, userbuffers=opts.tp_overlap)
+    layer = _layer_s(cfg, kern, plan, t, seqs, seq, attention)
     fwd = sum(x for k, x in layer["forward"].items() if k != "launch")
     bwd = sum(x for k, x in layer["backward"].items() if k != "launch")
     policy = opts.checkpoint
@@ -347,10 +321,6 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     m = plan.size("model")
     tp_one = nccl_s("all_reduce", t * d * e_a, nets.get("model"))
     tp_fwd, tp_bwd = 2 * tp_one, (4 if policy == "full" else 2) * tp_one
-    # under --tp-comm-overlap the last of each pipelined ReduceScatter's chunks waits for its GEMM (2 a forward)
-    ub_tail = (2 * nccl_s("reduce_scatter", t * d * e_a / UB_PIPELINE_SPLITS, nets.get("model"))
-               if opts.tp_overlap and m > 1 else 0.0)
-    tail_b = ub_tail if policy == "full" else 0.0
     kv_bytes = seqs * seq * 2 * kv_heads_per_chip(cfg, m) * cfg.head_dim * e_a
     cp_one = nccl_s("all_gather", kv_bytes, nets.get("sequence"))
     cp_f = max(0.0, cp_one - layer["forward"]["attention"])
@@ -384,9 +354,8 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
         for chunk in range(v):
             n_l = chunks[chunk * p + stage]
             b_share = _mean_share([(ag_b, ag_share), (rs, rs_share)])
-            tf, _ = overlapped_layers_s(n_l, fwd + seq_f + ub_tail, ag, tp_fwd, opts.tp_overlap,
-                                        beside(ag, ag_share, tp_fwd))
-            tb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b + tail_b, ag_b + rs, tp_bwd, opts.tp_overlap,
+            tf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, tp_fwd, opts.tp_overlap, beside(ag, ag_share, tp_fwd))
+            tb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, tp_bwd, opts.tp_overlap,
                                         beside(ag_b + rs, b_share, tp_bwd))
             total += tf + tb
             if stage == 0:  # exposed: what each collective adds to the layers' compute
@@ -528,7 +497,6 @@ def calibrated_gpu_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, 
 
 
 __all__ = ["ATTENTION", "FRAMEWORK_GRAD_REDUCE", "GRAD_REDUCE_DTYPES", "LOSS_BYTES_PER_LOGIT", "TE_UB_SMS",
-           "UB_PIPELINE_SPLITS",
            "IdealKernels", "calibrated_gpu_step", "chunked_grad_sync_exposed_s", "chunked_param_gather_exposed_s",
            "collective_sm_share", "gpu_step_factors", "require_kernels",
            "uncalibrated_parts"]
