@@ -203,13 +203,23 @@ def node_actions(net: Network, multiplicities: bool = False) -> list[Automorphis
     """The symmetry groups of a GPU node system (see the module docstring), largest first; none elsewhere
     (not a node system, hosts, faults) or where a candidate is not an automorphism. ``multiplicities``: a link
     with a non-trivial stabiliser runs as one channel at 1/m of its bandwidth (`quotient._shared`) rather
-    than being refused (links at their own, uncalibrated rates only)."""
+    than being refused (links at their own, uncalibrated rates only). `node_specs`: the same unbuilt."""
+    out = []
+    for action in built(net, node_specs(net)):
+        action.scaled = {} if multiplicities else None
+        out.append(action)
+    return out
+
+
+def node_specs(net: Network) -> Iterator[Spec]:
+    """`node_actions` unbuilt (`Spec`, no multiplicities), largest first: the rotations of nodes (or of scalable
+    units, and of nodes inside units, on a fat tree) and of rails, and every product of them."""
     graph = net.graph
     if graph.graph.get("kind") != "nodes" or net.faulted or len(net.shape) != 2:
-        return []
+        return
     count, per_node = net.shape
     step = graph.graph.get("nodes_per_unit", 1) if graph.graph.get("fabric") == "fattree" else 1
-    makers = []
+    makers: list[tuple[str, int, Callable[[], dict[Any, Any]]]] = []
     if count % step == 0 and count // step > 1:
         makers.append(("nodes" if step == 1 else "units", count // step, lambda: node_rotation(net, step)))
     if step > 1 and count % step == 0:
@@ -217,16 +227,10 @@ def node_actions(net: Network, multiplicities: bool = False) -> list[Automorphis
     if per_node > 1:
         makers.append(("rails", per_node, lambda: rail_rotation(net)))
     subsets = [c for r in range(len(makers), 0, -1) for c in itertools.combinations(makers, r)]
-    out = []
     for chosen in sorted(subsets, key=lambda c: -math.prod(k for _, k, _ in c)):  # stable: more generators first
-        name = "+".join(n for n, _, _ in chosen)
-        try:
-            action = Automorphisms(net, [(make(), k) for _, k, make in chosen], name)
-            action.scaled = {} if multiplicities else None
-            out.append(action)
-        except (ValueError, KeyError):
-            continue
-    return out
+        def generators(chosen: tuple = chosen) -> list[tuple[dict[Any, Any], int]]:
+            return [(make(), k) for _, k, make in chosen]
+        yield "+".join(n for n, _, _ in chosen), math.prod(k for _, k, _ in chosen), generators
 
 
 def slice_rotation(net: Network) -> dict[Any, Any]:

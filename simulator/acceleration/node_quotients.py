@@ -115,7 +115,7 @@ class NodeQuotients:
         (`simulator.acceleration.slice_symmetry.Candidate`, built by `_built` when tried: the first that fits is
         the largest, and the others are never built)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
-            from simulator.acceleration.automorphisms import block_specs, node_actions, stride_specs
+            from simulator.acceleration.automorphisms import block_specs, node_specs, stride_specs
             from simulator.acceleration.slice_symmetry import _Graph, slice_candidates
 
             net, allowed = self._net(), self.node_allowed
@@ -127,9 +127,9 @@ class NodeQuotients:
                 every = _CANDIDATES.get(key) if key is not None else None
                 if every is None:
                     stand_in = _Graph(net.graph)  # (no channels: kept across steps)
-                    lazy = [NodeCandidate(name, order, stand_in, make)
-                            for name, order, make in itertools.chain(stride_specs(net), block_specs(net))]
-                    every = sorted(itertools.chain(node_actions(net), lazy), key=lambda a: -a.order)
+                    lazy = [NodeCandidate(name, order, stand_in, make) for name, order, make
+                            in itertools.chain(node_specs(net), stride_specs(net), block_specs(net))]
+                    every = sorted(lazy, key=lambda a: -a.order)  # (node groups first at equal orders, as built)
                     if key is not None:
                         _CANDIDATES.clear()  # one fabric kept: bounded memory
                         _CANDIDATES[key] = every
