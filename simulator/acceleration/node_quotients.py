@@ -82,9 +82,10 @@ class NodeQuotients:
                 raise Rerun("a collective is not equivariant under the step's group")  # no use running on
         elif self._first is None:
             chosen = self.shared.get(("node choice", self.node_allowed))  # an earlier run's: tried first
-            sources = None if groups is not None else {t.src for t in transfers if t.src is not None}
+            sources = {t.src for t in transfers if t.src is not None} if groups is None else \
+                _lifted_sources(transfers, groups)
             for candidate in ([chosen] if chosen is not None else []) + self._candidates():
-                if sources is not None and not _keeps(candidate, sources):
+                if not _keeps(candidate, sources):
                     continue
                 action = _built(candidate)
                 if action is None:  # a slice candidate that is not a group of its order
@@ -181,11 +182,27 @@ class NodeCandidate:
         return self._built or None
 
 
-def _keeps(candidate: Any, sources: set[Any]) -> bool:
+def _lifted_sources(transfers: list[Any], groups: list[Any]) -> set[Any] | None:
+    """The chips that send in the whole collective over ``groups`` whose group of the smallest chip alone has the
+    schedule ``transfers`` (`lifted_quotient`: every group's is built alike from its positions): each group's chips
+    at the positions that send there; None where a transfer's source is not a chip of that group (not known)."""
+    home = min(c for g in groups for c in g.members.values())
+    g0 = next(g for g in groups if home in g.members.values())
+    position = {c: pos for pos, c in g0.members.items()}
+    sending = set()
+    for t in transfers:
+        if t.src is not None:
+            if t.src not in position:
+                return None
+            sending.add(position[t.src])
+    return {g.members[pos] for g in groups for pos in sending if pos in g.members}
+
+
+def _keeps(candidate: Any, sources: set[Any] | None) -> bool:
     """Whether ``candidate``'s generators (where known unbuilt: `NodeCandidate`) map the chips that send in a
     schedule onto themselves -- what a quotient needs (every orbit whole: each chip of a source's orbit sends as it
     does), checked before the group is built; True where not known."""
-    if type(candidate) is not NodeCandidate:
+    if type(candidate) is not NodeCandidate or sources is None:
         return True
     perms = candidate.perms()
     keeps = perms is not None and all(perm[c] in sources for perm in perms for c in sources)
@@ -209,8 +226,9 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
     is the product of the generators that map that group g0 onto itself (its stabiliser S) and of the others,
     whose elements map g0 onto every other group, position by position, each once: the whole schedule is then
     the images of g0's, each group's built alike from its positions (`plan_one_group` checks that the job is the
-    one of every group), and G's orbit representatives are S's in g0 (the smallest chip of each orbit, which
-    must lie in g0). Checked, not assumed: those images; g0's schedule equivariant under S (`quotient`); and
+    one of every group), and G's orbit representatives are S's in g0 (the smallest chip of each orbit of the
+    groups' chips, which must lie in g0: g0 is the group of the groups' smallest chip; orbits no group's chip
+    lies in -- other pipeline stages' -- carry none of this collective's transfers). Checked, not assumed: those images; g0's schedule equivariant under S (`quotient`); and
     the route of each of g0's chip pairs moved by every other element, the image of its route (where the pair's
     route is its one quickest path, `Network.route_is_unique`, a theorem for every element: they keep every link's
     bandwidth, latency and kind; elsewhere compared route by route). The
@@ -221,8 +239,7 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
 
     if type(action) is not Automorphisms or action.scaled is not None or len(groups) < 2:
         return None
-    chips = net.chips
-    home = min(chips)
+    home = min(c for g in groups for c in g.members.values())
     g0 = next((g for g in groups if home in g.members.values()), None)
     if g0 is None:
         return None
@@ -270,7 +287,7 @@ def _stabiliser(net: Network, action: Any, groups: list[Any], g0: Any, mine: fro
         (fixing if image == mine else moving).append(i)
     if math.prod(action.orders[i] for i in moving) != len(groups):
         return False
-    if any(action.offset(c) == action.identity and c not in mine for c in net.chips):
+    if any(action.offset(c) == action.identity and c not in mine for g in groups for c in g.members.values()):
         return False
     group_of = {c: g for g in groups for c in g.members.values()}
     seen: set[int] = set()

@@ -230,10 +230,11 @@ class Symmetry(NodeQuotients):
     def _one_group(self, kind: str, nbytes: float, axes: list[str], stage: int, exact: dict[str, Any]) -> Any:
         """The plan of ``exact``'s collective with the schedule of the group of the system's smallest chip alone
         (`simulator.collectives.api.plan_one_group`), noted in ``shared`` with every group, for `_node_quotient` to
-        lift to the whole collective; None where it does not apply (not a multislice system, one group, or a job
-        that differs)."""
+        lift to the whole collective; None where it does not apply (not a multislice or GPU node system, one group,
+        or a job that differs: several NIC rings, say). The group is that of the groups' smallest chip (with
+        pipeline stages: the smallest of the stage's)."""
         net, system = self._net(), self.system
-        if net.graph.graph.get("kind") != "multislice":  # (GPU nodes: NIC rings and NCCL protocols, built in full)
+        if net.graph.graph.get("kind") not in ("multislice", "nodes"):
             return None
         if "groups" in exact:
             groups = list(exact["groups"])
@@ -243,7 +244,7 @@ class Symmetry(NodeQuotients):
             if kept is None or kept[0] is not exact["mesh"]:
                 kept = self.shared[key] = (exact["mesh"], collective_groups(net, exact["axes"], exact["mesh"]))
             groups = list(kept[1])
-        home = min(net.chips)
+        home = min(c for g in groups for c in g.members.values())
         mine = next((g for g in groups if home in g.members.values()), None)
         if len(groups) < 2 or mine is None:
             return None

@@ -84,7 +84,8 @@ def plan_one_group(kind: str, system: System, nbytes: float, group: Group, every
     """`plan_collective` (keywords as there) with the schedule of ``group``, one of its groups, alone: the algorithm
     and its job chosen over every group, then built for ``group`` as `plan_collective` builds each group; None
     where that job would not be the same (chunks, keys, layout), the plan runs in reduced mode, over several NIC
-    rings, round faults or with an NCCL protocol (build every group then). For a caller that runs the whole
+    rings or round faults (build every group then); an NCCL protocol (calibrated GPUs) is chosen, and its pieces
+    cut, over every group. For a caller that runs the whole
     collective on a quotient whose representatives lie in ``group`` (`simulator.acceleration.node_quotients`).
     ``every``: the collective's groups where the caller has them already (exactly `collective_groups` of its
     ``axes`` and ``mesh``: not computed again; ignored with explicit ``groups``)."""
@@ -114,7 +115,7 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
     if algorithm != AUTO:
         get_algorithm(algorithm)  # a bad name is an error even where nothing would run
     price = _protocol_price(system, protocols.check(protocol))
-    if only is not None and (price is not None or data is not None):  # `plan_one_group` does not apply: say so now
+    if only is not None and data is not None:  # `plan_one_group` does not apply: say so now
         return None
     explicit = groups is not None
     groups = _explicit_groups(net, groups, axes, mesh, rings) if groups is not None else \
@@ -137,16 +138,17 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
         choice, route = _round_faults(system, choice, kind, axes, root, algorithm, nbytes, data, multi_axis,
                                       chunks, rings)
     job = choice.job
+    job_chunks = chunks  #: the pieces ``job`` was made with (None: the algorithm's own)
     if price is not None and choice.protocol is not None:  # pieces as the chosen protocol's links pipeline them
         pieces = protocols.protocol_chunks(system.calibration, choice.algorithm, job, choice.protocol)
         if pieces is not None and pieces != job.chunks:
-            job = make_job(choice.algorithm, pieces)
+            job, job_chunks = make_job(choice.algorithm, pieces), pieces
     job.reduced = fast_path().use_reduced(mode, eligible, choice.algorithm, algorithm == AUTO)
-    if only is not None:
-        if job.reduced or price is not None or route != AS_FAULTED or data is not None or len(job.rings) != 1 \
-                or only not in groups:
+    if only is not None:  # (an NCCL protocol's choice and pieces are the whole collective's, made above)
+        if job.reduced or route != AS_FAULTED or data is not None or len(job.rings) != 1 or only not in groups:
             return None
-        mine = _job(choice.algorithm, kind, net, [only], nbytes, None, multi_axis, chunks, root_pos, 1, None, None)
+        mine = _job(choice.algorithm, kind, net, [only], nbytes, None, multi_axis, job_chunks, root_pos, 1, None,
+                    None)
         if (mine.parts, mine.chunks, mine.key_bytes, mine.nbytes, mine.layout, len(mine.rings)) != \
                 (job.parts, job.chunks, job.key_bytes, job.nbytes, job.layout, 1):
             return None
