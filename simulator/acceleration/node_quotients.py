@@ -228,11 +228,12 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
     the images of g0's, each group's built alike from its positions (`plan_one_group` checks that the job is the
     one of every group), and G's orbit representatives are S's in g0 (the smallest chip of each orbit of the
     groups' chips, which must lie in g0: g0 is the group of the groups' smallest chip; orbits no group's chip
-    lies in -- other pipeline stages' -- carry none of this collective's transfers). Checked, not assumed: those images; g0's schedule equivariant under S (`quotient`); and
-    the route of each of g0's chip pairs moved by every other element, the image of its route (where the pair's
-    route is its one quickest path, `Network.route_is_unique`, a theorem for every element: they keep every link's
-    bandwidth, latency and kind; elsewhere compared route by route). The
-    representatives' routes are then taken on G's representative links, and the quotient's order is |G|.
+    lies in -- other pipeline stages' -- carry none of this collective's transfers). Checked, not assumed: those
+    images; g0's schedule equivariant under S (`quotient`); and the route of each of g0's chip pairs moved by every
+    other element, the image of its route (where the pair's route is its one quickest path,
+    `Network.route_is_unique`, a theorem for every element: they keep every link's bandwidth, latency and kind;
+    elsewhere compared route by route). The representatives' routes are then taken on G's representative links,
+    and the quotient's order is |G|.
     ``cache`` keeps each stabiliser (a step's reruns share it)."""
     from simulator.acceleration.automorphisms import Automorphisms
     from simulator.acceleration.quotient import Quotient, rep_routes
@@ -247,7 +248,7 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
     key = ("lifted", id(action), action.name, tuple(sorted(mine)))
     found = cache.get(key)
     if found is None:
-        found = cache[key] = _stabiliser(net, action, groups, g0, mine)
+        found = cache[key] = _stabiliser(net, action, groups, g0, mine, cache)
     if found is False:
         return None
     stabiliser, moves = found
@@ -275,10 +276,11 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
     return Quotient(q0.transfers, routes, action.order, used, q0.represented * len(groups), q0.announced)
 
 
-def _stabiliser(net: Network, action: Any, groups: list[Any], g0: Any, mine: frozenset) -> Any:
+def _stabiliser(net: Network, action: Any, groups: list[Any], g0: Any, mine: frozenset, cache: dict) -> Any:
     """(the subgroup of ``action``'s generators that map ``g0`` onto itself, the other elements: those of the other
     generators, identity left out) where those map ``g0`` onto every group of ``groups`` position by position, each
-    once, and every orbit representative lies in ``g0``; else False."""
+    once, and every orbit representative lies in ``g0``; else False. ``cache`` keeps each subgroup (by the
+    generators it keeps: every pipeline stage's collectives of one kind share it)."""
     fixing: list[int] = []
     moving: list[int] = []
     for i in range(len(action.orders)):
@@ -306,4 +308,8 @@ def _stabiliser(net: Network, action: Any, groups: list[Any], g0: Any, mine: fro
             moves.append(element)
     if len(seen) != len(groups):
         return False
-    return action.subgroup(net, fixing), moves
+    key = ("subgroup", id(action), action.name, tuple(fixing))
+    subgroup = cache.get(key)
+    if subgroup is None:
+        subgroup = cache[key] = action.subgroup(net, fixing)
+    return subgroup, moves
