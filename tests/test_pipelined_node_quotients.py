@@ -2,9 +2,10 @@
 stage lie a pipeline's worth of nodes apart, so the node rotations by that stride (times rail rotations) map
 every stage onto itself and its replicas onto one another (`automorphisms.stride_actions`); one replica per
 stage runs its collectives and pipeline sends on the representative links and every link of an orbit is given
-what its representative carried. The oracle is the full simulation of every chip on the same calibrated system
-(`simulate_step(fast=False)`): step time, every figure of the step, per-unit busy times, bytes per interface and
-per link, to 1e-9 relative."""
+what its representative carried; each collective's schedule is built for the group of its stage's smallest chip
+alone and lifted to every group (`node_quotients.lifted_quotient`). The oracle is the full simulation of every
+chip on the same calibrated system (`simulate_step(fast=False)`): step time, every figure of the step, per-unit
+busy times, bytes per interface and per link, to 1e-9 relative."""
 from __future__ import annotations
 
 import math
@@ -43,6 +44,8 @@ def test_a_pipelined_step_on_the_node_quotient_is_the_full_simulation(case):
     (full, exact), (fast, quick) = _steps(chip, mesh, topology, schedule)
     assert fast.sym.node_action is not None and fast.sym.node_action.order == order, fast.sym.node_action
     assert fast.sym.quotiented and "broken" not in fast.reruns, fast.reruns  # (no fall back to the full run)
+    lifted = {key[1:] for key in fast.sym.shared if key[0] == "one group"}  # one group's schedule, lifted
+    assert lifted == set(fast.sym.quotiented), (lifted, fast.sym.quotiented)
     assert math.isclose(quick["step_time_s"], exact["step_time_s"], rel_tol=1e-9)
     assert_same(exact, quick)
     assert_same(full.metrics, fast.metrics)  # busy seconds per unit and link, bytes, bounds, overlap
