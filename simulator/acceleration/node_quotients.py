@@ -182,6 +182,45 @@ class NodeCandidate:
         return self._built or None
 
 
+def rotated_onto(net: Network, cache: dict, before: list[Any], after: list[Any]) -> bool:
+    """Whether a rotation of ``net``'s nodes (``nodes:K:G``, one InfiniBand switch: node k to k + d mod K, GPUs on
+    their rails, each node's NVLink switch with it: `automorphisms.node_rotation`, the rotation by one checked an
+    automorphism once, kept in ``cache``) maps the groups ``before`` onto ``after`` group by group and position by
+    position, keeping the chips' order: then every closed form, NCCL's model and the tuner price ``after`` as
+    ``before`` (another pipeline stage's groups: `simulator.collectives.api.plan_one_group`'s ``tuned``)."""
+    from simulator.acceleration.automorphisms import _one_switch, check_automorphism, node_rotation
+
+    found = cache.get(("node rotation",))
+    if found is None:
+        ok = _one_switch(net)
+        if ok:
+            try:
+                check_automorphism(net.graph, node_rotation(net, 1))
+            except (ValueError, KeyError):
+                ok = False
+        coord = {c: tuple(net.graph.nodes[c]["coord"]) for c in net.chips} if ok else {}
+        found = cache[("node rotation",)] = (ok, coord, {v: c for c, v in coord.items()})
+    ok, coord, at = found
+    if not ok or len(before) != len(after) or not before:
+        return False
+    count = net.graph.graph["shape"][0]
+    pos, chip = next(iter(before[0].members.items()))
+    if pos not in after[0].members:
+        return False
+    d = (coord[after[0].members[pos]][0] - coord[chip][0]) % count
+
+    def image(c: Any) -> Any:
+        k, rail = coord[c]
+        return at[((k + d) % count, rail)]
+
+    for g, h in zip(before, after, strict=True):
+        if g.sizes != h.sizes or g.wraps != h.wraps or g.shared != h.shared or len(g.members) != len(h.members) \
+                or any(h.members.get(p) != image(c) for p, c in g.members.items()):
+            return False
+    images = [image(c) for c in sorted(c for g in before for c in g.members.values())]
+    return all(a < b for a, b in itertools.pairwise(images))
+
+
 def _lifted_sources(transfers: list[Any], groups: list[Any]) -> set[Any] | None:
     """The chips that send in the whole collective over ``groups`` whose group of the smallest chip alone has the
     schedule ``transfers`` (`lifted_quotient`: every group's is built alike from its positions): each group's chips

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from simulator.acceleration.node_quotients import NodeQuotients, Rerun  # noqa: F401  (Rerun: re-exported)
+from simulator.acceleration.node_quotients import NodeQuotients, Rerun, rotated_onto  # noqa: F401  (Rerun: re-exported)
 from simulator.acceleration.quotient import Translations, execute_quotient, quotient
 from simulator.acceleration.reduced import grid_translations
 from simulator.acceleration.replay import Replays
@@ -248,9 +248,17 @@ class Symmetry(NodeQuotients):
         mine = next((g for g in groups if home in g.members.values()), None)
         if len(groups) < 2 or mine is None:
             return None
-        plan = plan_one_group(kind, system, nbytes, mine, every=None if "groups" in exact else groups, **exact)
+        tuned, tuned_key = None, ("tuned", kind, nbytes, tuple(axes), exact.get("mode"))
+        if "groups" in exact:  # a stage's groups: tuned as another stage's that a node rotation maps onto them
+            kept = self.shared.get(tuned_key)
+            if kept is not None and rotated_onto(net, self.shared, kept[0], groups):
+                tuned = kept[1]
+        plan = plan_one_group(kind, system, nbytes, mine, every=None if "groups" in exact else groups, tuned=tuned,
+                              **exact)
         if plan is None or plan.schedule is None:
             return None
+        if tuned is None and "groups" in exact:
+            self.shared.setdefault(tuned_key, (groups, plan))
         self.shared[("one group", kind, nbytes, tuple(axes), stage)] = groups
         return plan
 
