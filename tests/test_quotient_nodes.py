@@ -231,3 +231,16 @@ def test_a_link_fixed_by_the_group_runs_shared_at_its_share_of_the_bandwidth():
     assert done.value == pytest.approx(full.time_s, rel=1e-9)
     for c in shared:
         assert 2 * c.bytes_carried == pytest.approx(full.link_bytes[c.name.removeprefix("link ")], rel=1e-9)
+
+
+def test_a_rail_rotation_by_r_is_the_rotation_by_one_r_times():
+    """`rail_rotation(net, r)` (made in one pass) is `rail_rotation(net)` composed r times, on nodes:4:8 and on a fat
+    tree (leaves rotate with their rails); r = G is the identity."""
+    for topology in ("nodes:4:8", _fat(4, 8, 2)):
+        net = System("h100", topology=topology).network
+        one = rail_rotation(net)
+        power = {v: v for v in one}
+        for r in range(1, 9):
+            power = {v: one[w] for v, w in power.items()}
+            assert rail_rotation(net, r) == power, r
+        assert power == {v: v for v in one}
