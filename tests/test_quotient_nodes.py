@@ -244,3 +244,23 @@ def test_a_rail_rotation_by_r_is_the_rotation_by_one_r_times():
             power = {v: one[w] for v, w in power.items()}
             assert rail_rotation(net, r) == power, r
         assert power == {v: v for v in one}
+
+
+def test_the_xor_groups_generators_from_their_coordinates():
+    """`block_specs`' XOR groups on nodes:4:4 (chip 4k + g is GPU g of node k): "nodes xor a + rails xor c" is generated
+    by k -> k XOR 2^j (j >= a) and g -> g XOR 2^j (j >= c), every one an automorphism, whichever spec (or how
+    often) makes it; its order is 2 to the number of generators."""
+    from simulator.acceleration.automorphisms import block_specs
+
+    net = System("h100", topology="nodes:4:4").network
+    specs = [spec for spec in block_specs(net) if "xor" in spec[0]]
+    assert {name for name, _, _ in specs} == {f"nodes xor {a} + rails xor {c}" for a in range(3) for c in range(3)} \
+        - {"nodes xor 2 + rails xor 2"}
+    for name, order, make in specs + specs:  # (twice: the second time from what the first made)
+        a, c = int(name.split()[2]), int(name.split()[6])
+        expected = [(1 << j, 0) for j in range(a, 2)] + [(0, 1 << j) for j in range(c, 2)]
+        generators = make()
+        assert order == 2 ** len(expected) == 2 ** len(generators)
+        for (perm, k), (s, t) in zip(generators, expected, strict=True):
+            assert k == 2 and all(perm[4 * n + g] == 4 * (n ^ s) + (g ^ t) for n in range(4) for g in range(4))
+        assert Automorphisms(net, generators, name).order == order

@@ -373,7 +373,12 @@ def _xor_specs(net: Any, count: int, per_node: int) -> Iterator[Spec]:
     at = {c: v for v, c in graph.nodes(data="coord") if c is not None}
     by_group = {d["group"]: v for v, d in graph.nodes(data=True) if d.get("role") == "switch" and "group" in d}
 
+    made: dict[tuple[int | None, int | None], dict[Any, Any]] = {}  #: each bit's permutation, shared by the specs
+
     def xor(node_bit: int | None, rail_bit: int | None) -> dict[Any, Any]:
+        found = made.get((node_bit, rail_bit))
+        if found is not None:
+            return found
         perm = {}
         for v, d in graph.nodes(data=True):
             if d.get("role") == "chip":
@@ -383,6 +388,7 @@ def _xor_specs(net: Any, count: int, per_node: int) -> Iterator[Spec]:
                 perm[v] = by_group[d["group"] ^ node_bit]
             else:
                 perm[v] = v
+        made[(node_bit, rail_bit)] = perm  # (whole: a permutation that cannot be made raises before)
         return perm
 
     node_bits = [1 << j for j in range(count.bit_length() - 1)]
