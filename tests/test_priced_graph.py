@@ -73,3 +73,36 @@ def test_the_calibrated_tuner_prices_as_on_the_plain_copy(monkeypatch):
     for (p1, a1), (p2, a2) in zip(fast, plain, strict=True):
         assert p1 == p2 and [n for n, _ in a1] == [n for n, _ in a2]
         assert all(math.isclose(t1, t2, rel_tol=1e-12) for (_, t1), (_, t2) in zip(a1, a2, strict=True))
+
+
+def test_a_kept_priced_view_is_the_priced_graph_of_its_settings():
+    """`priced_view` keeps one priced copy per distinct set of settings' values on a graph (`_priced_kept`): the copy
+    it hands out equals `priced_graph` made fresh with those settings (and the plain copy), the same settings share
+    one copy, settings that differ on any link kind get their own, and a settings' value that no link uses (a kind
+    absent from the graph) does not tell copies apart."""
+    system, _ = build_system(get_chip("h100"), parse_plan_mesh("data=4,model=8"), "nodes:4:8", False, True)
+    net = system.network
+    kinds = {d.get("kind", "ici") for _, _, d in net.graph.edges(data=True)}
+    assert {"nvlink", "ib"} <= kinds
+
+    def scaled(nvlink):
+        return lambda kind: {"nvlink": nvlink, "ib": 0.6}.get(kind, 0.9)
+
+    first = protocol.priced_view(net, scaled(0.8), _latency).graph
+    again = protocol.priced_view(net, scaled(0.8), _latency).graph
+    other = protocol.priced_view(net, scaled(0.7), _latency).graph
+    no_latency = protocol.priced_view(net, scaled(0.8), None).graph
+    assert first is again and other is not first and no_latency is not first
+    for graph, fraction, latency in ((first, scaled(0.8), _latency), (other, scaled(0.7), _latency),
+                                     (no_latency, scaled(0.8), None)):
+        plain = _plain(net.graph, fraction, latency)
+        assert sorted(graph.edges(data=True), key=repr) == sorted(plain.edges(data=True), key=repr)
+    nvlink_edge = next((u, v) for u, v, d in net.graph.edges(data=True) if d["kind"] == "nvlink")
+    assert other.edges[nvlink_edge]["bandwidth_bytes_per_s"] == \
+        net.graph.edges[nvlink_edge]["bandwidth_bytes_per_s"] * 0.7 != first.edges[nvlink_edge]["bandwidth_bytes_per_s"]
+
+    def unused_differs(kind):
+        return {"nvlink": 0.8, "ib": 0.6, "no such kind": 0.1}.get(kind, 0.9)
+
+    if "ici" not in kinds:  # the default 0.9 applies to no link here either way
+        assert protocol.priced_view(net, unused_differs, _latency).graph is first

@@ -231,3 +231,36 @@ def test_a_link_fixed_by_the_group_runs_shared_at_its_share_of_the_bandwidth():
     assert done.value == pytest.approx(full.time_s, rel=1e-9)
     for c in shared:
         assert 2 * c.bytes_carried == pytest.approx(full.link_bytes[c.name.removeprefix("link ")], rel=1e-9)
+
+
+def test_a_rail_rotation_by_r_is_the_rotation_by_one_r_times():
+    """`rail_rotation(net, r)` (made in one pass) is `rail_rotation(net)` composed r times, on nodes:4:8 and on a fat
+    tree (leaves rotate with their rails); r = G is the identity."""
+    for topology in ("nodes:4:8", _fat(4, 8, 2)):
+        net = System("h100", topology=topology).network
+        one = rail_rotation(net)
+        power = {v: v for v in one}
+        for r in range(1, 9):
+            power = {v: one[w] for v, w in power.items()}
+            assert rail_rotation(net, r) == power, r
+        assert power == {v: v for v in one}
+
+
+def test_the_xor_groups_generators_from_their_coordinates():
+    """`block_specs`' XOR groups on nodes:4:4 (chip 4k + g is GPU g of node k): "nodes xor a + rails xor c" is generated
+    by k -> k XOR 2^j (j >= a) and g -> g XOR 2^j (j >= c), every one an automorphism, whichever spec (or how
+    often) makes it; its order is 2 to the number of generators."""
+    from simulator.acceleration.automorphisms import block_specs
+
+    net = System("h100", topology="nodes:4:4").network
+    specs = [spec for spec in block_specs(net) if "xor" in spec[0]]
+    assert {name for name, _, _ in specs} == {f"nodes xor {a} + rails xor {c}" for a in range(3) for c in range(3)} \
+        - {"nodes xor 2 + rails xor 2"}
+    for name, order, make in specs + specs:  # (twice: the second time from what the first made)
+        a, c = int(name.split()[2]), int(name.split()[6])
+        expected = [(1 << j, 0) for j in range(a, 2)] + [(0, 1 << j) for j in range(c, 2)]
+        generators = make()
+        assert order == 2 ** len(expected) == 2 ** len(generators)
+        for (perm, k), (s, t) in zip(generators, expected, strict=True):
+            assert k == 2 and all(perm[4 * n + g] == 4 * (n ^ s) + (g ^ t) for n in range(4) for g in range(4))
+        assert Automorphisms(net, generators, name).order == order

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -148,6 +149,23 @@ def check_automorphism(graph: Any, perm: dict[Any, Any]) -> None:
             raise ValueError(f"link {u}->{v} is not mapped onto a like link ({perm[u]}->{perm[v]})")
 
 
+#: each node graph's lookups for `node_rotation` and `rail_rotation` (its nodes with their data, chip by coordinate,
+#: NVLink switch by node, leaf by unit and rail), kept while the graph lives: a step tries dozens of candidate groups
+_INDEX: weakref.WeakKeyDictionary[Any, tuple[list[tuple[Any, dict]], dict, dict, dict]] = weakref.WeakKeyDictionary()
+
+
+def _index(graph: Any) -> tuple[list[tuple[Any, dict]], dict, dict, dict]:
+    """``graph``'s (nodes with their data, chip by ``coord``, switch by ``group``, leaf by (``unit``, ``rail``))."""
+    found = _INDEX.get(graph)
+    if found is None:
+        nodes = list(graph.nodes(data=True))
+        at = {d["coord"]: v for v, d in nodes if d.get("coord") is not None}
+        by_group = {d["group"]: v for v, d in nodes if d.get("role") == "switch" and "group" in d}
+        leaves = {(d["unit"], d["rail"]): v for v, d in nodes if "unit" in d and "rail" in d}
+        found = _INDEX[graph] = (nodes, at, by_group, leaves)
+    return found
+
+
 def node_rotation(net: Network, step: int, inside: int | None = None) -> dict[Any, Any]:
     """The permutation moving every chip of node k to node k + ``step`` (mod K) on its own rail, every node's
     switch (``group``) with it and every leaf (``unit``, ``rail``) to the unit ``step`` nodes on; other
@@ -161,11 +179,9 @@ def node_rotation(net: Network, step: int, inside: int | None = None) -> dict[An
 
     per_unit = graph.graph.get("nodes_per_unit")
     units = graph.graph.get("units", 1)
-    at = {c: v for v, c in graph.nodes(data="coord") if c is not None}
-    by_group = {d["group"]: v for v, d in graph.nodes(data=True) if d.get("role") == "switch" and "group" in d}
-    leaves = {(d["unit"], d["rail"]): v for v, d in graph.nodes(data=True) if "unit" in d and "rail" in d}
+    nodes, at, by_group, leaves = _index(graph)
     perm = {}
-    for v, d in graph.nodes(data=True):
+    for v, d in nodes:
         if d.get("role") == "chip":
             k, g = d["coord"]
             perm[v] = at[(image(k), g)]
@@ -180,20 +196,19 @@ def node_rotation(net: Network, step: int, inside: int | None = None) -> dict[An
     return perm
 
 
-def rail_rotation(net: Network) -> dict[Any, Any]:
-    """The permutation moving GPU g of every node to GPU g + 1 (mod G), every leaf (``unit``, ``rail``) to the
-    next rail's; every other switch stays. Not checked here."""
+def rail_rotation(net: Network, by: int = 1) -> dict[Any, Any]:
+    """The permutation moving GPU g of every node to GPU g + ``by`` (mod G), every leaf (``unit``, ``rail``) to the
+    rail ``by`` on; every other switch stays. Not checked here."""
     graph = net.graph
     per_node = graph.graph["shape"][1]
-    at = {c: v for v, c in graph.nodes(data="coord") if c is not None}
-    leaves = {(d["unit"], d["rail"]): v for v, d in graph.nodes(data=True) if "unit" in d and "rail" in d}
+    nodes, at, _, leaves = _index(graph)
     perm = {}
-    for v, d in graph.nodes(data=True):
+    for v, d in nodes:
         if d.get("role") == "chip":
             k, g = d["coord"]
-            perm[v] = at[(k, (g + 1) % per_node)]
+            perm[v] = at[(k, (g + by) % per_node)]
         elif (d.get("unit"), d.get("rail")) in leaves:
-            perm[v] = leaves[(d["unit"], (d["rail"] + 1) % per_node)]
+            perm[v] = leaves[(d["unit"], (d["rail"] + by) % per_node)]
         else:
             perm[v] = v
     return perm
@@ -203,13 +218,23 @@ def node_actions(net: Network, multiplicities: bool = False) -> list[Automorphis
     """The symmetry groups of a GPU node system (see the module docstring), largest first; none elsewhere
     (not a node system, hosts, faults) or where a candidate is not an automorphism. ``multiplicities``: a link
     with a non-trivial stabiliser runs as one channel at 1/m of its bandwidth (`quotient._shared`) rather
-    than being refused (links at their own, uncalibrated rates only)."""
+    than being refused (links at their own, uncalibrated rates only). `node_specs`: the same unbuilt."""
+    out = []
+    for action in built(net, node_specs(net)):
+        action.scaled = {} if multiplicities else None
+        out.append(action)
+    return out
+
+
+def node_specs(net: Network) -> Iterator[Spec]:
+    """`node_actions` unbuilt (`Spec`, no multiplicities), largest first: the rotations of nodes (or of scalable
+    units, and of nodes inside units, on a fat tree) and of rails, and every product of them."""
     graph = net.graph
     if graph.graph.get("kind") != "nodes" or net.faulted or len(net.shape) != 2:
-        return []
+        return
     count, per_node = net.shape
     step = graph.graph.get("nodes_per_unit", 1) if graph.graph.get("fabric") == "fattree" else 1
-    makers = []
+    makers: list[tuple[str, int, Callable[[], dict[Any, Any]]]] = []
     if count % step == 0 and count // step > 1:
         makers.append(("nodes" if step == 1 else "units", count // step, lambda: node_rotation(net, step)))
     if step > 1 and count % step == 0:
@@ -217,16 +242,10 @@ def node_actions(net: Network, multiplicities: bool = False) -> list[Automorphis
     if per_node > 1:
         makers.append(("rails", per_node, lambda: rail_rotation(net)))
     subsets = [c for r in range(len(makers), 0, -1) for c in itertools.combinations(makers, r)]
-    out = []
     for chosen in sorted(subsets, key=lambda c: -math.prod(k for _, k, _ in c)):  # stable: more generators first
-        name = "+".join(n for n, _, _ in chosen)
-        try:
-            action = Automorphisms(net, [(make(), k) for _, k, make in chosen], name)
-            action.scaled = {} if multiplicities else None
-            out.append(action)
-        except (ValueError, KeyError):
-            continue
-    return out
+        def generators(chosen: tuple = chosen) -> list[tuple[dict[Any, Any], int]]:
+            return [(make(), k) for _, k, make in chosen]
+        yield "+".join(n for n, _, _ in chosen), math.prod(k for _, k, _ in chosen), generators
 
 
 def slice_rotation(net: Network) -> dict[Any, Any]:
@@ -340,11 +359,7 @@ def _rails_by(net: Any, r: int) -> list[tuple[dict[Any, Any], int]]:
     per_node = net.graph.graph["shape"][1]
     if r >= per_node:
         return []
-    one = rail_rotation(net)
-    perm = dict(one)
-    for _ in range(r - 1):
-        perm = {v: one[w] for v, w in perm.items()}
-    return [(perm, per_node // r)]
+    return [(rail_rotation(net, r), per_node // r)]  # (the rotation by one, r times)
 
 
 def _xor_specs(net: Any, count: int, per_node: int) -> Iterator[Spec]:
@@ -358,7 +373,12 @@ def _xor_specs(net: Any, count: int, per_node: int) -> Iterator[Spec]:
     at = {c: v for v, c in graph.nodes(data="coord") if c is not None}
     by_group = {d["group"]: v for v, d in graph.nodes(data=True) if d.get("role") == "switch" and "group" in d}
 
+    made: dict[tuple[int | None, int | None], dict[Any, Any]] = {}  #: each bit's permutation, shared by the specs
+
     def xor(node_bit: int | None, rail_bit: int | None) -> dict[Any, Any]:
+        found = made.get((node_bit, rail_bit))
+        if found is not None:
+            return found
         perm = {}
         for v, d in graph.nodes(data=True):
             if d.get("role") == "chip":
@@ -368,6 +388,7 @@ def _xor_specs(net: Any, count: int, per_node: int) -> Iterator[Spec]:
                 perm[v] = by_group[d["group"] ^ node_bit]
             else:
                 perm[v] = v
+        made[(node_bit, rail_bit)] = perm  # (whole: a permutation that cannot be made raises before)
         return perm
 
     node_bits = [1 << j for j in range(count.bit_length() - 1)]

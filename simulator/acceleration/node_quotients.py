@@ -82,9 +82,10 @@ class NodeQuotients:
                 raise Rerun("a collective is not equivariant under the step's group")  # no use running on
         elif self._first is None:
             chosen = self.shared.get(("node choice", self.node_allowed))  # an earlier run's: tried first
-            sources = None if groups is not None else {t.src for t in transfers if t.src is not None}
+            sources = {t.src for t in transfers if t.src is not None} if groups is None else \
+                _lifted_sources(transfers, groups)
             for candidate in ([chosen] if chosen is not None else []) + self._candidates():
-                if sources is not None and not _keeps(candidate, sources):
+                if not _keeps(candidate, sources):
                     continue
                 action = _built(candidate)
                 if action is None:  # a slice candidate that is not a group of its order
@@ -115,7 +116,7 @@ class NodeQuotients:
         (`simulator.acceleration.slice_symmetry.Candidate`, built by `_built` when tried: the first that fits is
         the largest, and the others are never built)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
-            from simulator.acceleration.automorphisms import block_specs, node_actions, stride_specs
+            from simulator.acceleration.automorphisms import block_specs, node_specs, stride_specs
             from simulator.acceleration.slice_symmetry import _Graph, slice_candidates
 
             net, allowed = self._net(), self.node_allowed
@@ -127,9 +128,9 @@ class NodeQuotients:
                 every = _CANDIDATES.get(key) if key is not None else None
                 if every is None:
                     stand_in = _Graph(net.graph)  # (no channels: kept across steps)
-                    lazy = [NodeCandidate(name, order, stand_in, make)
-                            for name, order, make in itertools.chain(stride_specs(net), block_specs(net))]
-                    every = sorted(itertools.chain(node_actions(net), lazy), key=lambda a: -a.order)
+                    lazy = [NodeCandidate(name, order, stand_in, make) for name, order, make
+                            in itertools.chain(node_specs(net), stride_specs(net), block_specs(net))]
+                    every = sorted(lazy, key=lambda a: -a.order)  # (node groups first at equal orders, as built)
                     if key is not None:
                         _CANDIDATES.clear()  # one fabric kept: bounded memory
                         _CANDIDATES[key] = every
@@ -181,11 +182,66 @@ class NodeCandidate:
         return self._built or None
 
 
-def _keeps(candidate: Any, sources: set[Any]) -> bool:
+def rotated_onto(net: Network, cache: dict, before: list[Any], after: list[Any]) -> bool:
+    """Whether a rotation of ``net``'s nodes (``nodes:K:G``, one InfiniBand switch: node k to k + d mod K, GPUs on
+    their rails, each node's NVLink switch with it: `automorphisms.node_rotation`, the rotation by one checked an
+    automorphism once, kept in ``cache``) maps the groups ``before`` onto ``after`` group by group and position by
+    position, keeping the chips' order: then every closed form, NCCL's model and the tuner price ``after`` as
+    ``before`` (another pipeline stage's groups: `simulator.collectives.api.plan_one_group`'s ``tuned``)."""
+    from simulator.acceleration.automorphisms import _one_switch, check_automorphism, node_rotation
+
+    found = cache.get(("node rotation",))
+    if found is None:
+        ok = _one_switch(net)
+        if ok:
+            try:
+                check_automorphism(net.graph, node_rotation(net, 1))
+            except (ValueError, KeyError):
+                ok = False
+        coord = {c: tuple(net.graph.nodes[c]["coord"]) for c in net.chips} if ok else {}
+        found = cache[("node rotation",)] = (ok, coord, {v: c for c, v in coord.items()})
+    ok, coord, at = found
+    if not ok or len(before) != len(after) or not before:
+        return False
+    count = net.graph.graph["shape"][0]
+    pos, chip = next(iter(before[0].members.items()))
+    if pos not in after[0].members:
+        return False
+    d = (coord[after[0].members[pos]][0] - coord[chip][0]) % count
+
+    def image(c: Any) -> Any:
+        k, rail = coord[c]
+        return at[((k + d) % count, rail)]
+
+    for g, h in zip(before, after, strict=True):
+        if g.sizes != h.sizes or g.wraps != h.wraps or g.shared != h.shared or len(g.members) != len(h.members) \
+                or any(h.members.get(p) != image(c) for p, c in g.members.items()):
+            return False
+    images = [image(c) for c in sorted(c for g in before for c in g.members.values())]
+    return all(a < b for a, b in itertools.pairwise(images))
+
+
+def _lifted_sources(transfers: list[Any], groups: list[Any]) -> set[Any] | None:
+    """The chips that send in the whole collective over ``groups`` whose group of the smallest chip alone has the
+    schedule ``transfers`` (`lifted_quotient`: every group's is built alike from its positions): each group's chips
+    at the positions that send there; None where a transfer's source is not a chip of that group (not known)."""
+    home = min(c for g in groups for c in g.members.values())
+    g0 = next(g for g in groups if home in g.members.values())
+    position = {c: pos for pos, c in g0.members.items()}
+    sending = set()
+    for t in transfers:
+        if t.src is not None:
+            if t.src not in position:
+                return None
+            sending.add(position[t.src])
+    return {g.members[pos] for g in groups for pos in sending if pos in g.members}
+
+
+def _keeps(candidate: Any, sources: set[Any] | None) -> bool:
     """Whether ``candidate``'s generators (where known unbuilt: `NodeCandidate`) map the chips that send in a
     schedule onto themselves -- what a quotient needs (every orbit whole: each chip of a source's orbit sends as it
     does), checked before the group is built; True where not known."""
-    if type(candidate) is not NodeCandidate:
+    if type(candidate) is not NodeCandidate or sources is None:
         return True
     perms = candidate.perms()
     keeps = perms is not None and all(perm[c] in sources for perm in perms for c in sources)
@@ -209,20 +265,21 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
     is the product of the generators that map that group g0 onto itself (its stabiliser S) and of the others,
     whose elements map g0 onto every other group, position by position, each once: the whole schedule is then
     the images of g0's, each group's built alike from its positions (`plan_one_group` checks that the job is the
-    one of every group), and G's orbit representatives are S's in g0 (the smallest chip of each orbit, which
-    must lie in g0). Checked, not assumed: those images; g0's schedule equivariant under S (`quotient`); and
-    the route of each of g0's chip pairs moved by every other element, the image of its route (where the pair's
-    route is its one quickest path, `Network.route_is_unique`, a theorem for every element: they keep every link's
-    bandwidth, latency and kind; elsewhere compared route by route). The
-    representatives' routes are then taken on G's representative links, and the quotient's order is |G|.
+    one of every group), and G's orbit representatives are S's in g0 (the smallest chip of each orbit of the
+    groups' chips, which must lie in g0: g0 is the group of the groups' smallest chip; orbits no group's chip
+    lies in -- other pipeline stages' -- carry none of this collective's transfers). Checked, not assumed: those
+    images; g0's schedule equivariant under S (`quotient`); and the route of each of g0's chip pairs moved by every
+    other element, the image of its route (where the pair's route is its one quickest path,
+    `Network.route_is_unique`, a theorem for every element: they keep every link's bandwidth, latency and kind;
+    elsewhere compared route by route). The representatives' routes are then taken on G's representative links,
+    and the quotient's order is |G|.
     ``cache`` keeps each stabiliser (a step's reruns share it)."""
     from simulator.acceleration.automorphisms import Automorphisms
     from simulator.acceleration.quotient import Quotient, rep_routes
 
     if type(action) is not Automorphisms or action.scaled is not None or len(groups) < 2:
         return None
-    chips = net.chips
-    home = min(chips)
+    home = min(c for g in groups for c in g.members.values())
     g0 = next((g for g in groups if home in g.members.values()), None)
     if g0 is None:
         return None
@@ -230,7 +287,7 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
     key = ("lifted", id(action), action.name, tuple(sorted(mine)))
     found = cache.get(key)
     if found is None:
-        found = cache[key] = _stabiliser(net, action, groups, g0, mine)
+        found = cache[key] = _stabiliser(net, action, groups, g0, mine, cache)
     if found is False:
         return None
     stabiliser, moves = found
@@ -258,10 +315,11 @@ def lifted_quotient(net: Network, transfers: list[Any], groups: list[Any], actio
     return Quotient(q0.transfers, routes, action.order, used, q0.represented * len(groups), q0.announced)
 
 
-def _stabiliser(net: Network, action: Any, groups: list[Any], g0: Any, mine: frozenset) -> Any:
+def _stabiliser(net: Network, action: Any, groups: list[Any], g0: Any, mine: frozenset, cache: dict) -> Any:
     """(the subgroup of ``action``'s generators that map ``g0`` onto itself, the other elements: those of the other
     generators, identity left out) where those map ``g0`` onto every group of ``groups`` position by position, each
-    once, and every orbit representative lies in ``g0``; else False."""
+    once, and every orbit representative lies in ``g0``; else False. ``cache`` keeps each subgroup (by the
+    generators it keeps: every pipeline stage's collectives of one kind share it)."""
     fixing: list[int] = []
     moving: list[int] = []
     for i in range(len(action.orders)):
@@ -270,7 +328,7 @@ def _stabiliser(net: Network, action: Any, groups: list[Any], g0: Any, mine: fro
         (fixing if image == mine else moving).append(i)
     if math.prod(action.orders[i] for i in moving) != len(groups):
         return False
-    if any(action.offset(c) == action.identity and c not in mine for c in net.chips):
+    if any(action.offset(c) == action.identity and c not in mine for g in groups for c in g.members.values()):
         return False
     group_of = {c: g for g in groups for c in g.members.values()}
     seen: set[int] = set()
@@ -289,4 +347,8 @@ def _stabiliser(net: Network, action: Any, groups: list[Any], g0: Any, mine: fro
             moves.append(element)
     if len(seen) != len(groups):
         return False
-    return action.subgroup(net, fixing), moves
+    key = ("subgroup", id(action), action.name, tuple(fixing))
+    subgroup = cache.get(key)
+    if subgroup is None:
+        subgroup = cache[key] = action.subgroup(net, fixing)
+    return subgroup, moves

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from simulator.acceleration.node_quotients import NodeQuotients, Rerun  # noqa: F401  (Rerun: re-exported)
+from simulator.acceleration.node_quotients import NodeQuotients, Rerun, rotated_onto  # noqa: F401  (Rerun: re-exported)
 from simulator.acceleration.quotient import Translations, execute_quotient, quotient
 from simulator.acceleration.reduced import grid_translations
 from simulator.acceleration.replay import Replays
@@ -230,10 +230,11 @@ class Symmetry(NodeQuotients):
     def _one_group(self, kind: str, nbytes: float, axes: list[str], stage: int, exact: dict[str, Any]) -> Any:
         """The plan of ``exact``'s collective with the schedule of the group of the system's smallest chip alone
         (`simulator.collectives.api.plan_one_group`), noted in ``shared`` with every group, for `_node_quotient` to
-        lift to the whole collective; None where it does not apply (not a multislice system, one group, or a job
-        that differs)."""
+        lift to the whole collective; None where it does not apply (not a multislice or GPU node system, one group,
+        or a job that differs: several NIC rings, say). The group is that of the groups' smallest chip (with
+        pipeline stages: the smallest of the stage's)."""
         net, system = self._net(), self.system
-        if net.graph.graph.get("kind") != "multislice":  # (GPU nodes: NIC rings and NCCL protocols, built in full)
+        if net.graph.graph.get("kind") not in ("multislice", "nodes"):
             return None
         if "groups" in exact:
             groups = list(exact["groups"])
@@ -243,13 +244,21 @@ class Symmetry(NodeQuotients):
             if kept is None or kept[0] is not exact["mesh"]:
                 kept = self.shared[key] = (exact["mesh"], collective_groups(net, exact["axes"], exact["mesh"]))
             groups = list(kept[1])
-        home = min(net.chips)
+        home = min(c for g in groups for c in g.members.values())
         mine = next((g for g in groups if home in g.members.values()), None)
         if len(groups) < 2 or mine is None:
             return None
-        plan = plan_one_group(kind, system, nbytes, mine, every=None if "groups" in exact else groups, **exact)
+        tuned, tuned_key = None, ("tuned", kind, nbytes, tuple(axes), exact.get("mode"))
+        if "groups" in exact:  # a stage's groups: tuned as another stage's that a node rotation maps onto them
+            kept = self.shared.get(tuned_key)
+            if kept is not None and rotated_onto(net, self.shared, kept[0], groups):
+                tuned = kept[1]
+        plan = plan_one_group(kind, system, nbytes, mine, every=None if "groups" in exact else groups, tuned=tuned,
+                              **exact)
         if plan is None or plan.schedule is None:
             return None
+        if tuned is None and "groups" in exact:
+            self.shared.setdefault(tuned_key, (groups, plan))
         self.shared[("one group", kind, nbytes, tuple(axes), stage)] = groups
         return plan
 

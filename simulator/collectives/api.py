@@ -26,7 +26,7 @@ from simulator.collectives.result import CollectiveResult, no_op
 from simulator.collectives.ring import RingAlgorithm
 from simulator.collectives.schedule import Completion, Schedule, check_arrived, gc_paused
 from simulator.collectives.schedule import execute as execute_all
-from simulator.collectives.tuner import nccl_select, tune
+from simulator.collectives.tuner import Choice, nccl_select, tune
 from simulator.engine.network import Network
 from simulator.errors import PodsimError
 from simulator.units import check_bytes, positive_int
@@ -80,25 +80,32 @@ def plan_collective(kind: str, system: System, nbytes: float | None = None, *, a
 
 
 def plan_one_group(kind: str, system: System, nbytes: float, group: Group, every: Sequence[Group] | None = None,
-                   **kwargs: Any) -> CollectivePlan | None:
+                   tuned: CollectivePlan | None = None, **kwargs: Any) -> CollectivePlan | None:
     """`plan_collective` (keywords as there) with the schedule of ``group``, one of its groups, alone: the algorithm
     and its job chosen over every group, then built for ``group`` as `plan_collective` builds each group; None
     where that job would not be the same (chunks, keys, layout), the plan runs in reduced mode, over several NIC
-    rings, round faults or with an NCCL protocol (build every group then). For a caller that runs the whole
+    rings or round faults (build every group then); an NCCL protocol (calibrated GPUs) is chosen, and its pieces
+    cut, over every group. For a caller that runs the whole
     collective on a quotient whose representatives lie in ``group`` (`simulator.acceleration.node_quotients`).
     ``every``: the collective's groups where the caller has them already (exactly `collective_groups` of its
-    ``axes`` and ``mesh``: not computed again; ignored with explicit ``groups``)."""
-    return _plan(kind, system, nbytes, **kwargs, only=group, every=every)
+    ``axes`` and ``mesh``: not computed again; ignored with explicit ``groups``). ``tuned``: the plan of a
+    collective whose groups an automorphism of the fabric maps onto these, group by group and position by position
+    (the caller checks it: another pipeline stage's, `simulator.acceleration.step_symmetry`): its choice -- the
+    algorithm, protocol, NCCL's pick and the alternatives' prices, which such a map leaves as they are -- is taken
+    instead of tuning again; the job and its pieces are made for these groups."""
+    return _plan(kind, system, nbytes, **kwargs, only=group, every=every, tuned=tuned)
 
 
 def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Sequence[Any] | None = None,
           algorithm: str = "auto", multi_axis: str = "parallel", chunks: int | None = None, root: Any = None,
           data: np.ndarray | None = None, mode: str = "auto", mesh: Any = None, rings: int | None = None,
           groups: Sequence[Group] | None = None, protocol: str = "auto", direct_quotient: bool = False,
-          only: Group | None = None, every: Sequence[Group] | None = None) -> CollectivePlan | None:
+          only: Group | None = None, every: Sequence[Group] | None = None,
+          tuned: CollectivePlan | None = None) -> CollectivePlan | None:
     """`plan_collective`; ``direct_quotient`` (`run_collective`'s aggregated runs, mode ``auto``) lets an
     algorithm that declares `Capabilities.direct_quotient` build its quotient in place of the schedule; ``only``:
-    `plan_one_group` (None where it does not apply), ``every`` its groups where the caller has them."""
+    `plan_one_group` (None where it does not apply), ``every`` its groups where the caller has them, ``tuned`` its
+    choice taken from a plan of automorphic groups."""
     net = system.network
     if net is None:
         raise PodsimError("this system has no topology; build it with System(chip, topology='torus:4x4')")
@@ -114,7 +121,7 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
     if algorithm != AUTO:
         get_algorithm(algorithm)  # a bad name is an error even where nothing would run
     price = _protocol_price(system, protocols.check(protocol))
-    if only is not None and (price is not None or data is not None):  # `plan_one_group` does not apply: say so now
+    if only is not None and data is not None:  # `plan_one_group` does not apply: say so now
         return None
     explicit = groups is not None
     groups = _explicit_groups(net, groups, axes, mesh, rings) if groups is not None else \
@@ -130,27 +137,33 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
         job = make_job(None)
         return CollectivePlan(kind, None, job, job.nbytes, _n_keys(job), False, None)
     eligible = fast_path().reduced_eligible(mode, kind, data, group, net, not explicit)
-    nccl = None if price is None else nccl_select(kind, net, groups, _nbytes(nbytes, data), protocol)
-    choice = tune(algorithm, kind, net, groups, make_job, price, nccl)
+    if tuned is not None and only is not None and tuned.algorithm is not None:  # (`plan_one_group`'s ``tuned``)
+        choice = Choice(tuned.algorithm, make_job(tuned.algorithm), [dict(a) for a in tuned.alternatives],
+                        tuned.protocol, tuned.nccl)
+    else:
+        nccl = None if price is None else nccl_select(kind, net, groups, _nbytes(nbytes, data), protocol)
+        choice = tune(algorithm, kind, net, groups, make_job, price, nccl)
     route = AS_FAULTED
     if algorithm == AUTO and price is None and not explicit and mesh is None:
         choice, route = _round_faults(system, choice, kind, axes, root, algorithm, nbytes, data, multi_axis,
                                       chunks, rings)
     job = choice.job
+    job_chunks = chunks  #: the pieces ``job`` was made with (None: the algorithm's own)
     if price is not None and choice.protocol is not None:  # pieces as the chosen protocol's links pipeline them
         pieces = protocols.protocol_chunks(system.calibration, choice.algorithm, job, choice.protocol)
         if pieces is not None and pieces != job.chunks:
-            job = make_job(choice.algorithm, pieces)
+            job, job_chunks = make_job(choice.algorithm, pieces), pieces
         job.net_step_bytes = protocols.network_step_bytes(job, choice.protocol)  # network hops move whole steps
     job.reduced = fast_path().use_reduced(mode, eligible, choice.algorithm, algorithm == AUTO)
-    if only is not None:
-        if job.reduced or price is not None or route != AS_FAULTED or data is not None or len(job.rings) != 1 \
-                or only not in groups:
+    if only is not None:  # (an NCCL protocol's choice and pieces are the whole collective's, made above)
+        if job.reduced or route != AS_FAULTED or data is not None or len(job.rings) != 1 or only not in groups:
             return None
-        mine = _job(choice.algorithm, kind, net, [only], nbytes, None, multi_axis, chunks, root_pos, 1, None, None)
+        mine = _job(choice.algorithm, kind, net, [only], nbytes, None, multi_axis, job_chunks, root_pos, 1, None,
+                    None)
         if (mine.parts, mine.chunks, mine.key_bytes, mine.nbytes, mine.layout, len(mine.rings)) != \
                 (job.parts, job.chunks, job.key_bytes, job.nbytes, job.layout, 1):
             return None
+        mine.net_step_bytes = job.net_step_bytes
         job = mine
     schedule = Schedule(job.key_bytes)
     direct = direct_quotient and mode == "auto" and data is None and choice.algorithm.capabilities.direct_quotient

@@ -37,6 +37,7 @@ none, and their results carry ``protocol`` None.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -121,9 +122,44 @@ def priced_view(net: Any, fraction: Callable[[str], float], latency: Callable[[s
     """A copy of ``net`` whose graph carries the links' rates and latencies under these settings, for closed
     forms (which read links from the graph); it routes as ``net`` does and owns no channels."""
     view = copy.copy(net)
-    view.graph = priced_graph(net.graph, fraction, latency)
+    view.graph = _priced_kept(net.graph, fraction, latency)
     view.routes = net.routes  # the same paths: a protocol changes what a hop costs, not which hops
     return view
+
+
+#: each network graph's priced copies (`_priced_kept`): (its link kinds, its (kind, latency) pairs, the copies by the
+#: settings' values on those); kept while the graph lives, at most `KEPT_PRICED` copies a graph
+_PRICED: weakref.WeakKeyDictionary[Any, tuple[tuple[str, ...], tuple[tuple[str, float], ...], dict[tuple, Any]]] = \
+    weakref.WeakKeyDictionary()
+KEPT_PRICED = 16
+
+
+def _priced_kept(graph: Any, fraction: Callable[[str], float], latency: Callable[[str, float], float] | None) -> Any:
+    """`priced_graph` of ``graph`` under these settings, made once for each distinct set of their values on the
+    graph's links (a copy depends on nothing else: every link's rate is its own times ``fraction`` of its kind,
+    its latency ``latency`` of its kind and own latency), so that the tuner's many prices of one step's
+    collectives (every stage, every protocol, the same sizes) share one copy each. A network's graph is not
+    changed once built (faults are written into a copy: `simulator.engine.faults.apply_to_graph`), and the copies
+    are read only (closed forms)."""
+    kept = _PRICED.get(graph)
+    if kept is None:
+        kinds: dict[str, None] = {}
+        pairs: dict[tuple[str, float], None] = {}
+        for _, _, data in graph.edges(data=True):
+            kind = data.get("kind", "ici")
+            kinds[kind] = None
+            if data.get("latency_s") is not None:
+                pairs[(kind, data["latency_s"])] = None
+        kept = _PRICED[graph] = (tuple(kinds), tuple(pairs), {})
+    kinds_of, pairs_of, copies = kept
+    key = (tuple(fraction(kind) for kind in kinds_of),
+           None if latency is None else tuple(latency(kind, own) for kind, own in pairs_of))
+    found = copies.get(key)
+    if found is None:
+        if len(copies) >= KEPT_PRICED:
+            del copies[next(iter(copies))]  # the oldest: bounded memory
+        found = copies[key] = priced_graph(graph, fraction, latency)
+    return found
 
 
 def priced_graph(graph: Any, fraction: Callable[[str], float], latency: Callable[[str, float], float] | None) -> Any:
