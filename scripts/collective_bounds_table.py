@@ -89,10 +89,10 @@ BY_KIND_ALGORITHM: dict[tuple[str, str], str] = {
                                  "open: issue 31 item 5 (<= 1.2x) not met",
     ("all_reduce", "hierarchical_pipelined"): "4 chunks through three stages: the pipeline's fill and drain "
                                               "(1.58x on nodes:2:8); {auto}",
-    ("broadcast", "rail_chains"): "a piece per rail chained over InfiniBand node after node: K - 1 IB hops deep "
-                                  "plus the NVLink relay in the root's node and the spread in the last; "
-                                  "open: issue 31 item 5 (<= 1.3x) not met on nodes:4:8 (1.33x)",
-    ("reduce", "rail_chains"): "the Broadcast reversed (same depth and relays); open: 1.33x on nodes:4:8",
+    ("broadcast", "rail_chains"): "a piece per rail chained over InfiniBand node after node, the root's rail "
+                                  "idle (V / (G - 1) a rail): K - 1 IB hops deep plus the NVLink relay in the "
+                                  "root's node and the spread in the last",
+    ("reduce", "rail_chains"): "the Broadcast reversed (same depth and relays)",
 }
 for _kind in ("all_gather", "reduce_scatter", "all_reduce"):
     BY_KIND_ALGORITHM[(_kind, "hierarchical3")] = ("three levels one after the other: each idles while the others "
