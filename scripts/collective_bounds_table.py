@@ -145,7 +145,7 @@ _ROOT_SPLIT_SLOW_CHIP = ("the root (chip 0) splits the ring's chips evenly betwe
 SLOWCHIP: dict[tuple[str, str], str] = {
     **{(kind, "bidirectional"): _AROUND_SLOW_CHIP for kind in ("all_gather", "reduce_scatter", "all_reduce")},
     ("all_to_all", "dimension_order"): "chunks on their shortest routes, those through chip 3 over its half-speed "
-                                       "cables ({auto}) -- open: routes weighted by link "
+                                       "cables (auto's trial routed round it; {auto}) -- open: routes weighted by link "
                                        "speed are not built",
     ("all_to_all", "bidirectional"): "chunks forwarded round the ring through the slow chip",
     **{(kind, alg): _ROOT_SPLIT_SLOW_CHIP for kind in ("gather", "scatter")
