@@ -69,20 +69,18 @@ BY_ALGORITHM = {
 #: (topology, kind) -> reason, for slack that is the shape's, not one algorithm's
 BY_KIND_ALGORITHM: dict[tuple[str, str], str] = {
     ("broadcast", "bidirectional"): "a ring broadcast sends the whole array as one piece, hop after hop (n/2 hops "
-                                    "each way); spanning_trees pipelines pieces and is what auto runs",
+                                    "each way); spanning_trees pipelines pieces; {auto}",
     ("reduce", "unidirectional"): "NCCL's ring Reduce, on ideal links one piece of the whole array hop after hop "
-                                  "(n - 1 hops); a calibrated GPU run cuts it as NCCL does, and auto runs the "
-                                  "fastest root algorithm",
+                                  "(n - 1 hops); a calibrated GPU run cuts it as NCCL does; {auto}",
     ("all_to_all", "bidirectional"): "chunks forwarded round rings one axis at a time, each chunk stored at every "
-                                     "hop; dimension_order routes them and is what auto runs",
+                                     "hop; dimension_order routes them; {auto}",
     ("gather", "root_chains"): "axis by axis along the root's lines: only the root's own axis links carry the "
-                               "last stage; spanning_trees uses all of the root's links and is what auto runs",
-    ("scatter", "root_chains"): "axis by axis along the root's lines (the Gather reversed); spanning_trees is what "
-                                "auto runs",
+                               "last stage; spanning_trees uses all of the root's links; {auto}",
+    ("scatter", "root_chains"): "axis by axis along the root's lines (the Gather reversed); {auto}",
     ("reduce", "root_chains"): "axis by axis along the root's lines, pipelined: the root's axis links carry every "
-                               "piece; spanning_trees is what auto runs",
+                               "piece; {auto}",
     ("reduce", "root_rings"): "half the pieces round each ring: the root's two ring links carry V/2 each, not its "
-                              "four; spanning_trees is what auto runs",
+                              "four; {auto}",
     ("all_reduce", "nvls"): "NVLS moves V (1 + 1/n) out of each GPU port (its contributions, then the store of its "
                             "own shard's sum: 1.125x the per-port bound on 8 GPUs by design) and pipelines 4 chunks "
                             "whose fill adds the rest (nvls.py)",
@@ -90,9 +88,10 @@ BY_KIND_ALGORITHM: dict[tuple[str, str], str] = {
                                  "tree per rail over InfiniBand, whose interior nodes carry each piece twice; "
                                  "open: issue 31 item 5 (<= 1.2x) not met",
     ("all_reduce", "hierarchical_pipelined"): "4 chunks through three stages: the pipeline's fill and drain "
-                                              "(1.58x on nodes:2:8); nvls_tree is what auto runs there",
-    ("broadcast", "rail_chains"): "a piece per rail chained over InfiniBand node after node: K - 1 IB hops deep "
-                                  "plus the NVLink relay in the root's node and the spread in the last",
+                                              "(1.58x on nodes:2:8); {auto}",
+    ("broadcast", "rail_chains"): "a piece per rail chained over InfiniBand node after node, the root's rail "
+                                  "idle (V / (G - 1) a rail): K - 1 IB hops deep plus the NVLink relay in the "
+                                  "root's node and the spread in the last",
     ("reduce", "rail_chains"): "the Broadcast reversed (same depth and relays)",
 }
 for _kind in ("all_gather", "reduce_scatter", "all_reduce"):
@@ -107,13 +106,13 @@ _ROOT_ON_SLOW = ("the root (chip 0) sits on the slow cable: its trees take even 
 #: the faulted row (cable 0-1 at half speed): (kind, algorithm) -> reason
 FAULTED: dict[tuple[str, str], str] = {
     ("all_gather", "bidirectional"): "the ring through the slow cable: every step behind it waits (split_ring "
-                                     "runs a share of it and is what auto runs); or, the cable dead, every row's "
+                                     "runs a share of it; {auto}); or, the cable dead, every row's "
                                      "ring with the broken row's detour through row 1's link (twice its load)",
     ("all_gather", "detour_split"): "the broken row's missing step detoured through row 1 alone, whose link then "
-                                    "carries twice a ring's load (multi_detour spreads it over every row: what auto "
-                                    "runs); the bound counts the column cut",
+                                    "carries twice a ring's load (multi_detour spreads it over every row; {auto}); "
+                                    "the bound counts the column cut",
     ("reduce_scatter", "detour_split"): "the broken row's missing step detoured through row 1 alone (twice its "
-                                        "link's load; multi_detour spreads it over every row: what auto runs)",
+                                        "link's load; multi_detour spreads it over every row; {auto})",
     ("reduce_scatter", "multi_detour"): "the AllGather's trees backwards, each hop over its own routes reversed "
                                         "(16 chunks: closed form 10.13 ms, multi_detour.py); a chain's last hops "
                                         "wait on pieces round a detour sharing a borrowed link",
@@ -140,14 +139,14 @@ _ROOT_ON_LINE = ("the dead cable unwrapped axis 1 for every row, so each row's r
                  "collectives round a dead cable are not built")
 #: the shape with a slow chip (torus:8, chip 3 at slow:0.5): (kind, algorithm) -> reason
 _AROUND_SLOW_CHIP = ("the ring through the slow chip: every step behind its half-speed cables waits (slow_chip_line "
-                     "runs the other chips' line, the slow chip feeding both its ends, and is what auto runs)")
+                     "runs the other chips' line, the slow chip feeding both its ends; {auto})")
 _ROOT_SPLIT_SLOW_CHIP = ("the root (chip 0) splits the ring's chips evenly between its two trees; the side "
                          "through chip 3 crosses its half-speed cables -- open: uneven splits over spanning trees "
                          "are not built")
 SLOWCHIP: dict[tuple[str, str], str] = {
     **{(kind, "bidirectional"): _AROUND_SLOW_CHIP for kind in ("all_gather", "reduce_scatter", "all_reduce")},
     ("all_to_all", "dimension_order"): "chunks on their shortest routes, those through chip 3 over its half-speed "
-                                       "cables (auto: its trial ran a way round it) -- open: routes weighted by link "
+                                       "cables (auto's trial routed round it; {auto}) -- open: routes weighted by link "
                                        "speed are not built",
     ("all_to_all", "bidirectional"): "chunks forwarded round the ring through the slow chip",
     **{(kind, alg): _ROOT_SPLIT_SLOW_CHIP for kind in ("gather", "scatter")
@@ -167,22 +166,18 @@ BY_SHAPE: dict[tuple[str, ...], str] = {
                                                       "own-links column counts each chip's 2 links in (1.5 chunks) "
                                                       "and the bound all 6; borrowing rows is not built for AllToAll",
     ("slice:4x4x4", "all_to_all", "bidirectional"): "chunks forwarded round the axis-0 rings, stored at every hop; "
-                                                    "dimension_order is what auto runs (1.00x)",
+                                                    "{auto}",
     ("slice:4x4x4", "broadcast", "bidirectional"): "one piece hop after hop round each ring; spanning_trees "
-                                                   "pipelines and is what auto runs",
-    ("slice:8x8x8", "all_to_all", "dimension_order"): "1 GB over 512 chips is 2 MB a chip: the busiest link's "
-                                                      "bytes take 21.7 us and the routes' hops (up to 4 per axis, "
-                                                      "12 in all) add about 12 us of latency the bound counts once "
-                                                      "-- open: issue 31 item 5 (<= 1.2x) not met at this size",
+                                                   "pipelines; {auto}",
     ("slice:8x8x8", "all_to_all", "bidirectional"): "chunks forwarded round rings one axis at a time, each stored at "
-                                                    "every hop; dimension_order is what auto runs",
+                                                    "every hop; {auto}",
     **{("multipod:2:2:4x4", kind, "hierarchical_pipelined"): (
         "two levels on three: every slice of both pods one DCN level, so its rails' rings cross the slower core "
-        "between the pods at every step; hierarchical3_pipelined splits the tiers and is what auto runs")
+        "between the pods at every step; hierarchical3_pipelined splits the tiers; {auto}")
        for kind in ("all_gather", "reduce_scatter", "all_reduce")},
     ("mesh:2x4x4", "all_reduce", "line"): "each axis's ReduceScatter then AllGather on lines loads the end links "
                                           "with 2 (n-1)/n V; grid_pipelined (a share per line of every axis, "
-                                          "balanced over all link directions) is what auto runs",
+                                          "balanced over all link directions); {auto}",
 }
 
 
@@ -239,7 +234,23 @@ def _row(system: System) -> list[Group]:
     return [Group((n,), (net.wrap[0],), {(i,): net.chip_at((i, *rest)) for i in range(n)})]
 
 
-def reason(row: dict) -> str:
+AUTO = "{auto}"  #: where a reason names what auto runs: filled from the table's own auto row (`reason`)
+
+
+def shape_key(row: dict) -> tuple[str, str, str, str]:
+    """The (chip, topology, axes, kind) a row belongs to: its auto row is the one with the same key."""
+    return row["chip"], row["topology"], repr(row["axes"]), row["kind"]
+
+
+def auto_runs(table: list[dict]) -> dict[tuple[str, str, str, str], str]:
+    """What ``auto`` ran on each (chip, topology, axes, kind) of ``table`` (its auto row's choice)."""
+    return {shape_key(r): r["chosen"] for r in table if r["algorithm"].startswith("auto (") and "chosen" in r}
+
+
+def reason(row: dict, autos: dict[tuple[str, str, str, str], str] | None = None) -> str:
+    """Why ``row`` is over `FLAG` x its bound ("" where it is not); ``autos`` (`auto_runs` of the table) fills each
+    reason's claim of what auto runs on that shape from the table's own auto row -- without it, or without an
+    auto row there, the claim says so."""
     ratio = row["time_s"] / row["bound_s"] if row.get("bound_s") else 1.0
     if ratio <= FLAG:
         return ""
@@ -255,6 +266,9 @@ def reason(row: dict) -> str:
         text = (f"within {row['time_s'] / own:.2f}x of the own-links bound: it stays on its group's own links; only "
                 "borrowing idle links of other chips closes the rest (borrowed_rings does for AllGather, "
                 "ReduceScatter, AllReduce; not built for this kind)")
+    if AUTO in text:
+        chosen = (autos or {}).get(shape_key(row))
+        text = text.replace(AUTO, f"auto runs {chosen}" if chosen else "auto's choice not in this table")
     return auto + text if text else ""
 
 
@@ -276,6 +290,7 @@ def render(table: list[dict]) -> str:
              "from the algorithm with the least closed form (docs/collective_faults.md).", "",
              "| chip | topology | kind | algorithm | time | bound | time / bound | own / bound | reason |",
              "|---|---|---|---|---|---|---|---|---|"]
+    autos = auto_runs(table)
     for row in table:
         axes = row["axes"]
         where = row["topology"] + {"row": " one row (groups=)", "slow": " link 0-1 at 0.5",
@@ -288,7 +303,8 @@ def render(table: list[dict]) -> str:
             continue
         own = f"{row['own_s'] / row['bound_s']:.2f}" if row["own_s"] and row["own_s"] > row["bound_s"] * 1.001 else ""
         lines.append(f"| {row['chip']} | {where} | {row['kind']} | {row['algorithm']} | {row['time_s'] * 1e3:.3f} ms | "
-                     f"{row['bound_s'] * 1e3:.3f} ms | {row['time_s'] / row['bound_s']:.2f} | {own} | {reason(row)} |")
+                     f"{row['bound_s'] * 1e3:.3f} ms | {row['time_s'] / row['bound_s']:.2f} | {own} | "
+                     f"{reason(row, autos)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -299,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     table = rows(SHAPES[:3] if args.quick else SHAPES)
     Path(args.out).write_text(render(table))
-    missing = [r for r in table if "error" not in r and not reason(r) and r["time_s"] > FLAG * r["bound_s"]]
+    autos = auto_runs(table)
+    missing = [r for r in table if "error" not in r and not reason(r, autos) and r["time_s"] > FLAG * r["bound_s"]]
     for r in missing:
         print(f"over {FLAG}x without a reason: {r['chip']} {r['topology']} {r['kind']} {r['algorithm']} "
               f"{r['time_s'] / r['bound_s']:.2f}x", file=sys.stderr)

@@ -7,12 +7,14 @@ link direction); on a line the middle link carries the ``floor(k^2/4)`` pairs th
 """
 import math
 
+import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.collectives import collective_groups, run_collective
+from simulator.collectives.dimension_order import PIECES
 from simulator.engine.system import System
 
 B, A = 4.5e10, 1e-6  # tpu-v5e ICI: one-way bytes/s per link, hop latency
@@ -28,31 +30,68 @@ def _ring_hops(k):
     return sum(min(d, k - d) for d in range(1, k))
 
 
+def _fifo_phase(k, order_s, m=PIECES):
+    """One phase of pipelined chains round a ring of k, as the longest path through the DAG of its sends (an
+    oracle independent of `piped_phase`'s recursion). Every link direction alike: it sends, in turn, the m
+    pieces of hop 1 (the chain starting at its tail: every distance, the even ring's antipode half), then of hop
+    2, ...; a piece takes its bytes' seconds, and piece p of hop h can leave once the link sent what precedes it
+    and piece p of hop h - 1 left the link before (the same timeline, every link alike) plus one latency A."""
+    far = k // 2
+    carried = [sum(0.5 if k % 2 == 0 and d == far else 1.0 for d in range(h, far + 1)) for h in range(1, far + 1)]
+    sends = [(h, p) for h in range(far) for p in range(m)]
+    g = nx.DiGraph()
+    for (h, p), nxt in zip(sends, sends[1:], strict=False):
+        g.add_edge((h, p), nxt, weight=carried[h] * order_s / m)  # the link's order
+    for h, p in sends:
+        if h:
+            g.add_edge((h - 1, p), (h, p), weight=carried[h - 1] * order_s / m + A)  # the piece, a hop on
+        g.add_edge((h, p), "arrived", weight=carried[h] * order_s / m + A)
+    return nx.dag_longest_path_length(g)
+
+
 @pytest.mark.parametrize("k", [3, 4, 5, 6, 8, 16])
 def test_a_ring_reaches_its_link_load_bound(k):
-    """Each link direction carries (sum of hops) / 2 chunks -- the even ring's antipode half each way -- in
-    floor(k/2) steps of one hop latency."""
+    """Each link direction carries (sum of hops) / 2 chunks -- the even ring's antipode half each way; its
+    chains' hops cut into pieces keep every link busy (a quarter chunk's 11.7 us outlasts the 1 us latency), so
+    the time is the bound: the link load plus one hop latency."""
     nbytes = k * k * 2 * 2**20  # whole bytes in every part of every chunk
     chunk = nbytes / k**2
-    expected = (k // 2) * A + _ring_hops(k) / 2 * chunk / B
+    expected = A + _ring_hops(k) / 2 * chunk / B
     r = _run(f"ring:{k}", nbytes)
     assert r.time_s == pytest.approx(expected, rel=1e-9)
     assert r.analytic_s == pytest.approx(expected, rel=1e-9)
-    # bandwidth-bound, the bound is the same link load (plus one hop latency)
-    assert r.topology_bound_s == pytest.approx(A + _ring_hops(k) / 2 * chunk / B, rel=1e-9)
+    assert r.topology_bound_s == pytest.approx(expected, rel=1e-9)
+    assert _fifo_phase(k, chunk / B) == pytest.approx(expected, rel=1e-9)  # (a chain's chunk: both halves)
+
+
+@pytest.mark.parametrize("k,nbytes", [(8, 64 * 2 * 4096), (6, 36 * 2 * 4096), (5, 25 * 4096), (16, 256 * 2**14)])
+def test_a_ring_where_latency_binds_follows_its_sends(k, nbytes):
+    """Small chunks: the links idle while pieces cross a hop; the DAG of the sends says how long. Never more than
+    the whole-bundle chains' floor(k/2) latencies plus the link load (what they took), never less than the bound."""
+    chunk = nbytes / k**2
+    expected = _fifo_phase(k, chunk / B)
+    r = _run(f"ring:{k}", nbytes)
+    assert r.time_s == pytest.approx(expected, rel=1e-9)
+    assert r.analytic_s == pytest.approx(expected, rel=1e-9)
+    assert r.topology_bound_s * (1 - 1e-12) <= r.time_s
+    assert r.time_s * (1 - 1e-12) <= (k // 2) * A + _ring_hops(k) / 2 * chunk / B
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (8, 8), (3, 3, 3), (4, 4, 4), (6, 6)])
 def test_a_torus_with_alike_axes_matches_the_reference(shape):
     """k-ary n-dim torus of N chips: every link direction carries V k / (8 N) for even k (V (k^2 - 1) / (8 N k)
-    for odd), all axes at once; each part pays floor(k/2) hops per axis."""
+    for odd), all axes at once, one axis order's chains a phase, n phases one after another (a device starts the
+    next once the last brought everything)."""
     k, n, N = shape[0], len(shape), math.prod(shape)
     nbytes = N * N * 2 * n * 2**10
     per_link = nbytes * k / (8 * N) if k % 2 == 0 else nbytes * (k * k - 1) / (8 * N * k)
-    expected = n * (k // 2) * A + per_link / B
+    order_s = nbytes / N**2 * (N / k) / n / B  # an order's share of the chunks a device sends to one position
+    expected = n * _fifo_phase(k, order_s)
     r = _run("torus:" + "x".join(map(str, shape)), nbytes)
     assert r.time_s == pytest.approx(expected, rel=1e-9)
     assert r.analytic_s == pytest.approx(expected, rel=1e-9)
+    assert per_link / B + n * A <= r.time_s * (1 + 1e-12)
+    assert r.time_s * (1 - 1e-12) <= per_link / B + n * (k // 2) * A  # (what the whole-bundle chains took)
 
 
 @pytest.mark.parametrize("k", [4, 5, 8, 16])

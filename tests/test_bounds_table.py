@@ -45,3 +45,46 @@ def test_the_docs_table_runs_every_registered_algorithm_on_the_named_shapes() ->
     for shape in ("torus:8", "torus:4x4", "slice:4x4x4", "mesh:8x8x8", "slice:8x8x8", "multislice:2:4x4",
                   "multislice:4:4x4x4", "multipod:2:2:4x4", "switch:8", "nodes:2:8", "nodes:4:8"):
         assert shape in topologies, shape
+
+
+def _row(algorithm: str, chosen: str, time_s: float = 2.0, topology: str = "torus:8", kind: str = "broadcast") -> dict:
+    return {"chip": "tpu-v5e", "topology": topology, "axes": None, "kind": kind, "algorithm": algorithm,
+            "chosen": chosen, "time_s": time_s, "bound_s": 1.0, "own_s": None}
+
+
+def test_a_reason_names_what_the_tables_own_auto_row_ran() -> None:
+    """A reason's claim of what auto runs comes from the auto row of the same shape and kind, not fixed text: the
+    same row says spanning_trees or root_chains as that row does, and makes no claim where no auto row ran."""
+    module = load_script("collective_bounds_table")
+    ring = _row("bidirectional", "bidirectional")
+    for choice in ("spanning_trees", "root_chains"):
+        table = [_row(f"auto ({choice})", choice, 1.0), ring]
+        text = module.reason(ring, module.auto_runs(table))
+        assert text.endswith(f"auto runs {choice}"), text
+        assert "what auto runs" not in text
+    other_shape = [_row("auto (spanning_trees)", "spanning_trees", 1.0, topology="torus:4x4"), ring]
+    assert "auto runs" not in module.reason(ring, module.auto_runs(other_shape))
+    assert "auto runs" not in module.reason(ring)
+    assert module.reason(_row("bidirectional", "bidirectional", 1.2)) == ""  # under the flag: no reason
+
+
+def test_every_fixed_reason_leaves_what_auto_runs_to_the_table() -> None:
+    """No reason text in the script says by itself what auto runs (it would be wrong where auto runs another)."""
+    module = load_script("collective_bounds_table")
+    texts = [*module.BY_ALGORITHM.values(), *module.BY_KIND_ALGORITHM.values(), *module.FAULTED.values(),
+             *module.SLOWCHIP.values(), *module.DEAD.values(), *module.BY_SHAPE.values()]
+    assert sum(module.AUTO in t for t in texts) >= 10
+    assert not [t for t in texts if "what auto runs" in t or "auto runs " in t.replace(module.AUTO, "")]
+
+
+def test_the_docs_tables_auto_claims_match_its_auto_rows() -> None:
+    """docs/collective_bounds.md as committed: wherever a reason says "auto runs X", the auto row of that chip,
+    topology and kind ran X."""
+    import re
+
+    rows = _doc_rows()
+    autos = {(r[0], r[1], r[2]): r[3][len("auto ("):-1] for r in rows if r[3].startswith("auto (")}
+    claims = [(r, m) for r in rows for m in re.findall(r"auto runs (\w+)", r[8])]
+    assert claims
+    wrong = [(r[:4], m) for r, m in claims if autos.get((r[0], r[1], r[2])) != m]
+    assert not wrong, wrong[:5]
