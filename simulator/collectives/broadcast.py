@@ -29,7 +29,7 @@ from simulator.collectives.algorithm import Job
 from simulator.collectives.chains import broadcast_phase, reduce_to_phase
 from simulator.collectives.groups import Group, Ring, ring_bases
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import grouped_chain_time, hop_parts, link_use, step_edges
+from simulator.collectives.timing import grouped_chain_time, hop_parts, link_use, shared_chain_time, step_edges
 
 OnAxis = Callable[[bool], Any]
 
@@ -98,9 +98,42 @@ def closed_form(job: Job, on_axis: OnAxis) -> float:
         algorithm = on_axis(job.group.wraps[a])
         chains = [(root[a], d, h) for d, h in algorithm.broadcast_reach(n_a, root[a]).items() if h > 0]
         rings = [groups[0].ring(root[:a] + (0,) + root[a + 1:], a) for groups in job.rings]
+        if len(sizes) == 1 and len(chains) == 1 and len(rings) > 1 and job.chunks > 1:
+            shared = _shared_ports(job, rings, chains[0])
+            if shared is not None:
+                return shared_chain_time(shared[0], shared[1], job.chunks)
         costs = [c for ring in rings for c in _hops(job, ring, chains)]
         path += max(costs, key=lambda c: grouped_chain_time(list(c), job.chunks), default=[])
     return grouped_chain_time(path, job.chunks)
+
+
+def _shared_ports(job: Job, rings: list[Ring], chain: tuple[int, int, int]
+                  ) -> tuple[list[tuple[float, float, int]], list[int]] | None:
+    """Ring 0's hops of ``chain`` and a port label for each, for rings that are rotations of one another (NIC rings
+    on GPU nodes): hops k and k' share a label when some ring's hop k' crosses a link ring 0's hop k crosses (so, the
+    rings moving in step, their flows are on one link at once; `timing.shared_chain_time`). None (price each ring
+    alone) unless every ring's hops cost the same, the condition for the rings to move in step."""
+    per_ring = [_hops(job, ring, [chain])[0] for ring in rings]
+    if any(h != per_ring[0] for h in per_ring[1:]):
+        return None
+    origin, d, n_hops = chain
+    label = list(range(n_hops))
+
+    def find(k: int) -> int:
+        while label[k] != k:
+            k = label[k]
+        return k
+
+    users: dict[tuple[Any, Any], list[int]] = {}
+    for ring in rings:
+        n = len(ring.devices)
+        for k in range(n_hops):
+            for e in step_edges(job.net, ring, (origin + k * d) % n, d):
+                users.setdefault(e, []).append(k)
+    for ks in users.values():
+        for k in ks[1:]:
+            label[find(k)] = find(ks[0])
+    return per_ring[0], [find(k) for k in range(n_hops)]
 
 
 def build_reduce(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
