@@ -22,6 +22,7 @@ open gap of issue 27, recorded as a strict xfail in tests/test_calibrated_broadc
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -112,7 +113,9 @@ def _shared_ports(job: Job, rings: list[Ring], chain: tuple[int, int, int]
     """Ring 0's hops of ``chain`` and a port label for each, for rings that are rotations of one another (NIC rings
     on GPU nodes): hops k and k' share a label when some ring's hop k' crosses a link ring 0's hop k crosses (so, the
     rings moving in step, their flows are on one link at once; `timing.shared_chain_time`). None (price each ring
-    alone) unless every ring's hops cost the same, the condition for the rings to move in step."""
+    alone) unless every ring's hops cost the same (the rings then move in step) and every link carries all of its
+    label's hops once each (one shared port; on H100 nodes a GPU's NVLink port, both ways, carries the node's 7
+    in-node hops, one of each of 7 rings, and a NIC one ring's network hop)."""
     per_ring = [_hops(job, ring, [chain])[0] for ring in rings]
     if any(h != per_ring[0] for h in per_ring[1:]):
         return None
@@ -133,7 +136,13 @@ def _shared_ports(job: Job, rings: list[Ring], chain: tuple[int, int, int]
     for ks in users.values():
         for k in ks[1:]:
             label[find(k)] = find(ks[0])
-    return per_ring[0], [find(k) for k in range(n_hops)]
+    ports = [find(k) for k in range(n_hops)]
+    members: dict[int, list[int]] = defaultdict(list)
+    for k, p in enumerate(ports):
+        members[p].append(k)
+    if any(sorted(ks) != members[ports[ks[0]]] for ks in users.values()):
+        return None  # a link carrying only part of its label's hops, or one twice: not one shared port
+    return per_ring[0], ports
 
 
 def build_reduce(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
