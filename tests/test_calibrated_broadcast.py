@@ -185,7 +185,7 @@ def test_shared_port_tandem_by_hand():
 
 
 def test_one_nic_ring_alone_is_its_closed_form_exactly():
-    """The gap above comes from the rings meeting, not from one ring's hops: a single NIC ring (rings=1) over
+    """The rings meeting is what the shared ports price, not one ring's hops: a single NIC ring (rings=1) over
     nodes:2:8, calibrated Simple with 16 pieces of 512 KiB (one NCCL step), matches its closed form exactly -- the
     tandem of its 14 NVLink hops and its NIC hop (`timing.split_chain_time`)."""
     system = System("h100", topology="nodes:2:8", calibrated=True, trace=False)

@@ -14,11 +14,12 @@ take ``sum(a_h) + sum(s_h) + (c - 1) max(s_h)`` (`simulator.collectives.timing.s
 (InfiniBand) hop under LL or LL128 forwards whole NCCL steps, ``m`` pieces at once (``job.net_step_bytes``,
 `network_group`), as NCCL's proxy does; the closed form is then the same tandem with that hop batching
 (`simulator.collectives.timing.grouped_chain_time`).
-NIC rings (GPU nodes) each start at their own position 0 and move in step; each is priced alone. Exact on tori,
-lines and switches, and on GPU nodes with one piece (ideal runs) or one NIC ring. With many pieces the rings do meet:
-every GPU's NVLink port forwards 7 of a node's 8 NIC rings, their pieces overlap there in the pipeline, and the
-simulation runs 7-27% above this closed form (calibrated H100 nodes:2:8 and nodes:4:8, Simple, 64 MB and 1 GB; an
-open gap of issue 27, recorded as a strict xfail in tests/test_calibrated_broadcast.py).
+NIC rings (GPU nodes) each start at their own position 0 and move in step: they are rotations of one another, so
+at every instant ring r's hop k is in the state ring 0's hop k is in, and a GPU's NVLink port carries, at once, the
+flows of all of a node's in-node hops of ring 0 (one of each of 7 rings). With several pieces the rings are then one
+ring whose hops on a link share it fairly (`_shared_ports`, `simulator.collectives.timing.shared_chain_time`;
+issue 27): calibrated H100 nodes:2:8 64 MB 341.76 us = the simulation (264.1 us while each ring was priced alone).
+Exact on tori, lines and switches, and on GPU nodes (one piece, one NIC ring, or the rotated rings).
 """
 from __future__ import annotations
 
