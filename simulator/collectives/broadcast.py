@@ -160,5 +160,9 @@ def reduce_closed_form(job: Job, on_axis: OnAxis) -> float:
     algorithm = on_axis(job.group.wraps[0])
     chains = [((root - hops * d) % n, d, hops) for d, hops in algorithm.reach_to(n, root) if hops > 0]
     rings = [groups[0].ring((0,), 0) for groups in job.rings]
+    if len(chains) == 1 and len(rings) > 1 and job.chunks > 1:
+        shared = _shared_ports(job, rings, chains[0])
+        if shared is not None:
+            return shared_chain_time(shared[0], shared[1], job.chunks)
     costs = [c for ring in rings for c in _hops(job, ring, chains)]
     return max((grouped_chain_time(list(c), job.chunks) for c in costs), default=0.0)
