@@ -14,14 +14,17 @@ take ``sum(a_h) + sum(s_h) + (c - 1) max(s_h)`` (`simulator.collectives.timing.s
 (InfiniBand) hop under LL or LL128 forwards whole NCCL steps, ``m`` pieces at once (``job.net_step_bytes``,
 `network_group`), as NCCL's proxy does; the closed form is then the same tandem with that hop batching
 (`simulator.collectives.timing.grouped_chain_time`).
-NIC rings (GPU nodes) each start at their own position 0 and move in step; each is priced alone. Exact on tori,
-lines and switches, and on GPU nodes with one piece (ideal runs) or one NIC ring. With many pieces the rings do meet:
-every GPU's NVLink port forwards 7 of a node's 8 NIC rings, their pieces overlap there in the pipeline, and the
-simulation runs 7-27% above this closed form (calibrated H100 nodes:2:8 and nodes:4:8, Simple, 64 MB and 1 GB; an
-open gap of issue 27, recorded as a strict xfail in tests/test_calibrated_broadcast.py).
+NIC rings (GPU nodes) each start at their own position 0 and move in step: they are rotations of one another, so
+at every instant ring r's hop k is in the state ring 0's hop k is in, and a GPU's NVLink port carries, at once, the
+flows of all of a node's in-node hops of ring 0 (one of each of 7 rings). With several pieces the rings are then one
+ring whose hops on a link share it fairly (`_shared_ports`, `simulator.collectives.timing.shared_chain_time`;
+issue 27): calibrated H100 nodes:2:8 64 MB 341.76 us = the simulation (264.1 us while each ring was priced alone).
+Exact on tori, lines and switches, and on GPU nodes (one piece, one NIC ring, or the rotated rings). The ring
+Reduce (`reduce_closed_form`) prices the same rotated rings the same way (within 0.12% of its simulation there).
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +32,7 @@ from simulator.collectives.algorithm import Job
 from simulator.collectives.chains import broadcast_phase, reduce_to_phase
 from simulator.collectives.groups import Group, Ring, ring_bases
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import grouped_chain_time, hop_parts, link_use, step_edges
+from simulator.collectives.timing import grouped_chain_time, hop_parts, link_use, shared_chain_time, step_edges
 
 OnAxis = Callable[[bool], Any]
 
@@ -98,9 +101,50 @@ def closed_form(job: Job, on_axis: OnAxis) -> float:
         algorithm = on_axis(job.group.wraps[a])
         chains = [(root[a], d, h) for d, h in algorithm.broadcast_reach(n_a, root[a]).items() if h > 0]
         rings = [groups[0].ring(root[:a] + (0,) + root[a + 1:], a) for groups in job.rings]
+        if len(sizes) == 1 and len(chains) == 1 and len(rings) > 1 and job.chunks > 1:
+            shared = _shared_ports(job, rings, chains[0])
+            if shared is not None:
+                return shared_chain_time(shared[0], shared[1], job.chunks)
         costs = [c for ring in rings for c in _hops(job, ring, chains)]
         path += max(costs, key=lambda c: grouped_chain_time(list(c), job.chunks), default=[])
     return grouped_chain_time(path, job.chunks)
+
+
+def _shared_ports(job: Job, rings: list[Ring], chain: tuple[int, int, int]
+                  ) -> tuple[list[tuple[float, float, int]], list[int]] | None:
+    """Ring 0's hops of ``chain`` and a port label for each, for rings that are rotations of one another (NIC rings
+    on GPU nodes): hops k and k' share a label when some ring's hop k' crosses a link ring 0's hop k crosses (so, the
+    rings moving in step, their flows are on one link at once; `timing.shared_chain_time`). None (price each ring
+    alone) unless every ring's hops cost the same (the rings then move in step) and every link carries all of its
+    label's hops once each (one shared port; on H100 nodes a GPU's NVLink port, both ways, carries the node's 7
+    in-node hops, one of each of 7 rings, and a NIC one ring's network hop)."""
+    per_ring = [_hops(job, ring, [chain])[0] for ring in rings]
+    if any(h != per_ring[0] for h in per_ring[1:]):
+        return None
+    origin, d, n_hops = chain
+    label = list(range(n_hops))
+
+    def find(k: int) -> int:
+        while label[k] != k:
+            k = label[k]
+        return k
+
+    users: dict[tuple[Any, Any], list[int]] = {}
+    for ring in rings:
+        n = len(ring.devices)
+        for k in range(n_hops):
+            for e in step_edges(job.net, ring, (origin + k * d) % n, d):
+                users.setdefault(e, []).append(k)
+    for ks in users.values():
+        for k in ks[1:]:
+            label[find(k)] = find(ks[0])
+    ports = [find(k) for k in range(n_hops)]
+    members: dict[int, list[int]] = defaultdict(list)
+    for k, p in enumerate(ports):
+        members[p].append(k)
+    if any(sorted(ks) != members[ports[ks[0]]] for ks in users.values()):
+        return None  # a link carrying only part of its label's hops, or one twice: not one shared port
+    return per_ring[0], ports
 
 
 def build_reduce(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:
@@ -117,5 +161,9 @@ def reduce_closed_form(job: Job, on_axis: OnAxis) -> float:
     algorithm = on_axis(job.group.wraps[0])
     chains = [((root - hops * d) % n, d, hops) for d, hops in algorithm.reach_to(n, root) if hops > 0]
     rings = [groups[0].ring((0,), 0) for groups in job.rings]
+    if len(chains) == 1 and len(rings) > 1 and job.chunks > 1:
+        shared = _shared_ports(job, rings, chains[0])
+        if shared is not None:
+            return shared_chain_time(shared[0], shared[1], job.chunks)
     costs = [c for ring in rings for c in _hops(job, ring, chains)]
     return max((grouped_chain_time(list(c), job.chunks) for c in costs), default=0.0)

@@ -14,9 +14,11 @@ the network's routes and prices them:
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -402,3 +404,72 @@ def grouped_chain_time(hops: Sequence[tuple[float, float, int]], pieces: int) ->
         leave = total + np.maximum.accumulate(ready - (total - busy))
         arrive = np.repeat(leave + latency, sizes)
     return float(arrive[-1])
+
+
+def shared_chain_time(hops: Sequence[tuple[float, float, int]], ports: Sequence[int], pieces: int) -> float:
+    """`grouped_chain_time` where the hops with one ``ports`` label share one fair-shared (processor-sharing) link:
+    (latency, one piece's bytes' seconds on the link alone, pieces forwarded at once) each, seconds.
+
+    The NIC rings of GPU nodes are rotations of one another and start together, so at every instant ring r's hop k
+    is in the state ring 0's hop k is in; a GPU's NVLink port carries one hop of each ring, so it carries, at once,
+    the flows of ring 0's hops that the rotation maps onto it -- all of a node's in-node hops of ring 0. The rings
+    together are then one ring whose hops of a label share one port: with ``n`` groups' bytes in flight on it, each
+    moves at 1/n of the port (`simulator.engine.channel.Channel`'s fair sharing). A group leaves once its pieces
+    have arrived at the hop's sender and the group before it has left the hop, and arrives the latency later, as in
+    `grouped_chain_time`. No sum in closed form: the port's sharing changes at every start and finish, so this
+    follows those instants exactly (fluid, event by event: O(pieces x hops) events). All labels distinct is
+    `grouped_chain_time` (returned as it)."""
+    n_hops = len(hops)
+    if n_hops == 0:
+        return 0.0
+    if len(set(ports)) == n_hops or pieces == 1:
+        return grouped_chain_time(hops, pieces)
+    spans = []
+    for _, _, m in hops:
+        m = max(1, min(int(m), pieces))
+        spans.append([(g, min(g + m, pieces)) for g in range(0, pieces, m)])
+    # waiting[h]: pieces that have arrived at hop h's sender and not yet left it (counted, they arrive in order)
+    got = [pieces] + [0] * (n_hops - 1)
+    nxt = [0] * n_hops
+    flows: dict[int, dict[int, float]] = defaultdict(dict)  # port -> {hop: seconds of work left at the full port}
+    arrivals: list[tuple[float, int, int]] = []  # (time, hop, pieces arriving at its sender)
+    now, last = 0.0, 0.0
+
+    def start(h: int) -> None:
+        if h in flows[ports[h]] or nxt[h] >= len(spans[h]):
+            return
+        lo, hi = spans[h][nxt[h]]
+        if got[h] >= hi:
+            flows[ports[h]][h] = (hi - lo) * hops[h][1]
+
+    for h in range(n_hops):
+        start(h)
+    while True:
+        done_at, done = math.inf, -1
+        for fl in flows.values():
+            if fl:
+                h = min(fl, key=fl.__getitem__)
+                if now + fl[h] * len(fl) < done_at:
+                    done_at, done = now + fl[h] * len(fl), h
+        next_arrival = arrivals[0][0] if arrivals else math.inf
+        if done < 0 and not arrivals:
+            return last
+        t = min(done_at, next_arrival)
+        for fl in flows.values():
+            for h in fl:
+                fl[h] -= (t - now) / len(fl)
+        now = t
+        if done >= 0 and done_at <= next_arrival:
+            del flows[ports[done]][done]
+            lo, hi = spans[done][nxt[done]]
+            nxt[done] += 1
+            if done + 1 < n_hops:
+                heappush(arrivals, (now + hops[done][0], done + 1, hi - lo))
+            else:
+                last = max(last, now + hops[done][0])
+            start(done)
+        else:
+            while arrivals and arrivals[0][0] <= now:
+                _, h, k = heappop(arrivals)
+                got[h] += k
+                start(h)
