@@ -60,7 +60,7 @@ class UnitRotation:
             return None
         for u, v, data in graph.edges(data=True):
             image = graph.get_edge_data(images[u], images[v])
-            if image is None or any(image.get(k) != data.get(k) for k in _LINK_KEYS):
+            if image is None or [*map(image.get, _LINK_KEYS)] != [*map(data.get, _LINK_KEYS)]:
                 return None
         return rotation
 
