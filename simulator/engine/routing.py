@@ -75,7 +75,9 @@ class QuickestPaths:
         self._rows: list[int] = []  #: the links as (source, destination, cost) index lists
         self._cols: list[int] = []
         self._costs: list[float] = []
-        self._into: list[tuple[np.ndarray, np.ndarray]] = []  # node -> (its in-neighbours, their link costs)
+        self._into_bounds: list[int] = []  #: node -> where its in-links start in the two arrays below (`_into`)
+        self._into_rows: np.ndarray = np.zeros(0, dtype=int)  #: the in-links' sources, by destination
+        self._into_costs: np.ndarray = np.zeros(0)  #: and their costs
         self._out: list[list[tuple[float, int]]] = []  # node -> (link cost, next node) of its links out
         #: source -> (distances, predecessors) of its whole-graph search, the latest `TREE_BYTES` of them
         self._trees: OrderedDict[Any, tuple[np.ndarray, np.ndarray]] = OrderedDict()
@@ -99,7 +101,7 @@ class QuickestPaths:
             return None
         out = [v]
         while v != s:
-            into, costs = self._into[v]
+            into, costs = self._into(v)
             if np.count_nonzero(dist(into) + costs <= dist([v])[0] * (1 + TIE)) != 1:
                 return None  # two ways in within the margin: networkx breaks the tie
             v = int(pred(v))
@@ -186,19 +188,28 @@ class QuickestPaths:
 
     def _prepare(self) -> None:
         self._nodes = list(self.graph)
-        self._index = {node: i for i, node in enumerate(self._nodes)}
-        rows, cols, costs = [], [], []
-        for u, v, data in self.graph.edges(data=True):
-            rows.append(self._index[u])
-            cols.append(self._index[v])
-            costs.append(self.cost(u, v, data))
-        n = len(self._nodes)
-        self._rows, self._cols, self._costs = rows, cols, costs  # (SciPy's matrix of them: built on first use)
+        index = self._index = {node: i for i, node in enumerate(self._nodes)}
+        n, cost = len(self._nodes), self.cost
+        rows: list[int] = []
+        cols: list[int] = []
+        costs: list[float] = []
         self._out = [[] for _ in range(n)]
-        for u, v, c in zip(rows, cols, costs, strict=True):
-            self._out[u].append((c, v))
-        rows_a, cols_a, costs_a = np.array(rows, dtype=int), np.array(cols, dtype=int), np.array(costs, dtype=float)
+        for u, links in self.graph.adjacency():  # (the order of graph.edges)
+            i, out = index[u], self._out[index[u]]
+            for v, data in links.items():
+                j, c = index[v], cost(u, v, data)
+                rows.append(i)
+                cols.append(j)
+                costs.append(c)
+                out.append((c, j))
+        self._rows, self._cols, self._costs = rows, cols, costs  # (SciPy's matrix of them: built on first use)
+        cols_a = np.array(cols, dtype=int)
         order = np.argsort(cols_a, kind="stable")
-        bounds = np.searchsorted(cols_a[order], np.arange(n + 1))
-        self._into = [(rows_a[order[bounds[i]:bounds[i + 1]]], costs_a[order[bounds[i]:bounds[i + 1]]])
-                      for i in range(n)]
+        self._into_bounds = np.searchsorted(cols_a[order], np.arange(n + 1)).tolist()
+        self._into_rows = np.array(rows, dtype=int)[order]
+        self._into_costs = np.array(costs, dtype=float)[order]
+
+    def _into(self, v: int) -> tuple[np.ndarray, np.ndarray]:
+        """Node ``v``'s in-neighbours and their link costs (read only for the nodes on a route)."""
+        a, b = self._into_bounds[v], self._into_bounds[v + 1]
+        return self._into_rows[a:b], self._into_costs[a:b]
