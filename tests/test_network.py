@@ -92,6 +92,23 @@ def test_disconnected_topology_is_rejected():
         Network(System().env, graph)
 
 
+@pytest.mark.parametrize("key,value,ok", [
+    ("bandwidth_bytes_per_s", 45_000_000_000, True),  # an int is a number (the slow path takes it)
+    ("latency_s", 0, True), ("latency_s", 0.0, True),
+    ("bandwidth_bytes_per_s", float("nan"), False), ("bandwidth_bytes_per_s", 0.0, False),
+    ("bandwidth_bytes_per_s", float("inf"), False), ("bandwidth_bytes_per_s", True, False),
+    ("bandwidth_bytes_per_s", None, False), ("latency_s", -1e-9, False), ("latency_s", float("nan"), False),
+])
+def test_a_bad_link_is_named(key, value, ok):
+    graph = topologies.ring(4)
+    graph.edges[2, 3][key] = value
+    if ok:
+        Network(System().env, graph)
+        return
+    with pytest.raises(PodsimError, match=f"link 2->3 {key}=.*every link needs a bandwidth > 0 and a latency >= 0"):
+        Network(System().env, graph)
+
+
 def test_unknown_switching_and_bad_chunks():
     with pytest.raises(PodsimError, match="switching='wormhole'"):
         System(topology="ring:4", switching="wormhole")

@@ -103,3 +103,15 @@ def test_a_multislice_quotient_run_is_the_full_run(kind, topology):
         auto.total_link_bytes == pytest.approx(full.total_link_bytes)
     assert auto.link_bytes.keys() == full.link_bytes.keys()
     assert all(auto.link_bytes[k] == pytest.approx(v) for k, v in full.link_bytes.items())
+
+
+@pytest.mark.parametrize("key,value", [(None, None), ("bandwidth_bytes_per_s", 1e9), ("latency_s", 1e-3),
+                                       ("kind", "dcn")])
+def test_a_link_unlike_its_image_breaks_the_rotation(key, value):
+    """One link of node 2 changed (its bandwidth, latency or kind): the rotation maps node 1's like link onto it,
+    so there is none; unchanged, there is one."""
+    graph = System("h100", topology="nodes:4:8", trace=False).network.graph.copy()
+    if key is not None:
+        u, v = next((u, v) for u, v in graph.edges if u == 16)  # chip 16: node 2's first GPU
+        graph.edges[u, v][key] = value
+    assert (UnitRotation.of(graph) is None) == (key is not None)

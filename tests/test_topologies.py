@@ -532,3 +532,28 @@ def test_parse_spec_returns_a_graph_or_raises_topology_error(spec: str, chip: ob
 def test_docstring_examples_run(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))
     assert result.failed == 0
+
+
+@pytest.mark.parametrize("shape,wrap", [((4, 4), (True, True)), ((2, 3, 5), (True, False, True)), ((8,), (False,))])
+def test_axis_links_added_at_once_are_the_link_by_link_ones(shape, wrap):
+    """`torus._add_axis` (every link of an axis in one call) gives the graph `links.add_axis_link` builds a link at
+    a time over the same pairs: the same links in the same order (routes break ties by it), with the same data."""
+    import numpy as np
+
+    from topologies.links import Link, add_axis_link
+
+    torus = importlib.import_module("topologies.torus")  # (the package's ``torus`` is the builder function)
+
+    link = Link(4.5e10, 1e-6, "ici")
+    fast, slow = nx.DiGraph(), nx.DiGraph()
+    for axis in range(len(shape)):
+        torus._add_axis(fast, shape, axis, wrap[axis], link, 100, 1)
+        for i in range(math.prod(shape)):  # +1 along the axis, wrapping only where asked and the ring has 3 or more
+            coord = list(np.unravel_index(i, shape))
+            step = coord[axis] + 1
+            if step == shape[axis] and not (wrap[axis] and shape[axis] >= 3):
+                continue
+            coord[axis] = step % shape[axis]
+            add_axis_link(slow, 100 + i, 100 + int(np.ravel_multi_index(coord, shape)), link, axis + 1,
+                          step == shape[axis])
+    assert list(fast.edges(data=True)) == list(slow.edges(data=True)) and list(fast) == list(slow)

@@ -98,3 +98,49 @@ def test_a_512_gpu_switch_ring_by_hand():
     alpha, b = _link(system)
     assert _closed_form(system, "all_gather", nbytes, "unidirectional") == pytest.approx(
         (n - 1) * (2 * alpha + nbytes / n / b), rel=1e-9)
+
+
+@pytest.mark.parametrize("topology", ["nodes:4:8", "fattree:8:8", "multislice:4:4x4"])
+def test_a_python_whole_graph_search_is_scipys(topology):
+    """The whole-graph search a process runs in Python before it imports SciPy gives SciPy's distances exactly
+    and its predecessors wherever the way in is the one quickest (no second in-link of equal cost)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    net = System("tpu-v5e" if "slice" in topology else "h100", topology=topology, trace=False).network
+    paths = QuickestPaths(net.graph, _cost)
+    paths._prepare()
+    n = len(paths._nodes)
+    matrix = csr_matrix((paths._costs, (paths._rows, paths._cols)), shape=(n, n))
+    for src in net.chips[::7]:
+        s = paths._index[src]
+        dist, pred = paths._python_tree(s)
+        want_dist, want_pred = dijkstra(matrix, indices=s, return_predecessors=True)
+        assert dist.tolist() == want_dist.tolist()
+        ways_in = np.zeros(n, dtype=int)
+        for u, v, c in zip(paths._rows, paths._cols, paths._costs, strict=True):
+            ways_in[v] += want_dist[u] + c == want_dist[v]
+        unique = ways_in == 1
+        assert (pred[unique] == want_pred[unique]).all() and pred[s] == want_pred[s] == -9999
+
+
+@pytest.mark.parametrize("budget", [0, 10**9])
+def test_routes_are_networkx_routes_by_either_whole_graph_search(budget, monkeypatch):
+    """Routes that need whole-graph searches (a DCN switch reaches every chip) are networkx's, whether the
+    searches run in Python (a large budget) or compiled (none)."""
+    from simulator.engine import routing
+
+    monkeypatch.setattr(routing, "PYTHON_TREE_LINKS", budget)
+    monkeypatch.setattr(routing, "_python_links", [0])
+    monkeypatch.setattr(routing, "_scipy_loaded", lambda: False)  # (another test imported it)
+    searched = []
+    python_tree = routing.QuickestPaths._python_tree
+    monkeypatch.setattr(routing.QuickestPaths, "_python_tree",
+                        lambda self, s: searched.append(s) or python_tree(self, s))
+    monkeypatch.setattr(routing, "LOCAL", 4)  # every route past the source's first links: a whole-graph search
+    net = System("tpu-v5e", topology="multislice:4:4x4", trace=False).network
+    for a in net.chips[::9]:
+        for b in net.chips[::3]:
+            if a != b:
+                assert net.routes(a, b)[0] == nx.shortest_path(net.graph, a, b, weight=_cost)
+    assert bool(searched) == bool(budget)  # (the search it was meant to hold)

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 import networkx as nx
 
 from topologies.errors import TopologyError
-from topologies.links import Link, add_axis_link
+from topologies.links import Link
 from topologies.validate import check_count, check_shape, check_size, format_shape
 
 DEFAULT_ICI_BANDWIDTH_BYTES_PER_S = 4.5e10
@@ -202,8 +202,12 @@ def _chip_attrs(prefix: tuple[int, ...], local: tuple[int, ...]) -> dict[str, ob
 def _add_axis(
     G: nx.DiGraph, shape: tuple[int, ...], axis: int, wrap: bool, link: Link, base: int, offset: int
 ) -> None:
-    for u, v, is_wrap in _axis_pairs(shape, axis, wrap):
-        add_axis_link(G, base + u, base + v, link, axis + offset, is_wrap)
+    """Every link along ``axis`` (`add_axis_link`'s two directions each, in the same order), added at once."""
+    a = axis + offset
+    G.add_edges_from((edge for u, v, is_wrap in _axis_pairs(shape, axis, wrap)
+                      for edge in ((base + u, base + v, {"axis": a, "direction": 1, "wrap": is_wrap}),
+                                   (base + v, base + u, {"axis": a, "direction": -1, "wrap": is_wrap}))),
+                     **link.attrs())
 
 
 def _axis_pairs(shape: tuple[int, ...], axis: int, wrap: bool) -> Iterator[tuple[int, int, bool]]:

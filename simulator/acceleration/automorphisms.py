@@ -59,12 +59,13 @@ class Automorphisms:
         #: channels standing for links whose stabiliser is not trivial (`quotient._shared`); None: refuse those
         self.scaled: dict[tuple[Any, Any], Any] | None = None
         seen: set[Any] = set()
+        elements = list(self.elements())
         for v in sorted(graph.nodes, key=lambda x: (isinstance(x, str), str(x) if isinstance(x, str) else x)):
             if v in seen:
                 continue
             images: dict[Any, tuple[int, ...]] = {}
-            for h in self.elements():
-                images.setdefault(self.apply(h, v), h)
+            for w, h in zip(self.orbit(v), elements, strict=True):
+                images.setdefault(w, h)
             seen.update(images)
             if len(images) == self.order:  # moved freely: each image by exactly one element
                 for w, h in images.items():
@@ -91,6 +92,14 @@ class Automorphisms:
             if e:
                 v = powers[e][v]
         return v
+
+    def orbit(self, v: Any) -> list[Any]:
+        """``v``'s image under every element, in `elements` order (``[apply(h, v) for h in elements()]``, built a
+        generator at a time: each image one dict look-up, not one per generator)."""
+        images = [v]
+        for powers in self._powers:
+            images = [w if e == 0 else powers[e][w] for w in images for e in range(len(powers))]
+        return images
 
     def offset(self, v: Any) -> tuple[int, ...] | None:
         """The element taking ``v`` to its orbit's representative; None where G does not move ``v`` freely."""

@@ -386,7 +386,9 @@ def unfold(net: Network, action: Any, q: Quotient | SimpleNamespace, before: dic
     utilisation and bounds are a full run's; the spans themselves stay on the representative links until an
     export unfolds them, as a full run of a thousand GPUs would hold tens of millions)."""
     trace = net.trace
-    ends = {channel: pair for pair, channel in net.links.items()}
+    built = net.links
+    ends = {channel: pair for pair, channel in built.items()}
+    orbit = getattr(action, "orbit", None)  # (`Automorphisms.orbit`: every image at once)
     for channel in q.links:
         m = getattr(channel, "multiplicity", 1)
         real = channel.real if m > 1 else channel
@@ -395,8 +397,12 @@ def unfold(net: Network, action: Any, q: Quotient | SimpleNamespace, before: dic
         if m > 1:
             real.bytes_carried += carried
         seen: dict[Channel, None] = {real: None}
-        for g in action.elements():
-            image = net.link(action.apply(g, u), action.apply(g, v))
+        pairs = zip(orbit(u), orbit(v), strict=True) if orbit is not None else \
+            ((action.apply(g, u), action.apply(g, v)) for g in action.elements())
+        for pair in pairs:
+            image = built.get(pair)
+            if image is None:
+                image = net.link(*pair)
             if image not in seen:
                 seen[image] = None
                 image.bytes_carried += carried

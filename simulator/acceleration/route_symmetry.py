@@ -58,10 +58,13 @@ class UnitRotation:
             return None
         if len(set(images.values())) != len(images):
             return None
-        for u, v, data in graph.edges(data=True):
-            image = graph.get_edge_data(images[u], images[v])
-            if image is None or any(image.get(k) != data.get(k) for k in _LINK_KEYS):
-                return None
+        adj = graph.adj
+        for u, links in graph.adjacency():  # every link u -> v onto a like link images[u] -> images[v]
+            onto = adj[images[u]]
+            for v, data in links.items():
+                image = onto.get(images[v])
+                if image is None or [*map(image.get, _LINK_KEYS)] != [*map(data.get, _LINK_KEYS)]:
+                    return None
         return rotation
 
     def offset(self, chip: Any) -> int:

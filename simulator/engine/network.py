@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -94,7 +94,7 @@ class Network:
         """The channel of link direction ``u -> v`` (built on first use)."""
         channel = self._links.get((u, v))
         if channel is None:
-            data = self.graph.edges[u, v]
+            data = self.graph._adj[u][v]  # (``graph.edges[u, v]`` without its view: unfolding builds tens of thousands)
             if self.make_channel is None:
                 channel = Channel(self.env, f"link {u}->{v}", data["bandwidth_bytes_per_s"], data["latency_s"],
                                   chip=u, trace=self.trace)
@@ -455,12 +455,24 @@ def _all_of(env: simpy.Environment, events: Sequence[simpy.Event]) -> Generator[
 
 
 def _check_links(graph: nx.DiGraph) -> None:
-    for u, v, data in graph.edges(data=True):
+    for u, v, data in _bad_links(graph):
         try:
             positive(data.get("bandwidth_bytes_per_s"), name=f"link {u}->{v} bandwidth_bytes_per_s")
             positive(data.get("latency_s"), name=f"link {u}->{v} latency_s", allow_zero=True)
         except PodsimError as err:
             raise PodsimError(f"{err}; every link needs a bandwidth > 0 and a latency >= 0") from None
+
+
+def _bad_links(graph: nx.DiGraph) -> Iterator[tuple[Any, Any, Any]]:
+    """The links, in the graph's order, whose bandwidth or latency fails `positive`'s own hot path (a float, > 0
+    and >= 0, finite), which `_check_links` then checks in full (an int passes there), naming each."""
+    inf = math.inf
+    for u, links in graph.adjacency():
+        for v, data in links.items():
+            bandwidth, latency = data.get("bandwidth_bytes_per_s"), data.get("latency_s")
+            if not (bandwidth.__class__ is latency.__class__ is float and 0.0 < bandwidth < inf
+                    and 0.0 <= latency < inf):
+                yield u, v, data
 
 
 def _check_connected(graph: nx.DiGraph, chips: list[Any]) -> None:
