@@ -142,7 +142,7 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
                         tuned.protocol, tuned.nccl)
     else:
         nccl = None if price is None else nccl_select(kind, net, groups, _nbytes(nbytes, data), protocol)
-        choice = tune(algorithm, kind, net, groups, make_job, price, nccl)
+        choice = tune(algorithm, kind, net, groups, make_job, price, nccl, _forecast(system, price))
     route = AS_FAULTED
     if algorithm == AUTO and price is None and not explicit and mesh is None:
         choice, route = _round_faults(system, choice, kind, axes, root, algorithm, nbytes, data, multi_axis,
@@ -267,6 +267,20 @@ def _protocol_price(system: System, protocol: str) -> Any:
         raise PodsimError(f"protocol={protocol!r} needs a calibrated GPU system (System(chip, calibrated=True) on "
                           f"a GPU chip): ideal links and TPU links have no NCCL protocol; leave protocol='auto'")
     return None
+
+
+def _forecast(system: System, price: Any) -> Any:
+    """The calibrated seconds of an (algorithm, job) on a calibrated system without NCCL protocols (TPU links):
+    the launch latency plus the closed form on links at their calibrated rates, as `_execute_calibrated` runs
+    them; None on ideal systems and where ``price`` (the NCCL protocols) already prices calibrated."""
+    calibration = getattr(system, "calibration", None)
+    if calibration is None or price is not None:
+        return None
+
+    def forecast(algorithm: Algorithm, job: Job) -> float:
+        return protocols.calibrated_closed_form(calibration, algorithm, job)
+
+    return forecast
 
 
 def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group], nbytes: float | None,
