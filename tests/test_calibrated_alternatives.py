@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.collectives import run_collective
+from simulator.engine.faults import LinkDown
 from simulator.engine.system import System
 
 REL = 0.05  #: closed form (an alternative's forecast) against its simulation
@@ -46,3 +47,21 @@ def test_calibrated_alternatives_are_forecasts(chip: str, topology: str, kind: s
 def test_ideal_alternatives_carry_no_forecast_label() -> None:
     r = run_collective("broadcast", System("tpu-v5e", topology="torus:4x4"), 64e6)
     assert r.alternatives and all("time_is" not in a for a in r.alternatives)
+
+
+def test_faulted_tpu_alternatives_forecast_every_way_and_keep_the_choice() -> None:
+    """Round a dead link on calibrated TPU links: every way's alternatives are forecasts above their ideal bound, the
+    ideal bound kept beside each is the ideal run's own, and the choice (made by ideal closed form) is unchanged."""
+    faults = [LinkDown(0, 1)]
+    bare = run_collective("all_reduce", System("tpu-v5e", topology="torus:4x4", faults=faults), 64e6)
+    cal = run_collective("all_reduce", System("tpu-v5e", topology="torus:4x4", calibrated=True, faults=faults), 64e6)
+    ideal = {(a["algorithm"], a.get("route")): a["time_s"] for a in bare.alternatives}
+    assert cal.algorithm == bare.algorithm
+    assert {(a["algorithm"], a.get("route")) for a in cal.alternatives} == set(ideal)
+    assert any(a.get("route") for a in cal.alternatives)  # a way round the fault is listed
+    for alt in cal.alternatives:
+        assert alt["time_is"] == "forecast"
+        assert alt["ideal_time_s"] == pytest.approx(ideal[(alt["algorithm"], alt.get("route"))], rel=1e-9)
+        assert alt["time_s"] > alt["ideal_time_s"]
+    chosen = next(a for a in cal.alternatives if a["algorithm"] == cal.algorithm and not a.get("route"))
+    assert chosen["time_s"] == pytest.approx(cal.time_s, rel=REL)

@@ -183,6 +183,7 @@ def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, 
     and the fastest run is chosen (``simulated_s`` in their alternatives); elsewhere the best score wins. Every
     way's alternatives are listed, each labelled with its ``route`` (absent: as faulted)."""
     ways = fault_routes.alternatives(system)
+    forecast = _forecast(system, None)  # calibrated TPU links: every way's alternatives forecast, ranked by ideal
 
     def make_job_on(net: Network, groups: list[Group], root_pos: tuple[int, ...]) -> Any:
         def make_job(chosen: Algorithm | None) -> Job:
@@ -196,10 +197,12 @@ def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, 
         groups = collective_groups(way_net, axes, None)
         make_job = make_job_on(way_net, groups, root_position(groups, root))
         try:
-            tuned.append((way, tune(algorithm, kind, way_net, groups, make_job), groups, make_job))
+            tuned.append((way, tune(algorithm, kind, way_net, groups, make_job, forecast=forecast), groups,
+                          make_job))
         except PodsimError:
             continue
-    listed = [(way.score(alt["time_s"]), i, rank, {**alt, "route": way.label} if way.label else dict(alt))
+    listed = [(way.score(alt.get("ideal_time_s", alt["time_s"])), i, rank,
+               {**alt, "route": way.label} if way.label else dict(alt))
               for i, (way, other, _, _) in enumerate(tuned) for rank, alt in enumerate(other.alternatives)]
     candidates = sorted((c for c in listed if c[2] < 2), key=lambda c: (c[0], c[1]))
     best = candidates[0]
@@ -214,7 +217,7 @@ def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, 
                    key=lambda c: (c[0], c[1]))
     way, other, groups, make_job = tuned[best[1]]
     if best[3]["algorithm"] != other.algorithm.name:
-        other = tune(best[3]["algorithm"], kind, _way_net(way), groups, make_job)
+        other = tune(best[3]["algorithm"], kind, _way_net(way), groups, make_job, forecast=forecast)
     if len(tuned) > 1 or tried:
         other.alternatives = [c[3] for c in sorted(tried, key=lambda c: c[3]["simulated_s"])] + \
             sorted((c[3] for c in listed if "simulated_s" not in c[3]), key=lambda alt: alt["time_s"])
