@@ -80,7 +80,7 @@ def _algorithm_curves(path: Path, step: int = 1) -> Path:
         for topology, where in (("switch:8", "one 8-GPU node (switch:8)"), ("nodes:2:8", "two nodes (nodes:2:8)")):
             system = System("h100", topology=topology, calibrated=calibrated, trace=False)
             data = algorithms.curves("all_reduce", system, sizes)
-            mode = "calibrated: the protocol NCCL's tuner picks for each" if calibrated else "ideal links"
+            mode = "calibrated, NCCL's protocol each" if calibrated else "ideal links"
             panels.append((f"H100 AllReduce, {where}, {mode}", data, algorithms.crossovers("all_reduce", system, data)))
     return plots.save(algorithms.figure(panels), path, DPI)
 
