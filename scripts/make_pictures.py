@@ -71,15 +71,16 @@ def make(out: Path, quick: bool = False) -> list[Path]:
 
 
 def _algorithm_curves(path: Path, step: int = 1) -> Path:
-    """AllReduce on H100: every applicable algorithm's closed form from 1 KiB to 8 GiB on one 8-GPU node and on
-    two nodes, ideal and calibrated, with auto's choice on top and its crossovers marked (`report.algorithms`)."""
+    """AllReduce on H100: every applicable algorithm's closed form (calibrated: with the protocol NCCL's tuner picks
+    for it) from 1 KiB to 8 GiB on one 8-GPU node and on two nodes, ideal and calibrated, with auto's choice on top
+    and its crossovers marked (`report.algorithms`)."""
     sizes = [2.0**k for k in range(10, 34, step)]
     panels = []
     for calibrated in (False, True):
         for topology, where in (("switch:8", "one 8-GPU node (switch:8)"), ("nodes:2:8", "two nodes (nodes:2:8)")):
             system = System("h100", topology=topology, calibrated=calibrated, trace=False)
             data = algorithms.curves("all_reduce", system, sizes)
-            mode = "calibrated: fastest NCCL protocol each" if calibrated else "ideal links"
+            mode = "calibrated, NCCL's protocol each" if calibrated else "ideal links"
             panels.append((f"H100 AllReduce, {where}, {mode}", data, algorithms.crossovers("all_reduce", system, data)))
     return plots.save(algorithms.figure(panels), path, DPI)
 

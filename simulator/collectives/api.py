@@ -142,7 +142,7 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
                         tuned.protocol, tuned.nccl)
     else:
         nccl = None if price is None else nccl_select(kind, net, groups, _nbytes(nbytes, data), protocol)
-        choice = tune(algorithm, kind, net, groups, make_job, price, nccl)
+        choice = tune(algorithm, kind, net, groups, make_job, price, nccl, _forecast(system, price))
     route = AS_FAULTED
     if algorithm == AUTO and price is None and not explicit and mesh is None:
         choice, route = _round_faults(system, choice, kind, axes, root, algorithm, nbytes, data, multi_axis,
@@ -183,6 +183,7 @@ def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, 
     and the fastest run is chosen (``simulated_s`` in their alternatives); elsewhere the best score wins. Every
     way's alternatives are listed, each labelled with its ``route`` (absent: as faulted)."""
     ways = fault_routes.alternatives(system)
+    forecast = _forecast(system, None)  # calibrated TPU links: every way's alternatives forecast, ranked by ideal
 
     def make_job_on(net: Network, groups: list[Group], root_pos: tuple[int, ...]) -> Any:
         def make_job(chosen: Algorithm | None) -> Job:
@@ -196,10 +197,12 @@ def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, 
         groups = collective_groups(way_net, axes, None)
         make_job = make_job_on(way_net, groups, root_position(groups, root))
         try:
-            tuned.append((way, tune(algorithm, kind, way_net, groups, make_job), groups, make_job))
+            tuned.append((way, tune(algorithm, kind, way_net, groups, make_job, forecast=forecast), groups,
+                          make_job))
         except PodsimError:
             continue
-    listed = [(way.score(alt["time_s"]), i, rank, {**alt, "route": way.label} if way.label else dict(alt))
+    listed = [(way.score(alt.get("ideal_time_s", alt["time_s"])), i, rank,
+               {**alt, "route": way.label} if way.label else dict(alt))
               for i, (way, other, _, _) in enumerate(tuned) for rank, alt in enumerate(other.alternatives)]
     candidates = sorted((c for c in listed if c[2] < 2), key=lambda c: (c[0], c[1]))
     best = candidates[0]
@@ -214,7 +217,7 @@ def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, 
                    key=lambda c: (c[0], c[1]))
     way, other, groups, make_job = tuned[best[1]]
     if best[3]["algorithm"] != other.algorithm.name:
-        other = tune(best[3]["algorithm"], kind, _way_net(way), groups, make_job)
+        other = tune(best[3]["algorithm"], kind, _way_net(way), groups, make_job, forecast=forecast)
     if len(tuned) > 1 or tried:
         other.alternatives = [c[3] for c in sorted(tried, key=lambda c: c[3]["simulated_s"])] + \
             sorted((c[3] for c in listed if "simulated_s" not in c[3]), key=lambda alt: alt["time_s"])
@@ -267,6 +270,20 @@ def _protocol_price(system: System, protocol: str) -> Any:
         raise PodsimError(f"protocol={protocol!r} needs a calibrated GPU system (System(chip, calibrated=True) on "
                           f"a GPU chip): ideal links and TPU links have no NCCL protocol; leave protocol='auto'")
     return None
+
+
+def _forecast(system: System, price: Any) -> Any:
+    """The calibrated seconds of an (algorithm, job) on a calibrated system without NCCL protocols (TPU links):
+    the launch latency plus the closed form on links at their calibrated rates, as `_execute_calibrated` runs
+    them; None on ideal systems and where ``price`` (the NCCL protocols) already prices calibrated."""
+    calibration = getattr(system, "calibration", None)
+    if calibration is None or price is not None:
+        return None
+
+    def forecast(algorithm: Algorithm, job: Job) -> float:
+        return protocols.calibrated_closed_form(calibration, algorithm, job)
+
+    return forecast
 
 
 def _job(chosen: Algorithm | None, kind: str, net: Network, groups: list[Group], nbytes: float | None,

@@ -285,6 +285,13 @@ def protocol_chunks(calibration: Any, algorithm: Any, job: Any, protocol: str) -
                                    broadcast_piece_bytes(job, protocol))
 
 
+def calibrated_closed_form(calibration: Any, algorithm: Any, job: Any) -> float:
+    """Seconds of ``algorithm`` running ``job`` on calibrated links with no NCCL protocol (TPU links): the launch
+    latency plus its closed form on ``job``'s network at the calibrated link rates, as a calibrated run sets them."""
+    fraction, latency, launch = link_settings(calibration, job.nbytes, algorithm.name, None)
+    return float(launch + algorithm.closed_form(_on(job, priced_view(job.net, fraction, latency))))
+
+
 def _on(job: Any, view: Any) -> Any:
     """``job`` on the network ``view``, with none of the closed-form pieces it kept for its own network."""
     fresh: dict[str, Any] = {"cache": {}} if "cache" in {f.name for f in fields(job)} else {}

@@ -42,7 +42,8 @@ class Choice:
 
 def tune(name: str, kind: str, net: Network, groups: list[Group], make_job: Callable[[Algorithm], Job],
          price: Callable[[Algorithm, Job], tuple[float, str, dict[str, float]]] | None = None,
-         nccl: Callable[[str, dict[str, dict[str, Any]]], dict[str, Any] | None] | None = None) -> Choice:
+         nccl: Callable[[str, dict[str, dict[str, Any]]], dict[str, Any] | None] | None = None,
+         forecast: Callable[[Algorithm, Job], float] | None = None) -> Choice:
     """The job of algorithm ``name`` (``auto``: the fastest by closed form) and the alternatives priced
     (``auto``: every applicable algorithm; a name: that one).
 
@@ -50,6 +51,14 @@ def tune(name: str, kind: str, net: Network, groups: list[Group], make_job: Call
     (that algorithm is then no alternative; asked for by name, its error is raised). ``price`` (None: the
     algorithm's ideal closed form) gives (seconds, protocol, seconds per protocol) for a job. ``nccl`` (with
     ``price``) maps (name, the priced alternatives by name) to NCCL's choice (`nccl_select`), which then decides.
+    ``forecast`` (without ``price``: a calibrated system with no NCCL protocols, e.g. TPU links) gives an
+    alternative's calibrated seconds; the choice stays the fastest closed form, and each alternative's ``time_s`` is
+    then its forecast, ``ideal_time_s`` its ideal closed form (a bound).
+
+    Every alternative of a calibrated run (``price`` or ``forecast``) says ``"time_is": "forecast"``: with ``nccl``,
+    its ``time_s`` and ``protocol`` are those of the protocol NCCL's tuner would run for it asked for by name (what
+    ``algorithm=name`` then simulates), ``fastest_protocol`` the one priced fastest. Ideal runs' alternatives are
+    bounds (ideal peak links) and carry no ``time_is``.
     """
     if name != AUTO:
         choose(name, kind, net, groups)  # an algorithm that does not apply: say which ones do
@@ -85,6 +94,23 @@ def tune(name: str, kind: str, net: Network, groups: list[Group], make_job: Call
             chosen, protocol = picked["plugin"], picked["protocol"]
         for fit in extra:
             extra[fit].update(nccl_tuner.label(fit))
+        for fit in list(times):  # each alternative as it would run asked for by name: NCCL's protocol for it
+            if fit == chosen:
+                runs = protocol  # the one this run simulates
+            else:
+                own = nccl(fit, {fit: extra[fit]})
+                runs = own.get("protocol") if own is not None and own.get("plugin") == fit else None
+            if runs is not None and runs in extra[fit]["protocols"] and runs != extra[fit]["protocol"]:
+                extra[fit]["fastest_protocol"] = extra[fit]["protocol"]
+                extra[fit]["protocol"] = runs
+                times[fit] = extra[fit]["protocols"][runs]
+    if price is not None:
+        for fit in extra:
+            extra[fit]["time_is"] = "forecast"
+    elif forecast is not None:
+        ideal = dict(times)
+        times = {fit: forecast(get_algorithm(fit), job) for fit, job in jobs.items()}
+        extra = {fit: {"ideal_time_s": ideal[fit], "time_is": "forecast"} for fit in jobs}
     alternatives = [{"algorithm": fit, "time_s": t, **extra[fit]}
                     for fit, t in sorted(times.items(), key=lambda kv: (kv[1], kv[0]))]
     return Choice(get_algorithm(chosen), jobs[chosen], alternatives, protocol, picked)

@@ -2,7 +2,7 @@
 array size, the automatic choice on top, and the sizes where the choice changes (crossovers).
 
 Nothing here simulates: each point is `simulator.collectives.plan_collective`'s pricing -- the closed form of
-every applicable algorithm (on a calibrated GPU system, with its fastest NCCL protocol) -- so a sweep of
+every applicable algorithm (on a calibrated GPU system, with the NCCL protocol its tuner picks for it) -- so a sweep of
 dozens of sizes takes seconds. tests/test_algorithm_curves.py holds spot points against simulation.
 """
 from __future__ import annotations
