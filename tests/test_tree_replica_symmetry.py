@@ -113,3 +113,21 @@ def test_the_fast_step_stops_on_the_quotient_finds_the_stage_unlike_and_gives_th
     assert_same(exact, quick)
     assert_same(full.metrics, fast.metrics)
     assert full.system.network.link_bytes() == pytest.approx(fast.system.network.link_bytes(), rel=1e-12)
+
+
+def test_a_run_that_finds_the_stage_unlike_stops_there(monkeypatch):
+    """The rerun after ``mixed`` (on rail rotations) finds the stage's chips unlike at a send's last arrival and
+    stops (`Rerun`, ``broken``) rather than finishing a run whose figures the exact run replaces: no fast run
+    reaches `Symmetry.finish`, and the exact run is the answer."""
+    from simulator.acceleration.step_symmetry import Symmetry
+
+    finished: list[bool] = []
+    real = Symmetry.finish
+
+    def finish(self, trace):
+        finished.append(self.active)
+        real(self, trace)
+    monkeypatch.setattr(Symmetry, "finish", finish)
+    fast, _ = simulate_step(CFG, get_chip("h100"), parse_plan_mesh(TREE[0]), TrainOptions(microbatches=4), 64, 128,
+                            TREE[1], trace=False, calibrated=True, fast=True)
+    assert fast.reruns == ["mixed", "broken"] and finished == [False]
