@@ -131,3 +131,31 @@ def test_a_run_that_finds_the_stage_unlike_stops_there(monkeypatch):
     fast, _ = simulate_step(CFG, get_chip("h100"), parse_plan_mesh(TREE[0]), TrainOptions(microbatches=4), 64, 128,
                             TREE[1], trace=False, calibrated=True, fast=True)
     assert fast.reruns == ["mixed", "broken"] and finished == [False]
+
+
+@pytest.mark.parametrize("nbytes", [2**20, 64 * 2**20])
+def test_the_generator_check_refuses_only_groups_the_quotient_refuses(nbytes):
+    """`node_quotients._Pairs` (which groups a stopped run's next attempt may use, without building those that
+    cannot) is a necessary condition: every group it refuses, on the tree and on the ring, has no quotient; it
+    refuses the replica rotations on the tree, and none of the groups that hold the ring."""
+    from simulator.acceleration.automorphisms import block_specs, stride_specs
+    from simulator.acceleration.node_quotients import NodeCandidate, _Pairs
+    from simulator.acceleration.slice_symmetry import _Graph
+
+    net, plan = _data_all_reduce(nbytes)
+    transfers = plan.schedule.transfers
+    stand_in = _Graph(net.graph)
+    candidates = [NodeCandidate(name, order, stand_in, make) for name, order, make in
+                  [*stride_specs(net), *block_specs(net)]] + list(node_actions(net))
+    refused = []
+    for c in candidates:
+        pairs = _Pairs(transfers)
+        if not pairs.may_fit(c):
+            built = c.build() if isinstance(c, NodeCandidate) else c
+            assert built is None or quotient(net, transfers, built) is None, c.name
+            refused.append(c.name)
+    stride_names = {a.name for a in stride_actions(net)}
+    if plan.algorithm.name == "double_binary_tree":
+        assert stride_names <= set(refused)
+    else:
+        assert not stride_names & set(refused)

@@ -141,8 +141,9 @@ class NodeQuotients:
         """The names of the candidate groups (of those named in ``among``, if given) ``transfers`` (as
         `_quotient_of` takes them) is equivariant under."""
         sources = {t.src for t in transfers if t.src is not None} if isinstance(transfers, list) else None
+        pairs = _Pairs(transfers) if isinstance(transfers, list) else None
         return frozenset(a.name for a in self._candidates() if (among is None or a.name in among)
-                         and (sources is None or _keeps(a, sources))
+                         and (sources is None or _keeps(a, sources)) and (pairs is None or pairs.may_fit(a))
                          and (action := _built(a)) is not None and self._quotient_of(transfers, action) is not None)
 
 
@@ -192,6 +193,40 @@ def _keeps(candidate: Any, sources: set[Any]) -> bool:
     if not keeps and candidate._built is None:
         candidate._made = None  # (not kept while unbuilt: thousands of nodes each; made again if asked)
     return keeps
+
+
+class _Pairs:
+    """A necessary condition for a schedule's quotient by a group, checked on the group's generators before it is
+    built: each generator maps the sending transfers' (source, destination, bytes, operation) onto those of the
+    schedule. (`quotient` accepts only a schedule whose transfers are |G| images of its representatives', role for
+    role, so every element maps that multiset onto itself.) Checked on `SAMPLE` transfers spread over the
+    schedule: a schedule it passes may still fail `quotient`, one it fails fails `quotient` too (the same groups
+    fit, found without building, at thousands of nodes, the groups that do not)."""
+
+    SAMPLE = 512
+
+    def __init__(self, transfers: list[Any]) -> None:
+        sent = [(t.src, t.dst, t.nbytes, t.op) for t in transfers if t.src is not None]
+        self.roles = set(sent)
+        self.sample = sent[::max(1, len(sent) // self.SAMPLE)]
+
+    def may_fit(self, candidate: Any) -> bool:
+        """False where a generator of ``candidate`` (its permutations, built or not) maps a sampled transfer onto
+        none of the schedule's: no quotient then; True otherwise (or where its generators are not known)."""
+        if type(candidate) is NodeCandidate:
+            perms = candidate.perms()
+        elif hasattr(candidate, "orders") and hasattr(candidate, "generator"):
+            perms = [candidate.generator(i) for i in range(len(candidate.orders))]
+        else:
+            return True
+        if perms is None:
+            return True
+        roles = self.roles
+        fits = all((perm.get(src), perm.get(dst), nbytes, op) in roles
+                   for perm in perms for src, dst, nbytes, op in self.sample)
+        if not fits and type(candidate) is NodeCandidate and candidate._built is None:
+            candidate._made = None  # (not kept while unbuilt, as `_keeps`)
+        return fits
 
 
 def _built(candidate: Any) -> Any:
