@@ -204,10 +204,22 @@ def node_actions(net: Network, multiplicities: bool = False) -> list[Automorphis
     (not a node system, hosts, faults) or where a candidate is not an automorphism. ``multiplicities``: a link
     with a non-trivial stabiliser runs as one channel at 1/m of its bandwidth (`quotient._shared`) rather
     than being refused (links at their own, uncalibrated rates only)."""
-    graph = net.graph
-    if graph.graph.get("kind") != "nodes" or net.faulted or len(net.shape) != 2:
+    if net.faulted:
         return []
-    count, per_node = net.shape
+    out = list(built(net, node_specs(net)))
+    for action in out:
+        action.scaled = {} if multiplicities else None
+    return out
+
+
+def node_specs(net: Any) -> Iterator[Spec]:
+    """`node_actions` unbuilt (`Spec`), in its order, for ``net`` (a network, or a stand-in holding its ``graph``;
+    unfaulted: the caller checks): the step's candidates are built only where tried (`NodeCandidate`), since the
+    rotation of every node (order K, a permutation of every node per power) is large and fits no pipelined step."""
+    graph = net.graph
+    if graph.graph.get("kind") != "nodes" or len(graph.graph.get("shape", ())) != 2:
+        return
+    count, per_node = graph.graph["shape"]
     step = graph.graph.get("nodes_per_unit", 1) if graph.graph.get("fabric") == "fattree" else 1
     makers = []
     if count % step == 0 and count // step > 1:
@@ -217,16 +229,10 @@ def node_actions(net: Network, multiplicities: bool = False) -> list[Automorphis
     if per_node > 1:
         makers.append(("rails", per_node, lambda: rail_rotation(net)))
     subsets = [c for r in range(len(makers), 0, -1) for c in itertools.combinations(makers, r)]
-    out = []
     for chosen in sorted(subsets, key=lambda c: -math.prod(k for _, k, _ in c)):  # stable: more generators first
-        name = "+".join(n for n, _, _ in chosen)
-        try:
-            action = Automorphisms(net, [(make(), k) for _, k, make in chosen], name)
-            action.scaled = {} if multiplicities else None
-            out.append(action)
-        except (ValueError, KeyError):
-            continue
-    return out
+        def generators(chosen: tuple = chosen) -> list[tuple[dict[Any, Any], int]]:
+            return [(make(), k) for _, k, make in chosen]
+        yield "+".join(n for n, _, _ in chosen), math.prod(k for _, k, _ in chosen), generators
 
 
 def slice_rotation(net: Network) -> dict[Any, Any]:

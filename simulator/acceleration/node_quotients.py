@@ -110,12 +110,12 @@ class NodeQuotients:
         return quotient(net, entry, action)
 
     def _candidates(self) -> list[Any]:
-        """The node system's symmetry groups, largest first (those named in ``node_allowed``): built
-        (`simulator.acceleration.automorphisms.Automorphisms`) on GPU nodes, not yet built on a multislice system
-        (`simulator.acceleration.slice_symmetry.Candidate`, built by `_built` when tried: the first that fits is
-        the largest, and the others are never built)."""
+        """The node system's symmetry groups, largest first (those named in ``node_allowed``), not yet built: on GPU
+        nodes `NodeCandidate` (`simulator.acceleration.automorphisms` `node_specs`, `stride_specs`, `block_specs`),
+        on a multislice system `simulator.acceleration.slice_symmetry.Candidate`; each built by `_built` when tried
+        (the first that fits is the largest, and the others are never built)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
-            from simulator.acceleration.automorphisms import block_specs, node_actions, stride_specs
+            from simulator.acceleration.automorphisms import block_specs, node_specs, stride_specs
             from simulator.acceleration.slice_symmetry import _Graph, slice_candidates
 
             net, allowed = self._net(), self.node_allowed
@@ -127,9 +127,10 @@ class NodeQuotients:
                 every = _CANDIDATES.get(key) if key is not None else None
                 if every is None:
                     stand_in = _Graph(net.graph)  # (no channels: kept across steps)
-                    lazy = [NodeCandidate(name, order, stand_in, make)
-                            for name, order, make in itertools.chain(stride_specs(net), block_specs(net))]
-                    every = sorted(itertools.chain(node_actions(net), lazy), key=lambda a: -a.order)
+                    whole = node_specs(stand_in) if not net.faulted else ()  # (`node_actions`, built when tried)
+                    specs = itertools.chain(whole, stride_specs(net), block_specs(net))
+                    every = sorted((NodeCandidate(name, order, stand_in, make) for name, order, make in specs),
+                                   key=lambda a: -a.order)
                     if key is not None:
                         _CANDIDATES.clear()  # one fabric kept: bounded memory
                         _CANDIDATES[key] = every
