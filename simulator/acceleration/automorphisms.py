@@ -127,6 +127,25 @@ _POWERS: dict[int, tuple[dict[Any, Any], int, list[dict[Any, Any]]]] = {}
 _POWERS_KEPT = 32  #: (two entries a generator: it and its first power)
 
 
+#: the candidates' generator permutations (`_perm`) of the last graph asked about, by kind: the groups of a step
+#: share generators (a node rotation by s with every rail rotation), so each is made once, not once a candidate
+_PERMS: dict[tuple, dict[Any, Any]] = {}
+_PERMS_OF: list[Any] = [None]  #: the graph they are of (kept: its id is not reused while they are)
+
+
+def _perm(net: Any, key: tuple, make: Callable[[], dict[Any, Any]]) -> dict[Any, Any]:
+    """``make()``, the permutation ``key`` names of ``net``'s graph, made once per graph (shared: not to be
+    changed by callers)."""
+    graph = net.graph
+    if _PERMS_OF[0] is not graph:
+        _PERMS.clear()
+        _PERMS_OF[0] = graph
+    found = _PERMS.get(key)
+    if found is None:
+        found = _PERMS[key] = make()
+    return found
+
+
 def _powers(perm: dict[Any, Any], k: int, name: str) -> list[dict[Any, Any]]:
     """``perm``'s powers 0 .. k - 1 (each node -> its image), checked to be of order ``k`` (`ValueError`)."""
     kept = _POWERS.get(id(perm))
@@ -227,29 +246,33 @@ def node_actions(net: Network, multiplicities: bool = False) -> list[Automorphis
     """The symmetry groups of a GPU node system (see the module docstring), largest first; none elsewhere
     (not a node system, hosts, faults) or where a candidate is not an automorphism. ``multiplicities``: a link
     with a non-trivial stabiliser runs as one channel at 1/m of its bandwidth (`quotient._shared`) rather
-    than being refused (links at their own, uncalibrated rates only). `node_specs`: the same unbuilt."""
-    out = []
-    for action in built(net, node_specs(net)):
+    than being refused (links at their own, uncalibrated rates only)."""
+    if net.faulted:
+        return []
+    out = list(built(net, node_specs(net)))
+    for action in out:
         action.scaled = {} if multiplicities else None
-        out.append(action)
     return out
 
 
-def node_specs(net: Network) -> Iterator[Spec]:
-    """`node_actions` unbuilt (`Spec`, no multiplicities), largest first: the rotations of nodes (or of scalable
-    units, and of nodes inside units, on a fat tree) and of rails, and every product of them."""
+def node_specs(net: Any) -> Iterator[Spec]:
+    """`node_actions` unbuilt (`Spec`), in its order, for ``net`` (a network, or a stand-in holding its ``graph``;
+    unfaulted: the caller checks): the step's candidates are built only where tried (`NodeCandidate`), since the
+    rotation of every node (order K, a permutation of every node per power) is large and fits no pipelined step."""
     graph = net.graph
-    if graph.graph.get("kind") != "nodes" or net.faulted or len(net.shape) != 2:
+    if graph.graph.get("kind") != "nodes" or len(graph.graph.get("shape", ())) != 2:
         return
-    count, per_node = net.shape
+    count, per_node = graph.graph["shape"]
     step = graph.graph.get("nodes_per_unit", 1) if graph.graph.get("fabric") == "fattree" else 1
     makers: list[tuple[str, int, Callable[[], dict[Any, Any]]]] = []
     if count % step == 0 and count // step > 1:
-        makers.append(("nodes" if step == 1 else "units", count // step, lambda: node_rotation(net, step)))
+        makers.append(("nodes" if step == 1 else "units", count // step,
+                       lambda: _perm(net, ("nodes by", step), lambda: node_rotation(net, step))))
     if step > 1 and count % step == 0:
-        makers.append(("nodes in units", step, lambda: node_rotation(net, 1, inside=step)))
+        makers.append(("nodes in units", step,
+                       lambda: _perm(net, ("nodes inside", step), lambda: node_rotation(net, 1, inside=step))))
     if per_node > 1:
-        makers.append(("rails", per_node, lambda: rail_rotation(net)))
+        makers.append(("rails", per_node, lambda: _perm(net, ("rails by", 1), lambda: rail_rotation(net))))
     subsets = [c for r in range(len(makers), 0, -1) for c in itertools.combinations(makers, r)]
     for chosen in sorted(subsets, key=lambda c: -math.prod(k for _, k, _ in c)):  # stable: more generators first
         def generators(chosen: tuple = chosen) -> list[tuple[dict[Any, Any], int]]:
@@ -326,7 +349,7 @@ def block_specs(net: Any) -> Iterator[Spec]:
             continue
 
         def generators(b: int = b, r: int = r) -> list[tuple[dict[Any, Any], int]]:
-            out = [(node_rotation(net, 1, inside=b), b)] if b > 1 else []
+            out = [(_perm(net, ("nodes inside", b), lambda: node_rotation(net, 1, inside=b)), b)] if b > 1 else []
             return out + _rails_by(net, r)
         yield f"nodes in blocks of {b} + rails by {r}", order, generators
 
@@ -352,7 +375,7 @@ def stride_specs(net: Any) -> Iterator[Spec]:
     options = sorted((((count // s) * (per_node // r), -s, s, r) for s in strides for r in shifts), reverse=True)
     for order, _, s, r in options:
         def generators(s: int = s, r: int = r) -> list[tuple[dict[Any, Any], int]]:
-            return [(node_rotation(net, s), count // s), *_rails_by(net, r)]
+            return [(_perm(net, ("nodes by", s), lambda: node_rotation(net, s)), count // s), *_rails_by(net, r)]
         yield f"nodes by {s} + rails by {r}", order, generators
 
 
@@ -368,7 +391,7 @@ def _rails_by(net: Any, r: int) -> list[tuple[dict[Any, Any], int]]:
     per_node = net.graph.graph["shape"][1]
     if r >= per_node:
         return []
-    return [(rail_rotation(net, r), per_node // r)]  # (the rotation by one, r times)
+    return [(_perm(net, ("rails by", r), lambda: rail_rotation(net, r)), per_node // r)]  # (one pass)
 
 
 def _xor_specs(net: Any, count: int, per_node: int) -> Iterator[Spec]:

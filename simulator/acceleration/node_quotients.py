@@ -111,10 +111,10 @@ class NodeQuotients:
         return quotient(net, entry, action)
 
     def _candidates(self) -> list[Any]:
-        """The node system's symmetry groups, largest first (those named in ``node_allowed``): built
-        (`simulator.acceleration.automorphisms.Automorphisms`) on GPU nodes, not yet built on a multislice system
-        (`simulator.acceleration.slice_symmetry.Candidate`, built by `_built` when tried: the first that fits is
-        the largest, and the others are never built)."""
+        """The node system's symmetry groups, largest first (those named in ``node_allowed``), not yet built: on GPU
+        nodes `NodeCandidate` (`simulator.acceleration.automorphisms` `node_specs`, `stride_specs`, `block_specs`),
+        on a multislice system `simulator.acceleration.slice_symmetry.Candidate`; each built by `_built` when tried
+        (the first that fits is the largest, and the others are never built)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
             from simulator.acceleration.automorphisms import block_specs, node_specs, stride_specs
             from simulator.acceleration.slice_symmetry import _Graph, slice_candidates
@@ -128,9 +128,10 @@ class NodeQuotients:
                 every = _CANDIDATES.get(key) if key is not None else None
                 if every is None:
                     stand_in = _Graph(net.graph)  # (no channels: kept across steps)
-                    lazy = [NodeCandidate(name, order, stand_in, make) for name, order, make
-                            in itertools.chain(node_specs(net), stride_specs(net), block_specs(net))]
-                    every = sorted(lazy, key=lambda a: -a.order)  # (node groups first at equal orders, as built)
+                    whole = node_specs(stand_in) if not net.faulted else ()  # (`node_actions`, built when tried)
+                    specs = itertools.chain(whole, stride_specs(net), block_specs(net))
+                    every = sorted((NodeCandidate(name, order, stand_in, make) for name, order, make in specs),
+                                   key=lambda a: -a.order)
                     if key is not None:
                         _CANDIDATES.clear()  # one fabric kept: bounded memory
                         _CANDIDATES[key] = every
@@ -142,8 +143,9 @@ class NodeQuotients:
         """The names of the candidate groups (of those named in ``among``, if given) ``transfers`` (as
         `_quotient_of` takes them) is equivariant under."""
         sources = {t.src for t in transfers if t.src is not None} if isinstance(transfers, list) else None
+        pairs = _Pairs(transfers) if isinstance(transfers, list) else None
         return frozenset(a.name for a in self._candidates() if (among is None or a.name in among)
-                         and (sources is None or _keeps(a, sources))
+                         and (sources is None or _keeps(a, sources)) and (pairs is None or pairs.may_fit(a))
                          and (action := _built(a)) is not None and self._quotient_of(transfers, action) is not None)
 
 
@@ -248,6 +250,40 @@ def _keeps(candidate: Any, sources: set[Any] | None) -> bool:
     if not keeps and candidate._built is None:
         candidate._made = None  # (not kept while unbuilt: thousands of nodes each; made again if asked)
     return keeps
+
+
+class _Pairs:
+    """A necessary condition for a schedule's quotient by a group, checked on the group's generators before it is
+    built: each generator maps the sending transfers' (source, destination, bytes, operation) onto those of the
+    schedule. (`quotient` accepts only a schedule whose transfers are |G| images of its representatives', role for
+    role, so every element maps that multiset onto itself.) Checked on `SAMPLE` transfers spread over the
+    schedule: a schedule it passes may still fail `quotient`, one it fails fails `quotient` too (the same groups
+    fit, found without building, at thousands of nodes, the groups that do not)."""
+
+    SAMPLE = 512
+
+    def __init__(self, transfers: list[Any]) -> None:
+        sent = [(t.src, t.dst, t.nbytes, t.op) for t in transfers if t.src is not None]
+        self.roles = set(sent)
+        self.sample = sent[::max(1, len(sent) // self.SAMPLE)]
+
+    def may_fit(self, candidate: Any) -> bool:
+        """False where a generator of ``candidate`` (its permutations, built or not) maps a sampled transfer onto
+        none of the schedule's: no quotient then; True otherwise (or where its generators are not known)."""
+        if type(candidate) is NodeCandidate:
+            perms = candidate.perms()
+        elif hasattr(candidate, "orders") and hasattr(candidate, "generator"):
+            perms = [candidate.generator(i) for i in range(len(candidate.orders))]
+        else:
+            return True
+        if perms is None:
+            return True
+        roles = self.roles
+        fits = all((perm.get(src), perm.get(dst), nbytes, op) in roles
+                   for perm in perms for src, dst, nbytes, op in self.sample)
+        if not fits and type(candidate) is NodeCandidate and candidate._built is None:
+            candidate._made = None  # (not kept while unbuilt, as `_keeps`)
+        return fits
 
 
 def _built(candidate: Any) -> Any:

@@ -14,7 +14,8 @@ The rules, in order (each rerun starts from a fresh system; every figure of the 
 2. ``conflict`` (`simulator.acceleration.replay.Replays.conflict`): a replayed collective turned out not
    alone on its links. Rerun without replaying those (``avoid``), twice, then without replays.
 3. ``broken`` (`Symmetry.broken`): a stage's chips turned out unlike. Rerun exactly (``fast=False``: every
-   chip); a broken run is not rerun for a conflict first, since the exact run has no replays.
+   chip); a broken run is not rerun for a conflict first, since the exact run has no replays. A run stops
+   (`Rerun`) as soon as it finds them unlike, unless it is ``mixed`` already.
 
 Every rerun gives the exact run's figures (tests/test_reruns.py holds each reason's fast run against an
 exact one); the reasons taken are returned, in order, for tests and reports.
@@ -78,16 +79,18 @@ def _conflict(sym: Any) -> bool:
 def run_with_reruns(make: Callable[[Attempt], R], first: Attempt = Attempt()) -> Outcome:
     """Run ``make(first)``, then rerun by the module's rules until a run needs none; ``make`` builds a fresh
     run (on a fresh system) for an attempt. A `Rerun` raised by the first run or a ``mixed`` rerun with
-    quotients stops that run (``mixed``); raised by any other run it is a bug, and propagates."""
+    quotients stops that run (``mixed``), and so does one any fast run raises with ``broken`` set (a stage's
+    chips found unlike as they went: the exact run follows); raised by any other run it is a bug, and
+    propagates."""
     reasons: list[str] = []
 
     def go(attempt: Attempt, stop: bool = False) -> tuple[R, Any]:
         sim = make(attempt)
-        if not stop:
-            return sim, sim.run()
         try:
             return sim, sim.run()
-        except Rerun:  # stopped early: ``mixed`` says so, and the next attempt narrows the quotients
+        except Rerun:  # stopped early: ``mixed`` says so, and the next attempt narrows the quotients; or ``broken``
+            if not (stop or _flag(sim.sym, "broken")):  # (a stage's chips unlike, any fast run: then the exact run)
+                raise
             return sim, None
 
     attempt = first

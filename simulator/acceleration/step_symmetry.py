@@ -75,6 +75,11 @@ def why_not_symmetric(system: System, mesh: Any) -> str | None:
     return None
 
 
+def _unlike(times: list[float]) -> bool:
+    """Whether arrival instants (s) of a stage's sends lie apart beyond float rounding (`TIME_TOLERANCE`)."""
+    return bool(times) and max(times) - min(times) > TIME_TOLERANCE * max(abs(max(times)), 1e-30)
+
+
 def _wraps(net: Any, mesh: Any) -> bool:
     """Whether every physical axis under a mesh axis wraps or has two chips (every ring of an axis alike)."""
     axes = [p for name in mesh.names for p in mesh.physical_axes(name)]
@@ -360,10 +365,12 @@ class Symmetry(NodeQuotients):
         if found is not None:
             self._send_on_quotient(chip, found, nbytes, label, times, arrived)
             return
-        for member in self.members[self.stage_of_rep[chip]]:
+        members = self.members[self.stage_of_rep[chip]]
+        noted = self._noted(times, len(members))
+        for member in members:
             dst = counterpart(member)
             event = net.message(member, dst, nbytes, label=label)
-            event.callbacks.append(lambda e: times.append(self.system.env.now))
+            event.callbacks.append(noted)
             if replays.enabled and member != dst:  # its links are claimed while it is on its way
                 links = [c for route in net._route_links(member, dst, False)[0] for c in route]
                 replays.claim(links)
@@ -409,6 +416,7 @@ class Symmetry(NodeQuotients):
         net, replays = self._net(), self.replays
         trace = net.trace
         sends, order = found
+        noted = self._noted(times, len(sends))
         for src, route in sends:
             if route is None:  # (a chip sending to itself)
                 event = self.system.env.event().succeed(self.system.env.now)
@@ -426,9 +434,25 @@ class Symmetry(NodeQuotients):
                     def release(_e: Any, claimed: list[Channel] = claimed) -> None:
                         replays.release(claimed)
                     event.callbacks.append(release)
-            event.callbacks.append(lambda e: times.append(self.system.env.now))
+            event.callbacks.append(noted)
             if src == chip:
                 event.callbacks.append(arrived)
+
+    def _noted(self, times: list[float], expected: int) -> Callable[[Any], None]:
+        """The callback that notes in ``times`` the instant (s) each of a stage's ``expected`` sends arrives. At
+        the last, arrivals apart beyond rounding (`_unlike`) stop the run at once (`broken`, `Rerun`) unless it is
+        ``mixed`` already (its own reruns come first, `reruns`): a broken run's figures are discarded for the full
+        simulation's, and before a quotient went wrong every instant it gave is the full run's, so the stage's
+        chips are unlike in full too (a GPU node quotient stops at once where it would go wrong; on a grid,
+        ``mixed`` is noted as it happens)."""
+        env = self.system.env
+
+        def noted(_event: Any) -> None:
+            times.append(env.now)
+            if len(times) == expected and _unlike(times) and not self.mixed:
+                self.broken = True
+                raise Rerun("a stage's chips turned out unlike: the step reruns in full")
+        return noted
 
     # -- the whole system's figures --------------------------------------------------------------------
     def finish(self, trace: Any) -> None:
@@ -448,7 +472,7 @@ class Symmetry(NodeQuotients):
 
             unfold(self._net(), self.node_action, SimpleNamespace(links=tuple(self._node_links)), {})
         for times in self._arrivals:
-            if times and max(times) - min(times) > TIME_TOLERANCE * max(abs(max(times)), 1e-30):
+            if _unlike(times):
                 self.broken = True
         k = self.per_stage
         counters = trace.bytes_by_interface
