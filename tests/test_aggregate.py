@@ -213,3 +213,42 @@ def test_a_split_pipelined_broadcast_agrees_on_both_paths(case):
     run the split alike (times, bytes, spans)."""
     case = dict(case)
     _compare(case.pop("topology"), "broadcast", nbytes=3e6, chunks=8, **case)
+
+
+def test_schedule_shape_counts_dependencies_by_hand():
+    """`schedule_shape` on a hand-built diamond 0 -> {1, 2} -> 3 plus a lone 4: counts, dependents and roots
+    written out by hand."""
+    from simulator.acceleration.aggregate import schedule_shape
+    from simulator.collectives.schedule import Transfer
+
+    ts = [Transfer(0, 0, 1, ("a",), "copy", (), 1.0), Transfer(1, 1, 2, ("a",), "copy", (0,), 1.0),
+          Transfer(2, 1, 3, ("a",), "copy", (0,), 1.0), Transfer(3, 2, 3, ("a",), "add", (1, 2), 1.0),
+          Transfer(4, 3, 0, ("b",), "copy", (), 1.0)]
+    waiting, dependents, roots = schedule_shape(ts)
+    assert waiting == [0, 1, 1, 2, 0]
+    assert dependents == [[1, 2], [3], [3], [], []]
+    assert [t.id for t in roots] == [0, 4]
+
+
+def test_a_quotient_run_twice_leaves_its_kept_shape_as_it_was():
+    """A quotient's `schedule_shape` is made once and kept (`Quotient.shape`); each run counts down its own copy,
+    so the kept counts stay the schedule's and a second run on the idle network takes as long as the first."""
+    from simulator.acceleration.aggregate import schedule_shape
+    from simulator.acceleration.quotient import execute_quotient, run_on_quotient
+
+    system = System("a100", topology="nodes:2:8")
+    net, env = system.network, system.env
+    plan = plan_collective("all_reduce", system, 64e6)
+    found = run_on_quotient(net, plan.schedule.transfers)
+    assert found is not None, "a node system's AllReduce has a quotient"
+    q = found[0]
+    fresh = schedule_shape(q.transfers)
+    times = []
+    for _ in range(2):
+        start = env.now
+        done = execute_quotient(net, q, "x")
+        env.run()
+        assert done.triggered
+        times.append(env.now - start)
+        assert q.shape == fresh  # (the same lists, not counted down)
+    assert times[1] == pytest.approx(times[0], rel=1e-12)

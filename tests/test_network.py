@@ -127,3 +127,21 @@ def test_bad_link_bandwidth_in_a_graph():
     graph.edges[0, 1].update(bandwidth_bytes_per_s=1e9, latency_s=-1.0)
     with pytest.raises(PodsimError, match=r"link 0->1 latency_s=-1\.0"):
         System(topology=graph)
+
+
+def test_idle_follows_the_links_in_flight_even_when_the_link_last_found_busy_goes_idle():
+    """`Network.idle` (the link last found busy asked first) against the times a lone transfer occupies its link:
+    from its latency ``A`` to ``A + bytes / B`` (the latency wait does not occupy it)."""
+    system = System("tpu-v5e", topology="mesh:8")
+    net, env = system.network, system.env
+    assert net.idle()  # no link built yet
+    short, long = net.link(0, 1), net.link(2, 3)
+    short.transfer(1e6)
+    long.transfer(3e6)
+    expected = [(0.5 * A, True), (A + 0.5e6 / B, False), (A + 2e6 / B, False), (A + 4e6 / B, True)]
+    for at, idle in expected:
+        env.run(until=at)
+        assert net.idle() is idle, at
+    short.transfer(1e6)  # a hint left on the long link (now idle) while the short one is busy again
+    env.run(until=env.now + A + 0.5e6 / B)
+    assert net.idle() is False

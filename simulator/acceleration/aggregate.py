@@ -153,6 +153,20 @@ def execute_aggregated(net: Network, transfers: list[Transfer], buffers: dict[An
     return done
 
 
+Shape = tuple[list[int], list[list[int]], list[Transfer]]  #: `schedule_shape`
+
+
+def schedule_shape(transfers: list[Transfer]) -> Shape:
+    """What an `Aggregated` run of ``transfers`` starts from: each transfer's count of dependencies, the ids of
+    the transfers that wait for each, and the transfers with none (in schedule order)."""
+    waiting = list(map(len, map(_deps, transfers)))
+    dependents: list[list[int]] = [[] for _ in transfers]
+    for tid, _, _, _, _, deps, _ in transfers:
+        for d in deps:
+            dependents[d].append(tid)
+    return waiting, dependents, [t for t in transfers if not t.deps]
+
+
 class Aggregated:
     """One aggregated `execute` under way. An object, not closures that call each other: those would make a
     reference cycle holding the whole schedule until the garbage collector's next full pass."""
@@ -165,16 +179,13 @@ class Aggregated:
     lean = True
 
     def __init__(self, net: Network, transfers: list[Transfer], buffers: dict[Any, dict[Any, np.ndarray]] | None,
-                 label: str, done: Completion) -> None:
+                 label: str, done: Completion, shape: Shape | None = None) -> None:
+        """``shape``: `schedule_shape` of ``transfers``, where the caller keeps it between runs (a quotient's)."""
         self.net, self.transfers, self.buffers, self.label, self.done = net, transfers, buffers, label, done
-        self.waiting = list(map(len, map(_deps, transfers)))
+        waiting, self.dependents, _ = schedule_shape(transfers) if shape is None else shape
+        self.waiting = waiting.copy()  # (counted down by this run; the dependents are only read)
         self.remaining = [len(transfers)]
         done.pending = _Pending(transfers, self.waiting, self.remaining, label)
-        dependents: list[list[int]] = [[] for _ in transfers]
-        for tid, _, _, _, _, deps, _ in transfers:
-            for d in deps:
-                dependents[d].append(tid)
-        self.dependents = dependents
         self.payloads: dict[int, dict[Any, np.ndarray]] = {}
         self.single: dict[tuple[Any, Any], Any] = {}  # (src, dst) -> its route's one plain link, or False
         self.by_interface = net.trace.bytes_by_interface if net.trace is not None else None  # what Trace.count adds to

@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from types import SimpleNamespace
 from typing import Any, Protocol
 
-from simulator.acceleration.aggregate import Aggregated, cut_through
+from simulator.acceleration.aggregate import Aggregated, Shape, cut_through, schedule_shape
 from simulator.acceleration.unfolding import stand_ins
 from simulator.collectives.schedule import (
     AGGREGATED_EVENTS_PER_TRANSFER,
@@ -141,6 +142,11 @@ class Quotient:
     links: tuple[Channel, ...]  #: every representative channel the routes cross
     represented: int = 0  #: transfers of the whole schedule (barriers too)
     announced: int = 0  #: of those, how many `Schedule.add` counted in the watch's estimate as it built them
+
+    @cached_property
+    def shape(self) -> Shape:
+        """`schedule_shape` of ``transfers``, made once: a quotient runs at every start of its collective."""
+        return schedule_shape(self.transfers)
 
 
 def quotient(net: Network, transfers: list[Transfer], action: Action) -> Quotient | None:
@@ -343,11 +349,10 @@ def execute_quotient(net: Network, q: Quotient, label: str = "") -> Completion:
     if not q.transfers:
         done.succeed(net.env.now)
         return done
-    run = _QuotientRun(net, q.transfers, None, label, done)
+    run = _QuotientRun(net, q.transfers, None, label, done, q.shape)
     run.routes, run.scale = q.routes, q.order
-    for t in q.transfers:
-        if not t.deps:
-            run.start(t)
+    for t in q.shape[2]:
+        run.start(t)
     return done
 
 

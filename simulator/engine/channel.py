@@ -32,7 +32,7 @@ import simpy
 from simpy.events import Event, Timeout
 
 from simulator.engine.simpy_door import clock, fire_now, timeout
-from simulator.engine.timers import _new, call_after, call_at
+from simulator.engine.timers import _new, _set_timer, call_after, call_at
 from simulator.engine.trace import Span, Trace, new_span
 from simulator.units import positive
 
@@ -190,16 +190,24 @@ class Channel:
         env = self.env
         now = clock(env)
         if self._flows or self._arrive_by >= now or not self.admit_ahead:
-            self._arrive_by = now + latency
-            call_after(env, latency, self._enter, flow)
-            return
-        # `admit_ahead`: what the latency timer and `_enter` would do, ahead (the same floats)
-        flow.start = self._last_update = self._arrive_by = at = now + latency
-        self._flows = [(nbytes, 0, flow)]
-        self._v = 0.0
-        self._generation += 1
-        flow.generation = self._generation
-        call_at(env, at + nbytes / self._bandwidth, self._lone_done, flow)
+            at = self._arrive_by = now + latency  # `call_after(env, latency, self._enter, flow)`, inline below
+            fn: Callable[[Any], Any] = self._enter
+        else:  # `admit_ahead`: what the latency timer and `_enter` would do, ahead (the same floats)
+            flow.start = self._last_update = self._arrive_by = start = now + latency
+            self._flows = [(nbytes, 0, flow)]
+            self._v = 0.0
+            generation = self._generation = self._generation + 1
+            flow.generation = generation
+            at, fn = start + nbytes / self._bandwidth, self._lone_done
+        try:  # `call_at(env, at, fn, flow)` inline, as `FaultChannel.send` does (``at`` is later than now)
+            pending = env._podsim_calls  # type: ignore[attr-defined]  # podsim's, kept on the env
+        except AttributeError:
+            pending = env._podsim_calls = {}  # type: ignore[attr-defined]
+        calls = pending.get(at)
+        if calls is not None:
+            calls.append((fn, flow))
+        else:
+            _set_timer(env, pending, at, [(fn, flow)])
 
     def send_bytes(self, nbytes: float, label: str, kind: str, then: Callable[[Any], Any], arg: Any) -> None:
         """`send` without the latency: the bytes start moving now and ``then(arg)`` is called when the last has left

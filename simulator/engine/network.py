@@ -88,6 +88,7 @@ class Network:
         self._strides = tuple(math.prod(self.shape[i + 1:]) for i in range(len(self.shape)))  # row-major `_node`
         self.uniform = True  #: every ring of an axis behaves alike (no faults or jitter on links; `System` sets it)
         self.make_channel: Any = None  #: builds a link's channel from (u, v, edge data) instead of `Channel`
+        self._busy_hint: Channel | None = None  #: the link `idle` last found busy (asked first next time)
 
     # -- links -------------------------------------------------------------------------------
     def link(self, u: Any, v: Any) -> Channel:
@@ -133,8 +134,17 @@ class Network:
         return MappingProxyType(self._links)
 
     def idle(self) -> bool:
-        """Whether no link is carrying bytes now."""
-        return not any(channel.busy for channel in self._links.values())
+        """Whether no link is carrying bytes now. The link last found busy is asked first: at a collective's
+        start the network is nearly always busy, and mostly on that link still, so the answer is usually one
+        look (the full scan only where it has gone idle); the answer is the scan's either way."""
+        hint = self._busy_hint
+        if hint is not None and hint.busy:
+            return False
+        for channel in self._links.values():
+            if channel.busy:
+                self._busy_hint = channel
+                return False
+        return True
 
     def set_link_efficiency(self, fraction: Any, latency: Any = None) -> None:
         """Run every link at ``fraction(kind)`` of its rate (None: the full rate) from now on, and, with
