@@ -19,7 +19,7 @@ protocol (`simulator.collectives.fast_path`), which the executor implements.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -84,7 +84,7 @@ def plain_route(net: Network, src: Any, dst: Any) -> tuple[list[Channel] | None,
     return route
 
 
-def cut_through(net: Network, links: list[Channel], nbytes: float, label: str, then: Then, arg: Any) -> None:
+def cut_through(net: Network, links: Sequence[Channel], nbytes: float, label: str, then: Then, arg: Any) -> None:
     """Send ``nbytes`` (more than zero) cut-through over the plain ``links`` of a route (what `deliver` does past
     its checks and byte counts) and call ``then(arg)`` on arrival."""
     _CutThrough(net, links, nbytes, label, then, arg).start_hop(0)
@@ -109,7 +109,7 @@ class _CutThrough:
 
     __slots__ = ("env", "links", "nbytes", "label", "then", "arg", "ends", "left")
 
-    def __init__(self, net: Network, links: list[Channel], nbytes: float, label: str, then: Then, arg: Any) -> None:
+    def __init__(self, net: Network, links: Sequence[Channel], nbytes: float, label: str, then: Then, arg: Any) -> None:
         self.env, self.links, self.nbytes, self.label, self.then, self.arg = net.env, links, nbytes, label, then, arg
         self.ends = [0.0] * len(links)
         self.left = len(links)

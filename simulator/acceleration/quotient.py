@@ -337,7 +337,7 @@ class _QuotientRun(Aggregated):
         if len(links) == 1:
             links[0].send(nbytes, self.label, "send", self.arrive, t.id)
         else:
-            cut_through(self.net, list(links), nbytes, self.label, self.arrive, t.id)
+            cut_through(self.net, links, nbytes, self.label, self.arrive, t.id)  # (the tuple itself: only read)
 
 
 def execute_quotient(net: Network, q: Quotient, label: str = "") -> Completion:
