@@ -148,8 +148,14 @@ class Hierarchical(Algorithm):
         return PARTS * self.pipeline
 
     def chunks_of(self, job: Job) -> int:
-        """Chunks flowing through the levels in ``job``: `pipeline`, or what `prepare` chose."""
-        return job.cache.get("pipeline", self.pipeline)
+        """Chunks flowing through the levels in ``job``: `pipeline`, or what `prepare` chose -- read from
+        ``job.parts`` (`PARTS` a chunk), which travels with the job. Not from ``job.cache``: a calibrated closed
+        form prices the job on a copy of its network with the cache emptied (`simulator.collectives.protocol._on`),
+        and a count kept there fell back to `pipeline` while ``key_bytes`` stayed cut for the chosen count -- the
+        closed form priced a quarter of the array where `prepare` chose 16 chunks (issue 31: nodes:2:8 calibrated
+        AllReduce under Simple, 433 us at 256 MiB, below its 465 us at 64 MiB, where 1.85 ms was simulated)."""
+        assert job.parts % PARTS == 0, f"{self.name}: {job.parts} parts is not a whole number of chunks"
+        return job.parts // PARTS
 
     def prepare(self, job: Job) -> None:
         """Pipelined, timing only: the chunk count among half `pipeline`, `pipeline`, twice and four times it whose
@@ -173,7 +179,6 @@ class Hierarchical(Algorithm):
         self._set_chunks(job, best[1])
 
     def _set_chunks(self, job: Job, count: int) -> None:
-        job.cache["pipeline"] = count
         job.parts = PARTS * count
         job.key_bytes = math.ceil(job.nbytes / payload.n_keys(job.kind, job.group.n, job.parts, job.chunks))
 
