@@ -62,6 +62,18 @@ def test_bad_bandwidth_is_rejected_with_its_value(bandwidth):
         Channel(simpy.Environment(), "hbm", bandwidth)
 
 
+@pytest.mark.parametrize("latency", [-1e-6, float("nan"), float("inf"), "1us", True])
+def test_bad_latency_is_rejected_with_its_name(latency):
+    with pytest.raises(QuantityError, match="link 0->1 latency_s"):
+        Channel(simpy.Environment(), "link 0->1", 1e9, latency)
+
+
+def test_whole_numbers_are_taken_as_floats():
+    chan = Channel(simpy.Environment(), "link", 10, 0)
+    assert chan.bandwidth_bytes_per_s.__class__ is float and chan.latency_s.__class__ is float
+    assert (chan.bandwidth_bytes_per_s, chan.latency_s) == (10.0, 0.0)
+
+
 def test_serial_unit_runs_one_op_at_a_time_in_request_order():
     env = simpy.Environment()
     unit = SerialUnit(env, "mxu", trace=Trace())

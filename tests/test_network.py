@@ -75,6 +75,25 @@ def test_links_appear_as_tracks_in_the_trace():
     assert units == {"link 0->1", "link 1->2"} or units == {"link 0->3", "link 3->2"}
 
 
+@pytest.mark.parametrize("trace", [True, False])
+def test_a_link_is_built_with_its_edge_figures_and_described_only_when_traced(trace):
+    """A link's channel carries its edge's rate, latency and kind (and, calibrated, the calibrated ones over the
+    nominal); the trace describes it for the report's link groups only where there are busy times to group."""
+    system = System("h100", topology="switch:4", trace=trace)
+    net = system.network
+    data = net.graph.edges[0, "sw0"]
+    net.set_link_efficiency(lambda kind: 0.5, lambda kind, latency: 3 * latency)
+    link = net.link(0, "sw0")
+    assert (link.name, link.kind, link.chip) == ("link 0->sw0", data["kind"], 0)
+    assert (link.nominal_bandwidth_bytes_per_s, link.nominal_latency_s) == (data["bandwidth_bytes_per_s"],
+                                                                            data["latency_s"])
+    assert (link.bandwidth_bytes_per_s, link.latency_s) == (0.5 * data["bandwidth_bytes_per_s"],
+                                                            3 * data["latency_s"])
+    assert net.link(0, "sw0") is link
+    assert system.trace.links == ({"link 0->sw0": {**data, "src_role": "chip", "dst_role": "switch"}}
+                                  if trace else {})
+
+
 def test_switch_route_goes_through_the_switch():
     system = System("h100", topology="switch:8")
     out = send(system, 2, 5, 4.5e8)

@@ -102,8 +102,13 @@ class Channel:
                  latency_s: float = 0.0, *, chip: int | str = 0, trace: Trace | None = None) -> None:
         self.env = env
         self.name = name
-        self.bandwidth_bytes_per_s = positive(bandwidth_bytes_per_s, name=f"{name} bandwidth_bytes_per_s")
-        self.latency_s = positive(latency_s, name=f"{name} latency_s", allow_zero=True)
+        bandwidth = bandwidth_bytes_per_s  # (`positive`'s own hot path inline, its message built only on an error:
+        if not (bandwidth.__class__ is float and 0.0 < bandwidth < math.inf):  # a step builds tens of thousands)
+            bandwidth = positive(bandwidth, name=f"{name} bandwidth_bytes_per_s")
+        self._bandwidth = bandwidth  # (the setter's: no flow yet)
+        if not (latency_s.__class__ is float and 0.0 <= latency_s < math.inf):
+            latency_s = positive(latency_s, name=f"{name} latency_s", allow_zero=True)
+        self.latency_s = latency_s
         self.chip = chip
         self.trace = trace
         self.bytes_carried = 0.0

@@ -95,21 +95,27 @@ class Network:
         """The channel of link direction ``u -> v`` (built on first use)."""
         channel = self._links.get((u, v))
         if channel is None:
-            data = self.graph._adj[u][v]  # (``graph.edges[u, v]`` without its view: unfolding builds tens of thousands)
-            if self.make_channel is None:
-                channel = Channel(self.env, f"link {u}->{v}", data["bandwidth_bytes_per_s"], data["latency_s"],
-                                  chip=u, trace=self.trace)
-            else:
-                channel = self.make_channel(u, v, data)
-            channel.kind = data.get("kind", "ici")
-            channel.nominal_bandwidth_bytes_per_s = channel.bandwidth_bytes_per_s
-            channel.nominal_latency_s = channel.latency_s
-            self._links[(u, v)] = channel
-            if self.trace is not None:  # the report groups links by kind and axis
-                roles = {"src_role": self.graph.nodes[u].get("role"), "dst_role": self.graph.nodes[v].get("role")}
-                self.trace.links[channel.name] = {**data, **roles}
-            if self._efficiency is not None or self._latency is not None:  # (else: its own rate and latency)
-                self._apply_efficiency(channel)
+            channel = self._new_link(u, v)
+        return channel
+
+    def _new_link(self, u: Any, v: Any) -> Channel:
+        data = self.graph._adj[u][v]  # (``graph.edges[u, v]`` without its view: unfolding builds tens of thousands)
+        if self.make_channel is None:
+            channel = Channel(self.env, f"link {u}->{v}", data["bandwidth_bytes_per_s"], data["latency_s"],
+                              chip=u, trace=self.trace)
+        else:
+            channel = self.make_channel(u, v, data)
+        channel.kind = data.get("kind", "ici")
+        channel.nominal_bandwidth_bytes_per_s = channel.bandwidth_bytes_per_s
+        channel.nominal_latency_s = channel.latency_s
+        self._links[(u, v)] = channel
+        trace = self.trace
+        if trace is not None and trace.enabled:  # the report groups links by kind and axis (by their busy times:
+            # with tracing off there are none, and nothing reads these)
+            roles = {"src_role": self.graph.nodes[u].get("role"), "dst_role": self.graph.nodes[v].get("role")}
+            trace.links[channel.name] = {**data, **roles}
+        if self._efficiency is not None or self._latency is not None:  # (else: its own rate and latency)
+            self._apply_efficiency(channel, fresh=True)
         return channel
 
     def sibling(self, graph: nx.DiGraph) -> Network:
@@ -158,8 +164,8 @@ class Network:
         for channel in self._links.values():
             self._apply_efficiency(channel)
 
-    def _apply_efficiency(self, channel: Channel) -> None:
-        if channel.busy:
+    def _apply_efficiency(self, channel: Channel, fresh: bool = False) -> None:
+        if not fresh and channel.busy:  # (``fresh``: just built, no flow yet)
             raise PodsimError(f"{channel.name} has transfers in flight; change link efficiency between collectives")
         nominal = channel.nominal_latency_s
         key = (channel.kind, nominal)

@@ -64,7 +64,8 @@ class Trace:
     """Spans and byte counters of one run. ``enabled=False`` keeps counters but drops spans.
 
     ``links`` describes each link direction used (by unit name: its edge attributes ``kind``, ``axis``,
-    ``direction``, ``bandwidth_bytes_per_s``, ..., and ``src_role`` / ``dst_role``); ``pools`` holds
+    ``direction``, ``bandwidth_bytes_per_s``, ..., and ``src_role`` / ``dst_role``; tracing on only: they group
+    the links' busy times, and with tracing off there are none); ``pools`` holds
     the memory pools' live-bytes timelines (tracing on only).
     """
 
