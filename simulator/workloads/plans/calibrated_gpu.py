@@ -13,8 +13,11 @@ is a named number of seconds in the breakdown:
   the [heads, seq, seq] scores through HBM;
 - ``vector_s``: norms, residual adds, activations, rotary and dropout as memory-bound kernels at the kernel
   model's share of HBM (the TPU model's per-token tensor counts, `calibrated.ELEMENTWISE_D` ...); under FP8
-  (``dtype="fp8"``, Transformer Engine's recipe) every GEMM first casts both operands from 16 bits
-  (`FP8_CAST_BYTES` per element), booked with the GEMM;
+  (``dtype="fp8"``) the casts are priced as Transformer Engine runs them (`FP8_CAST_TRANSPOSE_BYTES`, booked with
+  the GEMMs): each layer GEMM's input activation forward and its output gradient backward go through one fused
+  cast-transpose kernel (the transposed copy feeds the weight-gradient GEMM), and each weight is cast once per
+  step where the framework caches it across microbatches (`FP8_WEIGHT_CACHE`: Megatron-Core's
+  ``is_first_microbatch``), else once per microbatch; the output head runs in 16 bits (`FP8_HEAD`);
 - ``launch_s``: eager frameworks launch every kernel from the host: a kernel takes at least the host's
   ``dispatch_s`` (what its GPU time does not hide; small models on many GPUs are launch-bound);
 - ``recompute_s``: what the checkpoint policy recomputes (``full``: the forward again, collectives included;
@@ -80,7 +83,21 @@ from simulator.workloads.transformer import TransformerConfig
 
 ATTENTION = ("flash", "flash2", "unfused")  #: the chip's FlashAttention, FlashAttention-2, or scores through HBM
 SOFTMAX_PASSES = 4  #: unfused attention: scale + mask + softmax (1 read, 1 write), dropout (1 read, 1 write)
-FP8_CAST_BYTES = 3  #: per element cast to FP8 for a GEMM: 2 read in bf16, 1 written (amax fused)
+FP8_CAST_TRANSPOSE_BYTES = 4
+"""HBM bytes per element of Transformer Engine's fused FP8 cast-transpose (``nvte_cast_transpose``,
+``fp8_cast_transpose_fused``): 2 read in 16 bits, 1 written as FP8 and 1 as its FP8 transpose (amax fused in). Hopper's
+FP8 tensor cores take only the TN layout, so a GEMM's input X feeds the forward as X and the weight gradient as X^T,
+the output gradient dY the data gradient as dY and the weight gradient as dY^T, the weight W the forward as W and the
+data gradient as W^T: each is cast once, with its transpose, and read by both of its GEMMs."""
+FP8_WEIGHT_CACHE = ("megatron-core",)
+"""Frameworks that cast each weight to FP8 once per step, not once per microbatch: Megatron-Core passes
+``is_first_microbatch`` to Transformer Engine's modules (``transformer/transformer_block.py``, TE's "FP8 weight
+caching": the FP8 weight and its transpose are cached after the first microbatch of a gradient-accumulation step).
+PyTorch FSDP / torchao (llm-foundry, torchtitan) cast in every forward. The bound casts once per step."""
+FP8_HEAD = "bf16"
+"""The output head's dtype under FP8 training: Megatron-Core's ``output_layer`` is a plain ``ColumnParallelLinear``
+(not a Transformer Engine module, so outside ``fp8_autocast``'s FP8 GEMMs), and torchtitan's float8 converter skips
+the ``output`` layer: 16 bits."""
 VECTOR_KERNELS = 9  #: memory-bound kernels per layer forward (2 norms, 2 residual adds, activation, rotary, ...)
 LOSS_BYTES_PER_LOGIT = 52
 """HBM bytes the loss moves per logit (one token x one vocabulary entry of the GPU's shard), from first principles:
@@ -152,22 +169,31 @@ class _Kernels:
         self.launch += extra
         return seconds + extra
 
-    def gemm(self, m: float, k: float, n: float, batch: int = 1) -> float:
+    def gemm(self, m: float, k: float, n: float, batch: int = 1, dtype: str | None = None) -> float:
+        """Seconds of one GEMM [m, k] @ [k, n] (``batch`` of them) in ``dtype`` (None: the step's), casts apart."""
         r, kk, nn = (max(1, round(x)) for x in (m, k, n))
-        seconds = self._floor(self.k.matmul_s(r, kk, nn, self.dtype, batch) / self.compute)
-        if self.dtype == "fp8":  # FP8 training (Transformer Engine): both operands cast from 16 bits first
-            seconds += self.vector(FP8_CAST_BYTES * batch * (r * kk + kk * nn))
-        return seconds
+        return self._floor(self.k.matmul_s(r, kk, nn, dtype or self.dtype, batch) / self.compute)
+
+    def cast(self, elements: float) -> float:
+        """Seconds of the FP8 cast-transpose of ``elements`` 16-bit values (0 unless the GEMMs run in FP8)."""
+        return self.vector(FP8_CAST_TRANSPOSE_BYTES * elements) if self.dtype == "fp8" and elements > 0 else 0.0
 
     def vector(self, nbytes: float, kind: str = "elementwise") -> float:
         return self._floor(self.k.memory_bound_s(nbytes, kind))
 
 
 def _gemms_s(kern: _Kernels, shapes: list[tuple[float, float, float]], backward: bool) -> float:
-    """Forward GEMMs [m, k] @ [k, n], or their backward: data gradient [m, n] @ [n, k], weight [k, m] @ [m, n]."""
+    """Forward GEMMs [m, k] @ [k, n], or their backward: data gradient [m, n] @ [n, k], weight [k, m] @ [m, n];
+    under FP8 each with the cast-transpose of its activation input X [m, k] (forward) or output gradient dY [m, n]
+    (backward), the weights' casts apart (`_weight_casts_s`)."""
     if not backward:
-        return sum(kern.gemm(m, k, n) for m, k, n in shapes)
-    return sum(kern.gemm(m, n, k) + kern.gemm(k, m, n) for m, k, n in shapes)
+        return sum(kern.gemm(m, k, n) + kern.cast(m * k) for m, k, n in shapes)
+    return sum(kern.gemm(m, n, k) + kern.gemm(k, m, n) + kern.cast(m * n) for m, k, n in shapes)
+
+
+def _weight_casts_s(kern: _Kernels, shapes: list[tuple[float, float, float]]) -> float:
+    """Seconds of casting the weights [k, n] of ``shapes`` to FP8 with their transposes (0 outside FP8)."""
+    return sum(kern.cast(k * n) for _, k, n in shapes)
 
 
 def _attention_s(kern: _Kernels, cfg: TransformerConfig, m: int, seqs: float, q_len: int, kv_len: int,
@@ -182,8 +208,8 @@ def _attention_s(kern: _Kernels, cfg: TransformerConfig, m: int, seqs: float, q_
         return kern._floor(seconds / kern.compute)
     scores = b * heads * q_len * kv_len * 2  # bytes of the [heads, q, kv] scores in 16 bits
     passes = 2 if backward else 1
-    bmm = passes * (kern.gemm(q_len, cfg.head_dim, kv_len, b * heads) + kern.gemm(q_len, kv_len, cfg.head_dim,
-                                                                                  b * heads))
+    bmm = passes * (kern.gemm(q_len, cfg.head_dim, kv_len, b * heads, "bf16")
+                    + kern.gemm(q_len, kv_len, cfg.head_dim, b * heads, "bf16"))
     return bmm + passes * kern.vector(SOFTMAX_PASSES * scores)
 
 
@@ -212,6 +238,7 @@ def _layer_s(cfg: TransformerConfig, kern: _Kernels, plan: MeshPlan, t: float, s
         vec_bytes = e_a * t * (ELEMENTWISE_D * d / m + ELEMENTWISE_F * ff + 2 * (q + kv))
         vec = VECTOR_KERNELS * kern.vector(vec_bytes / VECTOR_KERNELS * (2 if bwd else 1))
         out[name] = {"gemm": gemm, "attention": attn, "vector": vec, "launch": kern.launch - start}
+    out["weight_cast"] = {"gemm": _weight_casts_s(kern, attn_gemms + mlp)}
     return out
 
 
@@ -312,6 +339,11 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     c = c or GPU_IDEAL
     kern = _Kernels(kernels, dtype, c)
     layer = _layer_s(cfg, kern, plan, t, seqs, seq, attention)
+    # FP8 weight casts: once per step where the framework caches them (and in the bound), else in every forward
+    cast_once = c is GPU_IDEAL or c.framework in FP8_WEIGHT_CACHE
+    w_cast = layer.pop("weight_cast")["gemm"]
+    if not cast_once:
+        layer["forward"]["gemm"] += w_cast
     fwd = sum(x for k, x in layer["forward"].items() if k != "launch")
     bwd = sum(x for k, x in layer["backward"].items() if k != "launch")
     policy = opts.checkpoint
@@ -366,7 +398,9 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
                 exposed["cp"] += n_l * (cp_f + cp_b)
                 exposed["ep"] += n_l * 4 * ep_one
         per_stage.append(total)
-    head_gemm = kern.gemm(t, d, cfg.vocab_size / m) + _gemms_s(kern, [(t, d, cfg.vocab_size / m)], True)
+    head = [(t, d, cfg.vocab_size / m)]  # in 16 bits under FP8 too (`FP8_HEAD`): no casts
+    head_gemm = kern.gemm(*head[0], dtype=FP8_HEAD) + kern.gemm(d, t, cfg.vocab_size / m, dtype=FP8_HEAD) + \
+        kern.gemm(t, cfg.vocab_size / m, d, dtype=FP8_HEAD)
     head_vec = kern.vector(LOSS_BYTES_PER_LOGIT * t * cfg.vocab_size / m)  # the fp32 loss over the logits
     per_stage[-1] += head_gemm + head_vec
     per_stage[0] += kern.vector(2 * t * d * e_a)  # the embedding lookup (and its gradient scatter)
@@ -407,11 +441,12 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
         exposed_grads = ex_b + ex_f
         slowed = k_i * (share_b * (after_b + dp_ar - ex_b) + share_f * (before_f - ex_f))
     optimizer = kern.vector(shard * adamw_bytes_per_param(e_w, opts.master_copy), "optimizer")
-    step = pipelined + p2p + exposed_grads + slowed + optimizer + c.step_overhead_s
+    weight_casts = stage_layers * w_cast if cast_once else 0.0  # the busiest stage's, once per step
+    step = pipelined + p2p + exposed_grads + slowed + optimizer + weight_casts + c.step_overhead_s
     layers = mb * cfg.n_layers / p  # layer passes of the busiest stage per step
     lf, lb = layer["forward"], layer["backward"]
     factors = {
-        "matmul_s": layers * (lf["gemm"] + lb["gemm"]) + mb * head_gemm,
+        "matmul_s": layers * (lf["gemm"] + lb["gemm"]) + mb * head_gemm + weight_casts,
         "attention_s": layers * (lf["attention"] + lb["attention"]),
         "vector_s": layers * (lf["vector"] + lb["vector"]) + mb * head_vec,
         "launch_s": layers * (lf["launch"] + lb["launch"]),
