@@ -5,9 +5,11 @@ the calibrated simulation of each alternative asked for by name (what that alter
 protocol NCCL's tuner picks for it, on TPUs the calibrated link rates). The alternatives' times are closed forms, the
 simulations event-driven runs: they agree within ``REL`` (5%; the largest gap seen here is under 2%).
 
-Every forecast is at least the topology bound. One ideal closed form is no bound of its calibrated forecast, listed in
-``NOT_BELOW_IDEAL``: an H100 node's line Broadcast, whose ideal run sends its default pieces while the calibrated
-LL128 run cuts the array finer (0.64x the ideal closed form); that is the GPU-node Broadcast closed form's business.
+Every forecast is at least the topology bound and at least its own ideal closed form (issue 31: the ideal ring
+Broadcast and Reduce now pipeline the pieces that suit their links, as the calibrated ones do; with one piece the ideal
+form of an H100 switch:8 64 MB ``line`` Broadcast was 3.7x its LL128 forecast, no bound). `test_root_ideal_forms_bound_
+forecasts` checks every root algorithm on a grid of GPU systems and sizes; two cases are strict xfails with their cause
+(`LATENCY_BELOW_IDEAL`).
 """
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from simulator.engine.faults import LinkDown
 from simulator.engine.system import System
 
 REL = 0.05  #: closed form (an alternative's forecast) against its simulation
-NOT_BELOW_IDEAL = {("h100", "broadcast", "line")}  #: see the module docstring
 
 CASES = [("tpu-v5e", "torus:4x4", "broadcast", 64e6),  # the issue's case: spanning_trees listed at its ideal form
          ("h100", "switch:8", "broadcast", 4e6),  # unidirectional runs Simple (NCCL's pick), not LL128 (fastest)
@@ -35,13 +36,56 @@ def test_calibrated_alternatives_are_forecasts(chip: str, topology: str, kind: s
         name = alt["algorithm"]
         assert alt["time_is"] == "forecast"
         assert alt["time_s"] >= bare.topology_bound_s, name
-        if (chip, kind, name) not in NOT_BELOW_IDEAL:
-            assert alt["time_s"] >= ideal[name] * (1 - 1e-9), f"{name}: a forecast faster than its ideal bound"
+        assert alt["time_s"] >= ideal[name] * (1 - 1e-9), f"{name}: a forecast faster than its ideal bound"
         forced = run_collective(kind, System(chip, topology=topology, calibrated=True), nbytes, algorithm=name)
         assert forced.protocol == alt.get("protocol"), name
         assert alt["time_s"] == pytest.approx(forced.time_s, rel=REL), name
         if "ideal_time_s" in alt:  # TPU links: the ideal closed form kept beside the forecast, labelled
             assert alt["ideal_time_s"] == pytest.approx(ideal[name], rel=1e-9)
+
+
+ROOT_GRID = [(chip, topology, kind, nbytes) for chip in ("h100", "a100") for topology in ("switch:8", "nodes:2:8",
+                                                                                           "nodes:4:8")
+             for kind in ("broadcast", "reduce", "gather", "scatter") for nbytes in (1e6, 64e6, 1e9)]
+#: (chip, topology, kind, bytes, algorithm) whose ideal closed form lies above its forecast, and why: at 1 MB NCCL's LL
+#: hop latencies (half a ring step: NVLink 0.3 us, InfiniBand 1.35 us; src/graph/tuning.cc) are below the ideal links'
+#: wire latencies (NVLink 1 us, InfiniBand 2.5 us: topologies/switch.py, topologies/multilevel.py), so the "ideal"
+#: latency is no lower bound of the calibrated one -- a preset inconsistency, not a pricing error. Measured: nodes:2:8
+#: ideal 35.56 us against the LL forecast 31.19 us; at ideal rates with LL's hop latencies the same form is 13.69 us.
+LATENCY_BELOW_IDEAL = {("h100", "nodes:2:8", "broadcast", 1e6, "line"), ("h100", "nodes:4:8", "broadcast", 1e6, "line")}
+
+
+def _ideal_and_forecast(chip: str, topology: str, kind: str, nbytes: float) -> tuple[dict[str, float], list[dict]]:
+    from simulator.collectives.api import plan_collective  # plans only: the closed forms, no simulation
+    bare = plan_collective(kind, System(chip, topology=topology, trace=False), nbytes)
+    cal = plan_collective(kind, System(chip, topology=topology, calibrated=True, trace=False), nbytes)
+    return {a["algorithm"]: a["time_s"] for a in bare.alternatives}, cal.alternatives
+
+
+@pytest.mark.parametrize(("chip", "topology", "kind", "nbytes"), ROOT_GRID)
+def test_root_ideal_forms_bound_forecasts(chip: str, topology: str, kind: str, nbytes: float) -> None:
+    """Every root algorithm's ideal closed form (ideal links: line rate, wire latency) is at most its calibrated
+    forecast (calibrated rates, NCCL's protocol and launch): an ideal figure is a bound. Oracle: the physics that a
+    calibrated link is never faster than its peak; on main 36 of these 168 pairs broke it (ring Broadcast and
+    Reduce priced at one piece, forecast down to 0.20x the ideal form)."""
+    ideal, forecasts = _ideal_and_forecast(chip, topology, kind, nbytes)
+    assert forecasts and {a["algorithm"] for a in forecasts} == set(ideal)
+    for alt in forecasts:
+        name = alt["algorithm"]
+        if (chip, topology, kind, nbytes, name) in LATENCY_BELOW_IDEAL:
+            continue  # `test_ideal_latency_above_protocol_latency_is_no_bound`
+        assert ideal[name] <= alt["time_s"] * (1 + 1e-9), \
+            f"{name}: ideal {ideal[name]:.6g} s above its forecast {alt['time_s']:.6g} s ({alt.get('protocol')})"
+
+
+@pytest.mark.xfail(strict=True, reason="LL's hop latency (NVLink 0.3 us, IB 1.35 us) is below the ideal links' wire "
+                                       "latency (1 us, 2.5 us): a preset inconsistency (`LATENCY_BELOW_IDEAL`)")
+@pytest.mark.parametrize(("chip", "topology", "kind", "nbytes", "name"), sorted(LATENCY_BELOW_IDEAL))
+def test_ideal_latency_above_protocol_latency_is_no_bound(chip: str, topology: str, kind: str, nbytes: float,
+                                                          name: str) -> None:
+    ideal, forecasts = _ideal_and_forecast(chip, topology, kind, nbytes)
+    forecast = next(a["time_s"] for a in forecasts if a["algorithm"] == name)
+    assert ideal[name] <= forecast * (1 + 1e-9)
 
 
 def test_ideal_alternatives_carry_no_forecast_label() -> None:

@@ -53,13 +53,16 @@ def test_chains_across_fat_tree_units_price_each_step_by_its_route():
 @pytest.mark.parametrize("k", [2, 4])
 def test_auto_takes_it_far_below_the_chain_and_the_direct_reduce(k):
     """64 MB on nodes:k:8: every other node must take V through its 8 NICs (V / (8 W_ib)); the rails carry it
-    on 7 of them, paying an InfiniBand route latency a round."""
+    on 7 of them, paying an InfiniBand route latency a round. ``auto`` runs them, or a ring that pipelines as finely
+    (issue 31: the ideal ring Broadcast's pieces; on nodes:2:8 its 8 NIC rings' 204.5 us beat the rails' 206.1 us)."""
     for kind in ("broadcast", "reduce"):
         system = System("h100", topology=f"nodes:{k}:8")
         _, _, a_ib, w_ib = node_links(system)
+        rails = run_collective(kind, System("h100", topology=f"nodes:{k}:8"), V, algorithm="rail_chains")
+        assert V / (7 * w_ib) < rails.time_s < 2 * (a_ib + V / (8 * w_ib))
         r = run_collective(kind, system, V)
-        assert r.algorithm == "rail_chains"
-        assert V / (7 * w_ib) < r.time_s < 2 * (a_ib + V / (8 * w_ib))
+        assert r.algorithm in ("rail_chains", "unidirectional", "line")
+        assert V / (8 * w_ib) < r.time_s <= rails.time_s * (1 + 1e-3)
     one_nic = run_collective("reduce", System("h100", topology=f"nodes:{k}:8"), V, algorithm="root_direct")
     assert one_nic.time_s > 20 * r.time_s  # every GPU's whole array through the root's one NIC
 

@@ -46,9 +46,11 @@ def test_auto_picks_it_within_1_3x_of_the_roots_port_bound(topology, nbytes):
     for kind in ("broadcast", "reduce"):
         system = System("h100", topology=topology)
         alpha, w = _port(system)
-        r = run_collective(kind, system, nbytes)
-        assert r.algorithm == "switch_relay"
-        assert r.time_s <= 1.3 * (nbytes / w + alpha)  # the root's one port, by hand
+        relay = run_collective(kind, System("h100", topology=topology), nbytes, algorithm="switch_relay")
+        assert relay.time_s <= 1.3 * (nbytes / w + alpha)  # the root's one port, by hand
+        r = run_collective(kind, system, nbytes)  # it, or the ideal ring pipelining its finest cut (issue 31)
+        assert r.algorithm in ("switch_relay", "unidirectional")
+        assert nbytes / w < r.time_s <= relay.time_s * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])

@@ -256,7 +256,7 @@ class Tuned:
                 chunks = algorithm.default_chunks(kind, net, groups, nbytes)
                 keys = payload.n_keys(kind, groups[0].n, parts, chunks)
                 job = Job(kind, net, groups, [groups], parts, chunks, root, math.ceil(nbytes / keys), nbytes=nbytes,
-                          cache=self.cache.setdefault((geometry, algorithm.name), {}))
+                          cache=self.cache.setdefault((geometry, algorithm.name), {}), auto_chunks=True)
                 algorithm.prepare(job)
                 return job
 
