@@ -6,8 +6,9 @@ binary tree (`simulator.collectives.tree`) is an in-order tree over the group's 
 so a rotation of the replicas (rank i -> i + 1) maps neither tree onto itself: the AllReduce is not equivariant
 under the stride groups that map every stage's replicas onto one another, only under rail rotations. And the
 step really is not symmetric then: in the full simulation the tree's unequal port loads (roots, leaves) delay
-some replicas' pipeline sends and not others. So the fast step must stop on the quotient (``mixed``), find the
-stage's chips unlike (``broken``) and give the full simulation's figures.
+some replicas' pipeline sends and not others. So the fast step must stop on the quotient (``mixed``); a stage's
+chips are then not alike, and it reruns with one program per orbit of the rail rotations (``orbits``,
+`simulator.acceleration.orbit_run`: tests/test_orbit_run.py), which gives the full simulation's figures.
 
 The small system with the same structure: nodes:16:2, data=8, pipeline=2, model=2 (replicas 2 nodes apart, a
 node's two GPUs a tensor-parallel pair, one GPU per node in each data group), where the tuner picks Tree for the
@@ -104,11 +105,11 @@ def test_with_the_tree_the_replicas_really_differ_and_with_the_ring_they_do_not(
     assert max(_arrival_spreads(*RING)) == 0.0
 
 
-def test_the_fast_step_stops_on_the_quotient_finds_the_stage_unlike_and_gives_the_full_figures():
+def test_the_fast_step_stops_on_the_quotient_reruns_by_orbits_and_gives_the_full_figures():
     opts = TrainOptions(microbatches=4)
     (full, exact), (fast, quick) = [simulate_step(CFG, get_chip("h100"), parse_plan_mesh(TREE[0]), opts, 64, 128,
                                                   TREE[1], trace=True, calibrated=True, fast=f) for f in (False, True)]
-    assert fast.reruns == ["mixed", "broken"], fast.reruns
+    assert fast.reruns == ["mixed", "orbits"], fast.reruns
     assert math.isclose(quick["step_time_s"], exact["step_time_s"], rel_tol=1e-12)
     assert_same(exact, quick)
     assert_same(full.metrics, fast.metrics)
@@ -116,21 +117,30 @@ def test_the_fast_step_stops_on_the_quotient_finds_the_stage_unlike_and_gives_th
 
 
 def test_a_run_that_finds_the_stage_unlike_stops_there(monkeypatch):
-    """The rerun after ``mixed`` (on rail rotations) finds the stage's chips unlike at a send's last arrival and
-    stops (`Rerun`, ``broken``) rather than finishing a run whose figures the exact run replaces: no fast run
-    reaches `Symmetry.finish`, and the exact run is the answer."""
+    """Without orbit runs (the driver's rule 4 off), the rerun after ``mixed`` (on rail rotations) finds the stage's
+    chips unlike at a send's last arrival and stops (`Rerun`, ``broken``) rather than finishing a run whose figures
+    the exact run replaces: no fast run reaches `Symmetry.finish`, and the exact run is the answer. With them
+    (the default), the stage-representative run on rail rotations is skipped: the orbit run is the one that
+    finishes, active."""
+    from simulator.acceleration import reruns
+    from simulator.acceleration.orbit_run import OrbitSymmetry
     from simulator.acceleration.step_symmetry import Symmetry
 
-    finished: list[bool] = []
+    finished: list[tuple[bool, bool]] = []
     real = Symmetry.finish
 
     def finish(self, trace):
-        finished.append(self.active)
+        finished.append((self.active, isinstance(self, OrbitSymmetry)))
         real(self, trace)
     monkeypatch.setattr(Symmetry, "finish", finish)
-    fast, _ = simulate_step(CFG, get_chip("h100"), parse_plan_mesh(TREE[0]), TrainOptions(microbatches=4), 64, 128,
-                            TREE[1], trace=False, calibrated=True, fast=True)
-    assert fast.reruns == ["mixed", "broken"] and finished == [False]
+
+    def step():
+        return simulate_step(CFG, get_chip("h100"), parse_plan_mesh(TREE[0]), TrainOptions(microbatches=4), 64, 128,
+                             TREE[1], trace=False, calibrated=True, fast=True)[0]
+    assert step().reruns == ["mixed", "orbits"] and finished == [(True, True)]
+    finished.clear()
+    monkeypatch.setattr(reruns, "_orbit_group", lambda sym, names: None)
+    assert step().reruns == ["mixed", "broken"] and finished == [(False, False)]
 
 
 @pytest.mark.parametrize("nbytes", [2**20, 64 * 2**20])

@@ -14,6 +14,7 @@ lives in this subpackage and is reached only from here:
 `ring_quotient`         a ring algorithm's quotient built without its schedule
 `step_symmetry`,        a symmetric step runs one chip per pipeline stage; GPU node quotient groups
 `node_quotients`
+`orbit_run`             a GPU node step with one program per orbit of a node group (stage chips unlike)
 `replay`, `templates`   a repeated collective alone on its links replays its recorded timing
 `reruns`                the one driver of a fast step's reruns (mixed, conflict, broken)
 ======================  =================================================================================
@@ -155,13 +156,19 @@ class Executor:
         """The step's representatives (`step_symmetry.Symmetry`: inactive, every chip running, where not fast or
         the step is not symmetric); ``attempt`` carries the single mechanisms a rerun turns off."""
         a = attempt or Attempt(fast=self.fast)
+        if a.orbits is not None and self.fast and a.fast:  # one program per orbit of a node group (`orbit_run`)
+            from simulator.acceleration.orbit_run import OrbitSymmetry
+
+            return OrbitSymmetry(system, mesh, stage_of, a.orbits, rings, axis_sets, shared, a.node_allowed is None)
         return Symmetry(system, mesh, stage_of, self.fast and a.fast, rings, axis_sets, a.replay, a.avoid,
                         a.quotients, shared, a.node_allowed)
 
-    def run_step(self, make: Callable[[Attempt], Any], *, quotients: bool = True, replay: bool = True) -> Outcome:
+    def run_step(self, make: Callable[[Attempt], Any], *, quotients: bool = True, replay: bool = True,
+                 orbits: bool = False) -> Outcome:
         """Run ``make(attempt)`` (a fresh run of the step for an attempt), rerun by `reruns.run_with_reruns`'s
-        rules until a run needs none; ``quotients`` / ``replay`` False turn those mechanisms off (tests)."""
-        return run_with_reruns(make, Attempt(fast=self.fast, quotients=quotients, replay=replay))
+        rules until a run needs none; ``quotients`` / ``replay`` False turn those mechanisms off (tests);
+        ``orbits``: ``make`` runs an attempt's ``orbits`` (one program per orbit, `orbit_run`; rule 4)."""
+        return run_with_reruns(make, Attempt(fast=self.fast, quotients=quotients, replay=replay), orbits)
 
 
 FAST = Executor(fast=True)

@@ -42,6 +42,9 @@ class NodeQuotients:
     """The node-system quotient of `Symmetry` (see `_node_quotient`)."""
 
     node_action: Any = None  #: the group every collective of the step ran on the quotient by
+    #: the groups the collective that stopped the run (`Rerun`) is equivariant under (its schedule whole; the first
+    #: collective's may have been checked lifted only, `lifted_quotient`, so ``node_next`` can miss some of these)
+    node_failed: frozenset = frozenset()
     # the state `simulator.acceleration.step_symmetry.Symmetry.__init__` sets (described there)
     system: System
     shared: dict[tuple, Any]
@@ -77,7 +80,8 @@ class NodeQuotients:
                 if groups is not None:
                     return None
                 assert self._first is not None, "the step's group was chosen on its first collective"
-                self.node_next = self._fits(self._first, among=self._fits(transfers))
+                self.node_failed = self._fits(transfers)
+                self.node_next = self._fits(self._first, among=self.node_failed)
                 self.mixed = True
                 raise Rerun("a collective is not equivariant under the step's group")  # no use running on
         elif self._first is None:

@@ -16,6 +16,16 @@ The rules, in order (each rerun starts from a fresh system; every figure of the 
 3. ``broken`` (`Symmetry.broken`): a stage's chips turned out unlike. Rerun exactly (``fast=False``: every
    chip); a broken run is not rerun for a conflict first, since the exact run has no replays. A run stops
    (`Rerun`) as soon as it finds them unlike, unless it is ``mixed`` already.
+4. ``orbits`` (a step that can run one program per orbit, ``orbits=True``: the training step on GPU nodes,
+   `simulator.acceleration.orbit_run`): where the group a broken run used -- or, on ``mixed``, the largest
+   group the next attempt would use -- does not map a stage's chips onto one another (its orbits are smaller
+   than a stage), the step reruns on that group with one program per orbit instead: exact by the group's
+   symmetry alone (every chip of an orbit runs its representative's program on the image links), so it needs
+   no stage's chips alike. The stage-representative attempt on such a group is skipped: nothing but a
+   coincidence could make a stage's chips alike under it (tests/test_orbit_run.py). An orbit run that finds a
+   link asked for in the orbits of both its groups (``narrowed``: `orbit_run.OrbitSymmetry._claim`) reruns with
+   every collective on the one group; one that finds a collective or send its group does not hold (``mixed``,
+   `Rerun`) is followed by the exact run (``broken``).
 
 Every rerun gives the exact run's figures (tests/test_reruns.py holds each reason's fast run against an
 exact one); the reasons taken are returned, in order, for tests and reports.
@@ -30,20 +40,23 @@ from simulator.acceleration.step_symmetry import Rerun
 
 MIXED_TRIES = 3  #: reruns with narrower quotient groups before running without quotients
 CONFLICT_TRIES = 3  #: reruns for replay conflicts: two avoiding the disturbed replays, the last without any
-REASONS = ("mixed", "unquotiented", "conflict", "broken")
+REASONS = ("mixed", "unquotiented", "conflict", "orbits", "narrowed", "broken")
 
 
 @dataclass(frozen=True)
 class Attempt:
     """How one run of a step is set up: ``fast`` (representatives), ``quotients`` (collectives on quotients),
     ``replay`` (repeated collectives replayed), ``avoid`` (replays not to take), ``node_allowed`` (GPU
-    nodes: the quotient groups allowed; None: any)."""
+    nodes: the quotient groups allowed; None: any; in an orbit run, empty: no wider group), ``orbits`` (the name of
+    the node group whose orbits each run one program: `simulator.acceleration.orbit_run`; None: one program per
+    pipeline stage)."""
 
     fast: bool = True
     quotients: bool = True
     replay: bool = True
     avoid: frozenset = frozenset()
     node_allowed: frozenset | None = None
+    orbits: str | None = None
 
 
 class FastRun(Protocol):
@@ -76,12 +89,12 @@ def _conflict(sym: Any) -> bool:
     return bool(sym is not None and getattr(sym, "active", True) and sym.replays.conflict)
 
 
-def run_with_reruns(make: Callable[[Attempt], R], first: Attempt = Attempt()) -> Outcome:
+def run_with_reruns(make: Callable[[Attempt], R], first: Attempt = Attempt(), orbits: bool = False) -> Outcome:
     """Run ``make(first)``, then rerun by the module's rules until a run needs none; ``make`` builds a fresh
-    run (on a fresh system) for an attempt. A `Rerun` raised by the first run or a ``mixed`` rerun with
-    quotients stops that run (``mixed``), and so does one any fast run raises with ``broken`` set (a stage's
-    chips found unlike as they went: the exact run follows); raised by any other run it is a bug, and
-    propagates."""
+    run (on a fresh system) for an attempt (``orbits``: it runs an attempt's ``orbits`` too, rule 4). A `Rerun`
+    raised by the first run, a ``mixed`` rerun with quotients or an orbit run stops that run (``mixed``), and so
+    does one any fast run raises with ``broken`` set (a stage's chips found unlike as they went: the exact run
+    follows); raised by any other run it is a bug, and propagates."""
     reasons: list[str] = []
 
     def go(attempt: Attempt, stop: bool = False) -> tuple[R, Any]:
@@ -93,6 +106,18 @@ def run_with_reruns(make: Callable[[Attempt], R], first: Attempt = Attempt()) ->
                 raise
             return sim, None
 
+    def by_orbits(group: str) -> Outcome:  # rule 4: one program per orbit of ``group``, else the exact run
+        reasons.append("orbits")
+        sim, figures = go(Attempt(fast=True, replay=False, orbits=group), stop=True)
+        if _flag(sim.sym, "narrowed"):  # a link asked for in two groups' orbits: every collective on ``group``
+            reasons.append("narrowed")
+            sim, figures = go(Attempt(fast=True, replay=False, orbits=group, node_allowed=frozenset()), stop=True)
+        if figures is not None and not (_flag(sim.sym, "mixed") or _flag(sim.sym, "broken")):
+            return Outcome(sim, figures, reasons)
+        reasons.append("broken")
+        sim, figures = go(Attempt(fast=False))
+        return Outcome(sim, figures, reasons)
+
     attempt = first
     sim, figures = go(attempt, stop=True)
     for _ in range(MIXED_TRIES):
@@ -101,6 +126,10 @@ def run_with_reruns(make: Callable[[Attempt], R], first: Attempt = Attempt()) ->
         reasons.append("mixed")
         node_next = sim.sym.node_next
         allowed = node_next if node_next and attempt.node_allowed != node_next else None
+        names = allowed or getattr(sim.sym, "node_failed", None)  # (that collective's groups: the orbit run checks)
+        group = _orbit_group(sim.sym, names) if orbits and names else None
+        if group is not None:  # a stage's representatives would stand for chips no symmetry maps onto theirs
+            return by_orbits(group)
         attempt = replace(attempt, quotients=allowed is not None, node_allowed=allowed)
         sim, figures = go(attempt, stop=attempt.quotients)
     if _flag(sim.sym, "mixed"):
@@ -114,6 +143,18 @@ def run_with_reruns(make: Callable[[Attempt], R], first: Attempt = Attempt()) ->
         attempt = replace(attempt, replay=tries < CONFLICT_TRIES - 1, avoid=attempt.avoid | sim.sym.replays.disturbed)
         sim, figures = go(attempt)
     if _flag(sim.sym, "broken"):
+        action = getattr(sim.sym, "node_action", None) if orbits and attempt.orbits is None else None
+        group = _orbit_group(sim.sym, frozenset({action.name})) if action is not None else None
+        if group is not None:
+            return by_orbits(group)
         reasons.append("broken")
         sim, figures = go(Attempt(fast=False))
     return Outcome(sim, figures, reasons)
+
+
+def _orbit_group(sym: Any, names: frozenset) -> str | None:
+    """The name of the largest group of ``names`` a step's orbit run can use (`orbit_run.orbit_group`), where its
+    orbits are smaller than a pipeline stage; else None."""
+    from simulator.acceleration.orbit_run import orbit_group
+
+    return orbit_group(sym, names)

@@ -461,8 +461,7 @@ class Symmetry(NodeQuotients):
         if not self.active:
             return
         if trace.enabled:  # exports and pictures show every chip (`Trace.unfolded`)
-            stand_ins(trace).chips.update({rep: [c for c in self.members[stage] if c != rep]
-                                           for stage, rep in self.reps.items() if len(self.members[stage]) > 1})
+            stand_ins(trace).chips.update(self._stood_for())
         if trace.enabled and self.group_reduce:  # the links of the groups that did not run: their spans
             self._stand_in_links(trace)
         if self.node_action is not None:  # every link of a representative's orbit: its bytes and busy time
@@ -486,6 +485,11 @@ class Symmetry(NodeQuotients):
             record["written"] *= k
         trace.flops_total *= k
         trace.padded_flops_total *= k
+
+    def _stood_for(self) -> dict[Any, list[Any]]:
+        """Each representative chip -> the other chips of its stage (those it stood for)."""
+        return {rep: [c for c in self.members[stage] if c != rep] for stage, rep in self.reps.items()
+                if len(self.members[stage]) > 1}
 
     def _stand_in_links(self, trace: Any) -> None:
         """Name on ``trace`` (`simulator.acceleration.unfolding.Unfolding`) the links each link that ran stood for,

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import copy
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -165,9 +165,11 @@ def _priced_kept(graph: Any, fraction: Callable[[str], float], latency: Callable
 def priced_graph(graph: Any, fraction: Callable[[str], float], latency: Callable[[str, float], float] | None) -> Any:
     """A copy of ``graph`` (a networkx graph, directed or not) with every link's ``bandwidth_bytes_per_s`` times
     ``fraction(kind)`` and, with ``latency``, its ``latency_s`` as ``latency(kind, latency_s)``: what
-    ``graph.copy()`` and a pass over its edges make, built without networkx's generic copy (its add-edge loop is most
-    of a tuner's pricing on thousands of GPUs) and with each kind's fraction (and each kind and latency's latency)
-    computed once. Node and graph attributes are copied one level deep, as ``graph.copy()`` does."""
+    ``graph.copy()`` and a pass over its edges make, read only. Each link's priced attributes are made when first
+    read (`_PricedAdjacency`): a closed form reads a group's links, not the tens of thousands of a 16,384-GPU
+    fabric, and a tuner prices every collective size of a step on a copy of its own. Each kind's fraction (and each
+    kind and latency's latency) is computed once; both ends of a link share one priced copy (as in ``graph``). Node
+    and graph attributes are copied one level deep, as ``graph.copy()`` does."""
     new = graph.__class__()
     new.graph.update(graph.graph)
     for n, d in graph._node.items():
@@ -193,12 +195,63 @@ def priced_graph(graph: Any, fraction: Callable[[str], float], latency: Callable
                 out["latency_s"] = value
         return out
 
-    for u, nbrs in graph._adj.items():  # (a directed graph's ``_adj`` is its ``_succ``)
-        new._adj[u] = {v: priced(d) for v, d in nbrs.items()}
+    new._adj = _PricedAdjacency(graph._adj, priced)  # (a directed graph's ``_adj`` is its ``_succ``: set both)
     if graph.is_directed():
-        for v, nbrs in graph._pred.items():
-            new._pred[v] = {u: priced(d) for u, d in nbrs.items()}
+        new._pred = _PricedAdjacency(graph._pred, priced)
     return new
+
+
+class _PricedNeighbours(Mapping):
+    """One node's neighbours in a `priced_graph`: ``nbrs`` (neighbour -> the link's attributes in the original
+    graph), each link's attributes priced (``priced``) when first read, then kept."""
+
+    __slots__ = ("_nbrs", "_priced", "_kept")
+
+    def __init__(self, nbrs: dict[Any, dict[str, Any]], priced: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self._nbrs, self._priced = nbrs, priced
+        self._kept: dict[Any, dict[str, Any]] = {}
+
+    def __getitem__(self, v: Any) -> dict[str, Any]:
+        out = self._kept.get(v)
+        if out is None:
+            out = self._kept[v] = self._priced(self._nbrs[v])
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._nbrs)
+
+    def __len__(self) -> int:
+        return len(self._nbrs)
+
+    def __contains__(self, v: object) -> bool:
+        return v in self._nbrs
+
+
+class _PricedAdjacency(Mapping):
+    """A `priced_graph`'s adjacency (``_adj``, ``_succ`` or ``_pred``): node -> its `_PricedNeighbours`, each made
+    when first read. Read only, as the copies are."""
+
+    __slots__ = ("_adj", "_priced", "_kept")
+
+    def __init__(self, adj: dict[Any, dict[Any, dict[str, Any]]],
+                 priced: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self._adj, self._priced = adj, priced
+        self._kept: dict[Any, _PricedNeighbours] = {}
+
+    def __getitem__(self, u: Any) -> _PricedNeighbours:
+        out = self._kept.get(u)
+        if out is None:
+            out = self._kept[u] = _PricedNeighbours(self._adj[u], self._priced)
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._adj)
+
+    def __len__(self) -> int:
+        return len(self._adj)
+
+    def __contains__(self, u: object) -> bool:
+        return u in self._adj
 
 
 def calibrated_price(calibration: Any, asked: str = AUTO) -> Callable[[Any, Any], tuple[float, str, dict[str, float]]]:

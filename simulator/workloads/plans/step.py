@@ -51,7 +51,7 @@ class TrainStep:
                  seq: int, topology: str | None = None, trace: bool = True, calibrated: bool = False,
                  fast: bool = True, built: tuple[System, Mesh | None] | None = None, replay: bool = True,
                  avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None,
-                 node_allowed: frozenset | None = None) -> None:
+                 node_allowed: frozenset | None = None, orbits: str | None = None) -> None:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
         self.reruns: list[str] = []  #: the reruns `simulate_step` took before this run (`acceleration.reruns.REASONS`)
@@ -72,7 +72,7 @@ class TrainStep:
         self.stage_size = len(self.system.chips) // self.p
         moe = plan.size("expert") > 1 and bool(cfg.n_experts)  # AllToAll: no ring to stand for the others
         self.sym = executor(fast).symmetry(self.system, self.mesh, self.stage_of, not moe, self._axis_sets(),
-                                           Attempt(fast, quotients, replay, avoid, node_allowed), shared)
+                                           Attempt(fast, quotients, replay, avoid, node_allowed, orbits), shared)
         self._pending: dict[Any, list[Any]] = {}
         self._mail: dict[Any, list[Any]] = {}
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
@@ -350,8 +350,8 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
             return TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast=False)
         return TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, True,
                          replay=attempt.replay, avoid=attempt.avoid, quotients=attempt.quotients,
-                         shared=first[0].sym.shared, node_allowed=attempt.node_allowed)
+                         shared=first[0].sym.shared, node_allowed=attempt.node_allowed, orbits=attempt.orbits)
 
-    outcome = executor(fast).run_step(make, quotients=quotients, replay=replay)
+    outcome = executor(fast).run_step(make, quotients=quotients, replay=replay, orbits=True)
     outcome.run.reruns = outcome.reasons
     return outcome.run, outcome.figures

@@ -1,0 +1,115 @@
+"""A GPU node training step whose stage's chips are unlike runs one program per orbit of the rail rotations
+(`simulator.acceleration.orbit_run`, the rerun driver's rule 4), and gives the full simulation's figures.
+
+The systems are issue 29's 405B step on 16,384 H100 in small (tests/test_tree_replica_symmetry.py): data-parallel
+replicas whose gradient AllReduce NCCL's tuner runs as a double binary tree, which no rotation of the replicas maps
+onto itself; rail rotations do. The oracle is the full simulation (``fast=False``: every chip's program, every
+transfer), which shares none of the orbit run's mechanism."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from same_results import assert_same
+
+from simulator.acceleration import reruns
+from simulator.acceleration.orbit_run import OrbitSymmetry
+from simulator.hardware.specs import get_chip
+from simulator.workloads.plans.layout import parse_plan_mesh
+from simulator.workloads.plans.step import simulate_step
+from simulator.workloads.plans.train import TrainOptions
+from simulator.workloads.transformer import TransformerConfig
+
+SMALL = TransformerConfig(name="small", d_model=256, d_ff=1024, n_layers=4, n_heads=4, n_kv_heads=2,
+                          vocab_size=1024)
+EIGHT = TransformerConfig(name="small-8", d_model=256, d_ff=1024, n_layers=4, n_heads=8, n_kv_heads=8,
+                          vocab_size=1024)
+CASES = {  #: name: (model, mesh, topology, GPUs a node: the rail rotations' order)
+    "nodes:16:2": (SMALL, "data=8,pipeline=2,model=2", "nodes:16:2", 2),
+    "nodes:16:8": (EIGHT, "data=8,pipeline=2,model=8", "nodes:16:8", 8),
+}
+
+
+def _step(name: str, fast: bool, trace: bool = True):
+    cfg, mesh, topology, _ = CASES[name]
+    return simulate_step(cfg, get_chip("h100"), parse_plan_mesh(mesh), TrainOptions(microbatches=4), 64, 128,
+                         topology, trace=trace, calibrated=True, fast=fast)
+
+
+@pytest.fixture(scope="module")
+def full():
+    return {name: _step(name, False) for name in CASES}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_orbit_run_gives_the_full_simulations_figures(full, name):
+    (sim, exact), (fast, quick) = full[name], _step(name, True)
+    assert fast.reruns == ["mixed", "orbits"], fast.reruns
+    assert isinstance(fast.sym, OrbitSymmetry) and fast.sym.active
+    per_node = CASES[name][3]
+    chips = len(sim.system.chips)
+    assert len(fast.sym.chips()) == chips // per_node  # one program per node: a rail rotation's orbit
+    assert fast.sym.per_stage == per_node
+    # the tensor-parallel collectives ran on the wider group (replica rotations times rails), on NVLink alone
+    assert fast.sym.wide is not None and fast.sym.wide.order > per_node and fast.sym._wide_links
+    assert {c.kind for c in fast.sym._wide_links} == {"nvlink"}
+    assert {c.kind for c in fast.sym._node_links} == {"ib"}
+    assert math.isclose(quick["step_time_s"], exact["step_time_s"], rel_tol=1e-12)
+    assert_same(exact, quick)  # every figure: step, bubble, exposed per axis, busy fractions, bytes, memory
+    assert_same(sim.metrics, fast.metrics)  # busy time of every unit and link, overlap, bound
+    assert sim.system.network.link_bytes() == pytest.approx(fast.system.network.link_bytes(), rel=1e-12)
+    assert sim.system.trace.bytes_by_interface == pytest.approx(fast.system.trace.bytes_by_interface, rel=1e-12)
+
+
+def test_an_orbit_group_a_collective_does_not_hold_stops_the_run_and_the_exact_run_follows(full, monkeypatch):
+    """Forced onto a group of replica rotations (nodes by 8: the tree holds none of them), the orbit run stops at
+    the first collective its group does not hold and the full simulation gives the figures."""
+    monkeypatch.setattr(reruns, "_orbit_group", lambda sym, names: "nodes by 8 + rails by 1")
+    fast, quick = _step("nodes:16:2", True)
+    assert fast.reruns == ["mixed", "orbits", "broken"], fast.reruns
+    assert not fast.sym.active
+    assert_same(full["nodes:16:2"][1], quick)
+
+
+
+def test_a_link_belongs_to_the_orbits_of_one_group_only():
+    """`OrbitSymmetry._claim`, the wider group's premise: a link run in the orbits of one group (every image of it
+    under that group: on nodes:16:2, a stage's 8 nodes times 2 rails = 16 links) cannot then run in the other's."""
+    from simulator.acceleration.automorphisms import node_actions, stride_actions
+    from simulator.workloads.plans.links import build_system
+
+    system, mesh = build_system(get_chip("h100"), parse_plan_mesh(CASES["nodes:16:2"][1]), "nodes:16:2", False, True)
+    net = system.network
+    wide = next(a for a in stride_actions(net) if a.name == "nodes by 2 + rails by 1")
+    rails = next(a for a in node_actions(net) if a.name == "rails")
+    stage_of = {c.index: mesh.coords(c.index)[mesh.index("pipeline")] for c in system.chips}
+    sym = OrbitSymmetry(system, mesh, stage_of, "rails", shared={("node choice", None): wide})
+    assert sym.active and sym.wide is wide and sym.node_action.name == "rails"
+    chip = system.chips[0].index
+    nvlink = next(net.link(chip, v) for v in net.graph.successors(chip) if net.graph.edges[chip, v]["kind"] == "nvlink")
+    ib = next(net.link(chip, v) for v in net.graph.successors(chip) if net.graph.edges[chip, v]["kind"] == "ib")
+    assert sym._claim((nvlink,), wide) and sym._claim((nvlink,), wide)
+    assert sum(owner == wide.name for owner in sym._owner.values()) == 8 * 2
+    assert not sym._claim((nvlink,), rails)
+    assert sym._claim((ib,), rails)
+    assert sum(owner == "rails" for owner in sym._owner.values()) == 2  # one node's two rails
+    assert not sym._claim((ib,), wide)
+
+
+def test_a_run_that_finds_a_link_in_both_groups_orbits_reruns_on_one(full, monkeypatch):
+    """Where `_claim` refuses a link to the rail rotations (made to, here, once the wider group has run a
+    collective), the orbit run stops (``narrowed``), reruns with every collective on the rail rotations, and gives
+    the full simulation's figures."""
+    claim = OrbitSymmetry._claim
+
+    def refusing(self, channels, action):
+        if self.wide is not None and action is self.node_action and self._wide_links:
+            return False
+        return claim(self, channels, action)
+    monkeypatch.setattr(OrbitSymmetry, "_claim", refusing)
+    fast, quick = _step("nodes:16:2", True)
+    assert fast.reruns == ["mixed", "orbits", "narrowed"], fast.reruns
+    assert fast.sym.active and fast.sym.wide is None and not fast.sym._wide_links
+    (sim, exact) = full["nodes:16:2"]
+    assert_same(exact, quick)
+    assert_same(sim.metrics, fast.metrics)
