@@ -17,6 +17,10 @@ The rules, in order (each rerun starts from a fresh system; every figure of the 
    chip); a broken run is not rerun for a conflict first, since the exact run has no replays. A run stops
    (`Rerun`) as soon as it finds them unlike, unless it is ``mixed`` already.
 
+Before them, ``chained`` (`simulator.acceleration.chain_run`): a chain run in one timer turned out not alone on
+its links (the run stopped at once, `Rerun`). The same attempt reruns without chains, and so does every later
+rerun of the step (they share its plans).
+
 Every rerun gives the exact run's figures (tests/test_reruns.py holds each reason's fast run against an
 exact one); the reasons taken are returned, in order, for tests and reports.
 """
@@ -26,11 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
+from simulator.acceleration.chain_run import no_chains
 from simulator.acceleration.step_symmetry import Rerun
 
 MIXED_TRIES = 3  #: reruns with narrower quotient groups before running without quotients
 CONFLICT_TRIES = 3  #: reruns for replay conflicts: two avoiding the disturbed replays, the last without any
-REASONS = ("mixed", "unquotiented", "conflict", "broken")
+REASONS = ("chained", "mixed", "unquotiented", "conflict", "broken")
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,11 @@ def _flag(sym: Any, name: str) -> bool:
     return bool(sym is not None and getattr(sym, "active", True) and getattr(sym, name))
 
 
+def _chained(sym: Any) -> bool:
+    chains = getattr(sym, "chains", None) if sym is not None else None
+    return bool(chains is not None and chains.conflict)
+
+
 def _conflict(sym: Any) -> bool:
     return bool(sym is not None and getattr(sym, "active", True) and sym.replays.conflict)
 
@@ -89,6 +99,10 @@ def run_with_reruns(make: Callable[[Attempt], R], first: Attempt = Attempt()) ->
         try:
             return sim, sim.run()
         except Rerun:  # stopped early: ``mixed`` says so, and the next attempt narrows the quotients; or ``broken``
+            if _chained(sim.sym):  # a chain was not alone on its links: the same attempt without chains
+                reasons.append("chained")
+                with no_chains():
+                    return go(attempt, stop)
             if not (stop or _flag(sim.sym, "broken")):  # (a stage's chips unlike, any fast run: then the exact run)
                 raise
             return sim, None
