@@ -349,6 +349,11 @@ def execute_quotient(net: Network, q: Quotient, label: str = "") -> Completion:
     if not q.transfers:
         done.succeed(net.env.now)
         return done
+    sink = net.eager_sink  # a strict chain, alone on its links: in one timer (`simulator.acceleration.chain_run`)
+    if sink is not None:
+        chained = sink.run(q, label)
+        if chained is not None:
+            return chained
     run = _QuotientRun(net, q.transfers, None, label, done, q.shape)
     run.routes, run.scale = q.routes, q.order
     for t in q.shape[2]:

@@ -27,6 +27,10 @@ The rules, in order (each rerun starts from a fresh system; every figure of the 
    every collective on the one group; one that finds a collective or send its group does not hold (``mixed``,
    `Rerun`) is followed by the exact run (``broken``).
 
+Before them, ``chained`` (`simulator.acceleration.chain_run`): a chain run in one timer turned out not alone on
+its links (the run stopped at once, `Rerun`). The same attempt reruns without chains, and so does every later
+rerun of the step (they share its plans).
+
 Every rerun gives the exact run's figures (tests/test_reruns.py holds each reason's fast run against an
 exact one); the reasons taken are returned, in order, for tests and reports.
 """
@@ -36,11 +40,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
+from simulator.acceleration.chain_run import no_chains
 from simulator.acceleration.step_symmetry import Rerun
 
 MIXED_TRIES = 3  #: reruns with narrower quotient groups before running without quotients
 CONFLICT_TRIES = 3  #: reruns for replay conflicts: two avoiding the disturbed replays, the last without any
-REASONS = ("mixed", "unquotiented", "conflict", "orbits", "narrowed", "broken")
+REASONS = ("chained", "mixed", "unquotiented", "conflict", "orbits", "narrowed", "broken")
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,11 @@ def _flag(sym: Any, name: str) -> bool:
     return bool(sym is not None and getattr(sym, "active", True) and getattr(sym, name))
 
 
+def _chained(sym: Any) -> bool:
+    chains = getattr(sym, "chains", None) if sym is not None else None
+    return bool(chains is not None and chains.conflict)
+
+
 def _conflict(sym: Any) -> bool:
     return bool(sym is not None and getattr(sym, "active", True) and sym.replays.conflict)
 
@@ -102,6 +112,10 @@ def run_with_reruns(make: Callable[[Attempt], R], first: Attempt = Attempt(), or
         try:
             return sim, sim.run()
         except Rerun:  # stopped early: ``mixed`` says so, and the next attempt narrows the quotients; or ``broken``
+            if _chained(sim.sym):  # a chain was not alone on its links: the same attempt without chains
+                reasons.append("chained")
+                with no_chains():
+                    return go(attempt, stop)
             if not (stop or _flag(sim.sym, "broken")):  # (a stage's chips unlike, any fast run: then the exact run)
                 raise
             return sim, None

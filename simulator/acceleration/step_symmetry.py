@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from simulator.acceleration.chain_run import attach
 from simulator.acceleration.node_quotients import NodeQuotients, Rerun, rotated_onto  # noqa: F401  (Rerun: re-exported)
 from simulator.acceleration.quotient import Translations, execute_quotient, quotient
 from simulator.acceleration.reduced import grid_translations
@@ -146,6 +147,9 @@ class Symmetry(NodeQuotients):
         self.replays = Replays(system, replay and self.active, avoid)  #: lone repeated collectives replayed
         self._arrivals: list[list[float]] = []
         self.broken = False  #: a stage's chips turned out unlike: rerun in full
+        #: calibrated, on GPU nodes: strict-chain quotients in one timer each (`chain_run`; a conflict reruns without)
+        self.chains = attach(self._net(), self.shared) if self.node_quotients and system.calibration is not None \
+            else None
 
     @property
     def arrivals(self) -> int:

@@ -89,6 +89,9 @@ class Network:
         self.uniform = True  #: every ring of an axis behaves alike (no faults or jitter on links; `System` sets it)
         self.make_channel: Any = None  #: builds a link's channel from (u, v, edge data) instead of `Channel`
         self._busy_hint: Channel | None = None  #: the link `idle` last found busy (asked first next time)
+        #: runs strict-chain quotients in one timer and holds their links (`simulator.acceleration.chain_run`:
+        #: ``run``, ``busy``, ``settle``); None: none
+        self.eager_sink: Any = None
 
     # -- links -------------------------------------------------------------------------------
     def link(self, u: Any, v: Any) -> Channel:
@@ -150,7 +153,8 @@ class Network:
             if channel.busy:
                 self._busy_hint = channel
                 return False
-        return True
+        sink = self.eager_sink  # the links a chain holds carry no flows: it says whether they would
+        return sink is None or not sink.busy()
 
     def set_link_efficiency(self, fraction: Any, latency: Any = None) -> None:
         """Run every link at ``fraction(kind)`` of its rate (None: the full rate) from now on, and, with
@@ -158,6 +162,8 @@ class Network:
 
         Only between collectives: a channel with transfers in flight keeps its rate.
         """
+        if self.eager_sink is not None:  # the chains under way handed to the event-by-event run first
+            self.eager_sink.settle()
         self._efficiency = fraction
         self._latency = latency
         self._settings = {}  # (kind, nominal latency) -> (fraction, hop latency) under these settings
