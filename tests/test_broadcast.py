@@ -213,4 +213,3 @@ def test_a_root_inside_the_axis_that_does_not_wrap_gets_a_tree_per_link_its_fart
             link = (group.members[parent], group.members[child])
             assert net.graph.has_edge(*link) and link not in used
             used.add(link)
-
