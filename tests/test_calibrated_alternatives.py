@@ -109,3 +109,15 @@ def test_faulted_tpu_alternatives_forecast_every_way_and_keep_the_choice() -> No
         assert alt["time_s"] > alt["ideal_time_s"]
     chosen = next(a for a in cal.alternatives if a["algorithm"] == cal.algorithm and not a.get("route"))
     assert chosen["time_s"] == pytest.approx(cal.time_s, rel=REL)
+
+
+def test_a_tie_of_closed_forms_keeps_the_tuners_choice_and_every_alternative() -> None:
+    """Ideal H100 switch:8, 64 MB Broadcast: ``line`` and ``unidirectional`` have one closed form (the same chain of 7
+    hops through the switch, 157.06 us). ``auto`` keeps the tuner's tie rule (a ring that uses the wraparound first:
+    `algorithm.fastest`) and lists every applicable algorithm; a tie once went to ``line`` (first by name) and the
+    alternatives shrank to it alone."""
+    r = run_collective("broadcast", System("h100", topology="switch:8"), 64e6)
+    times = {a["algorithm"]: a["time_s"] for a in r.alternatives}
+    assert set(times) == {"line", "unidirectional", "switch_relay"}
+    assert times["line"] == pytest.approx(times["unidirectional"], rel=1e-12)
+    assert r.algorithm == "unidirectional"

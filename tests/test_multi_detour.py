@@ -166,17 +166,24 @@ def test_all_reduce_runs_the_detours_in_32_chunks() -> None:
     r = run_collective("all_reduce", _dead(), V, axes=[1])
     assert r.algorithm == "multi_detour"
     detour = next(a for a in r.alternatives if a["algorithm"] == "detour_split")
-    assert r.time_s <= 0.95 * detour["simulated_s"]  # 19.45 against 21.23 ms
+    assert r.time_s <= 0.95 * detour["simulated_s"]  # 18.66 against 21.23 ms (19.45 before BROKEN_FINER)
     assert r.time_s >= r.topology_bound_s * (1 - 1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31, open: multi_detour's AllReduce simulates 19.45 ms on torus:4x4 "
-                   "against its closed form 18.26 ms (1.065x; the programme's busiest link 17.78 ms) at its 32 "
-                   "chunks (8: 21.66 vs 19.64): the broken row's link 0,2->0,1, as loaded as the busiest in the "
-                   "programme's plan, idles 1.67 ms waiting on pieces that come round detours and ends last, "
-                   "0.54 ms after every other link (traced spans)")
-def test_all_reduce_simulates_at_its_closed_form() -> None:
+def test_all_reduce_simulates_near_its_closed_form() -> None:
+    """The broken row's trees cut 4x finer (`multi_detour.BROKEN_FINER`): 18.66 ms simulated against a closed form
+    of 18.13 ms (1.029x; at one cut 19.45 against 18.26, 1.065x, a strict xfail here)."""
     r = run_collective("all_reduce", _dead(), V, axes=[1])
     md = next(a for a in r.alternatives if a["algorithm"] == "multi_detour")
     assert md["simulated_s"] == pytest.approx(md["time_s"], rel=0.04)
     assert md["simulated_s"] >= cut_bound_s(4, 4) * (1 - 1e-9)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31, open: multi_detour's AllReduce simulates 18.66 ms on torus:4x4 "
+                   "against its closed form 18.13 ms (1.029x; the programme's busiest link 17.78 ms). Sweep of the "
+                   "broken row's cut at 32 chunks: 1x 19.45 ms, 2x 18.93, 4x 18.66, 8x 18.55 (closed form 18.13): a "
+                   "floor about 1.043x the programme stays, its borrowed links shared fairly with the rows' rings")
+def test_all_reduce_simulates_at_its_closed_form() -> None:
+    r = run_collective("all_reduce", _dead(), V, axes=[1])
+    md = next(a for a in r.alternatives if a["algorithm"] == "multi_detour")
+    assert md["simulated_s"] == pytest.approx(md["time_s"], rel=0.01)

@@ -23,8 +23,8 @@ torus:4x4 of tpu-v5e, 1 GB over axis 1, cable (0,0)-(0,1) dead (healthy 8.335 ms
 | kind | bound (cut) | programme | closed form | simulated | detour_split simulated |
 |---|---|---|---|---|---|
 | AllGather (8 chunks) | 9.524 ms | 9.524 ms | 10.72 ms | 10.71 ms | 15.28 ms |
-| ReduceScatter (16 chunks) | 9.524 ms | 9.524 ms | 10.13 ms | 10.14 ms | 13.43 ms |
-| AllReduce (32 chunks) | 17.78 ms | 17.78 ms | 18.26 ms | 19.45 ms | 21.23 ms |
+| ReduceScatter (16 chunks, 64 on the broken row) | 9.524 ms | 9.524 ms | 9.873 ms | 9.924 ms | 13.43 ms |
+| AllReduce (32 chunks, 128 on the broken row) | 17.78 ms | 17.78 ms | 18.13 ms | 18.66 ms | 21.23 ms |
 
 The cut bound: column 0 must take in 4 x 3/4 V over its 7 surviving links in, 3/7 V / b (tests/test_multi_detour.py;
 AllReduce's column is `topology_bound_s`). The programme reaches both; the simulation runs
@@ -34,9 +34,11 @@ hop backwards over that hop's own routes reversed, as the programme prices it (i
 split, 13.80 ms, and ``auto`` ran detour_split). AllReduce (each chunk's AllGather half after that chunk's
 ReduceScatter, the chunks leaving in turn in both) runs in 32 chunks, ReduceScatter in 16 (`KIND_CHUNKS`; at 8,
 AllReduce took 21.66 ms against a closed form of 19.64, slower than detour_split, so ``auto``, which simulates its
-leading candidates round faults, `simulator.collectives.fault_routes`, ran detour_split). AllReduce still runs
-1.065x its closed form: the broken row's link 0,2->0,1, as loaded as the busiest, idles 1.67 ms on pieces that come
-round detours and ends last (open).
+leading candidates round faults, `simulator.collectives.fault_routes`, ran detour_split). The broken row's trees are
+cut `BROKEN_FINER` times finer (ReduceScatter, AllReduce): its links, as loaded as the busiest, idled on pieces that
+come round detours (AllReduce's link 0,2->0,1 1.67 ms at one cut, then 1.065x its closed form); finer pieces keep them
+fed, and AllReduce runs 1.029x its closed form (open: a floor of about 18.55 ms, 1.043x the programme, stays however
+fine the cut, the borrowed links shared fairly with the rows' own rings).
 
 Closed form (`MultiDetour.closed_form`): the programme's busiest link time plus the deepest chain's latencies
 (each hop's longest route) and fill (one chunk over each link of that chain). Timing only (numeric data is
@@ -61,6 +63,12 @@ CHUNKS = 8  #: pieces each tree's share is cut into (default; they follow each o
 #: the default for the kinds whose ramp more chunks shorten (torus:4x4 at 1 GB, simulated: ReduceScatter 10.50 ms at
 #: 8 chunks, 10.14 at 16; AllReduce 21.66 at 8, 20.15 at 16, 19.45 at 32; AllGather stays 10.71 -> 10.64 at 32)
 KIND_CHUNKS = {"reduce_scatter": 16, "all_reduce": 32}
+#: the broken row's trees cut this many times finer than the healthy rows' (by kind; default 1): its chains run
+#: through detours whose borrowed links its pieces share fairly with the rows' own rings, and finer pieces keep its
+#: links fed (torus:4x4, 1 GB, simulated against the closed form: AllReduce at 32 chunks 19.45 / 18.26 ms at 1x,
+#: 18.93 at 2x, 18.66 / 18.13 at 4x, 18.55 / 18.13 at 8x; ReduceScatter at 16 10.14 / 10.13 at 1x, 9.92 / 9.87 at 4x;
+#: AllGather 10.71 / 10.72 at 1x, 10.58 / 10.22 at 2x, its closed form then 3.5% short: kept at 1x)
+BROKEN_FINER = {"reduce_scatter": 4, "all_reduce": 4}
 MIN_SHARE = 1e-6  #: tree weights and route fractions below this are dropped (the programme's round-off)
 
 Link = tuple[Any, Any]
@@ -245,7 +253,14 @@ def plan(job: Job, where: dict[str, Any]) -> dict[str, Any]:
                 split[h] = [(links, float(x[index[("g", lane_no, h, r)]] / total)) for r, links in options.items()
                             if x[index[("g", lane_no, h, r)]] > MIN_SHARE * total]
         out.append({"weights": weights, "split": split, "n": n})
-    return {"t": float(x[t_col]) * job.nbytes / ref, "lanes": out}
+    return {"t": float(x[t_col]) * job.nbytes / ref, "lanes": out, "broken": where["broken"]}
+
+
+def lane_chunks(job: Job, lane_no: int) -> int:
+    """Pieces each tree's share of lane ``lane_no`` is cut into: ``job.chunks``, times `BROKEN_FINER` on the broken
+    row."""
+    c = max(1, job.chunks)
+    return c * BROKEN_FINER.get(job.kind, 1) if lane_no == job.cache["plan"]["broken"] else c
 
 
 class MultiDetour(Algorithm):
@@ -278,9 +293,8 @@ class MultiDetour(Algorithm):
 
     # -- the schedule ----------------------------------------------------------------------------------
     def build(self, job: Job, s: Schedule) -> None:
-        c = max(1, job.chunks)
         for lane_no, lane in enumerate(job.cache["plan"]["lanes"]):
-            n = lane["n"]
+            n, c = lane["n"], lane_chunks(job, lane_no)
             for (j, e), w in sorted(lane["weights"].items()):
                 piece = w * job.nbytes / n / c
                 chains = [ch for ch in tree_hops(n, j, e) if ch]
@@ -306,11 +320,10 @@ class MultiDetour(Algorithm):
     # -- the closed form -------------------------------------------------------------------------------
     def closed_form(self, job: Job) -> float:
         net, p = job.net, job.cache["plan"]
-        c = max(1, job.chunks)
         phases = 2 if job.kind == "all_reduce" else 1
         depth = 0.0
-        for lane in p["lanes"]:
-            n = lane["n"]
+        for lane_no, lane in enumerate(p["lanes"]):
+            n, c = lane["n"], lane_chunks(job, lane_no)
             for (j, e), w in lane["weights"].items():
                 piece = w * job.nbytes / n / c
                 for chain in tree_hops(n, j, e):
