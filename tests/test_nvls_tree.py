@@ -84,3 +84,47 @@ def test_where_it_cannot_run_is_a_one_line_error(capsys, chip, topology, match):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "algorithms that apply:" in err
     with pytest.raises(PodsimError, match=match):
         run_collective("all_reduce", System(chip, topology=topology, trace=False), 1e6, algorithm="nvls_tree")
+
+
+@pytest.mark.parametrize("topology", ["nodes:2:8", "nodes:4:8"])
+@pytest.mark.parametrize("nbytes", [1e8, 3e8, 1e9, 4e9])
+def test_closed_form_equals_the_simulation(topology, nbytes):
+    """`auto` ranks nvls_tree by its closed form (issue 31: 3.14 against 3.36 ms simulated on nodes:2:8 at 1 GB)."""
+    r = run_collective("all_reduce", System("h100", topology=topology, trace=False), nbytes, algorithm="nvls_tree")
+    assert r.analytic_s == pytest.approx(r.time_s, rel=0.04)
+
+
+def test_two_nodes_one_gigabyte_within_1_2x_of_the_bound_by_hand():
+    """Two nodes of 8, 1 GB: every NVLink port carries V + V/8 up (its contributions, then its shard's store) and
+    every NIC V/8 each way (one tree's half up, the other's down): both 2.5 ms. The pipeline fills in a few
+    chunks' time, so the run is within the issue's 1.2x of that floor (it was 1.34x: 8 chunks, whose fill is
+    an eighth of the array and whose bursts of multicasts slow the next chunk's fetch, which the network waits for)."""
+    v = 1e9
+    floor = max((v + v / 8) / NV_B, (v / 8) / IB_B)
+    r = run_collective("all_reduce", System("h100", topology="nodes:2:8", trace=False), v, algorithm="nvls_tree")
+    assert floor <= r.time_s <= 1.2 * floor
+    assert r.topology_bound_s <= r.time_s <= 1.2 * r.topology_bound_s
+
+
+def test_four_nodes_sit_on_the_trees_own_floor():
+    """Four nodes: in each of the two trees of 4 one node of each rail is interior (two children and a parent), a
+    leaf in the other, so its NIC carries 3 + 1 halves of V/8 each way: 2 V/8, 5 ms at 1 GB -- 4/3 of the
+    2 (K - 1)/K V/8 = 3.75 ms a ring over the nodes needs, so the issue's 1.2x of the joint bound is out of a tree's
+    reach here; the run is held to 1.1x the trees' own floor (it was 1.16x)."""
+    v = 1e9
+    floor, ring = 2 * (v / 8) / IB_B, 2 * 3 / 4 * (v / 8) / IB_B
+    r = run_collective("all_reduce", System("h100", topology="nodes:4:8", trace=False), v, algorithm="nvls_tree")
+    assert r.topology_bound_s >= ring * (1 - 1e-9)
+    assert floor <= r.time_s <= 1.1 * floor
+
+
+def test_calibrated_runs_keep_the_fitted_depth():
+    """A calibrated run pipelines `CHUNKS` chunks, the depth NVLS's NVLink rate was fitted at (its fill is in the
+    fitted rate); an ideal one picks its depth by closed form (more chunks on large arrays)."""
+    from simulator.collectives.nvls_tree import CHUNKS
+
+    def run(calibrated, **kw):
+        return run_collective("all_reduce", System("h100", topology="nodes:2:8", calibrated=calibrated, trace=False),
+                              1e9, algorithm="nvls_tree", **kw)
+    assert run(True).time_s == pytest.approx(run(True, chunks=CHUNKS).time_s, rel=1e-12)
+    assert run(False).time_s < run(False, chunks=CHUNKS).time_s

@@ -46,9 +46,11 @@ explains the figure. On nodes:4:8 the closed form says 6.27 ms, the simulation 5
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
+from simulator.collectives import payload
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group, keys_where
 from simulator.collectives.levels import Levels, two_levels
@@ -59,7 +61,11 @@ from simulator.collectives.timing import route_latency
 from simulator.collectives.tree import trees
 from simulator.engine.network import Network
 
-CHUNKS = 8  #: pipeline chunks (each cut in two halves, one per tree)
+#: pipeline chunks (each cut in two halves, one per tree) of a calibrated run: the depth NVLS's NVLink calibration was
+#: fitted at (`simulator.collectives.nvls.CHUNKS`, scripts/fit_calibration.py ``NVLS_CHUNKS``), whose fill the fitted
+#: rate absorbed, so a calibrated run reusing that fit keeps it (see the module docstring)
+CHUNKS = 8
+DEPTHS = (8, 16, 32, 64)  #: an ideal run's choices of pipeline chunks: the one whose closed form is least
 
 
 def _switch(net: Network, chip: Any) -> Any:
@@ -95,6 +101,42 @@ class NvlsTree(Algorithm):
     def parts(self, kind: str, group: Group, multi_axis: str) -> int:
         return 2 * CHUNKS
 
+    @staticmethod
+    def chunks_of(job: Job) -> int:
+        """Pipeline chunks of ``job`` (two parts each, one per tree): `CHUNKS`, or what `prepare` chose."""
+        return job.parts // 2
+
+    def prepare(self, job: Job) -> None:
+        """Timing only: the pipeline chunks among `DEPTHS` whose closed form is least (a count the caller gave,
+        ``chunks``, is the pipeline's chunks, as it is). A calibrated run takes `CHUNKS` (`priced_chunks`)."""
+        if job.numeric:
+            return
+        if not job.auto_chunks:
+            count, job.chunks = job.chunks, 1  # the pieces are the pipeline's chunks, not cuts of each key
+            self.recut(job, count)
+            return
+        best: tuple[float, int] | None = None
+        for count in DEPTHS:
+            self.recut(job, count)
+            t = self.closed_form(job)
+            if best is None or t < best[0] * (1 - 1e-9):
+                best = (t, count)
+        assert best is not None
+        self.recut(job, best[1])
+
+    @staticmethod
+    def recut(job: Job, count: int) -> Job:
+        """``job`` with its array in ``count`` pipeline chunks (in place; returned)."""
+        job.parts = 2 * count
+        job.key_bytes = math.ceil(job.nbytes / payload.n_keys(job.kind, job.group.n, job.parts, job.chunks))
+        job.cache = {}
+        return job
+
+    def priced_chunks(self, job: Job, piece_bytes: float = 0.0) -> int | None:
+        """On calibrated links, `CHUNKS` (the depth the NVLink fit this algorithm reuses was made at) where the
+        caller gave no count; a given count stays."""
+        return CHUNKS if job.auto_chunks else None
+
     def build(self, job: Job, s: Schedule) -> None:
         for group in job.groups:
             lv = _levels(job.net, group)
@@ -103,7 +145,7 @@ class NvlsTree(Algorithm):
             shard = {b: [lv.position[(k, b)] for k in range(lv.outer)] for b in rails}
             sw = {k: _switch(job.net, lv.device[(k, rails[0])]) for k in range(lv.outer)}
             order: dict[Any, int] = {}  # a link's previous chunk (link order: chunks cross it one after another)
-            for c in range(CHUNKS):
+            for c in range(self.chunks_of(job)):
                 tag = (id(group), c)
                 fetched = self._node_reduce(job, s, lv, rails, every, shard, sw, c, order, tag)
                 for t, parent in enumerate(trees(lv.outer, True)):
@@ -196,7 +238,7 @@ class NvlsTree(Algorithm):
         network = max(route_latency(net, route) + max(streams[e] * half / g.edges[e]["bandwidth_bytes_per_s"]
                                                        for e in route) for route in routes)
         period = max(a + (chunk + shard) / b, a + chunk / b, network)
-        return first + (CHUNKS - 1) * period
+        return first + (self.chunks_of(job) - 1) * period
 
 
 def _depth(parent: dict[int, int], k: int) -> int:

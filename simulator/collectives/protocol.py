@@ -325,6 +325,8 @@ def _pieced(algorithm: Any, job: Any, piece_bytes: float = 0.0, step_bytes: floa
     pieces = algorithm.priced_chunks(job, piece_bytes)
     if pieces is None or pieces == job.chunks:
         return job
+    if hasattr(algorithm, "recut"):  # pieces that are pipeline chunks of whole keys (`nvls_tree`): the algorithm cuts
+        return algorithm.recut(replace(job, cache={}), pieces)
     return replace(job, chunks=pieces, key_bytes=job.key_bytes * job.chunks / pieces, cache={})
 
 
