@@ -59,17 +59,16 @@ class Automorphisms:
         #: channels standing for links whose stabiliser is not trivial (`quotient._shared`); None: refuse those
         self.scaled: dict[tuple[Any, Any], Any] | None = None
         seen: set[Any] = set()
-        elements = list(self.elements())
+        # each element's inverse, in `elements` order (the product of each generator's inverted exponents)
+        inverses = list(itertools.product(*([-x % k for x in range(k)] for k in self.orders)))
         for v in sorted(graph.nodes, key=lambda x: (isinstance(x, str), str(x) if isinstance(x, str) else x)):
             if v in seen:
                 continue
-            images: dict[Any, tuple[int, ...]] = {}
-            for w, h in zip(self.orbit(v), elements, strict=True):
-                images.setdefault(w, h)
-            seen.update(images)
-            if len(images) == self.order:  # moved freely: each image by exactly one element
-                for w, h in images.items():
-                    self._offset[w] = tuple(-x % k for x, k in zip(h, self.orders, strict=True))
+            orbit = self.orbit(v)  # (the image under each element, in `elements` order)
+            images = set(orbit)
+            seen |= images
+            if len(images) == self.order:  # moved freely: each image by exactly one element, whose inverse takes
+                self._offset.update(zip(orbit, inverses, strict=True))  # it back to v
 
     def generator(self, i: int) -> dict[Any, Any]:
         """The permutation of generator ``i`` (node -> image)."""

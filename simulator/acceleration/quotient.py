@@ -396,7 +396,8 @@ def unfold(net: Network, action: Any, q: Quotient | SimpleNamespace, before: dic
     utilisation and bounds are a full run's; the spans themselves stay on the representative links until an
     export unfolds them, as a full run of a thousand GPUs would hold tens of millions)."""
     trace = net.trace
-    built = net.links
+    ahead = trace is None or not trace.enabled  # (no spans to name: a link not built yet is given its bytes by
+    built = net.built  # `Network.carry`, and built only where something asks for it)
     ends = {channel: pair for pair, channel in built.items()}
     orbit = getattr(action, "orbit", None)  # (`Automorphisms.orbit`: every image at once)
     for channel in q.links:
@@ -406,17 +407,22 @@ def unfold(net: Network, action: Any, q: Quotient | SimpleNamespace, before: dic
         carried = (channel.bytes_carried - before.get(channel, 0.0)) * m
         if m > 1:
             real.bytes_carried += carried
-        seen: dict[Channel, None] = {real: None}
+        seen: dict[tuple[Any, Any], Channel | None] = {(u, v): real}  # each link of the orbit once (None: carried)
         pairs = zip(orbit(u), orbit(v), strict=True) if orbit is not None else \
             ((action.apply(g, u), action.apply(g, v)) for g in action.elements())
         for pair in pairs:
+            if pair in seen:
+                continue
             image = built.get(pair)
             if image is None:
+                if ahead:
+                    net.carry(*pair, carried)
+                    seen[pair] = None
+                    continue
                 image = net.link(*pair)
-            if image not in seen:
-                seen[image] = None
-                image.bytes_carried += carried
-        out = [(image.chip, image.name) for image in list(seen)[1:]]
+            seen[pair] = image
+            image.bytes_carried += carried
         assert len(seen) * m == action.order, (u, v, m)  # the orbit, each link once
         if trace is not None and trace.enabled:  # spans: each of the m flows, on every link of the orbit
+            out = [(image.chip, image.name) for image in list(seen.values())[1:] if image is not None]
             stand_ins(trace).add_links((channel.chip, channel.name), out, m)

@@ -102,16 +102,7 @@ def _mesh_groups(mesh: Any, axes: Sequence[Any] | None) -> list[Group]:
     shape = [n for _, n, _ in whole]
     wrap = [mesh.piece_wraps(q) for q in whole]
 
-    def node(coord: list[int]) -> Any:
-        logical = [0] * len(mesh.sizes)
-        for parts, c in zip(spans, coord, strict=True):  # row-major over a logical axis's factors
-            digits = []
-            for _, q in reversed(parts):
-                digits.append(c % q[1])
-                c //= q[1]
-            for (i, q), d in zip(parts, reversed(digits), strict=True):
-                logical[i] = logical[i] * q[1] + d
-        return mesh.device(tuple(logical))
+    node = _mesh_node(mesh, spans, shape)
 
     grid_axes = [g for i in idx for g, parts in enumerate(spans) if parts[0][0] == i and g in chosen]
     physical = [whole[g][0] for g in grid_axes if shape[g] > 1]
@@ -124,6 +115,40 @@ def _mesh_groups(mesh: Any, axes: Sequence[Any] | None) -> list[Group]:
         for group in groups:
             group.shared = True
     return groups
+
+
+def _mesh_node(mesh: Any, spans: list[list[tuple[int, tuple[int, int, int]]]],
+               shape: list[int]) -> Callable[[list[int]], Any]:
+    """The chip at a grid coordinate of ``spans`` (each grid axis a run of (logical axis, factor) pieces, of
+    ``shape[g]`` positions): row-major over a logical axis's factors, a coordinate's digits (one a factor of its
+    span, the last fastest) each add digit x weight to their logical axis, the weight being the product of that
+    axis's later factors' sizes. So grid axis g at c adds ``adds[g][c]`` (logical axis, amount) pairs, made once."""
+    later = [1] * len(mesh.sizes)
+    weights: list[list[int]] = [[] for _ in spans]
+    for g in range(len(spans) - 1, -1, -1):
+        for i, q in reversed(spans[g]):
+            weights[g].append(later[i])  # (reversed: the span's last factor first)
+            later[i] *= q[1]
+    adds: list[list[list[tuple[int, int]]]] = []
+    for parts, weight, n in zip(spans, weights, shape, strict=True):
+        table = []
+        for c in range(n):
+            pairs = []
+            for (i, q), w in zip(reversed(parts), weight, strict=True):
+                c, d = divmod(c, q[1])
+                if d:
+                    pairs.append((i, d * w))
+            table.append(pairs)
+        adds.append(table)
+    device, n_logical = mesh.device, len(mesh.sizes)
+
+    def node(coord: list[int]) -> Any:
+        logical = [0] * n_logical
+        for table, c in zip(adds, coord, strict=True):
+            for i, x in table[c]:
+                logical[i] += x
+        return device(tuple(logical))
+    return node
 
 
 def _grid_groups(shape: list[int], wrap: list[bool], axes: list[int], node: Callable[[list[int]], Any]) -> list[Group]:

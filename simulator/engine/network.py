@@ -62,6 +62,7 @@ class Network:
         _check_connected(graph, self.chips)
         _check_links(graph)
         self._links: dict[tuple[Any, Any], Channel] = {}
+        self._ahead: dict[tuple[Any, Any], float] = {}  # bytes carried by links not built yet (`carry`)
         self._efficiency: Any = None  # kind -> fraction of the link rate (calibrated collectives)
         self._latency: Any = None  # (kind, nominal latency) -> seconds a hop (a calibrated protocol)
         self._settings: dict[tuple[str, float], tuple[float, float]] = {}  # their values (`_apply_efficiency`)
@@ -112,6 +113,10 @@ class Network:
         channel.nominal_bandwidth_bytes_per_s = channel.bandwidth_bytes_per_s
         channel.nominal_latency_s = channel.latency_s
         self._links[(u, v)] = channel
+        if self._ahead:
+            carried = self._ahead.pop((u, v), None)
+            if carried is not None:
+                channel.bytes_carried += carried
         trace = self.trace
         if trace is not None and trace.enabled:  # the report groups links by kind and axis (by their busy times:
             # with tracing off there are none, and nothing reads these)
@@ -139,8 +144,31 @@ class Network:
 
     @property
     def links(self) -> Mapping[tuple[Any, Any], Channel]:
-        """The channels of the link directions used so far, by ``(u, v)`` (a channel is built on first use)."""
+        """The channels of the link directions used so far, by ``(u, v)`` (a channel is built on first use; those
+        given bytes by `carry` are built first)."""
+        if self._ahead:
+            self._build_ahead()
         return MappingProxyType(self._links)
+
+    @property
+    def built(self) -> Mapping[tuple[Any, Any], Channel]:
+        """The channels built so far, by ``(u, v)``: `links` without the links `carry` gave bytes to, not built yet."""
+        return MappingProxyType(self._links)
+
+    def carry(self, u: Any, v: Any, nbytes: float) -> None:
+        """Add ``nbytes`` to link ``u -> v``'s bytes carried, without building its channel where it is not built
+        yet: it gets them when it is (by `link`, or by `links` and `link_bytes`, which build every such link
+        first). A fast run's unfolding gives tens of thousands of links their bytes this way (`simulator.
+        acceleration.quotient.unfold`), most of which nothing asks for again."""
+        channel = self._links.get((u, v))
+        if channel is not None:
+            channel.bytes_carried += nbytes
+        else:
+            self._ahead[(u, v)] = self._ahead.get((u, v), 0.0) + nbytes
+
+    def _build_ahead(self) -> None:
+        for pair in list(self._ahead):
+            self.link(*pair)
 
     def idle(self) -> bool:
         """Whether no link is carrying bytes now. The link last found busy is asked first: at a collective's
@@ -185,6 +213,8 @@ class Network:
 
     def link_bytes(self) -> dict[str, float]:
         """Bytes carried per link direction that carried any (``"u->v"`` keys)."""
+        if self._ahead:
+            self._build_ahead()
         return {f"{u}->{v}": c.bytes_carried for (u, v), c in sorted(self._links.items(), key=_pair_str)
                 if c.bytes_carried > 0}
 
