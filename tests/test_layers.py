@@ -39,8 +39,9 @@ DOORS = {"simulator.collectives.fast_path": EXECUTOR,
          "simulator.engine.speedups": f"{ACCEL}.route_symmetry"}
 DOOR = "simulator.collectives.fast_path"
 #: every mechanism of the layer lives in it (issue 28): none of these is left below it
-MECHANISMS = {"aggregate", "automorphisms", "chain_run", "executor", "node_quotients", "orbit_run", "quotient", "reduced",
-              "replay", "reruns", "ring_quotient", "route_symmetry", "slice_symmetry", "step_symmetry", "templates", "unfolding"}
+MECHANISMS = {"aggregate", "automorphisms", "chain_run", "executor", "node_quotients", "orbit_run", "quotient",
+              "reduced", "replay", "reruns", "ring_quotient", "route_symmetry", "slice_symmetry", "step_symmetry",
+              "templates", "unfolding"}
 
 
 def rank(module: str) -> int | None:
