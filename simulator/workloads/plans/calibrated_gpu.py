@@ -44,7 +44,9 @@ is a named number of seconds in the breakdown:
   embedding on the first and the head on the last; the step takes (M - 1/v) x the slowest stage's
   microbatch plus every stage's once over v (GPipe, 1F1B; interleaved v > 1), and 2 (p v - 1) activation
   transfers on the fill-and-drain path, each tensor-parallel rank sending its 1/m of them (Megatron's
-  scatter-gather);
+  scatter-gather); in the steady state, 1F1B waits on each microbatch's two exchanges (2 v (M - 1) more
+  transfers), while the interleaved schedule overlaps them (``overlap_p2p_comm``): `P2P_KERNELS` send/recv
+  kernels per microbatch and chunk beside the compute, paying their SMs' interference;
 - the loss (``vector_s`` of the last stage): `LOSS_BYTES_PER_LOGIT` bytes per logit through HBM;
 - ``grad_reduce``: gradient reductions (FSDP's per-layer reduce-scatter, ZeRO-1's after the backward, the data
   axis's AllReduce) move ``grad_reduce_bytes`` per element -- 4 where the framework reduces in fp32 (Megatron-LM
@@ -122,6 +124,11 @@ TE_UB_SMS = (1 + 16) / 2
 proj_dgrad, fc2_dgrad) run as ``ring_exchange`` on 1 SM with copy engines moving the data; the ReduceScatters
 (proj_fprop, fc2_fprop: ``pipeline``) and the bulk overlaps beside the weight-gradient GEMMs on 16 SMs, which
 the GEMM leaves free (``set_sm_margin``). Half the overlapped bytes each way: 8.5 SMs on average."""
+P2P_BLOCKING = ("megatron-lm",)  #: frameworks whose interleaved schedule waits on every exchange (no overlap_p2p_comm)
+P2P_KERNELS = 4
+"""NCCL send/recv kernels a middle pipeline stage runs per microbatch and model chunk in the steady state: it
+receives its input and sends its output forward, receives the output gradient and sends the input gradient
+backward (Megatron-Core's ``_p2p_ops``: one ``isend`` / ``irecv`` each under ``overlap_p2p_comm``)."""
 NCCL_FALLBACK_CHANNELS = 16  #: channels where NCCL's tuner model has no view of the group (an uneven split)
 GRAD_REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  #: dtypes a framework reduces gradients in -> bytes
 #: what each framework reduces 16-bit gradients in by default (the forecast's default; a published row names its own):
@@ -409,7 +416,17 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     bubble = pipelined - mb * sum_s / p if p > 1 else 0.0
     # each tensor-parallel rank sends its 1/m of the activations (Megatron's scatter-gather: the next stage's ranks
     # AllGather them over NVLink; with sequence parallelism they are sharded anyway)
-    p2p = 2 * (p * v - 1) * p2p_s(t * d * e_a / m, nets.get("pipeline")) if p > 1 else 0.0
+    send = p2p_s(t * d * e_a / m, nets.get("pipeline")) if p > 1 else 0.0
+    p2p = 2 * (p * v - 1) * send
+    # the steady state's exchanges (Megatron-Core 0.8 p2p_communication._communicate): under the interleaved schedule
+    # they run beside the compute (overlap_p2p_comm, on by default there; the 2021-22 Megatron-LM code had none) and
+    # slow it by their SMs' share; otherwise each microbatch's two exchanges are waited on (wait_on_reqs, then
+    # torch.cuda.synchronize under batch_p2p_sync), so every microbatch after the first adds them to the step
+    if p > 1 and v > 1 and c.framework not in P2P_BLOCKING:
+        p2p_share = collective_sm_share("send", t * d * e_a / m, nets.get("pipeline"), sms)
+        p2p += k_i * p2p_share * P2P_KERNELS * mb * v * send
+    elif p > 1:
+        p2p += 2 * v * (mb - 1) * send
     stage_layers = max(sum(chunks[k * p + s] for k in range(v)) for s in range(p))
     tables = (1 if cfg.tied_embeddings or p > 1 else 2) * cfg.vocab_size * d / m
     held = stage_layers * (dense / m + routed / (m * plan.size("expert"))) + tables
