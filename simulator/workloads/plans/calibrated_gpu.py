@@ -54,6 +54,11 @@ is a named number of seconds in the breakdown:
 - ``optimizer_s``: AdamW over the local shard (memory-bound kernel);
 - ``overhead_s``: ``step_overhead_s`` per step (host, data loader, logging).
 
+The factors describe the pipeline's slowest stage (the last on ties: it holds the head), whose pace the schedule
+keeps: its layers, the head or embedding it holds, its exposed collectives, and ``bubble_s``, the time the schedule
+leaves it idle; with the per-step terms they add up to the step (``launch_s`` is the part of the kernels' seconds
+the host's dispatch floor adds, already inside them).
+
 Collectives run as NCCL chooses them, over the mesh's axes laid on GPU nodes (`gpu_network`: NCCL's own
 tuner for AllGather, ReduceScatter and AllReduce; rings at the fastest protocol for AllToAll and pipeline sends).
 Difference by design from the ideal simulated step (the bound): that runs podsim's own collectives at line
@@ -387,9 +392,10 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     seq_f, seq_b = cp_f + 2 * ep_one, cp_b + 2 * ep_one  # these wait on the layer's own work: added to it
     chunks = _stage_layers(cfg.n_layers, p * v)
     per_stage: list[float] = []
-    exposed = {"tp": 0.0, "fsdp": 0.0, "cp": 0.0, "ep": 0.0}
+    exposed_at: list[dict[str, float]] = []  # per stage: what each collective adds to its layers' compute
     for stage in range(p):
         total = 0.0
+        exposed = {"tp": 0.0, "fsdp": 0.0, "cp": 0.0, "ep": 0.0}
         for chunk in range(v):
             n_l = chunks[chunk * p + stage]
             b_share = _mean_share([(ag_b, ag_share), (rs, rs_share)])
@@ -397,14 +403,14 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
             tb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, tp_bwd, opts.tp_overlap,
                                         beside(ag_b + rs, b_share, tp_bwd))
             total += tf + tb
-            if stage == 0:  # exposed: what each collective adds to the layers' compute
-                nf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, 0.0, False, k_i * ag_share)
-                nb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, 0.0, False, k_i * b_share)
-                exposed["tp"] += _excess(tf + tb, nf + nb)
-                exposed["fsdp"] += _excess(nf + nb, n_l * (fwd + seq_f + bwd + redo + seq_b))
-                exposed["cp"] += n_l * (cp_f + cp_b)
-                exposed["ep"] += n_l * 4 * ep_one
+            nf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, 0.0, False, k_i * ag_share)
+            nb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, 0.0, False, k_i * b_share)
+            exposed["tp"] += _excess(tf + tb, nf + nb)
+            exposed["fsdp"] += _excess(nf + nb, n_l * (fwd + seq_f + bwd + redo + seq_b))
+            exposed["cp"] += n_l * (cp_f + cp_b)
+            exposed["ep"] += n_l * 4 * ep_one
         per_stage.append(total)
+        exposed_at.append(exposed)
     head = [(t, d, cfg.vocab_size / m)]  # in 16 bits under FP8 too (`FP8_HEAD`): no casts
     head_gemm = kern.gemm(*head[0], dtype=FP8_HEAD) + kern.gemm(d, t, cfg.vocab_size / m, dtype=FP8_HEAD) + \
         kern.gemm(t, cfg.vocab_size / m, d, dtype=FP8_HEAD)
@@ -413,7 +419,6 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     per_stage[0] += kern.vector(2 * t * d * e_a)  # the embedding lookup (and its gradient scatter)
     slowest, sum_s = max(per_stage), sum(per_stage)
     pipelined = (mb - 1 / v) * slowest + sum_s / v if p > 1 else mb * per_stage[0]
-    bubble = pipelined - mb * sum_s / p if p > 1 else 0.0
     # each tensor-parallel rank sends its 1/m of the activations (Megatron's scatter-gather: the next stage's ranks
     # AllGather them over NVLink; with sequence parallelism they are sharded anyway)
     send = p2p_s(t * d * e_a / m, nets.get("pipeline")) if p > 1 else 0.0
@@ -460,18 +465,25 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     optimizer = kern.vector(shard * adamw_bytes_per_param(e_w, opts.master_copy), "optimizer")
     weight_casts = stage_layers * w_cast if cast_once else 0.0  # the busiest stage's, once per step
     step = pipelined + p2p + exposed_grads + slowed + optimizer + weight_casts + c.step_overhead_s
-    layers = mb * cfg.n_layers / p  # layer passes of the busiest stage per step
+    # the factors describe the slowest stage (the last on ties: it holds the head), which sets the pipeline's pace;
+    # its bubble is what the schedule adds over its own microbatches, so the factors add up to the step
+    crit = max(range(p), key=lambda i: (per_stage[i], i))
+    layers = mb * sum(chunks[k * p + crit] for k in range(v))  # layer passes of that stage per step
+    last, first = (mb if crit == p - 1 else 0), (mb if crit == 0 else 0)
+    embed = kern.vector(2 * t * d * e_a)
     lf, lb = layer["forward"], layer["backward"]
+    exposed = exposed_at[crit]
     factors = {
-        "matmul_s": layers * (lf["gemm"] + lb["gemm"]) + mb * head_gemm + weight_casts,
+        "matmul_s": layers * (lf["gemm"] + lb["gemm"]) + last * head_gemm + weight_casts,
         "attention_s": layers * (lf["attention"] + lb["attention"]),
-        "vector_s": layers * (lf["vector"] + lb["vector"]) + mb * head_vec,
+        "vector_s": layers * (lf["vector"] + lb["vector"]) + last * head_vec + first * embed,
         "launch_s": layers * (lf["launch"] + lb["launch"]),
         "recompute_s": layers * redo,
         "exposed_tp_s": mb * exposed["tp"], "exposed_fsdp_s": mb * exposed["fsdp"],
         "exposed_grads_s": exposed_grads + slowed, "exposed_cp_s": mb * exposed["cp"],
         "exposed_ep_s": mb * exposed["ep"],
-        "bubble_s": max(0.0, bubble), "p2p_s": p2p, "optimizer_s": optimizer, "overhead_s": c.step_overhead_s,
+        "bubble_s": max(0.0, pipelined - mb * per_stage[crit]), "p2p_s": p2p, "optimizer_s": optimizer,
+        "overhead_s": c.step_overhead_s,
     }
     flops = model_flops(cfg, batch, seq)
     peak = plan.chips * chip.peak_flops_per_s() * step
