@@ -44,13 +44,20 @@ is a named number of seconds in the breakdown:
   embedding on the first and the head on the last; the step takes (M - 1/v) x the slowest stage's
   microbatch plus every stage's once over v (GPipe, 1F1B; interleaved v > 1), and 2 (p v - 1) activation
   transfers on the fill-and-drain path, each tensor-parallel rank sending its 1/m of them (Megatron's
-  scatter-gather);
+  scatter-gather); in the steady state, 1F1B waits on each microbatch's two exchanges (2 v (M - 1) more
+  transfers), while the interleaved schedule overlaps them (``overlap_p2p_comm``): `P2P_KERNELS` send/recv
+  kernels per microbatch and chunk beside the compute, paying their SMs' interference;
 - the loss (``vector_s`` of the last stage): `LOSS_BYTES_PER_LOGIT` bytes per logit through HBM;
 - ``grad_reduce``: gradient reductions (FSDP's per-layer reduce-scatter, ZeRO-1's after the backward, the data
   axis's AllReduce) move ``grad_reduce_bytes`` per element -- 4 where the framework reduces in fp32 (Megatron-LM
   and Megatron-Core under bf16, PyTorch FSDP with an fp32 ``reduce_dtype``), else the weights' bytes;
 - ``optimizer_s``: AdamW over the local shard (memory-bound kernel);
 - ``overhead_s``: ``step_overhead_s`` per step (host, data loader, logging).
+
+The factors describe the pipeline's slowest stage (the last on ties: it holds the head), whose pace the schedule
+keeps: its layers, the head or embedding it holds, its exposed collectives, and ``bubble_s``, the time the schedule
+leaves it idle; with the per-step terms they add up to the step (``launch_s`` is the part of the kernels' seconds
+the host's dispatch floor adds, already inside them).
 
 Collectives run as NCCL chooses them, over the mesh's axes laid on GPU nodes (`gpu_network`: NCCL's own
 tuner for AllGather, ReduceScatter and AllReduce; rings at the fastest protocol for AllToAll and pipeline sends).
@@ -122,6 +129,11 @@ TE_UB_SMS = (1 + 16) / 2
 proj_dgrad, fc2_dgrad) run as ``ring_exchange`` on 1 SM with copy engines moving the data; the ReduceScatters
 (proj_fprop, fc2_fprop: ``pipeline``) and the bulk overlaps beside the weight-gradient GEMMs on 16 SMs, which
 the GEMM leaves free (``set_sm_margin``). Half the overlapped bytes each way: 8.5 SMs on average."""
+P2P_BLOCKING = ("megatron-lm",)  #: frameworks whose interleaved schedule waits on every exchange (no overlap_p2p_comm)
+P2P_KERNELS = 4
+"""NCCL send/recv kernels a middle pipeline stage runs per microbatch and model chunk in the steady state: it
+receives its input and sends its output forward, receives the output gradient and sends the input gradient
+backward (Megatron-Core's ``_p2p_ops``: one ``isend`` / ``irecv`` each under ``overlap_p2p_comm``)."""
 NCCL_FALLBACK_CHANNELS = 16  #: channels where NCCL's tuner model has no view of the group (an uneven split)
 GRAD_REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  #: dtypes a framework reduces gradients in -> bytes
 #: what each framework reduces 16-bit gradients in by default (the forecast's default; a published row names its own):
@@ -380,9 +392,10 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     seq_f, seq_b = cp_f + 2 * ep_one, cp_b + 2 * ep_one  # these wait on the layer's own work: added to it
     chunks = _stage_layers(cfg.n_layers, p * v)
     per_stage: list[float] = []
-    exposed = {"tp": 0.0, "fsdp": 0.0, "cp": 0.0, "ep": 0.0}
+    exposed_at: list[dict[str, float]] = []  # per stage: what each collective adds to its layers' compute
     for stage in range(p):
         total = 0.0
+        exposed = {"tp": 0.0, "fsdp": 0.0, "cp": 0.0, "ep": 0.0}
         for chunk in range(v):
             n_l = chunks[chunk * p + stage]
             b_share = _mean_share([(ag_b, ag_share), (rs, rs_share)])
@@ -390,14 +403,14 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
             tb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, tp_bwd, opts.tp_overlap,
                                         beside(ag_b + rs, b_share, tp_bwd))
             total += tf + tb
-            if stage == 0:  # exposed: what each collective adds to the layers' compute
-                nf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, 0.0, False, k_i * ag_share)
-                nb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, 0.0, False, k_i * b_share)
-                exposed["tp"] += _excess(tf + tb, nf + nb)
-                exposed["fsdp"] += _excess(nf + nb, n_l * (fwd + seq_f + bwd + redo + seq_b))
-                exposed["cp"] += n_l * (cp_f + cp_b)
-                exposed["ep"] += n_l * 4 * ep_one
+            nf, _ = overlapped_layers_s(n_l, fwd + seq_f, ag, 0.0, False, k_i * ag_share)
+            nb, _ = overlapped_layers_s(n_l, bwd + redo + seq_b, ag_b + rs, 0.0, False, k_i * b_share)
+            exposed["tp"] += _excess(tf + tb, nf + nb)
+            exposed["fsdp"] += _excess(nf + nb, n_l * (fwd + seq_f + bwd + redo + seq_b))
+            exposed["cp"] += n_l * (cp_f + cp_b)
+            exposed["ep"] += n_l * 4 * ep_one
         per_stage.append(total)
+        exposed_at.append(exposed)
     head = [(t, d, cfg.vocab_size / m)]  # in 16 bits under FP8 too (`FP8_HEAD`): no casts
     head_gemm = kern.gemm(*head[0], dtype=FP8_HEAD) + kern.gemm(d, t, cfg.vocab_size / m, dtype=FP8_HEAD) + \
         kern.gemm(t, cfg.vocab_size / m, d, dtype=FP8_HEAD)
@@ -406,10 +419,19 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     per_stage[0] += kern.vector(2 * t * d * e_a)  # the embedding lookup (and its gradient scatter)
     slowest, sum_s = max(per_stage), sum(per_stage)
     pipelined = (mb - 1 / v) * slowest + sum_s / v if p > 1 else mb * per_stage[0]
-    bubble = pipelined - mb * sum_s / p if p > 1 else 0.0
     # each tensor-parallel rank sends its 1/m of the activations (Megatron's scatter-gather: the next stage's ranks
     # AllGather them over NVLink; with sequence parallelism they are sharded anyway)
-    p2p = 2 * (p * v - 1) * p2p_s(t * d * e_a / m, nets.get("pipeline")) if p > 1 else 0.0
+    send = p2p_s(t * d * e_a / m, nets.get("pipeline")) if p > 1 else 0.0
+    p2p = 2 * (p * v - 1) * send
+    # the steady state's exchanges (Megatron-Core 0.8 p2p_communication._communicate): under the interleaved schedule
+    # they run beside the compute (overlap_p2p_comm, on by default there; the 2021-22 Megatron-LM code had none) and
+    # slow it by their SMs' share; otherwise each microbatch's two exchanges are waited on (wait_on_reqs, then
+    # torch.cuda.synchronize under batch_p2p_sync), so every microbatch after the first adds them to the step
+    if p > 1 and v > 1 and c.framework not in P2P_BLOCKING:
+        p2p_share = collective_sm_share("send", t * d * e_a / m, nets.get("pipeline"), sms)
+        p2p += k_i * p2p_share * P2P_KERNELS * mb * v * send
+    elif p > 1:
+        p2p += 2 * v * (mb - 1) * send
     stage_layers = max(sum(chunks[k * p + s] for k in range(v)) for s in range(p))
     tables = (1 if cfg.tied_embeddings or p > 1 else 2) * cfg.vocab_size * d / m
     held = stage_layers * (dense / m + routed / (m * plan.size("expert"))) + tables
@@ -443,18 +465,25 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     optimizer = kern.vector(shard * adamw_bytes_per_param(e_w, opts.master_copy), "optimizer")
     weight_casts = stage_layers * w_cast if cast_once else 0.0  # the busiest stage's, once per step
     step = pipelined + p2p + exposed_grads + slowed + optimizer + weight_casts + c.step_overhead_s
-    layers = mb * cfg.n_layers / p  # layer passes of the busiest stage per step
+    # the factors describe the slowest stage (the last on ties: it holds the head), which sets the pipeline's pace;
+    # its bubble is what the schedule adds over its own microbatches, so the factors add up to the step
+    crit = max(range(p), key=lambda i: (per_stage[i], i))
+    layers = mb * sum(chunks[k * p + crit] for k in range(v))  # layer passes of that stage per step
+    last, first = (mb if crit == p - 1 else 0), (mb if crit == 0 else 0)
+    embed = kern.vector(2 * t * d * e_a)
     lf, lb = layer["forward"], layer["backward"]
+    exposed = exposed_at[crit]
     factors = {
-        "matmul_s": layers * (lf["gemm"] + lb["gemm"]) + mb * head_gemm + weight_casts,
+        "matmul_s": layers * (lf["gemm"] + lb["gemm"]) + last * head_gemm + weight_casts,
         "attention_s": layers * (lf["attention"] + lb["attention"]),
-        "vector_s": layers * (lf["vector"] + lb["vector"]) + mb * head_vec,
+        "vector_s": layers * (lf["vector"] + lb["vector"]) + last * head_vec + first * embed,
         "launch_s": layers * (lf["launch"] + lb["launch"]),
         "recompute_s": layers * redo,
         "exposed_tp_s": mb * exposed["tp"], "exposed_fsdp_s": mb * exposed["fsdp"],
         "exposed_grads_s": exposed_grads + slowed, "exposed_cp_s": mb * exposed["cp"],
         "exposed_ep_s": mb * exposed["ep"],
-        "bubble_s": max(0.0, bubble), "p2p_s": p2p, "optimizer_s": optimizer, "overhead_s": c.step_overhead_s,
+        "bubble_s": max(0.0, pipelined - mb * per_stage[crit]), "p2p_s": p2p, "optimizer_s": optimizer,
+        "overhead_s": c.step_overhead_s,
     }
     flops = model_flops(cfg, batch, seq)
     peak = plan.chips * chip.peak_flops_per_s() * step
