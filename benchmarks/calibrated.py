@@ -81,7 +81,7 @@ def child(name: str) -> None:
         with contextlib.redirect_stdout(io.StringIO()) as out:
             status = main(PLAN)
         figure = json.loads(out.getvalue())["plans"][0]["calibrated_step_time_s"] if status == 0 else None
-        events = None
+        events, reruns = None, None
     else:
         from engine import count_events
 
@@ -93,13 +93,13 @@ def child(name: str) -> None:
         imports = time.perf_counter() - start  # (inside the case's wall: a user's run pays them too)
         model, chip, mesh, topology, batch, seq, options, _ = STEPS[name]
         counter = count_events()
-        _, out = simulate_step(TransformerConfig(**model), get_chip(chip), parse_plan_mesh(mesh),
-                               TrainOptions(**options), batch, seq, topology, trace=False, calibrated=True)
-        figure, events = out["step_time_s"], counter[0]
+        sim, out = simulate_step(TransformerConfig(**model), get_chip(chip), parse_plan_mesh(mesh),
+                                 TrainOptions(**options), batch, seq, topology, trace=False, calibrated=True)
+        figure, events, reruns = out["step_time_s"], counter[0], sim.reruns
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"figure": figure, "events": events, "wall_s": wall, "cpu_s": cpu, "lean_s": lean_s,
-                      "peak_bytes": peak, "imports_s": imports}))
+                      "peak_bytes": peak, "imports_s": imports, "reruns": reruns}))
 
 
 def run(name: str, limit: float, tree: str | None) -> str:
@@ -114,6 +114,8 @@ def run(name: str, limit: float, tree: str | None) -> str:
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     figure = "-" if r["figure"] is None else f"{r['figure']:.4g} s"
     events = "" if r["events"] is None else f"events {r['events']:,}  "
+    if r.get("reruns"):  # the fast step's reruns (`simulator.acceleration.reruns`): which runs the wall paid for
+        events += f"reruns {'+'.join(r['reruns'])}  "
     imports = "" if r.get("imports_s") is None else f" (imports {r['imports_s']:.2f} s)"
     head = f"{name:<9} calibrated step {figure} (forecast)  {events}wall {r['wall_s']:.2f} s{imports}  " \
            f"cpu {r['cpu_s']:.2f} s  peak {r['peak_bytes'] / 2**30:.2f} GiB  lean {r['lean_s'] * 1e3:.0f} ms  "

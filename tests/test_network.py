@@ -164,3 +164,47 @@ def test_idle_follows_the_links_in_flight_even_when_the_link_last_found_busy_goe
     short.transfer(1e6)  # a hint left on the long link (now idle) while the short one is busy again
     env.run(until=env.now + A + 0.5e6 / B)
     assert net.idle() is False
+
+
+def test_link_efficiency_settings_leave_every_link_at_its_own_kinds_values():
+    """`Network.set_link_efficiency` (which sets only the links whose values change, and where the settings' values
+    are those already in force, only links with a flow on its way) against the rule itself, written out: after every
+    setting, every built link runs at its nominal rate times ``fraction(kind)`` and at ``latency(kind, nominal)`` a
+    hop (its own latency without one) -- links built between settings and kinds first seen late included -- and a
+    flow admitted ahead of its arrival keeps arriving when its latency says."""
+    system = System("h100", topology="nodes:2:8")
+    net, env = system.network, system.env
+    chips = net.chips
+
+    def check(fraction, latency):
+        for channel in net.links.values():
+            factor = 1.0 if fraction is None else fraction(channel.kind)
+            assert channel.bandwidth_bytes_per_s == channel.nominal_bandwidth_bytes_per_s * factor
+            assert channel.latency_s == (channel.nominal_latency_s if latency is None else
+                                         latency(channel.kind, channel.nominal_latency_s))
+
+    def halves(kind):
+        return 0.5 if kind == "nvlink" else 0.25
+
+    def slow(kind, own):
+        return own + (1e-6 if kind == "ib" else 2e-6)
+
+    nvlink = net.link(chips[0], next(v for v in net.graph.successors(chips[0])
+                                     if net.graph.edges[chips[0], v]["kind"] == "nvlink"))
+    settings = [(halves, None), (halves, None), (halves, slow), (None, None), (halves, slow), (halves, slow)]
+    for i, (fraction, latency) in enumerate(settings):
+        net.set_link_efficiency(fraction, latency)
+        check(fraction, latency)
+        if i == 1:  # an InfiniBand link, a kind not seen before, built under the settings in force
+            ib = net.link(chips[0], next(v for v in net.graph.successors(chips[0])
+                                         if net.graph.edges[chips[0], v]["kind"] == "ib"))
+            check(fraction, latency)
+    assert {c.kind for c in net.links.values()} == {"nvlink", "ib"} and ib is not nvlink
+    done: list[float] = []
+    start = env.now
+    nvlink.send(1e6, "x", "send", done.append, 0)  # admitted ahead: on its way for its latency, then moving
+    net.set_link_efficiency(halves, slow)  # the same values: the flow put back on its way, as by any setting
+    env.run()
+    latency = slow("nvlink", nvlink.nominal_latency_s)
+    assert len(done) == 1 and env.now == pytest.approx(start + latency + 1e6 / nvlink.bandwidth_bytes_per_s,
+                                                       rel=1e-12)

@@ -32,6 +32,7 @@ import simpy
 from simulator import analytic
 from simulator.engine.channel import Channel
 from simulator.engine.routing import QuickestPaths
+from simulator.engine.simpy_door import clock
 from simulator.engine.speedups import route_finder
 from simulator.engine.timers import call_after
 from simulator.engine.trace import Trace
@@ -93,6 +94,9 @@ class Network:
         #: runs strict-chain quotients in one timer and holds their links (`simulator.acceleration.chain_run`:
         #: ``run``, ``busy``, ``settle``); None: none
         self.eager_sink: Any = None
+        #: (the values (kind, nominal latency) -> (fraction, hop latency) every built channel runs at, None: not known;
+        #: the (kind, nominal latency) pairs of the built channels): `set_link_efficiency` sets only what changes
+        self._applied: list[Any] = [{}, set()]
 
     # -- links -------------------------------------------------------------------------------
     def link(self, u: Any, v: Any) -> Channel:
@@ -113,6 +117,10 @@ class Network:
         channel.nominal_bandwidth_bytes_per_s = channel.bandwidth_bytes_per_s
         channel.nominal_latency_s = channel.latency_s
         self._links[(u, v)] = channel
+        pair = (channel.kind, channel.nominal_latency_s)
+        if pair not in self._applied[1]:  # a kind of link not set yet: the next setting sets every channel
+            self._applied[1].add(pair)
+            self._applied[0] = None
         if self._ahead:
             carried = self._ahead.pop((u, v), None)
             if carried is not None:
@@ -174,11 +182,12 @@ class Network:
         """Whether no link is carrying bytes now. The link last found busy is asked first: at a collective's
         start the network is nearly always busy, and mostly on that link still, so the answer is usually one
         look (the full scan only where it has gone idle); the answer is the scan's either way."""
-        hint = self._busy_hint
-        if hint is not None and hint.busy:
+        now = clock(self.env)
+        hint = self._busy_hint  # (`Channel.busy` inline: a flow moving bytes now; no subclass redefines it)
+        if hint is not None and hint._flows and hint._last_update <= now:
             return False
         for channel in self._links.values():
-            if channel.busy:
+            if channel._flows and channel._last_update <= now:
                 self._busy_hint = channel
                 return False
         sink = self.eager_sink  # the links a chain holds carry no flows: it says whether they would
@@ -195,19 +204,35 @@ class Network:
         self._efficiency = fraction
         self._latency = latency
         self._settings = {}  # (kind, nominal latency) -> (fraction, hop latency) under these settings
+        applied = self._applied  # (shared with siblings: they share the channels)
+        pairs = applied[1]
+        if applied[0] is not None:  # every channel at the values of the last settings: are these the same?
+            new = {key: self._setting(key) for key in pairs}
+            if new == applied[0]:  # a channel with no flow keeps its rate and latency: only those with one are set
+                for channel in self._links.values():  # (a flow admitted ahead of its arrival: `_unadmit`)
+                    if channel._flows:
+                        self._apply_efficiency(channel)
+                return
         for channel in self._links.values():
             self._apply_efficiency(channel)
+        applied[0] = {key: self._setting(key) for key in pairs}
+
+    def _setting(self, key: tuple[str, float]) -> tuple[float, float]:
+        """(fraction of the rate, hop latency s) of links of ``key`` (kind, nominal latency) under the settings."""
+        found = self._settings.get(key)  # (a function of kind and nominal latency: each asked once per setting)
+        if found is None:
+            kind, nominal = key
+            factor = self._efficiency(kind) if self._efficiency is not None else 1.0
+            found = self._settings[key] = (factor, nominal if self._latency is None else self._latency(kind, nominal))
+        return found
 
     def _apply_efficiency(self, channel: Channel, fresh: bool = False) -> None:
         if not fresh and channel.busy:  # (``fresh``: just built, no flow yet)
             raise PodsimError(f"{channel.name} has transfers in flight; change link efficiency between collectives")
-        nominal = channel.nominal_latency_s
-        key = (channel.kind, nominal)
-        found = self._settings.get(key)  # (a function of kind and nominal latency: each asked once per setting)
+        key = (channel.kind, channel.nominal_latency_s)
+        found = self._settings.get(key)
         if found is None:
-            factor = self._efficiency(channel.kind) if self._efficiency is not None else 1.0
-            found = self._settings[key] = (factor, nominal if self._latency is None else
-                                           self._latency(channel.kind, nominal))
+            found = self._setting(key)
         channel.bandwidth_bytes_per_s = channel.nominal_bandwidth_bytes_per_s * found[0]
         channel.latency_s = found[1]
 
