@@ -71,12 +71,14 @@ class _Chain:
     """A quotient's transfers as one strict chain (`of`): ``steps``, in the order they run, each (transfer id,
     route's links or None, bytes, interface counts (kind, bytes)); ``links``, every link they cross."""
 
-    __slots__ = ("q", "steps", "links")
+    __slots__ = ("q", "steps", "links", "routed", "adds", "last", "sizes", "units", "waiting", "_programs")
 
     def __init__(self, q: Quotient, order: list[int]) -> None:
         self.q = q
         self.steps: list[tuple[int, tuple[Channel, ...] | None, float, list[tuple[str, float]]]] = []
-        links: dict[Channel, None] = {}
+        self.routed: list[tuple[tuple[Channel, ...], float]] = []  #: the routed transfers' (links, bytes), in order
+        self.last: dict[Channel, tuple[int, int]] = {}  #: each link's last flow: (routed transfer, hop)
+        self.sizes: dict[Channel, list[float]] = {}  #: the bytes of each link's flows, in order
         for tid in order:
             route = q.routes[tid]
             nbytes = q.transfers[tid].nbytes
@@ -84,8 +86,64 @@ class _Chain:
                 self.steps.append((tid, None, nbytes, []))
                 continue
             self.steps.append((tid, route[0], nbytes, [(kind, nbytes * count * q.order) for kind, count in route[1]]))
-            links.update(dict.fromkeys(route[0]))
-        self.links = tuple(links)
+            for hop, link in enumerate(route[0]):
+                self.last[link] = (len(self.routed), hop)
+                self.sizes.setdefault(link, []).append(nbytes)
+            self.routed.append((route[0], nbytes))
+        self.links = tuple(self.sizes)
+        self.adds = [add for step in self.steps for add in step[3]]  #: every interface count, in order
+        n, units = len(q.transfers), [0]
+        for left in range(n - 1, -1, -1):  # what `Aggregated.arrive` reports, arrival by arrival
+            _report(lambda u: units.__setitem__(0, units[0] + u), left, n)
+        self.units = units[0]  #: the work units the event-by-event run reports by ``pulse``
+        self.waiting = [0] * n  #: (`_Pending`'s: none waits once the chain runs)
+        self._programs: dict[tuple, list[tuple[tuple[float, float], ...]]] = {}
+
+    def program(self) -> list[tuple[tuple[float, float], ...]]:
+        """For the links' present rates and latencies: each routed transfer's hops as (latency, bytes / rate) s,
+        the floats `Channel.send` adds (made once per setting of the links)."""
+        key = tuple((c._bandwidth, c.latency_s) for c in self.links)
+        found = self._programs.get(key)
+        if found is None:
+            found = self._programs[key] = [tuple((c.latency_s, nbytes / c._bandwidth) for c in links)
+                                           for links, nbytes in self.routed]
+        return found
+
+    @staticmethod
+    def end(t: float, program: list[tuple[tuple[float, float], ...]]) -> tuple[float, list[float]] | None:
+        """`timeline`'s arrival of the last transfer and each routed transfer's start (s), for a start at ``t``
+        (s): the same floats, with nothing kept but the starts; None where a flow would take no time (its end
+        rounds to its start: `timeline` then decides)."""
+        starts = []
+        for hops in program:
+            starts.append(t)
+            if len(hops) == 2:  # (the tensor-parallel chain: GPU -> switch -> GPU)
+                (la, da), (lb, db) = hops
+                sa = t + la
+                ea = sa + da
+                sb = sa + lb
+                eb = sb + db
+                if not (ea > sa and eb > sb):
+                    return None
+                latest = ea if ea > eb else eb
+                done = ea if ea > la else la  # (`hop_done`: the first late is 0.0 + la)
+                late = done + lb
+                done = eb if eb > late else late
+                t = latest + (done - latest) if done > latest else latest
+                continue
+            head, latest, done = t, -1.0, 0.0
+            for k, (latency, duration) in enumerate(hops):
+                if k:
+                    head = head + hops[k - 1][0]
+                start = head + latency
+                end = start + duration
+                if not end > start:
+                    return None
+                latest = end if end > latest else latest
+                late = done + latency
+                done = end if end > late else late
+            t = latest + (done - latest) if len(hops) > 1 and done > latest else latest
+        return t, starts
 
     @staticmethod
     def of(q: Quotient) -> _Chain | None:
@@ -160,24 +218,28 @@ class _Step:
 
 
 class _Held:
-    """A chain under way: its steps (`_Chain.timeline`), the instants (s) at which the event-by-event run has an
-    event of its own (`events`), its completion and label."""
+    """A chain under way: its start and end (s), the hops' figures it ran at (`_Chain.program`), each routed
+    transfer's start, its completion and label; its full timeline (`steps`) made only where it is handed over."""
 
-    __slots__ = ("chain", "steps", "done", "label", "over")
+    __slots__ = ("chain", "t0", "end", "program", "starts", "done", "label", "over")
 
-    def __init__(self, chain: _Chain, steps: list[_Step], done: Completion, label: str) -> None:
-        self.chain, self.steps, self.done, self.label = chain, steps, done, label
+    def __init__(self, chain: _Chain, t0: float, end: float, program: list, starts: list[float],
+                 done: Completion, label: str) -> None:
+        self.chain, self.t0, self.end, self.program, self.starts = chain, t0, end, program, starts
+        self.done, self.label = done, label
         self.over = False  #: ended, or handed to the event-by-event run
 
     @property
-    def end(self) -> float:
-        return self.steps[-1].arrival
+    def steps(self) -> list[_Step]:
+        steps = self.chain.timeline(self.t0)
+        assert steps is not None and steps[-1].arrival == self.end, "the chain's timeline is the one it ran"
+        return steps
 
-    def events(self) -> set[float]:
+    def events(self, steps: list[_Step]) -> set[float]:
         """The instants of the event-by-event run's own events after the start: later hops sent, flows' ends,
         arrivals (a later transfer's start, a barrier's)."""
         times = set()
-        for step in self.steps:
+        for step in steps:
             times.add(step.arrival)
             if not step.hops:
                 times.add(step.start)
@@ -198,6 +260,7 @@ class ChainRunner:
         self.net, self.shared = net, shared
         self._chains: dict[int, tuple[Any, _Chain | None]] = {}  #: id(quotient) -> (it, its chain or None)
         self._held: dict[Channel, _Held] = {}  #: each held link's chain
+        self._guards: dict[Channel, dict[str, Any]] = {}  #: each link's guards (`_guard`), made once
         self.conflict = False  #: a chain could not be handed over exactly: the step reruns without chains
         self.runs = 0  #: chains run in one timer
         self.released = 0  #: of those, handed to the event-by-event run before their end
@@ -218,18 +281,25 @@ class ChainRunner:
                 self._release(held[link])
             if link._flows or link._arrive_by >= now:
                 return None  # busy, or a flow on its way in: run it event by event (it shares the link)
-        steps = chain.timeline(now)
-        if steps is None:
+        if not Channel.admit_ahead:
             return None
+        program = chain.program()
+        found = chain.end(now, program)
+        if found is None:
+            return None
+        end, starts = found
         done = Completion(env)
-        done.pending = _Pending(q.transfers, [0] * len(q.transfers), [len(q.transfers)], label)
-        run = _Held(chain, steps, done, label)
+        done.pending = _Pending(q.transfers, chain.waiting, [len(q.transfers)], label)
+        run = _Held(chain, now, end, program, starts, done, label)
+        guards = self._guards
         for link in chain.links:
             held[link] = run
-            for name in _HELD:
-                link.__dict__[name] = self._guard(link, name)
+            mine = guards.get(link)
+            if mine is None:
+                mine = guards[link] = {name: self._guard(link, name) for name in _HELD}
+            link.__dict__.update(mine)
         self.runs += 1
-        call_at(env, run.end, self._finish, run)
+        call_at(env, end, self._finish, run)
         return done
 
     def _guard(self, link: Channel, name: str) -> Any:
@@ -255,17 +325,30 @@ class ChainRunner:
         if run.over:
             return
         self._let_go(run)
+        chain = run.chain
         counters = self._counters()
-        for step in run.steps:
-            if counters is not None:
-                for kind, nbytes in step.adds:
-                    counters[kind] += nbytes
-            for hop in step.hops:
-                _left(hop, step.nbytes)
-        pulse, n = getattr(self.net.env, "podsim_pulse", None), len(run.steps)
+        if counters is not None:
+            for kind, nbytes in chain.adds:
+                counters[kind] += nbytes
+        starts, program = run.starts, run.program
+        for link, (r, hop) in chain.last.items():
+            sizes = chain.sizes[link]
+            carried = link.bytes_carried
+            for nbytes in sizes:  # (one by one, as each flow's end adds them)
+                carried += nbytes
+            link.bytes_carried = carried
+            head, hops = starts[r], program[r]
+            for k in range(1, hop + 1):
+                head = head + hops[k - 1][0]
+            start = head + hops[hop][0]
+            link._last_update = start + hops[hop][1]
+            link._v = 0.0
+            link._generation += 2 * len(sizes)  # (each flow's admission and end)
+            if link.latency_s > 0:
+                link._arrive_by = start
+        pulse = getattr(self.net.env, "podsim_pulse", None)
         if pulse is not None:
-            for left in range(n - 1, -1, -1):
-                _report(pulse, left, n)
+            pulse(chain.units)
         run.done.pending.remaining[0] = 0
         run.done.succeed(run.end)
 
@@ -280,7 +363,8 @@ class ChainRunner:
         of its own at this instant, whether it came before now is a matter of event order: a conflict."""
         env = self.net.env
         now = clock(env)
-        if now in run.events():
+        steps = run.steps
+        if now in run.events(steps):
             self._fail(f"other traffic at one of its own instants, t={now!r} s")
         self._let_go(run)
         self.released += 1
@@ -288,7 +372,7 @@ class ChainRunner:
         qr = _QuotientRun(self.net, q.transfers, None, run.label, run.done, q.shape)
         qr.routes, qr.scale = q.routes, q.order
         counters = self._counters()
-        for step in run.steps:
+        for step in steps:
             if counters is not None:
                 for kind, nbytes in step.adds:
                     counters[kind] += nbytes
