@@ -500,6 +500,13 @@ def _all_of(env: simpy.Environment, events: Sequence[simpy.Event]) -> Generator[
     return env.now
 
 
+def check_graph(graph: nx.DiGraph) -> None:
+    """The checks `Network` makes of a topology graph (`PodsimError` as it raises them): a chip, every chip reaching
+    every other over links, and every link's bandwidth > 0 and latency >= 0, finite."""
+    _check_connected(graph, sorted(v for v, role in graph.nodes(data="role") if role == "chip"))
+    _check_links(graph)
+
+
 def _check_links(graph: nx.DiGraph) -> None:
     for u, v, data in _bad_links(graph):
         try:
