@@ -155,8 +155,8 @@ class Network:
     def carry(self, u: Any, v: Any, nbytes: float) -> None:
         """Add ``nbytes`` to link ``u -> v``'s bytes carried, without building its channel where it is not built
         yet: it gets them when it is (by `link`, or by `links` and `link_bytes`, which build every such link
-        first). A fast run's unfolding gives tens of thousands of links their bytes this way (`simulator.
-        acceleration.quotient.unfold`), most of which nothing asks for again."""
+        first). A fast run's unfolding (`simulator.acceleration.quotient.unfold`) gives tens of thousands of links
+        their bytes this way, most of which nothing asks for again."""
         channel = self._links.get((u, v))
         if channel is not None:
             channel.bytes_carried += nbytes
