@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,19 +48,13 @@ TUNED_KINDS = ("torus", "mesh", "ring", "line")  #: graph kinds whose collective
 def build_system(chip: ChipSpec, plan: MeshPlan, topology: str | None = None, trace: bool = True,
                  calibrated: bool = False) -> tuple[System, Mesh | None]:
     """The system a plan runs on and its mesh (None on one chip without a topology)."""
-    spec = plan.mesh_spec()
     if plan.chips == 1 and topology is None:
         return System(chip, trace=trace, calibrated=calibrated), None
-    for spec_text in [topology] if topology else _default_topologies(spec, chip):
-        try:
-            system = System(chip, topology=spec_text, trace=trace, calibrated=calibrated)
-            return system, place(spec, system.graph)
-        except (PodsimError, TopologyError) as err:
-            if topology:
-                raise
-            last = err
-    raise PodsimError(f"mesh {plan.text} fits no slice of {plan.chips} {chip.name} chips ({one_line(last)}); give "
-                      "--topology, or fewer mesh axes than the torus has dimensions")
+
+    def make(spec_text: str) -> tuple[System, Mesh]:
+        system = System(chip, topology=spec_text, trace=trace, calibrated=calibrated)
+        return system, place(plan.mesh_spec(), system.graph)
+    return _first_fit(chip, plan, topology, make)
 
 
 def build_layout(chip: ChipSpec, plan: MeshPlan, topology: str | None = None) -> tuple[nx.DiGraph | None, Mesh | None]:
@@ -68,14 +63,22 @@ def build_layout(chip: ChipSpec, plan: MeshPlan, topology: str | None = None) ->
     and refused for the same reasons: the graph is checked as the system's network checks it
     (`simulator.engine.network.check_graph`). None, None on one chip without a topology. Under a fault plan, whose
     system prepares its own graph, use `build_system`."""
-    spec = plan.mesh_spec()
     if plan.chips == 1 and topology is None:
         return None, None
-    for spec_text in [topology] if topology else _default_topologies(spec, chip):
+
+    def make(spec_text: str) -> tuple[nx.DiGraph, Mesh]:
+        graph = resolve_topology(spec_text, chip)
+        check_graph(graph)
+        return graph, place(plan.mesh_spec(), graph)
+    return _first_fit(chip, plan, topology, make)
+
+
+def _first_fit(chip: ChipSpec, plan: MeshPlan, topology: str | None, make: Callable[[str], Any]) -> Any:
+    """``make(spec)`` of ``topology``, else of the first default topology it does not refuse."""
+    last: Exception = PodsimError("no topology to try")  # (there is always one: the mesh's own shape)
+    for spec_text in [topology] if topology else _default_topologies(plan.mesh_spec(), chip):
         try:
-            graph = resolve_topology(spec_text, chip)
-            check_graph(graph)
-            return graph, place(spec, graph)
+            return make(spec_text)
         except (PodsimError, TopologyError) as err:
             if topology:
                 raise
