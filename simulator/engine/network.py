@@ -166,8 +166,8 @@ class Network:
     def carry(self, u: Any, v: Any, nbytes: float) -> None:
         """Add ``nbytes`` to link ``u -> v``'s bytes carried, without building its channel where it is not built
         yet: it gets them when it is (by `link`, or by `links` and `link_bytes`, which build every such link
-        first). A fast run's unfolding gives tens of thousands of links their bytes this way (`simulator.
-        acceleration.quotient.unfold`), most of which nothing asks for again."""
+        first). A fast run's unfolding (`simulator.acceleration.quotient.unfold`) gives tens of thousands of links
+        their bytes this way, most of which nothing asks for again."""
         channel = self._links.get((u, v))
         if channel is not None:
             channel.bytes_carried += nbytes
@@ -529,6 +529,13 @@ def _route_cost(u: Any, v: Any, data: dict[str, Any]) -> float:
 def _all_of(env: simpy.Environment, events: Sequence[simpy.Event]) -> Generator[Any, Any, float]:
     yield simpy.AllOf(env, events)
     return env.now
+
+
+def check_graph(graph: nx.DiGraph) -> None:
+    """The checks `Network` makes of a topology graph (`PodsimError` as it raises them): a chip, every chip reaching
+    every other over links, and every link's bandwidth > 0 and latency >= 0, finite."""
+    _check_connected(graph, sorted(v for v, role in graph.nodes(data="role") if role == "chip"))
+    _check_links(graph)
 
 
 def _check_links(graph: nx.DiGraph) -> None:

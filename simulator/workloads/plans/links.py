@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +34,8 @@ from simulator.collectives.algorithm import Algorithm, Job, applicable, get_algo
 from simulator.collectives.groups import collective_groups
 from simulator.collectives.layout import RING_KINDS
 from simulator.collectives.ring import RingAlgorithm
-from simulator.engine.network import Network
-from simulator.engine.system import System
+from simulator.engine.network import Network, check_graph
+from simulator.engine.system import System, resolve_topology
 from simulator.errors import PodsimError, one_line
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads.mesh import Mesh, MeshSpec, Piece, default_topology_for, is_grid, place_in_order
@@ -47,13 +48,37 @@ TUNED_KINDS = ("torus", "mesh", "ring", "line")  #: graph kinds whose collective
 def build_system(chip: ChipSpec, plan: MeshPlan, topology: str | None = None, trace: bool = True,
                  calibrated: bool = False) -> tuple[System, Mesh | None]:
     """The system a plan runs on and its mesh (None on one chip without a topology)."""
-    spec = plan.mesh_spec()
     if plan.chips == 1 and topology is None:
         return System(chip, trace=trace, calibrated=calibrated), None
-    for spec_text in [topology] if topology else _default_topologies(spec, chip):
+
+    def make(spec_text: str) -> tuple[System, Mesh]:
+        system = System(chip, topology=spec_text, trace=trace, calibrated=calibrated)
+        return system, place(plan.mesh_spec(), system.graph)
+    return _first_fit(chip, plan, topology, make)
+
+
+def build_layout(chip: ChipSpec, plan: MeshPlan, topology: str | None = None) -> tuple[nx.DiGraph | None, Mesh | None]:
+    """`build_system`'s topology graph and mesh without the system (its chips, channels and routing): what the
+    closed forms read (`train.train_plan` without a simulation). The same topologies are tried in the same order
+    and refused for the same reasons: the graph is checked as the system's network checks it
+    (`simulator.engine.network.check_graph`). None, None on one chip without a topology. Under a fault plan, whose
+    system prepares its own graph, use `build_system`."""
+    if plan.chips == 1 and topology is None:
+        return None, None
+
+    def make(spec_text: str) -> tuple[nx.DiGraph, Mesh]:
+        graph = resolve_topology(spec_text, chip)
+        check_graph(graph)
+        return graph, place(plan.mesh_spec(), graph)
+    return _first_fit(chip, plan, topology, make)
+
+
+def _first_fit(chip: ChipSpec, plan: MeshPlan, topology: str | None, make: Callable[[str], Any]) -> Any:
+    """``make(spec)`` of ``topology``, else of the first default topology it does not refuse."""
+    last: Exception = PodsimError("no topology to try")  # (there is always one: the mesh's own shape)
+    for spec_text in [topology] if topology else _default_topologies(plan.mesh_spec(), chip):
         try:
-            system = System(chip, topology=spec_text, trace=trace, calibrated=calibrated)
-            return system, place(spec, system.graph)
+            return make(spec_text)
         except (PodsimError, TopologyError) as err:
             if topology:
                 raise
@@ -361,12 +386,12 @@ def _edge(graph: nx.DiGraph, match: Any) -> dict[str, Any]:
     raise PodsimError("topology has no link of the kind this mesh axis needs")
 
 
-def p2p_s(system: System, src: Any, dst: Any, nbytes: float) -> float:
-    """Point to point over the shortest route: hops x latency + bytes / the slowest link on it."""
+def p2p_s(graph: nx.DiGraph | None, src: Any, dst: Any, nbytes: float) -> float:
+    """Point to point over the shortest route of topology ``graph``: hops x latency + bytes / the slowest link on it."""
     if src == dst or nbytes <= 0:
         return 0.0
-    assert system.graph is not None, "a point-to-point message runs on a system with a topology"
-    path = nx.shortest_path(system.graph, src, dst)
-    edges = [system.graph.edges[u, v] for u, v in zip(path, path[1:], strict=False)]
+    assert graph is not None, "a point-to-point message runs on a topology"
+    path = nx.shortest_path(graph, src, dst)
+    edges = [graph.edges[u, v] for u, v in zip(path, path[1:], strict=False)]
     bandwidth = min(e["bandwidth_bytes_per_s"] for e in edges)
     return sum(e["latency_s"] for e in edges) + nbytes / bandwidth

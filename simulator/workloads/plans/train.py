@@ -16,21 +16,18 @@ is one, the closed form otherwise.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from simulator.engine.faults import current_plan
 from simulator.hardware.specs import ChipSpec
 from simulator.workloads import critical
 from simulator.workloads.plans.estimate import train_estimate
 from simulator.workloads.plans.layout import MeshPlan, PlanError, TrainOptions, check_train_plan
-from simulator.workloads.plans.links import AxisLink, axis_links, build_system, p2p_s
+from simulator.workloads.plans.links import AxisLink, axis_links, build_layout, build_system, p2p_s
 from simulator.workloads.plans.memory import book_fsdp_model, book_memory, stage_params, train_memory
 from simulator.workloads.plans.ops import head_work, layer_work
 from simulator.workloads.projection import step_cost
 from simulator.workloads.transformer import TransformerConfig
-
-if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
-    from simulator.engine.system import System
 
 
 def model_flops(cfg: TransformerConfig, batch: int, seq: int) -> float:
@@ -142,11 +139,17 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
         raise PlanError("--no-reshard-after-forward is priced by the closed forms only (the simulated step gathers "
                         "each layer's weights again for its backward); add --no-simulate")
     reuse = simulate and current_plan() is None  # (under a fault plan each system draws its own seed)
-    system, mesh = build_system(chip, plan, topology, trace=trace if reuse else False, calibrated=reuse and calibrated)
-    links = axis_links(mesh, system.graph, chip)
+    system = None
+    if simulate or current_plan() is not None:  # (a fault plan's system prepares the graph the closed forms read)
+        system, mesh = build_system(chip, plan, topology, trace=trace if reuse else False,
+                                    calibrated=reuse and calibrated)
+        graph = system.graph
+    else:  # the closed forms read the topology graph and the mesh only: no chips, channels or routing built
+        graph, mesh = build_layout(chip, plan, topology)
+    links = axis_links(mesh, graph, chip)
     layer = layer_work(cfg, chip, plan, opts, batch, seq)
     head_f, head_b, head_grad = head_work(cfg, chip, plan, opts, batch, seq)
-    hop = _p2p(system, mesh, plan, cfg, batch, seq, opts)
+    hop = _p2p(graph, mesh, plan, cfg, batch, seq, opts)
     dense, expert, _ = stage_params(cfg, plan, plan.size("pipeline") - 1)
     closed = train_estimate(chip, plan, opts, layer, cfg.n_layers, (head_f, head_b), links, hop, dense + expert,
                             head_grad, cfg.weight_elem_bytes)
@@ -181,7 +184,7 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
     out["book_memory"]["state_per_chip_model_sharded_bytes"] = out["book_memory"]["state_bytes"] / model_ways
     if simulate:
         sim, measured = simulate_step(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast,
-                                      (system, mesh) if reuse else None)
+                                      (system, mesh) if reuse and system is not None else None)
         out.update(measured, simulated=True)
         out["_system"] = sim.system
         sim.system.step_metrics = sim.metrics  # the finished run's metrics, for callers that report them
@@ -221,7 +224,7 @@ def memory_verdict(out: dict[str, Any]) -> dict[str, Any]:
             "fits": peak <= cap, "hbm_spare_bytes": cap - peak}
 
 
-def _p2p(system: System, mesh: Any, plan: MeshPlan, cfg: TransformerConfig, batch: int, seq: int,
+def _p2p(graph: Any, mesh: Any, plan: MeshPlan, cfg: TransformerConfig, batch: int, seq: int,
          opts: TrainOptions) -> float:
     """Closed form of one stage-to-stage activation transfer (the slowest neighbouring pair)."""
     p = plan.size("pipeline")
@@ -237,4 +240,4 @@ def _p2p(system: System, mesh: Any, plan: MeshPlan, cfg: TransformerConfig, batc
         coords[i] = stage
         return mesh.device(tuple(coords))
 
-    return max(p2p_s(system, at(s), at((s + 1) % p), nbytes) for s in range(p))
+    return max(p2p_s(graph, at(s), at((s + 1) % p), nbytes) for s in range(p))
