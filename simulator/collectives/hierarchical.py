@@ -55,7 +55,9 @@ Two variants (each for two and three levels):
   About the MAX of the level terms for many chunks, where the sequential variant pays their
   SUM. Two levels use 4 chunks, three use 8 (their fill, the sum of one chunk's phases, is longer). The
   simulation runs within -2.5% / +3.3% of it on two levels (GPU nodes and multislices, every kind, 1 KB to
-  1 GB; the fill, which the sum of one chunk's phases prices as if alone, is the rest), within -12% / +13% of
+  1 GB; the fill, which the sum of one chunk's phases prices as if alone, is the rest) where the phases are not
+  latency-bound -- an AllReduce's closed form, at the count `prepare` picks, within -4% / +5% of it on nodes:2:8
+  and multislice:2:4x4x4 from 16 MiB to 1 GiB (issue 31: at 16 chunks it had been 23% short) --, within -12% / +13% of
   it on three (fat trees and pods, every kind, 1 KB to 1 GB)
   (tests/test_switched_algorithms.py, tests/test_three_levels.py). The sequential variant equals its closed form exactly
   on two levels with one switch above the domains and on three levels; where two-level rails cross a shared
@@ -161,7 +163,12 @@ class Hierarchical(Algorithm):
         """Pipelined, timing only: the chunk count among half `pipeline`, `pipeline`, twice and four times it whose
         closed form is the least (issue 31: more chunks shorten the fill on small systems -- multislice:2:4x4
         AllGather 1.24x the bound at 4 chunks, 1.07x at 16 -- while on large ones their phases' latencies add up:
-        superpod:4 AllGather of 1 GB, 3.35 ms closed form at 8, 3.28 at 4). A count the
+        superpod:4 AllGather of 1 GB, 3.35 ms closed form at 8, 3.28 at 4). An AllReduce's counts are ranked by
+        their worst case (`closed_form` ``worst``): its inner links' period lies between their bytes alone and their
+        bytes plus a phase's chain latency, as the offset between the reduce-scatter and all-gather chains sharing them
+        falls, which no closed form here prices; ranked by the bytes alone, many small chunks won where the latency is
+        most of a phase (issue 31: nodes:2:8 at 128 MiB, 16 chunks, 0.546 ms closed form against 0.710 simulated;
+        now 4 chunks, 0.569 against 0.592; calibrated under Simple 1.19 -> 0.89 ms). A count the
         caller gave (``chunks``, ``--chunks``) is the chunks flowing through the levels, as it is."""
         if self.pipeline == 1 or job.numeric:
             return
@@ -172,7 +179,7 @@ class Hierarchical(Algorithm):
         best: tuple[float, int] | None = None
         for count in (self.pipeline, self.pipeline // 2, 2 * self.pipeline, 4 * self.pipeline):
             self._set_chunks(job, count)
-            t = self.closed_form(job)
+            t = self.closed_form(job, worst=True)
             if best is None or t < best[0] * (1 - 1e-9):
                 best = (t, count)
         assert best is not None
@@ -280,7 +287,10 @@ class Hierarchical(Algorithm):
             out.append(("in", max(times)))
         return out
 
-    def closed_form(self, job: Job) -> float:
+    def closed_form(self, job: Job, worst: bool = False) -> float:
+        """Seconds by the closed form (see the module docstring); ``worst``: an AllReduce's inner links taking each
+        chunk's bytes and one phase's chain latency beside them (``W_in + A_in``, the reduce-scatter and all-gather
+        chains on them in step), the most fair sharing can make of them, which `prepare` ranks chunk counts by."""
         times = self.stage_times(job)
         total = sum(t for _, t in times)
         if self.chunks_of(job) == 1:
@@ -318,7 +328,8 @@ class Hierarchical(Algorithm):
         busiest = max(inner_work, key=inner_work.__getitem__)
         reducing = self._inner_work(job, "rs")[busiest]
         out = sum(t for level, t in times if level == "out")
-        return max(total + (c - 1) * max(outer_period, slowest), c * inner + reducing / inner * out)
+        lag = max((a for level, _, a in split if level == "in"), default=0.0) if worst else 0.0
+        return max(total + (c - 1) * max(outer_period, slowest), c * (inner + lag) + reducing / inner * out)
 
     def _inner_work(self, job: Job, only: str | None = None) -> Counter:
         """Seconds each physical link of a domain spends on one chunk's inner phases: every ring link's units over
