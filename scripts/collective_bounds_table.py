@@ -68,10 +68,11 @@ BY_ALGORITHM = {
 }
 #: (topology, kind) -> reason, for slack that is the shape's, not one algorithm's
 BY_KIND_ALGORITHM: dict[tuple[str, str], str] = {
-    ("broadcast", "bidirectional"): "a ring broadcast sends the whole array as one piece, hop after hop (n/2 hops "
-                                    "each way); spanning_trees pipelines pieces; {auto}",
-    ("reduce", "unidirectional"): "NCCL's ring Reduce, on ideal links one piece of the whole array hop after hop "
-                                  "(n - 1 hops); a calibrated GPU run cuts it as NCCL does; {auto}",
+    ("broadcast", "bidirectional"): "a ring broadcast sends the whole array each way round (pipelined in pieces): "
+                                    "each of the root's ring links carries V, on a grid axis after axis; "
+                                    "spanning_trees splits it over all of the root's links; {auto}",
+    ("reduce", "unidirectional"): "NCCL's ring Reduce: every piece one way round (pipelined, n - 1 hops), so the "
+                                  "root's one ring link in carries V of what its links in could share; {auto}",
     ("all_to_all", "bidirectional"): "chunks forwarded round rings one axis at a time, each chunk stored at every "
                                      "hop; dimension_order routes them; {auto}",
     ("gather", "root_chains"): "axis by axis along the root's lines: only the root's own axis links carry the "
@@ -168,8 +169,8 @@ BY_SHAPE: dict[tuple[str, ...], str] = {
                                                       "and the bound all 6; borrowing rows is not built for AllToAll",
     ("slice:4x4x4", "all_to_all", "bidirectional"): "chunks forwarded round the axis-0 rings, stored at every hop; "
                                                     "{auto}",
-    ("slice:4x4x4", "broadcast", "bidirectional"): "one piece hop after hop round each ring; spanning_trees "
-                                                   "pipelines; {auto}",
+    ("slice:4x4x4", "broadcast", "bidirectional"): "the whole array each way round each row's ring (pipelined): "
+                                                   "each root link carries V; spanning_trees uses more links; {auto}",
     ("slice:8x8x8", "all_to_all", "bidirectional"): "chunks forwarded round rings one axis at a time, each stored at "
                                                     "every hop; {auto}",
     **{("multipod:2:2:4x4", kind, "hierarchical_pipelined"): (
