@@ -87,13 +87,21 @@ AUTO_SHAPES = [
 ]
 
 
+#: shapes where the two fastest simulate closer together than a closed form's error, so the ranking may go either way:
+#: nodes:2:4 AllReduce, 1 GB (session h31nvls): nvls_tree at its 32-chunk depth 5.2905 ms simulated (closed form
+#: 5.3253, 0.66% above: a NIC's two tree streams hide part of each chunk's route latency), hierarchical_pipelined 5.3053
+#: (exact), 0.28% apart -- auto may take either; before nvls_tree pipelined deeper it was 5.535 ms, no tie
+NEAR_TIES = {("h100", "nodes:2:4", "all_reduce", 1e9): 0.005}
+
+
 @pytest.mark.parametrize("chip,topology,kind,nbytes", AUTO_SHAPES)
 def test_auto_runs_the_fastest_by_simulation(chip, topology, kind, nbytes):
     system = System(chip, topology=topology, trace=False)
     names = applicable(kind, system.network, collective_groups(system.network, None))
     simulated = {a: _run(chip, topology, kind, nbytes, a).time_s for a in names}
     chosen = _run(chip, topology, kind, nbytes)
-    assert chosen.time_s <= min(simulated.values()) * (1 + 1e-9), (chosen.algorithm, simulated)
+    assert chosen.time_s <= min(simulated.values()) * (1 + NEAR_TIES.get((chip, topology, kind, nbytes), 1e-9)), \
+        (chosen.algorithm, simulated)
 
 
 def test_line_all_gather_over_two_nodes_is_priced_within_two_percent_above_its_simulation():
