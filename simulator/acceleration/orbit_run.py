@@ -4,8 +4,9 @@
 chips are alike; on GPU nodes it runs every collective on the quotient by one group G of node and rail rotations
 (`simulator.acceleration.node_quotients`). Where G's orbits are smaller than a stage -- issue 29's 405B step on
 16,384 H100, whose data-parallel AllReduce NCCL's tuner runs as a double binary tree, which no rotation of the
-replicas maps onto itself, only rail rotations (tests/test_tree_replica_symmetry.py) -- a stage's chips need not
-be alike, and in full they are not. But the step is still G-equivariant: every chip runs its stage's program,
+replicas maps onto itself (tests/test_tree_replica_symmetry.py), only rail rotations and the reversal of the
+replicas, which swaps the tree with its mirror image (`automorphisms.mirror_specs`) -- a stage's chips need not be
+alike, and in full they are not. But the step is still G-equivariant: every chip runs its stage's program,
 every collective and pipeline send is checked G-equivariant (`quotient`), every link kind's calibration is a
 function of kind and size. So in the full run every chip of a G-orbit does what its orbit's representative does
 at the same instants, on the images of its links. An orbit run therefore runs one program per G-orbit (the orbit's
