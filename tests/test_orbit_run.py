@@ -146,3 +146,23 @@ def test_a_run_that_finds_a_link_in_both_groups_orbits_reruns_on_one(full, monke
     (sim, exact) = full["nodes:16:2"]
     assert_same(exact, quick)
     assert_same(sim.metrics, fast.metrics)
+
+
+def test_the_orbit_group_is_the_largest_allowed_and_only_where_it_is_smaller_than_a_stage():
+    """`orbit_group` (which group an orbit run takes): the largest of the names given, by order; None where that
+    one maps a stage's chips onto one another (a replica rotation: then one program per stage is its run)."""
+    from simulator.acceleration.orbit_run import orbit_group
+    from simulator.acceleration.step_symmetry import Symmetry
+    from simulator.workloads.plans.links import build_system
+
+    system, mesh = build_system(get_chip("h100"), parse_plan_mesh(CASES["nodes:16:2"][1]), "nodes:16:2", False, True)
+    stage_of = {c.index: mesh.coords(c.index)[mesh.index("pipeline")] for c in system.chips}
+    sym = Symmetry(system, mesh, stage_of, True)
+    assert sym.active and sym.node_quotients and sym.per_stage == 16
+    names = {c.name for c in sym._candidates()}
+    mirror, rails, stride = "nodes mirrored by 2 + rails by 1", "rails", "nodes by 2 + rails by 1"
+    assert {mirror, rails, stride} <= names
+    assert orbit_group(sym, frozenset({rails})) == rails
+    assert orbit_group(sym, frozenset({rails, mirror})) == mirror  # order 4 over 2
+    assert orbit_group(sym, frozenset({rails, mirror, stride})) is None  # order 16: a whole stage
+    assert orbit_group(sym, frozenset(names)) is None
