@@ -166,3 +166,11 @@ def test_the_orbit_group_is_the_largest_allowed_and_only_where_it_is_smaller_tha
     assert orbit_group(sym, frozenset({rails, mirror})) == mirror  # order 4 over 2
     assert orbit_group(sym, frozenset({rails, mirror, stride})) is None  # order 16: a whole stage
     assert orbit_group(sym, frozenset(names)) is None
+
+
+def test_the_orbit_run_without_a_trace_gives_the_full_simulations_figures():
+    """As the benchmarks run it (``trace=False``: no spans, no stand-ins)."""
+    (sim, exact), (fast, quick) = _step("nodes:16:2", False, trace=False), _step("nodes:16:2", True, trace=False)
+    assert fast.reruns == ["mixed", "orbits"] and isinstance(fast.sym, OrbitSymmetry)
+    assert_same(exact, quick)
+    assert sim.system.network.link_bytes() == pytest.approx(fast.system.network.link_bytes(), rel=1e-12)
