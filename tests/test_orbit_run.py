@@ -48,8 +48,10 @@ def test_the_orbit_run_gives_the_full_simulations_figures(full, name):
     assert isinstance(fast.sym, OrbitSymmetry) and fast.sym.active
     per_node = CASES[name][3]
     chips = len(sim.system.chips)
-    assert len(fast.sym.chips()) == chips // per_node  # one program per node: a rail rotation's orbit
-    assert fast.sym.per_stage == per_node
+    # one program per pair of mirrored replicas' nodes: an orbit of the replicas' reversal times the rail rotations
+    assert fast.sym.orbits == "nodes mirrored by 2 + rails by 1"
+    assert len(fast.sym.chips()) == chips // (2 * per_node)
+    assert fast.sym.per_stage == 2 * per_node
     # the tensor-parallel collectives ran on the wider group (replica rotations times rails), on NVLink alone
     assert fast.sym.wide is not None and fast.sym.wide.order > per_node and fast.sym._wide_links
     assert {c.kind for c in fast.sym._wide_links} == {"nvlink"}
@@ -59,6 +61,37 @@ def test_the_orbit_run_gives_the_full_simulations_figures(full, name):
     assert_same(sim.metrics, fast.metrics)  # busy time of every unit and link, overlap, bound
     assert sim.system.network.link_bytes() == pytest.approx(fast.system.network.link_bytes(), rel=1e-12)
     assert sim.system.trace.bytes_by_interface == pytest.approx(fast.system.trace.bytes_by_interface, rel=1e-12)
+
+
+def test_the_replicas_reversal_maps_the_double_binary_tree_onto_itself():
+    """By hand, from the tree's rule (the premise of the mirror groups, `automorphisms.mirror_specs`): the second
+    tree is the first's mirror image, so reversing the ranks (i -> n - 1 - i) swaps the two trees' parent maps;
+    and on nodes:16:2 the reversal of the 8 blocks of 2 nodes (the replicas of data=8, pipeline=2) is a graph
+    automorphism moving every chip, under which the stage's data-parallel AllReduce (the tree) has a quotient."""
+    from simulator.acceleration.automorphisms import Automorphisms, mirror_specs
+    from simulator.acceleration.quotient import quotient
+    from simulator.collectives import collective_groups, plan_collective
+    from simulator.collectives.tree import trees
+    from simulator.workloads.plans.links import build_system
+
+    for n in (8, 128):
+        first, second = trees(n, double=True)
+        assert {n - 1 - r: n - 1 - p for r, p in first.items()} == second
+        assert {n - 1 - r: n - 1 - p for r, p in second.items()} == first
+    system, mesh = build_system(get_chip("h100"), parse_plan_mesh(CASES["nodes:16:2"][1]), "nodes:16:2", False, True)
+    net = system.network
+    name, order, make = next(spec for spec in mirror_specs(net) if spec[0] == "nodes mirrored by 2 + rails by 1")
+    mirror = Automorphisms(net, make(), name)  # (checks every generator an automorphism)
+    assert order == mirror.order == 4 and all(mirror.offset(c) is not None for c in net.chips)
+    (k, g) = net.graph.nodes[net.chips[0]]["coord"]
+    perm = mirror.generator(0)
+    assert net.graph.nodes[perm[net.chips[0]]]["coord"] == (14, g)  # node 0 (replica 0, stage 0) -> node 14
+    pipe = mesh.index("pipeline")
+    stage0 = [grp for grp in collective_groups(net, ["data"], mesh)
+              if mesh.coords(next(iter(grp.members.values())))[pipe] == 0]
+    plan = plan_collective("all_reduce", system, 2**20, groups=stage0, mode="full")
+    assert plan.algorithm.name == "double_binary_tree"
+    assert quotient(net, plan.schedule.transfers, mirror) is not None
 
 
 def test_an_orbit_group_a_collective_does_not_hold_stops_the_run_and_the_exact_run_follows(full, monkeypatch):
@@ -113,3 +146,31 @@ def test_a_run_that_finds_a_link_in_both_groups_orbits_reruns_on_one(full, monke
     (sim, exact) = full["nodes:16:2"]
     assert_same(exact, quick)
     assert_same(sim.metrics, fast.metrics)
+
+
+def test_the_orbit_group_is_the_largest_allowed_and_only_where_it_is_smaller_than_a_stage():
+    """`orbit_group` (which group an orbit run takes): the largest of the names given, by order; None where that
+    one maps a stage's chips onto one another (a replica rotation: then one program per stage is its run)."""
+    from simulator.acceleration.orbit_run import orbit_group
+    from simulator.acceleration.step_symmetry import Symmetry
+    from simulator.workloads.plans.links import build_system
+
+    system, mesh = build_system(get_chip("h100"), parse_plan_mesh(CASES["nodes:16:2"][1]), "nodes:16:2", False, True)
+    stage_of = {c.index: mesh.coords(c.index)[mesh.index("pipeline")] for c in system.chips}
+    sym = Symmetry(system, mesh, stage_of, True)
+    assert sym.active and sym.node_quotients and sym.per_stage == 16
+    names = {c.name for c in sym._candidates()}
+    mirror, rails, stride = "nodes mirrored by 2 + rails by 1", "rails", "nodes by 2 + rails by 1"
+    assert {mirror, rails, stride} <= names
+    assert orbit_group(sym, frozenset({rails})) == rails
+    assert orbit_group(sym, frozenset({rails, mirror})) == mirror  # order 4 over 2
+    assert orbit_group(sym, frozenset({rails, mirror, stride})) is None  # order 16: a whole stage
+    assert orbit_group(sym, frozenset(names)) is None
+
+
+def test_the_orbit_run_without_a_trace_gives_the_full_simulations_figures():
+    """As the benchmarks run it (``trace=False``: no spans, no stand-ins)."""
+    (sim, exact), (fast, quick) = _step("nodes:16:2", False, trace=False), _step("nodes:16:2", True, trace=False)
+    assert fast.reruns == ["mixed", "orbits"] and isinstance(fast.sym, OrbitSymmetry)
+    assert_same(exact, quick)
+    assert sim.system.network.link_bytes() == pytest.approx(fast.system.network.link_bytes(), rel=1e-12)

@@ -4,10 +4,12 @@ NCCL's tuner picks Tree for the data-parallel AllReduce where latency weighs (mo
 at 501 MiB on 128 nodes of one GPU each, Tree/LL128 by 1%, while 64 nodes give Ring/Simple). podsim's double
 binary tree (`simulator.collectives.tree`) is an in-order tree over the group's ranks plus its mirror image,
 so a rotation of the replicas (rank i -> i + 1) maps neither tree onto itself: the AllReduce is not equivariant
-under the stride groups that map every stage's replicas onto one another, only under rail rotations. And the
-step really is not symmetric then: in the full simulation the tree's unequal port loads (roots, leaves) delay
+under the stride groups that map every stage's replicas onto one another, only under rail rotations (and the
+reversal of the replicas, which swaps the two trees: tests/test_orbit_run.py). And the step really is not
+symmetric then: in the full simulation the tree's unequal port loads (roots, leaves) delay
 some replicas' pipeline sends and not others. So the fast step must stop on the quotient (``mixed``); a stage's
-chips are then not alike, and it reruns with one program per orbit of the rail rotations (``orbits``,
+chips are then not alike, and it reruns with one program per orbit of the replicas' reversal (which swaps the
+two trees) times the rail rotations (``orbits``,
 `simulator.acceleration.orbit_run`: tests/test_orbit_run.py), which gives the full simulation's figures.
 
 The small system with the same structure: nodes:16:2, data=8, pipeline=2, model=2 (replicas 2 nodes apart, a

@@ -378,6 +378,51 @@ def stride_specs(net: Any) -> Iterator[Spec]:
         yield f"nodes by {s} + rails by {r}", order, generators
 
 
+def node_mirror(net: Any, stride: int) -> dict[Any, Any]:
+    """The permutation moving every chip of node ``q * stride + j`` (0 <= j < ``stride``) to node
+    ``(K / stride - 1 - q) * stride + j`` on its own rail, every node's switch (``group``) with it; other switches
+    stay: the data-parallel replicas of a pipelined mesh (``stride`` nodes apart) in reverse order, each stage
+    kept. Not checked here (`Automorphisms` checks it)."""
+    graph = net.graph
+    count = graph.graph["shape"][0]
+    blocks = count // stride
+
+    def image(k: int) -> int:
+        return (blocks - 1 - k // stride) * stride + k % stride
+
+    nodes, at, by_group, _ = _index(graph)
+    perm = {}
+    for v, d in nodes:
+        if d.get("role") == "chip":
+            k, g = d["coord"]
+            perm[v] = at[(image(k), g)]
+        elif "group" in d:
+            perm[v] = by_group[image(d["group"])]
+        else:
+            perm[v] = v
+    return perm
+
+
+def mirror_specs(net: Any) -> Iterator[Spec]:
+    """On ``nodes:K:G`` (one InfiniBand switch): the reversal of the node blocks of s nodes (`node_mirror`, order
+    2; every s dividing K with an even number K / s of blocks, so that no node stays) times rail rotations by r
+    (every r dividing G), largest group first, unbuilt (`Spec`) -- the groups NCCL's double binary tree over a
+    stage's replicas is equivariant under: its second tree is the first's mirror image (rank i <-> n - 1 - i,
+    `simulator.collectives.tree.trees`), so reversing the replicas swaps the two trees, which no rotation of them
+    does (tests/test_tree_replica_symmetry.py)."""
+    graph = net.graph
+    if not _one_switch(net):
+        return
+    count, per_node = graph.graph["shape"]
+    strides = [s for s in range(1, count) if count % s == 0 and (count // s) % 2 == 0]
+    shifts = [r for r in range(1, per_node + 1) if per_node % r == 0]
+    options = sorted(((2 * (per_node // r), -s, s, r) for s in strides for r in shifts), reverse=True)
+    for order, _, s, r in options:
+        def generators(s: int = s, r: int = r) -> list[tuple[dict[Any, Any], int]]:
+            return [(_perm(net, ("nodes mirrored", s), lambda: node_mirror(net, s)), 2), *_rails_by(net, r)]
+        yield f"nodes mirrored by {s} + rails by {r}", order, generators
+
+
 def _one_switch(net: Any) -> bool:
     """Whether ``net`` (a network, or a stand-in holding its ``graph``) is ``nodes:K:G`` unfaulted."""
     graph = net.graph

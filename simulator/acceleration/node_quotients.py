@@ -116,11 +116,12 @@ class NodeQuotients:
 
     def _candidates(self) -> list[Any]:
         """The node system's symmetry groups, largest first (those named in ``node_allowed``), not yet built: on GPU
-        nodes `NodeCandidate` (`simulator.acceleration.automorphisms` `node_specs`, `stride_specs`, `block_specs`),
+        nodes `NodeCandidate` (`simulator.acceleration.automorphisms` `node_specs`, `stride_specs`, `block_specs`,
+        `mirror_specs`),
         on a multislice system `simulator.acceleration.slice_symmetry.Candidate`; each built by `_built` when tried
         (the first that fits is the largest, and the others are never built)."""
         if self._node_candidates is None:  # built once for the step and its reruns (they hold no channels)
-            from simulator.acceleration.automorphisms import block_specs, node_specs, stride_specs
+            from simulator.acceleration.automorphisms import block_specs, mirror_specs, node_specs, stride_specs
             from simulator.acceleration.slice_symmetry import _Graph, slice_candidates
 
             net, allowed = self._net(), self.node_allowed
@@ -133,7 +134,7 @@ class NodeQuotients:
                 if every is None:
                     stand_in = _Graph(net.graph)  # (no channels: kept across steps)
                     whole = node_specs(stand_in) if not net.faulted else ()  # (`node_actions`, built when tried)
-                    specs = itertools.chain(whole, stride_specs(net), block_specs(net))
+                    specs = itertools.chain(whole, stride_specs(net), block_specs(net), mirror_specs(net))
                     every = sorted((NodeCandidate(name, order, stand_in, make) for name, order, make in specs),
                                    key=lambda a: -a.order)
                     if key is not None:

@@ -4,8 +4,9 @@
 chips are alike; on GPU nodes it runs every collective on the quotient by one group G of node and rail rotations
 (`simulator.acceleration.node_quotients`). Where G's orbits are smaller than a stage -- issue 29's 405B step on
 16,384 H100, whose data-parallel AllReduce NCCL's tuner runs as a double binary tree, which no rotation of the
-replicas maps onto itself, only rail rotations (tests/test_tree_replica_symmetry.py) -- a stage's chips need not
-be alike, and in full they are not. But the step is still G-equivariant: every chip runs its stage's program,
+replicas maps onto itself (tests/test_tree_replica_symmetry.py), only rail rotations and the reversal of the
+replicas, which swaps the tree with its mirror image (`automorphisms.mirror_specs`) -- a stage's chips need not be
+alike, and in full they are not. But the step is still G-equivariant: every chip runs its stage's program,
 every collective and pipeline send is checked G-equivariant (`quotient`), every link kind's calibration is a
 function of kind and size. So in the full run every chip of a G-orbit does what its orbit's representative does
 at the same instants, on the images of its links. An orbit run therefore runs one program per G-orbit (the orbit's
@@ -38,19 +39,21 @@ from simulator.acceleration.step_symmetry import Symmetry
 
 
 def orbit_group(sym: Any, names: frozenset) -> str | None:
-    """The name of the largest group of ``names`` among ``sym``'s node candidates (`NodeQuotients._candidates`)
-    that moves every chip freely and whose orbits are smaller than a pipeline stage (``sym.per_stage`` chips): the
-    group an orbit run of the step takes; None where there is none (not a GPU node step, or every such group maps
-    a stage's chips onto one another: then one program per stage is what the group gives)."""
+    """The name of the largest group of ``names`` among ``sym``'s node candidates (`NodeQuotients._candidates`,
+    largest first), where its orbits are smaller than a pipeline stage (``sym.per_stage`` chips) and it moves every
+    chip freely: the group an orbit run of the step takes; None where there is none (not a GPU node step), or where
+    the largest maps a stage's chips onto one another (then one program per stage is what it gives)."""
     if not isinstance(sym, Symmetry) or not sym.active or not sym.node_quotients or isinstance(sym, OrbitSymmetry):
         return None
     for candidate in sym._candidates():
         if candidate.name not in names:
             continue
         action = _built(candidate)
-        if action is None or action.order >= sym.per_stage or action.order < 2:
+        if action is None:
             continue
-        if all(action.offset(c.index) is not None for c in sym.system.chips):
+        if action.order >= sym.per_stage:
+            return None
+        if action.order > 1 and all(action.offset(c.index) is not None for c in sym.system.chips):
             return str(candidate.name)
     return None
 
