@@ -57,7 +57,8 @@ if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
     from simulator.engine.network import Network
 
 NO_CHAINS = ("no chains",)  #: the key of a step's ``shared`` plans that turns chains off for its reruns
-_HELD = ("send", "transfer")  #: the channel methods a held link answers with a conflict
+_HELD = ("send", "transfer")  #: the channel methods of a held link that hand its chain over first
+_EXACT = 2.0 ** 53  #: whole numbers of bytes below this add exactly in floats
 _ON: contextvars.ContextVar[bool] = contextvars.ContextVar("podsim_chains", default=True)
 
 
@@ -75,7 +76,7 @@ class _Chain:
     """A quotient's transfers as one strict chain (`of`): ``steps``, in the order they run, each (transfer id,
     route's links or None, bytes, interface counts (kind, bytes)); ``links``, every link they cross."""
 
-    __slots__ = ("q", "steps", "links", "routed", "adds", "last", "sizes", "units", "waiting", "_programs")
+    __slots__ = ("q", "steps", "links", "routed", "adds", "last", "sizes", "totals", "units", "waiting", "_programs")
 
     def __init__(self, q: Quotient, order: list[int]) -> None:
         self.q = q
@@ -95,6 +96,9 @@ class _Chain:
                 self.sizes.setdefault(link, []).append(nbytes)
             self.routed.append((route[0], nbytes))
         self.links = tuple(self.sizes)
+        #: each link's flows' bytes summed, where they are whole numbers (None: not): added one by one to a whole
+        #: number of bytes below 2^53 every partial sum is exact, so one addition of the total is the same float
+        self.totals = {c: sum(b) if all(float(x).is_integer() for x in b) else None for c, b in self.sizes.items()}
         self.adds = [add for step in self.steps for add in step[3]]  #: every interface count, in order
         n, units = len(q.transfers), [0]
         for left in range(n - 1, -1, -1):  # what `Aggregated.arrive` reports, arrival by arrival
@@ -335,11 +339,15 @@ class ChainRunner:
             for kind, nbytes in chain.adds:
                 counters[kind] += nbytes
         starts, program = run.starts, run.program
+        totals = chain.totals
         for link, (r, hop) in chain.last.items():
             sizes = chain.sizes[link]
-            carried = link.bytes_carried
-            for nbytes in sizes:  # (one by one, as each flow's end adds them)
-                carried += nbytes
+            carried, total = link.bytes_carried, totals[link]
+            if total is not None and carried.is_integer() and carried + total < _EXACT:
+                carried += total  # (every partial sum a whole number below 2^53: the one-by-one sum exactly)
+            else:
+                for nbytes in sizes:  # one by one, as each flow's end adds them
+                    carried += nbytes
             link.bytes_carried = carried
             head, hops = starts[r], program[r]
             for k in range(1, hop + 1):
