@@ -139,8 +139,7 @@ class Network:
     def idle(self) -> bool:
         """Whether no link is carrying bytes now. The link last found busy is asked first: at a collective's
         start the network is nearly always busy, and mostly on that link still, so the answer is usually one
-        look (the full scan only where it has gone idle); the answer is the scan's either way. Where no link is
-        busy, the links a chain holds (``eager_sink``, `simulator.acceleration.chain_run`) answer for their flows."""
+        look (the full scan only where it has gone idle); the answer is the scan's either way."""
         hint = self._busy_hint
         if hint is not None and hint.busy:
             return False
