@@ -34,14 +34,14 @@ from simulator.workloads.transformer import TransformerConfig
 NBYTES = 64e6
 
 
-def _setup(topology: str = "nodes:2:4", algorithm: str = "hierarchical"):
+def _setup(topology: str = "nodes:2:4", algorithm: str = "hierarchical", nbytes: float = NBYTES):
     system = System("h100", topology=topology, trace=False)
-    plan = plan_collective("all_reduce", system, NBYTES, algorithm=algorithm)
+    plan = plan_collective("all_reduce", system, nbytes, algorithm=algorithm)
     q, _ = run_on_quotient(system.network, plan.schedule.transfers)
     return system, q
 
 
-def _run(chained: bool, extra=(), idle_at=(), again_at=None):
+def _run(chained: bool, extra=(), idle_at=(), again_at=None, carried: float = 0.0):
     """The hierarchical AllReduce's quotient on nodes:2:4 from t=0 (and once more at ``again_at``), messages
     ``extra`` (at, src, dst, bytes) beside it, and at each instant of ``idle_at`` the network's idleness asked
     (and, where idle, every link set to half its rate, as a calibrated collective's start does). Returns the log
@@ -50,6 +50,8 @@ def _run(chained: bool, extra=(), idle_at=(), again_at=None):
     net, env = system.network, system.env
     runner = ChainRunner(net, {})
     net.eager_sink = runner if chained else None
+    for link in q.links:  # (bytes already on the links: whole, or not)
+        link.bytes_carried = carried
     log: list[tuple[str, float]] = []
 
     def collective(_e=None, name="all_reduce"):
@@ -88,10 +90,13 @@ def test_the_hierarchical_all_reduce_quotient_is_a_chain_and_a_ring_of_pieces_is
     assert _Chain.of(ring) is None
 
 
-def test_a_lone_chain_takes_its_closed_form_and_is_the_event_by_event_run():
+@pytest.mark.parametrize("carried", [0.0, 0.375], ids=["whole", "fractional"])
+def test_a_lone_chain_takes_its_closed_form_and_is_the_event_by_event_run(carried):
     """Each transfer alone, cut through two hops: latency of both plus its bytes over the (equal) rate of its
     links, from the link figures of nodes:2:4 (the real links, not the quotient's); 3 + 3 NVLink and 1 + 1 IB
-    transfers in turn."""
+    transfers in turn. A link's count of bytes, a whole number, takes its flows' whole bytes in one addition;
+    one that is not (0.375 bytes on the links before the run) takes them one by one: the count is the
+    event-by-event run's either way."""
     system, q = _setup()
     net = system.network
     hand = 0.0
@@ -100,10 +105,10 @@ def test_a_lone_chain_takes_its_closed_form_and_is_the_event_by_event_run():
             links = [net.link(0, "sw0"), net.link("sw0", 1)] if t.dst == 1 else [net.link(0, "ib0"), net.link("ib0", 4)]
             assert links[0].bandwidth_bytes_per_s == links[1].bandwidth_bytes_per_s
             hand += links[0].latency_s + links[1].latency_s + t.nbytes / links[0].bandwidth_bytes_per_s
-    log, state, runner = _run(True)
+    log, state, runner = _run(True, carried=carried)
     assert runner.runs == 1 and runner.released == 0
     assert log[0][0] == "all_reduce" and math.isclose(log[0][1], hand, rel_tol=1e-12)
-    plain_log, plain_state, _ = _run(False)
+    plain_log, plain_state, _ = _run(False, carried=carried)
     assert log == plain_log and state == plain_state
 
 

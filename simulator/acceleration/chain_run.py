@@ -11,27 +11,31 @@ its latency plus bytes over bandwidth, and the whole chain's timeline is a fold 
 `Channel.send` and `aggregate._CutThrough` perform (`_Chain.timeline`): a flow sent at ``t`` on a link of latency
 ``l`` and rate ``b`` starts at ``t + l`` and ends at ``(t + l) + n / b``; hop ``k + 1`` is sent ``l_k`` after hop
 ``k``; the message arrives at the last hop's end ``now``, or, where a later hop's latency holds it, at ``now +
-(done - now)`` (the float `call_after` gives). `ChainRunner.run` computes that timeline when the chain starts,
-counts the interface bytes as the quotient run would, sets one timer for the end and there gives every link the
-state the last flow leaves (bytes carried, clock, generation, latency wait) and fires the completion.
+(done - now)`` (the float `call_after` gives). `ChainRunner.run` folds that at the chain's start (`_Chain.end`,
+from each hop's latency and duration, made once per setting of the links), sets one timer for the end and there
+gives every link the state its last flow leaves (bytes carried, clock, generation, latency wait), counts the
+interface bytes as the quotient run would and fires the completion.
 
-That is exact only if the chain really is alone, which is checked, not assumed (the guard). From the chain's
-start until its end its links are held:
+That is exact only if the chain really is alone, which is checked, not assumed: from its start to its end the
+chain holds its links, and the first thing that would touch one hands the chain over to the event-by-event run
+(`ChainRunner._release`: the transfers that arrived counted, the one under way rebuilt -- its flows on their
+links as `Channel.send` leaves them, the timers it has set --, the rest started by the arrivals as they would
+be). Three things touch a link:
 
-- a `send` or `transfer` on a held link (any other traffic: a pipeline message, another collective) is a
-  conflict;
-- `Network.idle` asks `busy`: where no other link is busy the answer is whether one of the chain's flows would be
-  moving bytes now (the full run's answer), and a conflict at an instant where that depends on the order of
-  events within it (a flow's start or end);
-- `Network.set_link_efficiency` (a calibrated collective starting on an idle network) is a conflict where it
-  would change a held link's rate or latency, or where a held link would be busy (the full run raises).
+- a `send` or `transfer` on it (a pipeline message, another collective): the held link's methods are guards
+  that hand the chain over, then send;
+- `Network.idle`, where no other link is busy: every chain is handed over and its links asked (`busy`);
+- `Network.set_link_efficiency` (a calibrated collective starting on an idle network): every chain is handed
+  over first (`settle`), so a rate changes under the real flows.
 
-A conflict raises `Rerun` with ``conflict`` set: the step is rerun without chains (`simulator.acceleration.reruns`,
-reason ``chained``), so a chain never gives a wrong number. Chains run only on calibrated fast steps with tracing
-off (no spans to record) and only from a chain's start on idle links with nothing on its way in. What can differ
-from the event-by-event run is the order of events within one instant (the chain's end is one timer), and the
-order in which concurrent collectives add to one interface counter (the chain adds its bytes at its start): the
-same addends, a different sum only where their floats do not add exactly (integers below 2^53 always do).
+Where the hand-over falls on one of the chain's own instants (a hop sent, a flow's end, an arrival), whether that
+event came first is a matter of event order, which the chain cannot promise: it raises `Rerun` with
+``conflict`` set and the step reruns without chains (`simulator.acceleration.reruns`, reason ``chained``). A chain
+never gives a wrong number. Chains run on calibrated fast steps on GPU nodes with tracing off (no spans to record),
+from a chain's start on idle links with nothing on its way in. What can differ from the event-by-event run is the
+order of events within one instant (the chain's end is one timer), and the order in which concurrent collectives
+add to one interface counter (a chain adds its bytes at its end): the same addends, a different sum only where
+their floats do not add exactly (integers below 2^53 always do).
 """
 from __future__ import annotations
 
@@ -53,7 +57,8 @@ if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
     from simulator.engine.network import Network
 
 NO_CHAINS = ("no chains",)  #: the key of a step's ``shared`` plans that turns chains off for its reruns
-_HELD = ("send", "transfer")  #: the channel methods a held link answers with a conflict
+_HELD = ("send", "transfer")  #: the channel methods of a held link that hand its chain over first
+_EXACT = 2.0 ** 53  #: whole numbers of bytes below this add exactly in floats
 _ON: contextvars.ContextVar[bool] = contextvars.ContextVar("podsim_chains", default=True)
 
 
@@ -71,7 +76,7 @@ class _Chain:
     """A quotient's transfers as one strict chain (`of`): ``steps``, in the order they run, each (transfer id,
     route's links or None, bytes, interface counts (kind, bytes)); ``links``, every link they cross."""
 
-    __slots__ = ("q", "steps", "links", "routed", "adds", "last", "sizes", "units", "waiting", "_programs")
+    __slots__ = ("q", "steps", "links", "routed", "adds", "last", "sizes", "totals", "units", "waiting", "_programs")
 
     def __init__(self, q: Quotient, order: list[int]) -> None:
         self.q = q
@@ -91,6 +96,9 @@ class _Chain:
                 self.sizes.setdefault(link, []).append(nbytes)
             self.routed.append((route[0], nbytes))
         self.links = tuple(self.sizes)
+        #: each link's flows' bytes summed, where they are whole numbers (None: not): added one by one to a whole
+        #: number of bytes below 2^53 every partial sum is exact, so one addition of the total is the same float
+        self.totals = {c: sum(b) if all(float(x).is_integer() for x in b) else None for c, b in self.sizes.items()}
         self.adds = [add for step in self.steps for add in step[3]]  #: every interface count, in order
         n, units = len(q.transfers), [0]
         for left in range(n - 1, -1, -1):  # what `Aggregated.arrive` reports, arrival by arrival
@@ -331,11 +339,15 @@ class ChainRunner:
             for kind, nbytes in chain.adds:
                 counters[kind] += nbytes
         starts, program = run.starts, run.program
+        totals = chain.totals
         for link, (r, hop) in chain.last.items():
             sizes = chain.sizes[link]
-            carried = link.bytes_carried
-            for nbytes in sizes:  # (one by one, as each flow's end adds them)
-                carried += nbytes
+            carried, total = link.bytes_carried, totals[link]
+            if total is not None and carried.is_integer() and carried + total < _EXACT:
+                carried += total  # (every partial sum a whole number below 2^53: the one-by-one sum exactly)
+            else:
+                for nbytes in sizes:  # one by one, as each flow's end adds them
+                    carried += nbytes
             link.bytes_carried = carried
             head, hops = starts[r], program[r]
             for k in range(1, hop + 1):
