@@ -62,8 +62,9 @@ def test_hidden_gradient_reductions_slow_the_step_by_their_sm_share() -> None:
 
 def test_overlapped_tensor_parallel_collectives_slow_each_layer_by_userbuffers_sms() -> None:
     # one node, TP 8 overlapped with the GEMMs (compute longer than the collectives): each layer pays
-    # k x 8.5/132 x its four AllReduce-equivalents (two forward, two backward); 8.5 SMs: TE's initialize_ub defaults
-    # hold 1 SM for a ring_exchange AllGather and 16 for a pipeline / bulk ReduceScatter, half the bytes each
+    # k x 8.5/132 x its four AllReduce-equivalents (two forward, two backward) and, sequence parallel, the backward's
+    # two AllGathers of the weight-gradient inputs; 8.5 SMs: TE's initialize_ub defaults hold 1 SM for a
+    # ring_exchange AllGather and 16 for a pipeline / bulk ReduceScatter, half the bytes each
     c0 = replace(gpu_step_constants("h100", "megatron-core"), sm_interference=0.0, step_overhead_s=0.0)
     k = 2.0
     opts = TrainOptions(zero=0, tp_overlap=True)
@@ -75,6 +76,8 @@ def test_overlapped_tensor_parallel_collectives_slow_each_layer_by_userbuffers_s
     tp = base["per_layer_s"]["tp_all_reduce"]
     fwd = sum(v for n, v in base["per_layer_s"]["forward"].items() if n != "launch")
     assert 2 * tp < fwd  # the forward GEMMs outlast the collectives beside them
-    expected = k * (1 + 16) / 2 / SMS * WIDE.n_layers * (2 * tp + 2 * tp)
+    ag = base["per_layer_s"]["tp_wgrad_all_gather"]
+    assert 0 < ag < tp  # an AllGather moves half an AllReduce's ring steps
+    expected = k * (1 + 16) / 2 / SMS * WIDE.n_layers * (2 * tp + 2 * tp + 2 * ag)
     assert slow["step_time_s"] - base["step_time_s"] == pytest.approx(expected, rel=1e-6)
     assert base["factors"]["exposed_tp_s"] == pytest.approx(0.0, abs=1e-12)  # overlapped, no interference: free

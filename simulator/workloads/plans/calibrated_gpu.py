@@ -27,7 +27,8 @@ is a named number of seconds in the breakdown:
   Transformer Engine's userbuffers `TE_UB_SMS` -- and the compute pays ``sm_interference`` x that share of the
   SMs x the time they overlap (fitted: HBM and L2 contention ride on the same kernels);
 - ``exposed_tp_s``: tensor-parallel AllReduces of [tokens, d] (2 forward, 2 backward, 2 more under full
-  recompute), exposed unless ``tp_overlap`` (then beside the GEMMs, paying their interference);
+  recompute), exposed unless ``tp_overlap`` (then beside the GEMMs, paying their interference; it implies sequence
+  parallelism, whose backward gathers the two column-parallel inputs again, `SP_WGRAD_GATHERS`);
 - ``exposed_fsdp_s``: ZeRO-3 gathers one layer ahead (forward, and backward again unless
   ``reshard_after_forward`` is off: FSDP's SHARD_GRAD_OP) and reduce-scatters behind, beside the compute
   (max of the two, plus the longer's interference x the shorter); the first gather and the last reduce-scatter
@@ -129,6 +130,16 @@ TE_UB_SMS = (1 + 16) / 2
 proj_dgrad, fc2_dgrad) run as ``ring_exchange`` on 1 SM with copy engines moving the data; the ReduceScatters
 (proj_fprop, fc2_fprop: ``pipeline``) and the bulk overlaps beside the weight-gradient GEMMs on 16 SMs, which
 the GEMM leaves free (``set_sm_margin``). Half the overlapped bytes each way: 8.5 SMs on average."""
+SP_WGRAD_GATHERS = 2
+"""AllGathers of [tokens, d] a layer's backward adds under sequence parallelism: each column-parallel GEMM (QKV and
+the MLP's first) keeps only its sequence shard of the input from the forward and gathers it again for the weight
+gradient (Megatron-Core 0.8 ``tensor_parallel/layers.py``, ``LinearWithGradAccumulationAndAsyncCommunication.backward``:
+``_all_gather_base`` of the saved input "scheduled before the input gradient computation"; Transformer Engine's
+``bulk`` dgrad overlap runs the same AllGather beside the data-gradient GEMM, ``--disable-tp-comm-bulk-dgrad``:
+"the All-Gather overlap with bprop activation gradient GEMM"). So the backward runs 4 AllGathers and 2
+ReduceScatters where the forward runs 2 and 2: 3 AllReduces' worth, not 2. Priced where ``tp_overlap`` is on:
+Megatron's ``--tp-comm-overlap`` requires ``--sequence-parallel`` (``training/arguments.py``: "Tensor parallel
+communication/GEMM overlap can happen only when sequence parallelism is enabled")."""
 P2P_BLOCKING = ("megatron-lm",)  #: frameworks whose interleaved schedule waits on every exchange (no overlap_p2p_comm)
 P2P_KERNELS = 4
 """NCCL send/recv kernels a middle pipeline stage runs per microbatch and model chunk in the steady state: it
@@ -365,6 +376,9 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     m = plan.size("model")
     tp_one = nccl_s("all_reduce", t * d * e_a, nets.get("model"))
     tp_fwd, tp_bwd = 2 * tp_one, (4 if policy == "full" else 2) * tp_one
+    # sequence parallel (`SP_WGRAD_GATHERS`): the backward gathers the weight-gradient GEMMs' inputs again
+    tp_regather = nccl_s("all_gather", t * d * e_a, nets.get("model")) if opts.tp_overlap and m > 1 else 0.0
+    tp_bwd += SP_WGRAD_GATHERS * tp_regather
     kv_bytes = seqs * seq * 2 * kv_heads_per_chip(cfg, m) * cfg.head_dim * e_a
     cp_one = nccl_s("all_gather", kv_bytes, nets.get("sequence"))
     cp_f = max(0.0, cp_one - layer["forward"]["attention"])
@@ -490,7 +504,8 @@ def gpu_step_factors(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opt
     return {"step_time_s": step, "mfu": flops / peak, "factors": factors,
             "mfu_by_convention": {"podsim": flops / peak, "palm": palm_flops(cfg, batch, seq) / peak},
             "tokens_per_s": batch * seq / step, "stage_microbatch_s": per_stage, "layers_per_stage": chunks,
-            "per_layer_s": {"forward": lf, "backward": lb, "tp_all_reduce": tp_one, "fsdp_all_gather": ag,
+            "per_layer_s": {"forward": lf, "backward": lb, "tp_all_reduce": tp_one, "tp_wgrad_all_gather": tp_regather,
+                            "fsdp_all_gather": ag,
                             "fsdp_reduce_scatter": rs, "cp_kv_pass": cp_one, "ep_all_to_all": ep_one,
                             "dp_all_reduce": dp_ar, "zero_after_backward": after_b, "zero_before_forward": before_f},
             "grad_reduce": {"bytes_per_element": e_g, "per_layer_reduce_scatter_s": rs,

@@ -140,8 +140,8 @@ def _run(r: dict[str, str]) -> PublishedGpuRun:
     per_replica = batch // plan.batch_ways
     device_mb = _int(r["microbatch"], 1 if plan.size("pipeline") > 1 else per_replica)
     v = _int(r["virtual_stages"], 2 if r.get("schedule", "") == "interleaved" else 1)
-    megatron_core = r.get("flops_convention", "").startswith("megatron-core")
-    remat = r["remat"].strip() or ("selective" if megatron_core else "none")
+    # not stated: none, Megatron's default (--recompute-granularity, TransformerConfig.recompute_granularity: None)
+    remat = r["remat"].strip() or "none"
     zero = _int(r["zero"], 3 if plan.size("fsdp") > 1 else 0)
     # PyTorch FSDP's SHARD_GRAD_OP (the file's zero = 2 for FSDP runs, torchtitan's included) shards the weights
     # outside computation: gathered for each forward and kept to the backward -- ZeRO-3 without re-sharding after
