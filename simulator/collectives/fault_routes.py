@@ -91,6 +91,9 @@ class Route:
         return time_s if self.exact else time_s * (1 + INEXACT_MARGIN)
 
 
+AVOIDS = "avoids the degraded link"  #: how the label of the way without the degraded cables begins
+
+
 def alternatives(system: System) -> list[Route]:
     """The system's network as faulted, then each way round its link faults (see the module docstring)."""
     net = system.network
@@ -119,7 +122,7 @@ def ways(net: Network, faults: Any) -> list[Route]:
         avoided = _without(net, slow)
         if avoided is not None:
             names = _cable_names(net, slow)
-            routes.append(Route(avoided, f"avoids the degraded link{'s' if len(slow) > 1 else ''} {names}"))
+            routes.append(Route(avoided, f"{AVOIDS}{'s' if len(slow) > 1 else ''} {names}"))
     ends = _slow_chip_cables(net, chips)
     if ends:
         avoided = _without(net, ends)
