@@ -9,7 +9,7 @@ links"), whose closed form lies above its simulation (45.6 against 39.6 us on ri
 the same plan is listed on the way that avoids the cable and detours, but it is not among the ``TRIALS``
 candidates simulated: three of those go to ``line`` on three ways that run it byte for byte alike. So the
 "by construction" argument of `simulator.collectives.fault_routes` held only for the plans that were simulated.
-Fixed (`api._worth_trying`: one trial per distinct plan; `api._with_avoiding_trials`: under a degraded cable
+Fixed (`api._with_avoiding_trials`: under a degraded cable
 ``auto`` also tries what the system with that cable removed would try, on the same networks), so the invariant
 now holds by construction for every plan ``auto`` could run with the cable dead.
 

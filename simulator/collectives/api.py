@@ -238,25 +238,13 @@ def _settle(candidates: list[Any], tuned: list[Any]) -> Any:
 
 
 def _worth_trying(candidates: list[Any], tuned: list[Any]) -> list[Any]:
-    """The first `fault_routes.TRIALS` distinct candidates whose closed form is within `fault_routes.TRIAL_SPAN` of
-    the best one's, or that are the best of a way over like links (exactly priced); none where that leaves one.
-
-    Distinct: one algorithm with the same closed form on several ways (``line`` on a ring, which never uses the
-    faulted cable, on the way as faulted and on the ways that drop or detour round it) is one plan run alike, so it
-    takes one trial, the first way's; the trials it would have spent go to the next candidates. Without this, on
-    tpu-v5e ring:5 with cable 4-0 at 0.241, a 1 MB AllReduce spent three of its four trials on ``line`` and never
-    simulated the detoured ring that wins with the cable dead, so the degraded cable ran slower than the dead one
-    (40.23 against 39.56 us; tests/test_fault_invariant_small.py)."""
-    seen: set[tuple[str, float]] = set()
-    distinct = []
-    for c in candidates:
-        key = (c[3]["algorithm"], float(c[3]["time_s"]))
-        if key not in seen:
-            seen.add(key)
-            distinct.append(c)
-    fastest = min(c[3]["time_s"] for c in distinct)
-    near = [c for c in distinct if c[3]["time_s"] <= fastest * fault_routes.TRIAL_SPAN][:fault_routes.TRIALS]
-    tried = [c for c in distinct if c in near or (tuned[c[1]][0].exact and c[2] == 0)]
+    """The first `fault_routes.TRIALS` candidates whose closed form is within `fault_routes.TRIAL_SPAN` of the best
+    one's, or that are the best of a way over like links (exactly priced); none where that leaves one. (One
+    algorithm with one closed form on two ways is not one plan: ``dimension_order`` AllToAll on torus:8 with chip 3
+    at slow:0.5 takes 8.728 ms as faulted and 5.560 ms on the way round the chip, so both are tried.)"""
+    fastest = min(c[3]["time_s"] for c in candidates)
+    near = [c for c in candidates if c[3]["time_s"] <= fastest * fault_routes.TRIAL_SPAN][:fault_routes.TRIALS]
+    tried = [c for c in candidates if c in near or (tuned[c[1]][0].exact and c[2] == 0)]
     return tried if len(tried) > 1 else []
 
 
@@ -264,9 +252,11 @@ def _with_avoiding_trials(tried: list[Any], candidates: list[Any], tuned: list[A
     """``tried`` and, after them, what ``auto`` would try with the degraded cables removed: the candidates of the
     ways that avoid them (``fault_routes.AVOIDS`` and its detour) are the removed cables' system's own, on the same
     networks, so trying what that system would try (its trials, or its one choice where it tries none) makes a
-    degraded cable never slower than a dead one by construction (issue 31's invariant). Without it, on tpu-v5e
-    torus:4x4 ``--axes 0`` with cable 1,0-0,0 at 0.509, a 1 MB AllReduce took 37.42 us where the dead cable's
-    detoured ring took 36.06 us: that ring ranked fifth by closed form (tests/test_fault_invariant_small.py)."""
+    degraded cable never slower than a dead one by construction (issue 31's invariant). Without it, `auto`'s
+    trials could all go elsewhere: on tpu-v5e ring:5 with cable 4-0 at 0.241, a 1 MB AllReduce spent three of its
+    four on ``line`` on three ways that run it alike, and took 40.23 us where the dead cable's detoured ring took
+    39.56 us; on torus:4x4 ``--axes 0`` with cable 1,0-0,0 at 0.509, 37.42 against 36.06 us, that ring fifth by
+    closed form (tests/test_fault_invariant_small.py)."""
     avoiding = [c for c in candidates if tuned[c[1]][0].label.startswith(fault_routes.AVOIDS)]
     if not avoiding:
         return tried
