@@ -40,7 +40,16 @@ from simulator.collectives.groups import Group, keys_where, ring_bases, rings_al
 from simulator.collectives.layout import Layout, integer_parts, timing_units
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.stages import balanced, rotated, sequential, stage_counts
-from simulator.collectives.timing import PhaseProfile, chain_phase_profile, ring_links, route_latency, step_edges
+from simulator.collectives.timing import (
+    RING_FLUID_HOPS,
+    PhaseProfile,
+    chain_phase_profile,
+    ring_links,
+    ring_ports,
+    route_latency,
+    shared_ring_time,
+    step_edges,
+)
 from simulator.engine.network import Network
 
 OnAxis = Callable[[bool], Any]  #: an axis's wraparound -> the ring algorithm that runs on it
@@ -118,6 +127,9 @@ class _Pricer:
         algorithm = self.on_axis(job.group.wraps[a])
         split = units[0] / sum(units) if sum(units) and algorithm.splits(job.group.sizes[a]) else 0.5
         key = (what, a, split)
+        fluid = self.fluid(a, algorithm)
+        if fluid is not None:
+            return shared_ring_time(fluid[0], fluid[1], sum(units) * unit_bytes)
         if key not in self.profiles:
             zero = tuple(0 for _ in job.group.sizes)
             rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
@@ -128,6 +140,26 @@ class _Pricer:
                                                      lambda n, i, d, h: per_step(n, i, d, h, split), table,
                                                      windows=True, serial=what == "rs" and algorithm.serial_reduce)
         return self.profiles[key].time(sum(units) * unit_bytes)
+
+
+    def fluid(self, a: int, algorithm: Any) -> tuple[list[tuple[float, float]], list[int]] | None:
+        """Ring 0's hops and port labels (`timing.ring_ports`) where a one-axis phase of a one-way ring is priced
+        by following its flows (`timing.shared_ring_time`): NIC rings over hops of different rates, which the
+        chain profile keeps in lock step; None elsewhere (the profile is exact there: alike hops, tori)."""
+        job = self.job
+        cache: dict[int, Any] = job.cache.setdefault("multi_axis_fluid", {})
+        if a not in cache:
+            cache[a] = None
+            n = job.group.sizes[a]
+            if (len(job.group.sizes) == 1 and algorithm.closed and algorithm.uniform_rows
+                    and algorithm.longest_chain(n) == {1: n - 1} and not algorithm.splits(n)
+                    and n * (n - 1) <= RING_FLUID_HOPS and len(job.rings) > 1):
+                zero = tuple(0 for _ in job.group.sizes)
+                rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
+                laid = ring_ports(job.net, rings)
+                if laid is not None and len({bw for _, bw in laid[0]}) > 1:  # hops of different rates
+                    cache[a] = laid
+        return cache[a]
 
 
 def _table(algorithm: Any, what: str, split: float) -> Any:
