@@ -17,9 +17,14 @@ each step (`RingAlgorithm.split_gather_units`, ``split_reduce_units``) and the b
 device sends then (a part of u units per shard, having gathered axes of n_1 ... n_j, sends
 u x n_1 ... n_j units). Parts on different axes are assumed never to share a link (true on tori and
 meshes, where a neighbour step stays on its axis). Exact on tori, meshes, lines and switches. On
-two-level rings (GPU nodes over InfiniBand, slices over DCN) the closed form keeps the steps in lock
+two-level rings (GPU nodes over InfiniBand, slices over DCN) the chain profile keeps the steps in lock
 step, while in the simulation fast chains run ahead and queue at the slow crossing: within 1%
-bandwidth-bound, up to about 60% longer or 15% shorter in between (tests/test_bounds.py). At scale the
+bandwidth-bound, up to about 60% longer or 15% shorter in between (tests/test_bounds.py). So a one-axis
+phase of a one-way ring (`unidirectional`) over NIC rings that are rotations of one another, with hops
+of different rates, is priced by following ring 0's flows on the fair-shared ports its hops map to
+(`_Pricer.fluid`, `simulator.collectives.timing.shared_ring_time`; up to 64 positions): equal to the
+simulation on nodes:2:8 and nodes:4:8, ideal and calibrated, 1 MB to 1 GB (ideal nodes:4:8 64 MB
+AllGather 169.44 us, where the lock-step form said 199.0; tests/test_nic_ring_closed_form.py). At scale the
 chain's latency (about 2.4 us a hop) outgrows the busiest link's work and the chain term's other half
 prices every NVLink hop as shared by all the rings crossing a GPU's port, which the simulation shares
 about 2x, not 7x: 1 GB AllReduce on nodes:64:8 and nodes:128:8 simulates 14% and 20% shorter than the

@@ -10,7 +10,11 @@ the network's routes and prices them:
   On a ring whose steps are all alike the slowest chain is ``steps x (latency + unit / b)``: exact;
 - a pipelined broadcast of ``c`` pieces along a chain of hops costing ``t_h`` each (latency plus the
   piece's bytes over the hop's share of bandwidth) takes ``sum(t_h) + (c - 1) max(t_h)``
-  (`chain_time`): the first piece crosses every hop, the others follow one slowest hop apart.
+  (`chain_time`): the first piece crosses every hop, the others follow one slowest hop apart;
+- a one-way ring phase over NIC rings whose hops differ in rate (NVLink and InfiniBand), where lock step
+  is wrong (the fast hops run ahead and queue at the slow one; a port is shared by the flows in flight on
+  it, not by every ring at every step), is followed flow by flow on ring 0's fair-shared ports
+  (`ring_ports`, `shared_ring_time`), as `shared_chain_time` follows a broadcast's pieces.
 """
 from __future__ import annotations
 
