@@ -479,22 +479,26 @@ def shared_chain_time(hops: Sequence[tuple[float, float, int]], ports: Sequence[
                 start(h)
 
 
-def ring_ports(net: Network, rings: list[Ring]) -> tuple[list[tuple[float, float]], list[int]] | None:
+def ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, int]] | None = None
+               ) -> tuple[list[tuple[float, float]], list[int]] | None:
     """Ring 0's neighbour hops i -> i + 1 as (route latency in seconds, bandwidth in bytes per second) and a port
     label for each, for closed rings that are rotations of one another (NIC rings on GPU nodes), as
     `simulator.collectives.broadcast._shared_ports` labels a broadcast's hops: hops k and k' share a label when some
     ring's hop k' crosses a link ring 0's hop k crosses. None unless every ring's hops cost the same (same latency
     and bandwidth at each position, so the rings move in step) and every link carries all of its label's hops once
     each (one shared port: on H100 nodes a GPU's NVLink port, both ways, carries the node's 7 in-node hops of ring
-    0's rotations, one of each of 7 rings, and a NIC one ring's network hop)."""
+    0's rotations, one of each of 7 rings, and a NIC one ring's network hop). ``links``: the ring links (i, d) to
+    label, in order (default every i -> i + 1; a line's, both ways)."""
     n = len(rings[0].devices)
     if n < 2 or any(len(r.devices) != n for r in rings):
         return None
+    links = [(i, 1) for i in range(n)] if links is None else list(links)
+    m = len(links)
     costs = []
     for ring in rings:
         row = []
-        for i in range(n):
-            edges = step_edges(net, ring, i, 1)
+        for i, d in links:
+            edges = step_edges(net, ring, i, d)
             bws = {net.graph.edges[e]["bandwidth_bytes_per_s"] for e in edges}
             if len(bws) != 1:
                 return None  # a route whose links differ in rate: not one port's fair share
@@ -502,7 +506,7 @@ def ring_ports(net: Network, rings: list[Ring]) -> tuple[list[tuple[float, float
         costs.append(row)
     if any(row != costs[0] for row in costs[1:]):
         return None
-    label = list(range(n))
+    label = list(range(m))
 
     def find(k: int) -> int:
         while label[k] != k:
@@ -511,13 +515,13 @@ def ring_ports(net: Network, rings: list[Ring]) -> tuple[list[tuple[float, float
 
     users: dict[tuple[Any, Any], list[int]] = {}
     for ring in rings:
-        for k in range(n):
-            for e in step_edges(net, ring, k, 1):
+        for k, (i, d) in enumerate(links):
+            for e in step_edges(net, ring, i, d):
                 users.setdefault(e, []).append(k)
     for ks in users.values():
         for k in ks[1:]:
             label[find(k)] = find(ks[0])
-    ports = [find(k) for k in range(n)]
+    ports = [find(k) for k in range(m)]
     members: dict[int, list[int]] = defaultdict(list)
     for k, p in enumerate(ports):
         members[p].append(k)
@@ -531,7 +535,8 @@ def ring_ports(net: Network, rings: list[Ring]) -> tuple[list[tuple[float, float
 RING_FLUID_HOPS = 1 << 12  #: most hops n (n - 1) a ring phase may have for `shared_ring_time` (else None)
 
 
-def shared_ring_time(hops: Sequence[tuple[float, float]], ports: Sequence[int], nbytes: float) -> float:
+def shared_ring_time(hops: Sequence[tuple[float, float]], ports: Sequence[int], nbytes: float,
+                     chains: Sequence[Sequence[int]] | None = None) -> float:
     """Seconds of a one-way ring phase (AllGather: every position's ``nbytes`` bundle goes n - 1 hops on; a
     ReduceScatter is the same chains towards each owner) over hops of (latency s, bandwidth B/s) whose hops with
     one ``ports`` label share one fair-shared (processor-sharing) port -- ring 0 of NIC rings that are rotations of
@@ -543,9 +548,13 @@ def shared_ring_time(hops: Sequence[tuple[float, float]], ports: Sequence[int], 
     follows the instants exactly: a hop's bundle waits the route's latency, then joins its port, whose flows each
     move at the port's rate over their number (`simulator.engine.channel.Channel`); when it ends, the chain's
     next hop starts. Bundles are alike, so a port's flows end in the order they joined (a virtual clock a port,
-    O(hops x ports) work). The phase ends when the last chain's last hop ends."""
+    O(hops x ports) work). The phase ends when the last chain's last hop ends. ``chains``: the hops (indices into
+    ``hops``) each chain crosses in order (default the one-way ring's: from every position, n - 1 hops on)."""
     n = len(hops)
-    if n < 2 or nbytes <= 0:
+    if chains is None:
+        chains = [[(o + k) % n for k in range(n - 1)] for o in range(n)]
+    chains = [c for c in chains if c]
+    if n < 1 or nbytes <= 0 or not chains:
         return 0.0
     labels = sorted(set(ports))
     index = {p: j for j, p in enumerate(labels)}
@@ -556,7 +565,7 @@ def shared_ring_time(hops: Sequence[tuple[float, float]], ports: Sequence[int], 
     virtual = [0.0] * len(labels)  # bytes every flow of the port has received since it last idled
     queue: list[list[tuple[float, int, int]]] = [[] for _ in labels]  # (virtual end, chain, hop) in join order
     heads = [0] * len(labels)
-    arrivals: list[tuple[float, int, int]] = [(hops[o][0], o, 1) for o in range(n)]  # (join time, chain o, hop h)
+    arrivals = [(hops[c[0]][0], o, 1) for o, c in enumerate(chains)]  # (join time, chain, step)
     heapify(arrivals)
     now, last = 0.0, 0.0
     while True:
@@ -580,13 +589,12 @@ def shared_ring_time(hops: Sequence[tuple[float, float]], ports: Sequence[int], 
             heads[done] += 1
             if heads[done] == len(queue[done]):
                 queue[done], heads[done], virtual[done] = [], 0, 0.0
-            if h < n - 1:
-                p = (o + h) % n
-                heappush(arrivals, (now + hops[p][0], o, h + 1))
+            if h < len(chains[o]):
+                heappush(arrivals, (now + hops[chains[o][h]][0], o, h + 1))
             else:
                 last = max(last, now)
         else:
             while arrivals and arrivals[0][0] <= now:
                 _, o, h = heappop(arrivals)
-                j = port_of[(o + h - 1) % n]
+                j = port_of[chains[o][h - 1]]
                 queue[j].append((virtual[j] + nbytes, o, h))
