@@ -17,9 +17,17 @@ each step (`RingAlgorithm.split_gather_units`, ``split_reduce_units``) and the b
 device sends then (a part of u units per shard, having gathered axes of n_1 ... n_j, sends
 u x n_1 ... n_j units). Parts on different axes are assumed never to share a link (true on tori and
 meshes, where a neighbour step stays on its axis). Exact on tori, meshes, lines and switches. On
-two-level rings (GPU nodes over InfiniBand, slices over DCN) the closed form keeps the steps in lock
+two-level rings (GPU nodes over InfiniBand, slices over DCN) the chain profile keeps the steps in lock
 step, while in the simulation fast chains run ahead and queue at the slow crossing: within 1%
-bandwidth-bound, up to about 60% longer or 15% shorter in between (tests/test_bounds.py). At scale the
+bandwidth-bound, up to about 60% longer or 15% shorter in between (tests/test_bounds.py). So a one-axis
+phase of a one-way ring (`unidirectional`) over NIC rings that are rotations of one another, with hops
+of different rates, is priced by following ring 0's flows on the fair-shared ports its hops map to
+(`_Pricer.fluid`, `simulator.collectives.timing.shared_ring_time`; up to 64 positions): equal to the
+simulation on nodes:2:8 and nodes:4:8, ideal and calibrated, 1 MB to 1 GB (ideal nodes:4:8 64 MB
+AllGather 169.44 us, where the lock-step form said 199.0; tests/test_nic_ring_closed_form.py). So is a
+line's AllGather where its links fold onto shared ports (nodes:2:8, nodes:2:4; not nodes:4:8, whose
+lines keep the profile, 1.5-2.5% above at 64 MB; a line's ReduceScatter serves each link in a fixed
+order and keeps it too). At scale the
 chain's latency (about 2.4 us a hop) outgrows the busiest link's work and the chain term's other half
 prices every NVLink hop as shared by all the rings crossing a GPU's port, which the simulation shares
 about 2x, not 7x: 1 GB AllReduce on nodes:64:8 and nodes:128:8 simulates 14% and 20% shorter than the
@@ -40,7 +48,16 @@ from simulator.collectives.groups import Group, keys_where, ring_bases, rings_al
 from simulator.collectives.layout import Layout, integer_parts, timing_units
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.stages import balanced, rotated, sequential, stage_counts
-from simulator.collectives.timing import PhaseProfile, chain_phase_profile, ring_links, route_latency, step_edges
+from simulator.collectives.timing import (
+    RING_FLUID_HOPS,
+    PhaseProfile,
+    chain_phase_profile,
+    ring_links,
+    ring_ports,
+    route_latency,
+    shared_ring_time,
+    step_edges,
+)
 from simulator.engine.network import Network
 
 OnAxis = Callable[[bool], Any]  #: an axis's wraparound -> the ring algorithm that runs on it
@@ -118,6 +135,9 @@ class _Pricer:
         algorithm = self.on_axis(job.group.wraps[a])
         split = units[0] / sum(units) if sum(units) and algorithm.splits(job.group.sizes[a]) else 0.5
         key = (what, a, split)
+        fluid = self.fluid(what, a, algorithm)
+        if fluid is not None:
+            return shared_ring_time(fluid[0], fluid[1], sum(units) * unit_bytes, fluid[2])
         if key not in self.profiles:
             zero = tuple(0 for _ in job.group.sizes)
             rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
@@ -128,6 +148,49 @@ class _Pricer:
                                                      lambda n, i, d, h: per_step(n, i, d, h, split), table,
                                                      windows=True, serial=what == "rs" and algorithm.serial_reduce)
         return self.profiles[key].time(sum(units) * unit_bytes)
+
+
+    def fluid(self, what: str, a: int, algorithm: Any
+              ) -> tuple[list[tuple[float, float]], list[int], list[list[int]]] | None:
+        """Ring 0's hops, their port labels (`timing.ring_ports`) and the phase's chains as hop indices, where a
+        one-axis phase is priced by following its flows (`timing.shared_ring_time`): NIC rings, rotations of one
+        another, over hops of different rates, which the chain profile keeps in lock step -- a one-way ring's
+        phases, and a line's AllGather (its ReduceScatter serves each link in a fixed order, which fair sharing is
+        not); None elsewhere (the profile is exact there: alike hops, tori)."""
+        job = self.job
+        cache: dict[tuple[str, int], Any] = job.cache.setdefault("multi_axis_fluid", {})
+        if (what, a) in cache:
+            return cache[(what, a)]
+        cache[(what, a)] = None
+        n = job.group.sizes[a]
+        if len(job.group.sizes) != 1 or len(job.rings) < 2 or n * (n - 1) > RING_FLUID_HOPS or algorithm.splits(n) \
+                or (what == "rs" and algorithm.serial_reduce):
+            return None
+        if algorithm.closed and algorithm.uniform_rows and algorithm.longest_chain(n) == {1: n - 1}:
+            links = [(i, 1) for i in range(n)]
+        elif not algorithm.closed and what == "ag":
+            links = [(i, d) for d in (1, -1) for i in range(n) if 0 <= i + d < n]
+        else:
+            return None
+        index = {link: k for k, link in enumerate(links)}
+        chains: list[list[int]] = []
+        for o in range(n):
+            if what == "ag":
+                for d, hops, half in algorithm.gather_chains(n, o):  # noqa: B007 (checked below)
+                    chains.append([index.get(((o + k * d) % n, d), -1) for k in range(hops)])
+            else:
+                for d, hops, half in algorithm.reduce_chains(n, o):  # noqa: B007 (checked below)
+                    chains.append([index.get(((o - (hops - k) * d) % n, d), -1) for k in range(hops)])
+            if half is not None:
+                return None
+        if any(k < 0 for c in chains for k in c):
+            return None
+        zero = tuple(0 for _ in job.group.sizes)
+        rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
+        laid = ring_ports(job.net, rings, links)
+        if laid is not None and len({bw for _, bw in laid[0]}) > 1:  # hops of different rates
+            cache[(what, a)] = (laid[0], laid[1], chains)
+        return cache[(what, a)]
 
 
 def _table(algorithm: Any, what: str, split: float) -> Any:

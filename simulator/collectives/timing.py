@@ -10,7 +10,11 @@ the network's routes and prices them:
   On a ring whose steps are all alike the slowest chain is ``steps x (latency + unit / b)``: exact;
 - a pipelined broadcast of ``c`` pieces along a chain of hops costing ``t_h`` each (latency plus the
   piece's bytes over the hop's share of bandwidth) takes ``sum(t_h) + (c - 1) max(t_h)``
-  (`chain_time`): the first piece crosses every hop, the others follow one slowest hop apart.
+  (`chain_time`): the first piece crosses every hop, the others follow one slowest hop apart;
+- a one-way ring phase over NIC rings whose hops differ in rate (NVLink and InfiniBand), where lock step
+  is wrong (the fast hops run ahead and queue at the slow one; a port is shared by the flows in flight on
+  it, not by every ring at every step), is followed flow by flow on ring 0's fair-shared ports
+  (`ring_ports`, `shared_ring_time`), as `shared_chain_time` follows a broadcast's pieces.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -473,3 +477,124 @@ def shared_chain_time(hops: Sequence[tuple[float, float, int]], ports: Sequence[
                 _, h, k = heappop(arrivals)
                 got[h] += k
                 start(h)
+
+
+def ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, int]] | None = None
+               ) -> tuple[list[tuple[float, float]], list[int]] | None:
+    """Ring 0's neighbour hops i -> i + 1 as (route latency in seconds, bandwidth in bytes per second) and a port
+    label for each, for closed rings that are rotations of one another (NIC rings on GPU nodes), as
+    `simulator.collectives.broadcast._shared_ports` labels a broadcast's hops: hops k and k' share a label when some
+    ring's hop k' crosses a link ring 0's hop k crosses. None unless every ring's hops cost the same (same latency
+    and bandwidth at each position, so the rings move in step) and every link carries all of its label's hops once
+    each (one shared port: on H100 nodes a GPU's NVLink port, both ways, carries the node's 7 in-node hops of ring
+    0's rotations, one of each of 7 rings, and a NIC one ring's network hop). ``links``: the ring links (i, d) to
+    label, in order (default every i -> i + 1; a line's, both ways)."""
+    n = len(rings[0].devices)
+    if n < 2 or any(len(r.devices) != n for r in rings):
+        return None
+    links = [(i, 1) for i in range(n)] if links is None else list(links)
+    m = len(links)
+    costs = []
+    for ring in rings:
+        row = []
+        for i, d in links:
+            edges = step_edges(net, ring, i, d)
+            bws = {net.graph.edges[e]["bandwidth_bytes_per_s"] for e in edges}
+            if len(bws) != 1:
+                return None  # a route whose links differ in rate: not one port's fair share
+            row.append((route_latency(net, edges), bws.pop()))
+        costs.append(row)
+    if any(row != costs[0] for row in costs[1:]):
+        return None
+    label = list(range(m))
+
+    def find(k: int) -> int:
+        while label[k] != k:
+            k = label[k]
+        return k
+
+    users: dict[tuple[Any, Any], list[int]] = {}
+    for ring in rings:
+        for k, (i, d) in enumerate(links):
+            for e in step_edges(net, ring, i, d):
+                users.setdefault(e, []).append(k)
+    for ks in users.values():
+        for k in ks[1:]:
+            label[find(k)] = find(ks[0])
+    ports = [find(k) for k in range(m)]
+    members: dict[int, list[int]] = defaultdict(list)
+    for k, p in enumerate(ports):
+        members[p].append(k)
+    if any(sorted(ks) != members[ports[ks[0]]] for ks in users.values()):
+        return None
+    if any(len({costs[0][k][1] for k in ks}) != 1 for ks in members.values()):
+        return None  # one port of two rates
+    return costs[0], ports
+
+
+RING_FLUID_HOPS = 1 << 12  #: most hops n (n - 1) a ring phase may have for `shared_ring_time` (else None)
+
+
+def shared_ring_time(hops: Sequence[tuple[float, float]], ports: Sequence[int], nbytes: float,
+                     chains: Sequence[Sequence[int]] | None = None) -> float:
+    """Seconds of a one-way ring phase (AllGather: every position's ``nbytes`` bundle goes n - 1 hops on; a
+    ReduceScatter is the same chains towards each owner) over hops of (latency s, bandwidth B/s) whose hops with
+    one ``ports`` label share one fair-shared (processor-sharing) port -- ring 0 of NIC rings that are rotations of
+    one another, the other rings folded in by that symmetry as in `shared_chain_time`.
+
+    No sum in closed form. A ring whose hops run at different rates (NVLink and InfiniBand) is not in lock step:
+    the fast hops run ahead and queue at the slow one, and a GPU's port is shared by as many of its rings' flows
+    as are in flight at that instant (between 1 and 7 on H100 nodes), not by all of them at every step. So this
+    follows the instants exactly: a hop's bundle waits the route's latency, then joins its port, whose flows each
+    move at the port's rate over their number (`simulator.engine.channel.Channel`); when it ends, the chain's
+    next hop starts. Bundles are alike, so a port's flows end in the order they joined (a virtual clock a port,
+    O(hops x ports) work). The phase ends when the last chain's last hop ends. ``chains``: the hops (indices into
+    ``hops``) each chain crosses in order (default the one-way ring's: from every position, n - 1 hops on)."""
+    n = len(hops)
+    if chains is None:
+        chains = [[(o + k) % n for k in range(n - 1)] for o in range(n)]
+    chains = [c for c in chains if c]
+    if n < 1 or nbytes <= 0 or not chains:
+        return 0.0
+    labels = sorted(set(ports))
+    index = {p: j for j, p in enumerate(labels)}
+    rate = [0.0] * len(labels)
+    for (_, bw), p in zip(hops, ports, strict=True):
+        rate[index[p]] = bw
+    port_of = [index[p] for p in ports]
+    virtual = [0.0] * len(labels)  # bytes every flow of the port has received since it last idled
+    queue: list[list[tuple[float, int, int]]] = [[] for _ in labels]  # (virtual end, chain, hop) in join order
+    heads = [0] * len(labels)
+    arrivals = [(hops[c[0]][0], o, 1) for o, c in enumerate(chains)]  # (join time, chain, step)
+    heapify(arrivals)
+    now, last = 0.0, 0.0
+    while True:
+        done_at, done = math.inf, -1
+        for j, q in enumerate(queue):
+            k = len(q) - heads[j]
+            if k:
+                t = now + (q[heads[j]][0] - virtual[j]) * k / rate[j]
+                if t < done_at:
+                    done_at, done = t, j
+        if done < 0 and not arrivals:
+            return last
+        t = done_at if not arrivals or done_at <= arrivals[0][0] else arrivals[0][0]
+        for j, q in enumerate(queue):
+            k = len(q) - heads[j]
+            if k:
+                virtual[j] += (t - now) * rate[j] / k
+        now = t
+        if done >= 0 and done_at <= (arrivals[0][0] if arrivals else math.inf):
+            _, o, h = queue[done][heads[done]]
+            heads[done] += 1
+            if heads[done] == len(queue[done]):
+                queue[done], heads[done], virtual[done] = [], 0, 0.0
+            if h < len(chains[o]):
+                heappush(arrivals, (now + hops[chains[o][h]][0], o, h + 1))
+            else:
+                last = max(last, now)
+        else:
+            while arrivals and arrivals[0][0] <= now:
+                _, o, h = heappop(arrivals)
+                j = port_of[chains[o][h - 1]]
+                queue[j].append((virtual[j] + nbytes, o, h))
