@@ -206,6 +206,20 @@ def node_rotation(net: Network, step: int, inside: int | None = None) -> dict[An
 
     per_unit = graph.graph.get("nodes_per_unit")
     units = graph.graph.get("units", 1)
+
+    def leaf(d: dict, leaves: dict) -> Any:
+        if not per_unit or step % per_unit:
+            raise ValueError(f"a rotation by {step} nodes splits the scalable units of {per_unit} nodes")
+        return leaves[((d["unit"] + step // per_unit) % units, d["rail"])]
+
+    return _node_permutation(graph, image, leaf if inside is None else None)
+
+
+def _node_permutation(graph: Any, image: Callable[[int], int],
+                      leaf: Callable[[dict, dict], Any] | None = None) -> dict[Any, Any]:
+    """The permutation moving every chip of node k to node ``image(k)`` on its own rail and every node's switch
+    (``group``) with it; a leaf (``unit``, ``rail``) to ``leaf(its data, leaves by (unit, rail))`` (None: leaves
+    stay), other switches stay (`node_rotation`, `node_mirror`)."""
     nodes, at, by_group, leaves = _index(graph)
     perm = {}
     for v, d in nodes:
@@ -214,10 +228,8 @@ def node_rotation(net: Network, step: int, inside: int | None = None) -> dict[An
             perm[v] = at[(image(k), g)]
         elif "group" in d:
             perm[v] = by_group[image(d["group"])]
-        elif (d.get("unit"), d.get("rail")) in leaves and inside is None:
-            if not per_unit or step % per_unit:
-                raise ValueError(f"a rotation by {step} nodes splits the scalable units of {per_unit} nodes")
-            perm[v] = leaves[((d["unit"] + step // per_unit) % units, d["rail"])]
+        elif leaf is not None and (d.get("unit"), d.get("rail")) in leaves:
+            perm[v] = leaf(d, leaves)
         else:
             perm[v] = v
     return perm
@@ -390,17 +402,7 @@ def node_mirror(net: Any, stride: int) -> dict[Any, Any]:
     def image(k: int) -> int:
         return (blocks - 1 - k // stride) * stride + k % stride
 
-    nodes, at, by_group, _ = _index(graph)
-    perm = {}
-    for v, d in nodes:
-        if d.get("role") == "chip":
-            k, g = d["coord"]
-            perm[v] = at[(image(k), g)]
-        elif "group" in d:
-            perm[v] = by_group[image(d["group"])]
-        else:
-            perm[v] = v
-    return perm
+    return _node_permutation(graph, image)
 
 
 def mirror_specs(net: Any) -> Iterator[Spec]:

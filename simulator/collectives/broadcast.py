@@ -24,7 +24,6 @@ Reduce (`reduce_closed_form`) prices the same rotated rings the same way (within
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +31,14 @@ from simulator.collectives.algorithm import Job
 from simulator.collectives.chains import broadcast_phase, reduce_to_phase
 from simulator.collectives.groups import Group, Ring, ring_bases
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import grouped_chain_time, hop_parts, link_use, shared_chain_time, step_edges
+from simulator.collectives.timing import (
+    grouped_chain_time,
+    hop_parts,
+    link_use,
+    shared_chain_time,
+    shared_port_labels,
+    step_edges,
+)
 
 OnAxis = Callable[[bool], Any]
 
@@ -122,29 +128,14 @@ def _shared_ports(job: Job, rings: list[Ring], chain: tuple[int, int, int]
     if any(h != per_ring[0] for h in per_ring[1:]):
         return None
     origin, d, n_hops = chain
-    label = list(range(n_hops))
-
-    def find(k: int) -> int:
-        while label[k] != k:
-            k = label[k]
-        return k
-
     users: dict[tuple[Any, Any], list[int]] = {}
     for ring in rings:
         n = len(ring.devices)
         for k in range(n_hops):
             for e in step_edges(job.net, ring, (origin + k * d) % n, d):
                 users.setdefault(e, []).append(k)
-    for ks in users.values():
-        for k in ks[1:]:
-            label[find(k)] = find(ks[0])
-    ports = [find(k) for k in range(n_hops)]
-    members: dict[int, list[int]] = defaultdict(list)
-    for k, p in enumerate(ports):
-        members[p].append(k)
-    if any(sorted(ks) != members[ports[ks[0]]] for ks in users.values()):
-        return None  # a link carrying only part of its label's hops, or one twice: not one shared port
-    return per_ring[0], ports
+    ports = shared_port_labels(n_hops, users)
+    return None if ports is None else (per_ring[0], ports)
 
 
 def build_reduce(job: Job, groups: list[Group], on_axis: OnAxis, s: Schedule) -> None:

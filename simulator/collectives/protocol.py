@@ -166,7 +166,7 @@ def priced_graph(graph: Any, fraction: Callable[[str], float], latency: Callable
     """A copy of ``graph`` (a networkx graph, directed or not) with every link's ``bandwidth_bytes_per_s`` times
     ``fraction(kind)`` and, with ``latency``, its ``latency_s`` as ``latency(kind, latency_s)``: what
     ``graph.copy()`` and a pass over its edges make, read only. Each link's priced attributes are made when first
-    read (`_PricedAdjacency`): a closed form reads a group's links, not the tens of thousands of a 16,384-GPU
+    read (`_priced_adjacency`): a closed form reads a group's links, not the tens of thousands of a 16,384-GPU
     fabric, and a tuner prices every collective size of a step on a copy of its own. Each kind's fraction (and each
     kind and latency's latency) is computed once; both ends of a link share one priced copy (as in ``graph``). Node
     and graph attributes are copied one level deep, as ``graph.copy()`` does."""
@@ -195,63 +195,42 @@ def priced_graph(graph: Any, fraction: Callable[[str], float], latency: Callable
                 out["latency_s"] = value
         return out
 
-    new._adj = _PricedAdjacency(graph._adj, priced)  # (a directed graph's ``_adj`` is its ``_succ``: set both)
+    new._adj = _priced_adjacency(graph._adj, priced)  # (a directed graph's ``_adj`` is its ``_succ``: set both)
     if graph.is_directed():
-        new._pred = _PricedAdjacency(graph._pred, priced)
+        new._pred = _priced_adjacency(graph._pred, priced)
     return new
 
 
-class _PricedNeighbours(Mapping):
-    """One node's neighbours in a `priced_graph`: ``nbrs`` (neighbour -> the link's attributes in the original
-    graph), each link's attributes priced (``priced``) when first read, then kept."""
+class _Lazy(Mapping):
+    """A read-only view of ``source`` whose values are ``make(source value)``, each made when first read, then
+    kept: a `priced_graph`'s adjacency (``_adj``, ``_succ`` or ``_pred``; node -> a `_Lazy` of its neighbours) and
+    each node's neighbours (neighbour -> the link's attributes, priced)."""
 
-    __slots__ = ("_nbrs", "_priced", "_kept")
+    __slots__ = ("_source", "_make", "_kept")
 
-    def __init__(self, nbrs: dict[Any, dict[str, Any]], priced: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        self._nbrs, self._priced = nbrs, priced
-        self._kept: dict[Any, dict[str, Any]] = {}
+    def __init__(self, source: Mapping[Any, Any], make: Callable[[Any], Any]) -> None:
+        self._source, self._make = source, make
+        self._kept: dict[Any, Any] = {}
 
-    def __getitem__(self, v: Any) -> dict[str, Any]:
-        out = self._kept.get(v)
+    def __getitem__(self, key: Any) -> Any:
+        out = self._kept.get(key)
         if out is None:
-            out = self._kept[v] = self._priced(self._nbrs[v])
+            out = self._kept[key] = self._make(self._source[key])
         return out
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._nbrs)
+        return iter(self._source)
 
     def __len__(self) -> int:
-        return len(self._nbrs)
+        return len(self._source)
 
-    def __contains__(self, v: object) -> bool:
-        return v in self._nbrs
+    def __contains__(self, key: object) -> bool:
+        return key in self._source
 
 
-class _PricedAdjacency(Mapping):
-    """A `priced_graph`'s adjacency (``_adj``, ``_succ`` or ``_pred``): node -> its `_PricedNeighbours`, each made
-    when first read. Read only, as the copies are."""
-
-    __slots__ = ("_adj", "_priced", "_kept")
-
-    def __init__(self, adj: dict[Any, dict[Any, dict[str, Any]]],
-                 priced: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        self._adj, self._priced = adj, priced
-        self._kept: dict[Any, _PricedNeighbours] = {}
-
-    def __getitem__(self, u: Any) -> _PricedNeighbours:
-        out = self._kept.get(u)
-        if out is None:
-            out = self._kept[u] = _PricedNeighbours(self._adj[u], self._priced)
-        return out
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._adj)
-
-    def __len__(self) -> int:
-        return len(self._adj)
-
-    def __contains__(self, u: object) -> bool:
-        return u in self._adj
+def _priced_adjacency(adj: Mapping[Any, Any], priced: Callable[[dict[str, Any]], dict[str, Any]]) -> _Lazy:
+    """A `priced_graph`'s adjacency: node -> its neighbours, each link's attributes ``priced`` when first read."""
+    return _Lazy(adj, lambda nbrs: _Lazy(nbrs, priced))
 
 
 def calibrated_price(calibration: Any, asked: str = AUTO) -> Callable[[Any, Any], tuple[float, str, dict[str, float]]]:

@@ -506,6 +506,27 @@ def ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, int]]
         costs.append(row)
     if any(row != costs[0] for row in costs[1:]):
         return None
+    users: dict[tuple[Any, Any], list[int]] = {}
+    for ring in rings:
+        for k, (i, d) in enumerate(links):
+            for e in step_edges(net, ring, i, d):
+                users.setdefault(e, []).append(k)
+    ports = shared_port_labels(m, users)
+    if ports is None:
+        return None
+    rates: dict[int, set[float]] = defaultdict(set)
+    for k, p in enumerate(ports):
+        rates[p].add(costs[0][k][1])
+    if any(len(r) != 1 for r in rates.values()):
+        return None  # one port of two rates
+    return costs[0], ports
+
+
+def shared_port_labels(m: int, users: dict[Any, list[int]]) -> list[int] | None:
+    """A port label for each of ring 0's hops 0..m-1, given the hops each link carries (``users``: link -> hop
+    indices, every ring's hops folded onto ring 0's by the rings' rotation): hops share a label when one link
+    carries both (joined transitively). None unless every link carries all of its label's hops once each, so that
+    a label is one fair-shared port (`ring_ports`, `simulator.collectives.broadcast._shared_ports`)."""
     label = list(range(m))
 
     def find(k: int) -> int:
@@ -513,11 +534,6 @@ def ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, int]]
             k = label[k]
         return k
 
-    users: dict[tuple[Any, Any], list[int]] = {}
-    for ring in rings:
-        for k, (i, d) in enumerate(links):
-            for e in step_edges(net, ring, i, d):
-                users.setdefault(e, []).append(k)
     for ks in users.values():
         for k in ks[1:]:
             label[find(k)] = find(ks[0])
@@ -526,10 +542,8 @@ def ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, int]]
     for k, p in enumerate(ports):
         members[p].append(k)
     if any(sorted(ks) != members[ports[ks[0]]] for ks in users.values()):
-        return None
-    if any(len({costs[0][k][1] for k in ks}) != 1 for ks in members.values()):
-        return None  # one port of two rates
-    return costs[0], ports
+        return None  # a link carrying only part of its label's hops, or one twice: not one shared port
+    return ports
 
 
 RING_FLUID_HOPS = 1 << 12  #: most hops n (n - 1) a ring phase may have for `shared_ring_time` (else None)
