@@ -76,6 +76,18 @@ class Representatives(Protocol):
         """Start the stage's collective (``exact``: the keywords of the exact run's `start_collective`)."""
         ...
 
+    def lanes(self) -> dict[Any, list[Any]]:
+        """Each program's chip -> the chips it stands for in lockstep (empty: one chip a program)."""
+        ...
+
+    def unlock(self, why: str) -> None:
+        """Stop a lockstep run whose lanes are apart at a send (`Rerun`)."""
+        ...
+
+    def foresee(self, collectives: list[tuple[str, float, tuple[str, ...], int, dict[str, Any]]]) -> None:
+        """Collectives the step will start (kind, bytes, axes, stage, ``exact``), checked early where that helps."""
+        ...
+
     def send(self, chip: Any, nbytes: float, label: str, counterpart: Callable[[Any], Any],
              arrived: Callable[[Any], None]) -> None:
         """Every chip of ``chip``'s stage sends ``nbytes`` to its counterpart; ``arrived`` on the representative's."""
@@ -157,9 +169,10 @@ class Executor:
         the step is not symmetric); ``attempt`` carries the single mechanisms a rerun turns off."""
         a = attempt or Attempt(fast=self.fast)
         if a.orbits is not None and self.fast and a.fast:  # one program per orbit of a node group (`orbit_run`)
-            from simulator.acceleration.orbit_run import OrbitSymmetry
+            from simulator.acceleration.orbit_run import LockstepSymmetry, OrbitSymmetry
 
-            return OrbitSymmetry(system, mesh, stage_of, a.orbits, rings, axis_sets, shared, a.node_allowed is None)
+            kind = LockstepSymmetry if a.lockstep and not system.trace.enabled else OrbitSymmetry
+            return kind(system, mesh, stage_of, a.orbits, rings, axis_sets, shared, a.node_allowed is None)
         return Symmetry(system, mesh, stage_of, self.fast and a.fast, rings, axis_sets, a.replay, a.avoid,
                         a.quotients, shared, a.node_allowed)
 

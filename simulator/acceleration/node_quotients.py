@@ -101,9 +101,14 @@ class NodeQuotients:
             if q is None and groups is not None:
                 return None
             self._first = entry
+            if self.node_action is not None:
+                self._chosen()
         if q is not None:
             self._node_links.update(dict.fromkeys(q.links))
         return q
+
+    def _chosen(self) -> None:
+        """Called once the step's group is chosen (`Symmetry` checks the collectives it knows are ahead)."""
 
     def _quotient_of(self, entry: Any, action: Any) -> Any:
         """The quotient by ``action`` of a whole schedule (a list of transfers), or of one group's lifted to the

@@ -62,6 +62,8 @@ class OrbitSymmetry(Symmetry):
     """A `Symmetry` that runs one program per orbit of the node group named ``orbits`` (see the module): inactive
     (every chip runs) where that group is not found or does not move every chip freely."""
 
+    unlocked = False  #: (`LockstepSymmetry`: lanes found apart at a send)
+
     def __init__(self, system: Any, mesh: Any, stage_of: dict[Any, int], orbits: str, rings: bool = False,
                  axis_sets: list[tuple[str, ...]] | None = None, shared: dict | None = None,
                  wide: bool = True) -> None:
@@ -234,3 +236,94 @@ class OrbitSymmetry(Symmetry):
             return super().timeline_chip(peak, stage_of)
         top = max(peak.values())
         return next(c.index for c in self.system.chips if peak.get(self.rep_of[c.index]) == top)
+
+
+class LockstepSymmetry(OrbitSymmetry):
+    """An orbit run (`OrbitSymmetry`: the same group, the same collectives and sends on its quotient) with one
+    program per pipeline stage, not one per orbit: each program stands for its stage's orbit representatives, its
+    *lanes* (``lanes``), and runs in lockstep for them.
+
+    Why that is exact (trace off): in the full run a stage's chips differ only in when their pipeline messages
+    arrive (`simulator.workloads.plans.step`: a chip's work runs on its own units, every collective is the whole
+    stage's, starting when its last chip arrives and done for all at one instant). So between a receive and the
+    next collective, lanes run the same work shifted by their own message's arrival; the collective starts when the
+    latest lane reaches it; and after it every lane goes on from its end, in step again. The program keeps the
+    latest lane's clock (the one that starts every collective, so every instant the network sees is the full
+    run's), and each lane's offset from it (`TrainStep._skew`), from which each lane's waits are booked as its own
+    program books them (pipeline bubble and transfer, exposed time per axis, the end of its pipelined part,
+    memory-ledger instants). Each lane sends its own message (its orbit's, on the group's representative links),
+    from the one instant the lanes share at a send; a send reached by lanes still apart (no collective since the
+    receive) would need sends in the past: the run stops (``unlocked``, `Rerun`) and the orbit run follows
+    (`simulator.acceleration.reruns`, rule 4). Only where the trace is off: spans would show the latest lane's
+    instants for every lane. Counters (HBM bytes, FLOPs) are the program's chip's, scaled by the stage's chips
+    (`counter_scale`); every lane's units are the program's (`upper_bound`, `timeline_chip`).
+    tests/test_lockstep_run.py holds its figures equal to the full simulation's."""
+
+    def __init__(self, system: Any, mesh: Any, stage_of: dict[Any, int], orbits: str, rings: bool = False,
+                 axis_sets: list[tuple[str, ...]] | None = None, shared: dict | None = None,
+                 wide: bool = True) -> None:
+        super().__init__(system, mesh, stage_of, orbits, rings, axis_sets, shared, wide)
+        self._lanes: dict[Any, list[Any]] = {}
+        self.lead_of: dict[Any, Any] = {}  #: every orbit representative -> its stage's program chip
+        if not self.active:
+            return
+        by_stage: dict[int, list[Any]] = defaultdict(list)
+        for rep in super().chips():
+            by_stage[self.stage_of_rep[rep]].append(rep)
+        pipe = mesh.index("pipeline") if "pipeline" in mesh.names else None
+        for stage, reps in by_stage.items():
+            for other in (stage - 1, stage + 1):  # a lane's counterpart is a lane of the neighbour's program
+                if pipe is None or other not in by_stage:
+                    continue
+                mine = set(by_stage[other])
+                for rep in reps:
+                    coords = list(mesh.coords(rep))
+                    coords[pipe] = other
+                    if mesh.device(tuple(coords)) not in mine:
+                        self.active, self.why = False, "a lane's pipeline counterpart is no representative"
+                        return
+            self._lanes[reps[0]] = reps
+            self.lead_of.update(dict.fromkeys(reps, reps[0]))
+
+    def lanes(self) -> dict[Any, list[Any]]:
+        """Each program's chip -> its lanes (the stage's orbit representatives, its own first); empty: inactive."""
+        return self._lanes if self.active else {}
+
+    @property
+    def arrivals(self) -> int:
+        """One program a stage reaches a collective."""
+        return 1 if self.active else super().arrivals
+
+    @property
+    def counter_scale(self) -> int:
+        """A program's chip's counters stand for its stage's every chip."""
+        return self.per_stage * len(next(iter(self._lanes.values()))) if self.active else super().counter_scale
+
+    def chips(self) -> list[Any]:
+        """The chips whose programs run: each stage's first orbit representative, in chip order."""
+        if not self.active:
+            return super().chips()
+        return list(self._lanes)
+
+    def unlock(self, why: str) -> None:
+        """Stop the run (`Rerun`): the lanes are apart where they cannot be (``unlocked``)."""
+        self.unlocked = True
+        raise Rerun(why)
+
+    def upper_bound(self, per_chip: dict[Any, dict[str, float]]) -> float:
+        """`OrbitSymmetry.upper_bound` with every lane's compute units its program's chip's."""
+        if not self.active:
+            return super().upper_bound(per_chip)
+        merged = dict(per_chip)
+        for rep, lead in self.lead_of.items():
+            if rep != lead:
+                merged[rep] = {**{u: v for u, v in per_chip.get(lead, {}).items() if not u.startswith("link ")},
+                               **{u: v for u, v in per_chip.get(rep, {}).items() if u.startswith("link ")}}
+        return super().upper_bound(merged)
+
+    def timeline_chip(self, peak: dict[Any, float], stage_of: dict[Any, int]) -> Any:
+        """`OrbitSymmetry.timeline_chip`, every lane's peak its program's chip's."""
+        if not self.active:
+            return super().timeline_chip(peak, stage_of)
+        return super().timeline_chip({rep: peak[lead] for rep, lead in self.lead_of.items() if lead in peak},
+                                     stage_of)

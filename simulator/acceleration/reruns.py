@@ -25,7 +25,9 @@ The rules, in order (each rerun starts from a fresh system; every figure of the 
    coincidence could make a stage's chips alike under it (tests/test_orbit_run.py). An orbit run that finds a
    link asked for in the orbits of both its groups (``narrowed``: `orbit_run.OrbitSymmetry._claim`) reruns with
    every collective on the one group; one that finds a collective or send its group does not hold (``mixed``,
-   `Rerun`) is followed by the exact run (``broken``).
+   `Rerun`) is followed by the exact run (``broken``). The orbit run is first tried in lockstep (trace off: one
+   program per stage standing for the stage's orbit representatives, `orbit_run.LockstepSymmetry`); one whose
+   lanes turn out apart at a pipeline send (``unlocked``) reruns with one program per orbit.
 
 Before them, ``chained`` (`simulator.acceleration.chain_run`): a chain run in one timer turned out not alone on
 its links (the run stopped at once, `Rerun`). The same attempt reruns without chains, and so does every later
@@ -45,7 +47,7 @@ from simulator.acceleration.step_symmetry import Rerun
 
 MIXED_TRIES = 3  #: reruns with narrower quotient groups before running without quotients
 CONFLICT_TRIES = 3  #: reruns for replay conflicts: two avoiding the disturbed replays, the last without any
-REASONS = ("chained", "mixed", "unquotiented", "conflict", "orbits", "narrowed", "broken")
+REASONS = ("chained", "mixed", "unquotiented", "conflict", "orbits", "unlocked", "narrowed", "broken")
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,8 @@ class Attempt:
     ``replay`` (repeated collectives replayed), ``avoid`` (replays not to take), ``node_allowed`` (GPU
     nodes: the quotient groups allowed; None: any; in an orbit run, empty: no wider group), ``orbits`` (the name of
     the node group whose orbits each run one program: `simulator.acceleration.orbit_run`; None: one program per
-    pipeline stage)."""
+    pipeline stage), ``lockstep`` (an orbit run with one program per stage whose lanes are the stage's orbit
+    representatives: `orbit_run.LockstepSymmetry`)."""
 
     fast: bool = True
     quotients: bool = True
@@ -62,6 +65,7 @@ class Attempt:
     avoid: frozenset = frozenset()
     node_allowed: frozenset | None = None
     orbits: str | None = None
+    lockstep: bool = False
 
 
 class FastRun(Protocol):
@@ -122,10 +126,18 @@ def run_with_reruns(make: Callable[[Attempt], R], first: Attempt = Attempt(), or
 
     def by_orbits(group: str) -> Outcome:  # rule 4: one program per orbit of ``group``, else the exact run
         reasons.append("orbits")
-        sim, figures = go(Attempt(fast=True, replay=False, orbits=group), stop=True)
+        attempt = Attempt(fast=True, replay=False, orbits=group, lockstep=True)
+        sim, figures = go(attempt, stop=True)
+        if _flag(sim.sym, "unlocked"):  # lanes apart at a send: one program per orbit
+            reasons.append("unlocked")
+            attempt = replace(attempt, lockstep=False)
+            sim, figures = go(attempt, stop=True)
         if _flag(sim.sym, "narrowed"):  # a link asked for in two groups' orbits: every collective on ``group``
             reasons.append("narrowed")
-            sim, figures = go(Attempt(fast=True, replay=False, orbits=group, node_allowed=frozenset()), stop=True)
+            sim, figures = go(replace(attempt, node_allowed=frozenset()), stop=True)
+            if _flag(sim.sym, "unlocked"):
+                reasons.append("unlocked")
+                sim, figures = go(replace(attempt, node_allowed=frozenset(), lockstep=False), stop=True)
         if figures is not None and not (_flag(sim.sym, "mixed") or _flag(sim.sym, "broken")):
             return Outcome(sim, figures, reasons)
         reasons.append("broken")

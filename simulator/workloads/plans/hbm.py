@@ -23,17 +23,18 @@ class HbmLedger:
         self.peak: dict[Any, float] = defaultdict(float)
         self.timeline: dict[Any, list[tuple[float, float]]] = defaultdict(list)
 
-    def add(self, chip: Any, nbytes: float) -> None:
-        """``nbytes`` more (or fewer, when negative) on ``chip`` from now."""
+    def add(self, chip: Any, nbytes: float, at: float | None = None) -> None:
+        """``nbytes`` more (or fewer, when negative) on ``chip`` from now (or from ``at``, s: a lockstep lane's own
+        instant, `simulator.workloads.plans.step.TrainStep`)."""
         if not nbytes:
             return
         self.live[chip] += nbytes
         self.peak[chip] = max(self.peak[chip], self.live[chip])
-        self.timeline[chip].append((self.env.now, self.live[chip]))
+        self.timeline[chip].append((self.env.now if at is None else at, self.live[chip]))
 
-    def release_when(self, chip: Any, nbytes: float, event: Any) -> None:
-        """Hold ``nbytes`` on ``chip`` until ``event`` fires."""
-        self.add(chip, nbytes)
+    def release_when(self, chip: Any, nbytes: float, event: Any, at: float | None = None) -> None:
+        """Hold ``nbytes`` on ``chip`` from now (or ``at``, s) until ``event`` fires."""
+        self.add(chip, nbytes, at)
         event.callbacks.append(lambda _e: self.add(chip, -nbytes))
 
     def summary(self) -> dict[str, Any]:

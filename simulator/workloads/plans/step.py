@@ -51,7 +51,7 @@ class TrainStep:
                  seq: int, topology: str | None = None, trace: bool = True, calibrated: bool = False,
                  fast: bool = True, built: tuple[System, Mesh | None] | None = None, replay: bool = True,
                  avoid: frozenset = frozenset(), quotients: bool = True, shared: dict | None = None,
-                 node_allowed: frozenset | None = None, orbits: str | None = None) -> None:
+                 node_allowed: frozenset | None = None, orbits: str | None = None, lockstep: bool = False) -> None:
         check_train_plan(cfg, plan, opts, batch, seq)
         self.cfg, self.plan, self.opts = cfg, plan, opts
         self.reruns: list[str] = []  #: the reruns `simulate_step` took before this run (`acceleration.reruns.REASONS`)
@@ -72,7 +72,14 @@ class TrainStep:
         self.stage_size = len(self.system.chips) // self.p
         moe = plan.size("expert") > 1 and bool(cfg.n_experts)  # AllToAll: no ring to stand for the others
         self.sym = executor(fast).symmetry(self.system, self.mesh, self.stage_of, not moe, self._axis_sets(),
-                                           Attempt(fast, quotients, replay, avoid, node_allowed, orbits), shared)
+                                           Attempt(fast, quotients, replay, avoid, node_allowed, orbits,
+                                                                   lockstep), shared)
+        #: a lockstep run's programs (`orbit_run.LockstepSymmetry`): each stands for its stage's orbit representatives
+        #: (its lanes); each lane's offset (s, <= 0) from the program's clock, None where every lane is in step
+        self.lanes: dict[Any, list[Any]] = self.sym.lanes()
+        self._skew: dict[Any, list[float] | None] = {}
+        self._fired: dict[simpy.Event, float] = {}  #: (lockstep) each collective's completion instant (s)
+        self.lanes_apart = 0  #: (lockstep) receives after which a program's lanes were apart
         self._pending: dict[Any, list[Any]] = {}
         self._mail: dict[Any, list[Any]] = {}
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
@@ -115,7 +122,11 @@ class TrainStep:
             done = self._start(comm, stage)
             arrived: simpy.Event = entry[1]
 
+            fired = self._fired if self.lanes else None
+
             def release(_e: simpy.Event) -> None:
+                if fired is not None:
+                    fired[arrived] = self.env.now
                 arrived.succeed()
             done.callbacks.append(release)
         return entry[1]
@@ -145,32 +156,61 @@ class TrainStep:
         for step_kind, v, axis in in_turn(kind, nbytes, axes, self.plan.size):
             yield self._start_axes(step_kind, v, [axis], stage)
 
-    def _start_axes(self, kind: str, nbytes: float, axes: list[str], stage: int) -> simpy.Event:
+    def _exact(self, axes: list[str], stage: int) -> dict[str, Any]:
+        """The keywords of `start_collective` that run a collective over ``axes`` on ``stage`` in full."""
         if self.p == 1:
-            exact: dict[str, Any] = {"axes": axes, "mesh": self.mesh, "mode": "full"}
-        else:
-            groups = self._groups.setdefault(tuple(axes), {})
-            if not groups:
-                assert self.system.network is not None, "a pipelined step runs on a system with a network"
-                for g in collective_groups(self.system.network, axes, self.mesh):
-                    groups.setdefault(self.stage_of[next(iter(g.members.values()))], []).append(g)
-            exact = {"groups": groups[stage], "mode": "full"}
+            return {"axes": axes, "mesh": self.mesh, "mode": "full"}
+        groups = self._groups.setdefault(tuple(axes), {})
+        if not groups:
+            assert self.system.network is not None, "a pipelined step runs on a system with a network"
+            for g in collective_groups(self.system.network, axes, self.mesh):
+                groups.setdefault(self.stage_of[next(iter(g.members.values()))], []).append(g)
+        return {"groups": groups[stage], "mode": "full"}
+
+    def _ahead(self) -> list[tuple[str, float, tuple[str, ...], int, dict[str, Any]]]:
+        """Every stage's gradient reductions, as `_start` will start them (kind, bytes, axes, stage, keywords):
+        what a fast run checks on its group before it runs (`Symmetry.foresee`)."""
+        out = []
+        last = self.p * self.v - 1
+        for rank in range(self.p):
+            comms = [*grad_comms(self.plan, self.opts, *self.layer.grad_bytes, last=False),
+                     *grad_comms(self.plan, self.opts, *self.layer.grad_bytes, last=True)]
+            if any(virtual_stage(self.p, rank, chunk) == last for chunk in range(self.v)):
+                comms += grad_comms(self.plan, self.opts, self.head_grad, 0.0, last=True)
+            for c in comms:
+                axes = [a for a in c.axes if self.plan.size(a) > 1]
+                if axes and not (len(axes) > 1 and c.kind in IN_TURN and not self._groupable(tuple(axes))):
+                    out.append((c.kind, c.nbytes, tuple(axes), rank, self._exact(axes, rank)))
+        return out
+
+    def _start_axes(self, kind: str, nbytes: float, axes: list[str], stage: int) -> simpy.Event:
+        exact = self._exact(axes, stage)
         if self.sym.active:
             return self.sym.start(kind, nbytes, axes, stage, exact)
         return start_collective(kind, self.system, nbytes, **exact)
 
     def _box(self, key: tuple) -> list[Any]:
-        return self._mail.setdefault(key, [self.env.event(), None])
+        """A message's mailbox: [its arrival event, the instant it was sent (s), the instant it arrived (s)]."""
+        return self._mail.setdefault(key, [self.env.event(), None, None])
 
     def send(self, chip: Any, stage: int, key: tuple) -> None:
-        """Send this chip's activations (or their gradients) to its counterpart on pipeline ``stage``."""
+        """Send this chip's activations (or their gradients) to its counterpart on pipeline ``stage`` (a lockstep
+        program: each of its lanes to its own)."""
         assert self.mesh is not None, "a pipeline message runs on a mesh"
-        coords = list(self.mesh.coords(chip))
-        coords[self.mesh.index("pipeline")] = stage
-        dst = self.mesh.device(tuple(coords))
+        label = f"{key[0]} mb{key[1]}"
+        lanes = self.lanes.get(chip)
+        if lanes is not None:
+            if self._skew.get(chip) is not None:  # lanes apart: each would send at its own instant, some past
+                self.sym.unlock("a lockstep program's lanes reached a pipeline send at different instants")
+            for lane in lanes:
+                box = self._box((self._counterpart(lane, stage), *key))
+                box[1] = self.env.now
+                self.sym.send(lane, self.act_bytes, label, lambda c: self._counterpart(c, stage),
+                              self._arrival(box))
+            return
+        dst = self._counterpart(chip, stage)
         box = self._box((dst, *key))
         box[1] = self.env.now
-        label = f"{key[0]} mb{key[1]}"
         if self.sym.active:  # every chip of the stage sends; the representative's message is awaited
             self.sym.send(chip, self.act_bytes, label, lambda c: self._counterpart(c, stage),
                           lambda _e: box[0].succeed())
@@ -179,6 +219,13 @@ class TrainStep:
         self.system.network.message(chip, dst, self.act_bytes, label=label).callbacks.append(
             lambda _e: box[0].succeed())
 
+    def _arrival(self, box: list[Any]) -> Any:
+        """The callback that notes a lockstep lane's message arrived (now) and fires its mailbox."""
+        def arrived(_e: Any) -> None:
+            box[2] = self.env.now
+            box[0].succeed()
+        return arrived
+
     def _counterpart(self, chip: Any, stage: int) -> Any:
         assert self.mesh is not None, "a pipeline counterpart lies on a mesh"
         coords = list(self.mesh.coords(chip))
@@ -186,6 +233,10 @@ class TrainStep:
         return self.mesh.device(tuple(coords))
 
     def receive(self, chip: Any, key: tuple) -> Generator[Any, Any, None]:
+        lanes = self.lanes.get(chip)
+        if lanes is not None:
+            yield from self._receive_lanes(chip, lanes, key)
+            return
         box = self._box((chip, *key))
         start = self.env.now
         yield box[0]
@@ -193,12 +244,52 @@ class TrainStep:
         self.bubble_s += max(0.0, sent - start)
         self.exposed["pipeline"] += exposed_s(self.env.now - max(start, sent), 0.0)  # the chip stands still
 
-    def wait(self, event: simpy.Event, axis: str) -> Generator[Any, Any, None]:
+    def _receive_lanes(self, chip: Any, lanes: list[Any], key: tuple) -> Generator[Any, Any, None]:
+        """A lockstep program's receive: every lane's message (the program goes on when the last is in, as the
+        latest lane does); each lane's wait is booked as its own would be, from its own instant, and it goes on
+        from its own message's arrival (its offset, `_skew`)."""
+        start, skew = self.env.now, self._skew.get(chip)
+        boxes = [self._box((lane, *key)) for lane in lanes]
+        for box in boxes:
+            yield box[0]
+        now, offsets = self.env.now, []
+        for i, box in enumerate(boxes):
+            mine = start + skew[i] if skew is not None else start  # the lane's own instant when it began to wait
+            sent = box[1] if box[1] is not None else mine
+            on = max(mine, box[2])  # it goes on when its message is in (or at once: it was in already)
+            self.bubble_s += max(0.0, sent - mine)
+            self.exposed["pipeline"] += exposed_s(on - max(mine, sent), 0.0)
+            offsets.append(on - now)
+        self._skew[chip] = offsets if any(offsets) else None
+        self.lanes_apart += self._skew[chip] is not None
+
+    def wait(self, event: simpy.Event, axis: str, events: list[simpy.Event] | None = None,
+             chip: Any = None) -> Generator[Any, Any, None]:
+        """Wait for ``event`` (a collective's; or all of ``events``), booking the wait as exposed on ``axis``; a
+        lockstep ``chip``'s lanes apart each from its own instant, and in step again once it is done."""
         start = self.env.now
         yield event
-        self.exposed[axis] += exposed_s(self.env.now - start, 0.0)  # the chip stands still: nothing computes
+        skew = self._skew.get(chip) if chip is not None else None
+        if skew is None:  # (a lockstep program's lanes in step: each waits as long)
+            lanes = self.lanes.get(chip) if self.lanes else None
+            self.exposed[axis] += exposed_s(self.env.now - start, 0.0) * (len(lanes) if lanes else 1)  # (stands still)
+            return
+        now = self.env.now
+        done = now if now > start else max(self._fired[e] for e in (events or [event]))  # (done already: when)
+        offsets = []
+        for offset in skew:
+            mine = start + offset
+            on = max(mine, done)
+            self.exposed[axis] += exposed_s(on - mine, 0.0)
+            offsets.append(on - now)
+        self._skew[chip] = offsets if any(offsets) else None
 
     # -- work ----------------------------------------------------------------------------------------------
+    def _mem(self, chip: Any, nbytes: float) -> None:
+        """``nbytes`` more (or fewer) in ``chip``'s HBM from its own instant (a lockstep program's first lane's)."""
+        skew = self._skew.get(chip)
+        self.hbm.add(chip, nbytes, None if skew is None else self.env.now + skew[0])
+
     def work(self, chip: Any, w: Work, label: str) -> Generator[Any, Any, None]:
         unit = self.system.chips[self._index[chip]]
         events = []
@@ -215,30 +306,30 @@ class TrainStep:
 
     def op(self, chip: Any, op: Op, key: tuple, label: str) -> Generator[Any, Any, None]:
         for i, c in enumerate(op.before):
-            yield from self.wait(self.collective(c, chip, (*key, "before", i)), c.axis)
+            yield from self.wait(self.collective(c, chip, (*key, "before", i)), c.axis, chip=chip)
         over = [self.collective(c, chip, (*key, "with", i)) for i, c in enumerate(op.overlapped)]
         yield from self.work(chip, op.work, label)
         if over:
-            yield from self.wait(simpy.AllOf(self.env, over), op.overlapped[0].axis)
+            yield from self.wait(simpy.AllOf(self.env, over), op.overlapped[0].axis, over, chip)
         for i, c in enumerate(op.after):
-            yield from self.wait(self.collective(c, chip, (*key, "after", i)), c.axis)
+            yield from self.wait(self.collective(c, chip, (*key, "after", i)), c.axis, chip=chip)
 
     def layers(self, chip: Any, key: tuple, order: list[int], forward: bool, last: bool,
                background: list[tuple[simpy.Event, str]]) -> Generator[Any, Any, None]:
         nbytes = self.layer.gather_bytes
         gather = Comm("all_gather", ("fsdp",), nbytes, "fsdp")
         ahead = self.collective(gather, chip, (*key, order[0], "gather")) if nbytes else None
-        self.hbm.add(chip, nbytes)  # gathered weights live from the gather's start to the layer's end
+        self._mem(chip, nbytes)  # gathered weights live from the gather's start to the layer's end
         for i, layer in enumerate(order):
             if ahead is not None:  # this layer's weights, then the next layer's while this one computes
-                yield from self.wait(ahead, "fsdp")
+                yield from self.wait(ahead, "fsdp", chip=chip)
                 ahead = self.collective(gather, chip, (*key, order[i + 1], "gather")) if i + 1 < len(order) else None
-                self.hbm.add(chip, nbytes if ahead is not None else 0.0)
+                self._mem(chip, nbytes if ahead is not None else 0.0)
             ops = self.layer.forward if forward else self.layer.backward
-            self.hbm.add(chip, 0.0 if forward else self.rebuilt)
+            self._mem(chip, 0.0 if forward else self.rebuilt)
             for j, op in enumerate(ops):
                 yield from self.op(chip, op, (*key, layer, j), f"L{layer} {op.name}")
-            self.hbm.add(chip, (1 if forward else -1) * self.saved - (0.0 if forward else self.rebuilt) - nbytes)
+            self._mem(chip, (1 if forward else -1) * self.saved - (0.0 if forward else self.rebuilt) - nbytes)
             if not forward:
                 self._reduce(chip, grad_comms(self.plan, self.opts, *self.layer.grad_bytes, last=last),
                              (*key, layer), background)
@@ -247,7 +338,8 @@ class TrainStep:
         for i, c in enumerate(comms):
             event = self.collective(c, chip, (*key, "grad", i))
             if c.kind == "reduce_scatter" and self.opts.zero >= 2:  # unreduced gradients live until it ends
-                self.hbm.release_when(chip, c.nbytes, event)
+                skew = self._skew.get(chip)
+                self.hbm.release_when(chip, c.nbytes, event, None if skew is None else self.env.now + skew[0])
             background.append((event, c.axis))
 
     # -- the program of one chip ---------------------------------------------------------------------------
@@ -264,14 +356,14 @@ class TrainStep:
                     yield from self.receive(chip, key)
                 yield from self.layers(chip, key, layers, True, False, background)
                 if vs == last_stage:
-                    self.hbm.add(chip, self.logits)
+                    self._mem(chip, self.logits)
                     yield from self.op(chip, self.head_f, (*key, "head"), "lm head")
                 else:
                     self.send(chip, (vs + 1) % self.p, ("F", mb, vs + 1))
                 continue
             if vs == last_stage:
                 yield from self.op(chip, self.head_b, (*key, "head"), "lm head backward")
-                self.hbm.add(chip, -self.logits)
+                self._mem(chip, -self.logits)
                 if mb == m - 1:
                     self._reduce(chip, grad_comms(self.plan, self.opts, self.head_grad, 0.0, last=True),
                                  (*key, "head"), background)
@@ -280,9 +372,11 @@ class TrainStep:
             yield from self.layers(chip, key, layers[::-1], False, mb == m - 1, background)
             if vs > 0:
                 self.send(chip, (vs - 1) % self.p, ("B", mb, vs - 1))
-        self.pipe_end[chip] = self.env.now
+        lanes, skew = self.lanes.get(chip, [chip]), self._skew.get(chip)
+        for i, lane in enumerate(lanes):  # (each lane's own instant)
+            self.pipe_end[lane] = self.env.now + skew[i] if skew is not None else self.env.now
         for event, axis in background:
-            yield from self.wait(event, axis)
+            yield from self.wait(event, axis, chip=chip)
         yield from self._update(chip, rank)
 
     def _update(self, chip: Any, rank: int) -> Generator[Any, Any, None]:
@@ -291,7 +385,7 @@ class TrainStep:
         yield from self.work(chip, optimizer_work(self.plan, self.opts, dense + expert, e_w), "optimizer")
         if self.plan.size("fsdp") > 1 and self.opts.zero in (1, 2):
             regather = Comm("all_gather", ("fsdp",), (dense + expert) * e_w, "fsdp")
-            yield from self.wait(self.collective(regather, chip, ("regather",)), "fsdp")
+            yield from self.wait(self.collective(regather, chip, ("regather",)), "fsdp", chip=chip)
 
     def run(self) -> dict[str, Any]:
         """Simulate the step; the step time, busy fractions, bubble and exposed communication per axis.
@@ -300,9 +394,11 @@ class TrainStep:
         and reports the whole system's figures; `Symmetry.broken` then says whether it must rerun in full.
         """
         self._index = {c.index: i for i, c in enumerate(self.system.chips)}
+        if self.sym.active and self.p > 1:
+            self.sym.foresee(self._ahead())
         for chip in self.sym.chips():
             state = per_chip_memory(self.cfg, self.plan, self.opts, self.batch, self.seq, self.stage_of[chip])
-            self.hbm.add(chip, state["params_bytes"] + state["grads_bytes"] + state["optimizer_bytes"])
+            self._mem(chip, state["params_bytes"] + state["grads_bytes"] + state["optimizer_bytes"])
             self.system.process(self.program(chip), f"chip {chip} training step")
         with gc_paused():  # the trace's spans: a full pass of the collector over them costs more than the run
             self.system.run()
@@ -350,7 +446,8 @@ def simulate_step(cfg: TransformerConfig, chip: ChipSpec, plan: MeshPlan, opts: 
             return TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, fast=False)
         return TrainStep(cfg, chip, plan, opts, batch, seq, topology, trace, calibrated, True,
                          replay=attempt.replay, avoid=attempt.avoid, quotients=attempt.quotients,
-                         shared=first[0].sym.shared, node_allowed=attempt.node_allowed, orbits=attempt.orbits)
+                         shared=first[0].sym.shared, node_allowed=attempt.node_allowed, orbits=attempt.orbits,
+                         lockstep=attempt.lockstep)
 
     outcome = executor(fast).run_step(make, quotients=quotients, replay=replay, orbits=True)
     outcome.run.reruns = outcome.reasons
