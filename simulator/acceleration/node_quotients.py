@@ -154,9 +154,40 @@ class NodeQuotients:
         `_quotient_of` takes them) is equivariant under."""
         sources = {t.src for t in transfers if t.src is not None} if isinstance(transfers, list) else None
         pairs = _Pairs(transfers) if isinstance(transfers, list) else None
-        return frozenset(a.name for a in self._candidates() if (among is None or a.name in among)
-                         and (sources is None or _keeps(a, sources)) and (pairs is None or pairs.may_fit(a))
-                         and (action := _built(a)) is not None and self._quotient_of(transfers, action) is not None)
+        fitting: list[Any] = []  #: the groups found to fit, built
+        names = []
+        for a in self._candidates():  # (largest first)
+            if (among is not None and a.name not in among) or (sources is not None and not _keeps(a, sources)):
+                continue
+            if type(a) is NodeCandidate and any(_within(a, f) for f in fitting):  # a subgroup of one that fits
+                names.append(a.name)  # fits too: its quotient is the larger group's, coarsened (no build)
+                continue
+            if (pairs is None or pairs.may_fit(a)) and (action := _built(a)) is not None \
+                    and self._quotient_of(transfers, action) is not None:
+                names.append(a.name)
+                fitting.append(action)
+        return frozenset(names)
+
+
+def _within(candidate: NodeCandidate, group: Any) -> bool:
+    """Whether every generator of ``candidate`` (its permutations, unbuilt) is an element of ``group`` (a built
+    `Automorphisms` that moves some chip freely): then ``candidate`` is a subgroup of it, and a schedule
+    equivariant under ``group`` is under ``candidate`` too. An element is found by where it takes one chip (the
+    group moves it freely: one element does) and checked on every node."""
+    perms = candidate.perms()
+    offsets = getattr(group, "_offset", None)
+    if not perms or not offsets:
+        return False
+    home = next(iter(offsets))
+    for perm in perms:
+        there = perm.get(home)
+        a, b = group.offset(home), group.offset(there) if there is not None else None
+        if a is None or b is None or group.apply(a, home) != group.apply(b, there):  # (not in one orbit)
+            return False
+        h = tuple((x - y) % k for x, y, k in zip(a, b, group.orders, strict=True))  # b^-1 a: home -> there
+        if any(group.apply(h, v) != w for v, w in perm.items()):
+            return False
+    return True
 
 
 class NodeCandidate:
