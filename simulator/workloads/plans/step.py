@@ -80,6 +80,7 @@ class TrainStep:
         self._skew: dict[Any, list[float] | None] = {}
         self._fired: dict[simpy.Event, float] = {}  #: (lockstep) each collective's completion instant (s)
         self.lanes_apart = 0  #: (lockstep) receives after which a program's lanes were apart
+        self._counterparts: dict[tuple[Any, int], Any] = {}
         self._pending: dict[Any, list[Any]] = {}
         self._mail: dict[Any, list[Any]] = {}
         self._groups: dict[tuple[str, ...], dict[int, list[Any]]] = {}
@@ -227,10 +228,14 @@ class TrainStep:
         return arrived
 
     def _counterpart(self, chip: Any, stage: int) -> Any:
-        assert self.mesh is not None, "a pipeline counterpart lies on a mesh"
-        coords = list(self.mesh.coords(chip))
-        coords[self.mesh.index("pipeline")] = stage
-        return self.mesh.device(tuple(coords))
+        """``chip``'s counterpart on pipeline ``stage`` (kept: every microbatch asks again)."""
+        found = self._counterparts.get((chip, stage))
+        if found is None:
+            assert self.mesh is not None, "a pipeline counterpart lies on a mesh"
+            coords = list(self.mesh.coords(chip))
+            coords[self.mesh.index("pipeline")] = stage
+            found = self._counterparts[(chip, stage)] = self.mesh.device(tuple(coords))
+        return found
 
     def receive(self, chip: Any, key: tuple) -> Generator[Any, Any, None]:
         lanes = self.lanes.get(chip)
