@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from simulator.acceleration import aggregate as _aggregate
 from simulator.acceleration.chain_run import attach
 from simulator.acceleration.node_quotients import NodeQuotients, Rerun, rotated_onto  # noqa: F401  (Rerun: re-exported)
 from simulator.acceleration.quotient import Translations, execute_quotient, quotient
@@ -474,31 +475,48 @@ class Symmetry(NodeQuotients):
     def _send_on_quotient(self, chip: Any, found: Any, nbytes: float, label: str, times: list[float],
                           arrived: Callable[[Any], None]) -> None:
         """Each representative's send of `_send_quotient` on its route's representative channels, as
-        `Network.message` sends it (one channel, or a cut-through process over several), its bytes counted for its
-        whole orbit; ``arrived`` on ``chip``'s (a representative: its orbit's smallest chip), every arrival kept."""
+        `Network.message` sends it (one channel, or cut through several: on plain channels without a process,
+        `aggregate.cut_through`, the same floats), its bytes counted for its whole orbit; ``arrived`` on ``chip``'s
+        (a representative: its orbit's smallest chip), every arrival kept."""
         net, replays = self._net(), self.replays
         trace = net.trace
         sends, order = found
         noted = self._noted(times, len(sends))
+        plain_net = net.switching == "cut_through"
         for src, route in sends:
             if route is None:  # (a chip sending to itself)
                 event = self.system.env.event().succeed(self.system.env.now)
-            else:
-                links, kinds = route
-                if trace is not None:
-                    for kind, count in kinds:
-                        trace.count(kind, nbytes * count * order)
-                event = links[0].transfer(nbytes, label, "send") if len(links) == 1 else \
-                    self.system.env.process(net._send(list(links), nbytes, label, 1))
-                if replays.enabled:
-                    claimed = list(links)
-                    replays.claim(claimed)
+                event.callbacks.append(noted)
+                if src == chip:
+                    event.callbacks.append(arrived)
+                continue
+            links, kinds = route
+            if trace is not None:
+                for kind, count in kinds:
+                    trace.count(kind, nbytes * count * order)
+            mine = src == chip
+            if not replays.enabled and nbytes > 0 and (len(links) == 1 or plain_net) and all(
+                    c.aggregates and getattr(c, "noise", None) is None for c in links):
+                def then(_arg: Any, mine: bool = mine) -> None:
+                    noted(None)
+                    if mine:
+                        arrived(None)
+                if len(links) == 1:
+                    links[0].send(nbytes, label, "send", then, None)
+                else:
+                    _aggregate.cut_through(net, links, nbytes, label, then, None)
+                continue
+            event = links[0].transfer(nbytes, label, "send") if len(links) == 1 else \
+                self.system.env.process(net._send(list(links), nbytes, label, 1))
+            if replays.enabled:
+                claimed = list(links)
+                replays.claim(claimed)
 
-                    def release(_e: Any, claimed: list[Channel] = claimed) -> None:
-                        replays.release(claimed)
-                    event.callbacks.append(release)
+                def release(_e: Any, claimed: list[Channel] = claimed) -> None:
+                    replays.release(claimed)
+                event.callbacks.append(release)
             event.callbacks.append(noted)
-            if src == chip:
+            if mine:
                 event.callbacks.append(arrived)
 
     def _noted(self, times: list[float], expected: int) -> Callable[[Any], None]:
