@@ -49,3 +49,20 @@ def test_within_is_subgroup_membership():
     assert not _within(by_name["rails"], small)
     other = next(a for a in by_name.values() if type(a) is NodeCandidate and a.name.startswith("nodes by"))
     assert not _within(other, rails)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("axis", ["data", "model"])
+def test_fits_of_one_groups_schedule_lifted_equals_every_candidate_asked(name, axis):
+    """The lifted form (one group's schedule and every group, `lifted_quotient`), as a step's first collective is
+    kept: a group smaller than the groups is skipped unbuilt, as `lifted_quotient` would refuse it."""
+    system, mesh, sym = _setup(name)
+    pipe = mesh.index("pipeline")
+    groups = [g for g in collective_groups(system.network, [axis], mesh)
+              if mesh.coords(next(iter(g.members.values())))[pipe] == 0]
+    plan = sym._one_group("all_reduce", 2**20, [axis], 0, {"groups": groups, "mode": "full"})
+    assert plan is not None
+    entry = (plan.schedule.transfers, sym.shared[("one group", "all_reduce", 2**20, (axis,), 0)])
+    naive = frozenset(a.name for a in sym._candidates()
+                      if (g := _built(a)) is not None and sym._quotient_of(entry, g) is not None)
+    assert sym._fits(entry) == naive

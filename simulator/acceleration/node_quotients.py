@@ -156,12 +156,16 @@ class NodeQuotients:
         pairs = _Pairs(transfers) if isinstance(transfers, list) else None
         fitting: list[Any] = []  #: the groups found to fit, built
         names = []
+        # one group's schedule lifted (`lifted_quotient`): a group smaller than the groups cannot map one onto each
+        least = len(transfers[1]) if isinstance(transfers, tuple) and len(transfers) == 2 else 0
         for a in self._candidates():  # (largest first)
             if (among is not None and a.name not in among) or (sources is not None and not _keeps(a, sources)):
                 continue
-            if type(a) is NodeCandidate and any(_within(a, f) for f in fitting):  # a subgroup of one that fits
-                names.append(a.name)  # fits too: its quotient is the larger group's, coarsened (no build)
+            if a.order < least:
                 continue
+            if sources is not None and type(a) is NodeCandidate and any(_within(a, f) for f in fitting):
+                names.append(a.name)  # a subgroup of one that fits a whole schedule fits it too (no build; not so
+                continue  # lifted: `lifted_quotient` asks the group to map one group onto each other, which it may not)
             if (pairs is None or pairs.may_fit(a)) and (action := _built(a)) is not None \
                     and self._quotient_of(transfers, action) is not None:
                 names.append(a.name)
