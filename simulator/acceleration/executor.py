@@ -80,6 +80,11 @@ class Representatives(Protocol):
         """Each program's chip -> the chips it stands for in lockstep (empty: one chip a program)."""
         ...
 
+    def send_lanes(self, chip: Any, nbytes: float, label: str, counterpart: Callable[[Any], Any],
+                   arrived: list[Callable[[Any], None]]) -> None:
+        """Every lane of lockstep program ``chip`` sends to its counterpart; ``arrived[i]`` on lane i's arrival."""
+        ...
+
     def unlock(self, why: str) -> None:
         """Stop a lockstep run whose lanes are apart at a send (`Rerun`)."""
         ...

@@ -305,6 +305,44 @@ class LockstepSymmetry(OrbitSymmetry):
             return super().chips()
         return list(self._lanes)
 
+    def send_lanes(self, chip: Any, nbytes: float, label: str, counterpart: Callable[[Any], Any],
+                   arrived: list[Callable[[Any], None]]) -> None:
+        """Every lane of program ``chip`` sends its orbit's message (`OrbitSymmetry.send`, lane by lane: its own
+        route's representative links, its bytes counted for its orbit); ``arrived[i]`` when lane i's arrives. The
+        stage's quotient of sends is looked up once for all lanes, and plain routes cut through without a process
+        (`aggregate.cut_through`), as `Symmetry._send_on_quotient` sends them."""
+        from simulator.acceleration import aggregate
+
+        lanes = self._lanes[chip]
+        self._sending = True  # (a representative sends its own orbit's: on G)
+        try:
+            found = self._send_quotient(chip, nbytes, counterpart)
+        finally:
+            self._sending = False
+        assert found is not None, "an orbit run's sends run on its group's quotient (else it stops: `Rerun`)"
+        routes = self._send_routes.get(id(found))
+        if routes is None:
+            routes = self._send_routes[id(found)] = dict(found[0])
+        net, order = self._net(), found[1]
+        trace, plain_net = net.trace, net.switching == "cut_through"
+        for lane, then in zip(lanes, arrived, strict=True):
+            route = routes[lane]
+            if route is None or nbytes <= 0:  # (a chip sending to itself)
+                self._send_on_quotient(lane, ([(lane, route)], order), nbytes, label, [], then)
+                continue
+            links, kinds = route
+            if not (len(links) == 1 or plain_net) or not all(
+                    c.aggregates and getattr(c, "noise", None) is None for c in links):
+                self._send_on_quotient(lane, ([(lane, route)], order), nbytes, label, [], then)
+                continue
+            if trace is not None:
+                for kind, count in kinds:
+                    trace.count(kind, nbytes * count * order)
+            if len(links) == 1:
+                links[0].send(nbytes, label, "send", then, None)
+            else:
+                aggregate.cut_through(net, links, nbytes, label, then, None)
+
     def unlock(self, why: str) -> None:
         """Stop the run (`Rerun`): the lanes are apart where they cannot be (``unlocked``)."""
         self.unlocked = True

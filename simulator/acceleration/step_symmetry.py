@@ -208,6 +208,11 @@ class Symmetry(NodeQuotients):
         """Each program's chip -> the chips it runs in lockstep for (`orbit_run.LockstepSymmetry`); here none."""
         return {}
 
+    def send_lanes(self, chip: Any, nbytes: float, label: str, counterpart: Callable[[Any], Any],
+                   arrived: list[Callable[[Any], None]]) -> None:
+        """Every lane of a lockstep program sends (`orbit_run.LockstepSymmetry`); here there are none."""
+        raise AssertionError("no lanes to send from here")
+
     def unlock(self, why: str) -> None:
         """A lockstep program's lanes are apart where they cannot be: only a lockstep run has lanes."""
         raise AssertionError(f"no lanes to unlock here: {why}")

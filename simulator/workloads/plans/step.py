@@ -203,11 +203,12 @@ class TrainStep:
         if lanes is not None:
             if self._skew.get(chip) is not None:  # lanes apart: each would send at its own instant, some past
                 self.sym.unlock("a lockstep program's lanes reached a pipeline send at different instants")
+            arrivals = []
             for lane in lanes:
                 box = self._box((self._counterpart(lane, stage), *key))
                 box[1] = self.env.now
-                self.sym.send(lane, self.act_bytes, label, lambda c: self._counterpart(c, stage),
-                              self._arrival(box))
+                arrivals.append(self._arrival(box))
+            self.sym.send_lanes(chip, self.act_bytes, label, lambda c: self._counterpart(c, stage), arrivals)
             return
         dst = self._counterpart(chip, stage)
         box = self._box((dst, *key))
