@@ -21,6 +21,7 @@ of the axes it must cross), so ``links_used`` links leave the source at once.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from types import MappingProxyType
@@ -91,6 +92,8 @@ class Network:
         self.uniform = True  #: every ring of an axis behaves alike (no faults or jitter on links; `System` sets it)
         self.make_channel: Any = None  #: builds a link's channel from (u, v, edge data) instead of `Channel`
         self._busy_hint: Channel | None = None  #: the link `idle` last found busy (asked first next time)
+        self._scan: list[Channel] = []  #: the built channels, in order, as `idle` scans them
+        self._scan_at = 0  #: where `idle` found the last busy one (it scans on from there, round)
         #: runs strict-chain quotients in one timer and holds their links (`simulator.acceleration.chain_run`:
         #: ``run``, ``busy``, ``settle``); None: none
         self.eager_sink: Any = None
@@ -181,14 +184,20 @@ class Network:
     def idle(self) -> bool:
         """Whether no link is carrying bytes now. The link last found busy is asked first: at a collective's
         start the network is nearly always busy, and mostly on that link still, so the answer is usually one
-        look (the full scan only where it has gone idle); the answer is the scan's either way."""
+        look; where it has gone idle, the scan starts where it was found (busy links lie near one another in the
+        order they were built: a collective's); the answer is a whole scan's either way."""
         now = clock(self.env)
         hint = self._busy_hint  # (`Channel.busy` inline: a flow moving bytes now; no subclass redefines it)
         if hint is not None and hint._flows and hint._last_update <= now:
             return False
-        for channel in self._links.values():
+        channels = self._scan
+        if len(channels) != len(self._links):  # (channels are only ever added: `_new_link`)
+            channels = self._scan = list(self._links.values())
+        start = self._scan_at if self._scan_at < len(channels) else 0
+        for i in itertools.chain(range(start, len(channels)), range(start)):  # (on from where one was found last)
+            channel = channels[i]
             if channel._flows and channel._last_update <= now:
-                self._busy_hint = channel
+                self._busy_hint, self._scan_at = channel, i
                 return False
         sink = self.eager_sink  # the links a chain holds carry no flows: it says whether they would
         return sink is None or not sink.busy()
