@@ -66,6 +66,7 @@ from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group, keys_where
 from simulator.collectives.levels import Levels, two_levels
 from simulator.collectives.nvls import NVLS_CHIPS
+from simulator.collectives.port_fluid import Flow, fluid_time
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.switched import edges, keys
 from simulator.collectives.timing import route_latency
@@ -77,6 +78,9 @@ from simulator.engine.network import Network
 #: rate absorbed, so a calibrated run reusing that fit keeps it (see the module docstring)
 CHUNKS = 8
 DEPTHS = (8, 16, 32, 64)  #: an ideal run's choices of pipeline chunks: the one whose closed form is least
+#: most nodes x pipeline chunks `NvlsTree.closed_form` runs its ports' fluid model for (about 40 flows a node and
+#: chunk, a few ms each hundred); beyond, the pipeline's sum (`NvlsTree.pipeline_form`), which misses the bursts
+FLUID_NODE_CHUNKS = 512
 
 
 def _switch(net: Network, chip: Any) -> Any:
@@ -129,7 +133,7 @@ class NvlsTree(Algorithm):
         best: tuple[float, int] | None = None
         for count in DEPTHS:
             self.recut(job, count)
-            t = self.closed_form(job)
+            t = self.pipeline_form(job)
             if best is None or t < best[0] * (1 - 1e-9):
                 best = (t, count)
         assert best is not None
@@ -223,6 +227,51 @@ class NvlsTree(Algorithm):
                 s.add(sw, lv.device[(k, other)], what, "copy", [stored], ("multicast", *tag), lv.device[(k, other)])
 
     def closed_form(self, job: Job) -> float:
+        """Seconds: `port_flows` run by `simulator.collectives.port_fluid` (the ports as the simulation shares
+        them) where the nodes x chunks are at most `FLUID_NODE_CHUNKS`, else `pipeline_form`."""
+        lv = _levels(job.net, job.group)
+        if lv.outer * self.chunks_of(job) > FLUID_NODE_CHUNKS:
+            return self.pipeline_form(job)
+        return fluid_time(*self.port_flows(job))
+
+    def port_flows(self, job: Job) -> tuple[dict[Any, tuple[float, float]], list[Flow]]:
+        """The ports and flows of `build`'s schedule for one rail, every node (the other rails by symmetry: every
+        GPU of a node has its own NVLink ports and NIC, and the same tree position): per chunk, each node's
+        contribution up its NVLink port (after its previous chunk's), its shard's fetch down, each half up and
+        down its tree over the NICs, each final half stored up and multicast to the m - 1 other GPUs (one flow of
+        weight m - 1 into this GPU's down port: theirs, at the same instants by symmetry)."""
+        net, g = job.net, job.net.graph
+        lv = _levels(net, job.group)
+        m, n_nodes = lv.inner, lv.outer
+        rail = next(iter(keys_where(lv.sizes, {})))
+        dev = {k: lv.device[(k, rail)] for k in range(n_nodes)}
+        up = {k: (dev[k], _switch(net, dev[k])) for k in range(n_nodes)}
+        down = {k: (e[1], e[0]) for k, e in up.items()}
+        chunk = job.key_bytes * 2 * m * n_nodes  # one chunk of the whole array
+        shard, half = chunk / m, chunk / (2 * m)
+        routes = {(r, p): edges(net, dev[r], dev[p]) for r in range(n_nodes) for p in range(n_nodes) if r != p}
+        ports = {e: (g.edges[e]["latency_s"], g.edges[e]["bandwidth_bytes_per_s"])
+                 for e in [*up.values(), *down.values(), *(e for route in routes.values() for e in route)]}
+        flows: list[Flow] = []
+
+        def add(route: list, nbytes: float, deps: list[int], weight: int = 1) -> int:
+            flows.append(Flow(route, nbytes, deps, weight))
+            return len(flows) - 1
+
+        order: dict[Any, int] = {}  # a port's previous chunk (as `build`)
+        for _ in range(self.chunks_of(job)):
+            for k in range(n_nodes):
+                order[k] = add([up[k]], chunk, [order[k]] if k in order else [])
+            fetched = {k: add([down[k]], shard, [order[k]]) for k in range(n_nodes)}
+            for t, parent in enumerate(trees(n_nodes, True)):
+                done = _tree_flows(parent, fetched, order, t, routes, half, add)
+                for k in range(n_nodes):
+                    add([down[k]], half, [add([up[k]], half, done[k])], m - 1)
+        return ports, flows
+
+    def pipeline_form(self, job: Job) -> float:
+        """Seconds by the pipeline's sum (nodes x chunks above `FLUID_NODE_CHUNKS`): the first chunk's path, then
+        one period per further chunk, each port alone (see the module docstring: it misses the bursts)."""
         net, g = job.net, job.net.graph
         lv = _levels(net, job.group)
         m, rail = lv.inner, next(iter(keys_where(lv.sizes, {})))
@@ -250,6 +299,30 @@ class NvlsTree(Algorithm):
                                                        for e in route) for route in routes)
         period = max(a + (chunk + shard) / b, a + chunk / b, network)
         return first + (self.chunks_of(job) - 1) * period
+
+
+def _tree_flows(parent: dict[int, int], fetched: dict[int, int], order: dict[Any, int], t: int, routes: dict,
+                half: float, add: Any) -> dict[int, list[int]]:
+    """`NvlsTree._tree`'s flows for one half on tree ``t`` (``parent``): node -> what its final half waits for."""
+    nodes = len(fetched)
+    children: dict[int, list[int]] = {k: [] for k in range(nodes)}
+    for r, p in parent.items():
+        children[p].append(r)
+    depth = {k: _depth(parent, k) for k in range(nodes)}
+    sent: dict[int, int] = {}
+    for r in sorted(parent, key=lambda k: -depth[k]):
+        p = parent[r]
+        deps = [fetched[r], fetched[p], *(sent[x] for x in children[r])]
+        deps += [order[(r, p, t)]] if (r, p, t) in order else []
+        sent[r] = order[(r, p, t)] = add(routes[(r, p)], half, deps)
+    root = next(k for k in range(nodes) if k not in parent)
+    done = {root: [fetched[root], *(sent[x] for x in children[root])]}
+    for r in sorted(parent, key=lambda k: depth[k]):
+        p = parent[r]
+        deps = done[p] + ([order[(p, r, t)]] if (p, r, t) in order else [])
+        order[(p, r, t)] = add(routes[(p, r)], half, deps)
+        done[r] = [order[(p, r, t)]]
+    return done
 
 
 def _depth(parent: dict[int, int], k: int) -> int:
