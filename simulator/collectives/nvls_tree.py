@@ -25,24 +25,36 @@ Model: the array is cut into pipeline chunks, each of two halves (one per tree).
 adds its chunk into its node's switch; GPU b fetches shard b's node sum; each half goes up its tree (a
 rank adds once its children's partial sums and its own fetch have arrived) and back down; then each GPU
 stores its final half through the switch, which multicasts it to the node's other GPUs. Each link carries
-the chunks in order, so they pipeline. Closed form: the first chunk's path -- contribute, fetch, the
-deeper tree up and down (hop by hop, `simulator.collectives.switched.pair_time`), store, multicast --
-then one period per further chunk: the busiest of the NVLink port up ``a + (S + S/m) / b``, the NVLink
-port down ``a + S / b``, and each network link's chunk streams (tree edges in both directions, both trees)
-``latency + streams x S/(2m) / b_link``, for chunk S. Tested against the simulation
-(tests/test_nvls_tree.py).
+the chunks in order, so they pipeline.
 
-Pipeline depth (issue 31). An ideal run takes the depth among `DEPTHS` (8 to 64 chunks) whose closed form is
-least; NCCL itself pipelines NVLS in steps of about 128 KiB, thousands of them on a large array. At 8 chunks the
-fill is an eighth of the array and the chunks come in bursts: a GPU's NVLink down port carries its fetch of
-chunk c + 1 (which the network waits for) beside up to 14 multicasts of chunk c, fair-shared, so fetches took
-0.036 to 0.377 ms (0.036 alone) and the network, 2.5 ms of work on two nodes of 8 at 1 GB, spread over 3.36 ms
-(the closed form, each port alone, said 3.14). At 32 chunks the run is 2.821 ms (closed form 2.817): 1.13x the
-2.50 ms both the NVLink ports (V + V/m up) and the NICs (V/m each way) need. On four nodes a rail's NIC, interior
-in one tree and a leaf in the other, carries 2 V/m each way where a ring over the nodes carries 2 (K - 1)/K V/m:
-the trees cannot come within 4/3 of the joint bound there (5.37 ms at 1 GB against their own 5.0 ms floor and the
-bound's 3.75). The closed form sits 2-4% above the simulation on four nodes from 100 MB (its fill prices the first
-chunk's hops at the pipeline's full stream counts), up to 8% on eight nodes at 30-100 MB.
+Closed form (session h31pick, issue 31): no sum. The chunks come in bursts: a GPU's NVLink down port carries its
+fetch of chunk c + 1 (which the network waits for) beside up to 14 multicasts of chunk c, fair-shared, and its up
+port carries each contribution beside the stores of earlier chunks, so a port is shared by as many flows as are
+in flight at that instant. `NvlsTree.port_flows` lists the schedule's flows for one rail on every node -- the
+other rails are the same by symmetry (each GPU of a node has its own NVLink ports and NIC and the same tree
+position), so a store's m - 1 multicasts into this GPU's down port are one flow of weight m - 1 -- and
+`simulator.collectives.port_fluid.fluid_time` runs them on the ports with the network's own rules (latency,
+then processor sharing; cut-through routes). It equals the simulation to rounding (tests/test_nvls_tree.py,
+tests/test_calibrated_node_pick.py): calibrated nodes:2:8 at 4 GiB 18.025 ms (the sum said 15.96), nodes:4:8 at
+1 GB 5.853 ms (the sum said 6.43). About 40 flows a node and chunk, a few ms a hundred: beyond `FLUID_NODE_CHUNKS`
+nodes x chunks (more than 64 nodes calibrated; ideal depths past 512 nodes x chunks) the pipeline's sum stands in
+(`NvlsTree.pipeline_form`): the first chunk's path -- contribute, fetch, the deeper tree up and down (hop by hop),
+store, multicast -- then one period per further chunk: the busiest of the NVLink port up ``a + (S + S/m) / b``,
+the NVLink port down ``a + S / b``, and each network link's chunk streams (tree edges in both directions, both
+trees) ``latency + streams x S/(2m) / b_link``, for chunk S, each port alone: 2-12% off the simulation.
+
+Pipeline depth (issue 31). An ideal run takes the depth among `DEPTHS` (8 to 64 chunks) whose pipeline sum is least
+(cheap, and within 2% of the simulation on large arrays, where the depth matters); NCCL itself pipelines NVLS in
+steps of about 128 KiB, thousands of them on a large array. At 8 chunks the fill is an eighth of the array and the
+chunks come in bursts: a GPU's NVLink down port carries its fetch of chunk c + 1 (which the network waits for)
+beside up to 14 multicasts of chunk c, fair-shared, so fetches took 0.036 to 0.377 ms (0.036 alone) and the network,
+2.5 ms of work on two nodes of 8 at 1 GB, spread over 3.36 ms (the pipeline sum, each port alone, said 3.14). At 32
+chunks the run is 2.821 ms (pipeline sum 2.817): 1.13x the 2.50 ms both the NVLink ports (V + V/m up) and the NICs
+(V/m each way) need. On four nodes a rail's NIC, interior in one tree and a leaf in the other, carries 2 V/m each
+way where a ring over the nodes carries 2 (K - 1)/K V/m: the trees cannot come within 4/3 of the joint bound there
+(5.37 ms at 1 GB against their own 5.0 ms floor and the bound's 3.75). The pipeline sum sits 2-4% above the
+simulation on four nodes from 100 MB (its fill prices the first chunk's hops at the pipeline's full stream counts),
+up to 8% on eight nodes at 30-100 MB.
 
 A calibrated run keeps `CHUNKS` = 8, the depth of `simulator.collectives.nvls`, through whose closed form NVLS's
 NVLink rate was fitted (scripts/fit_calibration.py): the fitted rate absorbed that pipeline's fill (an
@@ -51,9 +63,11 @@ at another depth would count the fill twice or not at all. Its figures are those
 by the ideal depth: the two-node run stays at 1.04x the published NVIDIA/nccl#1221 figure (held out). Disclosed:
 deeper calibrated pipelines were measured by an earlier session (32 chunks: calibrated busbw 1.36x the figure;
 each multicast after the next chunk's fetch: 1.20x) and withdrawn once that held-out check failed; this split was
-chosen knowing that. The calibrated closed form (15.96 ms at 4 GiB on two nodes) is still below its simulation
-(18.03 ms): the bursts above, left as they are. A calibration of NVLS fitted at NCCL's own depth would let both
-modes run one schedule.
+chosen knowing that. The 8-chunk fill is why, on four nodes and more from about 1 GB, this run's forecast is
+13-16% above NCCL's Ring (nodes:4:8, 1 GB: 5.853 against 5.074 ms) where NCCL's own model ranks NVLSTree 6%
+ahead: a stock NCCL runs NVLSTree there, so `auto` does too, and names Ring beside it
+(`simulator.collectives.tuner`, ``forecast_faster_algorithm``). A calibration of NVLS fitted at NCCL's own depth
+would let both modes run one schedule.
 """
 from __future__ import annotations
 
@@ -77,7 +91,7 @@ from simulator.engine.network import Network
 #: fitted at (`simulator.collectives.nvls.CHUNKS`, scripts/fit_calibration.py ``NVLS_CHUNKS``), whose fill the fitted
 #: rate absorbed, so a calibrated run reusing that fit keeps it (see the module docstring)
 CHUNKS = 8
-DEPTHS = (8, 16, 32, 64)  #: an ideal run's choices of pipeline chunks: the one whose closed form is least
+DEPTHS = (8, 16, 32, 64)  #: an ideal run's choices of pipeline chunks: the one whose pipeline sum is least
 #: most nodes x pipeline chunks `NvlsTree.closed_form` runs its ports' fluid model for (about 40 flows a node and
 #: chunk, a few ms each hundred); beyond, the pipeline's sum (`NvlsTree.pipeline_form`), which misses the bursts
 FLUID_NODE_CHUNKS = 512
@@ -122,7 +136,7 @@ class NvlsTree(Algorithm):
         return job.parts // 2
 
     def prepare(self, job: Job) -> None:
-        """Timing only: the pipeline chunks among `DEPTHS` whose closed form is least (a count the caller gave,
+        """Timing only: the pipeline chunks among `DEPTHS` whose pipeline sum is least (a count the caller gave,
         ``chunks``, is the pipeline's chunks, as it is). A calibrated run takes `CHUNKS` (`priced_chunks`)."""
         if job.numeric:
             return
