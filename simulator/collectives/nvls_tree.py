@@ -263,7 +263,9 @@ class NvlsTree(Algorithm):
         down = {k: (e[1], e[0]) for k, e in up.items()}
         chunk = job.key_bytes * 2 * m * n_nodes  # one chunk of the whole array
         shard, half = chunk / m, chunk / (2 * m)
-        routes = {(r, p): edges(net, dev[r], dev[p]) for r in range(n_nodes) for p in range(n_nodes) if r != p}
+        tree_parents = trees(n_nodes, True)
+        routes = {(a, b): edges(net, dev[a], dev[b]) for parent in tree_parents for r, p in parent.items()
+                  for a, b in ((r, p), (p, r))}
         ports = {e: (g.edges[e]["latency_s"], g.edges[e]["bandwidth_bytes_per_s"])
                  for e in [*up.values(), *down.values(), *(e for route in routes.values() for e in route)]}
         flows: list[Flow] = []
@@ -277,15 +279,16 @@ class NvlsTree(Algorithm):
             for k in range(n_nodes):
                 order[k] = add([up[k]], chunk, [order[k]] if k in order else [])
             fetched = {k: add([down[k]], shard, [order[k]]) for k in range(n_nodes)}
-            for t, parent in enumerate(trees(n_nodes, True)):
+            for t, parent in enumerate(tree_parents):
                 done = _tree_flows(parent, fetched, order, t, routes, half, add)
                 for k in range(n_nodes):
                     add([down[k]], half, [add([up[k]], half, done[k])], m - 1)
         return ports, flows
 
     def pipeline_form(self, job: Job) -> float:
-        """Seconds by the pipeline's sum (nodes x chunks above `FLUID_NODE_CHUNKS`): the first chunk's path, then
-        one period per further chunk, each port alone (see the module docstring: it misses the bursts)."""
+        """Seconds by the pipeline's sum: the first chunk's path, then one period per further chunk, each port alone
+        (see the module docstring: it misses the bursts, 2-12%). The closed form past `FLUID_NODE_CHUNKS`, and what
+        `prepare` ranks depths by (cheap)."""
         net, g = job.net, job.net.graph
         lv = _levels(net, job.group)
         m, rail = lv.inner, next(iter(keys_where(lv.sizes, {})))
