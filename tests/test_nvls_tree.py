@@ -55,8 +55,11 @@ def test_large_arrays_sit_near_the_busier_port():
 @pytest.mark.parametrize("topology", ["nodes:2:8", "nodes:4:8", "nodes:3:4", "nodes:8:2"])
 @pytest.mark.parametrize("nbytes", [1e6, 1e8, 1e9])
 def test_closed_form_beside_the_simulation(topology, nbytes):
+    """The closed form runs the ports as the simulation shares them (`simulator.collectives.port_fluid`; it was
+    the pipeline's sum, within 10%): equal up to the simulation's own rounding, which staggers flows that start
+    together by nanoseconds (0.8% on nodes:8:2 at 300 MB, 64 chunks)."""
     r = run_collective("all_reduce", System("h100", topology=topology, trace=False), nbytes, algorithm="nvls_tree")
-    assert 0.9 <= r.time_s / r.analytic_s <= 1.1, r.time_s / r.analytic_s
+    assert 0.99 <= r.time_s / r.analytic_s <= 1.01, r.time_s / r.analytic_s
     assert r.time_s >= r.topology_bound_s
 
 
@@ -89,9 +92,10 @@ def test_where_it_cannot_run_is_a_one_line_error(capsys, chip, topology, match):
 @pytest.mark.parametrize("topology", ["nodes:2:8", "nodes:4:8"])
 @pytest.mark.parametrize("nbytes", [1e8, 3e8, 1e9, 4e9])
 def test_closed_form_equals_the_simulation(topology, nbytes):
-    """`auto` ranks nvls_tree by its closed form (issue 31: 3.14 against 3.36 ms simulated on nodes:2:8 at 1 GB)."""
+    """`auto` ranks nvls_tree by its closed form (issue 31: 3.14 against 3.36 ms simulated on nodes:2:8 at 1 GB, then
+    within 4% with deeper pipelines; now its ports' fluid run, equal to rounding)."""
     r = run_collective("all_reduce", System("h100", topology=topology, trace=False), nbytes, algorithm="nvls_tree")
-    assert r.analytic_s == pytest.approx(r.time_s, rel=0.04)
+    assert r.analytic_s == pytest.approx(r.time_s, rel=0.01)
 
 
 def test_two_nodes_one_gigabyte_within_1_2x_of_the_bound_by_hand():
