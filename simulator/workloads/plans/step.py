@@ -77,6 +77,7 @@ class TrainStep:
         #: a lockstep run's programs (`orbit_run.LockstepSymmetry`): each stands for its stage's orbit representatives
         #: (its lanes); each lane's offset (s, <= 0) from the program's clock, None where every lane is in step
         self.lanes: dict[Any, list[Any]] = self.sym.lanes()
+        self._lane_at = {lane: (lead, j) for lead, group in self.lanes.items() for j, lane in enumerate(group)}
         self._skew: dict[Any, list[float] | None] = {}
         self._fired: dict[simpy.Event, float] = {}  #: (lockstep) each collective's completion instant (s)
         self.lanes_apart = 0  #: (lockstep) receives after which a program's lanes were apart
@@ -205,9 +206,10 @@ class TrainStep:
                 self.sym.unlock("a lockstep program's lanes reached a pipeline send at different instants")
             arrivals = []
             for lane in lanes:
-                box = self._box((self._counterpart(lane, stage), *key))
+                lead, j = self._lane_at[self._counterpart(lane, stage)]
+                box = self._lane_box(lead, key)
                 box[1] = self.env.now
-                arrivals.append(self._arrival(box))
+                arrivals.append(self._arrival(box, j))
             self.sym.send_lanes(chip, self.act_bytes, label, lambda c: self._counterpart(c, stage), arrivals)
             return
         dst = self._counterpart(chip, stage)
@@ -221,11 +223,22 @@ class TrainStep:
         self.system.network.message(chip, dst, self.act_bytes, label=label).callbacks.append(
             lambda _e: box[0].succeed())
 
-    def _arrival(self, box: list[Any]) -> Any:
-        """The callback that notes a lockstep lane's message arrived (now) and fires its mailbox."""
+    def _lane_box(self, lead: Any, key: tuple) -> list[Any]:
+        """A lockstep program's mailbox for one message of every lane: [the event fired when the last lane's is in,
+        the instant they were sent (s), each lane's arrival instant (s), lanes still to come]."""
+        box = self._mail.get(("lanes", lead) + key)
+        if box is None:
+            n = len(self.lanes[lead])
+            box = self._mail[("lanes", lead) + key] = [self.env.event(), None, [0.0] * n, n]
+        return box
+
+    def _arrival(self, box: list[Any], j: int) -> Any:
+        """The callback that notes lane ``j``'s message arrived (now); the last lane's fires the mailbox."""
         def arrived(_e: Any) -> None:
-            box[2] = self.env.now
-            box[0].succeed()
+            box[2][j] = self.env.now
+            box[3] -= 1
+            if not box[3]:
+                box[0].succeed()
         return arrived
 
     def _counterpart(self, chip: Any, stage: int) -> Any:
@@ -255,14 +268,13 @@ class TrainStep:
         latest lane does); each lane's wait is booked as its own would be, from its own instant, and it goes on
         from its own message's arrival (its offset, `_skew`)."""
         start, skew = self.env.now, self._skew.get(chip)
-        boxes = [self._box((lane, *key)) for lane in lanes]
-        for box in boxes:
-            yield box[0]
-        now, offsets = self.env.now, []
-        for i, box in enumerate(boxes):
+        box = self._lane_box(chip, key)
+        yield box[0]
+        now, offsets, arrived = self.env.now, [], box[2]
+        for i in range(len(lanes)):
             mine = start + skew[i] if skew is not None else start  # the lane's own instant when it began to wait
             sent = box[1] if box[1] is not None else mine
-            on = max(mine, box[2])  # it goes on when its message is in (or at once: it was in already)
+            on = max(mine, arrived[i])  # it goes on when its message is in (or at once: it was in already)
             self.bubble_s += max(0.0, sent - mine)
             self.exposed["pipeline"] += exposed_s(on - max(mine, sent), 0.0)
             offsets.append(on - now)
