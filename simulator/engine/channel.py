@@ -38,7 +38,7 @@ from simulator.units import positive
 
 #: A flow whose remaining bytes fall below this fraction of its size counts as finished
 #: (absorbs float rounding in the fluid model; never used to order events).
-_DONE_FRACTION = 1e-9
+_DONE_FRACTION = DONE_FRACTION = 1e-9  #: (public name: `Chip.fold_work` does a channel's float steps)
 
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import simpy
 
 from simulator import analytic
-from simulator.engine.channel import Channel, SerialUnit
+from simulator.engine.channel import DONE_FRACTION, Channel, SerialUnit
 from simulator.engine.memory import MemoryPool
 from simulator.engine.trace import Trace
 from simulator.hardware.specs import DTYPE_BYTES, ChipSpec
@@ -95,6 +95,67 @@ class Chip:
             peak = self.spec.peak_flops_per_s(dtype)  # a FLOP count has no shape to tile: the large-tile rate
             peak = self._peak[dtype] = model.rate(dtype, peak) if model is not None else peak
         return self.mxu.run(flops / peak, label, useful)
+
+    def fold_work(self, read: float, write: float, flops: float, useful: float | None, vector: float,
+                  read_label: str, write_label: str) -> float | None:
+        """The instant (s) a step's op ends whose ``read`` and ``write`` bytes move through the DMA at once with
+        its ``flops`` on the MXU, then its ``vector`` FLOPs on the VPU -- what `load`, `store` and `compute` at
+        once, then `vector`, give -- found without running them: their counters and the units' states are left
+        as those would leave them, and the instant is the same float (the channel's fair share of two flows
+        that start together, its own float steps; each unit's timer at ``now + (end - now)``). None (nothing
+        done) unless every unit is idle, a plain `Channel` with no latency, and the trace keeps no spans."""
+        trace, dma, now = self.trace, self.dma, self.env.now
+        if trace.enabled or type(dma) is not Channel or dma._flows or dma.latency_s or dma._last_update > now \
+                or self.mxu._free_at > now or self.vpu._free_at > now:
+            return None
+        counts, tensors = trace.bytes_by_interface, trace.bytes_by_tensor
+        bandwidth = dma._bandwidth
+        if read:
+            tensors[read_label]["read"] += read
+        if write:
+            tensors[write_label]["written"] += write
+        done = now
+        if read and write:  # two flows from now, fair-shared: the first of them done, then the other alone
+            counts["hbm_read"] += read
+            counts["vmem_write"] += read
+            counts["hbm_write"] += write
+            counts["vmem_read"] += write
+            least, most = (read, write) if read <= write else (write, read)
+            first = now + least * 2 / bandwidth
+            v = (first - now) * bandwidth / 2
+            done = first if most - v <= DONE_FRACTION * most else first + (most - v) * 1 / bandwidth
+            dma.bytes_carried += read + write
+            dma._arrivals += 1
+        elif read or write:
+            nbytes = read or write
+            counts["hbm_read" if read else "hbm_write"] += nbytes
+            counts["vmem_write" if read else "vmem_read"] += nbytes
+            done = now + nbytes / bandwidth
+            dma.bytes_carried += nbytes
+        if read or write:
+            dma._last_update, dma._v = done, 0.0
+            dma._generation += 4
+        if flops:
+            if flops.__class__ is not float or not 0.0 <= flops < math.inf:
+                positive(flops, name="flops", allow_zero=True)
+            trace.padded_flops_total += flops
+            trace.flops_total += flops if useful is None else useful
+            peak = self._peak.get("bf16")
+            if peak is None:
+                model = self.calibration.matmul if self.calibration is not None else None
+                peak = self.spec.peak_flops_per_s("bf16")
+                peak = self._peak["bf16"] = model.rate("bf16", peak) if model is not None else peak
+            end = now + flops / peak
+            self.mxu._free_at = end
+            ends = now + (end - now)
+            done = ends if ends > done else done
+        if vector:
+            positive(vector, name="vector flops", allow_zero=True)
+            trace.flops_total += vector
+            end = done + vector / self.spec.vpu_flops_per_s
+            self.vpu._free_at = end
+            done = done + (end - done)
+        return done
 
     def vector(self, flops: float, label: str = "vector") -> simpy.Event:
         """``flops`` of element-wise work on the VPU."""

@@ -108,6 +108,16 @@ def timeout(env: simpy.Environment, delay: float) -> Timeout:
     return timer
 
 
+def timeout_at(env: simpy.Environment, at: float) -> Timeout:
+    """A `Timeout` due at time ``at`` (s, not before now), queued at ``at`` exactly, with no callback yet (a
+    process yields it)."""
+    timer = _new(Timeout)
+    timer.env, timer._value, timer._delay, timer._ok = env, None, at - env._now, True  # internal: Timeout fields
+    timer.callbacks = []
+    heappush(env._queue, (at, NORMAL, next(env._eid), timer))  # internal: _queue, _eid
+    return timer
+
+
 def timer_at(env: simpy.Environment, at: float, callback: Callable[[Any], Any]) -> Timeout:
     """A `Timeout` due at time ``at`` (s, not before now) with ``callback`` as its one callback, queued at ``at``
     exactly (``Timeout(env, at - now)`` would queue it at ``now + (at - now)``, which may round differently)."""

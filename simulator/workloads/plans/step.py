@@ -29,6 +29,7 @@ from simulator.acceleration.executor import Attempt, executor
 from simulator.analytic import exposed_s
 from simulator.collectives import collective_groups, start_collective
 from simulator.collectives.schedule import gc_paused
+from simulator.engine.simpy_door import timeout_at
 from simulator.engine.system import System
 from simulator.errors import PodsimError
 from simulator.hardware.specs import ChipSpec
@@ -310,6 +311,12 @@ class TrainStep:
 
     def work(self, chip: Any, w: Work, label: str) -> Generator[Any, Any, None]:
         unit = self.system.chips[self._index[chip]]
+        end = unit.fold_work(w.read_bytes, w.write_bytes, w.flops, w.useful_flops, w.vector_flops,
+                             "weights and activations", "activations and gradients")
+        if end is not None:  # (untraced, the chip's units idle: one timer at the instant the op's units end)
+            if end > self.env.now:
+                yield timeout_at(self.env, end)
+            return
         events = []
         if w.read_bytes:
             events.append(unit.load(w.read_bytes, "weights and activations", label))
