@@ -23,7 +23,14 @@ from simulator.collectives.algorithm import Job
 from simulator.collectives.chains import all_to_all_phase
 from simulator.collectives.groups import Group, keys_where, ring_bases, rings_along
 from simulator.collectives.schedule import Schedule
-from simulator.collectives.timing import chain_phase_time
+from simulator.collectives.timing import (
+    RING_FLUID_HOPS,
+    PortFold,
+    chain_flows,
+    chain_phase_time,
+    fold_ring_ports,
+    shared_flow_time,
+)
 
 OnAxis = Callable[[bool], Any]
 
@@ -72,6 +79,33 @@ def closed_form(job: Job, on_axis: OnAxis) -> float:
         chunk_bytes = job.key_bytes * job.group.n / n_a  # all a device sends to one position on the axis
         algorithm = on_axis(job.group.wraps[a])
         rings = [r for groups in job.rings for r in rings_along(groups, tuple(0 for _ in sizes), a, job.net.faulted)]
+        fluid = _fluid(job, rings, algorithm, n_a) if len(sizes) == 1 else None
+        if fluid is not None:
+            total += shared_flow_time(fluid[0], chain_flows(fluid[1], fluid[2]), chunk_bytes)
+            continue
         total += chain_phase_time(job.net, rings, algorithm.closed, algorithm.steps(n_a),
                                   algorithm.all_to_all_units, chunk_bytes, windows=True)
     return total
+
+
+def _fluid(job: Job, rings: list[Any], algorithm: Any, n: int
+           ) -> tuple[PortFold, list[list[int]], list[list[float]]] | None:
+    """Ring 0's hops on their fair-shared ports (`timing.fold_ring_ports`), the phase's chains as hop indices and the
+    chunks each chain's hops carry, where an AllToAll phase is priced by following its flows
+    (`timing.shared_flow_time`): NIC rings, rotations of one another, over hops of different rates (NVLink and
+    InfiniBand). Lock step is wrong there: a chain's hops carry fewer chunks as it goes (H - h + 1 at hop h of H),
+    so the fast NVLink hops run ahead, a GPU's port is shared by the flows in flight on it (not by every ring at
+    every step), and each flow pays its route's latency as it starts, not in a step every chain waits for. None
+    elsewhere (the profile then)."""
+    if len(rings) < 2 or n * (n - 1) > RING_FLUID_HOPS:
+        return None
+    reach = {o: algorithm.reach(n, o) for o in range(n)}
+    links = sorted({((o + k * d) % n, d) for o in range(n) for d, hops in reach[o] for k in range(hops)},
+                   key=lambda link: (-link[1], link[0]))
+    index = {link: k for k, link in enumerate(links)}
+    chains = [[index[((o + k * d) % n, d)] for k in range(hops)] for o in range(n) for d, hops in reach[o]]
+    units = [[float(hops - k) for k in range(hops)] for o in range(n) for _, hops in reach[o]]
+    fold = fold_ring_ports(job.net, rings, links)
+    if fold is None or len(set(fold.rate)) < 2:
+        return None
+    return fold, chains, units

@@ -50,12 +50,14 @@ from simulator.collectives.schedule import Schedule
 from simulator.collectives.stages import balanced, rotated, sequential, stage_counts
 from simulator.collectives.timing import (
     RING_FLUID_HOPS,
+    Flow,
     PhaseProfile,
+    PortFold,
     chain_phase_profile,
+    fold_ring_ports,
     ring_links,
-    ring_ports,
     route_latency,
-    shared_ring_time,
+    shared_flow_time,
     step_edges,
 )
 from simulator.engine.network import Network
@@ -137,7 +139,7 @@ class _Pricer:
         key = (what, a, split)
         fluid = self.fluid(what, a, algorithm)
         if fluid is not None:
-            return shared_ring_time(fluid[0], fluid[1], sum(units) * unit_bytes, fluid[2])
+            return shared_flow_time(fluid[0], fluid[1], sum(units) * unit_bytes)
         if key not in self.profiles:
             zero = tuple(0 for _ in job.group.sizes)
             rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
@@ -150,46 +152,48 @@ class _Pricer:
         return self.profiles[key].time(sum(units) * unit_bytes)
 
 
-    def fluid(self, what: str, a: int, algorithm: Any
-              ) -> tuple[list[tuple[float, float]], list[int], list[list[int]]] | None:
-        """Ring 0's hops, their port labels (`timing.ring_ports`) and the phase's chains as hop indices, where a
-        one-axis phase is priced by following its flows (`timing.shared_ring_time`): NIC rings, rotations of one
-        another, over hops of different rates, which the chain profile keeps in lock step -- a one-way ring's
-        phases, and a line's AllGather (its ReduceScatter serves each link in a fixed order, which fair sharing is
-        not); None elsewhere (the profile is exact there: alike hops, tori)."""
+    def fluid(self, what: str, a: int, algorithm: Any) -> tuple[PortFold, list[Flow]] | None:
+        """Ring 0's hops on their fair-shared ports (`timing.fold_ring_ports`) and the phase's flows, where a one-axis
+        phase is priced by following its flows (`timing.shared_flow_time`): NIC rings, rotations of one another,
+        over hops of different rates, which the chain profile keeps in lock step -- the chains of a ring algorithm
+        that sends each bundle whole (a one-way ring, a line; not the halves of a bidirectional ring). A line's
+        ReduceScatter serves each link in a fixed order, the farthest owner first (`chains.reduce_split_phase`):
+        each of its hops there also waits for the hop of the chain served before it. None elsewhere (the profile is
+        exact there: alike hops, tori)."""
         job = self.job
         cache: dict[tuple[str, int], Any] = job.cache.setdefault("multi_axis_fluid", {})
         if (what, a) in cache:
             return cache[(what, a)]
         cache[(what, a)] = None
         n = job.group.sizes[a]
-        if len(job.group.sizes) != 1 or len(job.rings) < 2 or n * (n - 1) > RING_FLUID_HOPS or algorithm.splits(n) \
-                or (what == "rs" and algorithm.serial_reduce):
+        if len(job.group.sizes) != 1 or len(job.rings) < 2 or n * (n - 1) > RING_FLUID_HOPS or algorithm.splits(n):
             return None
-        if algorithm.closed and algorithm.uniform_rows and algorithm.longest_chain(n) == {1: n - 1}:
-            links = [(i, 1) for i in range(n)]
-        elif not algorithm.closed and what == "ag":
-            links = [(i, d) for d in (1, -1) for i in range(n) if 0 <= i + d < n]
-        else:
-            return None
-        index = {link: k for k, link in enumerate(links)}
-        chains: list[list[int]] = []
+        chains: list[tuple[int, int, int, list[tuple[int, int]]]] = []  # (direction, hops, origin, ring links)
         for o in range(n):
-            if what == "ag":
-                for d, hops, half in algorithm.gather_chains(n, o):  # noqa: B007 (checked below)
-                    chains.append([index.get(((o + k * d) % n, d), -1) for k in range(hops)])
-            else:
-                for d, hops, half in algorithm.reduce_chains(n, o):  # noqa: B007 (checked below)
-                    chains.append([index.get(((o - (hops - k) * d) % n, d), -1) for k in range(hops)])
-            if half is not None:
-                return None
-        if any(k < 0 for c in chains for k in c):
-            return None
+            ways = algorithm.gather_chains(n, o) if what == "ag" else algorithm.reduce_chains(n, o)
+            if any(half is not None for *_, half in ways):
+                return None  # a chain that carries only half its bundle somewhere
+            for d, hops, _ in ways:
+                first = o if what == "ag" else o - hops * d  # a reduction's chain ends at its owner
+                chains.append((d, hops, o, [((first + k * d) % n, d) for k in range(hops)]))
+        serial = what == "rs" and algorithm.serial_reduce
+        if serial:
+            chains.sort(key=lambda c: (-c[0], -c[1], c[2]))
+        links = sorted({link for *_, hop_links in chains for link in hop_links}, key=lambda link: (-link[1], link[0]))
+        index = {link: k for k, link in enumerate(links)}
+        flows: list[Flow] = []
+        ahead: dict[tuple[int, int], int] = {}  # ring link -> the flow of the chain served on it before
+        for *_, hop_links in chains:
+            for h, link in enumerate(hop_links):
+                deps = ((len(flows) - 1,) if h else ()) + ((ahead[link],) if serial and link in ahead else ())
+                if serial:
+                    ahead[link] = len(flows)
+                flows.append((index[link], 1.0, deps))
         zero = tuple(0 for _ in job.group.sizes)
         rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
-        laid = ring_ports(job.net, rings, links)
-        if laid is not None and len({bw for _, bw in laid[0]}) > 1:  # hops of different rates
-            cache[(what, a)] = (laid[0], laid[1], chains)
+        fold = fold_ring_ports(job.net, rings, links)
+        if fold is not None and len(set(fold.rate)) > 1:  # hops of different rates
+            cache[(what, a)] = (fold, flows)
         return cache[(what, a)]
 
 
