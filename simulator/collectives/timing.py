@@ -531,6 +531,27 @@ def fold_ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, 
     return PortFold(tuple(bw for bw, _ in keys), routes)
 
 
+def link_ports(net: Network, routes: Sequence[Sequence[tuple[Any, Any]]]) -> PortFold:
+    """Each physical link of ``routes`` (each a hop's link directions, in order) its own fair-shared port, nothing
+    folded (one group's flows, every one of them followed): a hop's bytes join each link of its route once the head
+    has crossed the links before it, as a cut-through message's do (`simulator.engine.network.Network._cut_through`;
+    lead: the latencies up to and including the link, tail: those after it)."""
+    port_of: dict[tuple[Any, Any], int] = {}
+    rate: list[float] = []
+    out = []
+    for route in routes:
+        lat = [net.graph.edges[e]["latency_s"] for e in route]
+        total, lead, hop = sum(lat), 0.0, []
+        for e, latency in zip(route, lat, strict=True):
+            if e not in port_of:
+                port_of[e] = len(rate)
+                rate.append(float(net.graph.edges[e]["bandwidth_bytes_per_s"]))
+            lead += latency
+            hop.append((port_of[e], lead, total - lead, 1))
+        out.append(tuple(hop))
+    return PortFold(tuple(rate), tuple(out))
+
+
 def shared_port_labels(m: int, users: dict[Any, list[int]]) -> list[int] | None:
     """A port label for each of ring 0's hops 0..m-1, given the hops each link carries (``users``: link -> hop
     indices, every ring's hops folded onto ring 0's by the rings' rotation): hops share a label when one link

@@ -10,13 +10,13 @@ NCCL's double binary tree, whose bandwidth no rank's port limits more than twice
 
 The array is cut into ``CHUNKS`` chunks per tree; a chunk is summed up the tree (a rank sends its
 partial sum once both children's have arrived) and broadcast back down, and each tree edge carries the
-chunks in order (chunk c+1 once chunk c has arrived), so the chunks pipeline. Closed form (the tree's
-latency-plus-bandwidth form): the first chunk crosses the deepest path up and down, ``sum over those hops
-of (latency + S / b)``, and the others follow one slowest edge apart, ``(c - 1) max over tree edges of
-(latency + k S / b)`` with k the chunk streams (up and down, both trees) sharing the edge's busiest link:
-``2 D (a + S / b) + (c - 1)(a + k S / b)`` for depth D and chunk S. The first chunks share ports less
-than the steady state does and the streams drift out of step, so the simulation runs within about
--15% / +25% of it (tests/test_switched_algorithms.py).
+chunks in order (chunk c+1 once chunk c has arrived), so the chunks pipeline. Closed form
+(`BinaryTree.closed_form`): the chunks' sends followed on the group's fair-shared links
+(`simulator.collectives.timing.shared_flow_time`), equal to the simulation. The lock-step form it replaced,
+``2 D (a + S / b) + (c - 1)(a + k S / b)`` for depth D, chunk S and k chunk streams (up and down, both trees)
+on the busiest link, was 10-11% above the simulation on calibrated nodes:4:8 (issue 31): the first chunks share
+ports less than the steady state does and the streams drift out of step. It stays for trees of more than
+`FLUID_SENDS` sends (groups of more than 128 ranks), whose flows would cost too much to follow.
 """
 from __future__ import annotations
 
@@ -27,10 +27,11 @@ from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.switched import SWITCHED, edges, keys, members, pair_time
-from simulator.collectives.timing import route_latency
+from simulator.collectives.timing import Flow, link_ports, route_latency, shared_flow_time
 from simulator.engine.network import Network
 
 CHUNKS = 8  #: pipeline chunks per tree
+FLUID_SENDS = 1 << 12  #: most sends (chunks x tree edges x 2 ways) whose flows the closed form follows (else lock step)
 
 
 def parents(n: int) -> dict[int, int]:
@@ -114,22 +115,47 @@ class BinaryTree(Algorithm):
                 have[c] = [prev[(r, c)]]
 
     def closed_form(self, job: Job) -> float:
+        """The tree's chunks followed on the group's fair-shared links (`timing.shared_flow_time`): each chunk's
+        partial sum goes to a rank's parent once its children's have arrived and its previous chunk has left for
+        the parent, the root's sum comes back down, each rank forwarding it once it has it and its previous chunk
+        has gone to that child -- every send waits the route's latency and shares each link with the sends on it
+        at that instant (an interior GPU's NVLink port carries its chunks up and down, and its children's, at
+        once; the first chunks share less than the steady state). No sum in closed form: the lock-step form
+        ``2 D (a + S / b) + (c - 1)(a + k S / b)`` (k: the streams on the busiest link) puts every stream on every
+        link at every step, 10-11% above the simulation on calibrated nodes:4:8 at 64 MB (issue 31); it stays for
+        trees of more sends than `FLUID_SENDS`."""
         ranks, n = members(job.group), job.group.n
-        chunk = job.key_bytes * n
-        streams: Counter = Counter()  # link -> chunk streams crossing it (up and down, every tree)
-        hops = []
+        if 2 * CHUNKS * len(trees(n, self.double)) * (n - 1) > FLUID_SENDS:
+            return _lock_step(job, ranks, n, self.double)
+        index: dict[tuple[int, int], int] = {}
+        flows: list[Flow] = []
+
+        def send(a: int, b: int, deps: list[int]) -> int:
+            hop = index.setdefault((a, b), len(index))
+            flows.append((hop, 1.0, tuple(deps)))
+            return len(flows) - 1
+
         for parent in trees(n, self.double):
+            children: dict[int, list[int]] = {r: [] for r in range(n)}
             for r, p in parent.items():
-                for a, b in ((r, p), (p, r)):
-                    route = edges(job.net, ranks[a], ranks[b])
-                    hops.append(route)
-                    streams.update(route)
-        first = max(2 * _path_time(job, ranks, parent, r, chunk) for parent in trees(n, self.double)
-                    for r in range(n))
-        g = job.net.graph
-        period = max(route_latency(job.net, route) + max(streams[e] * chunk / g.edges[e]["bandwidth_bytes_per_s"]
-                                                          for e in route) for route in hops)
-        return first + (CHUNKS - 1) * period
+                children[p].append(r)
+            order = _bottom_up(parent, n)
+            root = next(r for r in range(n) if r not in parent)
+            up_prev: dict[int, int] = {}
+            down_prev: dict[tuple[int, int], int] = {}
+            for _ in range(CHUNKS):
+                sent: dict[int, int] = {}
+                for r in order:
+                    if r in parent:
+                        sent[r] = up_prev[r] = send(r, parent[r], [sent[c] for c in children[r]] +
+                                                    ([up_prev[r]] if r in up_prev else []))
+                have = {root: [sent[c] for c in children[root]]}
+                for r in reversed(order):
+                    for c in children[r]:
+                        down_prev[(r, c)] = send(r, c, have[r] + ([down_prev[(r, c)]] if (r, c) in down_prev else []))
+                        have[c] = [down_prev[(r, c)]]
+        routes = [edges(job.net, ranks[a], ranks[b]) for a, b in sorted(index, key=index.__getitem__)]
+        return shared_flow_time(link_ports(job.net, routes), flows, job.key_bytes * n)
 
 
 class DoubleBinaryTree(BinaryTree):
@@ -149,6 +175,26 @@ def _bottom_up(parent: dict[int, int], n: int) -> list[int]:
             x, d = parent[x], d + 1
         depth[r] = d
     return sorted(range(n), key=lambda r: -depth[r])
+
+
+def _lock_step(job: Job, ranks: list, n: int, double: bool) -> float:
+    """The lock-step form ``2 D (a + S / b) + (c - 1)(a + k S / b)``: the first chunk up the deepest path and
+    down, hop by hop, then the others one slowest edge apart, k the chunk streams (up and down, every tree) on
+    the edge's busiest link."""
+    chunk = job.key_bytes * n
+    streams: Counter = Counter()  # link -> chunk streams crossing it (up and down, every tree)
+    hops = []
+    for parent in trees(n, double):
+        for r, p in parent.items():
+            for a, b in ((r, p), (p, r)):
+                route = edges(job.net, ranks[a], ranks[b])
+                hops.append(route)
+                streams.update(route)
+    first = max(2 * _path_time(job, ranks, parent, r, chunk) for parent in trees(n, double) for r in range(n))
+    g = job.net.graph
+    period = max(route_latency(job.net, route) + max(streams[e] * chunk / g.edges[e]["bandwidth_bytes_per_s"]
+                                                      for e in route) for route in hops)
+    return first + (CHUNKS - 1) * period
 
 
 def _path_time(job: Job, ranks: list, parent: dict[int, int], r: int, chunk: float) -> float:
