@@ -139,7 +139,11 @@ class _Pricer:
         key = (what, a, split)
         fluid = self.fluid(what, a, algorithm)
         if fluid is not None:
-            return shared_flow_time(fluid[0], fluid[1], sum(units) * unit_bytes)
+            times: dict[tuple[str, int, float], float] = job.cache.setdefault("multi_axis_fluid_times", {})
+            nbytes = sum(units) * unit_bytes
+            if (what, a, nbytes) not in times:
+                times[(what, a, nbytes)] = shared_flow_time(fluid[0], fluid[1], nbytes)
+            return times[(what, a, nbytes)]
         if key not in self.profiles:
             zero = tuple(0 for _ in job.group.sizes)
             rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]

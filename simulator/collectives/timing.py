@@ -494,36 +494,40 @@ def fold_ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, 
     nodes or more, a middle NIC's input one hop from each neighbour node (a forward and a backward hop of two
     rings), where its output carries one."""
     rounding = 15  # digits of a second (femtoseconds) to which latencies are compared
+    latency_of: dict[tuple[Any, Any], float] = {}
     users: dict[tuple[Any, Any], list[tuple[int, float, float]]] = defaultdict(list)
-    crossed: list[list[list[tuple[tuple[Any, Any], float, float]]]] = []  # ring -> hop -> (link, lead, tail)
+    crossed: list[list[list[tuple[tuple[Any, Any], int]]]] = []  # ring -> hop -> (link, its entry in users[link])
     for ring in rings:
         row = []
         for k, (i, d) in enumerate(links):
             edges = step_edges(net, ring, i, d)
-            lat = [net.graph.edges[e]["latency_s"] for e in edges]
+            lat = []
+            for e in edges:
+                if e not in latency_of:
+                    latency_of[e] = net.graph.edges[e]["latency_s"]
+                lat.append(latency_of[e])
             total, lead, hop = sum(lat), 0.0, []
             for e, latency in zip(edges, lat, strict=True):
                 lead += latency
+                hop.append((e, len(users[e])))
                 users[e].append((k, lead, total - lead))
-                hop.append((e, lead, total - lead))
             row.append(hop)
         crossed.append(row)
     Key = tuple[float, tuple[tuple[int, float, float], ...]]  # (rate, the hops carried)
     port_of_key: dict[Key, int] = {}
     keys: list[Key] = []
     port_of: dict[tuple[Any, Any], int] = {}
-    shift: dict[tuple[Any, Any], float] = {}
+    shifted: dict[tuple[Any, Any], list[tuple[int, float, float]]] = {}  # users[link], leads from its first
     for e, used in users.items():
         first = min(lead for _, lead, _ in used)
-        shift[e] = first
-        carried = sorted((k, round(lead - first, rounding), round(tail + first, rounding)) for k, lead, tail in used)
-        key = (float(net.graph.edges[e]["bandwidth_bytes_per_s"]), tuple(carried))
+        shifted[e] = [(k, round(lead - first, rounding), round(tail + first, rounding)) for k, lead, tail in used]
+        key = (float(net.graph.edges[e]["bandwidth_bytes_per_s"]), tuple(sorted(shifted[e])))
         if key not in port_of_key:
             port_of_key[key] = len(keys)
             keys.append(key)
         port_of[e] = port_of_key[key]
-    signatures = [[tuple(sorted({(port_of[e], round(lead - shift[e], rounding), round(tail + shift[e], rounding))
-                                 for e, lead, tail in hop})) for hop in row] for row in crossed]
+    signatures = [[tuple(sorted({(port_of[e], *shifted[e][at][1:]) for e, at in hop})) for hop in row]
+                  for row in crossed]
     if any(row != signatures[0] for row in signatures[1:]):
         return None  # the rings do not move alike: no folding onto ring 0
     routes = tuple(tuple((port, lead, tail, keys[port][1].count((k, lead, tail))) for port, lead, tail in hop)
@@ -620,6 +624,16 @@ class PortFold:
     #: the hop has arrived, flows of that hop the port carries: one per ring whose hop crosses one of its links there)
     routes: tuple[tuple[tuple[int, float, float, int], ...], ...]
 
+    @property
+    def shared(self) -> bool:
+        """Whether some port carries more than one hop (of one ring or of several): where none does, and the hops
+        are alike, the chains move in lock step and `chain_phase_profile` is exact."""
+        carried = [0] * len(self.rate)
+        for route in self.routes:
+            for port, _, _, rings in route:
+                carried[port] += rings
+        return any(c > 1 for c in carried)
+
 
 Flow = tuple[int, float, tuple[int, ...]]  #: (hop, bytes in units of the phase's bundle, flows it waits for)
 
@@ -657,63 +671,64 @@ def shared_flow_time(fold: PortFold, flows: Sequence[Flow], nbytes: float) -> fl
     queue: list[list[tuple[float, int, float, int]]] = [[] for _ in range(ports)]
     count = [0] * ports  # flows on the port
     version = [0] * ports  # a port's next end, as last set (older entries of ``events`` are stale)
+    n = len(flows)
     waits = [len(deps) for _, _, deps in flows]
-    then: list[list[int]] = [[] for _ in flows]
+    then: list[list[int]] = [[] for _ in range(n)]
     for f, (_, _, deps) in enumerate(flows):
         for d in deps:
             then[d].append(f)
-    left = [len(routes[k]) for k, _, _ in flows]
-    arrive = [0.0] * len(flows)
+    route_of = [routes[k] for k, _, _ in flows]
+    nbytes_of = [nbytes * size for _, size, _ in flows]
+    left = [len(r) if b > 0 else 0 for r, b in zip(route_of, nbytes_of, strict=True)]
+    arrive = [0.0] * n
+    ready = [0.0] * n  # the latest arrival of the flows a flow waits for, so far
     #: (time, 0: a port's next end | 1: a join, port, version | flow, tail, rings); ends first at one instant
     events: list[tuple[float, int, int, int, float, int]] = []
-
-    def start(f: int, at: float) -> None:
-        k, size, _ = flows[f]
-        if not routes[k] or size <= 0:
-            finish(f, at)
-            return
-        for port, lead, tail, rings in routes[k]:
-            heappush(events, (at + lead, 1, port, f, tail, rings))
-
-    def finish(f: int, at: float) -> None:
-        arrive[f] = at
-        for g in then[f]:
-            waits[g] -= 1
-            if waits[g] == 0:
-                start(g, max(arrive[d] for d in flows[g][2]))
-
-    def advance(j: int, t: float) -> None:
-        if count[j]:
-            virtual[j] += (t - updated[j]) * rate[j] / count[j]
-        updated[j] = t
-
-    def next_end(j: int) -> None:
-        version[j] += 1
-        if count[j]:
-            heappush(events, (updated[j] + (queue[j][0][0] - virtual[j]) * count[j] / rate[j], 0, j, version[j],
-                              0.0, 0))
-        else:
-            virtual[j] = 0.0
-
-    for f in range(len(flows)):
-        if not waits[f]:
-            start(f, 0.0)
-    while events:
+    starting = [f for f in range(n) if not waits[f]]
+    while True:
+        while starting:  # flows whose waits are over: their bytes join their ports (or, with none, they arrive)
+            f = starting.pop()
+            at = ready[f]
+            if left[f]:
+                for port, lead, tail, rings in route_of[f]:
+                    heappush(events, (at + lead, 1, port, f, tail, rings))
+                continue
+            arrive[f] = at
+            for g in then[f]:
+                if at > ready[g]:
+                    ready[g] = at
+                waits[g] -= 1
+                if not waits[g]:
+                    starting.append(g)
+        if not events:
+            return max(arrive)
         now, kind, j, f, tail, rings = heappop(events)
+        if kind == 0 and f != version[j]:
+            continue  # stale: the port's sharing changed since
+        if count[j]:
+            virtual[j] += (now - updated[j]) * rate[j] / count[j]
+        updated[j] = now
+        q = queue[j]
         if kind == 0:
-            if f != version[j]:
-                continue  # stale: the port's sharing changed since
-            advance(j, now)
-            _, g, tail, rings = heappop(queue[j])
+            _, g, tail, rings = heappop(q)
             count[j] -= rings
-            next_end(j)
-            arrive[g] = max(arrive[g], now + tail)
+            end = now + tail
+            if end > arrive[g]:
+                arrive[g] = end
             left[g] -= 1
             if not left[g]:
-                finish(g, arrive[g])
+                at = arrive[g]
+                for h in then[g]:
+                    if at > ready[h]:
+                        ready[h] = at
+                    waits[h] -= 1
+                    if not waits[h]:
+                        starting.append(h)
         else:
-            advance(j, now)
-            heappush(queue[j], (virtual[j] + nbytes * flows[f][1], f, tail, rings))
+            heappush(q, (virtual[j] + nbytes_of[f], f, tail, rings))
             count[j] += rings
-            next_end(j)
-    return max(arrive)
+        version[j] += 1
+        if count[j]:
+            heappush(events, (now + (q[0][0] - virtual[j]) * count[j] / rate[j], 0, j, version[j], 0.0, 0))
+        else:
+            virtual[j] = 0.0
