@@ -32,6 +32,7 @@ from simulator.collectives.timing import (
     chain_flows,
     chain_phase_time,
     fold_ring_ports,
+    ring_period,
     shared_flow_time,
 )
 
@@ -107,10 +108,17 @@ def _fluid(job: Job, rings: list[Any], algorithm: Any, n: int
     reach = {o: algorithm.reach(n, o) for o in range(n)}
     links = sorted({((o + k * d) % n, d) for o in range(n) for d, hops in reach[o] for k in range(hops)},
                    key=lambda link: (-link[1], link[0]))
-    index = {link: k for k, link in enumerate(links)}
-    chains = [[index[((o + k * d) % n, d)] for k in range(hops)] for o in range(n) for d, hops in reach[o]]
-    units = [[float(hops - k) for k in range(hops)] for o in range(n) for _, hops in reach[o]]
-    fold = fold_ring_ports(job.net, rings, links)
+    fold, period = None, 0
+    if links == [(i, 1) for i in range(n)] and all(reach[o] == reach[0] for o in range(n)):  # a one-way ring
+        period = ring_period(job.net, rings[0])  # a node folded onto the next too (`timing.fold_ring_ports`)
+        fold = fold_ring_ports(job.net, rings, links, period) if period else None
+        period = period if fold is not None else 0
+    if fold is None:
+        fold = fold_ring_ports(job.net, rings, links)
     if fold is None or not (len(set(fold.rate)) > 1 or fold.shared):
         return None
+    index = {link: k % period if period else k for k, link in enumerate(links)}
+    origins = range(period or n)  # with a period, the chains from o + period, ... are those from o moved on
+    chains = [[index[((o + k * d) % n, d)] for k in range(hops)] for o in origins for d, hops in reach[o]]
+    units = [[float(hops - k) for k in range(hops)] for o in origins for _, hops in reach[o]]
     return fold, chains, units

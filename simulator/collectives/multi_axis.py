@@ -56,6 +56,7 @@ from simulator.collectives.timing import (
     chain_phase_profile,
     fold_ring_ports,
     ring_links,
+    ring_period,
     route_latency,
     shared_flow_time,
     step_edges,
@@ -184,20 +185,29 @@ class _Pricer:
         if serial:
             chains.sort(key=lambda c: (-c[0], -c[1], c[2]))
         links = sorted({link for *_, hop_links in chains for link in hop_links}, key=lambda link: (-link[1], link[0]))
-        index = {link: k for k, link in enumerate(links)}
+        zero = tuple(0 for _ in job.group.sizes)
+        rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
+        fold, period = None, 0
+        if links == [(i, 1) for i in range(n)] and not serial:  # a one-way ring: fold a node onto the next too
+            period = ring_period(job.net, rings[0])
+            fold = fold_ring_ports(job.net, rings, links, period) if period else None
+            period = period if fold is not None else 0
+        if fold is None:
+            fold = fold_ring_ports(job.net, rings, links)
+        if fold is None or len(set(fold.rate)) < 2:  # not alike rings, or hops all alike (the profile is exact)
+            return None
+        index = {link: k % period if period else k for k, link in enumerate(links)}
         flows: list[Flow] = []
         ahead: dict[tuple[int, int], int] = {}  # ring link -> the flow of the chain served on it before
-        for *_, hop_links in chains:
+        for _, _, o, hop_links in chains:
+            if period and o >= period:
+                continue  # the chains from o - period, o - 2 period, ... stand for it
             for h, link in enumerate(hop_links):
                 deps = ((len(flows) - 1,) if h else ()) + ((ahead[link],) if serial and link in ahead else ())
                 if serial:
                     ahead[link] = len(flows)
                 flows.append((index[link], 1.0, deps))
-        zero = tuple(0 for _ in job.group.sizes)
-        rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
-        fold = fold_ring_ports(job.net, rings, links)
-        if fold is not None and len(set(fold.rate)) > 1:  # hops of different rates
-            cache[(what, a)] = (fold, flows)
+        cache[(what, a)] = (fold, flows)
         return cache[(what, a)]
 
 

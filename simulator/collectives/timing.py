@@ -479,7 +479,8 @@ def shared_chain_time(hops: Sequence[tuple[float, float, int]], ports: Sequence[
                 start(h)
 
 
-def fold_ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, int]]) -> PortFold | None:
+def fold_ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, int]], period: int = 0
+                    ) -> PortFold | None:
     """Ring 0's ring links ``links`` ((i, d): position i to i + d) on the fair-shared ports of the network, for rings
     that are rotations of one another (NIC rings on GPU nodes), every ring folded onto ring 0 (`PortFold`).
 
@@ -492,7 +493,12 @@ def fold_ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, 
     0's (the folding then holds exactly). On H100 nodes a GPU's NVLink port carries the node's in-node hops of
     ring 0's rotations, one of each of 7 rings; a NIC's link one ring's network hop -- or, on a line across three
     nodes or more, a middle NIC's input one hop from each neighbour node (a forward and a backward hop of two
-    rings), where its output carries one."""
+    rings), where its output carries one.
+
+    ``period`` p > 0 (a closed ring's links i -> i + 1, ``links[k]`` = (k, 1)): also fold ring 0 onto itself moved
+    p positions on (a node of GPUs, where the ring is one node's hops over and over): hop k is numbered k mod p,
+    and the fold has the p hops 0..p-1; a chain from origin o stands for those from o + p, o + 2p, ... (None
+    unless that too holds exactly, as above)."""
     rounding = 15  # digits of a second (femtoseconds) to which latencies are compared
     latency_of: dict[tuple[Any, Any], float] = {}
     users: dict[tuple[Any, Any], list[tuple[int, float, float]]] = defaultdict(list)
@@ -510,7 +516,7 @@ def fold_ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, 
             for e, latency in zip(edges, lat, strict=True):
                 lead += latency
                 hop.append((e, len(users[e])))
-                users[e].append((k, lead, total - lead))
+                users[e].append((k % period if period else k, lead, total - lead))
             row.append(hop)
         crossed.append(row)
     Key = tuple[float, tuple[tuple[int, float, float], ...]]  # (rate, the hops carried)
@@ -528,11 +534,24 @@ def fold_ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, 
         port_of[e] = port_of_key[key]
     signatures = [[tuple(sorted({(port_of[e], *shifted[e][at][1:]) for e, at in hop})) for hop in row]
                   for row in crossed]
-    if any(row != signatures[0] for row in signatures[1:]):
-        return None  # the rings do not move alike: no folding onto ring 0
+    ring0 = signatures[0][:period] if period else signatures[0]
+    if any(row[k] != ring0[k % len(ring0)] for row in signatures for k in range(len(row))):
+        return None  # the rings (or ring 0 moved by the period) do not move alike: no folding onto ring 0
     routes = tuple(tuple((port, lead, tail, keys[port][1].count((k, lead, tail))) for port, lead, tail in hop)
-                   for k, hop in enumerate(signatures[0]))
+                   for k, hop in enumerate(ring0))
     return PortFold(tuple(bw for bw, _ in keys), routes)
+
+
+def ring_period(net: Network, ring: Ring) -> int:
+    """The fewest positions p < n (dividing n) after which ring 0's hops i -> i + 1 repeat their costs (route
+    latency, slowest link's rate): a GPU node's NVLink hops and its InfiniBand crossing; 0 if none (a candidate
+    period for `fold_ring_ports`, which checks it)."""
+    n = len(ring.devices)
+    costs = []
+    for i in range(n):
+        edges = step_edges(net, ring, i, 1)
+        costs.append((route_latency(net, edges), min(net.graph.edges[e]["bandwidth_bytes_per_s"] for e in edges)))
+    return next((p for p in range(1, n) if n % p == 0 and all(costs[i] == costs[i % p] for i in range(n))), 0)
 
 
 def link_ports(net: Network, routes: Sequence[Sequence[tuple[Any, Any]]]) -> PortFold:
