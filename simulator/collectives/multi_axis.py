@@ -20,14 +20,16 @@ meshes, where a neighbour step stays on its axis). Exact on tori, meshes, lines 
 two-level rings (GPU nodes over InfiniBand, slices over DCN) the chain profile keeps the steps in lock
 step, while in the simulation fast chains run ahead and queue at the slow crossing: within 1%
 bandwidth-bound, up to about 60% longer or 15% shorter in between (tests/test_bounds.py). So a one-axis
-phase of a one-way ring (`unidirectional`) over NIC rings that are rotations of one another, with hops
-of different rates, is priced by following ring 0's flows on the fair-shared ports its hops map to
-(`_Pricer.fluid`, `simulator.collectives.timing.shared_ring_time`; up to 64 positions): equal to the
-simulation on nodes:2:8 and nodes:4:8, ideal and calibrated, 1 MB to 1 GB (ideal nodes:4:8 64 MB
-AllGather 169.44 us, where the lock-step form said 199.0; tests/test_nic_ring_closed_form.py). So is a
-line's AllGather where its links fold onto shared ports (nodes:2:8, nodes:2:4; not nodes:4:8, whose
-lines keep the profile, 1.5-2.5% above at 64 MB; a line's ReduceScatter serves each link in a fixed
-order and keeps it too). At scale the
+phase of a ring algorithm that sends each bundle whole (`unidirectional`, `line`) over NIC rings that are
+rotations of one another, with hops of different rates, is priced by following ring 0's flows on the
+fair-shared links its hops cross (`_Pricer.fluid`, `simulator.collectives.timing.fold_ring_ports` and
+``shared_flow_time``; up to 64 positions; a one-way ring's flows also folded node onto node): equal to the
+simulation on nodes:2:8 to nodes:8:8, ideal and calibrated, 1 MB to 1 GB (ideal nodes:4:8 64 MB AllGather
+169.44 us, where the lock-step form said 199.0; tests/test_nic_ring_closed_form.py,
+tests/test_node_alternatives.py, tests/test_flow_closed_forms.py). That includes the line across three nodes or
+more, whose middle NICs' inputs carry a hop from each neighbour node and their outputs one (calibrated nodes:4:8
+`line` AllGather 1 MB 36.72 us, where the profile said 42.68), and the line's ReduceScatter, whose links serve
+the chains in a fixed order (each hop also waits for the chain served before it). At scale the
 chain's latency (about 2.4 us a hop) outgrows the busiest link's work and the chain term's other half
 prices every NVLink hop as shared by all the rings crossing a GPU's port, which the simulation shares
 about 2x, not 7x: 1 GB AllReduce on nodes:64:8 and nodes:128:8 simulates 14% and 20% shorter than the

@@ -11,10 +11,12 @@ the network's routes and prices them:
 - a pipelined broadcast of ``c`` pieces along a chain of hops costing ``t_h`` each (latency plus the
   piece's bytes over the hop's share of bandwidth) takes ``sum(t_h) + (c - 1) max(t_h)``
   (`chain_time`): the first piece crosses every hop, the others follow one slowest hop apart;
-- a one-way ring phase over NIC rings whose hops differ in rate (NVLink and InfiniBand), where lock step
-  is wrong (the fast hops run ahead and queue at the slow one; a port is shared by the flows in flight on
-  it, not by every ring at every step), is followed flow by flow on ring 0's fair-shared ports
-  (`ring_ports`, `shared_ring_time`), as `shared_chain_time` follows a broadcast's pieces.
+- a ring phase over NIC rings whose hops differ in rate (NVLink and InfiniBand), where lock step is wrong
+  (the fast hops run ahead and queue at the slow one; a port is shared by the flows in flight on it, not by
+  every ring at every step), is followed flow by flow on the fair-shared links ring 0's hops cross, the
+  other rings folded onto ring 0 (`fold_ring_ports`, `shared_flow_time`; `shared_ring_time` for hops
+  labelled by port), as `shared_chain_time` follows a broadcast's pieces; a tree's chunks likewise on
+  its group's links (`link_ports`).
 """
 from __future__ import annotations
 
@@ -579,7 +581,7 @@ def shared_port_labels(m: int, users: dict[Any, list[int]]) -> list[int] | None:
     """A port label for each of ring 0's hops 0..m-1, given the hops each link carries (``users``: link -> hop
     indices, every ring's hops folded onto ring 0's by the rings' rotation): hops share a label when one link
     carries both (joined transitively). None unless every link carries all of its label's hops once each, so that
-    a label is one fair-shared port (`ring_ports`, `simulator.collectives.broadcast._shared_ports`)."""
+    a label is one fair-shared port (`simulator.collectives.broadcast._shared_ports`)."""
     label = list(range(m))
 
     def find(k: int) -> int:
@@ -599,7 +601,7 @@ def shared_port_labels(m: int, users: dict[Any, list[int]]) -> list[int] | None:
     return ports
 
 
-RING_FLUID_HOPS = 1 << 12  #: most hops n (n - 1) a ring phase may have for `shared_ring_time` (else None)
+RING_FLUID_HOPS = 1 << 12  #: most hops n (n - 1) a ring phase may have to be followed flow by flow (else the profile)
 
 
 def shared_ring_time(hops: Sequence[tuple[float, float]], ports: Sequence[int], nbytes: float,
