@@ -190,7 +190,8 @@ class _Pricer:
         zero = tuple(0 for _ in job.group.sizes)
         rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
         fold, period = None, 0
-        if links == [(i, 1) for i in range(n)] and not serial:  # a one-way ring: fold a node onto the next too
+        if links == [(i, 1) for i in range(n)] and not serial and all(c[:2] == chains[0][:2] for c in chains):
+            # a one-way ring whose chains are all alike: fold a node onto the next too
             period = ring_period(job.net, rings[0])
             fold = fold_ring_ports(job.net, rings, links, period) if period else None
             period = period if fold is not None else 0

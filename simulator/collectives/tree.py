@@ -21,7 +21,6 @@ ports less than the steady state does and the streams drift out of step. It stay
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
@@ -81,44 +80,14 @@ class BinaryTree(Algorithm):
     def build(self, job: Job, s: Schedule) -> None:
         for group in job.groups:
             ranks, every = members(group), group.positions()
-            for t, parent in enumerate(trees(group.n, self.double)):
-                children: dict[int, list[int]] = {r: [] for r in range(group.n)}
-                for r, p in parent.items():
-                    children[p].append(r)
-                up_prev: dict[int, int] = {}  # rank -> its previous chunk's send to its parent (link order)
-                down_prev: dict[tuple[int, int], int] = {}
-                for c in range(CHUNKS):
-                    what = keys(job, every, [t * CHUNKS + c])
-                    sent_up = self._up(s, ranks, parent, children, what, up_prev, (id(group), t, c))
-                    self._down(s, ranks, parent, children, what, sent_up, down_prev, (id(group), t, c))
-
-    @staticmethod
-    def _up(s: Schedule, ranks: list, parent: dict, children: dict, what: Any, prev: dict, tag: tuple) -> dict:
-        """Partial sums to each parent once the children's have arrived; returns rank -> its send."""
-        sent: dict[int, int] = {}
-        for r in _bottom_up(parent, len(ranks)):
-            if r in parent:
-                deps = [sent[c] for c in children[r]] + ([prev[r]] if r in prev else [])
-                sent[r] = prev[r] = s.add(ranks[r], ranks[parent[r]], what, "add", deps, ("up", *tag), ranks[parent[r]])
-        return sent
-
-    @staticmethod
-    def _down(s: Schedule, ranks: list, parent: dict, children: dict, what: Any, sent_up: dict, prev: dict,
-              tag: tuple) -> None:
-        """The root's sum copied down, each rank forwarding it once it has it."""
-        root = next(r for r in range(len(ranks)) if r not in parent)
-        have = {root: [sent_up[c] for c in children[root]]}
-        for r in reversed(_bottom_up(parent, len(ranks))):
-            for c in children[r]:
-                deps = have[r] + ([prev[(r, c)]] if (r, c) in prev else [])
-                prev[(r, c)] = s.add(ranks[r], ranks[c], what, "copy", deps, ("down", *tag), ranks[c])
-                have[c] = [prev[(r, c)]]
+            ids: list[int] = []
+            for t, c, way, a, b, deps in sends(group.n, self.double):
+                ids.append(s.add(ranks[a], ranks[b], keys(job, every, [t * CHUNKS + c]), "add" if way == "up" else
+                                 "copy", [ids[d] for d in deps], (way, id(group), t, c), ranks[b]))
 
     def closed_form(self, job: Job) -> float:
-        """The tree's chunks followed on the group's fair-shared links (`timing.shared_flow_time`): each chunk's
-        partial sum goes to a rank's parent once its children's have arrived and its previous chunk has left for
-        the parent, the root's sum comes back down, each rank forwarding it once it has it and its previous chunk
-        has gone to that child -- every send waits the route's latency and shares each link with the sends on it
+        """The tree's chunks followed on the group's fair-shared links (`timing.shared_flow_time`): each of
+        `sends` waits for the sends it names, then its route's latency, and shares each link with the sends on it
         at that instant (an interior GPU's NVLink port carries its chunks up and down, and its children's, at
         once; the first chunks share less than the steady state). No sum in closed form: the lock-step form
         ``2 D (a + S / b) + (c - 1)(a + k S / b)`` (k: the streams on the busiest link) puts every stream on every
@@ -127,33 +96,9 @@ class BinaryTree(Algorithm):
         ranks, n = members(job.group), job.group.n
         if 2 * CHUNKS * len(trees(n, self.double)) * (n - 1) > FLUID_SENDS:
             return _lock_step(job, ranks, n, self.double)
-        index: dict[tuple[int, int], int] = {}
-        flows: list[Flow] = []
-
-        def send(a: int, b: int, deps: list[int]) -> int:
-            hop = index.setdefault((a, b), len(index))
-            flows.append((hop, 1.0, tuple(deps)))
-            return len(flows) - 1
-
-        for parent in trees(n, self.double):
-            children: dict[int, list[int]] = {r: [] for r in range(n)}
-            for r, p in parent.items():
-                children[p].append(r)
-            order = _bottom_up(parent, n)
-            root = next(r for r in range(n) if r not in parent)
-            up_prev: dict[int, int] = {}
-            down_prev: dict[tuple[int, int], int] = {}
-            for _ in range(CHUNKS):
-                sent: dict[int, int] = {}
-                for r in order:
-                    if r in parent:
-                        sent[r] = up_prev[r] = send(r, parent[r], [sent[c] for c in children[r]] +
-                                                    ([up_prev[r]] if r in up_prev else []))
-                have = {root: [sent[c] for c in children[root]]}
-                for r in reversed(order):
-                    for c in children[r]:
-                        down_prev[(r, c)] = send(r, c, have[r] + ([down_prev[(r, c)]] if (r, c) in down_prev else []))
-                        have[c] = [down_prev[(r, c)]]
+        index: dict[tuple[int, int], int] = {}  # (rank, rank) -> its hop
+        flows: list[Flow] = [(index.setdefault((a, b), len(index)), 1.0, deps)
+                             for _, _, _, a, b, deps in sends(n, self.double)]
         routes = [edges(job.net, ranks[a], ranks[b]) for a, b in sorted(index, key=index.__getitem__)]
         return shared_flow_time(link_ports(job.net, routes), flows, job.key_bytes * n)
 
@@ -164,6 +109,38 @@ class DoubleBinaryTree(BinaryTree):
     name = "double_binary_tree"
     summary = "AllReduce over two mirrored binary trees (each rank a leaf in one), half the array each"
     double = True
+
+
+def sends(n: int, double: bool) -> list[tuple[int, int, str, int, int, tuple[int, ...]]]:
+    """Every send of the AllReduce on ``n`` ranks, in order: (tree, chunk, ``"up"`` or ``"down"``, from rank, to
+    rank, the earlier sends it waits for, by index). Up: a rank's partial sum of a chunk goes to its parent once
+    its children's have arrived and its previous chunk has left for the parent (each link carries the chunks in
+    order). Down: the root's sum comes back, each rank forwarding it to a child once it has it and its previous
+    chunk has gone to that child. The schedule (`BinaryTree.build`) and the closed form are both made from it."""
+    out: list[tuple[int, int, str, int, int, tuple[int, ...]]] = []
+    for t, parent in enumerate(trees(n, double)):
+        children: dict[int, list[int]] = {r: [] for r in range(n)}
+        for r, p in parent.items():
+            children[p].append(r)
+        order = _bottom_up(parent, n)
+        root = next(r for r in range(n) if r not in parent)
+        up_prev: dict[int, int] = {}  # rank -> its previous chunk's send to its parent (link order)
+        down_prev: dict[tuple[int, int], int] = {}
+        for c in range(CHUNKS):
+            sent: dict[int, int] = {}
+            for r in order:
+                if r in parent:
+                    deps = [sent[k] for k in children[r]] + ([up_prev[r]] if r in up_prev else [])
+                    out.append((t, c, "up", r, parent[r], tuple(deps)))
+                    sent[r] = up_prev[r] = len(out) - 1
+            have = {root: [sent[k] for k in children[root]]}
+            for r in reversed(order):
+                for k in children[r]:
+                    deps = have[r] + ([down_prev[(r, k)]] if (r, k) in down_prev else [])
+                    out.append((t, c, "down", r, k, tuple(deps)))
+                    down_prev[(r, k)] = len(out) - 1
+                    have[k] = [down_prev[(r, k)]]
+    return out
 
 
 def _bottom_up(parent: dict[int, int], n: int) -> list[int]:
