@@ -52,9 +52,8 @@ def test_nic_ring_closed_form_equals_its_simulation(topology: str, calibrated: b
 @pytest.mark.parametrize("nbytes", SIZES, ids=["1MB", "64MB", "1GB"])
 def test_line_all_gather_on_two_nodes_equals_its_simulation(calibrated: bool, nbytes: float) -> None:
     """The line's AllGather (both ways to the ends, the wraparound unused) on nodes:2:8 is priced the same way
-    (calibrated 64 MB was 1.052 its simulation). On nodes:4:8 its lines' links do not fold onto shared ports (the
-    check of `timing.ring_ports` fails) and it keeps the chain profile; its ReduceScatter, whose links serve the
-    chains in a fixed order, too."""
+    (calibrated 64 MB was 1.052 its simulation). nodes:4:8 and the line's ReduceScatter are held in
+    tests/test_node_alternatives.py."""
     closed, _ = _forecast("nodes:2:8", calibrated, "all_gather", nbytes, "line")
     simulated = run_collective("all_gather", System("h100", topology="nodes:2:8", calibrated=calibrated, trace=False),
                                nbytes, algorithm="line").time_s

@@ -140,7 +140,10 @@ def test_pipelined_trees_and_nvls_near_their_closed_forms(chip, topology, nbytes
              if a in applicable("all_reduce", system.network, collective_groups(system.network, None))]
     for name in names:
         r = run_collective("all_reduce", System(chip, topology=topology, trace=False), nbytes, algorithm=name)
-        assert 0.85 <= r.time_s / r.analytic_s <= 1.25, name
+        # the trees' closed form follows their chunks on the fair-shared links (issue 31); NVLS's takes a steady
+        # period the first chunks beat
+        lo, hi = (0.85, 1.25) if name == "nvls" else (1 - 1e-9, 1 + 1e-9)
+        assert lo <= r.time_s / r.analytic_s <= hi, name
         assert r.time_s >= r.topology_bound_s * (1 - 1e-12)
 
 

@@ -20,14 +20,16 @@ meshes, where a neighbour step stays on its axis). Exact on tori, meshes, lines 
 two-level rings (GPU nodes over InfiniBand, slices over DCN) the chain profile keeps the steps in lock
 step, while in the simulation fast chains run ahead and queue at the slow crossing: within 1%
 bandwidth-bound, up to about 60% longer or 15% shorter in between (tests/test_bounds.py). So a one-axis
-phase of a one-way ring (`unidirectional`) over NIC rings that are rotations of one another, with hops
-of different rates, is priced by following ring 0's flows on the fair-shared ports its hops map to
-(`_Pricer.fluid`, `simulator.collectives.timing.shared_ring_time`; up to 64 positions): equal to the
-simulation on nodes:2:8 and nodes:4:8, ideal and calibrated, 1 MB to 1 GB (ideal nodes:4:8 64 MB
-AllGather 169.44 us, where the lock-step form said 199.0; tests/test_nic_ring_closed_form.py). So is a
-line's AllGather where its links fold onto shared ports (nodes:2:8, nodes:2:4; not nodes:4:8, whose
-lines keep the profile, 1.5-2.5% above at 64 MB; a line's ReduceScatter serves each link in a fixed
-order and keeps it too). At scale the
+phase of a ring algorithm that sends each bundle whole (`unidirectional`, `line`) over NIC rings that are
+rotations of one another, with hops of different rates, is priced by following ring 0's flows on the
+fair-shared links its hops cross (`_Pricer.fluid`, `simulator.collectives.timing.fold_ring_ports` and
+``shared_flow_time``; up to 64 positions; a one-way ring's flows also folded node onto node): equal to the
+simulation on nodes:2:8 to nodes:8:8, ideal and calibrated, 1 MB to 1 GB (ideal nodes:4:8 64 MB AllGather
+169.44 us, where the lock-step form said 199.0; tests/test_nic_ring_closed_form.py,
+tests/test_node_alternatives.py, tests/test_flow_closed_forms.py). That includes the line across three nodes or
+more, whose middle NICs' inputs carry a hop from each neighbour node and their outputs one (calibrated nodes:4:8
+`line` AllGather 1 MB 36.72 us, where the profile said 42.68), and the line's ReduceScatter, whose links serve
+the chains in a fixed order (each hop also waits for the chain served before it). At scale the
 chain's latency (about 2.4 us a hop) outgrows the busiest link's work and the chain term's other half
 prices every NVLink hop as shared by all the rings crossing a GPU's port, which the simulation shares
 about 2x, not 7x: 1 GB AllReduce on nodes:64:8 and nodes:128:8 simulates 14% and 20% shorter than the
@@ -50,12 +52,15 @@ from simulator.collectives.schedule import Schedule
 from simulator.collectives.stages import balanced, rotated, sequential, stage_counts
 from simulator.collectives.timing import (
     RING_FLUID_HOPS,
+    Flow,
     PhaseProfile,
+    PortFold,
     chain_phase_profile,
+    fold_ring_ports,
     ring_links,
-    ring_ports,
+    ring_period,
     route_latency,
-    shared_ring_time,
+    shared_flow_time,
     step_edges,
 )
 from simulator.engine.network import Network
@@ -137,7 +142,11 @@ class _Pricer:
         key = (what, a, split)
         fluid = self.fluid(what, a, algorithm)
         if fluid is not None:
-            return shared_ring_time(fluid[0], fluid[1], sum(units) * unit_bytes, fluid[2])
+            times: dict[tuple[str, int, float], float] = job.cache.setdefault("multi_axis_fluid_times", {})
+            nbytes = sum(units) * unit_bytes
+            if (what, a, nbytes) not in times:
+                times[(what, a, nbytes)] = shared_flow_time(fluid[0], fluid[1], nbytes)
+            return times[(what, a, nbytes)]
         if key not in self.profiles:
             zero = tuple(0 for _ in job.group.sizes)
             rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
@@ -150,46 +159,58 @@ class _Pricer:
         return self.profiles[key].time(sum(units) * unit_bytes)
 
 
-    def fluid(self, what: str, a: int, algorithm: Any
-              ) -> tuple[list[tuple[float, float]], list[int], list[list[int]]] | None:
-        """Ring 0's hops, their port labels (`timing.ring_ports`) and the phase's chains as hop indices, where a
-        one-axis phase is priced by following its flows (`timing.shared_ring_time`): NIC rings, rotations of one
-        another, over hops of different rates, which the chain profile keeps in lock step -- a one-way ring's
-        phases, and a line's AllGather (its ReduceScatter serves each link in a fixed order, which fair sharing is
-        not); None elsewhere (the profile is exact there: alike hops, tori)."""
+    def fluid(self, what: str, a: int, algorithm: Any) -> tuple[PortFold, list[Flow]] | None:
+        """Ring 0's hops on their fair-shared ports (`timing.fold_ring_ports`) and the phase's flows, where a one-axis
+        phase is priced by following its flows (`timing.shared_flow_time`): NIC rings, rotations of one another,
+        over hops of different rates, which the chain profile keeps in lock step -- the chains of a ring algorithm
+        that sends each bundle whole (a one-way ring, a line; not the halves of a bidirectional ring). A line's
+        ReduceScatter serves each link in a fixed order, the farthest owner first (`chains.reduce_split_phase`):
+        each of its hops there also waits for the hop of the chain served before it. None elsewhere (the profile is
+        exact there: alike hops, tori)."""
         job = self.job
         cache: dict[tuple[str, int], Any] = job.cache.setdefault("multi_axis_fluid", {})
         if (what, a) in cache:
             return cache[(what, a)]
         cache[(what, a)] = None
         n = job.group.sizes[a]
-        if len(job.group.sizes) != 1 or len(job.rings) < 2 or n * (n - 1) > RING_FLUID_HOPS or algorithm.splits(n) \
-                or (what == "rs" and algorithm.serial_reduce):
+        if len(job.group.sizes) != 1 or len(job.rings) < 2 or n * (n - 1) > RING_FLUID_HOPS or algorithm.splits(n):
             return None
-        if algorithm.closed and algorithm.uniform_rows and algorithm.longest_chain(n) == {1: n - 1}:
-            links = [(i, 1) for i in range(n)]
-        elif not algorithm.closed and what == "ag":
-            links = [(i, d) for d in (1, -1) for i in range(n) if 0 <= i + d < n]
-        else:
-            return None
-        index = {link: k for k, link in enumerate(links)}
-        chains: list[list[int]] = []
+        chains: list[tuple[int, int, int, list[tuple[int, int]]]] = []  # (direction, hops, origin, ring links)
         for o in range(n):
-            if what == "ag":
-                for d, hops, half in algorithm.gather_chains(n, o):  # noqa: B007 (checked below)
-                    chains.append([index.get(((o + k * d) % n, d), -1) for k in range(hops)])
-            else:
-                for d, hops, half in algorithm.reduce_chains(n, o):  # noqa: B007 (checked below)
-                    chains.append([index.get(((o - (hops - k) * d) % n, d), -1) for k in range(hops)])
-            if half is not None:
-                return None
-        if any(k < 0 for c in chains for k in c):
-            return None
+            ways = algorithm.gather_chains(n, o) if what == "ag" else algorithm.reduce_chains(n, o)
+            if any(half is not None for *_, half in ways):
+                return None  # a chain that carries only half its bundle somewhere
+            for d, hops, _ in ways:
+                first = o if what == "ag" else o - hops * d  # a reduction's chain ends at its owner
+                chains.append((d, hops, o, [((first + k * d) % n, d) for k in range(hops)]))
+        serial = what == "rs" and algorithm.serial_reduce
+        if serial:
+            chains.sort(key=lambda c: (-c[0], -c[1], c[2]))
+        links = sorted({link for *_, hop_links in chains for link in hop_links}, key=lambda link: (-link[1], link[0]))
         zero = tuple(0 for _ in job.group.sizes)
         rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
-        laid = ring_ports(job.net, rings, links)
-        if laid is not None and len({bw for _, bw in laid[0]}) > 1:  # hops of different rates
-            cache[(what, a)] = (laid[0], laid[1], chains)
+        fold, period = None, 0
+        if links == [(i, 1) for i in range(n)] and not serial and all(c[:2] == chains[0][:2] for c in chains):
+            # a one-way ring whose chains are all alike: fold a node onto the next too
+            period = ring_period(job.net, rings[0])
+            fold = fold_ring_ports(job.net, rings, links, period) if period else None
+            period = period if fold is not None else 0
+        if fold is None:
+            fold = fold_ring_ports(job.net, rings, links)
+        if fold is None or len(set(fold.rate)) < 2:  # not alike rings, or hops all alike (the profile is exact)
+            return None
+        index = {link: k % period if period else k for k, link in enumerate(links)}
+        flows: list[Flow] = []
+        ahead: dict[tuple[int, int], int] = {}  # ring link -> the flow of the chain served on it before
+        for _, _, o, hop_links in chains:
+            if period and o >= period:
+                continue  # the chains from o - period, o - 2 period, ... stand for it
+            for h, link in enumerate(hop_links):
+                deps = ((len(flows) - 1,) if h else ()) + ((ahead[link],) if serial and link in ahead else ())
+                if serial:
+                    ahead[link] = len(flows)
+                flows.append((index[link], 1.0, deps))
+        cache[(what, a)] = (fold, flows)
         return cache[(what, a)]
 
 

@@ -11,10 +11,12 @@ the network's routes and prices them:
 - a pipelined broadcast of ``c`` pieces along a chain of hops costing ``t_h`` each (latency plus the
   piece's bytes over the hop's share of bandwidth) takes ``sum(t_h) + (c - 1) max(t_h)``
   (`chain_time`): the first piece crosses every hop, the others follow one slowest hop apart;
-- a one-way ring phase over NIC rings whose hops differ in rate (NVLink and InfiniBand), where lock step
-  is wrong (the fast hops run ahead and queue at the slow one; a port is shared by the flows in flight on
-  it, not by every ring at every step), is followed flow by flow on ring 0's fair-shared ports
-  (`ring_ports`, `shared_ring_time`), as `shared_chain_time` follows a broadcast's pieces.
+- a ring phase over NIC rings whose hops differ in rate (NVLink and InfiniBand), where lock step is wrong
+  (the fast hops run ahead and queue at the slow one; a port is shared by the flows in flight on it, not by
+  every ring at every step), is followed flow by flow on the fair-shared links ring 0's hops cross, the
+  other rings folded onto ring 0 (`fold_ring_ports`, `shared_flow_time`; `shared_ring_time` for hops
+  labelled by port), as `shared_chain_time` follows a broadcast's pieces; a tree's chunks likewise on
+  its group's links (`link_ports`).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -479,54 +481,107 @@ def shared_chain_time(hops: Sequence[tuple[float, float, int]], ports: Sequence[
                 start(h)
 
 
-def ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, int]] | None = None
-               ) -> tuple[list[tuple[float, float]], list[int]] | None:
-    """Ring 0's neighbour hops i -> i + 1 as (route latency in seconds, bandwidth in bytes per second) and a port
-    label for each, for closed rings that are rotations of one another (NIC rings on GPU nodes), as
-    `simulator.collectives.broadcast._shared_ports` labels a broadcast's hops: hops k and k' share a label when some
-    ring's hop k' crosses a link ring 0's hop k crosses. None unless every ring's hops cost the same (same latency
-    and bandwidth at each position, so the rings move in step) and every link carries all of its label's hops once
-    each (one shared port: on H100 nodes a GPU's NVLink port, both ways, carries the node's 7 in-node hops of ring
-    0's rotations, one of each of 7 rings, and a NIC one ring's network hop). ``links``: the ring links (i, d) to
-    label, in order (default every i -> i + 1; a line's, both ways)."""
-    n = len(rings[0].devices)
-    if n < 2 or any(len(r.devices) != n for r in rings):
-        return None
-    links = [(i, 1) for i in range(n)] if links is None else list(links)
-    m = len(links)
-    costs = []
+def fold_ring_ports(net: Network, rings: list[Ring], links: Sequence[tuple[int, int]], period: int = 0
+                    ) -> PortFold | None:
+    """Ring 0's ring links ``links`` ((i, d): position i to i + d) on the fair-shared ports of the network, for rings
+    that are rotations of one another (NIC rings on GPU nodes), every ring folded onto ring 0 (`PortFold`).
+
+    Each physical link carries the hops of every ring whose route crosses it; numbered as ring 0's hops (ring r's
+    hop k moves as ring 0's hop k does: the rings start together and are alike), a link is the list of (hop, lead,
+    tail) it carries -- lead: the route's latencies up to and including the link (when the head reaches it and its
+    bytes join, `simulator.engine.network.Network._cut_through`), tail: the latencies after it. Links with the same
+    list and rate are one port (a list shifted by a constant lead is the same port, that much later: a GPU's
+    NVLink port out and in). None unless every ring's hop k crosses the same ports at the same offsets as ring
+    0's (the folding then holds exactly). On H100 nodes a GPU's NVLink port carries the node's in-node hops of
+    ring 0's rotations, one of each of 7 rings; a NIC's link one ring's network hop -- or, on a line across three
+    nodes or more, a middle NIC's input one hop from each neighbour node (a forward and a backward hop of two
+    rings), where its output carries one.
+
+    ``period`` p > 0 (a closed ring's links i -> i + 1, ``links[k]`` = (k, 1)): also fold ring 0 onto itself moved
+    p positions on (a node of GPUs, where the ring is one node's hops over and over): hop k is numbered k mod p,
+    and the fold has the p hops 0..p-1; a chain from origin o stands for those from o + p, o + 2p, ... (None
+    unless that too holds exactly, as above)."""
+    rounding = 15  # digits of a second (femtoseconds) to which latencies are compared
+    latency_of: dict[tuple[Any, Any], float] = {}
+    users: dict[tuple[Any, Any], list[tuple[int, float, float]]] = defaultdict(list)
+    crossed: list[list[list[tuple[tuple[Any, Any], int]]]] = []  # ring -> hop -> (link, its entry in users[link])
     for ring in rings:
         row = []
-        for i, d in links:
-            edges = step_edges(net, ring, i, d)
-            bws = {net.graph.edges[e]["bandwidth_bytes_per_s"] for e in edges}
-            if len(bws) != 1:
-                return None  # a route whose links differ in rate: not one port's fair share
-            row.append((route_latency(net, edges), bws.pop()))
-        costs.append(row)
-    if any(row != costs[0] for row in costs[1:]):
-        return None
-    users: dict[tuple[Any, Any], list[int]] = {}
-    for ring in rings:
         for k, (i, d) in enumerate(links):
-            for e in step_edges(net, ring, i, d):
-                users.setdefault(e, []).append(k)
-    ports = shared_port_labels(m, users)
-    if ports is None:
-        return None
-    rates: dict[int, set[float]] = defaultdict(set)
-    for k, p in enumerate(ports):
-        rates[p].add(costs[0][k][1])
-    if any(len(r) != 1 for r in rates.values()):
-        return None  # one port of two rates
-    return costs[0], ports
+            edges = step_edges(net, ring, i, d)
+            lat = []
+            for e in edges:
+                if e not in latency_of:
+                    latency_of[e] = net.graph.edges[e]["latency_s"]
+                lat.append(latency_of[e])
+            total, lead, hop = sum(lat), 0.0, []
+            for e, latency in zip(edges, lat, strict=True):
+                lead += latency
+                hop.append((e, len(users[e])))
+                users[e].append((k % period if period else k, lead, total - lead))
+            row.append(hop)
+        crossed.append(row)
+    Key = tuple[float, tuple[tuple[int, float, float], ...]]  # (rate, the hops carried)
+    port_of_key: dict[Key, int] = {}
+    keys: list[Key] = []
+    port_of: dict[tuple[Any, Any], int] = {}
+    shifted: dict[tuple[Any, Any], list[tuple[int, float, float]]] = {}  # users[link], leads from its first
+    for e, used in users.items():
+        first = min(lead for _, lead, _ in used)
+        shifted[e] = [(k, round(lead - first, rounding), round(tail + first, rounding)) for k, lead, tail in used]
+        key = (float(net.graph.edges[e]["bandwidth_bytes_per_s"]), tuple(sorted(shifted[e])))
+        if key not in port_of_key:
+            port_of_key[key] = len(keys)
+            keys.append(key)
+        port_of[e] = port_of_key[key]
+    signatures = [[tuple(sorted({(port_of[e], *shifted[e][at][1:]) for e, at in hop})) for hop in row]
+                  for row in crossed]
+    ring0 = signatures[0][:period] if period else signatures[0]
+    if any(row[k] != ring0[k % len(ring0)] for row in signatures for k in range(len(row))):
+        return None  # the rings (or ring 0 moved by the period) do not move alike: no folding onto ring 0
+    routes = tuple(tuple((port, lead, tail, keys[port][1].count((k, lead, tail))) for port, lead, tail in hop)
+                   for k, hop in enumerate(ring0))
+    return PortFold(tuple(bw for bw, _ in keys), routes)
+
+
+def ring_period(net: Network, ring: Ring) -> int:
+    """The fewest positions p < n (dividing n) after which ring 0's hops i -> i + 1 repeat their costs (route
+    latency, slowest link's rate): a GPU node's NVLink hops and its InfiniBand crossing; 0 if none (a candidate
+    period for `fold_ring_ports`, which checks it)."""
+    n = len(ring.devices)
+    costs = []
+    for i in range(n):
+        edges = step_edges(net, ring, i, 1)
+        costs.append((route_latency(net, edges), min(net.graph.edges[e]["bandwidth_bytes_per_s"] for e in edges)))
+    return next((p for p in range(1, n) if n % p == 0 and all(costs[i] == costs[i % p] for i in range(n))), 0)
+
+
+def link_ports(net: Network, routes: Sequence[Sequence[tuple[Any, Any]]]) -> PortFold:
+    """Each physical link of ``routes`` (each a hop's link directions, in order) its own fair-shared port, nothing
+    folded (one group's flows, every one of them followed): a hop's bytes join each link of its route once the head
+    has crossed the links before it, as a cut-through message's do (`simulator.engine.network.Network._cut_through`;
+    lead: the latencies up to and including the link, tail: those after it)."""
+    port_of: dict[tuple[Any, Any], int] = {}
+    rate: list[float] = []
+    out = []
+    for route in routes:
+        lat = [net.graph.edges[e]["latency_s"] for e in route]
+        total, lead, hop = sum(lat), 0.0, []
+        for e, latency in zip(route, lat, strict=True):
+            if e not in port_of:
+                port_of[e] = len(rate)
+                rate.append(float(net.graph.edges[e]["bandwidth_bytes_per_s"]))
+            lead += latency
+            hop.append((port_of[e], lead, total - lead, 1))
+        out.append(tuple(hop))
+    return PortFold(tuple(rate), tuple(out))
 
 
 def shared_port_labels(m: int, users: dict[Any, list[int]]) -> list[int] | None:
     """A port label for each of ring 0's hops 0..m-1, given the hops each link carries (``users``: link -> hop
     indices, every ring's hops folded onto ring 0's by the rings' rotation): hops share a label when one link
     carries both (joined transitively). None unless every link carries all of its label's hops once each, so that
-    a label is one fair-shared port (`ring_ports`, `simulator.collectives.broadcast._shared_ports`)."""
+    a label is one fair-shared port (`simulator.collectives.broadcast._shared_ports`)."""
     label = list(range(m))
 
     def find(k: int) -> int:
@@ -546,11 +601,12 @@ def shared_port_labels(m: int, users: dict[Any, list[int]]) -> list[int] | None:
     return ports
 
 
-RING_FLUID_HOPS = 1 << 12  #: most hops n (n - 1) a ring phase may have for `shared_ring_time` (else None)
+RING_FLUID_HOPS = 1 << 12  #: most hops n (n - 1) a ring phase may have to be followed flow by flow (else the profile)
 
 
 def shared_ring_time(hops: Sequence[tuple[float, float]], ports: Sequence[int], nbytes: float,
-                     chains: Sequence[Sequence[int]] | None = None) -> float:
+                     chains: Sequence[Sequence[int]] | None = None,
+                     sizes: Sequence[Sequence[float]] | None = None) -> float:
     """Seconds of a one-way ring phase (AllGather: every position's ``nbytes`` bundle goes n - 1 hops on; a
     ReduceScatter is the same chains towards each owner) over hops of (latency s, bandwidth B/s) whose hops with
     one ``ports`` label share one fair-shared (processor-sharing) port -- ring 0 of NIC rings that are rotations of
@@ -559,56 +615,141 @@ def shared_ring_time(hops: Sequence[tuple[float, float]], ports: Sequence[int], 
     No sum in closed form. A ring whose hops run at different rates (NVLink and InfiniBand) is not in lock step:
     the fast hops run ahead and queue at the slow one, and a GPU's port is shared by as many of its rings' flows
     as are in flight at that instant (between 1 and 7 on H100 nodes), not by all of them at every step. So this
-    follows the instants exactly: a hop's bundle waits the route's latency, then joins its port, whose flows each
-    move at the port's rate over their number (`simulator.engine.channel.Channel`); when it ends, the chain's
-    next hop starts. Bundles are alike, so a port's flows end in the order they joined (a virtual clock a port,
-    O(hops x ports) work). The phase ends when the last chain's last hop ends. ``chains``: the hops (indices into
-    ``hops``) each chain crosses in order (default the one-way ring's: from every position, n - 1 hops on)."""
+    follows the instants exactly (`shared_flow_time`): a hop's bundle waits the route's latency, then joins its
+    port, whose flows each move at the port's rate over their number (`simulator.engine.channel.Channel`); when it
+    ends, the chain's next hop starts. The phase ends when the last chain's last hop ends. ``chains``: the hops
+    (indices into ``hops``) each chain crosses in order (default the one-way ring's: from every position, n - 1
+    hops on); ``sizes``: the bytes each chain's hops carry, in units of ``nbytes`` (default 1 each: alike bundles;
+    an AllToAll's chain forwards fewer chunks at each hop)."""
     n = len(hops)
     if chains is None:
         chains = [[(o + k) % n for k in range(n - 1)] for o in range(n)]
-    chains = [c for c in chains if c]
-    if n < 1 or nbytes <= 0 or not chains:
-        return 0.0
     labels = sorted(set(ports))
     index = {p: j for j, p in enumerate(labels)}
     rate = [0.0] * len(labels)
     for (_, bw), p in zip(hops, ports, strict=True):
         rate[index[p]] = bw
-    port_of = [index[p] for p in ports]
-    virtual = [0.0] * len(labels)  # bytes every flow of the port has received since it last idled
-    queue: list[list[tuple[float, int, int]]] = [[] for _ in labels]  # (virtual end, chain, hop) in join order
-    heads = [0] * len(labels)
-    arrivals = [(hops[c[0]][0], o, 1) for o, c in enumerate(chains)]  # (join time, chain, step)
-    heapify(arrivals)
-    now, last = 0.0, 0.0
+    fold = PortFold(tuple(rate), tuple(((index[p], latency, 0.0, 1),) for (latency, _), p in zip(hops, ports,
+                                                                                                strict=True)))
+    return shared_flow_time(fold, chain_flows(chains, sizes), nbytes)
+
+
+@dataclass(frozen=True)
+class PortFold:
+    """Ring 0's hops on fair-shared ports, every other ring folded onto ring 0 by the rings' rotation
+    (`fold_ring_ports`): a port is a class of physical links that carry the same hops of ring 0's rotations at the
+    same latencies, so one stands for all; ring 0's hop k crosses the ports of ``routes[k]``."""
+
+    rate: tuple[float, ...]  #: bytes per second of each port
+    #: per hop: (port, seconds from the hop's start until its bytes join the port, seconds after they leave it until
+    #: the hop has arrived, flows of that hop the port carries: one per ring whose hop crosses one of its links there)
+    routes: tuple[tuple[tuple[int, float, float, int], ...], ...]
+
+    @property
+    def shared(self) -> bool:
+        """Whether some port carries more than one hop (of one ring or of several): where none does, and the hops
+        are alike, the chains move in lock step and `chain_phase_profile` is exact."""
+        carried = [0] * len(self.rate)
+        for route in self.routes:
+            for port, _, _, rings in route:
+                carried[port] += rings
+        return any(c > 1 for c in carried)
+
+
+Flow = tuple[int, float, tuple[int, ...]]  #: (hop, bytes in units of the phase's bundle, flows it waits for)
+
+
+def chain_flows(chains: Sequence[Sequence[int]], sizes: Sequence[Sequence[float]] | None = None) -> list[Flow]:
+    """The flows of ``chains`` (hop indices crossed in order; ``sizes``: each hop's bytes in bundles, default 1):
+    each hop of a chain waits for the one before it."""
+    out: list[Flow] = []
+    for c, chain in enumerate(chains):
+        for h, k in enumerate(chain):
+            out.append((k, 1.0 if sizes is None else sizes[c][h], (len(out) - 1,) if h else ()))
+    return out
+
+
+def shared_flow_time(fold: PortFold, flows: Sequence[Flow], nbytes: float) -> float:
+    """Seconds until the last of ``flows`` has arrived, over the fair-shared ports of ``fold``.
+
+    A flow starts when the flows it waits for have arrived. Its bytes (its size times ``nbytes``) then join each
+    port of its hop's route at that port's lead, as a cut-through message's head reaches each link of its route
+    after the latencies before it (`simulator.engine.network.Network._cut_through`), together with the flows of
+    the other rings folded onto that port (the rotation's images of ring 0's hop, alike in every way); a port's
+    flows each move at its rate over their number (`simulator.engine.channel.Channel`). The flow has arrived once
+    it has left every port of its route and the latencies after each (its tail) have passed. No sum in closed
+    form: the sharing changes at every join and end, so this follows those instants exactly (fluid, event by
+    event). Every flow of a port receives the same bytes while they share it, so they end in the order of their
+    bytes plus the port's bytes each flow had received when they joined (a virtual clock a port, a heap of those
+    virtual ends: O(flows x ports a route, log) work a flow)."""
+    if nbytes <= 0 or not flows:
+        return 0.0
+    rate, routes = fold.rate, fold.routes
+    ports = len(rate)
+    virtual = [0.0] * ports  # bytes every flow of the port has received since it last idled, as of ``updated``
+    updated = [0.0] * ports
+    #: per port, a heap of (virtual end, flow, tail, rings): a folded entry counts once a ring whose flow it stands for
+    queue: list[list[tuple[float, int, float, int]]] = [[] for _ in range(ports)]
+    count = [0] * ports  # flows on the port
+    version = [0] * ports  # a port's next end, as last set (older entries of ``events`` are stale)
+    n = len(flows)
+    waits = [len(deps) for _, _, deps in flows]
+    then: list[list[int]] = [[] for _ in range(n)]
+    for f, (_, _, deps) in enumerate(flows):
+        for d in deps:
+            then[d].append(f)
+    route_of = [routes[k] for k, _, _ in flows]
+    nbytes_of = [nbytes * size for _, size, _ in flows]
+    left = [len(r) if b > 0 else 0 for r, b in zip(route_of, nbytes_of, strict=True)]
+    arrive = [0.0] * n
+    ready = [0.0] * n  # the latest arrival of the flows a flow waits for, so far
+    #: (time, 0: a port's next end | 1: a join, port, version | flow, tail, rings); ends first at one instant
+    events: list[tuple[float, int, int, int, float, int]] = []
+    starting = [f for f in range(n) if not waits[f]]
     while True:
-        done_at, done = math.inf, -1
-        for j, q in enumerate(queue):
-            k = len(q) - heads[j]
-            if k:
-                t = now + (q[heads[j]][0] - virtual[j]) * k / rate[j]
-                if t < done_at:
-                    done_at, done = t, j
-        if done < 0 and not arrivals:
-            return last
-        t = done_at if not arrivals or done_at <= arrivals[0][0] else arrivals[0][0]
-        for j, q in enumerate(queue):
-            k = len(q) - heads[j]
-            if k:
-                virtual[j] += (t - now) * rate[j] / k
-        now = t
-        if done >= 0 and done_at <= (arrivals[0][0] if arrivals else math.inf):
-            _, o, h = queue[done][heads[done]]
-            heads[done] += 1
-            if heads[done] == len(queue[done]):
-                queue[done], heads[done], virtual[done] = [], 0, 0.0
-            if h < len(chains[o]):
-                heappush(arrivals, (now + hops[chains[o][h]][0], o, h + 1))
-            else:
-                last = max(last, now)
+        while starting:  # flows whose waits are over: their bytes join their ports (or, with none, they arrive)
+            f = starting.pop()
+            at = ready[f]
+            if left[f]:
+                for port, lead, tail, rings in route_of[f]:
+                    heappush(events, (at + lead, 1, port, f, tail, rings))
+                continue
+            arrive[f] = at
+            for g in then[f]:
+                if at > ready[g]:
+                    ready[g] = at
+                waits[g] -= 1
+                if not waits[g]:
+                    starting.append(g)
+        if not events:
+            return max(arrive)
+        now, kind, j, f, tail, rings = heappop(events)
+        if kind == 0 and f != version[j]:
+            continue  # stale: the port's sharing changed since
+        if count[j]:
+            virtual[j] += (now - updated[j]) * rate[j] / count[j]
+        updated[j] = now
+        q = queue[j]
+        if kind == 0:
+            _, g, tail, rings = heappop(q)
+            count[j] -= rings
+            end = now + tail
+            if end > arrive[g]:
+                arrive[g] = end
+            left[g] -= 1
+            if not left[g]:
+                at = arrive[g]
+                for h in then[g]:
+                    if at > ready[h]:
+                        ready[h] = at
+                    waits[h] -= 1
+                    if not waits[h]:
+                        starting.append(h)
         else:
-            while arrivals and arrivals[0][0] <= now:
-                _, o, h = heappop(arrivals)
-                j = port_of[chains[o][h - 1]]
-                queue[j].append((virtual[j] + nbytes, o, h))
+            heappush(q, (virtual[j] + nbytes_of[f], f, tail, rings))
+            count[j] += rings
+        version[j] += 1
+        if count[j]:
+            heappush(events, (now + (q[0][0] - virtual[j]) * count[j] / rate[j], 0, j, version[j], 0.0, 0))
+        else:
+            virtual[j] = 0.0

@@ -10,27 +10,27 @@ NCCL's double binary tree, whose bandwidth no rank's port limits more than twice
 
 The array is cut into ``CHUNKS`` chunks per tree; a chunk is summed up the tree (a rank sends its
 partial sum once both children's have arrived) and broadcast back down, and each tree edge carries the
-chunks in order (chunk c+1 once chunk c has arrived), so the chunks pipeline. Closed form (the tree's
-latency-plus-bandwidth form): the first chunk crosses the deepest path up and down, ``sum over those hops
-of (latency + S / b)``, and the others follow one slowest edge apart, ``(c - 1) max over tree edges of
-(latency + k S / b)`` with k the chunk streams (up and down, both trees) sharing the edge's busiest link:
-``2 D (a + S / b) + (c - 1)(a + k S / b)`` for depth D and chunk S. The first chunks share ports less
-than the steady state does and the streams drift out of step, so the simulation runs within about
--15% / +25% of it (tests/test_switched_algorithms.py).
+chunks in order (chunk c+1 once chunk c has arrived), so the chunks pipeline. Closed form
+(`BinaryTree.closed_form`): the chunks' sends followed on the group's fair-shared links
+(`simulator.collectives.timing.shared_flow_time`), equal to the simulation. The lock-step form it replaced,
+``2 D (a + S / b) + (c - 1)(a + k S / b)`` for depth D, chunk S and k chunk streams (up and down, both trees)
+on the busiest link, was 10-11% above the simulation on calibrated nodes:4:8 (issue 31): the first chunks share
+ports less than the steady state does and the streams drift out of step. It stays for trees of more than
+`FLUID_SENDS` sends (groups of more than 128 ranks), whose flows would cost too much to follow.
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from simulator.collectives.algorithm import Algorithm, Job, register
 from simulator.collectives.groups import Group
 from simulator.collectives.schedule import Schedule
 from simulator.collectives.switched import SWITCHED, edges, keys, members, pair_time
-from simulator.collectives.timing import route_latency
+from simulator.collectives.timing import Flow, link_ports, route_latency, shared_flow_time
 from simulator.engine.network import Network
 
 CHUNKS = 8  #: pipeline chunks per tree
+FLUID_SENDS = 1 << 12  #: most sends (chunks x tree edges x 2 ways) whose flows the closed form follows (else lock step)
 
 
 def parents(n: int) -> dict[int, int]:
@@ -80,56 +80,27 @@ class BinaryTree(Algorithm):
     def build(self, job: Job, s: Schedule) -> None:
         for group in job.groups:
             ranks, every = members(group), group.positions()
-            for t, parent in enumerate(trees(group.n, self.double)):
-                children: dict[int, list[int]] = {r: [] for r in range(group.n)}
-                for r, p in parent.items():
-                    children[p].append(r)
-                up_prev: dict[int, int] = {}  # rank -> its previous chunk's send to its parent (link order)
-                down_prev: dict[tuple[int, int], int] = {}
-                for c in range(CHUNKS):
-                    what = keys(job, every, [t * CHUNKS + c])
-                    sent_up = self._up(s, ranks, parent, children, what, up_prev, (id(group), t, c))
-                    self._down(s, ranks, parent, children, what, sent_up, down_prev, (id(group), t, c))
-
-    @staticmethod
-    def _up(s: Schedule, ranks: list, parent: dict, children: dict, what: Any, prev: dict, tag: tuple) -> dict:
-        """Partial sums to each parent once the children's have arrived; returns rank -> its send."""
-        sent: dict[int, int] = {}
-        for r in _bottom_up(parent, len(ranks)):
-            if r in parent:
-                deps = [sent[c] for c in children[r]] + ([prev[r]] if r in prev else [])
-                sent[r] = prev[r] = s.add(ranks[r], ranks[parent[r]], what, "add", deps, ("up", *tag), ranks[parent[r]])
-        return sent
-
-    @staticmethod
-    def _down(s: Schedule, ranks: list, parent: dict, children: dict, what: Any, sent_up: dict, prev: dict,
-              tag: tuple) -> None:
-        """The root's sum copied down, each rank forwarding it once it has it."""
-        root = next(r for r in range(len(ranks)) if r not in parent)
-        have = {root: [sent_up[c] for c in children[root]]}
-        for r in reversed(_bottom_up(parent, len(ranks))):
-            for c in children[r]:
-                deps = have[r] + ([prev[(r, c)]] if (r, c) in prev else [])
-                prev[(r, c)] = s.add(ranks[r], ranks[c], what, "copy", deps, ("down", *tag), ranks[c])
-                have[c] = [prev[(r, c)]]
+            ids: list[int] = []
+            for t, c, way, a, b, deps in sends(group.n, self.double):
+                ids.append(s.add(ranks[a], ranks[b], keys(job, every, [t * CHUNKS + c]), "add" if way == "up" else
+                                 "copy", [ids[d] for d in deps], (way, id(group), t, c), ranks[b]))
 
     def closed_form(self, job: Job) -> float:
+        """The tree's chunks followed on the group's fair-shared links (`timing.shared_flow_time`): each of
+        `sends` waits for the sends it names, then its route's latency, and shares each link with the sends on it
+        at that instant (an interior GPU's NVLink port carries its chunks up and down, and its children's, at
+        once; the first chunks share less than the steady state). No sum in closed form: the lock-step form
+        ``2 D (a + S / b) + (c - 1)(a + k S / b)`` (k: the streams on the busiest link) puts every stream on every
+        link at every step, 10-11% above the simulation on calibrated nodes:4:8 at 64 MB (issue 31); it stays for
+        trees of more sends than `FLUID_SENDS`."""
         ranks, n = members(job.group), job.group.n
-        chunk = job.key_bytes * n
-        streams: Counter = Counter()  # link -> chunk streams crossing it (up and down, every tree)
-        hops = []
-        for parent in trees(n, self.double):
-            for r, p in parent.items():
-                for a, b in ((r, p), (p, r)):
-                    route = edges(job.net, ranks[a], ranks[b])
-                    hops.append(route)
-                    streams.update(route)
-        first = max(2 * _path_time(job, ranks, parent, r, chunk) for parent in trees(n, self.double)
-                    for r in range(n))
-        g = job.net.graph
-        period = max(route_latency(job.net, route) + max(streams[e] * chunk / g.edges[e]["bandwidth_bytes_per_s"]
-                                                          for e in route) for route in hops)
-        return first + (CHUNKS - 1) * period
+        if 2 * CHUNKS * len(trees(n, self.double)) * (n - 1) > FLUID_SENDS:
+            return _lock_step(job, ranks, n, self.double)
+        index: dict[tuple[int, int], int] = {}  # (rank, rank) -> its hop
+        flows: list[Flow] = [(index.setdefault((a, b), len(index)), 1.0, deps)
+                             for _, _, _, a, b, deps in sends(n, self.double)]
+        routes = [edges(job.net, ranks[a], ranks[b]) for a, b in sorted(index, key=index.__getitem__)]
+        return shared_flow_time(link_ports(job.net, routes), flows, job.key_bytes * n)
 
 
 class DoubleBinaryTree(BinaryTree):
@@ -138,6 +109,38 @@ class DoubleBinaryTree(BinaryTree):
     name = "double_binary_tree"
     summary = "AllReduce over two mirrored binary trees (each rank a leaf in one), half the array each"
     double = True
+
+
+def sends(n: int, double: bool) -> list[tuple[int, int, str, int, int, tuple[int, ...]]]:
+    """Every send of the AllReduce on ``n`` ranks, in order: (tree, chunk, ``"up"`` or ``"down"``, from rank, to
+    rank, the earlier sends it waits for, by index). Up: a rank's partial sum of a chunk goes to its parent once
+    its children's have arrived and its previous chunk has left for the parent (each link carries the chunks in
+    order). Down: the root's sum comes back, each rank forwarding it to a child once it has it and its previous
+    chunk has gone to that child. The schedule (`BinaryTree.build`) and the closed form are both made from it."""
+    out: list[tuple[int, int, str, int, int, tuple[int, ...]]] = []
+    for t, parent in enumerate(trees(n, double)):
+        children: dict[int, list[int]] = {r: [] for r in range(n)}
+        for r, p in parent.items():
+            children[p].append(r)
+        order = _bottom_up(parent, n)
+        root = next(r for r in range(n) if r not in parent)
+        up_prev: dict[int, int] = {}  # rank -> its previous chunk's send to its parent (link order)
+        down_prev: dict[tuple[int, int], int] = {}
+        for c in range(CHUNKS):
+            sent: dict[int, int] = {}
+            for r in order:
+                if r in parent:
+                    deps = [sent[k] for k in children[r]] + ([up_prev[r]] if r in up_prev else [])
+                    out.append((t, c, "up", r, parent[r], tuple(deps)))
+                    sent[r] = up_prev[r] = len(out) - 1
+            have = {root: [sent[k] for k in children[root]]}
+            for r in reversed(order):
+                for k in children[r]:
+                    deps = have[r] + ([down_prev[(r, k)]] if (r, k) in down_prev else [])
+                    out.append((t, c, "down", r, k, tuple(deps)))
+                    down_prev[(r, k)] = len(out) - 1
+                    have[k] = [down_prev[(r, k)]]
+    return out
 
 
 def _bottom_up(parent: dict[int, int], n: int) -> list[int]:
@@ -149,6 +152,26 @@ def _bottom_up(parent: dict[int, int], n: int) -> list[int]:
             x, d = parent[x], d + 1
         depth[r] = d
     return sorted(range(n), key=lambda r: -depth[r])
+
+
+def _lock_step(job: Job, ranks: list, n: int, double: bool) -> float:
+    """The lock-step form ``2 D (a + S / b) + (c - 1)(a + k S / b)``: the first chunk up the deepest path and
+    down, hop by hop, then the others one slowest edge apart, k the chunk streams (up and down, every tree) on
+    the edge's busiest link."""
+    chunk = job.key_bytes * n
+    streams: Counter = Counter()  # link -> chunk streams crossing it (up and down, every tree)
+    hops = []
+    for parent in trees(n, double):
+        for r, p in parent.items():
+            for a, b in ((r, p), (p, r)):
+                route = edges(job.net, ranks[a], ranks[b])
+                hops.append(route)
+                streams.update(route)
+    first = max(2 * _path_time(job, ranks, parent, r, chunk) for parent in trees(n, double) for r in range(n))
+    g = job.net.graph
+    period = max(route_latency(job.net, route) + max(streams[e] * chunk / g.edges[e]["bandwidth_bytes_per_s"]
+                                                      for e in route) for route in hops)
+    return first + (CHUNKS - 1) * period
 
 
 def _path_time(job: Job, ranks: list, parent: dict[int, int], r: int, chunk: float) -> float:
