@@ -601,7 +601,9 @@ def shared_port_labels(m: int, users: dict[Any, list[int]]) -> list[int] | None:
     return ports
 
 
-RING_FLUID_HOPS = 1 << 12  #: most hops n (n - 1) a ring phase may have to be followed flow by flow (else the profile)
+#: most hops n (n - 1) a ring phase may have to be followed flow by flow (else the profile): 128 positions (at 64, the
+#: profile of ideal nodes:16:8's 128-GPU ring was 1.20x its simulation at 256 MB, and `auto` ran the slower nvls_tree)
+RING_FLUID_HOPS = 1 << 15
 
 
 def shared_ring_time(hops: Sequence[tuple[float, float]], ports: Sequence[int], nbytes: float,
