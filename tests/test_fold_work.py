@@ -67,3 +67,14 @@ def test_nothing_is_folded_where_a_unit_is_busy_or_the_trace_keeps_spans():
     assert chip.fold_work(1e6, 1e6, 1e9, None, 0.0, "r", "w") is None  # (the DMA has a flow)
     traced = Chip(simpy.Environment(), get_chip("h100"), 0, Trace(enabled=True))
     assert traced.fold_work(1e6, 1e6, 1e9, None, 0.0, "r", "w") is None
+
+
+def test_a_slow_units_op_is_not_folded():
+    """A slow chip's MXU or VPU is a `FaultUnit` (its speed applied as it runs): the op runs, so the slow-down
+    stays in."""
+    from simulator.engine.disturb import FaultUnit
+
+    for unit in ("mxu", "vpu"):
+        chip = _chip("h100", True, 0.0)
+        setattr(chip, unit, FaultUnit(chip.env, unit, chip=0, trace=chip.trace, speed=0.5))
+        assert chip.fold_work(1e6, 1e6, 1e9, None, 1e6, "r", "w") is None

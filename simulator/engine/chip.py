@@ -105,8 +105,10 @@ class Chip:
         that start together, its own float steps; each unit's timer at ``now + (end - now)``). None (nothing
         done) unless every unit is idle, a plain `Channel` with no latency, and the trace keeps no spans."""
         trace, dma, now = self.trace, self.dma, self.env.now
+        mxu, vpu = self.mxu, self.vpu
         if trace.enabled or type(dma) is not Channel or dma._flows or dma.latency_s or dma._last_update > now \
-                or self.mxu._free_at > now or self.vpu._free_at > now:
+                or type(mxu) is not SerialUnit or type(vpu) is not SerialUnit or mxu._free_at > now \
+                or vpu._free_at > now:  # (a slow, paused or jittered unit is a `FaultUnit`: it runs)
             return None
         counts, tensors = trace.bytes_by_interface, trace.bytes_by_tensor
         bandwidth = dma._bandwidth
@@ -146,14 +148,14 @@ class Chip:
                 peak = self.spec.peak_flops_per_s("bf16")
                 peak = self._peak["bf16"] = model.rate("bf16", peak) if model is not None else peak
             end = now + flops / peak
-            self.mxu._free_at = end
+            mxu._free_at = end
             ends = now + (end - now)
             done = ends if ends > done else done
         if vector:
             positive(vector, name="vector flops", allow_zero=True)
             trace.flops_total += vector
             end = done + vector / self.spec.vpu_flops_per_s
-            self.vpu._free_at = end
+            vpu._free_at = end
             done = done + (end - done)
         return done
 
