@@ -272,36 +272,38 @@ class LockstepSymmetry(OrbitSymmetry):
             by_stage[self.stage_of_rep[rep]].append(rep)
         pipe = mesh.index("pipeline") if "pipeline" in mesh.names else None
         for stage, reps in by_stage.items():
-            for other in (stage - 1, stage + 1):  # a lane's counterpart is a lane of the neighbour's program
-                if pipe is None or other not in by_stage:
+            for other in by_stage:  # a lane's counterpart on any stage (interleaved: the last sends to the first)
+                if pipe is None or other == stage:
                     continue
                 mine = set(by_stage[other])
                 for rep in reps:
                     coords = list(mesh.coords(rep))
                     coords[pipe] = other
-                    if mesh.device(tuple(coords)) not in mine:
-                        self.active, self.why = False, "a lane's pipeline counterpart is no representative"
+                    if mesh.device(tuple(coords)) not in mine:  # (then one program per orbit: no lanes)
+                        self._lanes, self.lead_of = {}, {}
                         return
             self._lanes[reps[0]] = reps
             self.lead_of.update(dict.fromkeys(reps, reps[0]))
 
     def lanes(self) -> dict[Any, list[Any]]:
         """Each program's chip -> its lanes (the stage's orbit representatives, its own first); empty: inactive."""
-        return self._lanes if self.active else {}
+        return self._lanes if self.active else {}  # (empty too where it found none: an orbit run then)
 
     @property
     def arrivals(self) -> int:
         """One program a stage reaches a collective."""
-        return 1 if self.active else super().arrivals
+        return 1 if self.active and self._lanes else super().arrivals
 
     @property
     def counter_scale(self) -> int:
         """A program's chip's counters stand for its stage's every chip."""
-        return self.per_stage * len(next(iter(self._lanes.values()))) if self.active else super().counter_scale
+        if not (self.active and self._lanes):
+            return super().counter_scale
+        return self.per_stage * len(next(iter(self._lanes.values())))
 
     def chips(self) -> list[Any]:
         """The chips whose programs run: each stage's first orbit representative, in chip order."""
-        if not self.active:
+        if not (self.active and self._lanes):
             return super().chips()
         return list(self._lanes)
 
@@ -350,7 +352,7 @@ class LockstepSymmetry(OrbitSymmetry):
 
     def upper_bound(self, per_chip: dict[Any, dict[str, float]]) -> float:
         """`OrbitSymmetry.upper_bound` with every lane's compute units its program's chip's."""
-        if not self.active:
+        if not (self.active and self._lanes):
             return super().upper_bound(per_chip)
         merged = dict(per_chip)
         for rep, lead in self.lead_of.items():
@@ -361,7 +363,7 @@ class LockstepSymmetry(OrbitSymmetry):
 
     def timeline_chip(self, peak: dict[Any, float], stage_of: dict[Any, int]) -> Any:
         """`OrbitSymmetry.timeline_chip`, every lane's peak its program's chip's."""
-        if not self.active:
+        if not (self.active and self._lanes):
             return super().timeline_chip(peak, stage_of)
         return super().timeline_chip({rep: peak[lead] for rep, lead in self.lead_of.items() if lead in peak},
                                      stage_of)
