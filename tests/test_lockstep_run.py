@@ -80,3 +80,22 @@ def test_a_traced_orbit_run_is_not_in_lockstep():
     """With a trace, spans would show every lane at its program's instants: one program per orbit runs."""
     fast, _ = _step("nodes:16:2", True, trace=True)
     assert fast.reruns == ["mixed", "orbits"] and not isinstance(fast.sym, LockstepSymmetry)
+
+
+def test_an_interleaved_lockstep_run_gives_the_full_simulations_figures():
+    """Interleaved stages (the 16k step's schedule): the last stage's chunk sends on to the first stage."""
+    from simulator.hardware.specs import get_chip
+    from simulator.workloads.plans.layout import parse_plan_mesh
+    from simulator.workloads.plans.step import simulate_step
+    from simulator.workloads.plans.train import TrainOptions
+
+    cfg, mesh, topology, _ = CASES["nodes:16:2"]
+    opts = TrainOptions(microbatches=4, schedule="interleaved", virtual_stages=2)
+
+    def step(fast):
+        return simulate_step(cfg, get_chip("h100"), parse_plan_mesh(mesh), opts, 64, 128, topology, trace=False,
+                             calibrated=True, fast=fast)
+    (sim, exact), (fast, quick) = step(False), step(True)
+    assert fast.reruns == ["mixed", "orbits"] and isinstance(fast.sym, LockstepSymmetry) and fast.sym.lanes()
+    assert_same(exact, quick)
+    assert sim.system.network.link_bytes() == pytest.approx(fast.system.network.link_bytes(), rel=1e-12)
