@@ -186,6 +186,12 @@ class OrbitSymmetry(Symmetry):
         ``arrived`` when it arrives."""
         if not self.active:
             return super().send(chip, nbytes, label, counterpart, arrived)
+        routes, order = self._orbit_routes(chip, nbytes, counterpart)
+        self._send_on_quotient(chip, ([(chip, routes[chip])], order), nbytes, label, None, arrived)
+
+    def _orbit_routes(self, chip: Any, nbytes: float, counterpart: Callable[[Any], Any]) -> tuple[dict, int]:
+        """Each representative of ``chip``'s stage -> its send's route on G's representative links (and the links
+        it crosses, by kind), and G's order: the stage's quotient of sends (`_send_quotient`, kept)."""
         self._sending = True  # (a representative sends its own orbit's: on G)
         try:
             found = self._send_quotient(chip, nbytes, counterpart)
@@ -195,7 +201,7 @@ class OrbitSymmetry(Symmetry):
         routes = self._send_routes.get(id(found))
         if routes is None:
             routes = self._send_routes[id(found)] = dict(found[0])
-        self._send_on_quotient(chip, ([(chip, routes[chip])], found[1]), nbytes, label, [], arrived)
+        return routes, found[1]
 
     def finish(self, trace: Any) -> None:
         """`Symmetry.finish`, and every link of the orbits under W of the channels run on W given their bytes and
@@ -311,39 +317,10 @@ class LockstepSymmetry(OrbitSymmetry):
                    arrived: list[Callable[[Any], None]]) -> None:
         """Every lane of program ``chip`` sends its orbit's message (`OrbitSymmetry.send`, lane by lane: its own
         route's representative links, its bytes counted for its orbit); ``arrived[i]`` when lane i's arrives. The
-        stage's quotient of sends is looked up once for all lanes, and plain routes cut through without a process
-        (`aggregate.cut_through`), as `Symmetry._send_on_quotient` sends them."""
-        from simulator.acceleration import aggregate
-
-        lanes = self._lanes[chip]
-        self._sending = True  # (a representative sends its own orbit's: on G)
-        try:
-            found = self._send_quotient(chip, nbytes, counterpart)
-        finally:
-            self._sending = False
-        assert found is not None, "an orbit run's sends run on its group's quotient (else it stops: `Rerun`)"
-        routes = self._send_routes.get(id(found))
-        if routes is None:
-            routes = self._send_routes[id(found)] = dict(found[0])
-        net, order = self._net(), found[1]
-        trace, plain_net = net.trace, net.switching == "cut_through"
-        for lane, then in zip(lanes, arrived, strict=True):
-            route = routes[lane]
-            if route is None or nbytes <= 0:  # (a chip sending to itself)
-                self._send_on_quotient(lane, ([(lane, route)], order), nbytes, label, [], then)
-                continue
-            links, kinds = route
-            if not (len(links) == 1 or plain_net) or not all(
-                    c.aggregates and getattr(c, "noise", None) is None for c in links):
-                self._send_on_quotient(lane, ([(lane, route)], order), nbytes, label, [], then)
-                continue
-            if trace is not None:
-                for kind, count in kinds:
-                    trace.count(kind, nbytes * count * order)
-            if len(links) == 1:
-                links[0].send(nbytes, label, "send", then, None)
-            else:
-                aggregate.cut_through(net, links, nbytes, label, then, None)
+        stage's quotient of sends is looked up once for all lanes."""
+        routes, order = self._orbit_routes(chip, nbytes, counterpart)
+        for lane, then in zip(self._lanes[chip], arrived, strict=True):
+            self._send_on_quotient(lane, ([(lane, routes[lane])], order), nbytes, label, None, then)
 
     def unlock(self, why: str) -> None:
         """Stop the run (`Rerun`): the lanes are apart where they cannot be (``unlocked``)."""

@@ -66,6 +66,10 @@ RING_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 TIME_TOLERANCE = 1e-12  #: relative: arrivals of a symmetric stage's transfers agree to float rounding
 
 
+def _nothing(_arg: Any) -> None:
+    """A callback that does nothing."""
+
+
 def why_not_symmetric(system: System, mesh: Any) -> str | None:
     """Why a step on ``system`` cannot be simulated by representatives (None: it can)."""
     if mesh is None or system.network is None:
@@ -477,16 +481,16 @@ class Symmetry(NodeQuotients):
         self._sends[key] = found
         return found
 
-    def _send_on_quotient(self, chip: Any, found: Any, nbytes: float, label: str, times: list[float],
+    def _send_on_quotient(self, chip: Any, found: Any, nbytes: float, label: str, times: list[float] | None,
                           arrived: Callable[[Any], None]) -> None:
         """Each representative's send of `_send_quotient` on its route's representative channels, as
         `Network.message` sends it (one channel, or cut through several: on plain channels without a process,
         `aggregate.cut_through`, the same floats), its bytes counted for its whole orbit; ``arrived`` on ``chip``'s
-        (a representative: its orbit's smallest chip), every arrival kept."""
+        (a representative: its orbit's smallest chip), every arrival kept in ``times`` (None: not kept, one send)."""
         net, replays = self._net(), self.replays
         trace = net.trace
         sends, order = found
-        noted = self._noted(times, len(sends))
+        noted = self._noted(times, len(sends)) if times is not None else _nothing
         plain_net = net.switching == "cut_through"
         for src, route in sends:
             if route is None:  # (a chip sending to itself)
@@ -502,10 +506,13 @@ class Symmetry(NodeQuotients):
             mine = src == chip
             if not replays.enabled and nbytes > 0 and (len(links) == 1 or plain_net) and all(
                     c.aggregates and getattr(c, "noise", None) is None for c in links):
-                def then(_arg: Any, mine: bool = mine) -> None:
-                    noted(None)
-                    if mine:
-                        arrived(None)
+                if times is None:
+                    then: Callable[[Any], None] = arrived if mine else _nothing
+                else:
+                    def then(_arg: Any, mine: bool = mine) -> None:
+                        noted(None)
+                        if mine:
+                            arrived(None)
                 if len(links) == 1:
                     links[0].send(nbytes, label, "send", then, None)
                 else:
