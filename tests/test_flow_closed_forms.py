@@ -11,9 +11,8 @@ nodes:4:8 at 1 MB, 64 MB and 1 GB).
 """
 from __future__ import annotations
 
-import math
-
 import pytest
+from fluid_oracle import brute_fluid
 
 from simulator.collectives import run_collective
 from simulator.collectives.timing import shared_ring_time
@@ -27,35 +26,6 @@ def _all_to_all_chains(n: int) -> tuple[list[list[int]], list[list[float]]]:
             [[float(n - 1 - k) for k in range(n - 1)] for _ in range(n)])
 
 
-def _brute(hops: list[tuple[float, float]], ports: list[int], s: float, chains: list[list[int]],
-           sizes: list[list[float]]) -> float:
-    """An independent fluid run: every flow's bytes left updated at every event (no virtual clock, no heap), a
-    port's flows each at its rate over their number; a chain's next hop joins its port the hop's latency after
-    the previous hop's bytes have left theirs."""
-    now, last = 0.0, 0.0
-    waiting = [(hops[c[0]][0], o, 0) for o, c in enumerate(chains)]  # (join time, chain, hop within the chain)
-    flows: dict[tuple[int, int], float] = {}  # (chain, hop within it) -> bytes left
-    while waiting or flows:
-        count = {p: sum(1 for o, h in flows if ports[chains[o][h]] == p) for p in set(ports)}
-        rate = {f: hops[chains[f[0]][f[1]]][1] / count[ports[chains[f[0]][f[1]]]] for f in flows}
-        end = min(((left / rate[f], f) for f, left in flows.items()), default=(math.inf, None))
-        join = min(waiting, default=(math.inf, 0, 0))
-        dt = min(end[0], join[0] - now)
-        for f in flows:
-            flows[f] -= dt * rate[f]
-        now += dt
-        if end[1] is not None and end[0] <= join[0] - (now - dt):
-            o, h = end[1]
-            del flows[end[1]]
-            if h + 1 < len(chains[o]):
-                waiting.append((now + hops[chains[o][h + 1]][0], o, h + 1))
-            last = max(last, now)
-        else:
-            waiting.remove(join)
-            flows[(join[1], join[2])] = s * sizes[join[1]][join[2]]
-    return last
-
-
 @pytest.mark.parametrize(("hops", "ports"), [
     ([(1e-6, 400e9)] * 7 + [(5e-6, 50e9)], list(range(8))),  # one slow hop, every hop its own port
     (([(2e-6, 450e9)] * 7 + [(5e-6, 50e9)]) * 2, [0] * 7 + [1] + [2] * 7 + [3]),  # ring 0 of nodes:2:8, ideal
@@ -67,7 +37,7 @@ def test_unequal_bundles_are_the_fluid_model(hops: list[tuple[float, float]], po
     against the brute-force fluid run, and above the busiest port's work plus one latency."""
     chains, sizes = _all_to_all_chains(len(hops))
     t = shared_ring_time(hops, ports, s, chains, sizes)
-    assert t == pytest.approx(_brute(hops, ports, s, chains, sizes), rel=1e-9)
+    assert t == pytest.approx(brute_fluid(hops, ports, s, chains, sizes), rel=1e-9)
     carried = {p: 0.0 for p in ports}
     for chain, size in zip(chains, sizes, strict=True):
         for k, z in zip(chain, size, strict=True):

@@ -10,10 +10,10 @@ fair-shared channels, run on the full or quotient schedule), which this module n
 """
 from __future__ import annotations
 
-import math
 from functools import cache
 
 import pytest
+from fluid_oracle import brute_fluid
 
 from simulator.collectives import run_collective
 from simulator.collectives.timing import shared_ring_time
@@ -83,33 +83,6 @@ def test_one_shared_port_carries_every_byte() -> None:
     assert shared_ring_time([(0.0, b)] * n, [0] * n, s) == pytest.approx(n * (n - 1) * s / b, rel=1e-9)
 
 
-def _brute(hops: list[tuple[float, float]], ports: list[int], s: float) -> float:
-    """An independent fluid run of the same model: every flow's bytes left updated at every event (O(flows) an
-    event, as `simulator.engine.channel.ListChannel` does), no virtual clock and no join-order shortcut."""
-    n, now, last = len(hops), 0.0, 0.0
-    waiting = [(hops[o][0], o, 1) for o in range(n)]  # (join time, chain, hop)
-    flows: dict[tuple[int, int], float] = {}  # (chain, hop) -> bytes left
-    while waiting or flows:
-        count = {p: sum(1 for (o, h) in flows if ports[(o + h - 1) % n] == p) for p in set(ports)}
-        rate = {f: hops[(f[0] + f[1] - 1) % n][1] / count[ports[(f[0] + f[1] - 1) % n]] for f in flows}
-        end = min(((left / rate[f], f) for f, left in flows.items()), default=(math.inf, None))
-        join = min(waiting, default=(math.inf, 0, 0))
-        dt = min(end[0], join[0] - now)
-        for f in flows:
-            flows[f] -= dt * rate[f]
-        now += dt
-        if end[1] is not None and end[0] <= join[0] - (now - dt):
-            o, h = end[1]
-            del flows[end[1]]
-            if h < n - 1:
-                waiting.append((now + hops[(o + h) % n][0], o, h + 1))
-            last = max(last, now)
-        else:
-            waiting.remove(join)
-            flows[(join[1], join[2])] = s
-    return last
-
-
 @pytest.mark.parametrize(("hops", "ports"), [
     ([(1e-6, 400e9)] * 15 + [(5e-6, 50e9)], list(range(16))),  # one slow hop, every hop its own port
     (([(2e-6, 450e9)] * 7 + [(5e-6, 50e9)]) * 2, [0] * 7 + [1] + [2] * 7 + [3]),  # ring 0 of nodes:2:8, ideal
@@ -120,7 +93,7 @@ def test_shared_ring_time_is_the_fluid_model(hops: list[tuple[float, float]], po
     """`shared_ring_time` against an independent fluid run, and above the two bounds any ring phase has: the
     busiest port's work plus one latency, and the longest chain's latencies and bytes at the full rate."""
     t = shared_ring_time(hops, ports, s)
-    assert t == pytest.approx(_brute(hops, ports, s), rel=1e-9)
+    assert t == pytest.approx(brute_fluid(hops, ports, s), rel=1e-9)
     n = len(hops)
     work = max(sum(n - 1 for q in ports if q == p) * s / hops[ports.index(p)][1] for p in set(ports))
     chain = max(sum(hops[(o + k) % n][0] + s / hops[(o + k) % n][1] for k in range(n - 1)) for o in range(n))
