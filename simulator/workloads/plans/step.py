@@ -75,10 +75,11 @@ class TrainStep:
         self.sym = executor(fast).symmetry(self.system, self.mesh, self.stage_of, not moe, self._axis_sets(),
                                            Attempt(fast, quotients, replay, avoid, node_allowed, orbits,
                                                                    lockstep), shared)
-        #: a lockstep run's programs (`orbit_run.LockstepSymmetry`): each stands for its stage's orbit representatives
-        #: (its lanes); each lane's offset (s, <= 0) from the program's clock, None where every lane is in step
+        #: a lockstep run's programs (`orbit_run.LockstepSymmetry`): each program's chip -> the stage's orbit
+        #: representatives it stands for (its lanes, its own first); empty: one chip a program
         self.lanes: dict[Any, list[Any]] = self.sym.lanes()
         self._lane_at = {lane: (lead, j) for lead, group in self.lanes.items() for j, lane in enumerate(group)}
+        #: each lockstep program's lanes' offsets (s, <= 0) from its clock (the latest lane's); None: all in step
         self._skew: dict[Any, list[float] | None] = {}
         self._fired: dict[simpy.Event, float] = {}  #: (lockstep) each collective's completion instant (s)
         self.lanes_apart = 0  #: (lockstep) receives after which a program's lanes were apart
