@@ -204,7 +204,8 @@ def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, 
     listed = [(way.score(alt.get("ideal_time_s", alt["time_s"])), i, rank,
                {**alt, "route": way.label} if way.label else dict(alt))
               for i, (way, other, _, _) in enumerate(tuned) for rank, alt in enumerate(other.alternatives)]
-    candidates = sorted((c for c in listed if c[2] < 2), key=lambda c: (c[0], c[1]))
+    per_way = 2 if len(tuned) > 1 else fault_routes.TRIALS  # each way's best two; one way alone: its first TRIALS
+    candidates = sorted((c for c in listed if c[2] < per_way), key=lambda c: (c[0], c[1]))
     best = _settle(candidates, tuned)
     tried = _worth_trying(candidates, tuned) \
         if (len(tuned) > 1 or not ways[0].exact) and fault_routes.trials_apply(system, data) else []
