@@ -108,6 +108,8 @@ class DetourSplit(Algorithm):
             _merge(s, sub)
 
     def closed_form(self, job: Job) -> float:
+        if "x" not in job.cache:  # a job moved onto priced links (`protocol._on` empties the cache)
+            self.prepare(job)
         net, kind = job.net, job.kind
         g, _, line_group = job.cache["broken"]
         x = job.cache["x"]

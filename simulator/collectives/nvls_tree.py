@@ -125,7 +125,11 @@ class NvlsTree(Algorithm):
         if chip not in NVLS_CHIPS:
             return f"chip {chip!r} has no NVLink SHARP switch (NVLS chips: {', '.join(NVLS_CHIPS)})"
         levels = two_levels(net, groups[0])
-        return levels if isinstance(levels, str) else None
+        if isinstance(levels, str):
+            return levels
+        cut = [c for g in groups for c in g.members.values()
+               if not any(d.get("kind") == "nvlink" for d in net.graph.succ[c].values())]
+        return f"chip {cut[0]} has no NVLink to its node's switch (a dead link)" if cut else None
 
     def parts(self, kind: str, group: Group, multi_axis: str) -> int:
         return 2 * CHUNKS

@@ -167,6 +167,8 @@ class SlowChipLine(Algorithm):
 
     def closed_form(self, job: Job) -> float:
         """The slow chip's ring as below; the other rings (on links of their own) as the bidirectional ring."""
+        if "others" not in job.cache:  # a job moved onto priced links (`protocol._on` empties the cache)
+            self.prepare(job)
         others = job.cache["others"]
         rest = get_algorithm("bidirectional").closed_form(others) if others is not None else 0.0
         return max(rest, self._slow_ring(job))

@@ -114,6 +114,8 @@ class SplitRing(Algorithm):
             _merge(s, sub)
 
     def closed_form(self, job: Job) -> float:
+        if "split" not in job.cache:  # a job moved onto priced links (`protocol._on` empties the cache)
+            self.prepare(job)
         net, group, kind = job.net, job.group, job.kind
         n = group.n
         i, _, x = job.cache["split"]
