@@ -89,6 +89,11 @@ class Representatives(Protocol):
         """Stop a lockstep run whose lanes are apart at a send (`Rerun`)."""
         ...
 
+    @property
+    def foresees(self) -> bool:
+        """Whether `foresee` would check anything (else the step need not list its collectives)."""
+        ...
+
     def foresee(self, collectives: list[tuple[str, float, tuple[str, ...], int, dict[str, Any]]]) -> None:
         """Collectives the step will start (kind, bytes, axes, stage, ``exact``), checked early where that helps."""
         ...

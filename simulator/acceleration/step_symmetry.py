@@ -158,6 +158,12 @@ class Symmetry(NodeQuotients):
         self._ahead: list[tuple[str, float, tuple[str, ...], int, dict[str, Any]]] = []  #: collectives ahead
         self._foreseen: dict[tuple, Any] = {}  #: their quotients on the step's group, found when it was chosen
 
+    @property
+    def foresees(self) -> bool:
+        """Whether `foresee` would check anything: on GPU nodes, before the step's group is chosen (an orbit run's
+        group is given)."""
+        return bool(self.node_quotients and self.node_action is None and self._first is None)
+
     def foresee(self, collectives: list[tuple[str, float, tuple[str, ...], int, dict[str, Any]]]) -> None:
         """Collectives the step will start, (kind, bytes, axes, stage, `start`'s ``exact``): on GPU nodes each is
         checked on the step's group as soon as that is chosen (`_chosen`), so that a run one of them would stop

@@ -420,8 +420,9 @@ class TrainStep:
         and reports the whole system's figures; `Symmetry.broken` then says whether it must rerun in full.
         """
         self._index = {c.index: i for i, c in enumerate(self.system.chips)}
-        if self.sym.active and self.p > 1:
-            self.sym.foresee(self._ahead())
+        if self.sym.active and self.p > 1 and self.sym.foresees:
+            with gc_paused():  # (every stage's groups: tens of thousands of objects, no garbage cycles)
+                self.sym.foresee(self._ahead())
         for chip in self.sym.chips():
             state = per_chip_memory(self.cfg, self.plan, self.opts, self.batch, self.seq, self.stage_of[chip])
             self._mem(chip, state["params_bytes"] + state["grads_bytes"] + state["optimizer_bytes"])
