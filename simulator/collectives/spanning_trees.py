@@ -29,6 +29,8 @@ wrap (a corner of ``slice:8x16`` has 3 links, a root of ``torus:2x4x4`` 5). `gre
 position has fewer links in -- breadth first, all at once, and is used where it has more trees, or as
 many and shallower: depth 5 / 11 / 23 on 4x4 / 8x8 / 16x16 tori (ways: 7 / 15 / 31), 15 on 8x8x8 (22),
 22 with 3 trees on ``slice:8x16`` (2 trees before), 6 with 5 trees on ``torus:2x4x4`` (3 trees before).
+`shallower` then re-deals each position's links in among the trees (swaps and 3-cycles that keep every tree
+a tree): depth 5 / 10 / 17 on 4x4 / 8x8 / 16x16 (diameter 4 / 8 / 16), 13 on 8x8x8 (12), 33 on 32x32.
 
 Reduce runs the same trees backwards (`SpanningTrees._reduce_group`): each position adds what its
 children sent of a piece into its own and sends the sum to its parent, pieces in order on each link; the
@@ -45,8 +47,8 @@ use, which the closed form does not count.
 Default pieces (`SpanningTrees.default_chunks`): the count that minimises that time, about
 ``sqrt((depth - 1) V / (d b alpha))`` per tree, within `TRANSFER_BUDGET` transfers (each piece crosses
 every device once); where that budget leaves fewer than `FILL` x (depth - 1) per tree (the fill then a
-quarter of the bandwidth term, 1.25x), that many, within `MAX_TRANSFERS`. At 1 GB on tpu-v5e: 16x16
-1.27x the bound (88 pieces per tree, 90,000 transfers), 8x8x8 1.27x (56 per tree, 172,000 transfers,
+sixth of the bandwidth term, 1.17x), that many, within `MAX_TRANSFERS`. At 1 GB on tpu-v5e: 16x16
+1.19x the bound (96 pieces per tree, 98,000 transfers), 8x8x8 1.20x (65 per tree, 200,000 transfers,
 several seconds to simulate); ``chunks`` up to 10,000 pieces goes further.
 """
 from __future__ import annotations
@@ -66,10 +68,12 @@ from simulator.engine.network import Network
 
 Pos = tuple[int, ...]
 TRANSFER_BUDGET = 50_000  #: default pieces stop where the schedule would pass this many transfers (about 1 s)...
-FILL = 4  #: ...unless that leaves fewer than FILL x (depth - 1) per tree (fill over a quarter of the bandwidth term)
+FILL = 6  #: ...unless that leaves fewer than FILL x (depth - 1) per tree (fill over a sixth of the bandwidth term)
 MAX_TRANSFERS = 200_000  #: ...which may take the schedule up to this many transfers (several seconds)
 MAX_PIECES = 10_000  #: as `simulator.collectives.api.MAX_CHUNKS`
 START_TRIES = 6  #: choices of the trees' first links `greedy_forest` tries
+BOTH_UP_TO = 256  #: on groups of at most this many positions `shallower` re-deals the ways forest too
+SHALLOW_BUDGET = 20_000_000  #: positions `shallower` may look at (in subtrees) before it stops
 
 
 def rings(group: Group) -> tuple[bool, ...]:
@@ -213,7 +217,96 @@ def _shape_trees(sizes: tuple[int, ...], wraps: tuple[bool, ...],
         deepest = (max(max(ds.values()) for _, ds in forest) for forest in (mine, out))
         if len(mine) > len(out) or (len(mine) == len(out) and next(deepest) < next(deepest)):
             out = mine
-    return tuple(out)
+    near = {x: _neighbours(sizes, wraps, x) for x in itertools.product(*(range(k) for k in sizes))}
+    starts = [[parents for parents, _ in out]]
+    if greedy is not None and len(greedy) == len(ways) and len(near) <= BOTH_UP_TO:
+        starts.append(ways if starts[0][0] is not ways[0] else greedy)  # small groups: both, keep the shallower
+    best = None
+    for start in starts:
+        forest = [(parents, depths(parents, root)) for parents in shallower(start, root, near)]
+        key = (max(max(ds.values()) for _, ds in forest), sum(sum(ds.values()) for _, ds in forest))
+        if best is None or key < best[0]:
+            best = (key, forest)
+    assert best is not None
+    return tuple(best[1])
+
+
+def shallower(forest: list[dict[Pos, Pos]], root: Pos, near: dict[Pos, list[Pos]],
+              budget: int = SHALLOW_BUDGET) -> list[dict[Pos, Pos]]:
+    """The forest with its trees' links into each position re-dealt among the trees, to make them shallower.
+
+    A move, at one position x, hands the links into x that some trees use round among two or three of them (a
+    swap or a 3-cycle), or hands one tree's link into x for one that no tree uses; it is taken where no tree
+    gets a cycle (x's new parent is not below x in that tree) and the trees' depths get better: fewer positions
+    at the deepest depth (in all trees together), else fewer at the next depth, and so on (each (tree, position)
+    at depth h weighs ``B ** h`` with ``B`` above the positions' count). Each link into x stays with at most
+    one tree and each tree keeps one link into x, so the forest stays arc-disjoint and spanning. Passes over
+    every position repeat until none helps or ``budget`` positions have been visited by the subtrees looked
+    at. On tori it takes the trees from about 1.45x the diameter deep to the diameter + 1 or + 2 (depth 9 /
+    18 / 14 on 8x8 / 16x16 / 8x8x8, diameter 8 / 16 / 12).
+    """
+    d = len(forest)
+    parents = [dict(p) for p in forest]
+    if d == 0 or not parents[0]:
+        return parents
+    kids: list[dict[Pos, list[Pos]]] = [defaultdict(list) for _ in range(d)]
+    for t in range(d):
+        for x, p in parents[t].items():
+            kids[t][p].append(x)
+    depth = [depths(p, root) for p in parents]
+    weight = 4 * len(near)
+    moves: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # (trees, who takes whose link)
+    for r in (2, 3):
+        for ts in itertools.combinations(range(d), r):
+            moves.extend((ts, p) for p in itertools.permutations(range(r)) if all(p[i] != i for i in range(r)))
+
+    def below(t: int, x: Pos) -> list[Pos]:
+        out, todo = [], [x]
+        while todo:
+            y = todo.pop()
+            out.append(y)
+            todo.extend(kids[t][y])
+        return out
+
+    def apply(t: int, x: Pos, new: Pos, under: list[Pos], shift: int) -> None:
+        kids[t][parents[t][x]].remove(x)
+        kids[t][new].append(x)
+        parents[t][x] = new
+        for y in under:
+            depth[t][y] += shift
+
+    spent = 0
+    positions = sorted(parents[0])
+    while spent < budget:
+        better = False
+        for x in positions:
+            held = [parents[t][x] for t in range(d)]
+            unused = [u for u in near[x] if u not in held]
+            tries = [(ts, tuple(held[ts[i]] for i in p)) for ts, p in moves]
+            tries += [((t,), (u,)) for t in range(d) for u in unused if u == root or u in depth[t]]
+            subtrees: dict[int, list[Pos]] = {}
+            inside: dict[int, set[Pos]] = {}
+            for ts, news in tries:
+                shifts = [depth[t][new] + 1 - depth[t][x] for t, new in zip(ts, news, strict=True)]
+                if min(shifts) >= 0:
+                    continue  # no tree gets shallower
+                for t in ts:
+                    if t not in subtrees:
+                        subtrees[t] = below(t, x)
+                        inside[t] = set(subtrees[t])
+                        spent += len(subtrees[t])
+                if any(new in inside[t] for t, new in zip(ts, news, strict=True)):
+                    continue
+                gain = sum(weight ** (depth[t][y] + s) - weight ** depth[t][y]
+                           for t, s in zip(ts, shifts, strict=True) for y in subtrees[t])
+                if gain < 0:
+                    for t, new, s in zip(ts, news, shifts, strict=True):
+                        apply(t, x, new, subtrees[t], s)
+                    better = True
+                    break
+        if not better:
+            break
+    return parents
 
 
 def shape_trees(group: Group, root: Pos) -> tuple[tuple[dict[Pos, Pos], dict[Pos, int]], ...]:
@@ -242,7 +335,7 @@ class SpanningTrees(Algorithm):
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
         """Pieces per tree that minimise the closed form within `TRANSFER_BUDGET` transfers, or where that
-        budget leaves fewer than `FILL` x (depth - 1), that many (1.25x the bandwidth term) within
+        budget leaves fewer than `FILL` x (depth - 1), that many (1.17x the bandwidth term) within
         `MAX_TRANSFERS`; numeric mode: one per tree. Gather and Scatter move shards (one part per tree): 1."""
         group = groups[0]
         if kind in ("gather", "scatter"):
