@@ -67,6 +67,7 @@ from simulator.collectives.timing import chain_time, route_latency
 from simulator.engine.network import Network
 
 Pos = tuple[int, ...]
+Forest = tuple[tuple[dict[Pos, Pos], dict[Pos, int]], ...]
 TRANSFER_BUDGET = 50_000  #: default pieces stop where the schedule would pass this many transfers (about 1 s)...
 FILL = 6  #: ...unless that leaves fewer than FILL x (depth - 1) per tree (fill over a sixth of the bandwidth term)
 MAX_TRANSFERS = 200_000  #: ...which may take the schedule up to this many transfers (several seconds)
@@ -365,9 +366,10 @@ class SpanningTrees(Algorithm):
 
     def _build_group(self, job: Job, group: Group, s: Schedule) -> None:
         forest = shape_trees(group, job.root_pos)
-        d, members, add = len(forest), group.members, s.add
+        members, add = group.members, s.add
+        dealt = deal(job, group, forest)
         for t, (parents, depth) in enumerate(forest):
-            pieces = range(t, job.chunks, d)
+            pieces = dealt[t]
             if not pieces:
                 continue
             keys = [(("piece", j),) for j in pieces] if job.numeric else None
@@ -392,9 +394,9 @@ class SpanningTrees(Algorithm):
         """The broadcast run backwards: each position adds what its children sent of piece j into its own,
         then sends the sum to its parent, pieces in order on each link."""
         forest = shape_trees(group, job.root_pos)
-        d = len(forest)
+        dealt = deal(job, group, forest)
         for t, (parents, depth) in enumerate(forest):
-            pieces = range(t, job.chunks, d)
+            pieces = dealt[t]
             into: dict[tuple[Pos, int], list[int]] = defaultdict(list)  # (position, piece) -> its children's sums
             for x in sorted(parents, key=lambda y: -depth[y]):
                 p, src, dst = parents[x], group.members[x], group.members[parents[x]]
@@ -407,23 +409,76 @@ class SpanningTrees(Algorithm):
 
     def closed_form(self, job: Job) -> float:
         """The slowest tree's deepest chain (`chain_time` of its pieces); Reduce is the same chains run
-        backwards (each link again carries one tree's pieces in order), so the same time."""
+        backwards (each link again carries one tree's pieces in order), so the same time. The pieces are
+        dealt as `deal` deals them."""
         group, net = job.group, job.net
         forest = shape_trees(group, job.root_pos)
         if job.kind in ("gather", "scatter"):
             return tree_gather.gather_time(job, forest, lambda u, v, b: _hop(net, u, v, b))
-        d, worst = len(forest), 0.0
-        for t, (parents, depth) in enumerate(forest):
-            c = len(range(t, job.chunks, d))
-            if c == 0:
-                continue
-            cost: dict[Pos, list[float]] = {job.root_pos: []}
-            for x in sorted(parents, key=depth.__getitem__):
-                ends = (group.members[x], group.members[parents[x]])
-                hop = _hop(net, *(ends if job.kind == "reduce" else ends[::-1]), job.key_bytes)
-                cost[x] = cost[parents[x]] + [hop]
-                worst = max(worst, chain_time(cost[x], c))
-        return worst
+        return _forest_time(job, group, forest, [len(p) for p in deal(job, group, forest)])
+
+
+def _forest_time(job: Job, group: Group, forest: Forest, counts: list[int]) -> float:
+    """Seconds until the last position has its last piece, tree t carrying ``counts[t]`` pieces of
+    ``job.key_bytes`` (each tree's deepest chain, `chain_time`)."""
+    worst = 0.0
+    for c, (parents, depth) in zip(counts, forest, strict=True):
+        if c == 0:
+            continue
+        cost: dict[Pos, list[float]] = {job.root_pos: []}
+        for x in sorted(parents, key=depth.__getitem__):
+            ends = (group.members[x], group.members[parents[x]])
+            hop = _hop(job.net, *(ends if job.kind == "reduce" else ends[::-1]), job.key_bytes)
+            cost[x] = cost[parents[x]] + [hop]
+            worst = max(worst, chain_time(cost[x], c))
+    return worst
+
+
+def tree_rates(job: Job, group: Group, forest: Forest) -> list[float]:
+    """Each tree's bottleneck, bytes/s: the slowest link on the route of any of its hops (parent to child for
+    Broadcast, child to parent for Reduce). No two trees share a link, so a tree's pieces flow at this rate."""
+    out = []
+    for parents, _ in forest:
+        rate = math.inf
+        for x, p in parents.items():
+            ends = (group.members[x], group.members[p])
+            src, dst = ends if job.kind == "reduce" else ends[::-1]
+            path = job.net.routes(src, dst)[0]
+            rate = min([rate] + [job.net.graph.edges[e]["bandwidth_bytes_per_s"]
+                                 for e in zip(path, path[1:], strict=False)])
+        out.append(rate)
+    return out
+
+
+def deal(job: Job, group: Group, forest: Forest) -> list[list[int]]:
+    """The pieces (indices into ``job.chunks``) each tree carries.
+
+    Even (piece j to tree j mod d) where the trees' bottlenecks (`tree_rates`) are alike. Where they differ
+    (a degraded link or a slow chip's cables in some tree), each tree's count is proportional to its
+    bottleneck rate (largest remainders; every tree keeps a piece while there are as many pieces as trees), so
+    the slow tree's link carries its share at its own rate: on ``torus:8`` with the root's cable at half speed
+    the shares are V/3 and 2V/3 and the time about V / (1.5 b) where an even split takes V / b. The uneven
+    deal is used only where its closed form (`_forest_time`) is below the even one's."""
+    d, chunks = len(forest), job.chunks
+    even = [list(range(t, chunks, d)) for t in range(d)]
+    if d < 2 or chunks <= d:
+        return even
+    rates = tree_rates(job, group, forest)
+    if max(rates) <= min(rates) * (1 + 1e-9) or not all(math.isfinite(r) and r > 0 for r in rates):
+        return even
+    share = [chunks * r / sum(rates) for r in rates]
+    counts = [max(1, math.floor(x)) for x in share]
+    while sum(counts) > chunks:  # the max(1, ...) floor took too many: trim the largest
+        counts[max(range(d), key=lambda t: counts[t] - share[t])] -= 1
+    for t in sorted(range(d), key=lambda t: counts[t] - share[t])[:chunks - sum(counts)]:
+        counts[t] += 1
+    if _forest_time(job, group, forest, counts) >= _forest_time(job, group, forest, [len(p) for p in even]):
+        return even
+    out: list[list[int]] = [[] for _ in range(d)]
+    for j in range(chunks):  # weighted round robin: the tree furthest behind its count next
+        t = min((t for t in range(d) if len(out[t]) < counts[t]), key=lambda t: ((len(out[t]) + 1) / counts[t], t))
+        out[t].append(j)
+    return out
 
 
 def _hop(net: Network, src: Any, dst: Any, piece_bytes: float) -> float:
