@@ -104,7 +104,8 @@ for _kind in ("all_gather", "reduce_scatter", "all_reduce"):
                                                   "slow one runs; hierarchical_pipelined overlaps them")
 _ROOT_ON_SLOW = ("the root (chip 0) sits on the slow cable: its trees take even shares of the array, so its "
                  "slow link carries V/2 at half speed (V / b) where an uneven split by link speed would allow "
-                 "V / (1.5 b), the bound -- open: uneven splits over spanning trees are not built")
+                 "V / (1.5 b), the bound -- open: uneven splits over spanning trees are built for Broadcast and "
+                 "Reduce (spanning_trees.deal), not for Gather and Scatter's shards")
 #: the faulted row (cable 0-1 at half speed): (kind, algorithm) -> reason
 FAULTED: dict[tuple[str, str], str] = {
     ("all_gather", "bidirectional"): "the ring through the slow cable: every step behind it waits (split_ring "
@@ -144,7 +145,8 @@ _AROUND_SLOW_CHIP = ("the ring through the slow chip: every step behind its half
                      "runs the other chips' line, the slow chip feeding both its ends; {auto})")
 _ROOT_SPLIT_SLOW_CHIP = ("the root (chip 0) splits the ring's chips evenly between its two trees; the side "
                          "through chip 3 crosses its half-speed cables -- open: uneven splits over spanning trees "
-                         "are not built")
+                         "are built for Broadcast and Reduce (spanning_trees.deal), not for Gather and Scatter's "
+                         "shards")
 SLOWCHIP: dict[tuple[str, str], str] = {
     **{(kind, "bidirectional"): _AROUND_SLOW_CHIP for kind in ("all_gather", "reduce_scatter", "all_reduce")},
     ("all_to_all", "dimension_order"): "chunks on their shortest routes, those through chip 3 over its half-speed "
