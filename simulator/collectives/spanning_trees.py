@@ -358,7 +358,8 @@ class SpanningTrees(Algorithm):
     def build(self, job: Job, schedule: Schedule) -> None:
         for group in job.groups:
             if job.kind in ("gather", "scatter"):
-                tree_gather.build(job, group, schedule, shape_trees(group, job.root_pos))
+                forest = shape_trees(group, job.root_pos)
+                tree_gather.build(job, group, schedule, forest, gather_shares(job, group, forest))
             elif job.kind == "reduce":
                 self._reduce_group(job, group, schedule)
             else:
@@ -414,7 +415,8 @@ class SpanningTrees(Algorithm):
         group, net = job.group, job.net
         forest = shape_trees(group, job.root_pos)
         if job.kind in ("gather", "scatter"):
-            return tree_gather.gather_time(job, forest, lambda u, v, b: _hop(net, u, v, b))
+            return tree_gather.gather_time(job, forest, lambda u, v, b: _hop(net, u, v, b),
+                                           gather_shares(job, group, forest))
         return _forest_time(job, group, forest, [len(p) for p in deal(job, group, forest)])
 
 
@@ -436,18 +438,39 @@ def _forest_time(job: Job, group: Group, forest: Forest, counts: list[int]) -> f
 
 def tree_rates(job: Job, group: Group, forest: Forest) -> list[float]:
     """Each tree's bottleneck, bytes/s: the slowest link on the route of any of its hops (parent to child for
-    Broadcast, child to parent for Reduce). No two trees share a link, so a tree's pieces flow at this rate."""
+    Broadcast and Scatter, child to parent for Reduce and Gather). No two trees share a link, so a tree's
+    pieces flow at this rate."""
     out = []
     for parents, _ in forest:
         rate = math.inf
         for x, p in parents.items():
             ends = (group.members[x], group.members[p])
-            src, dst = ends if job.kind == "reduce" else ends[::-1]
+            src, dst = ends if job.kind in ("reduce", "gather") else ends[::-1]
             path = job.net.routes(src, dst)[0]
             rate = min([rate] + [job.net.graph.edges[e]["bandwidth_bytes_per_s"]
                                  for e in zip(path, path[1:], strict=False)])
         out.append(rate)
     return out
+
+
+def gather_shares(job: Job, group: Group, forest: Forest) -> list[float] | None:
+    """Gather/Scatter in timing mode: the fraction of every shard each tree carries, in proportion to the
+    trees' bottleneck rates (`tree_rates`) where those differ and that closed form
+    (`tree_gather.gather_time`) is below the even cut's; None: 1 / d each."""
+    d = len(forest)
+    if job.numeric or d < 2:
+        return None
+    rates = tree_rates(job, group, forest)
+    if max(rates) <= min(rates) * (1 + 1e-9) or not all(math.isfinite(r) and r > 0 for r in rates):
+        return None
+    shares = [r / sum(rates) for r in rates]
+
+    def hop(u: Any, v: Any, nbytes: float) -> float:
+        return _hop(job.net, u, v, nbytes)
+
+    if tree_gather.gather_time(job, forest, hop, shares) >= tree_gather.gather_time(job, forest, hop):
+        return None
+    return shares
 
 
 def deal(job: Job, group: Group, forest: Forest) -> list[list[int]]:
