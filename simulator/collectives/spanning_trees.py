@@ -436,14 +436,16 @@ def _forest_time(job: Job, group: Group, forest: Forest, counts: list[int]) -> f
     return worst
 
 
-def tree_rates(job: Job, group: Group, forest: Forest) -> list[float]:
+def tree_rates(job: Job, group: Group, forest: Forest, at_root: bool = False) -> list[float]:
     """Each tree's bottleneck, bytes/s: the slowest link on the route of any of its hops (parent to child for
     Broadcast and Scatter, child to parent for Reduce and Gather). No two trees share a link, so a tree's
-    pieces flow at this rate."""
+    pieces flow at this rate. ``at_root``: only the tree's hops at the root."""
     out = []
     for parents, _ in forest:
         rate = math.inf
         for x, p in parents.items():
+            if at_root and p != job.root_pos:
+                continue
             ends = (group.members[x], group.members[p])
             src, dst = ends if job.kind in ("reduce", "gather") else ends[::-1]
             path = job.net.routes(src, dst)[0]
@@ -455,14 +457,17 @@ def tree_rates(job: Job, group: Group, forest: Forest) -> list[float]:
 
 def gather_shares(job: Job, group: Group, forest: Forest) -> list[float] | None:
     """Gather/Scatter in timing mode: the fraction of every shard each tree carries, in proportion to the
-    trees' bottleneck rates (`tree_rates`) where those differ and that closed form
-    (`tree_gather.gather_time`) is below the even cut's; None: 1 / d each."""
+    trees' bottleneck rates (`tree_rates`) where those differ, each tree's slowest link is at the root (where
+    `tree_gather.gather_time` is exact: the root's link busy throughout; a slow hop deeper down it prices too
+    high to rank by), and that closed form is below the even cut's; None: 1 / d each."""
     d = len(forest)
     if job.numeric or d < 2:
         return None
     rates = tree_rates(job, group, forest)
     if max(rates) <= min(rates) * (1 + 1e-9) or not all(math.isfinite(r) and r > 0 for r in rates):
         return None
+    if any(r < root * (1 - 1e-9) for r, root in zip(rates, tree_rates(job, group, forest, True), strict=True)):
+        return None  # a slow hop below the root: the closed form prices every hop at it, too high to rank by
     shares = [r / sum(rates) for r in rates]
 
     def hop(u: Any, v: Any, nbytes: float) -> float:
