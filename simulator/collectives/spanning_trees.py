@@ -50,6 +50,13 @@ every device once); where that budget leaves fewer than `FILL` x (depth - 1) per
 sixth of the bandwidth term, 1.17x), that many, within `MAX_TRANSFERS`. At 1 GB on tpu-v5e: 16x16
 1.19x the bound (96 pieces per tree, 98,000 transfers), 8x8x8 1.20x (65 per tree, 200,000 transfers,
 several seconds to simulate); ``chunks`` up to 10,000 pieces goes further.
+
+Uneven shares (`deal`, `gather_shares`): where the trees' slowest links differ (a degraded cable, a slow
+chip's cables), tree t carries pieces (Gather/Scatter: a part of every shard) in proportion to its slowest
+link's rate, so the trees finish together; used only where that closed form is below the even split's (and,
+for Gather/Scatter, where every tree's slowest link is at the root, where `tree_gather.gather_time` is exact).
+On ``torus:8`` with the root's cable at half speed: Broadcast/Reduce 22.78 -> 15.50 ms against the bound
+V / (1.5 b) = 14.82 ms, Gather/Scatter 19.45 -> 12.97 ms (bound 12.96 ms).
 """
 from __future__ import annotations
 
