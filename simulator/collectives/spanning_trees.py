@@ -30,7 +30,8 @@ position has fewer links in -- breadth first, all at once, and is used where it 
 many and shallower: depth 5 / 11 / 23 on 4x4 / 8x8 / 16x16 tori (ways: 7 / 15 / 31), 15 on 8x8x8 (22),
 22 with 3 trees on ``slice:8x16`` (2 trees before), 6 with 5 trees on ``torus:2x4x4`` (3 trees before).
 `shallower` then re-deals each position's links in among the trees (swaps and 3-cycles that keep every tree
-a tree): depth 5 / 10 / 17 on 4x4 / 8x8 / 16x16 (diameter 4 / 8 / 16), 13 on 8x8x8 (12), 33 on 32x32.
+a tree): depth 5 / 10 / 17 on 4x4 / 8x8 / 16x16 (diameter 4 / 8 / 16), 13 on 8x8x8 (12), 33 on 32x32,
+25 on 16x16x16 (24; about 5 s, where `SHALLOW_BUDGET` stops it).
 
 Reduce runs the same trees backwards (`SpanningTrees._reduce_group`): each position adds what its
 children sent of a piece into its own and sends the sum to its parent, pieces in order on each link; the
@@ -81,7 +82,7 @@ MAX_TRANSFERS = 200_000  #: ...which may take the schedule up to this many trans
 MAX_PIECES = 10_000  #: as `simulator.collectives.api.MAX_CHUNKS`
 START_TRIES = 6  #: choices of the trees' first links `greedy_forest` tries
 BOTH_UP_TO = 256  #: on groups of at most this many positions `shallower` re-deals the ways forest too
-SHALLOW_BUDGET = 20_000_000  #: positions `shallower` may look at (in subtrees) before it stops
+SHALLOW_BUDGET = 2_000_000  #: positions `shallower` may look at (in subtrees) before it stops (a few seconds)
 
 
 def rings(group: Group) -> tuple[bool, ...]:
