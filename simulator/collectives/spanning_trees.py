@@ -30,7 +30,7 @@ position has fewer links in -- breadth first, all at once, and is used where it 
 many and shallower: depth 5 / 11 / 23 on 4x4 / 8x8 / 16x16 tori (ways: 7 / 15 / 31), 15 on 8x8x8 (22),
 22 with 3 trees on ``slice:8x16`` (2 trees before), 6 with 5 trees on ``torus:2x4x4`` (3 trees before).
 `shallower` then re-deals each position's links in among the trees (swaps and 3-cycles that keep every tree
-a tree): depth 5 / 10 / 17 on 4x4 / 8x8 / 16x16 (diameter 4 / 8 / 16), 13 on 8x8x8 (12), 33 on 32x32,
+a tree): depth 5 / 9 / 17 on 4x4 / 8x8 / 16x16 (diameter 4 / 8 / 16), 13 on 8x8x8 (12), 33 on 32x32,
 25 on 16x16x16 (24; about 5 s, where `SHALLOW_BUDGET` stops it).
 
 Reduce runs the same trees backwards (`SpanningTrees._reduce_group`): each position adds what its
@@ -82,6 +82,7 @@ MAX_TRANSFERS = 200_000  #: ...which may take the schedule up to this many trans
 MAX_PIECES = 10_000  #: as `simulator.collectives.api.MAX_CHUNKS`
 START_TRIES = 6  #: choices of the trees' first links `greedy_forest` tries
 BOTH_UP_TO = 256  #: on groups of at most this many positions `shallower` re-deals the ways forest too
+ORDERS_UP_TO = 64  #: ...and on groups of at most this many, greedy forests from `START_TRIES` orders of first links
 SHALLOW_BUDGET = 2_000_000  #: positions `shallower` may look at (in subtrees) before it stops (a few seconds)
 
 
@@ -230,6 +231,11 @@ def _shape_trees(sizes: tuple[int, ...], wraps: tuple[bool, ...],
     starts = [[parents for parents, _ in out]]
     if greedy is not None and len(greedy) == len(ways) and len(near) <= BOTH_UP_TO:
         starts.append(ways if starts[0][0] is not ways[0] else greedy)  # small groups: both, keep the shallower
+    if len(near) <= ORDERS_UP_TO:  # tiny groups: the greedy grown from other orders of the root's links too
+        for first in itertools.islice(itertools.permutations(near[root], len(out)), 1, START_TRIES):
+            grown = _grow(sizes, wraps, root, list(first))
+            if grown is not None:
+                starts.append(grown)
     best = None
     for start in starts:
         forest = [(parents, depths(parents, root)) for parents in shallower(start, root, near)]
@@ -251,8 +257,8 @@ def shallower(forest: list[dict[Pos, Pos]], root: Pos, near: dict[Pos, list[Pos]
     at depth h weighs ``B ** h`` with ``B`` above the positions' count). Each link into x stays with at most
     one tree and each tree keeps one link into x, so the forest stays arc-disjoint and spanning. Passes over
     every position repeat until none helps or ``budget`` positions have been visited by the subtrees looked
-    at. On tori it takes the trees from about 1.45x the diameter deep to the diameter + 1 or + 2 (depth 9 /
-    18 / 14 on 8x8 / 16x16 / 8x8x8, diameter 8 / 16 / 12).
+    at. On tori it takes the trees from about 1.45x the diameter deep to the diameter + 1 (depth 9 /
+    17 / 13 on 8x8 / 16x16 / 8x8x8, diameter 8 / 16 / 12).
     """
     d = len(forest)
     parents = [dict(p) for p in forest]
