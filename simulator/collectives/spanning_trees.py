@@ -471,9 +471,10 @@ def tree_rates(job: Job, group: Group, forest: Forest, at_root: bool = False) ->
 
 def gather_shares(job: Job, group: Group, forest: Forest) -> list[float] | None:
     """Gather/Scatter in timing mode: the fraction of every shard each tree carries, in proportion to the
-    trees' bottleneck rates (`tree_rates`) where those differ, each tree's slowest link is at the root (where
-    `tree_gather.gather_time` is exact: the root's link busy throughout; a slow hop deeper down it prices too
-    high to rank by), and that closed form is below the even cut's; None: 1 / d each."""
+    trees' bottleneck rates (`tree_rates`) where those differ, each tree has one link at the root and its
+    slowest link is that one (where `tree_gather.gather_time` is exact: the root's link busy throughout; a
+    slow hop elsewhere it prices too high to rank by), and that closed form is below the even cut's; None:
+    1 / d each."""
     d = len(forest)
     if job.numeric or d < 2:
         return None
@@ -482,6 +483,8 @@ def gather_shares(job: Job, group: Group, forest: Forest) -> list[float] | None:
         return None
     if any(r < root * (1 - 1e-9) for r, root in zip(rates, tree_rates(job, group, forest, True), strict=True)):
         return None  # a slow hop below the root: the closed form prices every hop at it, too high to rank by
+    if any(sum(p == job.root_pos for p in parents.values()) != 1 for parents, _ in forest):
+        return None  # a tree on two of the root's links: its slow one carries only part of the tree's parts
     shares = [r / sum(rates) for r in rates]
 
     def hop(u: Any, v: Any, nbytes: float) -> float:
