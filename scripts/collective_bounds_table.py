@@ -104,7 +104,8 @@ for _kind in ("all_gather", "reduce_scatter", "all_reduce"):
                                                   "slow one runs; hierarchical_pipelined overlaps them")
 _ROOT_ON_SLOW = ("the root (chip 0) sits on the slow cable: its trees take even shares of the array, so its "
                  "slow link carries V/2 at half speed (V / b) where an uneven split by link speed would allow "
-                 "V / (1.5 b), the bound -- open: uneven splits over spanning trees are not built")
+                 "V / (1.5 b), the bound; spanning_trees splits unevenly by its trees' slowest links "
+                 "(spanning_trees.deal, gather_shares); {auto}")
 #: the faulted row (cable 0-1 at half speed): (kind, algorithm) -> reason
 FAULTED: dict[tuple[str, str], str] = {
     ("all_gather", "bidirectional"): "the ring through the slow cable: every step behind it waits (split_ring "
@@ -143,8 +144,9 @@ _ROOT_ON_LINE = ("the dead cable unwrapped axis 1 for every row, so each row's r
 _AROUND_SLOW_CHIP = ("the ring through the slow chip: every step behind its half-speed cables waits (slow_chip_line "
                      "runs the other chips' line, the slow chip feeding both its ends; {auto})")
 _ROOT_SPLIT_SLOW_CHIP = ("the root (chip 0) splits the ring's chips evenly between its two trees; the side "
-                         "through chip 3 crosses its half-speed cables -- open: uneven splits over spanning trees "
-                         "are not built")
+                         "through chip 3 crosses its half-speed cables; each tree crosses one of them, so shares "
+                         "by the trees' slowest links stay even -- open: shares weighted by where in a tree the "
+                         "slow hop sits are not built")
 SLOWCHIP: dict[tuple[str, str], str] = {
     **{(kind, "bidirectional"): _AROUND_SLOW_CHIP for kind in ("all_gather", "reduce_scatter", "all_reduce")},
     ("all_to_all", "dimension_order"): "chunks on their shortest routes, those through chip 3 over its half-speed "

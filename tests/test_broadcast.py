@@ -133,7 +133,7 @@ def test_default_pieces_reach_1_3x_the_bound_in_a_bounded_schedule(topology):
     """At 1 GB (and 1 TB) the default count c per tree keeps the schedule within MAX_TRANSFERS (each piece crosses
     all N - 1 chips) and, by the pipeline's closed form (h + c - 1)(latency + V / (d c b)) with h the depth,
     within 1.3x of the root's egress bound V / (d b); at least FILL (h - 1) per tree where the small budget
-    would leave fewer (then the fill is at most a quarter of the bandwidth term)."""
+    would leave fewer (then the fill is at most a sixth of the bandwidth term)."""
     net = System("tpu-v5e", topology=topology, trace=False).network
     groups = collective_groups(net, None)
     (group,) = groups

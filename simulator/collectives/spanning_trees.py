@@ -29,6 +29,9 @@ wrap (a corner of ``slice:8x16`` has 3 links, a root of ``torus:2x4x4`` 5). `gre
 position has fewer links in -- breadth first, all at once, and is used where it has more trees, or as
 many and shallower: depth 5 / 11 / 23 on 4x4 / 8x8 / 16x16 tori (ways: 7 / 15 / 31), 15 on 8x8x8 (22),
 22 with 3 trees on ``slice:8x16`` (2 trees before), 6 with 5 trees on ``torus:2x4x4`` (3 trees before).
+`shallower` then re-deals each position's links in among the trees (swaps and 3-cycles that keep every tree
+a tree): depth 5 / 9 / 17 on 4x4 / 8x8 / 16x16 (diameter 4 / 8 / 16), 13 on 8x8x8 (12), 33 on 32x32,
+25 on 16x16x16 (24; about 5 s, where `SHALLOW_BUDGET` stops it).
 
 Reduce runs the same trees backwards (`SpanningTrees._reduce_group`): each position adds what its
 children sent of a piece into its own and sends the sum to its parent, pieces in order on each link; the
@@ -45,9 +48,16 @@ use, which the closed form does not count.
 Default pieces (`SpanningTrees.default_chunks`): the count that minimises that time, about
 ``sqrt((depth - 1) V / (d b alpha))`` per tree, within `TRANSFER_BUDGET` transfers (each piece crosses
 every device once); where that budget leaves fewer than `FILL` x (depth - 1) per tree (the fill then a
-quarter of the bandwidth term, 1.25x), that many, within `MAX_TRANSFERS`. At 1 GB on tpu-v5e: 16x16
-1.27x the bound (88 pieces per tree, 90,000 transfers), 8x8x8 1.27x (56 per tree, 172,000 transfers,
+sixth of the bandwidth term, 1.17x), that many, within `MAX_TRANSFERS`. At 1 GB on tpu-v5e: 16x16
+1.19x the bound (96 pieces per tree, 98,000 transfers), 8x8x8 1.20x (65 per tree, 200,000 transfers,
 several seconds to simulate); ``chunks`` up to 10,000 pieces goes further.
+
+Uneven shares (`deal`, `gather_shares`): where the trees' slowest links differ (a degraded cable, a slow
+chip's cables), tree t carries pieces (Gather/Scatter: a part of every shard) in proportion to its slowest
+link's rate, so the trees finish together; used only where that closed form is below the even split's (and,
+for Gather/Scatter, where every tree's slowest link is at the root, where `tree_gather.gather_time` is exact).
+On ``torus:8`` with the root's cable at half speed: Broadcast/Reduce 22.78 -> 15.50 ms against the bound
+V / (1.5 b) = 14.82 ms, Gather/Scatter 19.45 -> 12.97 ms (bound 12.96 ms).
 """
 from __future__ import annotations
 
@@ -65,11 +75,15 @@ from simulator.collectives.timing import chain_time, route_latency
 from simulator.engine.network import Network
 
 Pos = tuple[int, ...]
+Forest = tuple[tuple[dict[Pos, Pos], dict[Pos, int]], ...]
 TRANSFER_BUDGET = 50_000  #: default pieces stop where the schedule would pass this many transfers (about 1 s)...
-FILL = 4  #: ...unless that leaves fewer than FILL x (depth - 1) per tree (fill over a quarter of the bandwidth term)
+FILL = 6  #: ...unless that leaves fewer than FILL x (depth - 1) per tree (fill over a sixth of the bandwidth term)
 MAX_TRANSFERS = 200_000  #: ...which may take the schedule up to this many transfers (several seconds)
 MAX_PIECES = 10_000  #: as `simulator.collectives.api.MAX_CHUNKS`
 START_TRIES = 6  #: choices of the trees' first links `greedy_forest` tries
+BOTH_UP_TO = 256  #: on groups of at most this many positions `shallower` re-deals the ways forest too
+ORDERS_UP_TO = 64  #: ...and on groups of at most this many, greedy forests from `START_TRIES` orders of first links
+SHALLOW_BUDGET = 2_000_000  #: positions `shallower` may look at (in subtrees) before it stops (a few seconds)
 
 
 def rings(group: Group) -> tuple[bool, ...]:
@@ -213,7 +227,101 @@ def _shape_trees(sizes: tuple[int, ...], wraps: tuple[bool, ...],
         deepest = (max(max(ds.values()) for _, ds in forest) for forest in (mine, out))
         if len(mine) > len(out) or (len(mine) == len(out) and next(deepest) < next(deepest)):
             out = mine
-    return tuple(out)
+    near = {x: _neighbours(sizes, wraps, x) for x in itertools.product(*(range(k) for k in sizes))}
+    starts = [[parents for parents, _ in out]]
+    if greedy is not None and len(greedy) == len(ways) and len(near) <= BOTH_UP_TO:
+        starts.append(ways if starts[0][0] is not ways[0] else greedy)  # small groups: both, keep the shallower
+    if len(near) <= ORDERS_UP_TO:  # tiny groups: the greedy grown from other orders of the root's links too
+        for first in itertools.islice(itertools.permutations(near[root], len(out)), 1, START_TRIES):
+            grown = _grow(sizes, wraps, root, list(first))
+            if grown is not None:
+                starts.append(grown)
+    best = None
+    for start in starts:
+        forest = [(parents, depths(parents, root)) for parents in shallower(start, root, near)]
+        key = (max(max(ds.values()) for _, ds in forest), sum(sum(ds.values()) for _, ds in forest))
+        if best is None or key < best[0]:
+            best = (key, forest)
+    assert best is not None
+    return tuple(best[1])
+
+
+def shallower(forest: list[dict[Pos, Pos]], root: Pos, near: dict[Pos, list[Pos]],
+              budget: int = SHALLOW_BUDGET) -> list[dict[Pos, Pos]]:
+    """The forest with its trees' links into each position re-dealt among the trees, to make them shallower.
+
+    A move, at one position x, hands the links into x that some trees use round among two or three of them (a
+    swap or a 3-cycle), or hands one tree's link into x for one that no tree uses; it is taken where no tree
+    gets a cycle (x's new parent is not below x in that tree) and the trees' depths get better: fewer positions
+    at the deepest depth (in all trees together), else fewer at the next depth, and so on (each (tree, position)
+    at depth h weighs ``B ** h`` with ``B`` above the positions' count). Each link into x stays with at most
+    one tree and each tree keeps one link into x, so the forest stays arc-disjoint and spanning. Passes over
+    every position repeat until none helps or ``budget`` positions have been visited by the subtrees looked
+    at. On tori it takes the trees from about 1.45x the diameter deep to the diameter + 1 (depth 9 /
+    17 / 13 on 8x8 / 16x16 / 8x8x8, diameter 8 / 16 / 12).
+    """
+    d = len(forest)
+    parents = [dict(p) for p in forest]
+    if d == 0 or not parents[0]:
+        return parents
+    kids: list[dict[Pos, list[Pos]]] = [defaultdict(list) for _ in range(d)]
+    for t in range(d):
+        for x, p in parents[t].items():
+            kids[t][p].append(x)
+    depth = [depths(p, root) for p in parents]
+    weight = 4 * len(near)
+    moves: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # (trees, who takes whose link)
+    for r in (2, 3):
+        for ts in itertools.combinations(range(d), r):
+            moves.extend((ts, p) for p in itertools.permutations(range(r)) if all(p[i] != i for i in range(r)))
+
+    def below(t: int, x: Pos) -> list[Pos]:
+        out, todo = [], [x]
+        while todo:
+            y = todo.pop()
+            out.append(y)
+            todo.extend(kids[t][y])
+        return out
+
+    def apply(t: int, x: Pos, new: Pos, under: list[Pos], shift: int) -> None:
+        kids[t][parents[t][x]].remove(x)
+        kids[t][new].append(x)
+        parents[t][x] = new
+        for y in under:
+            depth[t][y] += shift
+
+    spent = 0
+    positions = sorted(parents[0])
+    while spent < budget:
+        better = False
+        for x in positions:
+            held = [parents[t][x] for t in range(d)]
+            unused = [u for u in near[x] if u not in held]
+            tries = [(ts, tuple(held[ts[i]] for i in p)) for ts, p in moves]
+            tries += [((t,), (u,)) for t in range(d) for u in unused if u == root or u in depth[t]]
+            subtrees: dict[int, list[Pos]] = {}
+            inside: dict[int, set[Pos]] = {}
+            for ts, news in tries:
+                shifts = [depth[t][new] + 1 - depth[t][x] for t, new in zip(ts, news, strict=True)]
+                if min(shifts) >= 0:
+                    continue  # no tree gets shallower
+                for t in ts:
+                    if t not in subtrees:
+                        subtrees[t] = below(t, x)
+                        inside[t] = set(subtrees[t])
+                        spent += len(subtrees[t])
+                if any(new in inside[t] for t, new in zip(ts, news, strict=True)):
+                    continue
+                gain = sum(weight ** (depth[t][y] + s) - weight ** depth[t][y]
+                           for t, s in zip(ts, shifts, strict=True) for y in subtrees[t])
+                if gain < 0:
+                    for t, new, s in zip(ts, news, shifts, strict=True):
+                        apply(t, x, new, subtrees[t], s)
+                    better = True
+                    break
+        if not better:
+            break
+    return parents
 
 
 def shape_trees(group: Group, root: Pos) -> tuple[tuple[dict[Pos, Pos], dict[Pos, int]], ...]:
@@ -242,7 +350,7 @@ class SpanningTrees(Algorithm):
 
     def default_chunks(self, kind: str, net: Network, groups: list[Group], nbytes: float | None) -> int:
         """Pieces per tree that minimise the closed form within `TRANSFER_BUDGET` transfers, or where that
-        budget leaves fewer than `FILL` x (depth - 1), that many (1.25x the bandwidth term) within
+        budget leaves fewer than `FILL` x (depth - 1), that many (1.17x the bandwidth term) within
         `MAX_TRANSFERS`; numeric mode: one per tree. Gather and Scatter move shards (one part per tree): 1."""
         group = groups[0]
         if kind in ("gather", "scatter"):
@@ -264,7 +372,8 @@ class SpanningTrees(Algorithm):
     def build(self, job: Job, schedule: Schedule) -> None:
         for group in job.groups:
             if job.kind in ("gather", "scatter"):
-                tree_gather.build(job, group, schedule, shape_trees(group, job.root_pos))
+                forest = shape_trees(group, job.root_pos)
+                tree_gather.build(job, group, schedule, forest, gather_shares(job, group, forest))
             elif job.kind == "reduce":
                 self._reduce_group(job, group, schedule)
             else:
@@ -272,9 +381,10 @@ class SpanningTrees(Algorithm):
 
     def _build_group(self, job: Job, group: Group, s: Schedule) -> None:
         forest = shape_trees(group, job.root_pos)
-        d, members, add = len(forest), group.members, s.add
+        members, add = group.members, s.add
+        dealt = deal(job, group, forest)
         for t, (parents, depth) in enumerate(forest):
-            pieces = range(t, job.chunks, d)
+            pieces = dealt[t]
             if not pieces:
                 continue
             keys = [(("piece", j),) for j in pieces] if job.numeric else None
@@ -299,9 +409,9 @@ class SpanningTrees(Algorithm):
         """The broadcast run backwards: each position adds what its children sent of piece j into its own,
         then sends the sum to its parent, pieces in order on each link."""
         forest = shape_trees(group, job.root_pos)
-        d = len(forest)
+        dealt = deal(job, group, forest)
         for t, (parents, depth) in enumerate(forest):
-            pieces = range(t, job.chunks, d)
+            pieces = dealt[t]
             into: dict[tuple[Pos, int], list[int]] = defaultdict(list)  # (position, piece) -> its children's sums
             for x in sorted(parents, key=lambda y: -depth[y]):
                 p, src, dst = parents[x], group.members[x], group.members[parents[x]]
@@ -314,23 +424,106 @@ class SpanningTrees(Algorithm):
 
     def closed_form(self, job: Job) -> float:
         """The slowest tree's deepest chain (`chain_time` of its pieces); Reduce is the same chains run
-        backwards (each link again carries one tree's pieces in order), so the same time."""
+        backwards (each link again carries one tree's pieces in order), so the same time. The pieces are
+        dealt as `deal` deals them."""
         group, net = job.group, job.net
         forest = shape_trees(group, job.root_pos)
         if job.kind in ("gather", "scatter"):
-            return tree_gather.gather_time(job, forest, lambda u, v, b: _hop(net, u, v, b))
-        d, worst = len(forest), 0.0
-        for t, (parents, depth) in enumerate(forest):
-            c = len(range(t, job.chunks, d))
-            if c == 0:
+            return tree_gather.gather_time(job, forest, lambda u, v, b: _hop(net, u, v, b),
+                                           gather_shares(job, group, forest))
+        return _forest_time(job, group, forest, [len(p) for p in deal(job, group, forest)])
+
+
+def _forest_time(job: Job, group: Group, forest: Forest, counts: list[int]) -> float:
+    """Seconds until the last position has its last piece, tree t carrying ``counts[t]`` pieces of
+    ``job.key_bytes`` (each tree's deepest chain, `chain_time`)."""
+    worst = 0.0
+    for c, (parents, depth) in zip(counts, forest, strict=True):
+        if c == 0:
+            continue
+        cost: dict[Pos, list[float]] = {job.root_pos: []}
+        for x in sorted(parents, key=depth.__getitem__):
+            ends = (group.members[x], group.members[parents[x]])
+            hop = _hop(job.net, *(ends if job.kind == "reduce" else ends[::-1]), job.key_bytes)
+            cost[x] = cost[parents[x]] + [hop]
+            worst = max(worst, chain_time(cost[x], c))
+    return worst
+
+
+def tree_rates(job: Job, group: Group, forest: Forest, at_root: bool = False) -> list[float]:
+    """Each tree's bottleneck, bytes/s: the slowest link on the route of any of its hops (parent to child for
+    Broadcast and Scatter, child to parent for Reduce and Gather). No two trees share a link, so a tree's
+    pieces flow at this rate. ``at_root``: only the tree's hops at the root."""
+    out = []
+    for parents, _ in forest:
+        rate = math.inf
+        for x, p in parents.items():
+            if at_root and p != job.root_pos:
                 continue
-            cost: dict[Pos, list[float]] = {job.root_pos: []}
-            for x in sorted(parents, key=depth.__getitem__):
-                ends = (group.members[x], group.members[parents[x]])
-                hop = _hop(net, *(ends if job.kind == "reduce" else ends[::-1]), job.key_bytes)
-                cost[x] = cost[parents[x]] + [hop]
-                worst = max(worst, chain_time(cost[x], c))
-        return worst
+            ends = (group.members[x], group.members[p])
+            src, dst = ends if job.kind in ("reduce", "gather") else ends[::-1]
+            path = job.net.routes(src, dst)[0]
+            rate = min([rate] + [job.net.graph.edges[e]["bandwidth_bytes_per_s"]
+                                 for e in zip(path, path[1:], strict=False)])
+        out.append(rate)
+    return out
+
+
+def gather_shares(job: Job, group: Group, forest: Forest) -> list[float] | None:
+    """Gather/Scatter in timing mode: the fraction of every shard each tree carries, in proportion to the
+    trees' bottleneck rates (`tree_rates`) where those differ, each tree has one link at the root and its
+    slowest link is that one (where `tree_gather.gather_time` is exact: the root's link busy throughout; a
+    slow hop elsewhere it prices too high to rank by), and that closed form is below the even cut's; None:
+    1 / d each."""
+    d = len(forest)
+    if job.numeric or d < 2:
+        return None
+    rates = tree_rates(job, group, forest)
+    if max(rates) <= min(rates) * (1 + 1e-9) or not all(math.isfinite(r) and r > 0 for r in rates):
+        return None
+    if any(r < root * (1 - 1e-9) for r, root in zip(rates, tree_rates(job, group, forest, True), strict=True)):
+        return None  # a slow hop below the root: the closed form prices every hop at it, too high to rank by
+    if any(sum(p == job.root_pos for p in parents.values()) != 1 for parents, _ in forest):
+        return None  # a tree on two of the root's links: its slow one carries only part of the tree's parts
+    shares = [r / sum(rates) for r in rates]
+
+    def hop(u: Any, v: Any, nbytes: float) -> float:
+        return _hop(job.net, u, v, nbytes)
+
+    if tree_gather.gather_time(job, forest, hop, shares) >= tree_gather.gather_time(job, forest, hop):
+        return None
+    return shares
+
+
+def deal(job: Job, group: Group, forest: Forest) -> list[list[int]]:
+    """The pieces (indices into ``job.chunks``) each tree carries.
+
+    Even (piece j to tree j mod d) where the trees' bottlenecks (`tree_rates`) are alike. Where they differ
+    (a degraded link or a slow chip's cables in some tree), each tree's count is proportional to its
+    bottleneck rate (largest remainders; every tree keeps a piece while there are as many pieces as trees), so
+    the slow tree's link carries its share at its own rate: on ``torus:8`` with the root's cable at half speed
+    the shares are V/3 and 2V/3 and the time about V / (1.5 b) where an even split takes V / b. The uneven
+    deal is used only where its closed form (`_forest_time`) is below the even one's."""
+    d, chunks = len(forest), job.chunks
+    even = [list(range(t, chunks, d)) for t in range(d)]
+    if d < 2 or chunks <= d:
+        return even
+    rates = tree_rates(job, group, forest)
+    if max(rates) <= min(rates) * (1 + 1e-9) or not all(math.isfinite(r) and r > 0 for r in rates):
+        return even
+    share = [chunks * r / sum(rates) for r in rates]
+    counts = [max(1, math.floor(x)) for x in share]
+    while sum(counts) > chunks:  # the max(1, ...) floor took too many: trim the largest
+        counts[max(range(d), key=lambda t: counts[t] - share[t])] -= 1
+    for t in sorted(range(d), key=lambda t: counts[t] - share[t])[:chunks - sum(counts)]:
+        counts[t] += 1
+    if _forest_time(job, group, forest, counts) >= _forest_time(job, group, forest, [len(p) for p in even]):
+        return even
+    out: list[list[int]] = [[] for _ in range(d)]
+    for j in range(chunks):  # weighted round robin: the tree furthest behind its count next
+        t = min((t for t in range(d) if len(out[t]) < counts[t]), key=lambda t: ((len(out[t]) + 1) / counts[t], t))
+        out[t].append(j)
+    return out
 
 
 def _hop(net: Network, src: Any, dst: Any, piece_bytes: float) -> float:

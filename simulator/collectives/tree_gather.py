@@ -17,7 +17,9 @@ j or later, counting x's own); the root's link in each tree carries all n - 1 ot
 
 against the bound (n - 1) V / (n d b) + alpha a factor of about 1 + alpha n d b / V. Scatter: every
 dependency reversed (each link's parts in the reverse order), the same time. On links that differ
-(a logical axis over several physical axes) the slowest hop of a tree prices all of its hops.
+(a logical axis over several physical axes) the slowest hop of a tree prices all of its hops. Where the
+trees' slowest links differ (a degraded cable), `spanning_trees.gather_shares` may cut the shards unevenly:
+tree t's part of every shard in proportion to its slowest link's rate.
 
 Numeric mode moves whole shards (keys of `simulator.collectives.payload`): member y's shard goes up
 (or down) the tree of its place in row-major order modulo d; the data is checked against numpy, the time
@@ -62,12 +64,15 @@ def _dealt(job: Job, group: Group, t: int, d: int) -> set[Pos] | None:
     return {p for i, p in enumerate(group.positions()) if i % d == t and p != job.root_pos}
 
 
-def build(job: Job, group: Group, s: Schedule, forest: tuple[Tree, ...]) -> None:
-    """Gather (up the trees) or Scatter (down them, every order reversed) of ``job`` in ``group``."""
+def build(job: Job, group: Group, s: Schedule, forest: tuple[Tree, ...],
+          shares: list[float] | None = None) -> None:
+    """Gather (up the trees) or Scatter (down them, every order reversed) of ``job`` in ``group``; ``shares``:
+    the fraction of every shard tree t carries in timing mode (None: 1 / d each)."""
     d = len(forest)
-    part = job.key_bytes / d  # a shard is a key of whole bytes (`simulator.collectives.payload`)
+    shares = shares or [1 / d] * d
     gather = job.kind == "gather"
     for t, (parents, depth) in enumerate(forest):
+        part = job.key_bytes * shares[t]  # a shard is a key of whole bytes (`simulator.collectives.payload`)
         order = send_order(parents, depth, _dealt(job, group, t, d))
         here: dict[tuple[Pos, Pos], int] = {}  # (position, origin) -> the transfer that brought origin's part
         for x in sorted(parents, key=lambda y: -depth[y] if gather else depth[y]):
@@ -84,13 +89,14 @@ def build(job: Job, group: Group, s: Schedule, forest: tuple[Tree, ...]) -> None
                 behind = [tid]
 
 
-def gather_time(job: Job, forest: tuple[Tree, ...], hop: Any) -> float:
+def gather_time(job: Job, forest: tuple[Tree, ...], hop: Any, shares: list[float] | None = None) -> float:
     """The closed form of the module docstring: per tree, the parts over the root's link times the tree's
-    slowest hop (``hop(src, dst, bytes)`` seconds); the slowest tree."""
+    slowest hop (``hop(src, dst, bytes)`` seconds); the slowest tree. ``shares`` as in `build`."""
     group, d = job.group, len(forest)
-    part = job.key_bytes / d if not job.numeric else job.key_bytes
+    shares = shares or [1 / d] * d
     worst = 0.0
     for t, (parents, depth) in enumerate(forest):
+        part = job.key_bytes * shares[t] if not job.numeric else job.key_bytes
         order = send_order(parents, depth, _dealt(job, group, t, d))
         ends = [(group.members[x], group.members[p]) for x, p in parents.items()]
         slowest = max(hop(*(e if job.kind == "gather" else e[::-1]), part) for e in ends)
