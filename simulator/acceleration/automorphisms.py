@@ -170,10 +170,25 @@ def check_automorphism(graph: Any, perm: dict[Any, Any]) -> None:
     latency and kind (`ValueError` naming the first link it does not)."""
     if set(perm) != set(graph.nodes) or set(perm.values()) != set(graph.nodes):
         raise ValueError("the permutation does not map the network's nodes one to one onto themselves")
-    for u, v, data in graph.edges(data=True):
-        image = graph.get_edge_data(perm[u], perm[v])
-        if image is None or any(image.get(k) != data.get(k) for k in _LINK_KEYS):
+    like = _link_kinds(graph)
+    for (u, v), kind in like.items():
+        if like.get((perm[u], perm[v])) != kind:  # (no such link: None)
             raise ValueError(f"link {u}->{v} is not mapped onto a like link ({perm[u]}->{perm[v]})")
+
+
+#: each graph's links -> (bandwidth, latency, kind), kept while the graph lives (`check_automorphism` asks for every
+#: link once a generator, and a step's candidate groups have dozens of generators). A graph is not changed once its
+#: groups are built: faults are written into a copy (`simulator.engine.faults.apply_to_graph`)
+_KINDS: weakref.WeakKeyDictionary[Any, tuple[int, dict[tuple[Any, Any], tuple]]] = weakref.WeakKeyDictionary()
+
+
+def _link_kinds(graph: Any) -> dict[tuple[Any, Any], tuple]:
+    """Every link (u, v) of ``graph`` -> its `_LINK_KEYS` values (made again if its links have changed in number)."""
+    kept = _KINDS.get(graph)
+    if kept is None or kept[0] != graph.number_of_edges():
+        kinds = {(u, v): tuple(data.get(k) for k in _LINK_KEYS) for u, v, data in graph.edges(data=True)}
+        kept = _KINDS[graph] = (graph.number_of_edges(), kinds)
+    return kept[1]
 
 
 #: each node graph's lookups for `node_rotation` and `rail_rotation` (its nodes with their data, chip by coordinate,
