@@ -708,6 +708,15 @@ def shared_flow_time(fold: PortFold, flows: Sequence[Flow], nbytes: float) -> fl
     #: (time, 0: a port's next end | 1: a join, port, version | flow, tail, rings); ends first at one instant
     events: list[tuple[float, int, int, int, float, int]] = []
     starting = [f for f in range(n) if not waits[f]]
+
+    def release(f: int, at: float) -> None:  # flow f arrived at ``at``: the flows waiting on it wait for one fewer
+        for g in then[f]:
+            if at > ready[g]:
+                ready[g] = at
+            waits[g] -= 1
+            if not waits[g]:
+                starting.append(g)
+
     while True:
         while starting:  # flows whose waits are over: their bytes join their ports (or, with none, they arrive)
             f = starting.pop()
@@ -717,12 +726,7 @@ def shared_flow_time(fold: PortFold, flows: Sequence[Flow], nbytes: float) -> fl
                     heappush(events, (at + lead, 1, port, f, tail, rings))
                 continue
             arrive[f] = at
-            for g in then[f]:
-                if at > ready[g]:
-                    ready[g] = at
-                waits[g] -= 1
-                if not waits[g]:
-                    starting.append(g)
+            release(f, at)
         if not events:
             return max(arrive)
         now, kind, j, f, tail, rings = heappop(events)
@@ -740,13 +744,7 @@ def shared_flow_time(fold: PortFold, flows: Sequence[Flow], nbytes: float) -> fl
                 arrive[g] = end
             left[g] -= 1
             if not left[g]:
-                at = arrive[g]
-                for h in then[g]:
-                    if at > ready[h]:
-                        ready[h] = at
-                    waits[h] -= 1
-                    if not waits[h]:
-                        starting.append(h)
+                release(g, arrive[g])
         else:
             heappush(q, (virtual[j] + nbytes_of[f], f, tail, rings))
             count[j] += rings
