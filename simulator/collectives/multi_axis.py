@@ -150,12 +150,18 @@ class _Pricer:
         if key not in self.profiles:
             zero = tuple(0 for _ in job.group.sizes)
             rings = [r for groups in job.rings for r in rings_along(groups, zero, a, job.net.faulted)]
-            per_step = algorithm.split_gather_units if what == "ag" else algorithm.split_reduce_units
-            table = _table(algorithm, what, split)
-            self.profiles[key] = chain_phase_profile(job.net, rings, algorithm.closed,
-                                                     algorithm.steps(job.group.sizes[a]),
-                                                     lambda n, i, d, h: per_step(n, i, d, h, split), table,
-                                                     windows=True, serial=what == "rs" and algorithm.serial_reduce)
+            # the profile is a function of the network's links, the algorithm, the phase and the rings alone (not of
+            # the job's bytes): jobs on one network share it -- a step prices each of its collectives' groups in its
+            # estimate and again when it plans them (`Network.priced`)
+            shared = ("multi_axis", algorithm.name, what, split, tuple((tuple(r.devices), r.wrap) for r in rings))
+            profile = job.net.priced.get(shared)
+            if profile is None:
+                per_step = algorithm.split_gather_units if what == "ag" else algorithm.split_reduce_units
+                profile = job.net.priced[shared] = chain_phase_profile(
+                    job.net, rings, algorithm.closed, algorithm.steps(job.group.sizes[a]),
+                    lambda n, i, d, h: per_step(n, i, d, h, split), _table(algorithm, what, split),
+                    windows=True, serial=what == "rs" and algorithm.serial_reduce)
+            self.profiles[key] = profile
         return self.profiles[key].time(sum(units) * unit_bytes)
 
 

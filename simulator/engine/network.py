@@ -82,6 +82,9 @@ class Network:
         self.grid = graph.graph.get("kind") in _GRID_KINDS and len(self.shape) > 0
         self.chip: Any = None  #: the system's ChipSpec (set by `System`): what its switches can do (NVLS)
         self.rows_in_use = False  #: a step's groups run on every row: none idle to borrow (`borrowed_rings`)
+        #: closed-form pieces that depend only on this network's links (rates, latencies, routes), never on a job's
+        #: bytes: shared by every job priced on it (`simulator.collectives.multi_axis._Pricer`'s phase profiles)
+        self.priced: dict[Any, Any] = {}
         # Faults (`simulator.engine.faults`): a dead cable unwraps its axis for collectives (``wrap``), whose
         # positions then count from ``origin``; routes follow the cabling (``links_wrap``) and avoid dead links.
         self.faulted = bool(graph.graph.get("faults"))
@@ -145,6 +148,9 @@ class Network:
         other = copy.copy(self)
         other.graph = graph
         other._routes, other._link_cache, other._plain_routes, other._unique = {}, {}, {}, set()
+        # what was found on this graph's links is not the sibling's: its routes' symmetry and unit routes, and the
+        # closed-form pieces priced on them
+        other._symmetry, other._unit_routes, other.priced = False, {}, {}
         hosts = [v for v, role in graph.nodes(data="role") if role == "host"]
         other._fabric = nx.restricted_view(graph, hosts, []) if hosts else graph
         other._quickest = QuickestPaths(other._fabric, _route_cost)

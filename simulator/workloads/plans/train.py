@@ -146,7 +146,9 @@ def train_plan(cfg: TransformerConfig, chip: ChipSpec, batch: int, seq: int, pla
         graph = system.graph
     else:  # the closed forms read the topology graph and the mesh only: no chips, channels or routing built
         graph, mesh = build_layout(chip, plan, topology)
-    links = axis_links(mesh, graph, chip)
+    # the system's own network where there is one: the estimate's closed forms then share their phase profiles
+    # with the simulated step's plans (`Network.priced`)
+    links = axis_links(mesh, graph, chip, net=system.network if system is not None else None)
     layer = layer_work(cfg, chip, plan, opts, batch, seq)
     head_f, head_b, head_grad = head_work(cfg, chip, plan, opts, batch, seq)
     hop = _p2p(graph, mesh, plan, cfg, batch, seq, opts)
