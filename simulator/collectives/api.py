@@ -144,9 +144,10 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
         nccl = None if price is None else nccl_select(kind, net, groups, _nbytes(nbytes, data), protocol)
         choice = tune(algorithm, kind, net, groups, make_job, price, nccl, _forecast(system, price))
     route = AS_FAULTED
+    tried_schedules: dict[tuple[str, str], Schedule] = {}  #: `_round_faults`' trials' schedules, to run again
     if algorithm == AUTO and price is None and not explicit and mesh is None:
         choice, route = _round_faults(system, choice, kind, axes, root, algorithm, nbytes, data, multi_axis,
-                                      chunks, rings)
+                                      chunks, rings, tried_schedules)
     job = choice.job
     job_chunks = chunks  #: the pieces ``job`` was made with (None: the algorithm's own)
     if price is not None and choice.protocol is not None:  # pieces as the chosen protocol's links pipeline them
@@ -168,20 +169,26 @@ def _plan(kind: str, system: System, nbytes: float | None = None, *, axes: Seque
     schedule = Schedule(job.key_bytes)
     direct = direct_quotient and mode == "auto" and data is None and choice.algorithm.capabilities.direct_quotient
     built = fast_path().direct_quotient(system, choice.algorithm, job) if direct else None
-    if built is None:
+    trial = tried_schedules.get((route, choice.algorithm.name))
+    if built is None and trial is not None and job is choice.job and not job.reduced and only is None:
+        schedule = trial  # the trial's own schedule: the same job on the same way (transfers are immutable)
+    elif built is None:
         choice.algorithm.build(job, schedule)
     return CollectivePlan(kind, choice.algorithm, job, job.nbytes, _n_keys(job), job.reduced, schedule,
                           choice.alternatives, choice.protocol, choice.nccl, built, route)
 
 
 def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, algorithm: str, nbytes: float | None,
-                  data: Any, multi_axis: str, chunks: int | None, rings: int | None) -> tuple[Any, str]:
+                  data: Any, multi_axis: str, chunks: int | None, rings: int | None,
+                  schedules: dict[tuple[str, str], Schedule] | None = None) -> tuple[Any, str]:
     """``auto`` under link faults: the choice on the network as faulted, or on a way round the faults
     (`simulator.collectives.fault_routes`). Closed forms over unlike links are not exact, so where
     `fault_routes.trials_apply`, the `fault_routes.TRIALS` candidates ranked first (each way's best two by closed
     form, a way over unlike links weighed by `fault_routes.INEXACT_MARGIN`) are simulated on a copy of the network
     and the fastest run is chosen (``simulated_s`` in their alternatives); elsewhere the best score wins. Every
-    way's alternatives are listed, each labelled with its ``route`` (absent: as faulted)."""
+    way's alternatives are listed, each labelled with its ``route`` (absent: as faulted). ``schedules`` (where
+    given) receives each trial's schedule by (route label, algorithm name), so the run of the one chosen need not
+    build it again (torus:8x8 ``--axes 1`` AllReduce round a dead cable: ``multi_detour``'s 1.4 M transfers)."""
     ways = fault_routes.alternatives(system)
     forecast = _forecast(system, None)  # calibrated TPU links: every way's alternatives forecast, ranked by ideal
 
@@ -212,8 +219,10 @@ def _round_faults(system: System, choice: Any, kind: str, axes: Any, root: Any, 
     if tried:
         tried = _with_avoiding_trials(tried, candidates, tuned)
     for _, i, _, alt in tried:
-        alt["simulated_s"] = _trial(system, kind, tuned[i][0].label, alt["algorithm"], axes, root, nbytes,
-                                    multi_axis, chunks, rings)
+        alt["simulated_s"], schedule = _trial(system, kind, tuned[i][0].label, alt["algorithm"], axes, root,
+                                              nbytes, multi_axis, chunks, rings)
+        if schedules is not None:
+            schedules[(tuned[i][0].label, alt["algorithm"])] = schedule
     if tried:  # the fastest run; runs within TRIAL_TIE of it are a tie, settled by score
         quickest = min(c[3]["simulated_s"] for c in tried)
         best = _settle([c for c in tried if c[3]["simulated_s"] <= quickest * (1 + fault_routes.TRIAL_TIE)], tuned)
@@ -270,9 +279,10 @@ def _with_avoiding_trials(tried: list[Any], candidates: list[Any], tuned: list[A
 
 
 def _trial(system: System, kind: str, label: str, name: str, axes: Any, root: Any, nbytes: float | None,
-           multi_axis: str, chunks: int | None, rings: int | None) -> float:
+           multi_axis: str, chunks: int | None, rings: int | None) -> tuple[float, Schedule]:
     """Seconds ``name`` takes on the way labelled ``label`` round ``system``'s faults, simulated on a fresh copy of
-    its network (`fault_routes.trial_system`; flow-level aggregation, the path `run_collective` takes there)."""
+    its network (`fault_routes.trial_system`; flow-level aggregation, the path `run_collective` takes there), and
+    the schedule it ran (its transfers name chips, not the copy's channels)."""
     scratch = fault_routes.trial_system(system)
     assert system.faults is not None, "trials run only under faults (`fault_routes.trials_apply`)"
     way = next(w for w in fault_routes.ways(_network(scratch), system.faults.faults) if w.label == label)
@@ -287,7 +297,7 @@ def _trial(system: System, kind: str, label: str, name: str, axes: Any, root: An
         done = execute_all(way_net, schedule.transfers, None, kind, True)
         scratch.run()
     check_arrived(done, scratch.env.now)
-    return scratch.env.now
+    return scratch.env.now, schedule
 
 
 def _nbytes(nbytes: float | None, data: np.ndarray | None) -> float:
