@@ -252,11 +252,13 @@ def _worth_trying(candidates: list[Any], tuned: list[Any]) -> list[Any]:
     one's, or that are the best of a way over like links (exactly priced); none where that leaves one. (One
     algorithm with one closed form on two ways is not one plan: ``dimension_order`` AllToAll on torus:8 with chip 3
     at slow:0.5 takes 8.728 ms as faulted and 5.560 ms on the way round the chip, so both are tried.) With one way
-    alone (a switched fabric) the first `fault_routes.TRIALS` whatever their closed forms: on ideal H100 nodes:4:8
+    alone, or on a switched fabric (its ways: as faulted, and avoiding a degraded link), the first
+    `fault_routes.TRIALS` whatever their closed forms: on ideal H100 nodes:4:8
     with chip 0's NIC at half speed, 1 GB AllGather, ``hierarchical_pipelined`` is priced 2.31 ms and takes 5.00 ms,
     ``line`` 4.01 and 3.90 ms."""
     fastest = min(c[3]["time_s"] for c in candidates)
-    span = math.inf if len(tuned) == 1 else fault_routes.TRIAL_SPAN
+    net = tuned[0][0].net
+    span = math.inf if len(tuned) == 1 or (net is not None and not net.grid) else fault_routes.TRIAL_SPAN
     near = [c for c in candidates if c[3]["time_s"] <= fastest * span][:fault_routes.TRIALS]
     tried = [c for c in candidates if c in near or (tuned[c[1]][0].exact and c[2] == 0)]
     return tried if len(tried) > 1 else []

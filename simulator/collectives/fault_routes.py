@@ -105,8 +105,6 @@ def alternatives(system: System) -> list[Route]:
     net = system.network
     if net is None or not net.faulted or system.faults is None:
         return [Route(net, AS_FAULTED)]
-    if not net.grid:  # switched fabrics (GPU nodes): no way round, but closed forms over unlike links are rough
-        return [Route(net, AS_FAULTED, exact=False)]
     return ways(net, system.faults.faults)
 
 
@@ -123,6 +121,14 @@ def _cable_names(net: Network, cables: Any) -> str:
 def ways(net: Network, faults: Any) -> list[Route]:
     """`alternatives` on ``net`` (a grid whose graph has ``faults`` written in): the same ways, in the same order,
     for the system's network or for a `trial_system`'s copy of it."""
+    if not net.grid:  # switched fabrics (GPU nodes): a slow link kept in use, or avoided as if dead
+        routes = [Route(net, AS_FAULTED, exact=False)]
+        slow = _degraded_cables(net, faults, on_axis=False)
+        avoided = _without(net, slow) if slow else None
+        if avoided is not None:
+            routes.append(Route(avoided, f"{AVOIDS}{'s' if len(slow) > 1 else ''} {_cable_names(net, slow)}",
+                                exact=False))
+        return routes
     slow = _degraded_cables(net, faults)
     chips = slow_chip_factors(net.graph, faults)
     routes = [Route(net, AS_FAULTED, exact=not slow and not chips)]
@@ -166,15 +172,15 @@ def trial_system(system: System) -> System:
     return System(system.spec, topology=system.graph, trace=False, switching=system.network.switching, seed=0)
 
 
-def _degraded_cables(net: Network, faults: Any) -> list[tuple[Any, Any]]:
-    """The cables (u, v) a `LinkDegraded` slows, each once, that lie on a grid axis."""
+def _degraded_cables(net: Network, faults: Any, on_axis: bool = True) -> list[tuple[Any, Any]]:
+    """The cables (u, v) a `LinkDegraded` slows, each once, that lie on a grid axis (any, ``on_axis`` False)."""
     out: list[tuple[Any, Any]] = []
     for f in faults:
         if not isinstance(f, LinkDegraded):
             continue
         u, v = link_ends(net.graph, f.src, f.dst)
         edge = net.graph.edges[(u, v) if net.graph.has_edge(u, v) else (v, u)]
-        if edge.get("axis") is not None and {u, v} not in [set(c) for c in out]:
+        if (edge.get("axis") is not None or not on_axis) and {u, v} not in [set(c) for c in out]:
             out.append((u, v))
     return out
 

@@ -303,6 +303,7 @@ def apply_to_graph(graph: nx.DiGraph, faults: Sequence[Fault]) -> tuple[nx.DiGra
                                        "multiplying the --fault degradations of one link")
             for a, b in ((u, v), (v, u)):
                 if g.has_edge(a, b):
+                    _keep_healthy(g.edges[a, b])
                     g.edges[a, b]["bandwidth_bytes_per_s"] *= f.fraction
             record["bandwidth_bytes_per_s"] = g.edges[_some(g, u, v)]["bandwidth_bytes_per_s"] \
                 if g.has_edge(u, v) or g.has_edge(v, u) else 0.0
@@ -336,7 +337,18 @@ def _slow_chip_links(g: nx.DiGraph, faults: Sequence[Fault]) -> None:
     for u, v, data in g.edges(data=True):
         factor = min(slow.get(u, 1.0), slow.get(v, 1.0))
         if factor < 1.0:
+            _keep_healthy(data)
             data["bandwidth_bytes_per_s"] *= factor
+
+
+HEALTHY_BANDWIDTH = "healthy_bandwidth_bytes_per_s"
+"""The edge attribute a slowed link keeps its healthy bandwidth in (bytes/s): routes on switched fabrics are chosen
+as on healthy hardware (`simulator.engine.network.Network`), so a slow link stays in use rather than abandoned."""
+
+
+def _keep_healthy(data: dict[str, Any]) -> None:
+    """Record a link's healthy bandwidth (bytes/s) before its first slowdown."""
+    data.setdefault(HEALTHY_BANDWIDTH, data["bandwidth_bytes_per_s"])
 
 
 _KIND = {LinkDown: "link_down", LinkDegraded: "link_degraded", LinkLatency: "link_latency",

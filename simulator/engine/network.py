@@ -32,6 +32,7 @@ import simpy
 
 from simulator import analytic
 from simulator.engine.channel import Channel
+from simulator.engine.faults import HEALTHY_BANDWIDTH
 from simulator.engine.routing import QuickestPaths
 from simulator.engine.simpy_door import clock
 from simulator.engine.speedups import route_finder
@@ -320,8 +321,10 @@ class Network:
             if paths:
                 return paths
 
-        def cost(u: Any, v: Any, data: dict[str, Any]) -> float | None:
-            return None if u in failed or v in failed else _route_cost(u, v, data)
+        def cost(u: Any, v: Any, data: dict[str, Any]) -> float | None:  # as routed healthy: a slow link stays used
+            if u in failed or v in failed:
+                return None
+            return data["latency_s"] + 1e6 / data.get(HEALTHY_BANDWIDTH, data["bandwidth_bytes_per_s"])
 
         try:
             return [nx.shortest_path(self.graph, src, dst, weight=cost)]
