@@ -46,7 +46,7 @@ def test_a_fault_fraction_that_underflows_is_refused(capsys, fault):
 def test_fault_fractions_whose_product_underflows_are_refused(capsys):
     err = fails(capsys, "collective", "all_reduce", "--chip", "tpu-v5e", "--topology", "torus:4x4", "--bytes", "1MB",
                 "--fault", "link:0,0->0,1=1e-5", "--fault", "link:0,0->0,1=1e-5")
-    assert "multiplying the --fault degradations of one link" in err and "1e-10" in err
+    assert "names cable 0<->1 again" in err  # one cable takes one fraction (h31tree), so no product to underflow
     err = fails(capsys, "run", "matmul_roofline", "--fault", "chip:0=slow:1e-5", "--fault", "chip:0=slow:1e-5")
     assert "multiplying the --fault slow factors of one chip" in err
 

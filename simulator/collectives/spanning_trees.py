@@ -55,7 +55,7 @@ several seconds to simulate); ``chunks`` up to 10,000 pieces goes further.
 Uneven shares (`deal`, `gather_shares`): where the trees' slowest links differ (a degraded cable, a slow
 chip's cables), tree t carries pieces (Gather/Scatter: a part of every shard) in proportion to its slowest
 link's rate, so the trees finish together; used only where that closed form is below the even split's (and,
-for Gather/Scatter, where every tree's slowest link is at the root, where `tree_gather.gather_time` is exact).
+for Gather/Scatter, where every tree's slowest link is at the root).
 On ``torus:8`` with the root's cable at half speed: Broadcast/Reduce 22.78 -> 15.50 ms against the bound
 V / (1.5 b) = 14.82 ms, Gather/Scatter 19.45 -> 12.97 ms (bound 12.96 ms).
 """
@@ -472,9 +472,9 @@ def tree_rates(job: Job, group: Group, forest: Forest, at_root: bool = False) ->
 def gather_shares(job: Job, group: Group, forest: Forest) -> list[float] | None:
     """Gather/Scatter in timing mode: the fraction of every shard each tree carries, in proportion to the
     trees' bottleneck rates (`tree_rates`) where those differ, each tree has one link at the root and its
-    slowest link is that one (where `tree_gather.gather_time` is exact: the root's link busy throughout; a
-    slow hop elsewhere it prices too high to rank by), and that closed form is below the even cut's; None:
-    1 / d each."""
+    slowest link is that one (a slow hop below the root: cutting by bottleneck rates over-weights it, the
+    tree's time being set by its chains rather than its slowest link), and that closed form
+    (`tree_gather.gather_time`) is below the even cut's; None: 1 / d each."""
     d = len(forest)
     if job.numeric or d < 2:
         return None
@@ -482,7 +482,7 @@ def gather_shares(job: Job, group: Group, forest: Forest) -> list[float] | None:
     if max(rates) <= min(rates) * (1 + 1e-9) or not all(math.isfinite(r) and r > 0 for r in rates):
         return None
     if any(r < root * (1 - 1e-9) for r, root in zip(rates, tree_rates(job, group, forest, True), strict=True)):
-        return None  # a slow hop below the root: the closed form prices every hop at it, too high to rank by
+        return None  # a slow hop below the root: a rate-proportional cut is not what its chains need
     if any(sum(p == job.root_pos for p in parents.values()) != 1 for parents, _ in forest):
         return None  # a tree on two of the root's links: its slow one carries only part of the tree's parts
     shares = [r / sum(rates) for r in rates]

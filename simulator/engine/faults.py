@@ -7,7 +7,11 @@ grid coordinate ``(0, 1)``, or a switch by name). Pass them to `System` --
 step): every `System` built inside takes the plan's faults and its own seed, spawned in build order.
 
 Link faults hit the cable: both directions of ``src <-> dst`` (ICI and NVLink cables fail and train
-together). `apply_to_graph` writes them into a copy of the topology graph before the links are built:
+together), so ``link:0->1`` and ``link:1->0`` name one cable. Each cable takes at most one fault of each kind
+(one fraction, one extra latency) and a dead one nothing else; naming it again (either way round, or in
+another notation) is refused with a `FaultError` naming both faults, where it once multiplied the fractions
+(0.5 on each direction gave 0.25 on both). `apply_to_graph` writes them into a copy of the topology graph
+before the links are built:
 
 - `LinkDown` removes both directions, so routes avoid it. On a grid axis that wrapped, the axis no
   longer wraps (``graph["wrap"]``), so ring algorithms run the line on it and ``auto`` re-chooses among
@@ -40,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from simulator.errors import FaultError
-from simulator.units import check_derived, check_int, check_number, show
+from simulator.units import check_derived, check_int, check_number, format_quantity, show
 
 if TYPE_CHECKING:  # NetworkX, NumPy and topologies load where they are used: the CLI's parser reads this module
     import networkx as nx
@@ -287,11 +291,13 @@ def apply_to_graph(graph: nx.DiGraph, faults: Sequence[Fault]) -> tuple[nx.DiGra
     applied: list[dict[str, Any]] = []
     failed = sorted({resolve_node(g, f.chip) for f in faults if isinstance(f, ChipFail) and f.at_s == 0}, key=str)
     speed: dict[frozenset[Any], float] = {}  # each cable's share of full bandwidth under the faults so far
+    named: dict[tuple[frozenset[Any], str], Fault] = {}  # (cable, what it does) -> the fault that named it
     for f in faults:
         if isinstance(f, CHIP_FAULTS):
             applied.append(chip_record(f, resolve_node(g, f.chip)))
             continue
         u, v = link_ends(graph, f.src, f.dst)
+        _check_once(named, frozenset((u, v)), f)
         record: dict[str, Any] = {"fault": _KIND[type(f)], "link": f"{u}->{v}", "directions": _directions(graph, u, v)}
         if isinstance(f, LinkDown):
             record["effect"] = _cut(graph, u, v, wrap, origin)
@@ -319,6 +325,29 @@ def apply_to_graph(graph: nx.DiGraph, faults: Sequence[Fault]) -> tuple[nx.DiGra
     g.graph.update(faults=True, failed_chips=tuple(failed))
     _check_reachable(g)
     return g, applied
+
+
+def _check_once(named: dict[tuple[frozenset[Any], str], Fault], cable: frozenset[Any], f: Fault) -> None:
+    """Refuse a second fault of one kind on one cable, and anything beside =down on a dead one: a link fault acts
+    on both directions of its cable, so ``link:0->1=0.5`` with ``link:1->0=0.5`` (or the same cable in another
+    notation) would otherwise multiply to 0.25 both ways."""
+    what = "down" if isinstance(f, LinkDown) else "speed" if isinstance(f, LinkDegraded) else "latency"
+    clash = named.get((cable, what)) or named.get((cable, "down")) or \
+        (named.get((cable, "speed")) or named.get((cable, "latency")) if what == "down" else None)
+    if clash is not None:
+        ends = "<->".join(sorted(map(str, cable)))
+        raise FaultError(f"{_fault_text(f)} names cable {ends} again, after {_fault_text(clash)}: a link fault acts "
+                         "on both directions of its cable, so give each cable one fault of each kind (one fraction "
+                         "for the cable, e.g. =0.25 rather than two of 0.5; a dead cable nothing else)")
+    named[(cable, what)] = f
+
+
+def _fault_text(f: Fault) -> str:
+    """A link fault as ``--fault`` writes it (``link:0->1=0.5``)."""
+    assert isinstance(f, LINK_FAULTS)
+    value = "down" if isinstance(f, LinkDown) else f"{f.fraction:g}" if isinstance(f, LinkDegraded) else \
+        "latency:" + format_quantity(f.extra_s, "s").replace(" ", "") if isinstance(f, LinkLatency) else "?"
+    return f"link:{_text(f.src)}->{_text(f.dst)}={value}"
 
 
 def slow_chip_factors(graph: nx.DiGraph, faults: Sequence[Fault]) -> dict[Hashable, float]:
