@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,10 @@ if TYPE_CHECKING:  # annotations only: no import at run time (and no cycle)
 SWITCHING = ("cut_through", "store_and_forward")
 MAX_CHUNKS = 10_000  #: pieces per message; more is a units mistake and would take minutes
 _GRID_KINDS = ("torus", "ring", "line", "mesh")
+
+
+#: each graph's closed-form pieces (`Network.priced`), kept while the graph lives
+_PRICED: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
 class Network:
@@ -83,9 +88,6 @@ class Network:
         self.grid = graph.graph.get("kind") in _GRID_KINDS and len(self.shape) > 0
         self.chip: Any = None  #: the system's ChipSpec (set by `System`): what its switches can do (NVLS)
         self.rows_in_use = False  #: a step's groups run on every row: none idle to borrow (`borrowed_rings`)
-        #: closed-form pieces that depend only on this network's links (rates, latencies, routes), never on a job's
-        #: bytes: shared by every job priced on it (`simulator.collectives.multi_axis._Pricer`'s phase profiles)
-        self.priced: dict[Any, Any] = {}
         # Faults (`simulator.engine.faults`): a dead cable unwraps its axis for collectives (``wrap``), whose
         # positions then count from ``origin``; routes follow the cabling (``links_wrap``) and avoid dead links.
         self.faulted = bool(graph.graph.get("faults"))
@@ -149,9 +151,8 @@ class Network:
         other = copy.copy(self)
         other.graph = graph
         other._routes, other._link_cache, other._plain_routes, other._unique = {}, {}, {}, set()
-        # what was found on this graph's links is not the sibling's: its routes' symmetry and unit routes, and the
-        # closed-form pieces priced on them
-        other._symmetry, other._unit_routes, other.priced = False, {}, {}
+        # what was found on this graph's links is not the sibling's: its routes' symmetry and unit routes
+        other._symmetry, other._unit_routes = False, {}
         hosts = [v for v, role in graph.nodes(data="role") if role == "host"]
         other._fabric = nx.restricted_view(graph, hosts, []) if hosts else graph
         other._quickest = QuickestPaths(other._fabric, _route_cost)
@@ -159,6 +160,23 @@ class Network:
         other.origin = tuple(graph.graph.get("origin", (0,) * len(self.shape)))
         other._route_wrap = tuple(graph.graph.get("links_wrap", other.wrap))
         return other
+
+    @property
+    def priced(self) -> dict[Any, Any]:
+        """Closed-form pieces that depend only on this network's graph -- its links' rates and latencies and the
+        routes they give -- never on a job's bytes (`simulator.collectives.multi_axis._Pricer`'s phase profiles):
+        shared by every job priced on a network over this graph object. Kept by graph, not by network: a sibling
+        (`sibling`) or a calibrated price's view (`simulator.collectives.protocol.priced_view`) copies the network
+        over another graph and so prices on its own pieces, and two networks over one graph share theirs (a graph
+        is not changed once a network is built on it)."""
+        found = _PRICED.get(self.graph)
+        if found is None:
+            found = _PRICED[self.graph] = {}
+        return found
+
+    @priced.setter
+    def priced(self, pieces: dict[Any, Any]) -> None:
+        _PRICED[self.graph] = pieces
 
     @property
     def links(self) -> Mapping[tuple[Any, Any], Channel]:
