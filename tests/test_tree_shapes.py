@@ -171,7 +171,23 @@ def test_double_binary_tree_makes_every_rank_a_leaf_once(n):
     assert leaves[0] | leaves[1] == set(range(n))
 
 
-@pytest.mark.parametrize("n,double", [(8, False), (8, True), (13, False), (16, True)])
+@pytest.mark.parametrize("n", [3, 5, 7, 9, 13, 31])
+def test_double_binary_tree_of_an_odd_count_shares_one_leaf(n):
+    """Odd rank counts (NCCL's ``ncclGetDtree`` shifts the second tree by one rank there): each tree has (n + 1) / 2
+    leaves, so n + 1 leaf places over n ranks -- at least one rank is a leaf in both; the trees share exactly one,
+    so no rank is interior in both (a mirror of an odd count keeps the same leaves: (n - 1) / 2 ranks interior in
+    both, each carrying both trees' halves)."""
+    forest_ = trees(n, True)
+    leaves = [set(range(n)) - set(t.values()) for t in forest_]
+    assert [len(x) for x in leaves] == [(n + 1) // 2] * 2
+    assert len(leaves[0] & leaves[1]) == 1
+    assert leaves[0] | leaves[1] == set(range(n))  # every rank a leaf in one tree: interior in at most one
+    for parent in forest_:
+        root = next(r for r in range(n) if r not in parent)
+        assert max(bfs_depths(parent, root).values()) <= n.bit_length() - 1  # each still log2 deep
+
+
+@pytest.mark.parametrize("n,double", [(8, False), (8, True), (13, False), (13, True), (16, True)])
 def test_tree_sends_reduce_every_contribution_once_and_return_the_sum_to_every_rank(n, double):
     """Per tree and chunk: each non-root rank sends up once to its parent and gets the sum down once from it;
     following the up sends' waits, the root's sum holds every rank's contribution exactly once."""

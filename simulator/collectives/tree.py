@@ -6,7 +6,9 @@ and its parent the nearest existing ancestor; the leaves are the even ranks, and
 levels stay inside a node, so only the upper levels cross the network, each on the crossing GPU's own
 NIC. ``double_binary_tree`` adds the mirrored tree (rank r <-> n-1-r), whose leaves are the odd ranks:
 every rank is a leaf in one tree and interior in the other, and each tree carries half the array --
-NCCL's double binary tree, whose bandwidth no rank's port limits more than twice V.
+NCCL's double binary tree, whose bandwidth no rank's port limits more than twice V. For an odd count the second
+tree is the first shifted by one rank (NCCL's ``ncclGetDtree``; a mirror would keep the same leaves), so one
+rank is a leaf in both and every other rank is interior in at most one.
 
 The array is cut into ``CHUNKS`` chunks per tree; a chunk is summed up the tree (a rank sends its
 partial sum once both children's have arrived) and broadcast back down, and each tree edge carries the
@@ -51,10 +53,16 @@ def parents(n: int) -> dict[int, int]:
 
 
 def trees(n: int, double: bool) -> list[dict[int, int]]:
-    """Parent maps of the tree (and of its mirror image, for the double tree)."""
+    """Parent maps of the tree (and, for the double tree, of its second tree: the mirror image r <-> n-1-r for an
+    even ``n``, the tree shifted by one rank, r -> r+1 mod n, for an odd one, as NCCL's ``ncclGetDtree`` builds
+    them). The mirror of an odd count maps the even ranks onto themselves, so both trees would share every leaf
+    and every interior rank (n = 7: ranks 1, 3, 5 interior in both, each carrying both trees' halves); shifted, the
+    trees share one leaf and every other rank is interior in at most one."""
     one = parents(n)
     if not double:
         return [one]
+    if n % 2:
+        return [one, {(r + 1) % n: (p + 1) % n for r, p in one.items()}]
     return [one, {n - 1 - r: n - 1 - p for r, p in one.items()}]
 
 
