@@ -50,3 +50,15 @@ def test_closed_form_equals_simulation_wherever_the_slow_cable_is(kind, topology
     r = _run(kind, topology, [LinkDegraded(*cable, fraction)], root)
     assert r.analytic_s == pytest.approx(r.time_s, rel=1e-6)
     assert r.time_s >= r.topology_bound_s * (1 - 1e-9)
+
+
+def test_tree_time_of_a_chain_deeper_than_the_recursion_limit():
+    """A ring's spanning trees are chains n - 1 deep (ring:1500 Gather once stopped with a RecursionError). On a
+    chain 0 <- 1 <- ... <- n-1 of unit hops, link x -> x-1 carries the n - x parts of its subtree and the last
+    still takes x - 1 hops: (n - x) + (x - 1) = n - 1 for every x."""
+    from simulator.collectives.tree_gather import tree_time
+
+    n = 5000
+    parents = {x: x - 1 for x in reversed(range(1, n))}  # the deepest first, as a ring's far end may come
+    assert tree_time(parents, {x: n - x for x in parents}, dict.fromkeys(parents, 1.0), 0) == n - 1
+

@@ -119,10 +119,13 @@ def tree_time(parents: dict[Pos, Pos], parts: dict[Pos, int], cost_s: dict[Pos, 
     own part first on every link and the children's merged behind it the bound is met (uniform hops: the root's
     link, (n - 1) hops' time). Scatter runs every link backwards, the same time."""
     above: dict[Pos, float] = {root: 0.0}  # position -> seconds from it up to the root
-
-    def up(x: Pos) -> float:
-        if x not in above:
-            above[x] = cost_s[x] + up(parents[x])
-        return above[x]
-
-    return max((parts[x] * cost_s[x] + up(parents[x]) for x in parents if parts[x]), default=0.0)
+    for x in parents:  # walked up iteratively: a ring's trees are n - 1 deep, past Python's recursion limit
+        path = []
+        while x not in above:
+            path.append(x)
+            x = parents[x]
+        t = above[x]
+        for y in reversed(path):
+            t += cost_s[y]
+            above[y] = t
+    return max((parts[x] * cost_s[x] + above[parents[x]] for x in parents if parts[x]), default=0.0)
