@@ -340,9 +340,7 @@ class Network:
                 return paths
 
         def cost(u: Any, v: Any, data: dict[str, Any]) -> float | None:  # as routed healthy: a slow link stays used
-            if u in failed or v in failed:
-                return None
-            return data["latency_s"] + 1e6 / data.get(HEALTHY_BANDWIDTH, data["bandwidth_bytes_per_s"])
+            return None if u in failed or v in failed else _route_cost(u, v, data, healthy=True)
 
         try:
             return [nx.shortest_path(self.graph, src, dst, weight=cost)]
@@ -557,9 +555,11 @@ def _pair_str(item: tuple[tuple[Any, Any], Channel]) -> str:
     return str(item[0])
 
 
-def _route_cost(u: Any, v: Any, data: dict[str, Any]) -> float:
-    """Seconds a 1 MB message spends on a link: latency plus bytes over bandwidth (prefers fast links)."""
-    return data["latency_s"] + 1e6 / data["bandwidth_bytes_per_s"]
+def _route_cost(u: Any, v: Any, data: dict[str, Any], healthy: bool = False) -> float:
+    """Seconds a 1 MB message spends on a link: latency plus bytes over bandwidth (prefers fast links); ``healthy``:
+    at the bandwidth it had before a fault slowed it (`faults.HEALTHY_BANDWIDTH`), so a route keeps a slow link."""
+    bandwidth = data.get(HEALTHY_BANDWIDTH, data["bandwidth_bytes_per_s"]) if healthy else data["bandwidth_bytes_per_s"]
+    return data["latency_s"] + 1e6 / bandwidth
 
 
 def _all_of(env: simpy.Environment, events: Sequence[simpy.Event]) -> Generator[Any, Any, float]:
