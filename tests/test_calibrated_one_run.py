@@ -12,6 +12,7 @@ import pytest
 
 from simulator.collectives import run_collective
 from simulator.collectives.api import ideal_closed_form
+from simulator.engine.faults import LinkDown
 from simulator.engine.system import System, resolve_chip
 from simulator.frontend import cli
 from simulator.workloads import simulate
@@ -99,3 +100,35 @@ def test_collective_calibrated_runs_one_simulation(monkeypatch: pytest.MonkeyPat
     ideal = run_collective("all_reduce", System("tpu-v5e", topology="torus:4x4"), 1e8)
     assert out["time_s"] == pytest.approx(ideal.time_s, rel=1e-9)
     assert out["calibrated_time_s"] > out["time_s"]
+
+
+#: tpu-v5e ICI, one link one way (REFERENCE.md: 4 links of 45 GB/s each way per chip)
+V5E_LINK = 4.5e10
+
+
+@pytest.mark.parametrize("kind,phases", [("all_gather", 1), ("reduce_scatter", 1), ("all_reduce", 2)])
+def test_collective_closed_form_round_a_dead_cable(kind: str, phases: int) -> None:
+    """tpu-v5e torus:4x4 ``--axes 1`` (groups of 4), 1 GB, cable (0,0)-(0,1) dead. On the network as faulted the
+    best ring is a line: each of its (n - 1) V / n bytes a phase crosses the middle links one way, (n - 1) V / (n W)
+    = 16.67 ms a phase. Healthy, the bidirectional ring takes half that. A detour over axis 0 is worth about
+    1.14x healthy (issue 31), and `run_collective` takes it; the ideal closed form beside a calibrated forecast
+    must weigh the same ways (it priced only the line before: 16.67 ms beside an 11.52 ms forecast)."""
+    faults = [LinkDown((0, 0), (0, 1))]
+    closed = ideal_closed_form(kind, System("tpu-v5e", topology="torus:4x4", faults=faults), 1e9, axes=[1])
+    line = phases * 3 / 4 * 1e9 / V5E_LINK
+    healthy = line / 2
+    assert closed["route"] != ""  # a way round the fault, not the network as faulted
+    assert closed["topology_bound_s"] * (1 - 1e-9) <= closed["time_s"] <= 1.25 * healthy
+    run = run_collective(kind, System("tpu-v5e", topology="torus:4x4", faults=faults), 1e9, axes=[1])
+    assert closed["algorithm"] == run.algorithm
+    assert closed["time_s"] == pytest.approx(run.analytic_s, rel=1e-9)  # the pick's closed form, no trial run
+
+
+def test_calibrated_cli_ideal_line_round_a_dead_cable(capsys: pytest.CaptureFixture[str]) -> None:
+    """The ideal figure beside the forecast is a bound on ideal peak links: never above the calibrated forecast."""
+    cli.main(["collective", "all_gather", "--chip", "tpu-v5e", "--topology", "torus:4x4", "--axes", "1",
+              "--bytes", "1e9", "--calibrated", "--fault", "link:0,0->0,1=down", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["ideal_route"] != ""
+    assert out["time_s"] < out["calibrated_time_s"]
+    assert out["time_s"] < 0.75 * 1e9 / V5E_LINK  # below the line's 16.67 ms

@@ -362,7 +362,7 @@ def _collective_calibrated(args: argparse.Namespace, params: dict[str, Any], sys
         "time_s": ideal["time_s"], "analytic_s": ideal["time_s"], "topology_bound_s": ideal["topology_bound_s"],
         "algorithm": ideal["algorithm"], "group_size": ideal["group_size"], "groups": ideal["groups"],
         "algbw_bytes_per_s": ideal["algbw_bytes_per_s"], "busbw_bytes_per_s": ideal["busbw_bytes_per_s"],
-        "ideal_from": "closed form", "simulated_run": "calibrated", "mode": cal.mode,
+        "ideal_from": "closed form", "ideal_route": ideal["route"], "simulated_run": "calibrated", "mode": cal.mode,
         "calibrated_time_s": cal.time_s, "calibrated_algbw_bytes_per_s": cal.algbw_bytes_per_s,
         "calibrated_busbw_bytes_per_s": cal.busbw_bytes_per_s, "calibrated_algorithm": cal.algorithm,
         "calibrated_protocol": cal.protocol, "calibrated_alternatives": cal.alternatives,
@@ -384,8 +384,9 @@ def _collective_calibrated(args: argparse.Namespace, params: dict[str, Any], sys
     if cal.nccl is not None:
         print(f"  chosen as NCCL would: {cal.nccl['reason']}")
     if ideal["algorithm"] is not None:
+        way = f"; round the faults, it {ideal['route']}" if ideal.get("route") else ""
         print(f"  ideal, closed form {format_quantity(ideal['time_s'], 's')} (algorithm {ideal['algorithm']} on ideal "
-              f"peak links; not simulated)")
+              f"peak links{way}; not simulated)")
         print(f"  topology bound {format_quantity(ideal['topology_bound_s'], 's')} (no algorithm can be faster here)")
     print("".join(f"  note: {note}\n" for note in system.notes), end="")
     print("".join(f"  {w}\n" for w in warnings), end="")
