@@ -7,7 +7,7 @@ of 1 GB on tpu-v5e took 22.77 ms, exactly what ``link:0->1=0.25`` takes, where o
 import pytest
 
 from simulator import System
-from simulator.engine.faults import LinkDegraded, LinkDown, LinkLatency
+from simulator.engine.faults import ChipSlow, LinkDegraded, LinkDown, LinkLatency
 from simulator.errors import FaultError
 from simulator.frontend.cli import main
 
@@ -56,3 +56,21 @@ def test_the_python_api_refuses_the_duplicate_too():
         System("tpu-v5e", topology="torus:8", faults=[LinkDegraded(0, 1, 0.5), LinkDegraded(1, 0, 0.5)])
     with pytest.raises(FaultError, match="names cable"):
         System("tpu-v5e", topology="torus:8", faults=[LinkDown(0, 1), LinkDown(1, 0)])
+
+
+@pytest.mark.parametrize("faults", [
+    [ChipSlow(3, 1e-5, ("hbm",)), LinkDegraded(3, 4, 1e-5)],  # a slow chip on a slow cable: 1e-10 of its speed
+    [ChipSlow(3, 1e-5, ("hbm",)), ChipSlow(3, 1e-5, ("hbm",))],  # two slow-downs of one chip's HBM
+])
+def test_multiplied_slowdowns_below_the_floor_are_refused(faults: list) -> None:
+    """Each factor is at least `MIN_SPEED` (1e-9) on its own, but their product, 1e-10, prices nothing real (a link
+    at 4.5 B/s): refused with the product named, as two degradations of one cable are."""
+    with pytest.raises(FaultError, match="multiplying"):
+        System("tpu-v5e", topology="torus:8", faults=faults)
+
+
+def test_multiplied_slowdowns_above_the_floor_are_kept() -> None:
+    """1e-4 x 1e-4 = 1e-8 of 45 GB/s is above the floor: the cable 3-4 keeps 450 B/s each way."""
+    net = System("tpu-v5e", topology="torus:8", faults=[ChipSlow(3, 1e-4, ("hbm",)),
+                                                       LinkDegraded(3, 4, 1e-4)]).network
+    assert net.graph.edges[3, 4]["bandwidth_bytes_per_s"] == pytest.approx(4.5e10 * 1e-8, rel=1e-9)

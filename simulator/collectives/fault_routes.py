@@ -173,14 +173,15 @@ def trial_system(system: System) -> System:
 
 
 def _degraded_cables(net: Network, faults: Any, on_axis: bool = True) -> list[tuple[Any, Any]]:
-    """The cables (u, v) a `LinkDegraded` slows, each once, that lie on a grid axis (any, ``on_axis`` False)."""
+    """The cables (u, v) a `LinkDegraded` slows that lie on a grid axis (any, ``on_axis`` False); each once, as
+    `simulator.engine.faults.degrade` refuses a second speed fault on one cable."""
     out: list[tuple[Any, Any]] = []
     for f in faults:
         if not isinstance(f, LinkDegraded):
             continue
         u, v = link_ends(net.graph, f.src, f.dst)
         edge = net.graph.edges[(u, v) if net.graph.has_edge(u, v) else (v, u)]
-        if (edge.get("axis") is not None or not on_axis) and {u, v} not in [set(c) for c in out]:
+        if edge.get("axis") is not None or not on_axis:
             out.append((u, v))
     return out
 

@@ -361,12 +361,15 @@ def slow_chip_factors(graph: nx.DiGraph, faults: Sequence[Fault]) -> dict[Hashab
 
 
 def _slow_chip_links(g: nx.DiGraph, faults: Sequence[Fault]) -> None:
-    """Scale the links into and out of each HBM-slowed chip by its factor (the slower end's, where both are)."""
+    """Scale the links into and out of each HBM-slowed chip by its factor (the slower end's, where both are); the
+    share of full speed a link is left (its own degradation times that factor) is refused below `MIN_SPEED`."""
     slow = slow_chip_factors(g, faults)
     for u, v, data in g.edges(data=True):
         factor = min(slow.get(u, 1.0), slow.get(v, 1.0))
         if factor < 1.0:
             _keep_healthy(data)
+            check_speed(data["bandwidth_bytes_per_s"] * factor / data[HEALTHY_BANDWIDTH], f"link {u}-{v}",
+                        "multiplying a link's --fault degradation by its chip's slow-down")
             data["bandwidth_bytes_per_s"] *= factor
 
 
